@@ -1,0 +1,133 @@
+//! A whole computation: nodes in topological order plus named outputs.
+
+use std::ops::Index;
+
+use super::dim::Symbol;
+use super::node::{Node, NodeId};
+use super::op::Op;
+use super::verify::VerifyError;
+
+/// A named result of a graph.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Output {
+    /// Unique among outputs.
+    pub name: String,
+    /// The node whose value is returned.
+    pub node: NodeId,
+}
+
+/// A verified computation graph.
+///
+/// Nodes are in topological order (every operand precedes its user), types agree with
+/// [`Op::infer`], input and param names are unique, and every output exists. Graphs are made
+/// by a [`GraphBuilder`](crate::builder::GraphBuilder) or from raw parts with
+/// [`Graph::from_parts`], both of which verify.
+///
+/// ```
+/// use rlx::prelude::*;
+/// let mut b = GraphBuilder::new();
+/// let x = b.input("x", DType::F32, [Dim::sym("batch"), Dim::from(4)])?;
+/// let y = b.unary(UnaryOp::Relu, x)?;
+/// b.output("y", y)?;
+/// let g = b.finish()?;
+/// assert_eq!(g.len(), 2);
+/// assert_eq!(g.input("x"), Some(x));
+/// assert_eq!(g.symbols(), vec![Symbol::new("batch")]);
+/// # Ok::<(), rlx::builder::BuildError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Graph {
+    nodes: Vec<Node>,
+    outputs: Vec<Output>,
+}
+
+impl Graph {
+    /// A graph from nodes and outputs, after checking them with the verifier.
+    pub fn from_parts(nodes: Vec<Node>, outputs: Vec<Output>) -> Result<Graph, VerifyError> {
+        let graph = Graph { nodes, outputs };
+        graph.verify()?;
+        Ok(graph)
+    }
+
+    /// Takes the graph apart, e.g. to rewrite it and rebuild it with [`Graph::from_parts`].
+    pub fn into_parts(self) -> (Vec<Node>, Vec<Output>) {
+        (self.nodes, self.outputs)
+    }
+
+    /// Every node, in topological order.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// The node `id`, if it exists.
+    pub fn get(&self, id: NodeId) -> Option<&Node> {
+        self.nodes.get(id.index())
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// True if the graph has no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Ids and nodes, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (NodeId, &Node)> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (NodeId::new(i), n))
+    }
+
+    /// Named outputs, in declaration order.
+    pub fn outputs(&self) -> &[Output] {
+        &self.outputs
+    }
+
+    /// Input nodes, in order of creation.
+    pub fn inputs(&self) -> impl Iterator<Item = (NodeId, &Node)> {
+        self.iter().filter(|(_, n)| n.op == Op::Input)
+    }
+
+    /// Param nodes, in order of creation.
+    pub fn params(&self) -> impl Iterator<Item = (NodeId, &Node)> {
+        self.iter().filter(|(_, n)| n.op == Op::Param)
+    }
+
+    /// The input named `name`.
+    pub fn input(&self, name: &str) -> Option<NodeId> {
+        self.find(Op::Input, name)
+    }
+
+    /// The param named `name`.
+    pub fn param(&self, name: &str) -> Option<NodeId> {
+        self.find(Op::Param, name)
+    }
+
+    fn find(&self, kind: Op, name: &str) -> Option<NodeId> {
+        self.iter()
+            .find(|(_, n)| n.op == kind && n.name.as_deref() == Some(name))
+            .map(|(id, _)| id)
+    }
+
+    /// The symbols of the graph's inputs: the dims to bind when it runs.
+    pub fn symbols(&self) -> Vec<Symbol> {
+        let mut out: Vec<Symbol> = self
+            .inputs()
+            .flat_map(|(_, n)| n.ty.shape.symbols())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+impl Index<NodeId> for Graph {
+    type Output = Node;
+    fn index(&self, id: NodeId) -> &Node {
+        &self.nodes[id.index()]
+    }
+}

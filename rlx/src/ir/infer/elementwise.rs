@@ -1,0 +1,55 @@
+//! Unary, binary, comparison, `where` and cast.
+
+use super::{arity, broadcast_shapes, require, require_float, require_numeric, same_dtype};
+use crate::ir::dtype::DType;
+use crate::ir::error::InferError;
+use crate::ir::op::{BinaryOp, CompareOp, UnaryOp};
+use crate::ir::shape::TensorType;
+
+pub(super) fn unary(kind: UnaryOp, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+    arity(inputs, 1, "1")?;
+    match kind {
+        UnaryOp::Neg => require(inputs, 0, DType::is_signed, "a signed dtype")?,
+        UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Relu => require_numeric(inputs, 0)?,
+        _ => require_float(inputs, 0)?,
+    }
+    Ok(inputs[0].clone())
+}
+
+fn broadcast_pair(inputs: &[TensorType]) -> Result<crate::ir::Shape, InferError> {
+    same_dtype(inputs, 0, 1)?;
+    broadcast_shapes(&inputs[0].shape, &inputs[1].shape)
+}
+
+pub(super) fn binary(kind: BinaryOp, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+    arity(inputs, 2, "2")?;
+    match kind {
+        BinaryOp::Pow => require_float(inputs, 0)?,
+        _ => require_numeric(inputs, 0)?,
+    }
+    let shape = broadcast_pair(inputs)?;
+    Ok(TensorType::new(inputs[0].dtype, shape))
+}
+
+pub(super) fn compare(kind: CompareOp, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+    arity(inputs, 2, "2")?;
+    if !matches!(kind, CompareOp::Eq | CompareOp::Ne) {
+        require_numeric(inputs, 0)?;
+    }
+    let shape = broadcast_pair(inputs)?;
+    Ok(TensorType::new(DType::Bool, shape))
+}
+
+pub(super) fn select(inputs: &[TensorType]) -> Result<TensorType, InferError> {
+    arity(inputs, 3, "3")?;
+    require(inputs, 0, |d| d == DType::Bool, "bool")?;
+    same_dtype(inputs, 1, 2)?;
+    let shape = broadcast_shapes(&inputs[0].shape, &inputs[1].shape)?;
+    let shape = broadcast_shapes(&shape, &inputs[2].shape)?;
+    Ok(TensorType::new(inputs[1].dtype, shape))
+}
+
+pub(super) fn cast(to: DType, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+    arity(inputs, 1, "1")?;
+    Ok(TensorType::new(to, inputs[0].shape.clone()))
+}

@@ -1,0 +1,27 @@
+//! The untyped intermediate representation: dtypes, dims, shapes, ops and graphs.
+//!
+//! Everything a backend sees. Type parameters of the typed frontend never reach this level.
+
+mod constant;
+mod dim;
+mod dtype;
+mod error;
+mod graph;
+mod infer;
+mod node;
+mod op;
+mod shape;
+mod verify;
+
+pub use constant::{ConstantData, ConstantError, Scalar};
+pub use dim::{Dim, DimExpr, EvalDimError, Symbol};
+pub use dtype::{DType, Element};
+pub use error::InferError;
+pub use graph::{Graph, Output};
+pub use node::{Node, NodeId};
+pub use op::{
+    ArgReduceOp, AttentionMask, AttrValue, BinaryOp, CompareOp, Op, PoolKind, ReduceOp, SortOutput,
+    UnaryOp,
+};
+pub use shape::{Shape, TensorType};
+pub use verify::VerifyError;

@@ -1,0 +1,765 @@
+//! The primitive op vocabulary of the IR.
+//!
+//! Kept deliberately small (DESIGN §4): composites are built from these by the frontends, and
+//! backends implement exactly this list. Elementwise families are one op with a kind.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use super::constant::{ConstantData, Scalar};
+use super::dtype::DType;
+use super::shape::{Shape, TensorType};
+
+/// Elementwise functions of one tensor.
+///
+/// `Neg`, `Abs`, `Sign` and `Relu` accept every numeric dtype (`Neg` only signed ones);
+/// the rest need a float dtype.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)] // the variant names are the functions
+pub enum UnaryOp {
+    Neg,
+    Abs,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Recip,
+    Sin,
+    Cos,
+    Tanh,
+    Sigmoid,
+    Relu,
+    /// GELU with the exact erf formulation.
+    Gelu,
+    /// GELU with the tanh approximation.
+    GeluTanh,
+    Silu,
+    Erf,
+    Floor,
+    Ceil,
+    /// Round half to even.
+    Round,
+    Sign,
+    Softplus,
+}
+
+impl UnaryOp {
+    /// Every unary kind.
+    pub const ALL: [UnaryOp; 21] = [
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Recip,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Relu,
+        UnaryOp::Gelu,
+        UnaryOp::GeluTanh,
+        UnaryOp::Silu,
+        UnaryOp::Erf,
+        UnaryOp::Floor,
+        UnaryOp::Ceil,
+        UnaryOp::Round,
+        UnaryOp::Sign,
+        UnaryOp::Softplus,
+    ];
+
+    /// Lowercase name used in printed graphs.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Recip => "recip",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Gelu => "gelu",
+            UnaryOp::GeluTanh => "gelu_tanh",
+            UnaryOp::Silu => "silu",
+            UnaryOp::Erf => "erf",
+            UnaryOp::Floor => "floor",
+            UnaryOp::Ceil => "ceil",
+            UnaryOp::Round => "round",
+            UnaryOp::Sign => "sign",
+            UnaryOp::Softplus => "softplus",
+        }
+    }
+}
+
+/// Elementwise functions of two tensors, with numpy-style broadcasting.
+///
+/// Integer `Div` is floor division and `Rem` takes the sign of the divisor (Python and numpy
+/// semantics), so `a == (a div b) * b + (a rem b)` for every dtype. `Pow` needs floats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+    Max,
+    Min,
+    Rem,
+}
+
+impl BinaryOp {
+    /// Every binary kind.
+    pub const ALL: [BinaryOp; 8] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Pow,
+        BinaryOp::Max,
+        BinaryOp::Min,
+        BinaryOp::Rem,
+    ];
+
+    /// Lowercase name used in printed graphs.
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Pow => "pow",
+            BinaryOp::Max => "max",
+            BinaryOp::Min => "min",
+            BinaryOp::Rem => "rem",
+        }
+    }
+}
+
+/// Elementwise comparisons producing `bool`. `Eq`/`Ne` also accept `bool` operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum CompareOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CompareOp {
+    /// Every comparison.
+    pub const ALL: [CompareOp; 6] = [
+        CompareOp::Eq,
+        CompareOp::Ne,
+        CompareOp::Lt,
+        CompareOp::Le,
+        CompareOp::Gt,
+        CompareOp::Ge,
+    ];
+
+    /// Lowercase name used in printed graphs.
+    pub fn name(self) -> &'static str {
+        match self {
+            CompareOp::Eq => "eq",
+            CompareOp::Ne => "ne",
+            CompareOp::Lt => "lt",
+            CompareOp::Le => "le",
+            CompareOp::Gt => "gt",
+            CompareOp::Ge => "ge",
+        }
+    }
+}
+
+/// Reductions over a set of axes. `Mean` needs floats; none accept `bool`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum ReduceOp {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    Prod,
+}
+
+impl ReduceOp {
+    /// Every reduction.
+    pub const ALL: [ReduceOp; 5] = [
+        ReduceOp::Sum,
+        ReduceOp::Mean,
+        ReduceOp::Max,
+        ReduceOp::Min,
+        ReduceOp::Prod,
+    ];
+
+    /// Lowercase name used in printed graphs.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Mean => "mean",
+            ReduceOp::Max => "reduce_max",
+            ReduceOp::Min => "reduce_min",
+            ReduceOp::Prod => "prod",
+        }
+    }
+}
+
+/// Index of the largest or smallest element along an axis (first one on ties), as `i64`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum ArgReduceOp {
+    ArgMax,
+    ArgMin,
+}
+
+/// Which result a sort-like op produces: the sorted values or their `i64` source indices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SortOutput {
+    /// The sorted values.
+    Values,
+    /// Indices into the input axis (`i64`).
+    Indices,
+}
+
+/// Which keys a query may attend to.
+///
+/// For `Causal` and `SlidingWindow` the query and key sequences are aligned at their ends:
+/// query `i` of `Sq` sits at key position `i + Sk - Sq`, which is what a decoder with a
+/// key/value cache needs (and plain causal masking when `Sq == Sk`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AttentionMask {
+    /// Every query sees every key.
+    None,
+    /// A query sees keys at its own position and before.
+    Causal,
+    /// Causal, and only the last `window` positions (including its own).
+    SlidingWindow(usize),
+    /// An extra operand: `bool` (true = may attend) or an additive float mask in the dtype
+    /// of the queries, broadcastable to `[.., Sq, Sk]`.
+    Tensor,
+}
+
+/// Pooling function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PoolKind {
+    /// Maximum over the window; padding never wins.
+    Max,
+    /// Mean over the window; padded positions count as zeros (PyTorch's default).
+    Avg,
+}
+
+/// A value in a custom op's attribute map.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub enum AttrValue {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+    Ints(Vec<i64>),
+    Floats(Vec<f64>),
+}
+
+impl fmt::Display for AttrValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttrValue::Bool(v) => write!(f, "{v}"),
+            AttrValue::Int(v) => write!(f, "{v}"),
+            AttrValue::Float(v) => write!(f, "{v:?}"),
+            AttrValue::Str(v) => write!(f, "{v:?}"),
+            AttrValue::Ints(v) => write!(f, "{v:?}"),
+            AttrValue::Floats(v) => write!(f, "{v:?}"),
+        }
+    }
+}
+
+/// One operation of the IR. Operands are listed per variant; shape and dtype rules live in
+/// [`Op::infer`](crate::ir::Op::infer).
+///
+/// ```
+/// use rlx::ir::{DType, Op, TensorType, UnaryOp};
+/// let x = TensorType::new(DType::F32, [4, 8]);
+/// assert_eq!(Op::Unary(UnaryOp::Exp).infer(&[x.clone()]).unwrap(), x);
+/// assert_eq!(Op::Unary(UnaryOp::Exp).to_string(), "exp");
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// A graph input, supplied on every run; its node's name is unique among inputs.
+    /// No operands.
+    Input,
+    /// A weight, bound once per executable; its node's name (a dotted path such as
+    /// `encoder.layer.0.weight`) is unique among params. No operands.
+    Param,
+    /// Data embedded in the graph. No operands.
+    Constant(ConstantData),
+    /// `f(x)`. Operands: `x`.
+    Unary(UnaryOp),
+    /// `f(a, b)` with broadcasting. Operands: `a`, `b` of one dtype.
+    Binary(BinaryOp),
+    /// Comparison to `bool` with broadcasting. Operands: `a`, `b` of one dtype.
+    Compare(CompareOp),
+    /// `cond ? a : b` with broadcasting of all three. Operands: `cond` (`bool`), `a`, `b`.
+    Where,
+    /// Conversion to another dtype (Rust `as` semantics). Operands: `x`.
+    Cast {
+        /// Target dtype.
+        to: DType,
+    },
+    /// Batched matrix product `[.., M, K] x [.., K, N] -> [.., M, N]`; batch dims broadcast.
+    /// Operands: `a`, `b` (float, one dtype). A transpose flag means that operand is stored
+    /// with its last two axes swapped, so no transposed copy is needed.
+    MatMul {
+        /// `a` is stored as `[.., K, M]`.
+        transpose_a: bool,
+        /// `b` is stored as `[.., N, K]` (PyTorch `Linear` weights).
+        transpose_b: bool,
+    },
+    /// Reduction over `axes` (sorted, unique, at least one). Operands: `x`.
+    Reduce {
+        /// Function.
+        op: ReduceOp,
+        /// Axes reduced.
+        axes: Vec<usize>,
+        /// Keep reduced axes as size 1.
+        keep_dims: bool,
+    },
+    /// Argmax/argmin along one axis, as `i64`. Operands: `x` (numeric).
+    ArgReduce {
+        /// Function.
+        op: ArgReduceOp,
+        /// Axis reduced.
+        axis: usize,
+        /// Keep the axis as size 1.
+        keep_dims: bool,
+    },
+    /// Running sum along an axis. Operands: `x` (numeric).
+    Cumsum {
+        /// Axis summed along.
+        axis: usize,
+        /// Exclude the current element (the first output is 0).
+        exclusive: bool,
+        /// Sum from the end of the axis.
+        reverse: bool,
+    },
+    /// Softmax (or log-softmax) along an axis. Operands: `x` (float).
+    Softmax {
+        /// Axis normalized.
+        axis: usize,
+        /// Produce log-softmax.
+        log: bool,
+    },
+    /// Layer normalization over the last axis. Operands: `x`, then `weight` and `bias`
+    /// (each `[last]`, dtype of `x`) when present.
+    LayerNorm {
+        /// Added to the variance.
+        eps: f64,
+        /// A `weight` operand follows `x`.
+        has_weight: bool,
+        /// A `bias` operand follows.
+        has_bias: bool,
+    },
+    /// RMS normalization over the last axis. Operands: `x`, then `weight` (`[last]`) when
+    /// present.
+    RmsNorm {
+        /// Added to the mean square.
+        eps: f64,
+        /// A `weight` operand follows `x`.
+        has_weight: bool,
+    },
+    /// Same data, new dims; element counts must be provably equal. Operands: `x`.
+    Reshape {
+        /// Target shape.
+        shape: Shape,
+    },
+    /// Axis permutation: output axis `i` is input axis `perm[i]`. Operands: `x`.
+    Permute {
+        /// A permutation of `0..rank`.
+        perm: Vec<usize>,
+    },
+    /// `x[start:stop:step]` along one axis. Negative `start`/`stop` count from the end;
+    /// bounds are never clamped: out-of-range slices are errors. Operands: `x`.
+    Slice {
+        /// Axis sliced.
+        axis: usize,
+        /// First index (negative: from the end).
+        start: i64,
+        /// One past the last index (negative: from the end); `None` is the end.
+        stop: Option<i64>,
+        /// Stride, at least 1.
+        step: usize,
+    },
+    /// Concatenation along an axis. Operands: one or more tensors of one dtype and rank.
+    Concat {
+        /// Axis joined.
+        axis: usize,
+    },
+    /// Numpy broadcast to `shape` (size-1 or missing leading dims stretch). Operands: `x`.
+    Broadcast {
+        /// Target shape.
+        shape: Shape,
+    },
+    /// Constant padding. Operands: `x`.
+    Pad {
+        /// `(before, after)` per axis.
+        pads: Vec<(usize, usize)>,
+        /// Fill value, converted to the dtype of `x`.
+        value: Scalar,
+    },
+    /// Take along `axis` (`numpy.take`, embedding lookup): output dims are
+    /// `data[..axis] ++ indices ++ data[axis+1..]`. Operands: `data`, `indices` (`i32`/`i64`).
+    Gather {
+        /// Axis indexed.
+        axis: usize,
+    },
+    /// The adjoint of [`Op::Gather`]: adds `updates` into a copy of `data` at `indices` along
+    /// `axis`; repeated indices accumulate. Operands: `data`, `indices`, `updates` (shaped
+    /// like the gather output).
+    ScatterAdd {
+        /// Axis indexed.
+        axis: usize,
+    },
+    /// Scaled dot-product attention `softmax(q kᵀ · scale + mask) v`. Operands: `q`
+    /// `[.., Sq, D]`, `k` `[.., Sk, D]`, `v` `[.., Sk, Dv]`, then the mask for
+    /// [`AttentionMask::Tensor`]. With rank ≥ 3 the axis before the sequence is heads: `q`
+    /// may have a multiple of `k`'s heads (grouped-query attention).
+    Attention {
+        /// Multiplies the scores, typically `1/sqrt(D)`.
+        scale: f64,
+        /// Masking.
+        mask: AttentionMask,
+    },
+    /// Rotary position embedding on the first `dims` features of the last axis; positions
+    /// run along the second-to-last axis starting at the optional `offset`. Operands: `x`
+    /// (float, rank ≥ 2), then `offset` (`i32`/`i64` scalar) when present.
+    Rope {
+        /// Features rotated (even, at most the last dim).
+        dims: usize,
+        /// Frequency base, e.g. 10000.
+        base: f64,
+        /// Positions are multiplied by this.
+        scale: f64,
+        /// Rotate adjacent pairs `(2i, 2i+1)` instead of the two halves.
+        traditional: bool,
+    },
+    /// 1-D or 2-D convolution, channels first. Operands: `x` `[N, C, *spatial]`,
+    /// `w` `[O, C/groups, *kernel]`, then `bias` `[O]` when present.
+    Conv {
+        /// Stride per spatial axis.
+        stride: Vec<usize>,
+        /// `(before, after)` zero padding per spatial axis.
+        padding: Vec<(usize, usize)>,
+        /// Dilation per spatial axis.
+        dilation: Vec<usize>,
+        /// Channel groups; divides `C` and `O`.
+        groups: usize,
+    },
+    /// 1-D or 2-D pooling, channels first. Operands: `x` `[N, C, *spatial]`.
+    Pool {
+        /// Function.
+        kind: PoolKind,
+        /// Window per spatial axis.
+        kernel: Vec<usize>,
+        /// Stride per spatial axis.
+        stride: Vec<usize>,
+        /// `(before, after)` padding per spatial axis, at most half the window.
+        padding: Vec<(usize, usize)>,
+    },
+    /// The `k` largest elements along an axis, largest first. `k` is checked against a
+    /// symbolic axis when its size is bound. Operands: `x` (numeric).
+    TopK {
+        /// Elements kept.
+        k: usize,
+        /// Axis searched.
+        axis: usize,
+        /// Values or `i64` indices.
+        output: SortOutput,
+    },
+    /// Stable sort along an axis. Operands: `x` (numeric).
+    Sort {
+        /// Axis sorted.
+        axis: usize,
+        /// Largest first.
+        descending: bool,
+        /// Values or `i64` indices (argsort).
+        output: SortOutput,
+    },
+    /// Solves `a x = b` for square `a`. Operands: `a` `[.., N, N]`, `b` `[.., N, K]` (float,
+    /// same batch dims).
+    Solve,
+    /// `x · dequant(w)ᵀ` with group-wise affine dequantization
+    /// `w = scale * q + bias` per `group_size` consecutive inputs. Operands: `x` `[.., K]`
+    /// (float), `w` `[N, K*bits/8]` (`u8`, little-endian packing: for 4 bits the low nibble
+    /// is the first element), `scales` and `biases` `[N, K/group_size]` in the dtype of `x`.
+    QuantizedMatMul {
+        /// 4 or 8.
+        bits: u8,
+        /// Inputs sharing one scale and bias: 32, 64 or 128.
+        group_size: usize,
+    },
+    /// A user op with kernels registered per backend under `name`. Any operands; the
+    /// output type is declared when the node is made.
+    Custom {
+        /// Registry key.
+        name: String,
+        /// Attributes passed to the kernels.
+        attrs: BTreeMap<String, AttrValue>,
+        /// The declared result type.
+        output: TensorType,
+    },
+}
+
+impl Op {
+    /// The op's name without attributes (`matmul`, `exp`, `custom`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Input => "input",
+            Op::Param => "param",
+            Op::Constant(_) => "const",
+            Op::Unary(u) => u.name(),
+            Op::Binary(b) => b.name(),
+            Op::Compare(c) => c.name(),
+            Op::Where => "where",
+            Op::Cast { .. } => "cast",
+            Op::MatMul { .. } => "matmul",
+            Op::Reduce { op, .. } => op.name(),
+            Op::ArgReduce {
+                op: ArgReduceOp::ArgMax,
+                ..
+            } => "argmax",
+            Op::ArgReduce {
+                op: ArgReduceOp::ArgMin,
+                ..
+            } => "argmin",
+            Op::Cumsum { .. } => "cumsum",
+            Op::Softmax { log: false, .. } => "softmax",
+            Op::Softmax { log: true, .. } => "log_softmax",
+            Op::LayerNorm { .. } => "layer_norm",
+            Op::RmsNorm { .. } => "rms_norm",
+            Op::Reshape { .. } => "reshape",
+            Op::Permute { .. } => "permute",
+            Op::Slice { .. } => "slice",
+            Op::Concat { .. } => "concat",
+            Op::Broadcast { .. } => "broadcast",
+            Op::Pad { .. } => "pad",
+            Op::Gather { .. } => "gather",
+            Op::ScatterAdd { .. } => "scatter_add",
+            Op::Attention { .. } => "attention",
+            Op::Rope { .. } => "rope",
+            Op::Conv { .. } => "conv",
+            Op::Pool {
+                kind: PoolKind::Max,
+                ..
+            } => "max_pool",
+            Op::Pool {
+                kind: PoolKind::Avg,
+                ..
+            } => "avg_pool",
+            Op::TopK { .. } => "topk",
+            Op::Sort {
+                output: SortOutput::Values,
+                ..
+            } => "sort",
+            Op::Sort {
+                output: SortOutput::Indices,
+                ..
+            } => "argsort",
+            Op::Solve => "solve",
+            Op::QuantizedMatMul { .. } => "quantized_matmul",
+            Op::Custom { .. } => "custom",
+        }
+    }
+
+    /// True for the leaves: inputs, params and constants.
+    pub fn is_leaf(&self) -> bool {
+        matches!(self, Op::Input | Op::Param | Op::Constant(_))
+    }
+}
+
+/// Writes `name` then the non-default attributes as `[k=v, ...]`.
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())?;
+        let mut attrs: Vec<String> = Vec::new();
+        match self {
+            Op::Input
+            | Op::Param
+            | Op::Constant(_)
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Compare(_)
+            | Op::Where
+            | Op::Solve => {}
+            Op::Cast { to } => attrs.push(format!("to={to}")),
+            Op::MatMul {
+                transpose_a,
+                transpose_b,
+            } => {
+                if *transpose_a {
+                    attrs.push("transpose_a".into());
+                }
+                if *transpose_b {
+                    attrs.push("transpose_b".into());
+                }
+            }
+            Op::Reduce {
+                axes, keep_dims, ..
+            } => {
+                attrs.push(format!("axes={axes:?}"));
+                if *keep_dims {
+                    attrs.push("keep_dims".into());
+                }
+            }
+            Op::ArgReduce {
+                axis, keep_dims, ..
+            } => {
+                attrs.push(format!("axis={axis}"));
+                if *keep_dims {
+                    attrs.push("keep_dims".into());
+                }
+            }
+            Op::Cumsum {
+                axis,
+                exclusive,
+                reverse,
+            } => {
+                attrs.push(format!("axis={axis}"));
+                if *exclusive {
+                    attrs.push("exclusive".into());
+                }
+                if *reverse {
+                    attrs.push("reverse".into());
+                }
+            }
+            Op::Softmax { axis, .. } => attrs.push(format!("axis={axis}")),
+            Op::LayerNorm {
+                eps,
+                has_weight,
+                has_bias,
+            } => {
+                attrs.push(format!("eps={eps:e}"));
+                if !has_weight {
+                    attrs.push("no_weight".into());
+                }
+                if !has_bias {
+                    attrs.push("no_bias".into());
+                }
+            }
+            Op::RmsNorm { eps, has_weight } => {
+                attrs.push(format!("eps={eps:e}"));
+                if !has_weight {
+                    attrs.push("no_weight".into());
+                }
+            }
+            Op::Reshape { shape } => attrs.push(format!("shape={shape}")),
+            Op::Permute { perm } => attrs.push(format!("perm={perm:?}")),
+            Op::Slice {
+                axis,
+                start,
+                stop,
+                step,
+            } => {
+                let stop = stop.map(|s| s.to_string()).unwrap_or_default();
+                let step = if *step == 1 {
+                    String::new()
+                } else {
+                    format!(":{step}")
+                };
+                attrs.push(format!("axis={axis}, {start}:{stop}{step}"));
+            }
+            Op::Concat { axis } | Op::Gather { axis } | Op::ScatterAdd { axis } => {
+                attrs.push(format!("axis={axis}"))
+            }
+            Op::Broadcast { shape } => attrs.push(format!("shape={shape}")),
+            Op::Pad { pads, value } => {
+                let pads: Vec<String> = pads.iter().map(|(a, b)| format!("{a}:{b}")).collect();
+                attrs.push(format!("pads=[{}]", pads.join(",")));
+                attrs.push(format!("value={value}"));
+            }
+            Op::Attention { scale, mask } => {
+                attrs.push(format!("scale={scale}"));
+                match mask {
+                    AttentionMask::None => {}
+                    AttentionMask::Causal => attrs.push("causal".into()),
+                    AttentionMask::SlidingWindow(w) => attrs.push(format!("window={w}")),
+                    AttentionMask::Tensor => attrs.push("mask".into()),
+                }
+            }
+            Op::Rope {
+                dims,
+                base,
+                scale,
+                traditional,
+            } => {
+                attrs.push(format!("dims={dims}, base={base}"));
+                if *scale != 1.0 {
+                    attrs.push(format!("scale={scale}"));
+                }
+                if *traditional {
+                    attrs.push("traditional".into());
+                }
+            }
+            Op::Conv {
+                stride,
+                padding,
+                dilation,
+                groups,
+            } => {
+                attrs.push(format!("stride={stride:?}"));
+                attrs.push(format!("padding={padding:?}"));
+                if dilation.iter().any(|d| *d != 1) {
+                    attrs.push(format!("dilation={dilation:?}"));
+                }
+                if *groups != 1 {
+                    attrs.push(format!("groups={groups}"));
+                }
+            }
+            Op::Pool {
+                kernel,
+                stride,
+                padding,
+                ..
+            } => {
+                attrs.push(format!("kernel={kernel:?}"));
+                attrs.push(format!("stride={stride:?}"));
+                attrs.push(format!("padding={padding:?}"));
+            }
+            Op::TopK { k, axis, output } => {
+                attrs.push(format!("k={k}, axis={axis}"));
+                if *output == SortOutput::Indices {
+                    attrs.push("indices".into());
+                }
+            }
+            Op::Sort {
+                axis, descending, ..
+            } => {
+                attrs.push(format!("axis={axis}"));
+                if *descending {
+                    attrs.push("descending".into());
+                }
+            }
+            Op::QuantizedMatMul { bits, group_size } => {
+                attrs.push(format!("bits={bits}, group_size={group_size}"))
+            }
+            Op::Custom {
+                name,
+                attrs: custom,
+                output,
+            } => {
+                attrs.push(format!("{name:?}"));
+                attrs.extend(custom.iter().map(|(k, v)| format!("{k}={v}")));
+                attrs.push(format!("-> {output}"));
+            }
+        }
+        if !attrs.is_empty() {
+            write!(f, "[{}]", attrs.join(", "))?;
+        }
+        Ok(())
+    }
+}
