@@ -1,1 +1,3 @@
-//! Host package of the repository-level `examples/` and `tests/`; it has no API of its own.
+//! Host package of the repository-level `examples/` and `tests/`. Its crate docs are the
+//! README, so the README's example is compiled and run as a doc test.
+#![doc = include_str!("../README.md")]

@@ -15,7 +15,10 @@ fn errors_name_op_operands_reason_and_caller() {
     assert_eq!(err.location().file(), file!());
     assert_eq!(err.location().line(), line);
     assert_eq!(
-        err.operands().iter().map(ToString::to_string).collect::<Vec<_>>(),
+        err.operands()
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
         ["f32[batch,384]", "f32[385,1536]"]
     );
     assert_eq!(
@@ -26,7 +29,10 @@ fn errors_name_op_operands_reason_and_caller() {
             err.location().column()
         )
     );
-    assert!(matches!(err.kind(), BuildErrorKind::Infer(InferError::DimMismatch { .. })));
+    assert!(matches!(
+        err.kind(),
+        BuildErrorKind::Infer(InferError::DimMismatch { .. })
+    ));
     // The failed op added nothing.
     assert_eq!(b.len(), 2);
 }
@@ -37,9 +43,16 @@ fn attributes_appear_in_the_error() {
     let x = b.input("x", DType::F32, [2, 3]).unwrap();
     let err = b.softmax(x, 2).unwrap_err();
     assert_eq!(err.op(), "softmax[axis=2]");
-    assert!(err.to_string().ends_with("`softmax[axis=2]` on (f32[2,3]): axis 2 is out of range for rank 2"));
+    assert!(
+        err.to_string()
+            .ends_with("`softmax[axis=2]` on (f32[2,3]): axis 2 is out of range for rank 2")
+    );
     let err = b.transpose(x, 0, 5).unwrap_err();
-    assert!(err.to_string().ends_with("axis 5 is out of range for rank 2"), "{err}");
+    assert!(
+        err.to_string()
+            .ends_with("axis 5 is out of range for rank 2"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -47,14 +60,25 @@ fn duplicate_names_are_rejected() {
     let mut b = GraphBuilder::new();
     let x = b.input("x", DType::F32, [2]).unwrap();
     let e = b.input("x", DType::F32, [3]).unwrap_err();
-    assert!(e.to_string().ends_with("`input`: an input named \"x\" already exists"), "{e}");
+    assert!(
+        e.to_string()
+            .ends_with("`input`: an input named \"x\" already exists"),
+        "{e}"
+    );
     // The same name may be an input and a param: they are bound separately.
     let w = b.param("x", DType::F32, [2]).unwrap();
     let e = b.param("x", DType::F32, [2]).unwrap_err();
-    assert!(matches!(e.kind(), BuildErrorKind::DuplicateName { kind: "param", .. }));
+    assert!(matches!(
+        e.kind(),
+        BuildErrorKind::DuplicateName { kind: "param", .. }
+    ));
     b.output("y", x).unwrap();
     let e = b.output("y", w).unwrap_err();
-    assert!(e.to_string().ends_with("`output[\"y\"]` on (f32[2]): an output named \"y\" already exists"), "{e}");
+    assert!(
+        e.to_string()
+            .ends_with("`output[\"y\"]` on (f32[2]): an output named \"y\" already exists"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -67,11 +91,19 @@ fn unknown_nodes_and_leaf_ops_are_rejected() {
     let x = b.input("x", DType::F32, [2]).unwrap();
     let e = b.add(x, NodeId::new(4)).unwrap_err();
     assert_eq!(e.kind(), &BuildErrorKind::UnknownNode(NodeId::new(4)));
-    assert!(e.to_string().ends_with("`add` on (f32[2]): operand %4 does not exist in this graph"), "{e}");
+    assert!(
+        e.to_string()
+            .ends_with("`add` on (f32[2]): operand %4 does not exist in this graph"),
+        "{e}"
+    );
     let e = b.output("y", NodeId::new(9)).unwrap_err();
     assert_eq!(e.kind(), &BuildErrorKind::UnknownNode(NodeId::new(9)));
     let e = b.op(Op::Input, &[]).unwrap_err();
-    assert!(e.to_string().ends_with("`input` nodes are made with input(), param() or constant()"), "{e}");
+    assert!(
+        e.to_string()
+            .ends_with("`input` nodes are made with input(), param() or constant()"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -115,12 +147,18 @@ fn graph_accessors() {
     let e = b.select(mask, e, zero).unwrap();
     b.output("embedded", e).unwrap();
     let g = b.finish().unwrap();
-    assert_eq!(g.inputs().map(|(id, _)| id).collect::<Vec<_>>(), [ids, NodeId::new(1)]);
+    assert_eq!(
+        g.inputs().map(|(id, _)| id).collect::<Vec<_>>(),
+        [ids, NodeId::new(1)]
+    );
     assert_eq!(g.params().count(), 1);
     assert_eq!(g.param("embeddings"), Some(table));
     assert_eq!(g.input("nope"), None);
     assert_eq!(
-        g.symbols().iter().map(|s| s.name().to_string()).collect::<Vec<_>>(),
+        g.symbols()
+            .iter()
+            .map(|s| s.name().to_string())
+            .collect::<Vec<_>>(),
         ["batch", "seq"]
     );
     assert_eq!(g[e].ty.to_string(), "f32[batch,seq,8]");

@@ -28,14 +28,23 @@ fn unary_dtype_rules() {
         &["u8[4]"],
         "operand 0 has dtype u8, expected a signed dtype",
     );
-    for kind in [UnaryOp::Exp, UnaryOp::Gelu, UnaryOp::Round, UnaryOp::Softplus] {
+    for kind in [
+        UnaryOp::Exp,
+        UnaryOp::Gelu,
+        UnaryOp::Round,
+        UnaryOp::Softplus,
+    ] {
         err(
             &Op::Unary(kind),
             &["i64[4]"],
             "operand 0 has dtype i64, expected a float dtype",
         );
     }
-    err(&Op::Unary(UnaryOp::Exp), &["f32[2]", "f32[2]"], "expected 1 operands, got 2");
+    err(
+        &Op::Unary(UnaryOp::Exp),
+        &["f32[2]", "f32[2]"],
+        "expected 1 operands, got 2",
+    );
 }
 
 #[test]
@@ -46,7 +55,11 @@ fn binary_broadcasts_like_numpy() {
     ok(&add, &["f32[2,1,4]", "f32[3,1]"], "f32[2,3,4]");
     ok(&add, &["f32[batch,1]", "f32[1,seq]"], "f32[batch,seq]");
     ok(&add, &["f32[]", "f32[batch,seq]"], "f32[batch,seq]");
-    ok(&add, &["f32[batch,seq]", "f32[batch,seq]"], "f32[batch,seq]");
+    ok(
+        &add,
+        &["f32[batch,seq]", "f32[batch,seq]"],
+        "f32[batch,seq]",
+    );
     ok(&add, &["f32[0,3]", "f32[1,3]"], "f32[0,3]");
 }
 
@@ -81,7 +94,11 @@ fn binary_dtype_rules() {
             "operands 0 and 1 have dtypes f32 and f16; insert an explicit cast",
         );
         if kind == BinaryOp::Pow {
-            err(&op, &["i32[2]", "i32[2]"], "operand 0 has dtype i32, expected a float dtype");
+            err(
+                &op,
+                &["i32[2]", "i32[2]"],
+                "operand 0 has dtype i32, expected a float dtype",
+            );
         } else {
             ok(&op, &["i32[2]", "i32[2]"], "i32[2]");
             err(
@@ -91,7 +108,11 @@ fn binary_dtype_rules() {
             );
         }
     }
-    err(&Op::Binary(BinaryOp::Mul), &["f32[2]"], "expected 2 operands, got 1");
+    err(
+        &Op::Binary(BinaryOp::Mul),
+        &["f32[2]"],
+        "expected 2 operands, got 1",
+    );
 }
 
 #[test]
@@ -111,7 +132,11 @@ fn compare_gives_bool() {
             "shapes [3] and [4] do not broadcast: dims 3 and 4 differ",
         );
     }
-    ok(&Op::Compare(CompareOp::Eq), &["bool[3]", "bool[3]"], "bool[3]");
+    ok(
+        &Op::Compare(CompareOp::Eq),
+        &["bool[3]", "bool[3]"],
+        "bool[3]",
+    );
     err(
         &Op::Compare(CompareOp::Lt),
         &["bool[3]", "bool[3]"],
@@ -121,9 +146,17 @@ fn compare_gives_bool() {
 
 #[test]
 fn where_broadcasts_three_ways() {
-    ok(&Op::Where, &["bool[seq,seq]", "f32[batch,1,seq,seq]", "f32[]"], "f32[batch,1,seq,seq]");
+    ok(
+        &Op::Where,
+        &["bool[seq,seq]", "f32[batch,1,seq,seq]", "f32[]"],
+        "f32[batch,1,seq,seq]",
+    );
     ok(&Op::Where, &["bool[3,1]", "i32[4]", "i32[1]"], "i32[3,4]");
-    err(&Op::Where, &["f32[3]", "f32[3]", "f32[3]"], "operand 0 has dtype f32, expected bool");
+    err(
+        &Op::Where,
+        &["f32[3]", "f32[3]", "f32[3]"],
+        "operand 0 has dtype f32, expected bool",
+    );
     err(
         &Op::Where,
         &["bool[3]", "f32[3]", "f16[3]"],
@@ -134,7 +167,11 @@ fn where_broadcasts_three_ways() {
         &["bool[3]", "f32[3]", "f32[2]"],
         "shapes [3] and [2] do not broadcast: dims 3 and 2 differ",
     );
-    err(&Op::Where, &["bool[3]", "f32[3]"], "expected 3 operands, got 2");
+    err(
+        &Op::Where,
+        &["bool[3]", "f32[3]"],
+        "expected 3 operands, got 2",
+    );
 }
 
 #[test]
@@ -145,5 +182,9 @@ fn cast_changes_only_dtype() {
             ok(&Op::Cast { to }, &[&input], &format!("{to}[batch,2]"));
         }
     }
-    err(&Op::Cast { to: DType::F32 }, &[], "expected 1 operands, got 0");
+    err(
+        &Op::Cast { to: DType::F32 },
+        &[],
+        "expected 1 operands, got 0",
+    );
 }

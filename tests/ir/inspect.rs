@@ -26,7 +26,9 @@ fn sample() -> Graph {
     b.set_label(h, "hidden");
     let scale = b.scalar(0.5, DType::F32);
     let h = b.mul(h, scale).unwrap();
-    let bias = b.constant(ConstantData::from_slice(&[1.0f32, -2.0, 0.5, 0.0, 1.0, 1.0, 1.0, 1.0], [8]).unwrap());
+    let bias = b.constant(
+        ConstantData::from_slice(&[1.0f32, -2.0, 0.5, 0.0, 1.0, 1.0, 1.0, 1.0], [8]).unwrap(),
+    );
     let big = b.constant(ConstantData::from_slice(&[0i64; 16], [2, 8]).unwrap());
     let big = b.cast(big, DType::F32).unwrap();
     let big = b.reduce(ReduceOp::Sum, big, &[0], false).unwrap();
@@ -128,7 +130,12 @@ fn every_op_prints_its_attributes() {
             },
             "rms_norm[eps=1e-6]",
         ),
-        (Op::Reshape { shape: shape("[batch,2,3]") }, "reshape[shape=[batch,2,3]]"),
+        (
+            Op::Reshape {
+                shape: shape("[batch,2,3]"),
+            },
+            "reshape[shape=[batch,2,3]]",
+        ),
         (Op::Permute { perm: vec![1, 0] }, "permute[perm=[1, 0]]"),
         (
             Op::Slice {
@@ -140,7 +147,12 @@ fn every_op_prints_its_attributes() {
             "slice[axis=0, 0::2]",
         ),
         (Op::Concat { axis: 1 }, "concat[axis=1]"),
-        (Op::Broadcast { shape: shape("[4,3]") }, "broadcast[shape=[4,3]]"),
+        (
+            Op::Broadcast {
+                shape: shape("[4,3]"),
+            },
+            "broadcast[shape=[4,3]]",
+        ),
         (Op::Gather { axis: 0 }, "gather[axis=0]"),
         (Op::ScatterAdd { axis: 1 }, "scatter_add[axis=1]"),
         (
@@ -217,11 +229,19 @@ fn dot_structure_and_escaping() {
     let z = b.add(y, x).unwrap();
     b.output("out\\1", z).unwrap();
     let dot = b.finish().unwrap().to_dot();
-    assert!(dot.contains(r#"n0 [label="%0 input \"say \\\"hi\\\"\"\nf32[2]", shape=ellipse, style=solid];"#), "{dot}");
+    assert!(
+        dot.contains(
+            r#"n0 [label="%0 input \"say \\\"hi\\\"\"\nf32[2]", shape=ellipse, style=solid];"#
+        ),
+        "{dot}"
+    );
     assert!(dot.contains("n0 -> n1;\n"));
     assert!(dot.contains("n1 -> n2 [label=\"0\"];\n"));
     assert!(dot.contains("n0 -> n2 [label=\"1\"];\n"));
-    assert!(dot.contains(r#"out0 [label="out\\1", shape=doubleoctagon, style=solid];"#), "{dot}");
+    assert!(
+        dot.contains(r#"out0 [label="out\\1", shape=doubleoctagon, style=solid];"#),
+        "{dot}"
+    );
     assert!(dot.contains("n2 -> out0;\n"));
     assert!(dot.trim_end().ends_with('}'));
 }

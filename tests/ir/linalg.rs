@@ -11,14 +11,38 @@ fn mm(transpose_a: bool, transpose_b: bool) -> Op {
 
 #[test]
 fn matmul_shapes() {
-    ok(&mm(false, false), &["f32[batch,384]", "f32[384,1536]"], "f32[batch,1536]");
-    ok(&mm(false, false), &["f32[b,h,seq,64]", "f32[b,h,64,seq]"], "f32[b,h,seq,seq]");
+    ok(
+        &mm(false, false),
+        &["f32[batch,384]", "f32[384,1536]"],
+        "f32[batch,1536]",
+    );
+    ok(
+        &mm(false, false),
+        &["f32[b,h,seq,64]", "f32[b,h,64,seq]"],
+        "f32[b,h,seq,seq]",
+    );
     // Batch dims broadcast.
-    ok(&mm(false, false), &["f32[batch,seq,384]", "f32[384,384]"], "f32[batch,seq,384]");
-    ok(&mm(false, false), &["f16[4,1,2,3]", "f16[5,3,7]"], "f16[4,5,2,7]");
+    ok(
+        &mm(false, false),
+        &["f32[batch,seq,384]", "f32[384,384]"],
+        "f32[batch,seq,384]",
+    );
+    ok(
+        &mm(false, false),
+        &["f16[4,1,2,3]", "f16[5,3,7]"],
+        "f16[4,5,2,7]",
+    );
     // Transposed operands are read in place.
-    ok(&mm(false, true), &["f32[batch,384]", "f32[1536,384]"], "f32[batch,1536]");
-    ok(&mm(true, false), &["f32[384,batch]", "f32[384,1536]"], "f32[batch,1536]");
+    ok(
+        &mm(false, true),
+        &["f32[batch,384]", "f32[1536,384]"],
+        "f32[batch,1536]",
+    );
+    ok(
+        &mm(true, false),
+        &["f32[384,batch]", "f32[384,1536]"],
+        "f32[batch,1536]",
+    );
     ok(&mm(true, true), &["f64[3,2]", "f64[4,3]"], "f64[2,4]");
     ok(&mm(false, false), &["f32[seq,k]", "f32[k,n]"], "f32[seq,n]");
 }
@@ -45,8 +69,16 @@ fn matmul_errors() {
         &["f32[2,4,3]", "f32[5,3,7]"],
         "shapes [2] and [5] do not broadcast: dims 2 and 5 differ",
     );
-    err(&mm(false, false), &["f32[3]", "f32[3,4]"], "operand 0 has rank 1, expected at least 2");
-    err(&mm(false, false), &["f32[2,3]", "f32[3]"], "operand 1 has rank 1, expected at least 2");
+    err(
+        &mm(false, false),
+        &["f32[3]", "f32[3,4]"],
+        "operand 0 has rank 1, expected at least 2",
+    );
+    err(
+        &mm(false, false),
+        &["f32[2,3]", "f32[3]"],
+        "operand 1 has rank 1, expected at least 2",
+    );
     err(
         &mm(false, false),
         &["i32[2,3]", "i32[3,4]"],
@@ -57,13 +89,21 @@ fn matmul_errors() {
         &["f32[2,3]", "bf16[3,4]"],
         "operands 0 and 1 have dtypes f32 and bf16; insert an explicit cast",
     );
-    err(&mm(false, false), &["f32[2,3]"], "expected 2 operands, got 1");
+    err(
+        &mm(false, false),
+        &["f32[2,3]"],
+        "expected 2 operands, got 1",
+    );
 }
 
 #[test]
 fn solve() {
     ok(&Op::Solve, &["f32[4,4]", "f32[4,2]"], "f32[4,2]");
-    ok(&Op::Solve, &["f64[batch,n,n]", "f64[batch,n,1]"], "f64[batch,n,1]");
+    ok(
+        &Op::Solve,
+        &["f64[batch,n,n]", "f64[batch,n,1]"],
+        "f64[batch,n,1]",
+    );
     err(
         &Op::Solve,
         &["f32[4,3]", "f32[4,2]"],
@@ -74,23 +114,43 @@ fn solve() {
         &["f32[4,4]", "f32[3,2]"],
         "rows of the matrix and of the right-hand side 4 and 3 differ",
     );
-    err(&Op::Solve, &["f32[4,4]", "f32[4]"], "operand 1 has rank 1, expected 2");
+    err(
+        &Op::Solve,
+        &["f32[4,4]", "f32[4]"],
+        "operand 1 has rank 1, expected 2",
+    );
     err(
         &Op::Solve,
         &["f32[2,4,4]", "f32[3,4,1]"],
         "batch dims [2] and [3] of the matrix and the right-hand side differ",
     );
-    err(&Op::Solve, &["i32[2,2]", "i32[2,1]"], "operand 0 has dtype i32, expected a float dtype");
+    err(
+        &Op::Solve,
+        &["i32[2,2]", "i32[2,1]"],
+        "operand 0 has dtype i32, expected a float dtype",
+    );
 }
 
 #[test]
 fn quantized_matmul() {
     let q = |bits, group_size| Op::QuantizedMatMul { bits, group_size };
-    ok(&q(4, 64), &["f32[batch,256]", "u8[512,128]", "f32[512,4]", "f32[512,4]"], "f32[batch,512]");
-    ok(&q(8, 32), &["f16[b,s,64]", "u8[10,64]", "f16[10,2]", "f16[10,2]"], "f16[b,s,10]");
+    ok(
+        &q(4, 64),
+        &["f32[batch,256]", "u8[512,128]", "f32[512,4]", "f32[512,4]"],
+        "f32[batch,512]",
+    );
+    ok(
+        &q(8, 32),
+        &["f16[b,s,64]", "u8[10,64]", "f16[10,2]", "f16[10,2]"],
+        "f16[b,s,10]",
+    );
     let inputs = ["f32[2,256]", "u8[512,128]", "f32[512,4]", "f32[512,4]"];
     err(&q(3, 64), &inputs, "bits must be 4 or 8, got 3");
-    err(&q(4, 48), &inputs, "group_size must be 32, 64 or 128, got 48");
+    err(
+        &q(4, 48),
+        &inputs,
+        "group_size must be 32, 64 or 128, got 48",
+    );
     err(
         &q(8, 64),
         &inputs,
@@ -121,5 +181,9 @@ fn quantized_matmul() {
         &["f32[2,48]", "u8[512,24]", "f32[512,1]", "f32[512,1]"],
         "input features 48 are not a multiple of group_size 32",
     );
-    err(&q(4, 64), &inputs[..3], "expected 4 (x, w, scales, biases) operands, got 3");
+    err(
+        &q(4, 64),
+        &inputs[..3],
+        "expected 4 (x, w, scales, biases) operands, got 3",
+    );
 }

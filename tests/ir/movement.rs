@@ -14,13 +14,23 @@ fn d(name: &str) -> Dim {
 fn reshape_static_and_symbolic() {
     ok(&reshape(shape("[6,4]")), &["f32[2,3,4]"], "f32[6,4]");
     ok(&reshape(shape("[]")), &["f32[1,1]"], "f32[]");
-    ok(&reshape(shape("[batch,seq,12,32]")), &["f32[batch,seq,384]"], "f32[batch,seq,12,32]");
+    ok(
+        &reshape(shape("[batch,seq,12,32]")),
+        &["f32[batch,seq,384]"],
+        "f32[batch,seq,12,32]",
+    );
     // Flatten and unflatten symbolic dims.
     let flat = Shape::new([d("batch").mul(&d("seq")), Dim::from(384)]);
-    ok(&reshape(flat.clone()), &["f32[batch,seq,384]"], "f32[batch*seq,384]");
+    ok(
+        &reshape(flat.clone()),
+        &["f32[batch,seq,384]"],
+        "f32[batch*seq,384]",
+    );
     let back = reshape(shape("[batch,seq,384]"));
     assert_eq!(
-        back.infer(&[TensorType::new(DType::F32, flat)]).unwrap().to_string(),
+        back.infer(&[TensorType::new(DType::F32, flat)])
+            .unwrap()
+            .to_string(),
         "f32[batch,seq,384]"
     );
     let seq_first = Shape::new([d("seq").mul(&Dim::from(2)), d("batch")]);
@@ -52,12 +62,28 @@ fn permute() {
     let p = |perm: &[usize]| Op::Permute {
         perm: perm.to_vec(),
     };
-    ok(&p(&[0, 2, 1, 3]), &["f32[batch,seq,12,32]"], "f32[batch,12,seq,32]");
+    ok(
+        &p(&[0, 2, 1, 3]),
+        &["f32[batch,seq,12,32]"],
+        "f32[batch,12,seq,32]",
+    );
     ok(&p(&[1, 0]), &["bool[2,3]"], "bool[3,2]");
     ok(&p(&[]), &["f32[]"], "f32[]");
-    err(&p(&[0, 0]), &["f32[2,3]"], "[0, 0] is not a permutation of the 2 axes of [2,3]");
-    err(&p(&[0]), &["f32[2,3]"], "[0] is not a permutation of the 2 axes of [2,3]");
-    err(&p(&[0, 1, 2]), &["f32[2,3]"], "axis 2 is out of range for rank 2");
+    err(
+        &p(&[0, 0]),
+        &["f32[2,3]"],
+        "[0, 0] is not a permutation of the 2 axes of [2,3]",
+    );
+    err(
+        &p(&[0]),
+        &["f32[2,3]"],
+        "[0] is not a permutation of the 2 axes of [2,3]",
+    );
+    err(
+        &p(&[0, 1, 2]),
+        &["f32[2,3]"],
+        "axis 2 is out of range for rank 2",
+    );
 }
 
 fn slice(axis: usize, start: i64, stop: Option<i64>, step: usize) -> Op {
@@ -82,13 +108,25 @@ fn slice_static() {
 
 #[test]
 fn slice_symbolic() {
-    ok(&slice(1, 1, None, 1), &["f32[batch,seq]"], "f32[batch,seq-1]");
-    ok(&slice(1, 0, Some(-1), 1), &["f32[batch,seq]"], "f32[batch,seq-1]");
+    ok(
+        &slice(1, 1, None, 1),
+        &["f32[batch,seq]"],
+        "f32[batch,seq-1]",
+    );
+    ok(
+        &slice(1, 0, Some(-1), 1),
+        &["f32[batch,seq]"],
+        "f32[batch,seq-1]",
+    );
     // The last 8 positions: a static length from a symbolic axis.
     ok(&slice(1, -8, None, 1), &["f32[batch,seq]"], "f32[batch,8]");
     ok(&slice(1, -8, None, 2), &["f32[batch,seq]"], "f32[batch,4]");
     // Bounds against a symbolic size are checked when it is bound.
-    ok(&slice(1, 0, Some(5), 1), &["f32[batch,seq]"], "f32[batch,5]");
+    ok(
+        &slice(1, 0, Some(5), 1),
+        &["f32[batch,seq]"],
+        "f32[batch,5]",
+    );
     // A stride that divides the symbolic length exactly.
     let two_seq = TensorType::new(DType::F32, [d("seq").mul(&Dim::from(2))]);
     assert_eq!(
@@ -104,36 +142,80 @@ fn slice_symbolic() {
 
 #[test]
 fn slice_errors() {
-    err(&slice(0, 0, Some(6), 1), &["f32[4,5]"], "slice stop 6 is out of range for an axis of size 4");
-    err(&slice(0, 5, None, 1), &["f32[4,5]"], "slice start 5 is out of range for an axis of size 4");
-    err(&slice(0, -5, None, 1), &["f32[4,5]"], "slice start -5 is out of range for an axis of size 4");
-    err(&slice(0, 3, Some(1), 1), &["f32[4,5]"], "slice 3:1 ends before it starts on an axis of size 4");
-    err(&slice(0, 0, None, 0), &["f32[4,5]"], "slice step must be at least 1");
-    err(&slice(2, 0, None, 1), &["f32[4,5]"], "axis 2 is out of range for rank 2");
+    err(
+        &slice(0, 0, Some(6), 1),
+        &["f32[4,5]"],
+        "slice stop 6 is out of range for an axis of size 4",
+    );
+    err(
+        &slice(0, 5, None, 1),
+        &["f32[4,5]"],
+        "slice start 5 is out of range for an axis of size 4",
+    );
+    err(
+        &slice(0, -5, None, 1),
+        &["f32[4,5]"],
+        "slice start -5 is out of range for an axis of size 4",
+    );
+    err(
+        &slice(0, 3, Some(1), 1),
+        &["f32[4,5]"],
+        "slice 3:1 ends before it starts on an axis of size 4",
+    );
+    err(
+        &slice(0, 0, None, 0),
+        &["f32[4,5]"],
+        "slice step must be at least 1",
+    );
+    err(
+        &slice(2, 0, None, 1),
+        &["f32[4,5]"],
+        "axis 2 is out of range for rank 2",
+    );
 }
 
 #[test]
 fn concat() {
     let c = |axis| Op::Concat { axis };
     ok(&c(0), &["f32[2,3]", "f32[4,3]"], "f32[6,3]");
-    ok(&c(1), &["f32[batch,seq]", "f32[batch,seq]", "f32[batch,1]"], "f32[batch,2*seq+1]");
+    ok(
+        &c(1),
+        &["f32[batch,seq]", "f32[batch,seq]", "f32[batch,1]"],
+        "f32[batch,2*seq+1]",
+    );
     ok(&c(0), &["i32[5]"], "i32[5]");
     err(&c(0), &[], "expected at least 1 operands, got 0");
-    err(&c(1), &["f32[2,3]", "f32[4,3]"], "dims of axis 0 of operands 0 and 1 2 and 4 differ");
+    err(
+        &c(1),
+        &["f32[2,3]", "f32[4,3]"],
+        "dims of axis 0 of operands 0 and 1 2 and 4 differ",
+    );
     err(
         &c(0),
         &["f32[2,3]", "f16[4,3]"],
         "operands 0 and 1 have dtypes f32 and f16; insert an explicit cast",
     );
-    err(&c(0), &["f32[2,3]", "f32[3]"], "operand 1 has rank 1, expected 2");
-    err(&c(2), &["f32[2,3]", "f32[2,3]"], "axis 2 is out of range for rank 2");
+    err(
+        &c(0),
+        &["f32[2,3]", "f32[3]"],
+        "operand 1 has rank 1, expected 2",
+    );
+    err(
+        &c(2),
+        &["f32[2,3]", "f32[2,3]"],
+        "axis 2 is out of range for rank 2",
+    );
 }
 
 #[test]
 fn broadcast() {
     let b = |to: &str| Op::Broadcast { shape: shape(to) };
     ok(&b("[batch,seq,384]"), &["f32[384]"], "f32[batch,seq,384]");
-    ok(&b("[batch,12,seq,seq]"), &["bool[batch,1,1,seq]"], "bool[batch,12,seq,seq]");
+    ok(
+        &b("[batch,12,seq,seq]"),
+        &["bool[batch,1,1,seq]"],
+        "bool[batch,12,seq,seq]",
+    );
     ok(&b("[2,3]"), &["f32[]"], "f32[2,3]");
     err(
         &b("[2,4]"),
@@ -145,7 +227,11 @@ fn broadcast() {
         &["f32[seq,4]"],
         "shapes [seq,4] and [batch,4] do not broadcast: dims seq and batch cannot be proven equal",
     );
-    err(&b("[3]"), &["f32[2,3]"], "cannot broadcast [2,3] to [3]: the target has fewer axes");
+    err(
+        &b("[3]"),
+        &["f32[2,3]"],
+        "cannot broadcast [2,3] to [3]: the target has fewer axes",
+    );
 }
 
 #[test]
@@ -155,29 +241,65 @@ fn pad() {
         value: Scalar::Float(0.0),
     };
     ok(&p(&[(0, 0), (1, 2)]), &["f32[3,4]"], "f32[3,7]");
-    ok(&p(&[(0, 0), (2, 0)]), &["i64[batch,seq]"], "i64[batch,seq+2]");
+    ok(
+        &p(&[(0, 0), (2, 0)]),
+        &["i64[batch,seq]"],
+        "i64[batch,seq+2]",
+    );
     ok(&p(&[]), &["f32[]"], "f32[]");
-    err(&p(&[(1, 1)]), &["f32[3,4]"], "1 (before, after) pairs given for 2 axes");
+    err(
+        &p(&[(1, 1)]),
+        &["f32[3,4]"],
+        "1 (before, after) pairs given for 2 axes",
+    );
 }
 
 #[test]
 fn gather() {
     let g = |axis| Op::Gather { axis };
     // Embedding lookup.
-    ok(&g(0), &["f32[30522,384]", "i64[batch,seq]"], "f32[batch,seq,384]");
+    ok(
+        &g(0),
+        &["f32[30522,384]", "i64[batch,seq]"],
+        "f32[batch,seq,384]",
+    );
     ok(&g(1), &["f32[4,10,3]", "i32[5]"], "f32[4,5,3]");
     ok(&g(0), &["f32[10]", "i32[]"], "f32[]");
-    err(&g(0), &["f32[10,3]", "f32[4]"], "operand 1 has dtype f32, expected i32 or i64");
-    err(&g(0), &["f32[10,3]", "u8[4]"], "operand 1 has dtype u8, expected i32 or i64");
-    err(&g(2), &["f32[10,3]", "i64[4]"], "axis 2 is out of range for rank 2");
-    err(&g(0), &["f32[]", "i64[4]"], "operand 0 has rank 0, expected at least 1");
-    err(&g(0), &["f32[10,3]"], "expected 2 (data, indices) operands, got 1");
+    err(
+        &g(0),
+        &["f32[10,3]", "f32[4]"],
+        "operand 1 has dtype f32, expected i32 or i64",
+    );
+    err(
+        &g(0),
+        &["f32[10,3]", "u8[4]"],
+        "operand 1 has dtype u8, expected i32 or i64",
+    );
+    err(
+        &g(2),
+        &["f32[10,3]", "i64[4]"],
+        "axis 2 is out of range for rank 2",
+    );
+    err(
+        &g(0),
+        &["f32[]", "i64[4]"],
+        "operand 0 has rank 0, expected at least 1",
+    );
+    err(
+        &g(0),
+        &["f32[10,3]"],
+        "expected 2 (data, indices) operands, got 1",
+    );
 }
 
 #[test]
 fn scatter_add() {
     let s = |axis| Op::ScatterAdd { axis };
-    ok(&s(0), &["f32[30522,384]", "i64[batch,seq]", "f32[batch,seq,384]"], "f32[30522,384]");
+    ok(
+        &s(0),
+        &["f32[30522,384]", "i64[batch,seq]", "f32[batch,seq,384]"],
+        "f32[30522,384]",
+    );
     ok(&s(1), &["i32[4,10]", "i64[3]", "i32[4,3]"], "i32[4,10]");
     err(
         &s(0),
@@ -189,9 +311,21 @@ fn scatter_add() {
         &["f32[10,3]", "i64[5]", "f64[5,3]"],
         "operands 0 and 2 have dtypes f32 and f64; insert an explicit cast",
     );
-    err(&s(0), &["bool[10]", "i64[5]", "bool[5]"], "operand 0 has dtype bool, expected a numeric dtype (not bool)");
-    err(&s(0), &["f32[10]", "f32[5]", "f32[5]"], "operand 1 has dtype f32, expected i32 or i64");
-    err(&s(1), &["f32[10]", "i64[5]", "f32[5]"], "axis 1 is out of range for rank 1");
+    err(
+        &s(0),
+        &["bool[10]", "i64[5]", "bool[5]"],
+        "operand 0 has dtype bool, expected a numeric dtype (not bool)",
+    );
+    err(
+        &s(0),
+        &["f32[10]", "f32[5]", "f32[5]"],
+        "operand 1 has dtype f32, expected i32 or i64",
+    );
+    err(
+        &s(1),
+        &["f32[10]", "i64[5]", "f32[5]"],
+        "axis 1 is out of range for rank 1",
+    );
 }
 
 #[test]

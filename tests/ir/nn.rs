@@ -5,10 +5,7 @@ use rlx::ir::{AttentionMask, AttrValue, ConstantData, DType, Op, PoolKind, Tenso
 use crate::support::{err, ok, ty};
 
 fn attn(mask: AttentionMask) -> Op {
-    Op::Attention {
-        scale: 0.125,
-        mask,
-    }
+    Op::Attention { scale: 0.125, mask }
 }
 
 #[test]
@@ -33,14 +30,23 @@ fn attention_shapes() {
         &["f32[b,32,seq,128]", "f32[b,8,seq,128]", "f32[b,8,seq,128]"],
         "f32[b,32,seq,128]",
     );
-    ok(&attn(AttentionMask::None), &["f32[5,8]", "f32[7,8]", "f32[7,3]"], "f32[5,3]");
+    ok(
+        &attn(AttentionMask::None),
+        &["f32[5,8]", "f32[7,8]", "f32[7,3]"],
+        "f32[5,3]",
+    );
 }
 
 #[test]
 fn attention_mask_tensor() {
     let m = attn(AttentionMask::Tensor);
     let qkv = ["f32[b,12,seq,64]", "f32[b,12,seq,64]", "f32[b,12,seq,64]"];
-    for mask in ["bool[b,1,1,seq]", "f32[seq,seq]", "f32[b,12,seq,seq]", "bool[]"] {
+    for mask in [
+        "bool[b,1,1,seq]",
+        "f32[seq,seq]",
+        "f32[b,12,seq,seq]",
+        "bool[]",
+    ] {
         let inputs = [qkv[0], qkv[1], qkv[2], mask];
         ok(&m, &inputs, "f32[b,12,seq,64]");
     }
@@ -95,13 +101,21 @@ fn attention_errors() {
         &["f32[12,seq,64]", "f32[b,12,seq,64]", "f32[b,12,seq,64]"],
         "operand 1 has rank 4, expected 3",
     );
-    err(&a, &["i32[4,4]", "i32[4,4]", "i32[4,4]"], "operand 0 has dtype i32, expected a float dtype");
+    err(
+        &a,
+        &["i32[4,4]", "i32[4,4]", "i32[4,4]"],
+        "operand 0 has dtype i32, expected a float dtype",
+    );
     err(
         &a,
         &["f32[4,4]", "f16[4,4]", "f32[4,4]"],
         "operands 0 and 1 have dtypes f32 and f16; insert an explicit cast",
     );
-    err(&a, &["f32[4]", "f32[4]", "f32[4]"], "operand 0 has rank 1, expected at least 2");
+    err(
+        &a,
+        &["f32[4]", "f32[4]", "f32[4]"],
+        "operand 0 has rank 1, expected at least 2",
+    );
     err(
         &attn(AttentionMask::SlidingWindow(0)),
         &["f32[4,4]", "f32[4,4]", "f32[4,4]"],
@@ -129,7 +143,11 @@ fn rope(dims: usize) -> Op {
 #[test]
 fn rope_shapes_and_errors() {
     ok(&rope(64), &["f32[b,h,seq,64]"], "f32[b,h,seq,64]");
-    ok(&rope(32), &["bf16[b,h,seq,64]", "i32[]"], "bf16[b,h,seq,64]");
+    ok(
+        &rope(32),
+        &["bf16[b,h,seq,64]", "i32[]"],
+        "bf16[b,h,seq,64]",
+    );
     err(
         &rope(63),
         &["f32[b,h,seq,64]"],
@@ -145,10 +163,26 @@ fn rope_shapes_and_errors() {
         &["f32[b,h,seq,d]"],
         "rotary dims must be even, positive and at most the feature size d, got 8",
     );
-    err(&rope(8), &["f32[b,h,seq,64]", "i32[1]"], "operand 1 has rank 1, expected 0");
-    err(&rope(8), &["f32[b,h,seq,64]", "f32[]"], "operand 1 has dtype f32, expected i32 or i64");
-    err(&rope(8), &["f32[64]"], "operand 0 has rank 1, expected at least 2");
-    err(&rope(8), &["i32[4,64]"], "operand 0 has dtype i32, expected a float dtype");
+    err(
+        &rope(8),
+        &["f32[b,h,seq,64]", "i32[1]"],
+        "operand 1 has rank 1, expected 0",
+    );
+    err(
+        &rope(8),
+        &["f32[b,h,seq,64]", "f32[]"],
+        "operand 1 has dtype f32, expected i32 or i64",
+    );
+    err(
+        &rope(8),
+        &["f32[64]"],
+        "operand 0 has rank 1, expected at least 2",
+    );
+    err(
+        &rope(8),
+        &["i32[4,64]"],
+        "operand 0 has dtype i32, expected a float dtype",
+    );
     err(
         &Op::Rope {
             dims: 8,
@@ -175,9 +209,17 @@ fn conv(stride: &[usize], padding: &[(usize, usize)], dilation: &[usize], groups
 fn conv_shapes() {
     let c2 = conv(&[1, 1], &[(1, 1), (1, 1)], &[1, 1], 1);
     ok(&c2, &["f32[n,3,32,32]", "f32[16,3,3,3]"], "f32[n,16,32,32]");
-    ok(&c2, &["f32[n,3,32,32]", "f32[16,3,3,3]", "f32[16]"], "f32[n,16,32,32]");
+    ok(
+        &c2,
+        &["f32[n,3,32,32]", "f32[16,3,3,3]", "f32[16]"],
+        "f32[n,16,32,32]",
+    );
     let strided = conv(&[2, 2], &[(3, 3), (3, 3)], &[1, 1], 1);
-    ok(&strided, &["f32[1,3,224,224]", "f32[64,3,7,7]"], "f32[1,64,112,112]");
+    ok(
+        &strided,
+        &["f32[1,3,224,224]", "f32[64,3,7,7]"],
+        "f32[1,64,112,112]",
+    );
     let dilated = conv(&[1], &[(0, 0)], &[2], 1);
     ok(&dilated, &["f32[2,4,10]", "f32[8,4,3]"], "f32[2,8,6]");
     // Depthwise: groups = channels.
@@ -187,7 +229,11 @@ fn conv_shapes() {
     let c1 = conv(&[1], &[(2, 0)], &[1], 1);
     ok(&c1, &["f32[batch,8,seq]", "f32[8,8,3]"], "f32[batch,8,seq]");
     let valid = conv(&[1], &[(0, 0)], &[1], 1);
-    ok(&valid, &["f32[batch,8,seq]", "f32[8,8,3]"], "f32[batch,8,seq-2]");
+    ok(
+        &valid,
+        &["f32[batch,8,seq]", "f32[8,8,3]"],
+        "f32[batch,8,seq-2]",
+    );
 }
 
 #[test]
@@ -203,11 +249,31 @@ fn conv_errors() {
         &["f32[2,4,2]", "f32[8,4,3]"],
         "window of 3 is larger than the padded size 2 of spatial axis 0",
     );
-    err(&c1, &["f32[2,4,10]", "f32[8,4,3]", "f32[7]"], "output channels and bias size 8 and 7 differ");
-    err(&c1, &["f32[2,4,10]", "f32[8,4,k]"], "kernel size k of spatial axis 0 must be static and positive");
-    err(&c1, &["f32[2,4,10,10]", "f32[8,4,3,3]"], "operand 0 has rank 4, expected 3 ([N, C] and 1 spatial)");
-    err(&c1, &["f32[2,4,10]", "f32[8,4,3,3]"], "operand 1 has rank 4, expected 3");
-    err(&c1, &["i32[2,4,10]", "i32[8,4,3]"], "operand 0 has dtype i32, expected a float dtype");
+    err(
+        &c1,
+        &["f32[2,4,10]", "f32[8,4,3]", "f32[7]"],
+        "output channels and bias size 8 and 7 differ",
+    );
+    err(
+        &c1,
+        &["f32[2,4,10]", "f32[8,4,k]"],
+        "kernel size k of spatial axis 0 must be static and positive",
+    );
+    err(
+        &c1,
+        &["f32[2,4,10,10]", "f32[8,4,3,3]"],
+        "operand 0 has rank 4, expected 3 ([N, C] and 1 spatial)",
+    );
+    err(
+        &c1,
+        &["f32[2,4,10]", "f32[8,4,3,3]"],
+        "operand 1 has rank 4, expected 3",
+    );
+    err(
+        &c1,
+        &["i32[2,4,10]", "i32[8,4,3]"],
+        "operand 0 has dtype i32, expected a float dtype",
+    );
     err(
         &conv(&[1, 1], &[(0, 0)], &[1, 1], 1),
         &["f32[2,4,10,10]", "f32[8,4,3,3]"],
@@ -233,7 +299,11 @@ fn conv_errors() {
         &["f32[batch,8,seq]", "f32[8,8,3]"],
         "stride 2 over the symbolic size seq of spatial axis 0 has no exact output size",
     );
-    err(&c1, &["f32[2,4,10]"], "expected 2 or 3 (x, w, bias) operands, got 1");
+    err(
+        &c1,
+        &["f32[2,4,10]"],
+        "expected 2 or 3 (x, w, bias) operands, got 1",
+    );
 }
 
 fn pool(kind: PoolKind, kernel: &[usize], stride: &[usize], padding: &[(usize, usize)]) -> Op {
@@ -248,9 +318,21 @@ fn pool(kind: PoolKind, kernel: &[usize], stride: &[usize], padding: &[(usize, u
 #[test]
 fn pool_shapes_and_errors() {
     for kind in [PoolKind::Max, PoolKind::Avg] {
-        ok(&pool(kind, &[2, 2], &[2, 2], &[(0, 0); 2]), &["f32[n,64,112,112]"], "f32[n,64,56,56]");
-        ok(&pool(kind, &[3, 3], &[2, 2], &[(1, 1); 2]), &["f32[1,64,112,112]"], "f32[1,64,56,56]");
-        ok(&pool(kind, &[2], &[1], &[(0, 0)]), &["f32[n,8,seq]"], "f32[n,8,seq-1]");
+        ok(
+            &pool(kind, &[2, 2], &[2, 2], &[(0, 0); 2]),
+            &["f32[n,64,112,112]"],
+            "f32[n,64,56,56]",
+        );
+        ok(
+            &pool(kind, &[3, 3], &[2, 2], &[(1, 1); 2]),
+            &["f32[1,64,112,112]"],
+            "f32[1,64,56,56]",
+        );
+        ok(
+            &pool(kind, &[2], &[1], &[(0, 0)]),
+            &["f32[n,8,seq]"],
+            "f32[n,8,seq-1]",
+        );
         err(
             &pool(kind, &[2, 2], &[2, 2], &[(2, 0), (0, 0)]),
             &["f32[1,3,8,8]"],
@@ -293,7 +375,10 @@ fn custom_op_declares_its_output() {
     };
     ok(&op, &["f32[batch,3]", "i64[2]"], "f16[batch,7]");
     ok(&op, &[], "f16[batch,7]");
-    assert_eq!(op.to_string(), r#"custom["my_fused_gate", alpha=0.5, -> f16[batch,7]]"#);
+    assert_eq!(
+        op.to_string(),
+        r#"custom["my_fused_gate", alpha=0.5, -> f16[batch,7]]"#
+    );
 }
 
 #[test]
@@ -306,7 +391,10 @@ fn leaves() {
         assert!(e.contains("take their type from their declaration"), "{e}");
     }
     let bad = ConstantData::from_bytes(DType::F32, [2], vec![0u8; 7]).unwrap_err();
-    assert_eq!(bad.to_string(), "constant of type f32[2] needs 8 bytes, got 7");
+    assert_eq!(
+        bad.to_string(),
+        "constant of type f32[2] needs 8 bytes, got 7"
+    );
     let sym = ConstantData::from_bytes(DType::F32, ty("f32[n]").shape, vec![]).unwrap_err();
     assert_eq!(sym.to_string(), "constant shape [n] must be static");
     assert_eq!(

@@ -1,6 +1,5 @@
 use rlx::ir::{
-    BinaryOp, DType, Graph, InferError, Node, NodeId, Op, Output, TensorType, UnaryOp,
-    VerifyError,
+    BinaryOp, DType, Graph, InferError, Node, NodeId, Op, Output, TensorType, UnaryOp, VerifyError,
 };
 
 fn f32_2() -> TensorType {
@@ -40,7 +39,10 @@ fn operands_must_exist_and_come_first() {
             len: 2
         }
     );
-    assert_eq!(e.to_string(), "%1 operand 0 is %5, which does not exist (2 nodes)");
+    assert_eq!(
+        e.to_string(),
+        "%1 operand 0 is %5, which does not exist (2 nodes)"
+    );
     let e = Graph::from_parts(vec![input("x"), exp(1)], out(1)).unwrap_err();
     assert_eq!(e.to_string(), "%1 uses %1, which does not come before it");
     let e = Graph::from_parts(vec![input("x"), exp(2), exp(0)], out(1)).unwrap_err();
@@ -51,7 +53,10 @@ fn operands_must_exist_and_come_first() {
 fn leaves_need_names_and_no_operands() {
     let unnamed = Node::new(Op::Param, vec![], f32_2());
     let e = Graph::from_parts(vec![unnamed, exp(0)], out(1)).unwrap_err();
-    assert_eq!(e.to_string(), "%0 is an unnamed param; inputs and params need names");
+    assert_eq!(
+        e.to_string(),
+        "%0 is an unnamed param; inputs and params need names"
+    );
     let with_operand = Node::new(Op::Input, vec![NodeId::new(0)], f32_2()).named("b");
     let e = Graph::from_parts(vec![input("a"), with_operand], out(1)).unwrap_err();
     assert_eq!(e.to_string(), "%1 is a leaf (`input`) but has 1 operands");
@@ -67,7 +72,10 @@ fn stored_types_must_match_inference() {
         TensorType::new(DType::F32, [3]),
     );
     let e = Graph::from_parts(vec![input("x"), wrong], out(1)).unwrap_err();
-    assert_eq!(e.to_string(), "%1 `exp` is stored as f32[3] but its operands give f32[2]");
+    assert_eq!(
+        e.to_string(),
+        "%1 `exp` is stored as f32[3] but its operands give f32[2]"
+    );
     let bad_arity = Node::new(Op::Binary(BinaryOp::Add), vec![NodeId::new(0)], f32_2());
     let e = Graph::from_parts(vec![input("x"), bad_arity], out(1)).unwrap_err();
     assert!(matches!(
@@ -80,7 +88,10 @@ fn stored_types_must_match_inference() {
 #[test]
 fn outputs_must_exist_and_be_unique() {
     let e = Graph::from_parts(vec![input("x")], out(3)).unwrap_err();
-    assert_eq!(e.to_string(), "output \"y\" is %3, which does not exist (1 nodes)");
+    assert_eq!(
+        e.to_string(),
+        "output \"y\" is %3, which does not exist (1 nodes)"
+    );
     let mut twice = out(0);
     twice.extend(out(0));
     let e = Graph::from_parts(vec![input("x")], twice).unwrap_err();

@@ -64,7 +64,8 @@ pub(super) fn attention(
         if m.dtype != crate::ir::DType::Bool {
             same_dtype(inputs, 0, 3)?;
         }
-        let fits = m.rank() <= rank && broadcast_shapes(&m.shape, &scores).is_ok_and(|s| s == scores);
+        let fits =
+            m.rank() <= rank && broadcast_shapes(&m.shape, &scores).is_ok_and(|s| s == scores);
         if !fits {
             return Err(attr_err!(
                 "mask {} does not broadcast to the scores {scores}",

@@ -1,0 +1,58 @@
+//! The tutorials in `examples/` run as part of the test suite, so they cannot rot.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Builds an example with the cargo running this test (a no-op when it is fresh) and runs
+/// it with `args`, returning its stdout.
+fn run_example(name: &str, args: &[&str]) -> String {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut build = vec!["build", "--quiet", "--example", name];
+    if !cfg!(debug_assertions) {
+        // Same profile as this test, so the binary found below is the fresh one.
+        build.push("--release");
+    }
+    let status = Command::new(env!("CARGO"))
+        .args(&build)
+        .current_dir(root)
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "building example {name} failed");
+    // Test binaries live in <target>/<profile>/deps; examples in <target>/<profile>/examples.
+    let profile_dir: PathBuf = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .to_path_buf();
+    let exe = profile_dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    let output = Command::new(&exe)
+        .args(args)
+        .current_dir(root)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", exe.display()));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "example {name} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn graph_basics() {
+    let dot = std::env::temp_dir().join(format!("rlx-example-01-{}.dot", std::process::id()));
+    let stdout = run_example("01_graph_basics", &[dot.to_str().unwrap()]);
+    assert!(
+        stdout.contains("inner dims 16 and 32 differ"),
+        "the rejected op is shown:\n{stdout}"
+    );
+    assert!(stdout.contains("%5:f32[batch,32] = matmul[transpose_b] %0, %1\n"));
+    assert!(stdout.contains("return probs=%10, class=%11\n"));
+    let written = std::fs::read_to_string(&dot).unwrap();
+    let _ = std::fs::remove_file(&dot);
+    assert!(written.starts_with("digraph rlx {"));
+}
