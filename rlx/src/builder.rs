@@ -366,17 +366,16 @@ impl GraphBuilder {
         )
     }
 
-    /// `x` with axes `a` and `b` swapped.
+    /// `x` with axes `a` and `b` swapped (a [`Op::Permute`]).
     #[track_caller]
     pub fn transpose(&mut self, x: NodeId, a: usize, b: usize) -> Result<NodeId, BuildError> {
         let rank = self.ty(x).map_or(0, TensorType::rank);
-        let mut perm: Vec<usize> = (0..rank).collect();
-        if a < rank && b < rank {
-            perm.swap(a, b);
-        } else {
-            // Let inference report the bad axis with the operand's shape.
-            perm = vec![a.max(b); rank.max(1)];
+        if let Some(axis) = [a, b].into_iter().find(|axis| *axis >= rank) {
+            let kind = InferError::Axis { axis, rank };
+            return Err(self.error(format!("transpose[{a}, {b}]"), &[x], kind.into()));
         }
+        let mut perm: Vec<usize> = (0..rank).collect();
+        perm.swap(a, b);
         self.permute(x, &perm)
     }
 

@@ -110,7 +110,8 @@ impl Op {
                 padding,
                 ..
             } => nn::pool(kernel, stride, padding, inputs),
-            Op::Custom { output, .. } => Ok(output.clone()),
+            Op::Custom { name, output, .. } if !name.is_empty() => Ok(output.clone()),
+            Op::Custom { .. } => Err(attr_err!("a custom op needs a non-empty name")),
         }
     }
 }
