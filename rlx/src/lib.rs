@@ -19,9 +19,13 @@
 //! # Ok::<(), BuildError>(())
 //! ```
 
+pub mod backend;
 pub mod builder;
+pub mod cpu;
 pub mod inspect;
 pub mod ir;
+pub mod passes;
 pub mod prelude;
+pub mod tensor;
 
 pub use builder::{BuildError, GraphBuilder};

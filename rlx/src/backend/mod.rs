@@ -1,0 +1,76 @@
+//! The contract between graphs and the engines that run them.
+//!
+//! A [`Backend`] compiles a whole [`Graph`] once, failing up front if it lacks an op. The
+//! [`Executable`] it returns binds named weights once and then runs many times, each run
+//! with input tensors and the values of the graph's runtime dims.
+
+mod error;
+
+pub use error::{CompileError, RunError};
+
+use crate::ir::{Graph, Op};
+use crate::tensor::{HostTensor, TensorRef};
+
+/// An engine that compiles graphs.
+///
+/// ```
+/// use rlx::prelude::*;
+/// use rlx::backend::{Backend, Executable};
+/// use rlx::cpu::CpuBackend;
+/// use rlx::tensor::HostTensor;
+///
+/// let mut b = GraphBuilder::new();
+/// let x = b.input("x", DType::F32, [Dim::sym("n")])?;
+/// let y = b.unary(UnaryOp::Relu, x)?;
+/// b.output("y", y)?;
+/// let graph = b.finish()?;
+///
+/// let mut exe = CpuBackend::default().compile(&graph)?;
+/// let x = HostTensor::from_vec(vec![-1.0f32, 2.0, -3.0], [3])?;
+/// let out = exe.run(&[("x", x.view())], &[])?;   // `n` = 3 is read from `x`
+/// assert_eq!(out[0].as_slice::<f32>()?, &[0.0, 2.0, 0.0]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait Backend {
+    /// What `compile` produces.
+    type Executable: Executable;
+
+    /// A short name for messages (`cpu`, `mlx`).
+    fn name(&self) -> &'static str;
+
+    /// True if the backend has a kernel for `op` (its kind and attributes).
+    fn supports(&self, op: &Op) -> bool;
+
+    /// Compiles the graph, or fails listing every unsupported op.
+    fn compile(&self, graph: &Graph) -> Result<Self::Executable, CompileError>;
+}
+
+/// A compiled graph: weights bound once, then run many times.
+pub trait Executable: Send {
+    /// Binds the param `name`. Its dtype and shape must match the declaration.
+    fn set_weight(&mut self, name: &str, value: TensorRef<'_>) -> Result<(), RunError>;
+
+    /// Runs the graph.
+    ///
+    /// `inputs` are matched to graph inputs by name. `dims` gives values of runtime dims by
+    /// symbol name; dims that appear as a whole axis of some input are read from it and
+    /// need not be given. Outputs come back in the graph's output order.
+    fn run(
+        &mut self,
+        inputs: &[(&str, TensorRef<'_>)],
+        dims: &[(&str, usize)],
+    ) -> Result<Vec<HostTensor>, RunError> {
+        let mut outputs = Vec::new();
+        self.run_into(inputs, dims, &mut outputs)?;
+        Ok(outputs)
+    }
+
+    /// Like [`Executable::run`], writing into `outputs` and reusing their storage when the
+    /// dtypes and sizes already match, so repeated runs need no allocation.
+    fn run_into(
+        &mut self,
+        inputs: &[(&str, TensorRef<'_>)],
+        dims: &[(&str, usize)],
+        outputs: &mut Vec<HostTensor>,
+    ) -> Result<(), RunError>;
+}

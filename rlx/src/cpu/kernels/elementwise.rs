@@ -1,0 +1,224 @@
+//! Unary, binary, comparison, `where` and cast kernels.
+
+use super::layout::{Strided, for_each_chunk};
+use super::numeric::{FloatStore, Int, Real};
+use crate::ir::{BinaryOp, CompareOp, UnaryOp};
+
+fn gelu_tanh<R: Real>(x: R) -> R {
+    // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    let c = R::from_f64(0.797_884_560_802_865_4);
+    let k = R::from_f64(0.044_715);
+    R::from_f64(0.5) * x * (R::ONE + (c * (x + k * x * x * x)).tanh())
+}
+
+fn sigmoid<R: Real>(x: R) -> R {
+    R::ONE / (R::ONE + (-x).exp())
+}
+
+fn softplus<R: Real>(x: R) -> R {
+    // log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|)
+    x.maximum(R::ZERO) + (-x.abs()).exp().ln_1p()
+}
+
+fn map_float<T: FloatStore>(x: &[T], out: &mut [T], f: impl Fn(T::Acc) -> T::Acc + Sync) {
+    for_each_chunk(out, |start, block| {
+        for (o, v) in block.iter_mut().zip(&x[start..]) {
+            *o = T::store(f(v.load()));
+        }
+    });
+}
+
+/// `out = kind(x)` for float storage types.
+pub(crate) fn unary_float<T: FloatStore>(kind: UnaryOp, x: &[T], out: &mut [T]) {
+    use UnaryOp as U;
+    let half = <T::Acc as Real>::from_f64(0.5);
+    let sqrt_half = <T::Acc as Real>::from_f64(std::f64::consts::FRAC_1_SQRT_2);
+    let one = <T::Acc as Real>::ONE;
+    let zero = <T::Acc as Real>::ZERO;
+    match kind {
+        U::Neg => map_float(x, out, |v| -v),
+        U::Abs => map_float(x, out, |v| v.abs()),
+        U::Exp => map_float(x, out, |v| v.exp()),
+        U::Log => map_float(x, out, |v| v.ln()),
+        U::Sqrt => map_float(x, out, |v| v.sqrt()),
+        U::Rsqrt => map_float(x, out, |v| one / v.sqrt()),
+        U::Recip => map_float(x, out, |v| one / v),
+        U::Sin => map_float(x, out, |v| v.sin()),
+        U::Cos => map_float(x, out, |v| v.cos()),
+        U::Tanh => map_float(x, out, |v| v.tanh()),
+        U::Sigmoid => map_float(x, out, sigmoid),
+        U::Relu => map_float(x, out, |v| if v > zero { v } else { zero }),
+        U::Gelu => map_float(x, out, |v| half * v * (one + (v * sqrt_half).erf())),
+        U::GeluTanh => map_float(x, out, gelu_tanh),
+        U::Silu => map_float(x, out, |v| v * sigmoid(v)),
+        U::Erf => map_float(x, out, |v| v.erf()),
+        U::Floor => map_float(x, out, |v| v.floor()),
+        U::Ceil => map_float(x, out, |v| v.ceil()),
+        U::Round => map_float(x, out, |v| v.round_even()),
+        U::Sign => map_float(x, out, |v| {
+            if v > zero {
+                one
+            } else if v < zero {
+                -one
+            } else {
+                v // keeps 0, -0 and NaN
+            }
+        }),
+        U::Softplus => map_float(x, out, softplus),
+    }
+}
+
+fn map_int<T: Int>(x: &[T], out: &mut [T], f: impl Fn(T) -> T + Sync) {
+    for_each_chunk(out, |start, block| {
+        for (o, v) in block.iter_mut().zip(&x[start..]) {
+            *o = f(*v);
+        }
+    });
+}
+
+/// `out = kind(x)` for integers; inference admits only neg, abs, sign and relu.
+pub(crate) fn unary_int<T: Int>(kind: UnaryOp, x: &[T], out: &mut [T]) {
+    match kind {
+        UnaryOp::Neg => map_int(x, out, T::neg),
+        UnaryOp::Abs => map_int(x, out, T::abs),
+        UnaryOp::Sign => map_int(x, out, T::sign),
+        _ => map_int(x, out, |v| v.max(T::ZERO)),
+    }
+}
+
+/// `out = f(a, b)` over a broadcast layout.
+fn zip2<A: Copy + Sync, O: Send>(
+    layout: &Strided<2>,
+    a: &[A],
+    b: &[A],
+    out: &mut [O],
+    f: impl Fn(A, A) -> O + Sync,
+) {
+    layout.for_each_row(out, |row, [oa, ob], [sa, sb]| match (sa, sb) {
+        (1, 1) => {
+            for ((o, x), y) in row.iter_mut().zip(&a[oa..]).zip(&b[ob..]) {
+                *o = f(*x, *y);
+            }
+        }
+        (1, 0) => {
+            let y = b[ob];
+            for (o, x) in row.iter_mut().zip(&a[oa..]) {
+                *o = f(*x, y);
+            }
+        }
+        (0, 1) => {
+            let x = a[oa];
+            for (o, y) in row.iter_mut().zip(&b[ob..]) {
+                *o = f(x, *y);
+            }
+        }
+        _ => {
+            for (i, o) in row.iter_mut().enumerate() {
+                *o = f(a[oa + i * sa], b[ob + i * sb]);
+            }
+        }
+    });
+}
+
+/// `out = kind(a, b)` for float storage types.
+pub(crate) fn binary_float<T: FloatStore>(
+    kind: BinaryOp,
+    layout: &Strided<2>,
+    a: &[T],
+    b: &[T],
+    out: &mut [T],
+) {
+    use BinaryOp as B;
+    macro_rules! go {
+        ($f:expr) => {{
+            let f = $f;
+            zip2(layout, a, b, out, |x: T, y: T| {
+                T::store(f(x.load(), y.load()))
+            })
+        }};
+    }
+    match kind {
+        B::Add => go!(|x, y| x + y),
+        B::Sub => go!(|x, y| x - y),
+        B::Mul => go!(|x, y| x * y),
+        B::Div => go!(|x, y| x / y),
+        B::Pow => go!(|x: T::Acc, y| x.powf(y)),
+        B::Max => go!(|x: T::Acc, y| x.maximum(y)),
+        B::Min => go!(|x: T::Acc, y| x.minimum(y)),
+        B::Rem => go!(|x: T::Acc, y: T::Acc| {
+            // Floor modulo: the result takes the divisor's sign.
+            let r = x - (x / y).floor() * y;
+            if y.is_nan() || x.is_nan() { x / y } else { r }
+        }),
+    }
+}
+
+/// `out = kind(a, b)` for integers.
+pub(crate) fn binary_int<T: Int>(
+    kind: BinaryOp,
+    layout: &Strided<2>,
+    a: &[T],
+    b: &[T],
+    out: &mut [T],
+) {
+    use BinaryOp as B;
+    match kind {
+        B::Add => zip2(layout, a, b, out, T::add),
+        B::Sub => zip2(layout, a, b, out, T::sub),
+        B::Mul => zip2(layout, a, b, out, T::mul),
+        B::Div => zip2(layout, a, b, out, T::floor_div),
+        B::Max => zip2(layout, a, b, out, |x, y| x.max(y)),
+        B::Min => zip2(layout, a, b, out, |x, y| x.min(y)),
+        B::Rem => zip2(layout, a, b, out, T::floor_rem),
+        // Rejected by inference for integers.
+        B::Pow => zip2(layout, a, b, out, |_, _| T::ZERO),
+    }
+}
+
+/// `out = a <kind> b` as bool bytes, comparing values converted by `key`.
+pub(crate) fn compare<A: Copy + Sync, K: PartialOrd>(
+    kind: CompareOp,
+    layout: &Strided<2>,
+    a: &[A],
+    b: &[A],
+    out: &mut [u8],
+    key: impl Fn(A) -> K + Sync,
+) {
+    use CompareOp as C;
+    match kind {
+        C::Eq => zip2(layout, a, b, out, |x, y| u8::from(key(x) == key(y))),
+        C::Ne => zip2(layout, a, b, out, |x, y| u8::from(key(x) != key(y))),
+        C::Lt => zip2(layout, a, b, out, |x, y| u8::from(key(x) < key(y))),
+        C::Le => zip2(layout, a, b, out, |x, y| u8::from(key(x) <= key(y))),
+        C::Gt => zip2(layout, a, b, out, |x, y| u8::from(key(x) > key(y))),
+        C::Ge => zip2(layout, a, b, out, |x, y| u8::from(key(x) >= key(y))),
+    }
+}
+
+/// `out = cond ? a : b`, for any element type of this size.
+pub(crate) fn select<T: Copy + Send + Sync>(
+    layout: &Strided<3>,
+    cond: &[u8],
+    a: &[T],
+    b: &[T],
+    out: &mut [T],
+) {
+    layout.for_each_row(out, |row, [oc, oa, ob], [sc, sa, sb]| {
+        for (i, o) in row.iter_mut().enumerate() {
+            *o = if cond[oc + i * sc] != 0 {
+                a[oa + i * sa]
+            } else {
+                b[ob + i * sb]
+            };
+        }
+    });
+}
+
+/// Converts elementwise with `f`.
+pub(crate) fn convert<A: Copy + Sync, B: Send>(x: &[A], out: &mut [B], f: impl Fn(A) -> B + Sync) {
+    for_each_chunk(out, |start, block| {
+        for (o, v) in block.iter_mut().zip(&x[start..]) {
+            *o = f(*v);
+        }
+    });
+}

@@ -1,0 +1,90 @@
+//! The AVX2 + FMA micro-kernel: a 6 x 16 tile of `C` held in twelve 256-bit registers.
+
+use super::{MR, MicroKernel, NR};
+
+/// The AVX2 kernel if this CPU has AVX2 and FMA.
+pub(crate) fn f32_kernel() -> Option<MicroKernel<f32>> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            return Some(entry);
+        }
+    }
+    None
+}
+
+/// # Safety
+/// As [`MicroKernel`], and the CPU supports AVX2 and FMA (checked by [`f32_kernel`]).
+#[cfg(target_arch = "x86_64")]
+unsafe fn entry(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    mr: usize,
+    nr: usize,
+    accumulate: bool,
+) {
+    // SAFETY: `f32_kernel` hands out this entry only after detecting AVX2 and FMA; the
+    // pointer contract is the caller's.
+    unsafe { kernel_6x16(kc, a, b, c, ldc, mr, nr, accumulate) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn kernel_6x16(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    mr: usize,
+    nr: usize,
+    accumulate: bool,
+) {
+    use std::arch::x86_64::*;
+    // SAFETY (whole body): `a` holds kc*6 and `b` kc*16 floats (MicroKernel contract), so
+    // every load below is in bounds; stores stay inside the mr x nr tile of `c`, either
+    // directly (full tile) or through the local buffer (edge tile).
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+        let (mut ap, mut bp) = (a, b);
+        for _ in 0..kc {
+            let b0 = _mm256_loadu_ps(bp);
+            let b1 = _mm256_loadu_ps(bp.add(8));
+            for (i, row) in acc.iter_mut().enumerate() {
+                let av = _mm256_broadcast_ss(&*ap.add(i));
+                row[0] = _mm256_fmadd_ps(av, b0, row[0]);
+                row[1] = _mm256_fmadd_ps(av, b1, row[1]);
+            }
+            ap = ap.add(MR);
+            bp = bp.add(NR);
+        }
+        if mr == MR && nr == NR {
+            for (i, row) in acc.iter().enumerate() {
+                let dst = c.add(i * ldc);
+                let (mut lo, mut hi) = (row[0], row[1]);
+                if accumulate {
+                    lo = _mm256_add_ps(lo, _mm256_loadu_ps(dst));
+                    hi = _mm256_add_ps(hi, _mm256_loadu_ps(dst.add(8)));
+                }
+                _mm256_storeu_ps(dst, lo);
+                _mm256_storeu_ps(dst.add(8), hi);
+            }
+            return;
+        }
+        let mut tile = [0f32; MR * NR];
+        for (i, row) in acc.iter().enumerate() {
+            _mm256_storeu_ps(tile.as_mut_ptr().add(i * NR), row[0]);
+            _mm256_storeu_ps(tile.as_mut_ptr().add(i * NR + 8), row[1]);
+        }
+        for i in 0..mr {
+            for j in 0..nr {
+                let dst = c.add(i * ldc + j);
+                let v = tile[i * NR + j];
+                *dst = if accumulate { *dst + v } else { v };
+            }
+        }
+    }
+}

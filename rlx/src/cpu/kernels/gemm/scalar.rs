@@ -1,0 +1,46 @@
+//! Portable micro-kernel: plain loops the compiler vectorizes as it can.
+
+use super::{MR, NR};
+use crate::cpu::kernels::numeric::Real;
+
+/// See [`super::MicroKernel`].
+///
+/// # Safety
+/// As [`super::MicroKernel`].
+pub(crate) unsafe fn kernel<E: Real>(
+    kc: usize,
+    a: *const E,
+    b: *const E,
+    c: *mut E,
+    ldc: usize,
+    mr: usize,
+    nr: usize,
+    accumulate: bool,
+) {
+    // SAFETY: the caller guarantees `a` holds kc*MR and `b` kc*NR values.
+    let (a, b) = unsafe {
+        (
+            std::slice::from_raw_parts(a, kc * MR),
+            std::slice::from_raw_parts(b, kc * NR),
+        )
+    };
+    let mut acc = [[E::ZERO; NR]; MR];
+    for p in 0..kc {
+        let bp = &b[p * NR..(p + 1) * NR];
+        for (i, row) in acc.iter_mut().enumerate() {
+            let av = a[p * MR + i];
+            for (x, bv) in row.iter_mut().zip(bp) {
+                *x += av * *bv;
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate().take(mr) {
+        for (j, v) in row.iter().enumerate().take(nr) {
+            // SAFETY: (i, j) is inside the mr x nr tile the caller owns.
+            unsafe {
+                let dst = c.add(i * ldc + j);
+                *dst = if accumulate { *dst + *v } else { *v };
+            }
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! Compute kernels of the CPU executor: plain functions over slices, chosen and
+//! parameterized when a plan is made.
+
+pub(crate) mod cast;
+pub(crate) mod copy;
+pub(crate) mod elementwise;
+pub(crate) mod gemm;
+pub(crate) mod layout;
+pub(crate) mod numeric;
+pub(crate) mod reduce;

@@ -1,0 +1,245 @@
+//! Reductions, arg-reductions, cumulative sums, softmax and normalization, over an input
+//! viewed as `[outer, len, inner]` (the reduced axis in the middle).
+
+use rayon::prelude::*;
+
+use super::layout::PARALLEL_MIN;
+use super::numeric::{FloatStore, Int, Real};
+use crate::ir::ReduceOp;
+
+/// `[outer, len, inner]`: the shape every kernel here sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Axis3 {
+    pub outer: usize,
+    pub len: usize,
+    pub inner: usize,
+}
+
+/// Runs `f(o, out_block)` for each outer index, where `out_block` is that index's slice of
+/// `out` (`per_outer` elements), in parallel when the work is large.
+fn per_outer<O: Send>(
+    out: &mut [O],
+    per_outer: usize,
+    work: usize,
+    f: impl Fn(usize, &mut [O]) + Sync + Send,
+) {
+    if per_outer == 0 {
+        return;
+    }
+    if work < PARALLEL_MIN {
+        out.chunks_mut(per_outer)
+            .enumerate()
+            .for_each(|(o, b)| f(o, b));
+    } else {
+        out.par_chunks_mut(per_outer)
+            .enumerate()
+            .for_each(|(o, b)| f(o, b));
+    }
+}
+
+/// Reduction of floats along the middle axis; accumulates in `T::Acc`.
+pub(crate) fn reduce_float<T: FloatStore>(op: ReduceOp, s: Axis3, x: &[T], out: &mut [T]) {
+    type A<T> = <T as FloatStore>::Acc;
+    let (init, combine): (A<T>, fn(A<T>, A<T>) -> A<T>) = match op {
+        ReduceOp::Sum | ReduceOp::Mean => (A::<T>::ZERO, |a, b| a + b),
+        ReduceOp::Prod => (A::<T>::ONE, |a, b| a * b),
+        ReduceOp::Max => (A::<T>::NEG_INFINITY, |a, b| a.maximum(b)),
+        ReduceOp::Min => (A::<T>::INFINITY, |a, b| a.minimum(b)),
+    };
+    let scale = if op == ReduceOp::Mean {
+        A::<T>::ONE / A::<T>::from_f64(s.len as f64)
+    } else {
+        A::<T>::ONE
+    };
+    per_outer(out, s.inner, s.outer * s.len * s.inner, |o, row| {
+        let base = o * s.len * s.inner;
+        if s.inner == 1 {
+            // Eight interleaved partial results vectorize and keep sums accurate.
+            let xs = &x[base..base + s.len];
+            let mut lanes = [init; 8];
+            let chunks = xs.chunks_exact(8);
+            let tail = chunks.remainder();
+            for c in chunks {
+                for (l, v) in lanes.iter_mut().zip(c) {
+                    *l = combine(*l, v.load());
+                }
+            }
+            let mut acc = lanes.into_iter().fold(init, combine);
+            for v in tail {
+                acc = combine(acc, v.load());
+            }
+            row[0] = T::store(acc * scale);
+            return;
+        }
+        // Blocks of the inner axis accumulate on the stack: no allocation per run.
+        const BLOCK: usize = 64;
+        for start in (0..s.inner).step_by(BLOCK) {
+            let width = BLOCK.min(s.inner - start);
+            let mut acc = [init; BLOCK];
+            for k in 0..s.len {
+                let from = base + k * s.inner + start;
+                for (a, v) in acc[..width].iter_mut().zip(&x[from..from + width]) {
+                    *a = combine(*a, v.load());
+                }
+            }
+            for (r, a) in row[start..start + width].iter_mut().zip(acc) {
+                *r = T::store(a * scale);
+            }
+        }
+    });
+}
+
+/// Reduction of integers along the middle axis (wrapping sum and product).
+pub(crate) fn reduce_int<T: Int>(op: ReduceOp, s: Axis3, x: &[T], out: &mut [T]) {
+    per_outer(out, s.inner, s.outer * s.len * s.inner, |o, row| {
+        let base = o * s.len * s.inner;
+        for (i, r) in row.iter_mut().enumerate() {
+            let mut vals = (0..s.len).map(|k| x[base + k * s.inner + i]);
+            *r = match op {
+                ReduceOp::Sum | ReduceOp::Mean => vals.fold(T::ZERO, T::add),
+                ReduceOp::Prod => {
+                    let first = vals.next().unwrap_or(T::ZERO);
+                    vals.fold(first, T::mul)
+                }
+                ReduceOp::Max => vals.max().unwrap_or(T::ZERO),
+                ReduceOp::Min => vals.min().unwrap_or(T::ZERO),
+            };
+        }
+    });
+}
+
+/// Index of the first element along the middle axis that no later one is `better` than.
+pub(crate) fn arg_reduce<T: Copy + Sync>(
+    s: Axis3,
+    x: &[T],
+    out: &mut [i64],
+    better: impl Fn(T, T) -> bool + Sync,
+) {
+    per_outer(out, s.inner, s.outer * s.len * s.inner, |o, row| {
+        let base = o * s.len * s.inner;
+        for (i, r) in row.iter_mut().enumerate() {
+            let mut best = 0usize;
+            for k in 1..s.len {
+                let cand = x[base + k * s.inner + i];
+                let cur = x[base + best * s.inner + i];
+                if better(cand, cur) {
+                    best = k;
+                }
+            }
+            *r = best as i64;
+        }
+    });
+}
+
+/// Running sum along the middle axis.
+pub(crate) fn cumsum<T: Copy + Send + Sync, A: Copy + Send + Sync>(
+    s: Axis3,
+    exclusive: bool,
+    reverse: bool,
+    x: &[T],
+    out: &mut [T],
+    zero: A,
+    load: impl Fn(T) -> A + Sync,
+    add: impl Fn(A, A) -> A + Sync,
+    store: impl Fn(A) -> T + Sync,
+) {
+    per_outer(
+        out,
+        s.len * s.inner,
+        s.outer * s.len * s.inner,
+        |o, block| {
+            let base = o * s.len * s.inner;
+            for i in 0..s.inner {
+                let mut acc = zero;
+                for step in 0..s.len {
+                    let k = if reverse { s.len - 1 - step } else { step };
+                    let at = k * s.inner + i;
+                    let v = load(x[base + at]);
+                    if exclusive {
+                        block[at] = store(acc);
+                        acc = add(acc, v);
+                    } else {
+                        acc = add(acc, v);
+                        block[at] = store(acc);
+                    }
+                }
+            }
+        },
+    );
+}
+
+/// Softmax or log-softmax along the middle axis.
+pub(crate) fn softmax<T: FloatStore>(log: bool, s: Axis3, x: &[T], out: &mut [T]) {
+    per_outer(
+        out,
+        s.len * s.inner,
+        s.outer * s.len * s.inner,
+        |o, block| {
+            let xs = &x[o * s.len * s.inner..(o + 1) * s.len * s.inner];
+            for i in 0..s.inner {
+                let at = |k: usize| k * s.inner + i;
+                let mut max = <T::Acc as Real>::NEG_INFINITY;
+                for k in 0..s.len {
+                    max = max.maximum(xs[at(k)].load());
+                }
+                let mut sum = <T::Acc as Real>::ZERO;
+                for k in 0..s.len {
+                    sum += (xs[at(k)].load() - max).exp();
+                }
+                if log {
+                    let log_sum = sum.ln();
+                    for k in 0..s.len {
+                        block[at(k)] = T::store(xs[at(k)].load() - max - log_sum);
+                    }
+                } else {
+                    let inv = <T::Acc as Real>::ONE / sum;
+                    for k in 0..s.len {
+                        block[at(k)] = T::store((xs[at(k)].load() - max).exp() * inv);
+                    }
+                }
+            }
+        },
+    );
+}
+
+/// Layer norm (`rms = false`) or RMS norm over rows of `features` elements.
+pub(crate) fn norm<T: FloatStore>(
+    rms: bool,
+    eps: f64,
+    features: usize,
+    x: &[T],
+    weight: Option<&[T]>,
+    bias: Option<&[T]>,
+    out: &mut [T],
+) {
+    let eps = <T::Acc as Real>::from_f64(eps);
+    let n = <T::Acc as Real>::from_f64(features as f64);
+    per_outer(out, features, x.len(), |r, row| {
+        let xs = &x[r * features..(r + 1) * features];
+        let mean = if rms {
+            <T::Acc as Real>::ZERO
+        } else {
+            let mut sum = <T::Acc as Real>::ZERO;
+            for v in xs {
+                sum += v.load();
+            }
+            sum / n
+        };
+        let mut sq = <T::Acc as Real>::ZERO;
+        for v in xs {
+            let d = v.load() - mean;
+            sq += d * d;
+        }
+        let inv = <T::Acc as Real>::ONE / (sq / n + eps).sqrt();
+        for (j, (o, v)) in row.iter_mut().zip(xs).enumerate() {
+            let mut y = (v.load() - mean) * inv;
+            if let Some(w) = weight {
+                y = y * w[j].load();
+            }
+            if let Some(b) = bias {
+                y += b[j].load();
+            }
+            *o = T::store(y);
+        }
+    });
+}

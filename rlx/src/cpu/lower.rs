@@ -1,0 +1,377 @@
+//! Lowering: one node with concrete shapes and planned views becomes a few thunks.
+
+use super::kernels::gemm::{GemmDims, GemmPlan};
+use super::kernels::layout::{Strided, contiguous_strides};
+use super::kernels::reduce::Axis3;
+use super::thunk::{MatMulThunk, Thunk, View};
+use crate::ir::{ArgReduceOp, DType, Node, Op};
+
+/// What lowering needs to know about one node.
+pub(crate) struct LowerInput<'a> {
+    pub node: &'a Node,
+    /// Concrete dims of each operand, then of the output.
+    pub operand_shapes: Vec<&'a [usize]>,
+    pub out_shape: &'a [usize],
+    pub operand_views: Vec<View>,
+    pub operand_dtypes: Vec<DType>,
+    pub out_view: View,
+    /// Scratch views requested by [`scratch_requests`], in order.
+    pub scratch: Vec<View>,
+    pub threads: usize,
+}
+
+fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+/// `[outer, shape[axes], inner]` around the contiguous block of axes `first..=last`.
+fn axis3(shape: &[usize], first: usize, last: usize) -> Axis3 {
+    Axis3 {
+        outer: numel(&shape[..first]),
+        len: numel(&shape[first..=last]),
+        inner: numel(&shape[last + 1..]),
+    }
+}
+
+/// The GEMM dims and batch offsets of a matmul.
+fn matmul_layout(
+    transpose_a: bool,
+    transpose_b: bool,
+    a: &[usize],
+    b: &[usize],
+    out: &[usize],
+) -> (GemmDims, Vec<(usize, usize)>) {
+    let (ra, rb, ro) = (a.len(), b.len(), out.len());
+    let (m, k) = if transpose_a {
+        (a[ra - 1], a[ra - 2])
+    } else {
+        (a[ra - 2], a[ra - 1])
+    };
+    let n = if transpose_b { b[rb - 2] } else { b[rb - 1] };
+    let dims = GemmDims {
+        m,
+        n,
+        k,
+        a_rs: if transpose_a { 1 } else { k },
+        a_cs: if transpose_a { m } else { 1 },
+        b_rs: if transpose_b { 1 } else { n },
+        b_cs: if transpose_b { k } else { 1 },
+    };
+    let batch = &out[..ro - 2];
+    let batch_strides = |dims: &[usize], matrix: usize| -> Vec<usize> {
+        let own = &dims[..dims.len() - 2];
+        let offset = batch.len() - own.len();
+        let contiguous = contiguous_strides(own);
+        (0..batch.len())
+            .map(|i| {
+                if i < offset || own[i - offset] == 1 {
+                    0
+                } else {
+                    contiguous[i - offset] * matrix
+                }
+            })
+            .collect()
+    };
+    let (sa, sb) = (batch_strides(a, m * k), batch_strides(b, k * n));
+    let total = numel(batch);
+    let mut offsets = Vec::with_capacity(total);
+    for flat in 0..total {
+        let (mut rest, mut oa, mut ob) = (flat, 0, 0);
+        for axis in (0..batch.len()).rev() {
+            let i = rest % batch[axis];
+            rest /= batch[axis];
+            oa += i * sa[axis];
+            ob += i * sb[axis];
+        }
+        offsets.push((oa, ob));
+    }
+    (dims, offsets)
+}
+
+/// Scratch buffers `(dtype, elements)` the node needs while it runs.
+pub(crate) fn scratch_requests(
+    node: &Node,
+    operands: &[&[usize]],
+    out: &[usize],
+    threads: usize,
+) -> Vec<(DType, usize)> {
+    match &node.op {
+        Op::MatMul {
+            transpose_a,
+            transpose_b,
+        } if numel(out) > 0 => {
+            let (dims, _) =
+                matmul_layout(*transpose_a, *transpose_b, operands[0], operands[1], out);
+            let plan = GemmPlan::new(dims, threads);
+            let acc = if node.ty.dtype == DType::F64 {
+                DType::F64
+            } else {
+                DType::F32
+            };
+            let mut requests = vec![(acc, plan.scratch_len())];
+            if matches!(node.ty.dtype, DType::F16 | DType::BF16) {
+                requests.push((DType::F32, dims.m * dims.n));
+            }
+            requests
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The thunks computing `input.node`. Empty outputs need none; reshapes are views.
+pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
+    let LowerInput {
+        node,
+        operand_shapes: shapes,
+        out_shape,
+        operand_views: views,
+        operand_dtypes,
+        out_view: out,
+        scratch,
+        threads,
+    } = input;
+    let dtype = node.ty.dtype;
+    if out.len == 0 {
+        return Vec::new();
+    }
+    let operand_dtype = |i: usize| operand_dtypes[i];
+    match &node.op {
+        Op::Input | Op::Param | Op::Constant(_) | Op::Reshape { .. } => Vec::new(),
+        Op::Unary(kind) => vec![Thunk::Unary {
+            kind: *kind,
+            dtype,
+            x: views[0],
+            out,
+        }],
+        Op::Binary(kind) => vec![Thunk::Binary {
+            kind: *kind,
+            dtype,
+            layout: Strided::broadcast(out_shape, [shapes[0], shapes[1]]),
+            a: views[0],
+            b: views[1],
+            out,
+        }],
+        Op::Compare(kind) => vec![Thunk::Compare {
+            kind: *kind,
+            dtype: operand_dtype(0),
+            layout: Strided::broadcast(out_shape, [shapes[0], shapes[1]]),
+            a: views[0],
+            b: views[1],
+            out,
+        }],
+        Op::Where => vec![Thunk::Select {
+            dtype,
+            layout: Strided::broadcast(out_shape, [shapes[0], shapes[1], shapes[2]]),
+            cond: views[0],
+            a: views[1],
+            b: views[2],
+            out,
+        }],
+        Op::Cast { to } => vec![Thunk::Cast {
+            from: operand_dtype(0),
+            to: *to,
+            x: views[0],
+            out,
+        }],
+        Op::MatMul {
+            transpose_a,
+            transpose_b,
+        } => {
+            let (dims, batches) =
+                matmul_layout(*transpose_a, *transpose_b, shapes[0], shapes[1], out_shape);
+            vec![Thunk::MatMul(Box::new(MatMulThunk {
+                dtype,
+                plan: GemmPlan::new(dims, threads),
+                batches,
+                a: views[0],
+                b: views[1],
+                out,
+                scratch: scratch[0],
+                wide_out: scratch.get(1).copied(),
+            }))]
+        }
+        Op::Reduce { op, axes, .. } => {
+            let (first, last) = (axes[0], axes[axes.len() - 1]);
+            debug_assert_eq!(
+                last - first + 1,
+                axes.len(),
+                "legalize splits reductions into blocks"
+            );
+            vec![Thunk::Reduce {
+                op: *op,
+                dtype,
+                shape: axis3(shapes[0], first, last),
+                x: views[0],
+                out,
+            }]
+        }
+        Op::ArgReduce { op, axis, .. } => vec![Thunk::ArgReduce {
+            min: *op == ArgReduceOp::ArgMin,
+            dtype: operand_dtype(0),
+            shape: axis3(shapes[0], *axis, *axis),
+            x: views[0],
+            out,
+        }],
+        Op::Cumsum {
+            axis,
+            exclusive,
+            reverse,
+        } => vec![Thunk::Cumsum {
+            dtype,
+            shape: axis3(shapes[0], *axis, *axis),
+            exclusive: *exclusive,
+            reverse: *reverse,
+            x: views[0],
+            out,
+        }],
+        Op::Softmax { axis, log } => vec![Thunk::Softmax {
+            log: *log,
+            dtype,
+            shape: axis3(shapes[0], *axis, *axis),
+            x: views[0],
+            out,
+        }],
+        Op::LayerNorm {
+            eps,
+            has_weight,
+            has_bias,
+        } => {
+            let weight = has_weight.then(|| views[1]);
+            let bias = has_bias.then(|| views[1 + usize::from(*has_weight)]);
+            vec![norm(
+                false, *eps, dtype, out_shape, views[0], weight, bias, out,
+            )]
+        }
+        Op::RmsNorm { eps, has_weight } => {
+            let weight = has_weight.then(|| views[1]);
+            vec![norm(
+                true, *eps, dtype, out_shape, views[0], weight, None, out,
+            )]
+        }
+        Op::Permute { perm } => {
+            let src = contiguous_strides(shapes[0]);
+            let layout = Strided {
+                dims: out_shape.to_vec(),
+                strides: [
+                    contiguous_strides(out_shape),
+                    perm.iter().map(|p| src[*p]).collect(),
+                ],
+            };
+            vec![copy(dtype, layout, 0, 0, views[0], out)]
+        }
+        Op::Slice {
+            axis, start, step, ..
+        } => {
+            let size = shapes[0][*axis] as i64;
+            let first = if *start < 0 { size + start } else { *start } as usize;
+            let mut src = contiguous_strides(shapes[0]);
+            let src_at = first * src[*axis];
+            src[*axis] *= step;
+            let layout = Strided {
+                dims: out_shape.to_vec(),
+                strides: [contiguous_strides(out_shape), src],
+            };
+            vec![copy(dtype, layout, 0, src_at, views[0], out)]
+        }
+        Op::Broadcast { .. } => {
+            let layout = Strided::broadcast(out_shape, [out_shape, shapes[0]]);
+            vec![copy(dtype, layout, 0, 0, views[0], out)]
+        }
+        Op::Concat { axis } => {
+            let dst = contiguous_strides(out_shape);
+            let mut offset = 0;
+            let mut thunks = Vec::new();
+            for (shape, view) in shapes.iter().zip(&views) {
+                if view.len > 0 {
+                    let layout = Strided {
+                        dims: shape.to_vec(),
+                        strides: [dst.clone(), contiguous_strides(shape)],
+                    };
+                    thunks.push(copy(dtype, layout, offset * dst[*axis], 0, *view, out));
+                }
+                offset += shape[*axis];
+            }
+            thunks
+        }
+        Op::Pad { pads, value } => {
+            let dst = contiguous_strides(out_shape);
+            let mut pattern = [0u8; 8];
+            let bytes = value.to_bytes(dtype);
+            pattern[..bytes.len()].copy_from_slice(&bytes);
+            let mut thunks = vec![Thunk::Fill {
+                dtype,
+                pattern: u64::from_le_bytes(pattern),
+                dst: out,
+            }];
+            if views[0].len > 0 {
+                let at = pads
+                    .iter()
+                    .zip(&dst)
+                    .map(|((before, _), s)| before * s)
+                    .sum();
+                let layout = Strided {
+                    dims: shapes[0].to_vec(),
+                    strides: [dst, contiguous_strides(shapes[0])],
+                };
+                thunks.push(copy(dtype, layout, at, 0, views[0], out));
+            }
+            thunks
+        }
+        Op::Gather { axis } => {
+            let s = axis3(shapes[0], *axis, *axis);
+            vec![Thunk::Gather {
+                dtype,
+                index: operand_dtype(1),
+                outer: s.outer,
+                axis_len: s.len,
+                inner: s.inner,
+                data: views[0],
+                indices: views[1],
+                out,
+                op: node.op.to_string(),
+            }]
+        }
+        other => unreachable!("`{}` is rejected by CpuBackend::supports", other.name()),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn norm(
+    rms: bool,
+    eps: f64,
+    dtype: DType,
+    shape: &[usize],
+    x: View,
+    weight: Option<View>,
+    bias: Option<View>,
+    out: View,
+) -> Thunk {
+    Thunk::Norm {
+        rms,
+        eps,
+        dtype,
+        features: *shape.last().unwrap_or(&1),
+        x,
+        weight,
+        bias,
+        out,
+    }
+}
+
+fn copy(
+    dtype: DType,
+    layout: Strided<2>,
+    dst_at: usize,
+    src_at: usize,
+    src: View,
+    dst: View,
+) -> Thunk {
+    Thunk::Copy {
+        dtype,
+        layout: layout.coalesced(),
+        dst_at,
+        src_at,
+        src,
+        dst,
+    }
+}

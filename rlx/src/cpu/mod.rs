@@ -1,0 +1,422 @@
+//! The CPU thunk executor: the default backend.
+//!
+//! `compile` optimizes the graph (simplify, CSE, DCE, constant folding) and lays out params
+//! and constants. The first run with a binding of the runtime dims makes a [`plan`]: concrete
+//! shapes, one memory arena placed by the [`memory`] planner, and a flat list of thunks.
+//! Later runs with the same binding reuse it: they copy inputs in, call the thunks in order,
+//! and copy outputs out, without allocating (see `run_into`), hashing or shape arithmetic.
+
+mod fold;
+pub(crate) mod kernels;
+mod lower;
+pub mod memory;
+mod plan;
+mod program;
+mod thunk;
+
+pub use plan::PlanReport;
+
+use crate::backend::{Backend, CompileError, Executable, RunError};
+use crate::ir::{Graph, Op};
+use crate::tensor::{HostTensor, TensorRef};
+use plan::Plan;
+use program::Program;
+use thunk::{Memory, execute};
+
+/// Settings of the CPU backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuOptions {
+    /// Worker threads for large kernels; defaults to rayon's pool size (all cores).
+    pub threads: usize,
+    /// Run the optimization passes (simplify, CSE, DCE, constant folding).
+    pub optimize: bool,
+    /// Let buffers whose lifetimes do not overlap share memory.
+    pub reuse_memory: bool,
+    /// Fill the arena with NaN before every run, so reads of memory no kernel wrote show up.
+    pub poison: bool,
+}
+
+impl Default for CpuOptions {
+    fn default() -> CpuOptions {
+        CpuOptions {
+            threads: rayon::current_num_threads(),
+            optimize: true,
+            reuse_memory: true,
+            poison: false,
+        }
+    }
+}
+
+/// The CPU backend.
+///
+/// ```
+/// use rlx::prelude::*;
+/// use rlx::backend::{Backend, Executable};
+/// use rlx::cpu::CpuBackend;
+/// use rlx::tensor::HostTensor;
+///
+/// let mut b = GraphBuilder::new();
+/// let x = b.input("x", DType::F32, [Dim::sym("batch"), Dim::from(2)])?;
+/// let w = b.param("w", DType::F32, [2, 2])?;
+/// let y = b.matmul(x, w)?;
+/// b.output("y", y)?;
+/// let mut exe = CpuBackend::default().compile(&b.finish()?)?;
+/// exe.set_weight("w", HostTensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2])?.view())?;
+/// let x = HostTensor::from_vec(vec![1.0f32, 1.0], [1, 2])?;
+/// let y = exe.run(&[("x", x.view())], &[])?;
+/// assert_eq!(y[0].as_slice::<f32>()?, &[4.0, 6.0]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct CpuBackend {
+    options: CpuOptions,
+}
+
+impl CpuBackend {
+    /// A backend with these settings.
+    pub fn new(options: CpuOptions) -> CpuBackend {
+        CpuBackend { options }
+    }
+}
+
+impl Backend for CpuBackend {
+    type Executable = CpuExecutable;
+
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn supports(&self, op: &Op) -> bool {
+        !matches!(
+            op,
+            Op::ScatterAdd { .. }
+                | Op::Attention { .. }
+                | Op::Rope { .. }
+                | Op::Conv { .. }
+                | Op::Pool { .. }
+                | Op::TopK { .. }
+                | Op::Sort { .. }
+                | Op::Solve
+                | Op::QuantizedMatMul { .. }
+                | Op::Custom { .. }
+        )
+    }
+
+    fn compile(&self, graph: &Graph) -> Result<CpuExecutable, CompileError> {
+        let mut unsupported: Vec<String> = Vec::new();
+        for node in graph.nodes() {
+            let text = node.op.to_string();
+            if !self.supports(&node.op) && !unsupported.contains(&text) {
+                unsupported.push(text);
+            }
+        }
+        if !unsupported.is_empty() {
+            return Err(CompileError::Unsupported {
+                backend: self.name(),
+                ops: unsupported,
+            });
+        }
+        let (program, statics) = Program::new(graph, &self.options)?;
+        let n_symbols = program.symbols.len();
+        let n_inputs = program.inputs.len();
+        let mut static_region = AlignedBytes::default();
+        static_region.resize(statics.len());
+        static_region.bytes_mut()[..statics.len()].copy_from_slice(&statics);
+        Ok(CpuExecutable {
+            bound: vec![false; program.params.len()],
+            program,
+            options: self.options.clone(),
+            statics: static_region,
+            plans: Vec::new(),
+            arena: AlignedBytes::default(),
+            values: vec![None; n_symbols],
+            sources: vec![Source::Dims; n_symbols],
+            provided: vec![0; n_inputs],
+            key: vec![0; n_symbols],
+        })
+    }
+}
+
+/// One 64-byte-aligned block of bytes.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Block([u8; 64]);
+
+/// A growable byte buffer whose start is 64-byte aligned.
+#[derive(Default)]
+struct AlignedBytes {
+    blocks: Vec<Block>,
+    len: usize,
+}
+
+impl AlignedBytes {
+    fn resize(&mut self, len: usize) {
+        self.blocks.resize(len.div_ceil(64), Block([0; 64]));
+        self.len = len;
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `Block` is 64 plain bytes with no padding (size 64, align 64), so the
+        // blocks are `len.div_ceil(64) * 64 >= len` initialized bytes.
+        unsafe { std::slice::from_raw_parts(self.blocks.as_ptr().cast::<u8>(), self.len) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`; the unique borrow of `self` makes the slice unique.
+        unsafe { std::slice::from_raw_parts_mut(self.blocks.as_mut_ptr().cast::<u8>(), self.len) }
+    }
+}
+
+/// Where a runtime dim's value came from in this run, for error messages.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    Dims,
+    Input(usize, usize),
+}
+
+/// A graph compiled for the CPU. See [`CpuBackend`].
+pub struct CpuExecutable {
+    program: Program,
+    options: CpuOptions,
+    statics: AlignedBytes,
+    bound: Vec<bool>,
+    plans: Vec<Plan>,
+    arena: AlignedBytes,
+    // Per-run scratch, sized at compile time so runs do not allocate.
+    values: Vec<Option<usize>>,
+    sources: Vec<Source>,
+    provided: Vec<usize>,
+    key: Vec<usize>,
+}
+
+impl CpuExecutable {
+    /// The optimized graph that runs.
+    pub fn graph(&self) -> &Graph {
+        &self.program.graph
+    }
+
+    /// Memory figures of the plan for these runtime dims (made now if needed).
+    pub fn plan_report(&mut self, dims: &[(&str, usize)]) -> Result<PlanReport, RunError> {
+        let values = self
+            .program
+            .symbols
+            .iter()
+            .map(|s| {
+                dims.iter()
+                    .find(|(n, _)| *n == s.name())
+                    .map(|(_, v)| *v)
+                    .ok_or_else(|| RunError::UnboundSymbol {
+                        symbol: s.to_string(),
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let i = self.plan_for(&values)?;
+        Ok(self.plans[i].report.clone())
+    }
+
+    fn plan_for(&mut self, values: &[usize]) -> Result<usize, RunError> {
+        if let Some(i) = self.plans.iter().position(|p| p.values == values) {
+            return Ok(i);
+        }
+        let plan = Plan::new(
+            &self.program,
+            values,
+            self.options.threads,
+            self.options.reuse_memory,
+        )?;
+        if plan.arena_bytes > self.arena.len {
+            self.arena.resize(plan.arena_bytes);
+        }
+        self.plans.push(plan);
+        Ok(self.plans.len() - 1)
+    }
+
+    fn source_text(&self, source: Source) -> String {
+        match source {
+            Source::Dims => "`dims`".to_string(),
+            Source::Input(i, axis) => {
+                format!("input {:?} axis {axis}", self.program.inputs[i].name)
+            }
+        }
+    }
+
+    /// Binds every runtime dim from `dims` and the inputs' shapes into `self.key`.
+    fn bind_symbols(
+        &mut self,
+        inputs: &[(&str, TensorRef<'_>)],
+        dims: &[(&str, usize)],
+    ) -> Result<(), RunError> {
+        self.values.fill(None);
+        for &(name, value) in dims {
+            let Some(s) = self.program.symbols.iter().position(|s| s.name() == name) else {
+                return Err(RunError::UnknownSymbol {
+                    symbol: name.to_string(),
+                    known: self
+                        .program
+                        .symbols
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect(),
+                });
+            };
+            self.values[s] = Some(value);
+            self.sources[s] = Source::Dims;
+        }
+        for &(s, input, axis) in &self.program.symbol_sources {
+            let given = &inputs[self.provided[input]].1;
+            let Some(&value) = given.shape.get(axis) else {
+                continue; // the rank is wrong; `check_inputs` names it
+            };
+            match self.values[s] {
+                Some(first) if first != value => {
+                    return Err(RunError::InconsistentSymbol {
+                        symbol: self.program.symbols[s].to_string(),
+                        first,
+                        first_source: self.source_text(self.sources[s]),
+                        second: value,
+                        second_source: self.source_text(Source::Input(input, axis)),
+                    });
+                }
+                Some(_) => {}
+                None => {
+                    self.values[s] = Some(value);
+                    self.sources[s] = Source::Input(input, axis);
+                }
+            }
+        }
+        for (s, v) in self.values.iter().enumerate() {
+            match v {
+                Some(v) => self.key[s] = *v,
+                None => {
+                    return Err(RunError::UnboundSymbol {
+                        symbol: self.program.symbols[s].to_string(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Matches supplied inputs to graph inputs by name into `self.provided`.
+    fn match_inputs(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> Result<(), RunError> {
+        for (i, slot) in self.program.inputs.iter().enumerate() {
+            self.provided[i] = inputs
+                .iter()
+                .position(|(name, _)| *name == slot.name)
+                .ok_or_else(|| RunError::MissingInput {
+                    name: slot.name.clone(),
+                })?;
+        }
+        for (name, _) in inputs {
+            if !self.program.inputs.iter().any(|s| s.name == *name) {
+                return Err(RunError::UnknownInput {
+                    name: name.to_string(),
+                    known: self.program.inputs.iter().map(|s| s.name.clone()).collect(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Executable for CpuExecutable {
+    fn set_weight(&mut self, name: &str, value: TensorRef<'_>) -> Result<(), RunError> {
+        let Some(i) = self.program.params.iter().position(|p| p.name == name) else {
+            return Err(RunError::UnknownWeight {
+                name: name.to_string(),
+            });
+        };
+        let slot = &self.program.params[i];
+        if value.dtype != slot.dtype {
+            return Err(RunError::DType {
+                kind: "weight",
+                name: name.to_string(),
+                expected: slot.dtype,
+                got: value.dtype,
+            });
+        }
+        if value.shape != slot.shape.as_slice() {
+            return Err(RunError::Shape {
+                kind: "weight",
+                name: name.to_string(),
+                expected: format!("{:?}", slot.shape),
+                got: value.shape.to_vec(),
+            });
+        }
+        let at = slot.offset;
+        self.statics.bytes_mut()[at..at + value.bytes.len()].copy_from_slice(value.bytes);
+        self.bound[i] = true;
+        Ok(())
+    }
+
+    fn run_into(
+        &mut self,
+        inputs: &[(&str, TensorRef<'_>)],
+        dims: &[(&str, usize)],
+        outputs: &mut Vec<HostTensor>,
+    ) -> Result<(), RunError> {
+        if let Some(i) = self.bound.iter().position(|b| !b) {
+            return Err(RunError::MissingWeight {
+                name: self.program.params[i].name.clone(),
+            });
+        }
+        self.match_inputs(inputs)?;
+        self.bind_symbols(inputs, dims)?;
+        let key = std::mem::take(&mut self.key);
+        let plan_index = self.plan_for(&key);
+        self.key = key;
+        let plan = &self.plans[plan_index?];
+
+        for (i, slot) in self.program.inputs.iter().enumerate() {
+            let given = &inputs[self.provided[i]].1;
+            if given.dtype != slot.ty.dtype {
+                return Err(RunError::DType {
+                    kind: "input",
+                    name: slot.name.clone(),
+                    expected: slot.ty.dtype,
+                    got: given.dtype,
+                });
+            }
+            if given.shape != plan.inputs[i].1.as_slice() {
+                return Err(RunError::Shape {
+                    kind: "input",
+                    name: slot.name.clone(),
+                    expected: self.program.describe_input(i, &plan.inputs[i].1),
+                    got: given.shape.to_vec(),
+                });
+            }
+        }
+
+        let arena = &mut self.arena.bytes_mut()[..plan.arena_bytes];
+        if self.options.poison {
+            for chunk in arena.chunks_exact_mut(4) {
+                chunk.copy_from_slice(&f32::NAN.to_le_bytes());
+            }
+        }
+        for (i, (view, _)) in plan.inputs.iter().enumerate() {
+            let bytes = inputs[self.provided[i]].1.bytes;
+            arena[view.offset..view.offset + bytes.len()].copy_from_slice(bytes);
+        }
+        let memory = Memory::new(arena, self.statics.bytes());
+        for thunk in &plan.thunks {
+            execute(thunk, &memory)?;
+        }
+
+        if outputs.len() != plan.outputs.len() {
+            outputs.resize_with(plan.outputs.len(), || {
+                HostTensor::zeros(crate::ir::DType::F32, [0])
+            });
+        }
+        let arena = self.arena.bytes();
+        for (out, (view, dtype, shape)) in outputs.iter_mut().zip(&plan.outputs) {
+            out.reshape_for(*dtype, shape);
+            let bytes = view.bytes(dtype.size_bytes());
+            let source = match view.region {
+                thunk::Region::Arena => &arena[bytes],
+                thunk::Region::Static => &self.statics.bytes()[bytes],
+            };
+            out.data_mut().copy_from_bytes(source);
+        }
+        Ok(())
+    }
+}

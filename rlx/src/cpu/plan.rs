@@ -1,0 +1,294 @@
+//! A plan: the program specialized to one binding of its runtime dims.
+//!
+//! Made on the first run with a binding and cached: concrete shapes, the memory plan, and
+//! the thunks. Every view is checked once here (bounds, and that no thunk writes memory it
+//! also reads), which is what makes the raw memory access in [`super::thunk`] sound.
+
+use super::lower::{LowerInput, lower, scratch_requests};
+use super::memory::{BufferRequest, plan_memory};
+use super::program::Program;
+use super::thunk::{Region, Thunk, View};
+use crate::backend::RunError;
+use crate::ir::{DType, Node, NodeId, Op, Shape, TensorType};
+
+/// Most axes a tensor may have on the CPU backend (index counters live on the stack).
+const MAX_RANK: usize = super::kernels::layout::MAX_RANK;
+
+/// Memory figures of a plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanReport {
+    /// Bytes of the arena: the peak memory of a run.
+    pub peak_bytes: usize,
+    /// The most bytes live at any one step; no placement can use less.
+    pub lower_bound: usize,
+    /// Every arena buffer: `(offset, bytes, first step, last step)`.
+    pub buffers: Vec<(usize, usize, usize, usize)>,
+}
+
+/// Where a node's value lives.
+#[derive(Clone, Copy, Debug)]
+enum Storage {
+    Static(usize),
+    Arena(usize),
+}
+
+pub(crate) struct Plan {
+    pub values: Vec<usize>,
+    pub thunks: Vec<Thunk>,
+    pub arena_bytes: usize,
+    /// Per program input: its arena view and concrete dims.
+    pub inputs: Vec<(View, Vec<usize>)>,
+    /// Per program output: its view, dtype and concrete dims.
+    pub outputs: Vec<(View, DType, Vec<usize>)>,
+    pub report: PlanReport,
+}
+
+fn describe(id: NodeId, node: &Node) -> String {
+    let origin = node
+        .origin
+        .map(|o| format!(" (built at {o})"))
+        .unwrap_or_default();
+    format!("{id} `{}`{origin}", node.op)
+}
+
+impl Plan {
+    pub(crate) fn new(
+        program: &Program,
+        values: &[usize],
+        threads: usize,
+        reuse: bool,
+    ) -> Result<Plan, RunError> {
+        let graph = &program.graph;
+        let bindings = || {
+            program
+                .symbols
+                .iter()
+                .zip(values)
+                .map(|(s, v)| format!("{s}={v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let fail = |id: NodeId, node: &Node, reason: String| RunError::Binding {
+            bindings: bindings(),
+            node: describe(id, node),
+            reason,
+        };
+
+        // 1. Concrete shapes, re-checked against the op rules now that sizes are known.
+        let mut shapes: Vec<Vec<usize>> = Vec::with_capacity(graph.len());
+        for (id, node) in graph.iter() {
+            let mut value_of = |s: &crate::ir::Symbol| {
+                program
+                    .symbols
+                    .iter()
+                    .position(|p| p == s)
+                    .map(|i| values[i])
+            };
+            let dims = node
+                .ty
+                .shape
+                .eval(&mut value_of)
+                .map_err(|e| fail(id, node, e.to_string()))?;
+            if dims.len() > MAX_RANK {
+                return Err(fail(
+                    id,
+                    node,
+                    format!("rank {} exceeds the CPU limit of {MAX_RANK}", dims.len()),
+                ));
+            }
+            if !node.op.is_leaf() {
+                let operands: Vec<TensorType> = node
+                    .inputs
+                    .iter()
+                    .map(|i| {
+                        TensorType::new(
+                            graph[*i].ty.dtype,
+                            Shape::from(shapes[i.index()].as_slice()),
+                        )
+                    })
+                    .collect();
+                match node.op.infer(&operands) {
+                    Ok(t) if t.shape == Shape::from(dims.as_slice()) => {}
+                    Ok(t) => {
+                        return Err(fail(
+                            id,
+                            node,
+                            format!("bound shape {} differs from {:?}", t.shape, dims),
+                        ));
+                    }
+                    Err(e) => return Err(fail(id, node, e.to_string())),
+                }
+            }
+            shapes.push(dims);
+        }
+
+        // 2. Storage: statics for params and constants, views for reshapes, arena otherwise.
+        let end = graph.len();
+        let mut storage: Vec<Storage> = Vec::with_capacity(graph.len());
+        let mut requests: Vec<BufferRequest> = Vec::new();
+        let bytes_of = |id: NodeId| {
+            shapes[id.index()].iter().product::<usize>() * graph[id].ty.dtype.size_bytes()
+        };
+        for (id, node) in graph.iter() {
+            let s = match &node.op {
+                Op::Param | Op::Constant(_) => Storage::Static(
+                    program.static_offsets[id.index()].expect("statics are laid out"),
+                ),
+                Op::Reshape { .. } => storage[node.inputs[0].index()],
+                op => {
+                    let start = if *op == Op::Input { 0 } else { id.index() };
+                    requests.push(BufferRequest {
+                        size: bytes_of(id),
+                        start,
+                        end: start,
+                    });
+                    Storage::Arena(requests.len() - 1)
+                }
+            };
+            for input in &node.inputs {
+                if let Storage::Arena(b) = storage[input.index()] {
+                    requests[b].end = requests[b].end.max(id.index());
+                }
+            }
+            storage.push(s);
+        }
+        for out in &program.outputs {
+            if let Storage::Arena(b) = storage[out.index()] {
+                requests[b].end = end;
+            }
+        }
+        let mut scratch_of: Vec<Vec<(usize, usize)>> = vec![Vec::new(); graph.len()];
+        for (id, node) in graph.iter() {
+            let operands: Vec<&[usize]> = node
+                .inputs
+                .iter()
+                .map(|i| shapes[i.index()].as_slice())
+                .collect();
+            for (dtype, len) in scratch_requests(node, &operands, &shapes[id.index()], threads) {
+                let size = len * dtype.size_bytes();
+                requests.push(BufferRequest {
+                    size,
+                    start: id.index(),
+                    end: id.index(),
+                });
+                scratch_of[id.index()].push((requests.len() - 1, len));
+            }
+        }
+
+        // 3. Placement.
+        let memory = plan_memory(&requests, reuse);
+        let view_of = |id: NodeId| -> View {
+            let len = shapes[id.index()].iter().product();
+            match storage[id.index()] {
+                Storage::Static(offset) => View {
+                    region: Region::Static,
+                    offset,
+                    len,
+                },
+                Storage::Arena(b) => View {
+                    region: Region::Arena,
+                    offset: memory.offsets[b],
+                    len,
+                },
+            }
+        };
+
+        // 4. Thunks.
+        let mut thunks = Vec::new();
+        for (id, node) in graph.iter() {
+            let scratch = scratch_of[id.index()]
+                .iter()
+                .map(|&(b, len)| View {
+                    region: Region::Arena,
+                    offset: memory.offsets[b],
+                    len,
+                })
+                .collect();
+            thunks.extend(lower(LowerInput {
+                node,
+                operand_shapes: node
+                    .inputs
+                    .iter()
+                    .map(|i| shapes[i.index()].as_slice())
+                    .collect(),
+                out_shape: &shapes[id.index()],
+                operand_views: node.inputs.iter().map(|i| view_of(*i)).collect(),
+                operand_dtypes: node.inputs.iter().map(|i| graph[*i].ty.dtype).collect(),
+                out_view: view_of(id),
+                scratch,
+                threads,
+            }));
+        }
+
+        let plan = Plan {
+            values: values.to_vec(),
+            inputs: program
+                .inputs
+                .iter()
+                .map(|i| (view_of(i.node), shapes[i.node.index()].clone()))
+                .collect(),
+            outputs: program
+                .outputs
+                .iter()
+                .map(|o| (view_of(*o), graph[*o].ty.dtype, shapes[o.index()].clone()))
+                .collect(),
+            thunks,
+            arena_bytes: memory.peak_bytes,
+            report: PlanReport {
+                peak_bytes: memory.peak_bytes,
+                lower_bound: memory.lower_bound,
+                buffers: requests
+                    .iter()
+                    .zip(&memory.offsets)
+                    .map(|(r, o)| (*o, r.size, r.start, r.end))
+                    .collect(),
+            },
+        };
+        plan.check(program.statics_len);
+        Ok(plan)
+    }
+
+    /// Asserts that every view is in bounds and that no thunk writes memory it reads or
+    /// writes through another view. Runs once per plan; a failure is a planner bug.
+    fn check(&self, statics_len: usize) {
+        let range = |v: &View, d: DType| v.bytes(d.size_bytes());
+        for t in &self.thunks {
+            let (writes, reads) = t.views();
+            let (write_types, read_types) = t.view_dtypes();
+            for (v, d) in reads
+                .iter()
+                .zip(&read_types)
+                .chain(writes.iter().zip(&write_types))
+            {
+                let limit = match v.region {
+                    Region::Arena => self.arena_bytes,
+                    Region::Static => statics_len,
+                };
+                assert!(
+                    range(v, *d).end <= limit,
+                    "view {v:?} out of bounds in {t:?}"
+                );
+                assert_eq!(v.offset % d.size_bytes(), 0, "misaligned view in {t:?}");
+            }
+            for (i, (w, wd)) in writes.iter().zip(&write_types).enumerate() {
+                assert_eq!(w.region, Region::Arena, "thunk writes static memory: {t:?}");
+                let wr = range(w, *wd);
+                let overlaps = |v: &View, d: DType| {
+                    let r = range(v, d);
+                    v.region == Region::Arena
+                        && r.start < wr.end
+                        && wr.start < r.end
+                        && !r.is_empty()
+                        && !wr.is_empty()
+                };
+                let clash_read = reads.iter().zip(&read_types).any(|(r, d)| overlaps(r, *d));
+                let clash_write = writes
+                    .iter()
+                    .zip(&write_types)
+                    .skip(i + 1)
+                    .any(|(r, d)| overlaps(r, *d));
+                assert!(!clash_read && !clash_write, "aliased views in {t:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! Removal of identity ops.
+
+use super::Rewriter;
+use crate::ir::{Graph, Node, Op, VerifyError};
+
+/// True if `node` returns its only operand unchanged.
+fn is_identity(graph: &Graph, node: &Node) -> bool {
+    let Some(first) = node.inputs.first() else {
+        return false;
+    };
+    let operand = &graph[*first].ty;
+    let same_type = *operand == node.ty;
+    match &node.op {
+        Op::Reshape { .. } | Op::Broadcast { .. } | Op::Cast { .. } => same_type,
+        Op::Permute { perm } => perm.iter().enumerate().all(|(i, p)| i == *p),
+        Op::Slice {
+            start: 0,
+            stop: None,
+            step: 1,
+            ..
+        } => true,
+        Op::Concat { .. } => node.inputs.len() == 1,
+        Op::Pad { pads, .. } => pads.iter().all(|p| *p == (0, 0)),
+        _ => false,
+    }
+}
+
+/// Replaces identity ops by their operand.
+///
+/// ```
+/// use rlx::prelude::*;
+/// let mut b = GraphBuilder::new();
+/// let x = b.input("x", DType::F32, [2, 3])?;
+/// let same = b.reshape(x, [2, 3])?;
+/// let y = b.unary(UnaryOp::Exp, same)?;
+/// b.output("y", y)?;
+/// let g = rlx::passes::simplify(&b.finish()?)?;
+/// assert_eq!(g.len(), 2);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn simplify(graph: &Graph) -> Result<Graph, VerifyError> {
+    let mut rw = Rewriter::new(graph.len());
+    for (id, node) in graph.iter() {
+        if is_identity(graph, node) {
+            let operand = rw.get(node.inputs[0]);
+            rw.alias(id, operand);
+        } else {
+            rw.keep(id, node);
+        }
+    }
+    rw.finish(graph.outputs())
+}
