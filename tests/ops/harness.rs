@@ -1,0 +1,127 @@
+//! Runs a graph on every backend configuration and compares with expected tensors.
+
+use approx::relative_eq;
+use rlx::backend::{Backend, Executable};
+use rlx::cpu::{CpuBackend, CpuOptions};
+use rlx::ir::{DType, Graph};
+use rlx::tensor::HostTensor;
+
+/// Absolute and relative tolerance for results of `dtype`, scaled by `scale` for ops that
+/// accumulate many terms.
+pub fn tolerance(dtype: DType, scale: f64) -> (f64, f64) {
+    match dtype {
+        DType::F64 => (1e-12 * scale, 1e-12),
+        DType::F32 => (2e-6 * scale, 2e-6),
+        DType::F16 => (2e-3 * scale, 2e-3),
+        DType::BF16 => (1.6e-2 * scale, 1.6e-2),
+        _ => (0.0, 0.0),
+    }
+}
+
+/// Asserts `got` equals `expected` within the dtype's tolerance.
+#[track_caller]
+pub fn assert_close(what: &str, got: &HostTensor, expected: &HostTensor, scale: f64) {
+    assert_eq!(got.dtype(), expected.dtype(), "{what}: dtype");
+    assert_eq!(got.shape(), expected.shape(), "{what}: shape");
+    let (atol, rtol) = tolerance(got.dtype(), scale);
+    for (i, (g, e)) in got.to_f64_vec().iter().zip(expected.to_f64_vec()).enumerate() {
+        let ok = (g.is_nan() && e.is_nan())
+            || (g - e).abs() <= atol
+            || relative_eq!(*g, e, epsilon = atol, max_relative = rtol);
+        assert!(ok, "{what}: element {i}: got {g}, expected {e} ({:?})", got.dtype());
+    }
+}
+
+/// The CPU configurations every case runs under: optimized; unoptimized with NaN-poisoned
+/// memory; and without buffer reuse.
+pub fn cpu_backends() -> Vec<(&'static str, CpuBackend)> {
+    vec![
+        ("cpu", CpuBackend::default()),
+        (
+            "cpu-poison",
+            CpuBackend::new(CpuOptions {
+                optimize: false,
+                poison: true,
+                ..CpuOptions::default()
+            }),
+        ),
+        (
+            "cpu-no-reuse",
+            CpuBackend::new(CpuOptions {
+                reuse_memory: false,
+                threads: 1,
+                ..CpuOptions::default()
+            }),
+        ),
+    ]
+}
+
+/// Runs `graph` on `backend` with `inputs` (and explicit `dims`), twice to exercise the
+/// cached plan, and compares every output.
+#[track_caller]
+pub fn check_on<B: Backend>(
+    label: &str,
+    backend: &B,
+    graph: &Graph,
+    inputs: &[(&str, &HostTensor)],
+    dims: &[(&str, usize)],
+    expected: &[HostTensor],
+    scale: f64,
+) {
+    let mut exe = backend
+        .compile(graph)
+        .unwrap_or_else(|e| panic!("{label}: compile failed: {e}\n{graph}"));
+    let views: Vec<(&str, rlx::tensor::TensorRef<'_>)> =
+        inputs.iter().map(|(n, t)| (*n, t.view())).collect();
+    for round in 0..2 {
+        let out = exe
+            .run(&views, dims)
+            .unwrap_or_else(|e| panic!("{label}: run failed: {e}\n{graph}"));
+        assert_eq!(out.len(), expected.len());
+        for (i, (g, e)) in out.iter().zip(expected).enumerate() {
+            assert_close(&format!("{label} round {round} output {i}\n{graph}"), g, e, scale);
+        }
+    }
+}
+
+/// [`check_on`] over every CPU configuration.
+#[track_caller]
+pub fn check(
+    graph: &Graph,
+    inputs: &[(&str, &HostTensor)],
+    dims: &[(&str, usize)],
+    expected: &[HostTensor],
+    scale: f64,
+) {
+    for (label, backend) in cpu_backends() {
+        check_on(label, &backend, graph, inputs, dims, expected, scale);
+    }
+}
+
+use rlx::builder::GraphBuilder;
+use rlx::ir::{Dim, NodeId, Shape};
+
+/// Declares `concrete` with the axes in `symbols` replaced by named runtime dims.
+pub fn declared(concrete: &[usize], symbols: &[(usize, &str)]) -> Shape {
+    Shape::new(concrete.iter().enumerate().map(|(i, d)| {
+        symbols
+            .iter()
+            .find(|(a, _)| *a == i)
+            .map_or(Dim::Static(*d), |(_, s)| Dim::sym(s))
+    }))
+}
+
+/// A graph with these inputs and one output `y = f(builder, inputs)`.
+pub fn graph_of(
+    inputs: &[(&str, DType, Shape)],
+    f: impl FnOnce(&mut GraphBuilder, &[NodeId]) -> NodeId,
+) -> Graph {
+    let mut b = GraphBuilder::new();
+    let ids: Vec<NodeId> = inputs
+        .iter()
+        .map(|(n, d, s)| b.input(n, *d, s.clone()).unwrap())
+        .collect();
+    let y = f(&mut b, &ids);
+    b.output("y", y).unwrap();
+    b.finish().unwrap()
+}
