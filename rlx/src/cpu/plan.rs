@@ -97,6 +97,12 @@ impl Plan {
                 ));
             }
             if !node.op.is_leaf() {
+                // Shape attributes (reshape and broadcast targets) are bound like node types.
+                let op = match &node.op {
+                    Op::Reshape { .. } => Op::Reshape { shape: Shape::from(dims.as_slice()) },
+                    Op::Broadcast { .. } => Op::Broadcast { shape: Shape::from(dims.as_slice()) },
+                    other => other.clone(),
+                };
                 let operands: Vec<TensorType> = node
                     .inputs
                     .iter()
@@ -107,7 +113,7 @@ impl Plan {
                         )
                     })
                     .collect();
-                match node.op.infer(&operands) {
+                match op.infer(&operands) {
                     Ok(t) if t.shape == Shape::from(dims.as_slice()) => {}
                     Ok(t) => {
                         return Err(fail(
