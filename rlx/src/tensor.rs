@@ -371,7 +371,7 @@ impl<'a> TensorRef<'a> {
     ) -> Result<TensorRef<'a>, TensorError> {
         let expected: usize = shape.iter().product();
         let got = bytes.len() / dtype.size_bytes();
-        if got != expected || bytes.len() % dtype.size_bytes() != 0 {
+        if got != expected || !bytes.len().is_multiple_of(dtype.size_bytes()) {
             return Err(TensorError::Length {
                 shape: shape.to_vec(),
                 expected,

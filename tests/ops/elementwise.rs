@@ -25,7 +25,8 @@ fn unary_ref(kind: UnaryOp, x: f64) -> f64 {
         U::Relu => x.max(0.0),
         U::Gelu => 0.5 * x * (1.0 + erf(x / 2f64.sqrt())),
         U::GeluTanh => {
-            0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
+            0.5 * x
+                * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
         }
         U::Silu => x / (1.0 + (-x).exp()),
         U::Erf => erf(x),
@@ -59,7 +60,11 @@ fn unary_floats() {
     let mut rng = Rng(1);
     for kind in UnaryOp::ALL {
         for dtype in FLOATS {
-            for (concrete, symbols) in [(vec![3, 5], vec![]), (vec![70, 9], vec![(0, "n")]), (vec![], vec![])] {
+            for (concrete, symbols) in [
+                (vec![3, 5], vec![]),
+                (vec![70, 9], vec![(0, "n")]),
+                (vec![], vec![]),
+            ] {
                 let (lo, hi) = unary_domain(kind);
                 let x = random(&mut rng, dtype, &concrete, lo, hi);
                 let g = graph_of(&[("x", dtype, declared(&concrete, &symbols))], |b, i| {
@@ -82,29 +87,42 @@ fn unary_ints() {
             }
             let lo = if dtype == DType::U8 { 0.0 } else { -20.0 };
             let x = random(&mut rng, dtype, &[4, 6], lo, 20.0);
-            let g = graph_of(&[("x", dtype, declared(&[4, 6], &[]))], |b, i| b.unary(kind, i[0]).unwrap());
+            let g = graph_of(&[("x", dtype, declared(&[4, 6], &[]))], |b, i| {
+                b.unary(kind, i[0]).unwrap()
+            });
             let expected = to_tensor(&Nd::of(&x).map(|v| unary_ref(kind, v)), dtype);
             check(&g, &[("x", &x)], &[], &[expected], 1.0);
         }
     }
 }
 
-/// Shapes of (a, b) and the runtime dims of each: same, suffix broadcast, two-way broadcast,
-/// scalar, and symbolic.
-fn binary_shapes() -> Vec<(Vec<usize>, Vec<(usize, &'static str)>, Vec<usize>, Vec<(usize, &'static str)>)> {
+/// An operand's concrete dims and the axes that are runtime dims.
+type Operand = (Vec<usize>, Vec<(usize, &'static str)>);
+
+/// Shapes of (a, b): same, suffix broadcast, two-way broadcast, scalar, symbolic, large.
+fn binary_shapes() -> Vec<(Operand, Operand)> {
     vec![
-        (vec![4, 5], vec![], vec![4, 5], vec![]),
-        (vec![2, 3, 4], vec![], vec![4], vec![]),
-        (vec![3, 1], vec![], vec![1, 5], vec![]),
-        (vec![], vec![], vec![2, 3], vec![]),
-        (vec![6, 3], vec![(0, "batch")], vec![3], vec![]),
-        (vec![5, 7], vec![(0, "b"), (1, "s")], vec![5, 7], vec![(0, "b"), (1, "s")]),
-        (vec![300, 130], vec![], vec![130], vec![]), // large: parallel kernels
+        ((vec![4, 5], vec![]), (vec![4, 5], vec![])),
+        ((vec![2, 3, 4], vec![]), (vec![4], vec![])),
+        ((vec![3, 1], vec![]), (vec![1, 5], vec![])),
+        ((vec![], vec![]), (vec![2, 3], vec![])),
+        ((vec![6, 3], vec![(0, "batch")]), (vec![3], vec![])),
+        (
+            (vec![5, 7], vec![(0, "b"), (1, "s")]),
+            (vec![5, 7], vec![(0, "b"), (1, "s")]),
+        ),
+        ((vec![300, 130], vec![]), (vec![130], vec![])), // large: parallel kernels
     ]
 }
 
 fn away_from_zero(t: &HostTensor) -> HostTensor {
-    let nd = Nd::of(t).map(|v| if v >= 0.0 { 0.5 + v.abs() * 0.75 } else { -0.5 - v.abs() * 0.75 });
+    let nd = Nd::of(t).map(|v| {
+        if v >= 0.0 {
+            0.5 + v.abs() * 0.75
+        } else {
+            -0.5 - v.abs() * 0.75
+        }
+    });
     to_tensor(&nd, t.dtype())
 }
 
@@ -126,18 +144,30 @@ fn binary_floats() {
     let mut rng = Rng(3);
     for kind in BinaryOp::ALL {
         for dtype in FLOATS {
-            for (sa, ya, sb, yb) in binary_shapes() {
-                let (lo, hi) = if kind == BinaryOp::Pow { (0.5, 2.0) } else { (-2.0, 2.0) };
+            for ((sa, ya), (sb, yb)) in binary_shapes() {
+                let (lo, hi) = if kind == BinaryOp::Pow {
+                    (0.5, 2.0)
+                } else {
+                    (-2.0, 2.0)
+                };
                 let a = random(&mut rng, dtype, &sa, lo, hi);
                 let mut b = random(&mut rng, dtype, &sb, -2.0, 2.0);
                 if matches!(kind, BinaryOp::Div | BinaryOp::Rem) {
                     b = away_from_zero(&b);
                 }
                 let g = graph_of(
-                    &[("a", dtype, declared(&sa, &ya)), ("b", dtype, declared(&sb, &yb))],
+                    &[
+                        ("a", dtype, declared(&sa, &ya)),
+                        ("b", dtype, declared(&sb, &yb)),
+                    ],
                     |bld, i| bld.binary(kind, i[0], i[1]).unwrap(),
                 );
-                let expected = to_tensor(&zip_nd(&[&Nd::of(&a), &Nd::of(&b)], |v| binary_ref(kind, v[0], v[1])), dtype);
+                let expected = to_tensor(
+                    &zip_nd(&[&Nd::of(&a), &Nd::of(&b)], |v| {
+                        binary_ref(kind, v[0], v[1])
+                    }),
+                    dtype,
+                );
                 check(&g, &[("a", &a), ("b", &b)], &[], &[expected], 4.0);
             }
         }
@@ -152,8 +182,12 @@ fn binary_ints() {
             continue;
         }
         for dtype in INTS {
-            for (sa, ya, sb, yb) in binary_shapes() {
-                let (lo, hi) = if dtype == DType::U8 { (0.0, 15.0) } else { (-10.0, 10.0) };
+            for ((sa, ya), (sb, yb)) in binary_shapes() {
+                let (lo, hi) = if dtype == DType::U8 {
+                    (0.0, 15.0)
+                } else {
+                    (-10.0, 10.0)
+                };
                 let a = random(&mut rng, dtype, &sa, lo, hi);
                 let mut b = random(&mut rng, dtype, &sb, lo, hi);
                 if matches!(kind, BinaryOp::Div | BinaryOp::Rem) {
@@ -161,7 +195,10 @@ fn binary_ints() {
                     b = to_tensor(&nd, dtype);
                 }
                 let g = graph_of(
-                    &[("a", dtype, declared(&sa, &ya)), ("b", dtype, declared(&sb, &yb))],
+                    &[
+                        ("a", dtype, declared(&sa, &ya)),
+                        ("b", dtype, declared(&sb, &yb)),
+                    ],
                     |bld, i| bld.binary(kind, i[0], i[1]).unwrap(),
                 );
                 let int_ref = |v: &[f64]| match kind {
@@ -181,9 +218,13 @@ fn integer_division_by_zero_is_zero_not_a_panic() {
         let a = to_tensor(&Nd::new(&[3], vec![7.0, 0.0, 5.0]), dtype);
         let b = to_tensor(&Nd::new(&[3], vec![0.0, 0.0, 2.0]), dtype);
         for (kind, last) in [(BinaryOp::Div, 2.0), (BinaryOp::Rem, 1.0)] {
-            let g = graph_of(&[("a", dtype, declared(&[3], &[])), ("b", dtype, declared(&[3], &[]))], |bld, i| {
-                bld.binary(kind, i[0], i[1]).unwrap()
-            });
+            let g = graph_of(
+                &[
+                    ("a", dtype, declared(&[3], &[])),
+                    ("b", dtype, declared(&[3], &[])),
+                ],
+                |bld, i| bld.binary(kind, i[0], i[1]).unwrap(),
+            );
             let expected = to_tensor(&Nd::new(&[3], vec![0.0, 0.0, last]), dtype);
             check(&g, &[("a", &a), ("b", &b)], &[], &[expected], 1.0);
         }
@@ -198,14 +239,41 @@ fn comparisons() {
             if dtype == DType::Bool && !matches!(kind, CompareOp::Eq | CompareOp::Ne) {
                 continue;
             }
-            for (sa, ya, sb, yb) in binary_shapes().into_iter().take(5) {
+            for ((sa, ya), (sb, yb)) in binary_shapes().into_iter().take(5) {
                 // Small integer values so that ties happen.
-                let (lo, hi) = if dtype == DType::Bool { (0.0, 1.0) } else { (0.0, 3.0) };
+                let (lo, hi) = if dtype == DType::Bool {
+                    (0.0, 1.0)
+                } else {
+                    (0.0, 3.0)
+                };
                 let round = |t: HostTensor| to_tensor(&Nd::of(&t).map(f64::round), dtype);
-                let a = round(random(&mut rng, if dtype == DType::Bool { DType::F32 } else { dtype }, &sa, lo, hi));
-                let b = round(random(&mut rng, if dtype == DType::Bool { DType::F32 } else { dtype }, &sb, lo, hi));
+                let a = round(random(
+                    &mut rng,
+                    if dtype == DType::Bool {
+                        DType::F32
+                    } else {
+                        dtype
+                    },
+                    &sa,
+                    lo,
+                    hi,
+                ));
+                let b = round(random(
+                    &mut rng,
+                    if dtype == DType::Bool {
+                        DType::F32
+                    } else {
+                        dtype
+                    },
+                    &sb,
+                    lo,
+                    hi,
+                ));
                 let g = graph_of(
-                    &[("a", dtype, declared(&sa, &ya)), ("b", dtype, declared(&sb, &yb))],
+                    &[
+                        ("a", dtype, declared(&sa, &ya)),
+                        ("b", dtype, declared(&sb, &yb)),
+                    ],
                     |bld, i| bld.compare(kind, i[0], i[1]).unwrap(),
                 );
                 let f = |v: &[f64]| {
@@ -230,7 +298,10 @@ fn comparisons() {
 fn select_broadcasts_three_ways() {
     let mut rng = Rng(6);
     for dtype in FLOATS.into_iter().chain(INTS).chain([DType::Bool]) {
-        let cond = to_tensor(&Nd::of(&random(&mut rng, DType::F32, &[3, 1, 5], 0.0, 1.0)).map(f64::round), DType::Bool);
+        let cond = to_tensor(
+            &Nd::of(&random(&mut rng, DType::F32, &[3, 1, 5], 0.0, 1.0)).map(f64::round),
+            DType::Bool,
+        );
         let make = |rng: &mut Rng, shape: &[usize]| {
             let t = random(rng, DType::F32, shape, 0.0, 5.0);
             to_tensor(&Nd::of(&t).map(f64::round), dtype)
@@ -246,10 +317,18 @@ fn select_broadcasts_three_ways() {
             |bld, i| bld.select(i[0], i[1], i[2]).unwrap(),
         );
         let expected = to_tensor(
-            &zip_nd(&[&Nd::of(&cond), &Nd::of(&a), &Nd::of(&b)], |v| if v[0] != 0.0 { v[1] } else { v[2] }),
+            &zip_nd(&[&Nd::of(&cond), &Nd::of(&a), &Nd::of(&b)], |v| {
+                if v[0] != 0.0 { v[1] } else { v[2] }
+            }),
             dtype,
         );
-        check(&g, &[("c", &cond), ("a", &a), ("b", &b)], &[], &[expected], 1.0);
+        check(
+            &g,
+            &[("c", &cond), ("a", &a), ("b", &b)],
+            &[],
+            &[expected],
+            1.0,
+        );
     }
 }
 
@@ -262,7 +341,11 @@ fn cast_ref(x: &HostTensor, to: DType) -> HostTensor {
         vals.iter()
             .map(|&v| match to {
                 DType::Bool => f64::from(u8::from(v != 0.0)),
-                DType::I32 => f64::from(if from_float { v as i32 } else { v as i64 as i32 }),
+                DType::I32 => f64::from(if from_float {
+                    v as i32
+                } else {
+                    v as i64 as i32
+                }),
                 DType::I64 => (v as i64) as f64,
                 DType::I8 => f64::from(if from_float { v as i8 } else { v as i64 as i8 }),
                 DType::U8 => f64::from(if from_float { v as u8 } else { v as i64 as u8 }),
@@ -281,19 +364,26 @@ fn casts_between_every_pair_of_dtypes() {
     for from in DType::ALL {
         for to in DType::ALL {
             let x = match from {
-                DType::Bool => to_tensor(&Nd::of(&random(&mut rng, DType::F32, &[4, 8], 0.0, 1.0)).map(f64::round), DType::Bool),
+                DType::Bool => to_tensor(
+                    &Nd::of(&random(&mut rng, DType::F32, &[4, 8], 0.0, 1.0)).map(f64::round),
+                    DType::Bool,
+                ),
                 DType::U8 => random(&mut rng, from, &[4, 8], 0.0, 255.0),
                 DType::I8 => random(&mut rng, from, &[4, 8], -128.0, 127.0),
                 d if d.is_float() => random(&mut rng, from, &[4, 8], -300.0, 300.0),
                 _ => random(&mut rng, from, &[4, 8], -100_000.0, 100_000.0),
             };
-            let g = graph_of(&[("x", from, declared(&[4, 8], &[(0, "n")]))], |b, i| b.cast(i[0], to).unwrap());
+            let g = graph_of(&[("x", from, declared(&[4, 8], &[(0, "n")]))], |b, i| {
+                b.cast(i[0], to).unwrap()
+            });
             check(&g, &[("x", &x)], &[], &[cast_ref(&x, to)], 1.0);
         }
     }
     // Saturation and NaN.
     let x = HostTensor::from_vec(vec![1e10f32, -1e10, f32::NAN, 2.9, -2.9], [5]).unwrap();
-    let g = graph_of(&[("x", DType::F32, declared(&[5], &[]))], |b, i| b.cast(i[0], DType::I32).unwrap());
+    let g = graph_of(&[("x", DType::F32, declared(&[5], &[]))], |b, i| {
+        b.cast(i[0], DType::I32).unwrap()
+    });
     let expected = HostTensor::from_vec(vec![i32::MAX, i32::MIN, 0, 2, -2], [5]).unwrap();
     check(&g, &[("x", &x)], &[], &[expected], 1.0);
 }

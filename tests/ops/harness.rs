@@ -24,11 +24,20 @@ pub fn assert_close(what: &str, got: &HostTensor, expected: &HostTensor, scale: 
     assert_eq!(got.dtype(), expected.dtype(), "{what}: dtype");
     assert_eq!(got.shape(), expected.shape(), "{what}: shape");
     let (atol, rtol) = tolerance(got.dtype(), scale);
-    for (i, (g, e)) in got.to_f64_vec().iter().zip(expected.to_f64_vec()).enumerate() {
+    for (i, (g, e)) in got
+        .to_f64_vec()
+        .iter()
+        .zip(expected.to_f64_vec())
+        .enumerate()
+    {
         let ok = (g.is_nan() && e.is_nan())
             || (g - e).abs() <= atol
             || relative_eq!(*g, e, epsilon = atol, max_relative = rtol);
-        assert!(ok, "{what}: element {i}: got {g}, expected {e} ({:?})", got.dtype());
+        assert!(
+            ok,
+            "{what}: element {i}: got {g}, expected {e} ({:?})",
+            got.dtype()
+        );
     }
 }
 
@@ -79,7 +88,12 @@ pub fn check_on<B: Backend>(
             .unwrap_or_else(|e| panic!("{label}: run failed: {e}\n{graph}"));
         assert_eq!(out.len(), expected.len());
         for (i, (g, e)) in out.iter().zip(expected).enumerate() {
-            assert_close(&format!("{label} round {round} output {i}\n{graph}"), g, e, scale);
+            assert_close(
+                &format!("{label} round {round} output {i}\n{graph}"),
+                g,
+                e,
+                scale,
+            );
         }
     }
 }

@@ -6,7 +6,11 @@ use crate::reference::{FLOATS, Nd, Rng, indices, random, to_tensor};
 /// Naive batched matmul with numpy batch broadcasting and transpose flags.
 fn matmul_ref(a: &Nd, b: &Nd, ta: bool, tb: bool) -> Nd {
     let (ra, rb) = (a.shape.len(), b.shape.len());
-    let (m, k) = if ta { (a.shape[ra - 1], a.shape[ra - 2]) } else { (a.shape[ra - 2], a.shape[ra - 1]) };
+    let (m, k) = if ta {
+        (a.shape[ra - 1], a.shape[ra - 2])
+    } else {
+        (a.shape[ra - 2], a.shape[ra - 1])
+    };
     let n = if tb { b.shape[rb - 2] } else { b.shape[rb - 1] };
     let batch = crate::reference::broadcast_shape(&[&a.shape[..ra - 2], &b.shape[..rb - 2]]);
     let mut out_shape = batch.clone();
@@ -15,18 +19,34 @@ fn matmul_ref(a: &Nd, b: &Nd, ta: bool, tb: bool) -> Nd {
         let rank = t.shape.len();
         let own = &t.shape[..rank - 2];
         let off = bidx.len() - own.len();
-        let mut idx: Vec<usize> = own.iter().enumerate().map(|(i, d)| if *d == 1 { 0 } else { bidx[off + i] }).collect();
+        let mut idx: Vec<usize> = own
+            .iter()
+            .enumerate()
+            .map(|(i, d)| if *d == 1 { 0 } else { bidx[off + i] })
+            .collect();
         idx.extend([r, c]);
         t.at(&idx)
     };
     let data = indices(&out_shape)
         .iter()
         .map(|idx| {
-            let (bidx, i, j) = (&idx[..idx.len() - 2], idx[idx.len() - 2], idx[idx.len() - 1]);
+            let (bidx, i, j) = (
+                &idx[..idx.len() - 2],
+                idx[idx.len() - 2],
+                idx[idx.len() - 1],
+            );
             (0..k)
                 .map(|p| {
-                    let av = if ta { pick(a, bidx, p, i) } else { pick(a, bidx, i, p) };
-                    let bv = if tb { pick(b, bidx, j, p) } else { pick(b, bidx, p, j) };
+                    let av = if ta {
+                        pick(a, bidx, p, i)
+                    } else {
+                        pick(a, bidx, i, p)
+                    };
+                    let bv = if tb {
+                        pick(b, bidx, j, p)
+                    } else {
+                        pick(b, bidx, p, j)
+                    };
                     av * bv
                 })
                 .sum()
@@ -39,7 +59,14 @@ fn matmul_ref(a: &Nd, b: &Nd, ta: bool, tb: bool) -> Nd {
 fn matmul_shapes_transposes_and_batches() {
     let mut rng = Rng(11);
     // (a shape, a runtime dims, b shape, transpose_a, transpose_b)
-    let cases: Vec<(Vec<usize>, Vec<(usize, &str)>, Vec<usize>, bool, bool)> = vec![
+    type Case = (
+        Vec<usize>,
+        Vec<(usize, &'static str)>,
+        Vec<usize>,
+        bool,
+        bool,
+    );
+    let cases: Vec<Case> = vec![
         (vec![5, 7], vec![], vec![7, 3], false, false),
         (vec![7, 5], vec![], vec![7, 3], true, false),
         (vec![5, 7], vec![], vec![3, 7], false, true),
@@ -47,7 +74,13 @@ fn matmul_shapes_transposes_and_batches() {
         (vec![4, 16], vec![(0, "batch")], vec![16, 9], false, false),
         (vec![2, 3, 4, 5], vec![], vec![2, 3, 5, 6], false, false),
         (vec![2, 1, 4, 5], vec![], vec![3, 5, 6], false, false),
-        (vec![3, 6, 10], vec![(0, "b"), (1, "s")], vec![10, 4], false, false),
+        (
+            vec![3, 6, 10],
+            vec![(0, "b"), (1, "s")],
+            vec![10, 4],
+            false,
+            false,
+        ),
         (vec![3, 6, 10], vec![], vec![4, 10], false, true),
         (vec![70, 300], vec![], vec![300, 40], false, false),
         (vec![300, 70], vec![], vec![40, 300], true, true),
@@ -62,12 +95,26 @@ fn matmul_shapes_transposes_and_batches() {
                 transpose_a: *ta,
                 transpose_b: *tb,
             };
-            let g = graph_of(&[("a", dtype, declared(sa, ya)), ("b", dtype, declared(sb, &[]))], |bld, i| {
-                bld.op(op.clone(), &[i[0], i[1]]).unwrap()
-            });
-            let k = if *ta { sa[sa.len() - 2] } else { sa[sa.len() - 1] };
+            let g = graph_of(
+                &[
+                    ("a", dtype, declared(sa, ya)),
+                    ("b", dtype, declared(sb, &[])),
+                ],
+                |bld, i| bld.op(op.clone(), &[i[0], i[1]]).unwrap(),
+            );
+            let k = if *ta {
+                sa[sa.len() - 2]
+            } else {
+                sa[sa.len() - 1]
+            };
             let expected = to_tensor(&matmul_ref(&Nd::of(&a), &Nd::of(&b), *ta, *tb), dtype);
-            check(&g, &[("a", &a), ("b", &b)], &[], &[expected], (k as f64).sqrt() * 4.0);
+            check(
+                &g,
+                &[("a", &a), ("b", &b)],
+                &[],
+                &[expected],
+                (k as f64).sqrt() * 4.0,
+            );
         }
     }
 }
@@ -76,9 +123,13 @@ fn matmul_shapes_transposes_and_batches() {
 fn matmul_with_an_empty_inner_dim_is_zero() {
     let a = random(&mut Rng(12), DType::F32, &[3, 0], 0.0, 1.0);
     let b = random(&mut Rng(13), DType::F32, &[0, 2], 0.0, 1.0);
-    let g = graph_of(&[("a", DType::F32, declared(&[3, 0], &[])), ("b", DType::F32, declared(&[0, 2], &[]))], |bld, i| {
-        bld.matmul(i[0], i[1]).unwrap()
-    });
+    let g = graph_of(
+        &[
+            ("a", DType::F32, declared(&[3, 0], &[])),
+            ("b", DType::F32, declared(&[0, 2], &[])),
+        ],
+        |bld, i| bld.matmul(i[0], i[1]).unwrap(),
+    );
     let expected = to_tensor(&Nd::new(&[3, 2], vec![0.0; 6]), DType::F32);
     check(&g, &[("a", &a), ("b", &b)], &[], &[expected], 1.0);
 }

@@ -16,7 +16,11 @@ fn reduce_ref(x: &Nd, axes: &[usize], keep_dims: bool, f: impl Fn(&[f64]) -> f64
         .map(|out| {
             let vals: Vec<f64> = indices(&x.shape)
                 .iter()
-                .filter(|idx| idx.iter().enumerate().all(|(i, v)| axes.contains(&i) || *v == out[i]))
+                .filter(|idx| {
+                    idx.iter()
+                        .enumerate()
+                        .all(|(i, v)| axes.contains(&i) || *v == out[i])
+                })
                 .map(|idx| x.at(idx))
                 .collect();
             f(&vals)
@@ -25,7 +29,12 @@ fn reduce_ref(x: &Nd, axes: &[usize], keep_dims: bool, f: impl Fn(&[f64]) -> f64
     let shape: Vec<usize> = if keep_dims {
         kept
     } else {
-        x.shape.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, d)| *d).collect()
+        x.shape
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !axes.contains(i))
+            .map(|(_, d)| *d)
+            .collect()
     };
     Nd::new(&shape, data)
 }
@@ -62,7 +71,10 @@ fn reductions_over_axis_sets() {
                     let g = graph_of(&[("x", dtype, declared(&shape, &[(1, "n")]))], |b, i| {
                         b.reduce(op, i[0], axes, keep_dims).unwrap()
                     });
-                    let expected = to_tensor(&reduce_ref(&Nd::of(&x), axes, keep_dims, |v| combine(op, v)), dtype);
+                    let expected = to_tensor(
+                        &reduce_ref(&Nd::of(&x), axes, keep_dims, |v| combine(op, v)),
+                        dtype,
+                    );
                     check(&g, &[("x", &x)], &[], &[expected], 8.0);
                 }
             }
@@ -78,7 +90,10 @@ fn large_reductions_run_in_parallel() {
         let g = graph_of(&[("x", DType::F32, declared(&shape, &[]))], |b, i| {
             b.reduce(ReduceOp::Sum, i[0], &axes, false).unwrap()
         });
-        let expected = to_tensor(&reduce_ref(&Nd::of(&x), &axes, false, |v| v.iter().sum()), DType::F32);
+        let expected = to_tensor(
+            &reduce_ref(&Nd::of(&x), &axes, false, |v| v.iter().sum()),
+            DType::F32,
+        );
         check(&g, &[("x", &x)], &[], &[expected], 30.0);
     }
 }
@@ -91,20 +106,38 @@ fn argmax_and_argmin() {
             for axis in 0..3 {
                 for keep_dims in [false, true] {
                     let x = random(&mut rng, dtype, &[3, 4, 5], 0.0, 6.0); // small range: ties
-                    let g = graph_of(&[("x", dtype, declared(&[3, 4, 5], &[(0, "n")]))], |b, i| {
-                        b.op(Op::ArgReduce { op, axis, keep_dims }, &[i[0]]).unwrap()
-                    });
+                    let g = graph_of(
+                        &[("x", dtype, declared(&[3, 4, 5], &[(0, "n")]))],
+                        |b, i| {
+                            b.op(
+                                Op::ArgReduce {
+                                    op,
+                                    axis,
+                                    keep_dims,
+                                },
+                                &[i[0]],
+                            )
+                            .unwrap()
+                        },
+                    );
                     let first_best = |v: &[f64]| {
                         let mut best = 0;
                         for (k, x) in v.iter().enumerate() {
-                            let better = if op == ArgReduceOp::ArgMax { *x > v[best] } else { *x < v[best] };
+                            let better = if op == ArgReduceOp::ArgMax {
+                                *x > v[best]
+                            } else {
+                                *x < v[best]
+                            };
                             if better {
                                 best = k;
                             }
                         }
                         best as f64
                     };
-                    let expected = to_tensor(&reduce_ref(&Nd::of(&x), &[axis], keep_dims, first_best), DType::I64);
+                    let expected = to_tensor(
+                        &reduce_ref(&Nd::of(&x), &[axis], keep_dims, first_best),
+                        DType::I64,
+                    );
                     check(&g, &[("x", &x)], &[], &[expected], 1.0);
                 }
             }
@@ -117,10 +150,19 @@ fn cumsum_variants() {
     let mut rng = Rng(24);
     for dtype in FLOATS.into_iter().chain(INTS) {
         for axis in 0..2 {
-            for (exclusive, reverse) in [(false, false), (true, false), (false, true), (true, true)] {
+            for (exclusive, reverse) in [(false, false), (true, false), (false, true), (true, true)]
+            {
                 let x = random(&mut rng, dtype, &[4, 6], 0.0, 9.0);
                 let g = graph_of(&[("x", dtype, declared(&[4, 6], &[(1, "n")]))], |b, i| {
-                    b.op(Op::Cumsum { axis, exclusive, reverse }, &[i[0]]).unwrap()
+                    b.op(
+                        Op::Cumsum {
+                            axis,
+                            exclusive,
+                            reverse,
+                        },
+                        &[i[0]],
+                    )
+                    .unwrap()
                 });
                 let nd = Nd::of(&x);
                 let data = indices(&nd.shape)
@@ -157,9 +199,10 @@ fn softmax_and_log_softmax() {
         for axis in 0..3 {
             for log in [false, true] {
                 let x = random(&mut rng, dtype, &[3, 4, 5], -4.0, 4.0);
-                let g = graph_of(&[("x", dtype, declared(&[3, 4, 5], &[(0, "b")]))], |b, i| {
-                    b.op(Op::Softmax { axis, log }, &[i[0]]).unwrap()
-                });
+                let g = graph_of(
+                    &[("x", dtype, declared(&[3, 4, 5], &[(0, "b")]))],
+                    |b, i| b.op(Op::Softmax { axis, log }, &[i[0]]).unwrap(),
+                );
                 let nd = Nd::of(&x);
                 let data = indices(&nd.shape)
                     .iter()
@@ -200,7 +243,11 @@ fn layer_norm_and_rms_norm() {
             let w = random(&mut rng, dtype, &[features], 0.5, 1.5);
             let bias = random(&mut rng, dtype, &[features], -1.0, 1.0);
             let eps = 1e-5;
-            let mut inputs = vec![("x", dtype, declared(&[2, 3, features], &[(0, "b"), (1, "s")]))];
+            let mut inputs = vec![(
+                "x",
+                dtype,
+                declared(&[2, 3, features], &[(0, "b"), (1, "s")]),
+            )];
             if has_weight {
                 inputs.push(("w", dtype, declared(&[features], &[])));
             }
@@ -210,14 +257,22 @@ fn layer_norm_and_rms_norm() {
             let op = if rms {
                 Op::RmsNorm { eps, has_weight }
             } else {
-                Op::LayerNorm { eps, has_weight, has_bias }
+                Op::LayerNorm {
+                    eps,
+                    has_weight,
+                    has_bias,
+                }
             };
             let g = graph_of(&inputs, |b, i| b.op(op.clone(), i).unwrap());
             let (xv, wv, bv) = (x.to_f64_vec(), w.to_f64_vec(), bias.to_f64_vec());
             let mut out = Vec::new();
             for r in 0..rows {
                 let row = &xv[r * features..(r + 1) * features];
-                let mean = if rms { 0.0 } else { row.iter().sum::<f64>() / features as f64 };
+                let mean = if rms {
+                    0.0
+                } else {
+                    row.iter().sum::<f64>() / features as f64
+                };
                 let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / features as f64;
                 for (j, v) in row.iter().enumerate() {
                     let mut y = (v - mean) / (var + eps).sqrt();

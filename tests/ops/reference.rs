@@ -59,7 +59,10 @@ pub fn indices(shape: &[usize]) -> Vec<Vec<usize>> {
 impl Nd {
     pub fn new(shape: &[usize], data: Vec<f64>) -> Nd {
         assert_eq!(shape.iter().product::<usize>(), data.len());
-        Nd { shape: shape.to_vec(), data }
+        Nd {
+            shape: shape.to_vec(),
+            data,
+        }
     }
 
     pub fn of(t: &HostTensor) -> Nd {

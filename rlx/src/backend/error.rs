@@ -21,6 +21,9 @@ pub enum CompileError {
         /// Its declared shape.
         shape: Shape,
     },
+    /// The worker threads could not be started.
+    #[error("cannot start worker threads: {0}")]
+    Threads(String),
     /// A rewrite pass produced an invalid graph (a bug in the pass).
     #[error("pass `{pass}` produced an invalid graph: {source}")]
     Pass {

@@ -19,6 +19,7 @@ pub use plan::PlanReport;
 use crate::backend::{Backend, CompileError, Executable, RunError};
 use crate::ir::{Graph, Op};
 use crate::tensor::{HostTensor, TensorRef};
+use kernels::layout::with_parallelism;
 use plan::Plan;
 use program::Program;
 use thunk::{Memory, execute};
@@ -122,7 +123,19 @@ impl Backend for CpuBackend {
         let mut static_region = AlignedBytes::default();
         static_region.resize(statics.len());
         static_region.bytes_mut()[..statics.len()].copy_from_slice(&statics);
+        let threads = self.options.threads.max(1);
+        // The global pool serves the default; another count gets a pool of its own.
+        let pool = if threads > 1 && threads != rayon::current_num_threads() {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .map_err(|e| CompileError::Threads(e.to_string()))?;
+            Some(std::sync::Arc::new(pool))
+        } else {
+            None
+        };
         Ok(CpuExecutable {
+            pool,
             bound: vec![false; program.params.len()],
             program,
             options: self.options.clone(),
@@ -177,6 +190,7 @@ enum Source {
 /// A graph compiled for the CPU. See [`CpuBackend`].
 pub struct CpuExecutable {
     program: Program,
+    pool: Option<std::sync::Arc<rayon::ThreadPool>>,
     options: CpuOptions,
     statics: AlignedBytes,
     bound: Vec<bool>,
@@ -187,6 +201,16 @@ pub struct CpuExecutable {
     sources: Vec<Source>,
     provided: Vec<usize>,
     key: Vec<usize>,
+}
+
+impl std::fmt::Debug for CpuExecutable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuExecutable")
+            .field("nodes", &self.program.graph.len())
+            .field("plans", &self.plans.len())
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
 }
 
 impl CpuExecutable {
@@ -398,8 +422,17 @@ impl Executable for CpuExecutable {
             arena[view.offset..view.offset + bytes.len()].copy_from_slice(bytes);
         }
         let memory = Memory::new(arena, self.statics.bytes());
-        for thunk in &plan.thunks {
-            execute(thunk, &memory)?;
+        let threads = self.options.threads;
+        let run = || {
+            with_parallelism(threads > 1, || {
+                plan.thunks
+                    .iter()
+                    .try_for_each(|thunk| execute(thunk, &memory))
+            })
+        };
+        match &self.pool {
+            Some(pool) => pool.install(run)?,
+            None => run()?,
         }
 
         if outputs.len() != plan.outputs.len() {

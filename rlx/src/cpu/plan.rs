@@ -99,8 +99,12 @@ impl Plan {
             if !node.op.is_leaf() {
                 // Shape attributes (reshape and broadcast targets) are bound like node types.
                 let op = match &node.op {
-                    Op::Reshape { .. } => Op::Reshape { shape: Shape::from(dims.as_slice()) },
-                    Op::Broadcast { .. } => Op::Broadcast { shape: Shape::from(dims.as_slice()) },
+                    Op::Reshape { .. } => Op::Reshape {
+                        shape: Shape::from(dims.as_slice()),
+                    },
+                    Op::Broadcast { .. } => Op::Broadcast {
+                        shape: Shape::from(dims.as_slice()),
+                    },
                     other => other.clone(),
                 };
                 let operands: Vec<TensorType> = node

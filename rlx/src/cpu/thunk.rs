@@ -11,7 +11,7 @@ use super::kernels::copy::{self, Word};
 use super::kernels::elementwise as ew;
 use super::kernels::gemm::{self, GemmAcc, GemmPlan};
 use super::kernels::layout::Strided;
-use super::kernels::numeric::{FloatStore, Int};
+use super::kernels::numeric::FloatStore;
 use super::kernels::reduce::{self, Axis3};
 use crate::backend::RunError;
 use crate::ir::{BinaryOp, CompareOp, DType, ReduceOp, UnaryOp};
@@ -247,6 +247,13 @@ pub(crate) struct Memory<'a> {
     arena_len: usize,
     statics: &'a [u8],
 }
+
+// SAFETY: `Memory` is a base pointer plus the static slice, borrowed for one run. Sending it
+// to a pool thread is sound because the thread that made it blocks in `install` until the
+// run ends, and every access goes through views checked disjoint by `Plan::check`.
+unsafe impl Send for Memory<'_> {}
+// SAFETY: as above; shared use only hands out the per-thunk views.
+unsafe impl Sync for Memory<'_> {}
 
 impl<'a> Memory<'a> {
     pub(crate) fn new(arena: &'a mut [u8], statics: &'a [u8]) -> Memory<'a> {
@@ -564,9 +571,9 @@ pub(crate) fn execute(t: &Thunk, mem: &Memory) -> Result<(), RunError> {
             out,
         } => {
             if dtype.is_float() {
-                with_float!(dtype, T => reduce::cumsum(*shape, *exclusive, *reverse, mem.src::<T>(*x), mem.dst(*out), <<T as FloatStore>::Acc as super::kernels::numeric::Real>::ZERO, T::load, |a, b| a + b, T::store))
+                with_float!(dtype, T => reduce::cumsum::<T>(*shape, *exclusive, *reverse, mem.src(*x), mem.dst(*out)))
             } else {
-                with_int!(dtype, T => reduce::cumsum(*shape, *exclusive, *reverse, mem.src::<T>(*x), mem.dst(*out), T::ZERO, |v| v, T::add, |v| v))
+                with_int!(dtype, T => reduce::cumsum::<T>(*shape, *exclusive, *reverse, mem.src(*x), mem.dst(*out)))
             }
         }
         Thunk::Softmax {

@@ -12,6 +12,24 @@ pub(crate) const PARALLEL_MIN: usize = 1 << 15;
 /// Most axes a layout may have after coalescing; index counters live on the stack.
 pub(crate) const MAX_RANK: usize = 16;
 
+thread_local! {
+    /// Whether kernels called on this thread may fan out to rayon (off for one thread).
+    static PARALLEL: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
+
+/// True if `work` elements are worth splitting and this run may use several threads.
+pub(crate) fn parallel(work: usize) -> bool {
+    work >= PARALLEL_MIN && PARALLEL.with(std::cell::Cell::get)
+}
+
+/// Runs `f` with parallel kernels enabled or not on this thread.
+pub(crate) fn with_parallelism<R>(enabled: bool, f: impl FnOnce() -> R) -> R {
+    let previous = PARALLEL.with(|p| p.replace(enabled));
+    let result = f();
+    PARALLEL.with(|p| p.set(previous));
+    result
+}
+
 /// Row-major index space `dims` with one stride vector per operand (in elements).
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Strided<const K: usize> {
@@ -69,14 +87,14 @@ impl<const K: usize> Strided<K> {
             if mergeable {
                 let last = dims.len() - 1;
                 dims[last] *= d;
-                for k in 0..K {
-                    let s = strides[k].len() - 1;
-                    strides[k][s] = self.strides[k][axis];
+                for (merged, own) in strides.iter_mut().zip(&self.strides) {
+                    let s = merged.len() - 1;
+                    merged[s] = own[axis];
                 }
             } else {
                 dims.push(d);
-                for k in 0..K {
-                    strides[k].push(self.strides[k][axis]);
+                for (merged, own) in strides.iter_mut().zip(&self.strides) {
+                    merged.push(own[axis]);
                 }
             }
         }
@@ -141,7 +159,7 @@ impl<const K: usize> Strided<K> {
             return;
         }
         let rows = out.len() / len;
-        if out.len() < PARALLEL_MIN || rows < 2 {
+        if !parallel(out.len()) || rows < 2 {
             self.walk_rows(0, rows, |row, offs, inner| {
                 f(&mut out[row * len..(row + 1) * len], offs, inner)
             });
@@ -164,7 +182,7 @@ impl<const K: usize> Strided<K> {
 /// Applies `f` to disjoint chunks of `out` (with the chunk's start index), in parallel for
 /// large outputs.
 pub(crate) fn for_each_chunk<O: Send>(out: &mut [O], f: impl Fn(usize, &mut [O]) + Sync) {
-    if out.len() < PARALLEL_MIN {
+    if !parallel(out.len()) {
         f(0, out);
         return;
     }

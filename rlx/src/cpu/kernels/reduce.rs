@@ -3,7 +3,7 @@
 
 use rayon::prelude::*;
 
-use super::layout::PARALLEL_MIN;
+use super::layout::parallel;
 use super::numeric::{FloatStore, Int, Real};
 use crate::ir::ReduceOp;
 
@@ -26,7 +26,7 @@ fn per_outer<O: Send>(
     if per_outer == 0 {
         return;
     }
-    if work < PARALLEL_MIN {
+    if !parallel(work) {
         out.chunks_mut(per_outer)
             .enumerate()
             .for_each(|(o, b)| f(o, b));
@@ -37,10 +37,13 @@ fn per_outer<O: Send>(
     }
 }
 
+/// How a reduction folds two partial results.
+type Combine<A> = fn(A, A) -> A;
+
 /// Reduction of floats along the middle axis; accumulates in `T::Acc`.
 pub(crate) fn reduce_float<T: FloatStore>(op: ReduceOp, s: Axis3, x: &[T], out: &mut [T]) {
     type A<T> = <T as FloatStore>::Acc;
-    let (init, combine): (A<T>, fn(A<T>, A<T>) -> A<T>) = match op {
+    let (init, combine): (A<T>, Combine<A<T>>) = match op {
         ReduceOp::Sum | ReduceOp::Mean => (A::<T>::ZERO, |a, b| a + b),
         ReduceOp::Prod => (A::<T>::ONE, |a, b| a * b),
         ReduceOp::Max => (A::<T>::NEG_INFINITY, |a, b| a.maximum(b)),
@@ -131,17 +134,49 @@ pub(crate) fn arg_reduce<T: Copy + Sync>(
     });
 }
 
-/// Running sum along the middle axis.
-pub(crate) fn cumsum<T: Copy + Send + Sync, A: Copy + Send + Sync>(
+/// An element type a running sum accumulates, in its compute type.
+pub(crate) trait ScanElem: Copy + Send + Sync {
+    type Acc: Copy;
+    const ZERO: Self::Acc;
+    fn load(self) -> Self::Acc;
+    fn add(a: Self::Acc, b: Self::Acc) -> Self::Acc;
+    fn store(a: Self::Acc) -> Self;
+}
+
+macro_rules! scan_float {
+    ($($t:ty),*) => {$(
+        impl ScanElem for $t {
+            type Acc = <$t as FloatStore>::Acc;
+            const ZERO: Self::Acc = <Self::Acc as Real>::ZERO;
+            fn load(self) -> Self::Acc { FloatStore::load(self) }
+            fn add(a: Self::Acc, b: Self::Acc) -> Self::Acc { a + b }
+            fn store(a: Self::Acc) -> Self { <$t as FloatStore>::store(a) }
+        }
+    )*};
+}
+scan_float!(f32, f64, half::f16, half::bf16);
+
+macro_rules! scan_int {
+    ($($t:ty),*) => {$(
+        impl ScanElem for $t {
+            type Acc = $t;
+            const ZERO: $t = 0;
+            fn load(self) -> $t { self }
+            fn add(a: $t, b: $t) -> $t { Int::add(a, b) }
+            fn store(a: $t) -> $t { a }
+        }
+    )*};
+}
+scan_int!(i32, i64, i8, u8);
+
+/// Running sum along the middle axis; `exclusive` skips the current element, `reverse`
+/// sums from the end.
+pub(crate) fn cumsum<T: ScanElem>(
     s: Axis3,
     exclusive: bool,
     reverse: bool,
     x: &[T],
     out: &mut [T],
-    zero: A,
-    load: impl Fn(T) -> A + Sync,
-    add: impl Fn(A, A) -> A + Sync,
-    store: impl Fn(A) -> T + Sync,
 ) {
     per_outer(
         out,
@@ -150,17 +185,17 @@ pub(crate) fn cumsum<T: Copy + Send + Sync, A: Copy + Send + Sync>(
         |o, block| {
             let base = o * s.len * s.inner;
             for i in 0..s.inner {
-                let mut acc = zero;
+                let mut acc = T::ZERO;
                 for step in 0..s.len {
                     let k = if reverse { s.len - 1 - step } else { step };
                     let at = k * s.inner + i;
-                    let v = load(x[base + at]);
+                    let v = x[base + at].load();
                     if exclusive {
-                        block[at] = store(acc);
-                        acc = add(acc, v);
+                        block[at] = T::store(acc);
+                        acc = T::add(acc, v);
                     } else {
-                        acc = add(acc, v);
-                        block[at] = store(acc);
+                        acc = T::add(acc, v);
+                        block[at] = T::store(acc);
                     }
                 }
             }

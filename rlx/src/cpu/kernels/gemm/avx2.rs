@@ -1,6 +1,6 @@
 //! The AVX2 + FMA micro-kernel: a 6 x 16 tile of `C` held in twelve 256-bit registers.
 
-use super::{MR, MicroKernel, NR};
+use super::{MR, MicroKernel, NR, Tile};
 
 /// The AVX2 kernel if this CPU has AVX2 and FMA.
 pub(crate) fn f32_kernel() -> Option<MicroKernel<f32>> {
@@ -16,37 +16,26 @@ pub(crate) fn f32_kernel() -> Option<MicroKernel<f32>> {
 /// # Safety
 /// As [`MicroKernel`], and the CPU supports AVX2 and FMA (checked by [`f32_kernel`]).
 #[cfg(target_arch = "x86_64")]
-unsafe fn entry(
-    kc: usize,
-    a: *const f32,
-    b: *const f32,
-    c: *mut f32,
-    ldc: usize,
-    mr: usize,
-    nr: usize,
-    accumulate: bool,
-) {
+unsafe fn entry(kc: usize, a: *const f32, b: *const f32, tile: Tile<f32>) {
     // SAFETY: `f32_kernel` hands out this entry only after detecting AVX2 and FMA; the
     // pointer contract is the caller's.
-    unsafe { kernel_6x16(kc, a, b, c, ldc, mr, nr, accumulate) }
+    unsafe { kernel_6x16(kc, a, b, tile) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn kernel_6x16(
-    kc: usize,
-    a: *const f32,
-    b: *const f32,
-    c: *mut f32,
-    ldc: usize,
-    mr: usize,
-    nr: usize,
-    accumulate: bool,
-) {
+unsafe fn kernel_6x16(kc: usize, a: *const f32, b: *const f32, tile: Tile<f32>) {
     use std::arch::x86_64::*;
-    // SAFETY (whole body): `a` holds kc*6 and `b` kc*16 floats (MicroKernel contract), so
-    // every load below is in bounds; stores stay inside the mr x nr tile of `c`, either
-    // directly (full tile) or through the local buffer (edge tile).
+    let Tile {
+        c,
+        ldc,
+        mr,
+        nr,
+        accumulate,
+    } = tile;
+    // SAFETY: `a` holds kc*6 and `b` kc*16 floats (MicroKernel contract), so every load
+    // below is in bounds; stores stay inside the mr x nr tile of `c`, either directly (full
+    // tile) or through the local buffer (edge tile).
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
         let (mut ap, mut bp) = (a, b);

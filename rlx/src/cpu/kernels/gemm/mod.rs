@@ -12,6 +12,7 @@ mod scalar;
 
 use rayon::prelude::*;
 
+use super::layout::parallel;
 use super::numeric::{FloatStore, Real};
 
 /// Rows of `A` per micro-kernel call.
@@ -22,22 +23,23 @@ const KC: usize = 256;
 const MC: usize = 120;
 const NC: usize = 3072;
 
-/// Multiplies one packed `MR x kc` panel of A by one packed `kc x NR` panel of B into the
-/// `mr x nr` corner of the tile at `c` (row stride `ldc`), adding to it when `accumulate`.
+/// The block of `C` one micro-kernel call writes: the `mr x nr` corner of the tile at `c`
+/// (row stride `ldc`), added to when `accumulate`.
+#[derive(Clone, Copy)]
+pub(crate) struct Tile<E> {
+    pub c: *mut E,
+    pub ldc: usize,
+    pub mr: usize,
+    pub nr: usize,
+    pub accumulate: bool,
+}
+
+/// Multiplies one packed `MR x kc` panel of A by one packed `kc x NR` panel of B into `tile`.
 ///
 /// # Safety
-/// `a` holds `kc * MR` and `b` `kc * NR` readable values; `c` is valid for writes of an
-/// `mr x nr` tile with row stride `ldc`; `mr <= MR`, `nr <= NR`.
-pub(crate) type MicroKernel<E> = unsafe fn(
-    kc: usize,
-    a: *const E,
-    b: *const E,
-    c: *mut E,
-    ldc: usize,
-    mr: usize,
-    nr: usize,
-    accumulate: bool,
-);
+/// `a` holds `kc * MR` and `b` `kc * NR` readable values; `tile.c` is valid for writes of
+/// an `mr x nr` block with row stride `ldc`; `mr <= MR`, `nr <= NR`.
+pub(crate) type MicroKernel<E> = unsafe fn(kc: usize, a: *const E, b: *const E, tile: Tile<E>);
 
 /// The accumulator types GEMM computes in.
 pub(crate) trait GemmAcc: Real + bytemuck::Pod + Default {
@@ -84,7 +86,7 @@ pub(crate) struct GemmPlan {
 impl GemmPlan {
     pub(crate) fn new(dims: GemmDims, threads: usize) -> GemmPlan {
         let kc = dims.k.clamp(1, KC);
-        let nc = dims.n.div_ceil(NR).max(1).min(NC / NR) * NR;
+        let nc = dims.n.div_ceil(NR).clamp(1, NC / NR) * NR;
         let flops = dims.m * dims.n * dims.k;
         let workers = if flops < 1 << 16 { 1 } else { threads.max(1) };
         let m_blocks = dims.m.div_ceil(MC).max(1);
@@ -146,7 +148,7 @@ fn pack_b<S: FloatStore>(
         }
     };
     let out = &mut out[..panels * kc * NR];
-    if kc * nc >= 1 << 16 {
+    if parallel(kc * nc) {
         out.par_chunks_mut(kc * NR).enumerate().for_each(work);
     } else {
         out.chunks_mut(kc * NR).enumerate().for_each(work);
@@ -237,16 +239,14 @@ pub(crate) fn gemm<S: FloatStore>(
                             // tile at `offset` lies inside the m x n output (mr, nr are
                             // clipped to its edge); no other task writes this tile.
                             unsafe {
-                                kernel(
-                                    kc,
-                                    ap.as_ptr(),
-                                    bp.as_ptr(),
-                                    c.0.add(offset),
-                                    d.n,
+                                let tile = Tile {
+                                    c: c.0.add(offset),
+                                    ldc: d.n,
                                     mr,
                                     nr,
                                     accumulate,
-                                )
+                                };
+                                kernel(kc, ap.as_ptr(), bp.as_ptr(), tile)
                             };
                         }
                     }

@@ -1,22 +1,20 @@
 //! Portable micro-kernel: plain loops the compiler vectorizes as it can.
 
-use super::{MR, NR};
+use super::{MR, NR, Tile};
 use crate::cpu::kernels::numeric::Real;
 
 /// See [`super::MicroKernel`].
 ///
 /// # Safety
 /// As [`super::MicroKernel`].
-pub(crate) unsafe fn kernel<E: Real>(
-    kc: usize,
-    a: *const E,
-    b: *const E,
-    c: *mut E,
-    ldc: usize,
-    mr: usize,
-    nr: usize,
-    accumulate: bool,
-) {
+pub(crate) unsafe fn kernel<E: Real>(kc: usize, a: *const E, b: *const E, tile: Tile<E>) {
+    let Tile {
+        c,
+        ldc,
+        mr,
+        nr,
+        accumulate,
+    } = tile;
     // SAFETY: the caller guarantees `a` holds kc*MR and `b` kc*NR values.
     let (a, b) = unsafe {
         (

@@ -1,0 +1,196 @@
+//! After the first run with a binding, `run_into` performs no heap allocation: proven with a
+//! counting global allocator. (One test in this binary, so nothing else allocates meanwhile.)
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rlx::backend::{Backend, Executable};
+use rlx::cpu::{CpuBackend, CpuOptions};
+use rlx::ir::{ArgReduceOp, CompareOp, Dim, Op, ReduceOp, Scalar};
+use rlx::prelude::*;
+use rlx::tensor::HostTensor;
+
+struct Counting;
+
+/// Allocations on any thread (rayon workers included).
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// Allocations on this thread only, unaffected by other threads starting up.
+    static MINE: Cell<usize> = const { Cell::new(0) };
+}
+
+fn count() {
+    ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    MINE.with(|m| m.set(m.get() + 1));
+}
+
+// SAFETY: forwards to the system allocator unchanged; only counts calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count();
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count();
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Touches every kernel family: matmul (transposed), bias add, gelu, layer norm, softmax,
+/// reductions over split axes, argmax, gather, slice, concat, pad, permute, compare, where,
+/// cast, cumsum.
+fn graph(hidden: usize) -> Graph {
+    let mut b = GraphBuilder::new();
+    let seq = Dim::sym("seq");
+    let ids = b.input("ids", DType::I64, [seq.clone()]).unwrap();
+    let table = b.param("table", DType::F32, [50, hidden]).unwrap();
+    let w = b.param("w", DType::F32, [hidden, hidden]).unwrap();
+    let gamma = b.param("gamma", DType::F32, [hidden]).unwrap();
+    let x = b.op(Op::Gather { axis: 0 }, &[table, ids]).unwrap();
+    let h = b
+        .op(
+            Op::MatMul {
+                transpose_a: false,
+                transpose_b: true,
+            },
+            &[x, w],
+        )
+        .unwrap();
+    let h = b.add(h, gamma).unwrap();
+    let h = b.unary(UnaryOp::Gelu, h).unwrap();
+    let h = b
+        .op(
+            Op::LayerNorm {
+                eps: 1e-5,
+                has_weight: true,
+                has_bias: false,
+            },
+            &[h, gamma],
+        )
+        .unwrap();
+    let p = b.softmax(h, 1).unwrap();
+    let t = b.permute(p, &[1, 0]).unwrap();
+    let c = b.concat(&[t, t], 1).unwrap();
+    let s = b
+        .op(
+            Op::Slice {
+                axis: 1,
+                start: 1,
+                stop: None,
+                step: 1,
+            },
+            &[c],
+        )
+        .unwrap();
+    let s = b
+        .op(
+            Op::Pad {
+                pads: vec![(0, 0), (0, 1)],
+                value: Scalar::Float(0.0),
+            },
+            &[s],
+        )
+        .unwrap();
+    let r = b
+        .reshape(s, [Dim::from(hidden), seq.clone(), Dim::from(2)])
+        .unwrap();
+    let total = b.reduce(ReduceOp::Sum, r, &[0, 2], false).unwrap();
+    let best = b
+        .op(
+            Op::ArgReduce {
+                op: ArgReduceOp::ArgMax,
+                axis: 1,
+                keep_dims: false,
+            },
+            &[p],
+        )
+        .unwrap();
+    let half = b.scalar(0.5, DType::F32);
+    let mask = b.compare(CompareOp::Gt, total, half).unwrap();
+    let zero = b.scalar(0.0, DType::F32);
+    let kept = b.select(mask, total, zero).unwrap();
+    let kept = b
+        .op(
+            Op::Cumsum {
+                axis: 0,
+                exclusive: false,
+                reverse: false,
+            },
+            &[kept],
+        )
+        .unwrap();
+    let kept = b.cast(kept, DType::F16).unwrap();
+    b.output("kept", kept).unwrap();
+    b.output("best", best).unwrap();
+    b.finish().unwrap()
+}
+
+/// Allocations `(on this thread, on all threads)` in 20 runs after the first.
+fn allocations_per_run(options: CpuOptions, hidden: usize, seq: usize) -> (usize, usize) {
+    let mut exe = CpuBackend::new(options).compile(&graph(hidden)).unwrap();
+    let table: Vec<f32> = (0..50 * hidden).map(|i| (i % 7) as f32 * 0.1).collect();
+    let w: Vec<f32> = (0..hidden * hidden)
+        .map(|i| (i % 5) as f32 * 0.01)
+        .collect();
+    exe.set_weight(
+        "table",
+        HostTensor::from_vec(table, [50, hidden]).unwrap().view(),
+    )
+    .unwrap();
+    exe.set_weight(
+        "w",
+        HostTensor::from_vec(w, [hidden, hidden]).unwrap().view(),
+    )
+    .unwrap();
+    exe.set_weight(
+        "gamma",
+        HostTensor::from_vec(vec![1.0f32; hidden], [hidden])
+            .unwrap()
+            .view(),
+    )
+    .unwrap();
+    let ids =
+        HostTensor::from_vec((0..seq as i64).map(|i| i % 50).collect::<Vec<_>>(), [seq]).unwrap();
+    let inputs = [("ids", ids.view())];
+    let mut outputs = Vec::new();
+    for _ in 0..3 {
+        exe.run_into(&inputs, &[], &mut outputs).unwrap(); // plans, sizes outputs, warms pools
+    }
+    let (mine, all) = (MINE.with(Cell::get), ALLOCATIONS.load(Ordering::Relaxed));
+    for _ in 0..20 {
+        exe.run_into(&inputs, &[], &mut outputs).unwrap();
+    }
+    assert_eq!(outputs[0].shape(), &[seq]);
+    (
+        MINE.with(Cell::get) - mine,
+        ALLOCATIONS.load(Ordering::Relaxed) - all,
+    )
+}
+
+#[test]
+fn runs_do_not_allocate() {
+    // Small shapes: every kernel runs on the calling thread.
+    assert_eq!(allocations_per_run(CpuOptions::default(), 16, 8).0, 0);
+    // Large shapes on one thread: blocked GEMM with its packing buffers in the arena.
+    let one = CpuOptions {
+        threads: 1,
+        ..CpuOptions::default()
+    };
+    assert_eq!(allocations_per_run(one, 256, 300).0, 0);
+    // Large shapes on every thread. Rayon's job queues grow in blocks as jobs pass through
+    // them, so a parallel run may rarely allocate on some thread; never once per run.
+    let (mine, all) = allocations_per_run(CpuOptions::default(), 256, 300);
+    eprintln!("20 parallel runs: {mine} allocations on the caller, {all} on all threads");
+    assert!(all < 20, "{all} allocations in 20 parallel runs");
+}
