@@ -28,7 +28,8 @@ fn random_graph(rng: &mut Rng) -> Graph {
     let w = b.param("w", DType::F32, [WIDTH, WIDTH]).unwrap();
     let steps = 4 + rng.int(0, 20);
     for _ in 0..steps {
-        let pick = |rng: &mut Rng, pool: &[NodeId]| pool[rng.int(0, pool.len() as i64 - 1) as usize];
+        let pick =
+            |rng: &mut Rng, pool: &[NodeId]| pool[rng.int(0, pool.len() as i64 - 1) as usize];
         let (x, y) = (pick(rng, &pool), pick(rng, &pool));
         let node = match rng.int(0, 9) {
             0 => b.unary(UnaryOp::Tanh, x).unwrap(),
@@ -43,7 +44,16 @@ fn random_graph(rng: &mut Rng) -> Graph {
             6 => {
                 let c = b.concat(&[x, y], 1).unwrap();
                 let start = rng.int(0, WIDTH as i64);
-                b.op(Op::Slice { axis: 1, start, stop: Some(start + WIDTH as i64), step: 1 }, &[c]).unwrap()
+                b.op(
+                    Op::Slice {
+                        axis: 1,
+                        start,
+                        stop: Some(start + WIDTH as i64),
+                        step: 1,
+                    },
+                    &[c],
+                )
+                .unwrap()
             }
             7 => {
                 let t = b.transpose(x, 0, 1).unwrap();
@@ -51,11 +61,22 @@ fn random_graph(rng: &mut Rng) -> Graph {
                 b.transpose(t, 0, 1).unwrap()
             }
             8 => {
-                let r = b.reshape(x, [batch.clone(), Dim::from(2), Dim::from(WIDTH / 2)]).unwrap();
+                let r = b
+                    .reshape(x, [batch.clone(), Dim::from(2), Dim::from(WIDTH / 2)])
+                    .unwrap();
                 let r = b.unary(UnaryOp::Sigmoid, r).unwrap();
                 b.reshape(r, row.clone()).unwrap()
             }
-            _ => b.op(Op::LayerNorm { eps: 1e-5, has_weight: false, has_bias: false }, &[x]).unwrap(),
+            _ => b
+                .op(
+                    Op::LayerNorm {
+                        eps: 1e-5,
+                        has_weight: false,
+                        has_bias: false,
+                    },
+                    &[x],
+                )
+                .unwrap(),
         };
         pool.push(node);
     }
@@ -67,12 +88,19 @@ fn random_graph(rng: &mut Rng) -> Graph {
     b.finish().unwrap()
 }
 
-fn run(options: CpuOptions, graph: &Graph, inputs: &[(String, HostTensor)], w: &HostTensor) -> (Vec<HostTensor>, rlx::cpu::PlanReport) {
+fn run(
+    options: CpuOptions,
+    graph: &Graph,
+    inputs: &[(String, HostTensor)],
+    w: &HostTensor,
+) -> (Vec<HostTensor>, rlx::cpu::PlanReport) {
     let mut exe = CpuBackend::new(options).compile(graph).unwrap();
     exe.set_weight("w", w.view()).unwrap();
     let views: Vec<_> = inputs.iter().map(|(n, t)| (n.as_str(), t.view())).collect();
     let out = exe.run(&views, &[]).unwrap();
-    let report = exe.plan_report(&[("batch", inputs[0].1.shape()[0])]).unwrap();
+    let report = exe
+        .plan_report(&[("batch", inputs[0].1.shape()[0])])
+        .unwrap();
     (out, report)
 }
 
@@ -90,21 +118,42 @@ fn random_graphs_plan_safely_and_deterministically() {
             .inputs()
             .map(|(_, n)| {
                 let name = n.name.clone().unwrap();
-                (name, random(&mut rng, DType::F32, &[batch, WIDTH], -1.0, 1.0))
+                (
+                    name,
+                    random(&mut rng, DType::F32, &[batch, WIDTH], -1.0, 1.0),
+                )
             })
             .collect();
         let w = random(&mut rng, DType::F32, &[WIDTH, WIDTH], -0.5, 0.5);
 
         let (plain, report) = run(CpuOptions::default(), &graph, &inputs, &w);
-        let poisoned = CpuOptions { poison: true, ..CpuOptions::default() };
-        let no_reuse = CpuOptions { reuse_memory: false, poison: true, ..CpuOptions::default() };
-        let unoptimized = CpuOptions { optimize: false, poison: true, ..CpuOptions::default() };
-        for (label, options) in [("poison", poisoned), ("no-reuse", no_reuse), ("unoptimized", unoptimized)] {
+        let poisoned = CpuOptions {
+            poison: true,
+            ..CpuOptions::default()
+        };
+        let no_reuse = CpuOptions {
+            reuse_memory: false,
+            poison: true,
+            ..CpuOptions::default()
+        };
+        let unoptimized = CpuOptions {
+            optimize: false,
+            poison: true,
+            ..CpuOptions::default()
+        };
+        for (label, options) in [
+            ("poison", poisoned),
+            ("no-reuse", no_reuse),
+            ("unoptimized", unoptimized),
+        ] {
             let (out, _) = run(options, &graph, &inputs, &w);
             assert_eq!(bits(&out), bits(&plain), "case {case} {label}\n{graph}");
         }
         for t in &plain {
-            assert!(t.to_f64_vec().iter().all(|v| v.is_finite()), "case {case}: poison leaked\n{graph}");
+            assert!(
+                t.to_f64_vec().iter().all(|v| v.is_finite()),
+                "case {case}: poison leaked\n{graph}"
+            );
         }
 
         assert!(report.peak_bytes >= report.lower_bound, "case {case}");
@@ -113,7 +162,10 @@ fn random_graphs_plan_safely_and_deterministically() {
             for b in &buffers[i + 1..] {
                 let live_together = a.2 <= b.3 && b.2 <= a.3;
                 let disjoint = a.0 + a.1 <= b.0 || b.0 + b.1 <= a.0 || a.1 == 0 || b.1 == 0;
-                assert!(!live_together || disjoint, "case {case}: {a:?} overlaps {b:?}\n{graph}");
+                assert!(
+                    !live_together || disjoint,
+                    "case {case}: {a:?} overlaps {b:?}\n{graph}"
+                );
             }
         }
     }

@@ -37,6 +37,12 @@ unsafe fn kernel_6x16(kc: usize, a: *const f32, b: *const f32, tile: Tile<f32>) 
     // below is in bounds; stores stay inside the mr x nr tile of `c`, either directly (full
     // tile) or through the local buffer (edge tile).
     unsafe {
+        // Start fetching the C tile now so it has arrived when the k-loop ends.
+        for i in 0..mr {
+            let row = c.add(i * ldc).cast::<i8>();
+            _mm_prefetch::<_MM_HINT_T0>(row);
+            _mm_prefetch::<_MM_HINT_T0>(row.add(60.min(4 * nr - 4)));
+        }
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
         let (mut ap, mut bp) = (a, b);
         for _ in 0..kc {

@@ -71,59 +71,83 @@ pub(crate) struct GemmDims {
     pub b_cs: usize,
 }
 
-/// How the work of one product is split, fixed when the plan is made.
+/// How the rows or columns of `C` are split between workers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Split {
+    Rows,
+    Columns,
+}
+
+/// How the work of one product is divided, fixed when the plan is made.
+///
+/// Each worker computes a disjoint slice of `C` (a range of columns when `N` is the longer
+/// side, of rows otherwise) as an independent single-threaded product with its own packing
+/// buffers, so workers share nothing but the read-only operands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct GemmPlan {
     pub dims: GemmDims,
     kc: usize,
     nc: usize,
-    /// Column ranges per row block, so small-`m` products still use every worker.
-    n_splits: usize,
-    /// Workers, each with its own packed-`A` slot.
+    split: Split,
+    /// Rows or columns per worker (a multiple of `MR` or `NR`).
+    chunk: usize,
+    /// Workers, each with its own scratch slot.
     pub workers: usize,
 }
 
 impl GemmPlan {
     pub(crate) fn new(dims: GemmDims, threads: usize) -> GemmPlan {
         let kc = dims.k.clamp(1, KC);
-        let nc = dims.n.div_ceil(NR).clamp(1, NC / NR) * NR;
         let flops = dims.m * dims.n * dims.k;
-        let workers = if flops < 1 << 16 { 1 } else { threads.max(1) };
-        let m_blocks = dims.m.div_ceil(MC).max(1);
-        let n_splits = workers.div_ceil(m_blocks).max(1);
+        let wanted = if flops < 1 << 18 { 1 } else { threads.max(1) };
+        // Split the longer side of C into equal ranges: each worker then re-packs only the
+        // operand along the shorter side, a small fraction of its work.
+        let (split, unit, len) = if dims.n.div_ceil(NR) * NR > dims.m {
+            (Split::Columns, NR, dims.n)
+        } else {
+            (Split::Rows, MR, dims.m)
+        };
+        let units = len.div_ceil(unit).max(1);
+        let workers = wanted.min(units);
+        let chunk = units.div_ceil(workers) * unit;
+        let workers = len.div_ceil(chunk).max(1);
+        let cols = if split == Split::Columns {
+            chunk.min(dims.n)
+        } else {
+            dims.n
+        };
+        let nc = cols.div_ceil(NR).clamp(1, NC / NR) * NR;
         GemmPlan {
             dims,
             kc,
             nc,
-            n_splits,
+            split,
+            chunk,
             workers,
         }
     }
 
-    fn packed_a_len(&self) -> usize {
-        MC * self.kc
-    }
-
-    fn packed_b_len(&self) -> usize {
-        self.nc * self.kc
+    fn slot_len(&self) -> usize {
+        self.nc * self.kc + MC * self.kc
     }
 
     /// Scratch elements of the accumulator type the product needs.
     pub(crate) fn scratch_len(&self) -> usize {
-        self.packed_b_len() + self.workers * self.packed_a_len()
+        self.workers * self.slot_len()
     }
 }
 
-/// A pointer to `C` shared by tasks that write disjoint tiles.
+/// A pointer to `C` shared by workers that write disjoint slices of it.
 #[derive(Clone, Copy)]
-struct TilePtr<E>(*mut E);
-// SAFETY: tasks write disjoint tiles of C (distinct row blocks or column ranges), and the
-// pointer outlives the parallel section, which joins before `gemm` returns.
-unsafe impl<E> Send for TilePtr<E> {}
-// SAFETY: as above; shared access only hands out disjoint tiles.
-unsafe impl<E> Sync for TilePtr<E> {}
+struct SharedC<E>(*mut E);
+// SAFETY: workers write disjoint row or column ranges of C, and the pointer outlives the
+// parallel section, which joins before `gemm` returns.
+unsafe impl<E> Send for SharedC<E> {}
+// SAFETY: as above; shared access only hands out disjoint slices.
+unsafe impl<E> Sync for SharedC<E> {}
 
-/// Packs rows `p0..p0+kc` and columns `j0..j0+nc` of B into `NR`-wide panels (zero-padded).
+/// Packs rows `p0..p0+kc` and columns `j0..j0+nc` of B into `NR`-wide panels, zero-padded.
+/// Walks B row by row (or column by column when transposed) to stay on few pages.
 fn pack_b<S: FloatStore>(
     d: &GemmDims,
     b: &[S],
@@ -134,28 +158,37 @@ fn pack_b<S: FloatStore>(
     out: &mut [S::Acc],
 ) {
     let panels = nc.div_ceil(NR);
-    let work = |(jp, panel): (usize, &mut [S::Acc])| {
+    let zero = <S::Acc as Real>::ZERO;
+    if d.b_cs == 1 {
         for p in 0..kc {
-            let row = &mut panel[p * NR..(p + 1) * NR];
-            for (jj, slot) in row.iter_mut().enumerate() {
-                let j = j0 + jp * NR + jj;
-                *slot = if j < j0 + nc {
-                    b[(p0 + p) * d.b_rs + j * d.b_cs].load()
-                } else {
-                    <S::Acc as Real>::ZERO
-                };
+            let row = &b[(p0 + p) * d.b_rs + j0..][..nc];
+            for jp in 0..panels {
+                let dst = &mut out[jp * kc * NR + p * NR..][..NR];
+                let src = &row[jp * NR..row.len().min((jp + 1) * NR)];
+                for (o, v) in dst.iter_mut().zip(src) {
+                    *o = v.load();
+                }
+                dst[src.len()..].fill(zero);
             }
         }
-    };
-    let out = &mut out[..panels * kc * NR];
-    if parallel(kc * nc) {
-        out.par_chunks_mut(kc * NR).enumerate().for_each(work);
     } else {
-        out.chunks_mut(kc * NR).enumerate().for_each(work);
+        for jp in 0..panels {
+            let panel = &mut out[jp * kc * NR..][..kc * NR];
+            for jj in 0..NR {
+                let j = j0 + jp * NR + jj;
+                if j >= j0 + nc {
+                    (0..kc).for_each(|p| panel[p * NR + jj] = zero);
+                    continue;
+                }
+                for p in 0..kc {
+                    panel[p * NR + jj] = b[(p0 + p) * d.b_rs + j * d.b_cs].load();
+                }
+            }
+        }
     }
 }
 
-/// Packs rows `i0..i0+mc` and columns `p0..p0+kc` of A into `MR`-tall panels.
+/// Packs rows `i0..i0+mc` and columns `p0..p0+kc` of A into `MR`-tall panels, zero-padded.
 fn pack_a<S: FloatStore>(
     d: &GemmDims,
     a: &[S],
@@ -165,18 +198,76 @@ fn pack_a<S: FloatStore>(
     kc: usize,
     out: &mut [S::Acc],
 ) {
+    let zero = <S::Acc as Real>::ZERO;
     for (ip, panel) in out[..mc.div_ceil(MR) * MR * kc]
         .chunks_mut(MR * kc)
         .enumerate()
     {
-        for p in 0..kc {
-            for ii in 0..MR {
-                let i = i0 + ip * MR + ii;
-                panel[p * MR + ii] = if i < i0 + mc {
-                    a[i * d.a_rs + (p0 + p) * d.a_cs].load()
-                } else {
-                    <S::Acc as Real>::ZERO
-                };
+        for ii in 0..MR {
+            let i = i0 + ip * MR + ii;
+            if i >= i0 + mc {
+                (0..kc).for_each(|p| panel[p * MR + ii] = zero);
+            } else if d.a_cs == 1 {
+                let row = &a[i * d.a_rs + p0..][..kc];
+                for (p, v) in row.iter().enumerate() {
+                    panel[p * MR + ii] = v.load();
+                }
+            } else {
+                for p in 0..kc {
+                    panel[p * MR + ii] = a[i * d.a_rs + (p0 + p) * d.a_cs].load();
+                }
+            }
+        }
+    }
+}
+
+/// One worker's product: `C[rows, cols] = A[rows, :] · B[:, cols]` on the calling thread.
+#[allow(clippy::too_many_arguments)]
+fn serial<S: FloatStore>(
+    plan: &GemmPlan,
+    kernel: MicroKernel<S::Acc>,
+    a: &[S],
+    b: &[S],
+    c: SharedC<S::Acc>,
+    rows: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+    slot: &mut [S::Acc],
+) where
+    S::Acc: GemmAcc,
+{
+    let d = plan.dims;
+    let (packed_b, packed_a) = slot.split_at_mut(plan.nc * plan.kc);
+    for j0 in cols.clone().step_by(plan.nc) {
+        let nc = plan.nc.min(cols.end - j0);
+        for p0 in (0..d.k).step_by(plan.kc) {
+            let kc = plan.kc.min(d.k - p0);
+            let accumulate = p0 > 0;
+            pack_b(&d, b, p0, kc, j0, nc, packed_b);
+            for i0 in rows.clone().step_by(MC) {
+                let mc = MC.min(rows.end - i0);
+                pack_a(&d, a, i0, mc, p0, kc, packed_a);
+                for jp in 0..nc.div_ceil(NR) {
+                    let nr = NR.min(nc - jp * NR);
+                    let bp = &packed_b[jp * kc * NR..];
+                    for ip in 0..mc.div_ceil(MR) {
+                        let mr = MR.min(mc - ip * MR);
+                        let ap = &packed_a[ip * kc * MR..];
+                        let offset = (i0 + ip * MR) * d.n + j0 + jp * NR;
+                        // SAFETY: the panels hold kc*MR and kc*NR packed values; the tile
+                        // at `offset` lies inside the m x n output (mr and nr are clipped to
+                        // this worker's rows and columns), which no other worker writes.
+                        unsafe {
+                            let tile = Tile {
+                                c: c.0.add(offset),
+                                ldc: d.n,
+                                mr,
+                                nr,
+                                accumulate,
+                            };
+                            kernel(kc, ap.as_ptr(), bp.as_ptr(), tile)
+                        };
+                    }
+                }
             }
         }
     }
@@ -203,65 +294,25 @@ pub(crate) fn gemm<S: FloatStore>(
         c[..d.m * d.n].fill(<S::Acc as Real>::ZERO);
         return;
     }
-    let (packed_b, packed_a) = scratch.split_at_mut(plan.packed_b_len());
-    let c_ptr = TilePtr(c.as_mut_ptr());
-    let m_blocks = d.m.div_ceil(MC);
-    let tasks = m_blocks * plan.n_splits;
-    for j0 in (0..d.n).step_by(plan.nc) {
-        let nc = plan.nc.min(d.n - j0);
-        let panels = nc.div_ceil(NR);
-        let panels_per_split = panels.div_ceil(plan.n_splits);
-        for p0 in (0..d.k).step_by(plan.kc) {
-            let kc = plan.kc.min(d.k - p0);
-            let accumulate = p0 > 0;
-            pack_b(&d, b, p0, kc, j0, nc, packed_b);
-            let packed_b = &*packed_b;
-            let run_worker = |(w, slot): (usize, &mut [S::Acc])| {
-                for task in (w..tasks).step_by(plan.workers) {
-                    let (block, split) = (task / plan.n_splits, task % plan.n_splits);
-                    let i0 = block * MC;
-                    let mc = MC.min(d.m - i0);
-                    let first_panel = split * panels_per_split;
-                    let last_panel = panels.min(first_panel + panels_per_split);
-                    if first_panel >= last_panel {
-                        continue;
-                    }
-                    pack_a(&d, a, i0, mc, p0, kc, slot);
-                    for jp in first_panel..last_panel {
-                        let nr = NR.min(nc - jp * NR);
-                        let bp = &packed_b[jp * kc * NR..];
-                        for ip in 0..mc.div_ceil(MR) {
-                            let mr = MR.min(mc - ip * MR);
-                            let ap = &slot[ip * kc * MR..];
-                            let offset = (i0 + ip * MR) * d.n + j0 + jp * NR;
-                            let c = c_ptr;
-                            // SAFETY: the panels hold kc*MR and kc*NR packed values; the
-                            // tile at `offset` lies inside the m x n output (mr, nr are
-                            // clipped to its edge); no other task writes this tile.
-                            unsafe {
-                                let tile = Tile {
-                                    c: c.0.add(offset),
-                                    ldc: d.n,
-                                    mr,
-                                    nr,
-                                    accumulate,
-                                };
-                                kernel(kc, ap.as_ptr(), bp.as_ptr(), tile)
-                            };
-                        }
-                    }
-                }
-            };
-            let slots = &mut packed_a[..plan.workers * plan.packed_a_len()];
-            if plan.workers > 1 {
-                slots
-                    .par_chunks_mut(plan.packed_a_len())
-                    .enumerate()
-                    .for_each(run_worker);
-            } else {
-                run_worker((0, slots));
-            }
+    assert!(c.len() >= d.m * d.n, "C is too small for the product");
+    let shared = SharedC(c.as_mut_ptr());
+    let work = |(w, slot): (usize, &mut [S::Acc])| {
+        let (rows, cols) = match plan.split {
+            Split::Rows => (w * plan.chunk..d.m.min((w + 1) * plan.chunk), 0..d.n),
+            Split::Columns => (0..d.m, w * plan.chunk..d.n.min((w + 1) * plan.chunk)),
+        };
+        if !rows.is_empty() && !cols.is_empty() {
+            serial(plan, kernel, a, b, shared, rows, cols, slot);
         }
+    };
+    let slots = &mut scratch[..plan.scratch_len()];
+    if plan.workers > 1 && parallel(d.m * d.n * d.k) {
+        slots
+            .par_chunks_mut(plan.slot_len())
+            .enumerate()
+            .for_each(work);
+    } else {
+        slots.chunks_mut(plan.slot_len()).enumerate().for_each(work);
     }
 }
 

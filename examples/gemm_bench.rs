@@ -1,0 +1,75 @@
+//! SGEMM throughput of the CPU backend, in the output format of
+//! `shared/bench/gemm_bench.py` (numpy), so the two can be compared line by line:
+//!
+//! ```text
+//! cargo run --release --example gemm_bench [-- --threads N]
+//! gemm m=2048 n=2048 k=2048 gflops=160.2 impl=rlx
+//! ```
+//!
+//! Each case is one matmul graph `C[M,N] = A[M,K] @ B[K,N]` compiled once; the figure is
+//! 2·M·N·K over the median time of at least 5 runs and 0.5 s, after 2 warm-up runs.
+
+use std::time::{Duration, Instant};
+
+use rlx::backend::{Backend, Executable};
+use rlx::cpu::{CpuBackend, CpuOptions};
+use rlx::prelude::*;
+use rlx::tensor::HostTensor;
+
+const CASES: [(usize, usize, usize); 7] = [
+    (256, 256, 256),
+    (512, 512, 512),
+    (1024, 1024, 1024),
+    (2048, 2048, 2048),
+    (4096, 384, 384),
+    (4096, 384, 1536),
+    (4096, 1536, 384),
+];
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let threads = args
+        .iter()
+        .position(|a| a == "--threads")
+        .and_then(|i| args.get(i + 1))
+        .map(|t| t.parse())
+        .transpose()?
+        .unwrap_or_else(rayon::current_num_threads);
+    eprintln!("# rlx cpu backend, threads {threads}");
+    let backend = CpuBackend::new(CpuOptions {
+        threads,
+        ..CpuOptions::default()
+    });
+    for (m, k, n) in CASES {
+        let mut b = GraphBuilder::new();
+        let a = b.input("a", DType::F32, [m, k])?;
+        let w = b.input("b", DType::F32, [k, n])?;
+        let c = b.matmul(a, w)?;
+        b.output("c", c)?;
+        let mut exe = backend.compile(&b.finish()?)?;
+        let fill = |len: usize, seed: usize| -> Vec<f32> {
+            (0..len)
+                .map(|i| ((i * 7 + seed) % 13) as f32 / 13.0 - 0.5)
+                .collect()
+        };
+        let a = HostTensor::from_vec(fill(m * k, 1), [m, k])?;
+        let w = HostTensor::from_vec(fill(k * n, 2), [k, n])?;
+        let inputs = [("a", a.view()), ("b", w.view())];
+        let mut outputs = Vec::new();
+        for _ in 0..2 {
+            exe.run_into(&inputs, &[], &mut outputs)?;
+        }
+        let mut times = Vec::new();
+        let started = Instant::now();
+        while times.len() < 5 || started.elapsed() < Duration::from_millis(500) {
+            let t = Instant::now();
+            exe.run_into(&inputs, &[], &mut outputs)?;
+            times.push(t.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        let median = times[times.len() / 2];
+        let gflops = 2.0 * (m * n * k) as f64 / median / 1e9;
+        println!("gemm m={m} n={n} k={k} gflops={gflops:.1} impl=rlx");
+    }
+    Ok(())
+}
