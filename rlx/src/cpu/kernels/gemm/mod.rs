@@ -102,7 +102,7 @@ impl GemmPlan {
         let wanted = if flops < 1 << 18 { 1 } else { threads.max(1) };
         // Split the longer side of C into equal ranges: each worker then re-packs only the
         // operand along the shorter side, a small fraction of its work.
-        let (split, unit, len) = if dims.n.div_ceil(NR) * NR > dims.m {
+        let (split, unit, len) = if dims.n.div_ceil(NR) * NR >= dims.m {
             (Split::Columns, NR, dims.n)
         } else {
             (Split::Rows, MR, dims.m)
