@@ -7,5 +7,6 @@ mod elementwise;
 mod harness;
 mod linalg;
 mod movement;
+mod nn;
 mod reduce;
 mod reference;

@@ -127,6 +127,20 @@ pub enum RunError {
         /// Why.
         reason: String,
     },
+    /// A matrix passed to `solve` is singular.
+    #[error("{op}: the matrix is singular")]
+    Singular {
+        /// The op with its attributes.
+        op: String,
+    },
+    /// A custom op's kernel failed.
+    #[error("custom op {name:?} failed: {message}")]
+    Custom {
+        /// The op's registry name.
+        name: String,
+        /// The kernel's message.
+        message: String,
+    },
     /// An index operand points outside the indexed axis.
     #[error("{op}: index {index} is out of range for an axis of size {size}")]
     IndexOutOfRange {

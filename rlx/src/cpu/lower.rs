@@ -2,9 +2,11 @@
 
 use super::kernels::gemm::{GemmDims, GemmPlan};
 use super::kernels::layout::{Strided, contiguous_strides};
+use super::kernels::linalg::QuantDims;
+use super::kernels::nn::{AttentionDims, KeyRange, MaskLayout, RopeDims, Window};
 use super::kernels::reduce::Axis3;
-use super::thunk::{MatMulThunk, Thunk, View};
-use crate::ir::{ArgReduceOp, DType, Node, Op};
+use super::thunk::{AttentionThunk, ConvThunk, CustomThunk, MatMulThunk, Thunk, View};
+use crate::ir::{ArgReduceOp, AttentionMask, DType, Node, Op, PoolKind, SortOutput};
 
 /// What lowering needs to know about one node.
 pub(crate) struct LowerInput<'a> {
@@ -18,6 +20,78 @@ pub(crate) struct LowerInput<'a> {
     /// Scratch views requested by [`scratch_requests`], in order.
     pub scratch: Vec<View>,
     pub threads: usize,
+    /// The kernel of a custom op, looked up in the backend's registry.
+    pub custom: Option<std::sync::Arc<dyn super::custom::CustomKernel>>,
+}
+
+fn accumulator(dtype: DType) -> DType {
+    if dtype == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
+/// The window geometry of a conv or pool over `[N, C, *spatial]` (1-D as height 1).
+fn window(
+    x: &[usize],
+    out: &[usize],
+    kernel: &[usize],
+    stride: &[usize],
+    padding: &[(usize, usize)],
+    dilation: &[usize],
+) -> Window {
+    let two = |v: &[usize], fill: usize| {
+        if v.len() == 1 {
+            [fill, v[0]]
+        } else {
+            [v[0], v[1]]
+        }
+    };
+    let pads: Vec<usize> = padding.iter().map(|p| p.0).collect();
+    Window {
+        batch: x[0],
+        channels: x[1],
+        in_hw: two(&x[2..], 1),
+        out_hw: two(&out[2..], 1),
+        kernel: two(kernel, 1),
+        stride: two(stride, 1),
+        pad_before: two(&pads, 0),
+        dilation: two(dilation, 1),
+    }
+}
+
+/// The conv's window and the GEMM of one image and group: `[O/g, C/g*KH*KW] x [.., OH*OW]`.
+fn conv_layout(
+    node: &Node,
+    x: &[usize],
+    w: &[usize],
+    out: &[usize],
+    threads: usize,
+) -> Option<(Window, GemmPlan, usize)> {
+    let Op::Conv {
+        stride,
+        padding,
+        dilation,
+        groups,
+    } = &node.op
+    else {
+        return None;
+    };
+    let win = window(x, out, &w[2..], stride, padding, dilation);
+    let taps = w[1] * win.kernel[0] * win.kernel[1];
+    let pixels = win.out_hw[0] * win.out_hw[1];
+    let og = w[0] / groups;
+    let dims = GemmDims {
+        m: og,
+        n: pixels,
+        k: taps,
+        a_rs: taps,
+        a_cs: 1,
+        b_rs: pixels,
+        b_cs: 1,
+    };
+    Some((win, GemmPlan::new(dims, threads), taps * pixels))
 }
 
 fn numel(shape: &[usize]) -> usize {
@@ -114,6 +188,29 @@ pub(crate) fn scratch_requests(
             }
             requests
         }
+        Op::TopK { axis, .. } | Op::Sort { axis, .. } => vec![(DType::I32, operands[0][*axis])],
+        Op::Attention { .. } if numel(out) > 0 => {
+            let seq_k = operands[1][operands[1].len() - 2];
+            vec![(accumulator(node.ty.dtype), threads.max(1) * seq_k.max(1))]
+        }
+        Op::Conv { .. } if numel(out) > 0 => {
+            let (_, plan, col) =
+                conv_layout(node, operands[0], operands[1], out, threads).expect("a conv");
+            let mut requests = vec![
+                (node.ty.dtype, col),
+                (accumulator(node.ty.dtype), plan.scratch_len()),
+            ];
+            if matches!(node.ty.dtype, DType::F16 | DType::BF16) {
+                requests.push((DType::F32, plan.dims.m * plan.dims.n));
+            }
+            requests
+        }
+        Op::Solve => {
+            let a = operands[0];
+            let n = a[a.len() - 1];
+            let k = operands[1][a.len() - 1];
+            vec![(DType::F64, n * n + n * k)]
+        }
         _ => Vec::new(),
     }
 }
@@ -129,6 +226,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
         out_view: out,
         scratch,
         threads,
+        custom,
     } = input;
     let dtype = node.ty.dtype;
     if out.len == 0 {
@@ -331,7 +429,226 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 op: node.op.to_string(),
             }]
         }
-        other => unreachable!("`{}` is rejected by CpuBackend::supports", other.name()),
+        Op::ScatterAdd { axis } => {
+            let s = axis3(shapes[0], *axis, *axis);
+            let layout = Strided {
+                dims: vec![out.len],
+                strides: [vec![1], vec![1]],
+            };
+            vec![
+                copy(dtype, layout, 0, 0, views[0], out),
+                Thunk::ScatterAdd {
+                    dtype,
+                    index: operand_dtype(1),
+                    outer: s.outer,
+                    axis_len: s.len,
+                    inner: s.inner,
+                    indices: views[1],
+                    updates: views[2],
+                    out,
+                    op: node.op.to_string(),
+                },
+            ]
+        }
+        Op::TopK { .. } | Op::Sort { .. } => {
+            let (axis, descending, keep, output) = match &node.op {
+                Op::TopK { k, axis, output } => (*axis, true, *k, *output),
+                Op::Sort {
+                    axis,
+                    descending,
+                    output,
+                } => (*axis, *descending, shapes[0][*axis], *output),
+                _ => unreachable!("matched above"),
+            };
+            let order = View {
+                len: shapes[0][axis],
+                ..scratch[0]
+            };
+            vec![Thunk::Sort {
+                dtype: operand_dtype(0),
+                shape: axis3(shapes[0], axis, axis),
+                descending,
+                keep,
+                indices: output == SortOutput::Indices,
+                x: views[0],
+                out,
+                order,
+            }]
+        }
+        Op::Rope {
+            dims,
+            base,
+            scale,
+            traditional,
+        } => {
+            let rank = out_shape.len();
+            vec![Thunk::Rope {
+                dtype,
+                dims: RopeDims {
+                    batches: numel(&out_shape[..rank - 2]),
+                    seq: out_shape[rank - 2],
+                    features: out_shape[rank - 1],
+                    dims: *dims,
+                    base: *base,
+                    scale: *scale,
+                    traditional: *traditional,
+                },
+                offset: (views.len() > 1).then(|| (views[1], operand_dtype(1))),
+                x: views[0],
+                out,
+            }]
+        }
+        Op::Attention { scale, mask } => {
+            let (q, k) = (shapes[0], shapes[1]);
+            let rank = q.len();
+            let heads = numel(&q[..rank - 2]);
+            let (q_heads_axis, group) = if rank >= 3 {
+                (q[rank - 3], q[rank - 3] / k[rank - 3])
+            } else {
+                (1, 1)
+            };
+            let mut scores_shape = q[..rank - 1].to_vec();
+            scores_shape.push(k[rank - 2]);
+            let mask_layout = (*mask == AttentionMask::Tensor).then(|| {
+                // The mask broadcasts (right-aligned) to [lead.., Sq, Sk]; each flattened head
+                // gets its own offset, since a mask may vary with some leading axes only
+                // (e.g. a [B, 1, 1, Sk] padding mask).
+                let m = shapes[3];
+                let own = contiguous_strides(m);
+                let offset = scores_shape.len() - m.len();
+                let stride = |axis: usize| -> usize {
+                    if axis < offset || m[axis - offset] == 1 {
+                        0
+                    } else {
+                        own[axis - offset]
+                    }
+                };
+                let lead = &q[..rank - 2];
+                let head_offsets = (0..heads)
+                    .map(|flat| {
+                        let (mut rest, mut at) = (flat, 0);
+                        for axis in (0..lead.len()).rev() {
+                            at += (rest % lead[axis]) * stride(axis);
+                            rest /= lead[axis];
+                        }
+                        at
+                    })
+                    .collect();
+                MaskLayout {
+                    head_offsets,
+                    query_stride: stride(rank - 2),
+                    key_stride: stride(rank - 1),
+                }
+            });
+            let keys = match mask {
+                AttentionMask::Causal => KeyRange::Causal { window: None },
+                AttentionMask::SlidingWindow(w) => KeyRange::Causal { window: Some(*w) },
+                _ => KeyRange::All,
+            };
+            vec![Thunk::Attention(Box::new(AttentionThunk {
+                dtype,
+                dims: AttentionDims {
+                    heads,
+                    group,
+                    seq_q: q[rank - 2],
+                    seq_k: k[rank - 2],
+                    head_dim: q[rank - 1],
+                    value_dim: out_shape[rank - 1],
+                    scale: *scale,
+                    keys,
+                    mask: mask_layout,
+                    q_heads_axis,
+                },
+                q: views[0],
+                k: views[1],
+                v: views[2],
+                mask: (*mask == AttentionMask::Tensor).then(|| (views[3], operand_dtype(3))),
+                out,
+                scores: scratch[0],
+            }))]
+        }
+        Op::Pool {
+            kind,
+            kernel,
+            stride,
+            padding,
+        } => {
+            let ones = vec![1; kernel.len()];
+            vec![Thunk::Pool {
+                dtype,
+                window: window(shapes[0], out_shape, kernel, stride, padding, &ones),
+                max: *kind == PoolKind::Max,
+                x: views[0],
+                out,
+            }]
+        }
+        Op::Conv { groups, .. } => {
+            let (window, gemm, _) =
+                conv_layout(node, shapes[0], shapes[1], out_shape, threads).expect("a conv");
+            vec![Thunk::Conv(Box::new(ConvThunk {
+                dtype,
+                window,
+                groups: *groups,
+                out_channels: shapes[1][0],
+                gemm,
+                x: views[0],
+                w: views[1],
+                bias: views.get(2).copied(),
+                out,
+                col: scratch[0],
+                scratch: scratch[1],
+                wide_out: scratch.get(2).copied(),
+            }))]
+        }
+        Op::Solve => {
+            let a = shapes[0];
+            let rank = a.len();
+            let (n, k) = (a[rank - 1], shapes[1][rank - 1]);
+            vec![Thunk::Solve {
+                dtype,
+                batch: numel(&a[..rank - 2]),
+                n,
+                k,
+                a: views[0],
+                b: views[1],
+                out,
+                work: scratch[0],
+                op: node.op.to_string(),
+            }]
+        }
+        Op::QuantizedMatMul { bits, group_size } => {
+            let x = shapes[0];
+            let k = x[x.len() - 1];
+            vec![Thunk::QuantizedMatMul {
+                dtype,
+                dims: QuantDims {
+                    rows: numel(&x[..x.len() - 1]),
+                    n: shapes[1][0],
+                    k,
+                    bits: *bits,
+                    group: *group_size,
+                },
+                x: views[0],
+                w: views[1],
+                scales: views[2],
+                biases: views[3],
+                out,
+            }]
+        }
+        Op::Custom { name, attrs, .. } => vec![Thunk::Custom(Box::new(CustomThunk {
+            name: name.clone(),
+            kernel: custom.expect("compile checks the registry"),
+            attrs: attrs.clone(),
+            inputs: views
+                .iter()
+                .zip(&operand_dtypes)
+                .zip(&shapes)
+                .map(|((v, d), s)| (*v, *d, s.to_vec()))
+                .collect(),
+            out,
+            out_dtype: dtype,
+            out_shape: out_shape.to_vec(),
+        }))],
     }
 }
 

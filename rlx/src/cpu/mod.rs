@@ -6,6 +6,7 @@
 //! Later runs with the same binding reuse it: they copy inputs in, call the thunks in order,
 //! and copy outputs out, without allocating (see `run_into`), hashing or shape arithmetic.
 
+mod custom;
 mod fold;
 pub(crate) mod kernels;
 mod lower;
@@ -14,7 +15,11 @@ mod plan;
 mod program;
 mod thunk;
 
+pub use custom::{CustomInputs, CustomKernel, TensorMut};
 pub use plan::PlanReport;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::backend::{Backend, CompileError, Executable, RunError};
 use crate::ir::{Graph, Op};
@@ -68,15 +73,34 @@ impl Default for CpuOptions {
 /// assert_eq!(y[0].as_slice::<f32>()?, &[4.0, 6.0]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct CpuBackend {
     options: CpuOptions,
+    custom: BTreeMap<String, Arc<dyn CustomKernel>>,
+}
+
+impl std::fmt::Debug for CpuBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuBackend")
+            .field("options", &self.options)
+            .field("custom_ops", &self.custom.keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 impl CpuBackend {
     /// A backend with these settings.
     pub fn new(options: CpuOptions) -> CpuBackend {
-        CpuBackend { options }
+        CpuBackend {
+            options,
+            custom: BTreeMap::new(),
+        }
+    }
+
+    /// Registers the kernel of the custom op `name` (see [`CustomKernel`]).
+    pub fn with_custom_op(mut self, name: &str, kernel: Arc<dyn CustomKernel>) -> CpuBackend {
+        self.custom.insert(name.to_string(), kernel);
+        self
     }
 }
 
@@ -88,19 +112,10 @@ impl Backend for CpuBackend {
     }
 
     fn supports(&self, op: &Op) -> bool {
-        !matches!(
-            op,
-            Op::ScatterAdd { .. }
-                | Op::Attention { .. }
-                | Op::Rope { .. }
-                | Op::Conv { .. }
-                | Op::Pool { .. }
-                | Op::TopK { .. }
-                | Op::Sort { .. }
-                | Op::Solve
-                | Op::QuantizedMatMul { .. }
-                | Op::Custom { .. }
-        )
+        match op {
+            Op::Custom { name, .. } => self.custom.contains_key(name),
+            _ => true,
+        }
     }
 
     fn compile(&self, graph: &Graph) -> Result<CpuExecutable, CompileError> {
@@ -117,7 +132,7 @@ impl Backend for CpuBackend {
                 ops: unsupported,
             });
         }
-        let (program, statics) = Program::new(graph, &self.options)?;
+        let (program, statics) = Program::new(graph, &self.options, &self.custom)?;
         let n_symbols = program.symbols.len();
         let n_inputs = program.inputs.len();
         let mut static_region = AlignedBytes::default();

@@ -105,6 +105,15 @@ impl Plan {
                     Op::Broadcast { .. } => Op::Broadcast {
                         shape: Shape::from(dims.as_slice()),
                     },
+                    Op::Custom {
+                        name,
+                        attrs,
+                        output,
+                    } => Op::Custom {
+                        name: name.clone(),
+                        attrs: attrs.clone(),
+                        output: TensorType::new(output.dtype, Shape::from(dims.as_slice())),
+                    },
                     other => other.clone(),
                 };
                 let operands: Vec<TensorType> = node
@@ -227,6 +236,7 @@ impl Plan {
                 out_view: view_of(id),
                 scratch,
                 threads,
+                custom: program.custom[id.index()].clone(),
             }));
         }
 
@@ -261,43 +271,32 @@ impl Plan {
     /// Asserts that every view is in bounds and that no thunk writes memory it reads or
     /// writes through another view. Runs once per plan; a failure is a planner bug.
     fn check(&self, statics_len: usize) {
-        let range = |v: &View, d: DType| v.bytes(d.size_bytes());
         for t in &self.thunks {
-            let (writes, reads) = t.views();
-            let (write_types, read_types) = t.view_dtypes();
-            for (v, d) in reads
-                .iter()
-                .zip(&read_types)
-                .chain(writes.iter().zip(&write_types))
-            {
+            let (writes, reads) = t.accesses();
+            for (v, size) in reads.iter().chain(&writes) {
                 let limit = match v.region {
                     Region::Arena => self.arena_bytes,
                     Region::Static => statics_len,
                 };
                 assert!(
-                    range(v, *d).end <= limit,
+                    v.bytes(*size).end <= limit,
                     "view {v:?} out of bounds in {t:?}"
                 );
-                assert_eq!(v.offset % d.size_bytes(), 0, "misaligned view in {t:?}");
+                assert_eq!(v.offset % size, 0, "misaligned view in {t:?}");
             }
-            for (i, (w, wd)) in writes.iter().zip(&write_types).enumerate() {
+            for (i, (w, wsize)) in writes.iter().enumerate() {
                 assert_eq!(w.region, Region::Arena, "thunk writes static memory: {t:?}");
-                let wr = range(w, *wd);
-                let overlaps = |v: &View, d: DType| {
-                    let r = range(v, d);
+                let wr = w.bytes(*wsize);
+                let overlaps = |(v, size): &(View, usize)| {
+                    let r = v.bytes(*size);
                     v.region == Region::Arena
                         && r.start < wr.end
                         && wr.start < r.end
                         && !r.is_empty()
                         && !wr.is_empty()
                 };
-                let clash_read = reads.iter().zip(&read_types).any(|(r, d)| overlaps(r, *d));
-                let clash_write = writes
-                    .iter()
-                    .zip(&write_types)
-                    .skip(i + 1)
-                    .any(|(r, d)| overlaps(r, *d));
-                assert!(!clash_read && !clash_write, "aliased views in {t:?}");
+                let clash = reads.iter().any(overlaps) || writes[i + 1..].iter().any(overlaps);
+                assert!(!clash, "aliased views in {t:?}");
             }
         }
     }

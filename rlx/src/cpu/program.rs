@@ -24,6 +24,8 @@ pub(crate) struct ParamSlot {
 
 pub(crate) struct Program {
     pub graph: Graph,
+    /// The kernel of each custom op node.
+    pub custom: Vec<Option<std::sync::Arc<dyn super::custom::CustomKernel>>>,
     pub inputs: Vec<InputSlot>,
     pub params: Vec<ParamSlot>,
     pub outputs: Vec<NodeId>,
@@ -115,6 +117,10 @@ impl Program {
     pub(crate) fn new(
         graph: &Graph,
         options: &CpuOptions,
+        registry: &std::collections::BTreeMap<
+            String,
+            std::sync::Arc<dyn super::custom::CustomKernel>,
+        >,
     ) -> Result<(Program, Vec<u8>), CompileError> {
         for (_, node) in graph.params() {
             if !node.ty.shape.is_static() {
@@ -194,10 +200,19 @@ impl Program {
             }
         }
         let outputs = g.outputs().iter().map(|o| o.node).collect();
+        let custom = g
+            .nodes()
+            .iter()
+            .map(|n| match &n.op {
+                Op::Custom { name, .. } => registry.get(name).cloned(),
+                _ => None,
+            })
+            .collect();
         let statics_len = statics.len();
         Ok((
             Program {
                 graph: g,
+                custom,
                 inputs,
                 params,
                 outputs,

@@ -6,15 +6,20 @@
 
 use half::{bf16, f16};
 
+use super::custom::{CustomInputs, CustomKernel, TensorMut};
 use super::kernels::cast::{BoolByte, CastFrom};
 use super::kernels::copy::{self, Word};
 use super::kernels::elementwise as ew;
 use super::kernels::gemm::{self, GemmAcc, GemmPlan};
 use super::kernels::layout::Strided;
-use super::kernels::numeric::FloatStore;
+use super::kernels::linalg::{self, QuantDims};
+use super::kernels::nn::{self, AttentionDims, MaskValues, RopeDims, Window};
+use super::kernels::numeric::{FloatStore, Int};
 use super::kernels::reduce::{self, Axis3};
+use super::kernels::sort;
 use crate::backend::RunError;
 use crate::ir::{BinaryOp, CompareOp, DType, ReduceOp, UnaryOp};
+use crate::tensor::TensorRef;
 
 /// Which memory a view points into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,6 +147,115 @@ pub(crate) enum Thunk {
         out: View,
         op: String,
     },
+    /// Adds `updates` into `out` (already a copy of the data) at `indices`.
+    ScatterAdd {
+        dtype: DType,
+        index: DType,
+        outer: usize,
+        axis_len: usize,
+        inner: usize,
+        indices: View,
+        updates: View,
+        out: View,
+        op: String,
+    },
+    /// Sort, argsort or top-k: the first `keep` positions of each line in sorted order.
+    Sort {
+        dtype: DType,
+        shape: Axis3,
+        descending: bool,
+        keep: usize,
+        indices: bool,
+        x: View,
+        out: View,
+        order: View,
+    },
+    Rope {
+        dtype: DType,
+        dims: RopeDims,
+        offset: Option<(View, DType)>,
+        x: View,
+        out: View,
+    },
+    Attention(Box<AttentionThunk>),
+    Pool {
+        dtype: DType,
+        window: Window,
+        max: bool,
+        x: View,
+        out: View,
+    },
+    Conv(Box<ConvThunk>),
+    Solve {
+        dtype: DType,
+        batch: usize,
+        n: usize,
+        k: usize,
+        a: View,
+        b: View,
+        out: View,
+        work: View,
+        op: String,
+    },
+    QuantizedMatMul {
+        dtype: DType,
+        dims: QuantDims,
+        x: View,
+        w: View,
+        scales: View,
+        biases: View,
+        out: View,
+    },
+    Custom(Box<CustomThunk>),
+}
+
+/// Scaled dot-product attention over planned views.
+#[derive(Clone, Debug)]
+pub(crate) struct AttentionThunk {
+    pub dtype: DType,
+    pub dims: AttentionDims,
+    pub q: View,
+    pub k: View,
+    pub v: View,
+    pub mask: Option<(View, DType)>,
+    pub out: View,
+    /// One row of scores per worker, in the accumulator type.
+    pub scores: View,
+}
+
+/// Convolution as im2col + GEMM per image and channel group.
+#[derive(Clone, Debug)]
+pub(crate) struct ConvThunk {
+    pub dtype: DType,
+    pub window: Window,
+    pub groups: usize,
+    pub out_channels: usize,
+    pub gemm: GemmPlan,
+    pub x: View,
+    pub w: View,
+    pub bias: Option<View>,
+    pub out: View,
+    pub col: View,
+    pub scratch: View,
+    pub wide_out: Option<View>,
+}
+
+/// A registered user kernel and its operands.
+#[derive(Clone)]
+pub(crate) struct CustomThunk {
+    pub name: String,
+    pub kernel: std::sync::Arc<dyn CustomKernel>,
+    pub attrs: std::collections::BTreeMap<String, crate::ir::AttrValue>,
+    pub inputs: Vec<(View, DType, Vec<usize>)>,
+    pub out: View,
+    pub out_dtype: DType,
+    pub out_shape: Vec<usize>,
+}
+
+impl std::fmt::Debug for CustomThunk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CustomThunk({:?})", self.name)
+    }
 }
 
 /// A batched matrix product; boxed because it is much larger than other thunks.
@@ -160,83 +274,161 @@ pub(crate) struct MatMulThunk {
     pub wide_out: Option<View>,
 }
 
+/// A view with the size of its elements in bytes.
+pub(crate) type Access = (View, usize);
+
 impl Thunk {
-    /// The views this thunk writes, then the views it reads.
-    pub(crate) fn views(&self) -> (Vec<View>, Vec<View>) {
+    /// The views this thunk writes and the views it reads, each with its element size.
+    pub(crate) fn accesses(&self) -> (Vec<Access>, Vec<Access>) {
+        let sz = |d: &DType| d.size_bytes();
         match self {
-            Thunk::Unary { x, out, .. }
-            | Thunk::Cast { x, out, .. }
-            | Thunk::Reduce { x, out, .. }
-            | Thunk::ArgReduce { x, out, .. }
-            | Thunk::Cumsum { x, out, .. }
-            | Thunk::Softmax { x, out, .. } => (vec![*out], vec![*x]),
-            Thunk::Binary { a, b, out, .. } | Thunk::Compare { a, b, out, .. } => {
-                (vec![*out], vec![*a, *b])
-            }
+            Thunk::Unary { dtype, x, out, .. }
+            | Thunk::Reduce { dtype, x, out, .. }
+            | Thunk::Cumsum { dtype, x, out, .. }
+            | Thunk::Softmax { dtype, x, out, .. }
+            | Thunk::Pool { dtype, x, out, .. } => (vec![(*out, sz(dtype))], vec![(*x, sz(dtype))]),
+            Thunk::Cast { from, to, x, out } => (vec![(*out, sz(to))], vec![(*x, sz(from))]),
+            Thunk::ArgReduce { dtype, x, out, .. } => (vec![(*out, 8)], vec![(*x, sz(dtype))]),
+            Thunk::Binary {
+                dtype, a, b, out, ..
+            } => (
+                vec![(*out, sz(dtype))],
+                vec![(*a, sz(dtype)), (*b, sz(dtype))],
+            ),
+            Thunk::Compare {
+                dtype, a, b, out, ..
+            } => (vec![(*out, 1)], vec![(*a, sz(dtype)), (*b, sz(dtype))]),
             Thunk::Select {
-                cond, a, b, out, ..
-            } => (vec![*out], vec![*cond, *a, *b]),
+                dtype,
+                cond,
+                a,
+                b,
+                out,
+                ..
+            } => (
+                vec![(*out, sz(dtype))],
+                vec![(*cond, 1), (*a, sz(dtype)), (*b, sz(dtype))],
+            ),
             Thunk::MatMul(m) => {
-                let mut w = vec![m.out, m.scratch];
-                w.extend(m.wide_out);
-                (w, vec![m.a, m.b])
+                let acc = if m.dtype == DType::F64 { 8 } else { 4 };
+                let mut w = vec![(m.out, sz(&m.dtype)), (m.scratch, acc)];
+                w.extend(m.wide_out.map(|v| (v, 4)));
+                (w, vec![(m.a, sz(&m.dtype)), (m.b, sz(&m.dtype))])
             }
             Thunk::Norm {
+                dtype,
                 x,
                 weight,
                 bias,
                 out,
                 ..
             } => {
-                let mut r = vec![*x];
-                r.extend(weight.iter().chain(bias.iter()).copied());
-                (vec![*out], r)
+                let reads = std::iter::once(*x)
+                    .chain(*weight)
+                    .chain(*bias)
+                    .map(|v| (v, sz(dtype)))
+                    .collect();
+                (vec![(*out, sz(dtype))], reads)
             }
-            Thunk::Copy { src, dst, .. } => (vec![*dst], vec![*src]),
-            Thunk::Fill { dst, .. } => (vec![*dst], vec![]),
+            Thunk::Copy {
+                dtype, src, dst, ..
+            } => (vec![(*dst, sz(dtype))], vec![(*src, sz(dtype))]),
+            Thunk::Fill { dtype, dst, .. } => (vec![(*dst, sz(dtype))], vec![]),
             Thunk::Gather {
-                data, indices, out, ..
-            } => (vec![*out], vec![*data, *indices]),
-        }
-    }
-
-    /// The dtype of each view in [`Thunk::views`] order, for byte ranges.
-    pub(crate) fn view_dtypes(&self) -> (Vec<DType>, Vec<DType>) {
-        let f32s = |n: usize| vec![DType::F32; n];
-        match self {
-            Thunk::Unary { dtype, .. }
-            | Thunk::Reduce { dtype, .. }
-            | Thunk::Cumsum { dtype, .. }
-            | Thunk::Softmax { dtype, .. } => (vec![*dtype], vec![*dtype]),
-            Thunk::Cast { from, to, .. } => (vec![*to], vec![*from]),
-            Thunk::ArgReduce { dtype, .. } => (vec![DType::I64], vec![*dtype]),
-            Thunk::Binary { dtype, .. } => (vec![*dtype], vec![*dtype; 2]),
-            Thunk::Compare { dtype, .. } => (vec![DType::Bool], vec![*dtype; 2]),
-            Thunk::Select { dtype, .. } => (vec![*dtype], vec![DType::Bool, *dtype, *dtype]),
-            Thunk::MatMul(m) => {
-                let acc = if m.dtype == DType::F64 {
-                    DType::F64
-                } else {
-                    DType::F32
-                };
-                let mut w = vec![m.dtype, acc];
-                if m.wide_out.is_some() {
-                    w.extend(f32s(1));
-                }
-                (w, vec![m.dtype; 2])
-            }
-            Thunk::Norm {
                 dtype,
-                weight,
-                bias,
+                index,
+                data,
+                indices,
+                out,
+                ..
+            } => (
+                vec![(*out, sz(dtype))],
+                vec![(*data, sz(dtype)), (*indices, sz(index))],
+            ),
+            Thunk::ScatterAdd {
+                dtype,
+                index,
+                indices,
+                updates,
+                out,
+                ..
+            } => (
+                vec![(*out, sz(dtype))],
+                vec![(*indices, sz(index)), (*updates, sz(dtype))],
+            ),
+            Thunk::Sort {
+                dtype,
+                indices,
+                x,
+                out,
+                order,
                 ..
             } => {
-                let n = 1 + usize::from(weight.is_some()) + usize::from(bias.is_some());
-                (vec![*dtype], vec![*dtype; n])
+                let out_size = if *indices { 8 } else { sz(dtype) };
+                (vec![(*out, out_size), (*order, 4)], vec![(*x, sz(dtype))])
             }
-            Thunk::Copy { dtype, .. } => (vec![*dtype], vec![*dtype]),
-            Thunk::Fill { dtype, .. } => (vec![*dtype], vec![]),
-            Thunk::Gather { dtype, index, .. } => (vec![*dtype], vec![*dtype, *index]),
+            Thunk::Rope {
+                dtype,
+                offset,
+                x,
+                out,
+                ..
+            } => {
+                let mut reads = vec![(*x, sz(dtype))];
+                reads.extend(offset.map(|(v, d)| (v, sz(&d))));
+                (vec![(*out, sz(dtype))], reads)
+            }
+            Thunk::Attention(a) => {
+                let acc = if a.dtype == DType::F64 { 8 } else { 4 };
+                let mut reads = vec![
+                    (a.q, sz(&a.dtype)),
+                    (a.k, sz(&a.dtype)),
+                    (a.v, sz(&a.dtype)),
+                ];
+                reads.extend(a.mask.map(|(v, d)| (v, sz(&d))));
+                (vec![(a.out, sz(&a.dtype)), (a.scores, acc)], reads)
+            }
+            Thunk::Conv(c) => {
+                let acc = if c.dtype == DType::F64 { 8 } else { 4 };
+                let s = sz(&c.dtype);
+                let mut writes = vec![(c.out, s), (c.col, s), (c.scratch, acc)];
+                writes.extend(c.wide_out.map(|v| (v, 4)));
+                let mut reads = vec![(c.x, s), (c.w, s)];
+                reads.extend(c.bias.map(|v| (v, s)));
+                (writes, reads)
+            }
+            Thunk::Solve {
+                dtype,
+                a,
+                b,
+                out,
+                work,
+                ..
+            } => (
+                vec![(*out, sz(dtype)), (*work, 8)],
+                vec![(*a, sz(dtype)), (*b, sz(dtype))],
+            ),
+            Thunk::QuantizedMatMul {
+                dtype,
+                x,
+                w,
+                scales,
+                biases,
+                out,
+                ..
+            } => (
+                vec![(*out, sz(dtype))],
+                vec![
+                    (*x, sz(dtype)),
+                    (*w, 1),
+                    (*scales, sz(dtype)),
+                    (*biases, sz(dtype)),
+                ],
+            ),
+            Thunk::Custom(c) => (
+                vec![(c.out, sz(&c.out_dtype))],
+                c.inputs.iter().map(|(v, d, _)| (*v, sz(d))).collect(),
+            ),
         }
     }
 }
@@ -642,8 +834,207 @@ pub(crate) fn execute(t: &Thunk, mem: &Memory) -> Result<(), RunError> {
                 size: *axis_len,
             })?;
         }
+        Thunk::ScatterAdd {
+            dtype,
+            index,
+            outer,
+            axis_len,
+            inner,
+            indices,
+            updates,
+            out,
+            op,
+        } => {
+            let n = indices.len;
+            let idx32 = (*index == DType::I32).then(|| mem.src::<i32>(*indices));
+            let idx64 = (*index == DType::I64).then(|| mem.src::<i64>(*indices));
+            let at =
+                |j: usize| idx32.map_or_else(|| idx64.map_or(0, |i| i[j]), |i| i64::from(i[j]));
+            let result = if dtype.is_float() {
+                with_float!(dtype, T => copy::scatter_add(*outer, *axis_len, *inner, at, n, mem.src::<T>(*updates), mem.dst::<T>(*out), |a: T, b: T| T::store(a.load() + b.load())))
+            } else {
+                with_int!(dtype, T => copy::scatter_add(*outer, *axis_len, *inner, at, n, mem.src::<T>(*updates), mem.dst::<T>(*out), <T as Int>::add))
+            };
+            result.map_err(|index| RunError::IndexOutOfRange {
+                op: op.clone(),
+                index,
+                size: *axis_len,
+            })?;
+        }
+        Thunk::Sort {
+            dtype,
+            shape,
+            descending,
+            keep,
+            indices,
+            x,
+            out,
+            order,
+        } => {
+            let order = mem.dst::<u32>(*order);
+            macro_rules! run_sort {
+                ($x:expr, $key:expr, $nan:expr) => {{
+                    let xs = $x;
+                    if *indices {
+                        let out = mem.dst::<i64>(*out);
+                        sort::sort_lines(*shape, *descending, xs, $key, $nan, order, |o, i, ord| {
+                            for (r, k) in ord[..*keep].iter().enumerate() {
+                                out[(o * keep + r) * shape.inner + i] = i64::from(*k);
+                            }
+                        })
+                    } else {
+                        let out = mem.dst(*out);
+                        sort::sort_lines(*shape, *descending, xs, $key, $nan, order, |o, i, ord| {
+                            for (r, k) in ord[..*keep].iter().enumerate() {
+                                out[(o * keep + r) * shape.inner + i] =
+                                    xs[(o * shape.len + *k as usize) * shape.inner + i];
+                            }
+                        })
+                    }
+                }};
+            }
+            if dtype.is_float() {
+                with_float!(dtype, T => run_sort!(mem.src::<T>(*x), |v: T| v.load(), |k: &<T as FloatStore>::Acc| k.is_nan()))
+            } else {
+                with_int!(dtype, T => run_sort!(mem.src::<T>(*x), |v: T| v, |_: &T| false))
+            }
+        }
+        Thunk::Rope {
+            dtype,
+            dims,
+            offset,
+            x,
+            out,
+        } => {
+            let offset = match offset {
+                None => 0,
+                Some((v, DType::I32)) => i64::from(mem.src::<i32>(*v)[0]),
+                Some((v, _)) => mem.src::<i64>(*v)[0],
+            };
+            with_float!(dtype, T => nn::rope::<T>(dims, offset, mem.src(*x), mem.dst(*out)))
+        }
+        Thunk::Attention(a) => with_float!(a.dtype, T => {
+            let mask = match a.mask {
+                None => MaskValues::None,
+                Some((v, DType::Bool)) => MaskValues::Bool(mem.src::<u8>(v)),
+                Some((v, _)) => MaskValues::Additive(mem.src::<T>(v)),
+            };
+            nn::attention::<T>(&a.dims, mem.src(a.q), mem.src(a.k), mem.src(a.v), mask, mem.dst(a.out), mem.dst(a.scores))
+        }),
+        Thunk::Pool {
+            dtype,
+            window,
+            max,
+            x,
+            out,
+        } => {
+            with_float!(dtype, T => nn::pool::<T>(window, *max, mem.src(*x), mem.dst(*out)))
+        }
+        Thunk::Conv(c) => with_float!(c.dtype, T => conv::<T>(mem, c)),
+        Thunk::Solve {
+            dtype,
+            batch,
+            n,
+            k,
+            a,
+            b,
+            out,
+            work,
+            op,
+        } => {
+            let result = with_float!(dtype, T => linalg::solve::<T>(*batch, *n, *k, mem.src(*a), mem.src(*b), mem.dst(*out), mem.dst(*work)));
+            result.map_err(|()| RunError::Singular { op: op.clone() })?;
+        }
+        Thunk::QuantizedMatMul {
+            dtype,
+            dims,
+            x,
+            w,
+            scales,
+            biases,
+            out,
+        } => {
+            with_float!(dtype, T => linalg::quantized_matmul::<T>(dims, mem.src(*x), mem.src(*w), mem.src(*scales), mem.src(*biases), mem.dst(*out)))
+        }
+        Thunk::Custom(c) => {
+            let items = c
+                .inputs
+                .iter()
+                .map(|(v, d, shape)| TensorRef {
+                    dtype: *d,
+                    shape,
+                    bytes: mem.src::<u8>(View {
+                        len: v.len * d.size_bytes(),
+                        ..*v
+                    }),
+                })
+                .collect();
+            let output = TensorMut {
+                dtype: c.out_dtype,
+                shape: &c.out_shape,
+                bytes: mem.dst::<u8>(View {
+                    len: c.out.len * c.out_dtype.size_bytes(),
+                    ..c.out
+                }),
+            };
+            c.kernel
+                .compute(&c.attrs, &CustomInputs { items }, output)
+                .map_err(|message| RunError::Custom {
+                    name: c.name.clone(),
+                    message,
+                })?;
+        }
     }
     Ok(())
+}
+
+/// Convolution: per image and group, patches into `col`, then `out = W · col` by GEMM.
+fn conv<S: FloatStore>(mem: &Memory, c: &ConvThunk)
+where
+    S::Acc: GemmAcc,
+{
+    let w = &c.window;
+    let (x, weights, out) = (mem.src::<S>(c.x), mem.src::<S>(c.w), mem.dst::<S>(c.out));
+    let (col, scratch) = (mem.dst::<S>(c.col), mem.dst::<S::Acc>(c.scratch));
+    let mut wide = c.wide_out.map(|v| mem.dst::<S::Acc>(v));
+    let kernel = S::Acc::micro_kernel();
+    let cg = w.channels / c.groups;
+    let og = c.out_channels / c.groups;
+    let (plane_in, plane_out) = (w.in_hw[0] * w.in_hw[1], w.out_hw[0] * w.out_hw[1]);
+    let taps = cg * w.kernel[0] * w.kernel[1];
+    for n in 0..w.batch {
+        for g in 0..c.groups {
+            let image = &x[(n * w.channels + g * cg) * plane_in..][..cg * plane_in];
+            nn::im2col(w, image, cg, col);
+            let wg = &weights[g * og * taps..][..og * taps];
+            let dst = &mut out[(n * c.out_channels + g * og) * plane_out..][..og * plane_out];
+            match wide.as_deref_mut() {
+                None => gemm::gemm(
+                    &c.gemm,
+                    kernel,
+                    wg,
+                    col,
+                    bytemuck::cast_slice_mut(dst),
+                    scratch,
+                ),
+                Some(wd) => {
+                    gemm::gemm(&c.gemm, kernel, wg, col, wd, scratch);
+                    for (d, v) in dst.iter_mut().zip(wd.iter()) {
+                        *d = S::store(*v);
+                    }
+                }
+            }
+            if let Some(bias) = c.bias {
+                let bias = mem.src::<S>(bias);
+                for (o, row) in dst.chunks_mut(plane_out).enumerate() {
+                    let b = bias[g * og + o].load();
+                    for v in row {
+                        *v = S::store(v.load() + b);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The low bytes of `pattern` as a word.

@@ -78,3 +78,35 @@ pub(crate) fn gather<W: Word>(
     }
     Ok(())
 }
+
+/// `out[o, idx[j], i] += updates[o, j, i]` for `out` viewed as `[outer, axis_len, inner]`;
+/// repeated indices accumulate. Returns the first out-of-range index.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn scatter_add<T: Copy>(
+    outer: usize,
+    axis_len: usize,
+    inner: usize,
+    indices: impl Fn(usize) -> i64,
+    n_indices: usize,
+    updates: &[T],
+    out: &mut [T],
+    add: impl Fn(T, T) -> T,
+) -> Result<(), i64> {
+    for o in 0..outer {
+        for j in 0..n_indices {
+            let idx = indices(j);
+            if idx < 0 || idx as usize >= axis_len {
+                return Err(idx);
+            }
+            let to = (o * axis_len + idx as usize) * inner;
+            let from = (o * n_indices + j) * inner;
+            for (d, u) in out[to..to + inner]
+                .iter_mut()
+                .zip(&updates[from..from + inner])
+            {
+                *d = add(*d, *u);
+            }
+        }
+    }
+    Ok(())
+}

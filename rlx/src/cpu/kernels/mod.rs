@@ -6,5 +6,8 @@ pub(crate) mod copy;
 pub(crate) mod elementwise;
 pub(crate) mod gemm;
 pub(crate) mod layout;
+pub(crate) mod linalg;
+pub(crate) mod nn;
 pub(crate) mod numeric;
 pub(crate) mod reduce;
+pub(crate) mod sort;

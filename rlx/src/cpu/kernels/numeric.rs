@@ -123,7 +123,7 @@ real!(f64, libm::erf);
 
 /// A float storage type and the type it computes in.
 pub(crate) trait FloatStore: Copy + Send + Sync + bytemuck::Pod + 'static {
-    type Acc: Real;
+    type Acc: Real + super::linalg::IntoF64;
     fn load(self) -> Self::Acc;
     fn store(v: Self::Acc) -> Self;
 }
