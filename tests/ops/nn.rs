@@ -631,7 +631,6 @@ fn max_and_avg_pooling() {
                 let expected = window_ref(
                     &x4,
                     two(&dims, 1),
-                    k,
                     two(&stride, 1),
                     two(&pads, 0),
                     [1, 1],
