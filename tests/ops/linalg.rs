@@ -86,6 +86,14 @@ fn matmul_shapes_transposes_and_batches() {
         (vec![300, 70], vec![], vec![40, 300], true, true),
         (vec![1, 513], vec![], vec![513, 130], false, false),
         (vec![130, 20], vec![], vec![20, 3100], false, false),
+        // Many small products: batch entries are shared between workers.
+        (
+            vec![8, 16, 32, 24],
+            vec![],
+            vec![8, 16, 32, 24],
+            false,
+            true,
+        ),
     ];
     for dtype in FLOATS {
         for (sa, ya, sb, ta, tb) in &cases {

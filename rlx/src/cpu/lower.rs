@@ -162,6 +162,18 @@ fn matmul_layout(
     (dims, offsets)
 }
 
+/// Workers for the batch entries of a matmul: several when each product runs on one
+/// thread and there are enough products and flops to share.
+fn batch_workers(plan: &GemmPlan, batches: usize, threads: usize) -> usize {
+    let d = plan.dims;
+    let flops = batches * d.m * d.n * d.k;
+    if plan.workers > 1 || batches < 2 || flops < 1 << 18 {
+        1
+    } else {
+        threads.max(1).min(batches)
+    }
+}
+
 /// Scratch buffers `(dtype, elements)` the node needs while it runs.
 pub(crate) fn scratch_requests(
     node: &Node,
@@ -174,17 +186,13 @@ pub(crate) fn scratch_requests(
             transpose_a,
             transpose_b,
         } if numel(out) > 0 => {
-            let (dims, _) =
+            let (dims, batches) =
                 matmul_layout(*transpose_a, *transpose_b, operands[0], operands[1], out);
             let plan = GemmPlan::new(dims, threads);
-            let acc = if node.ty.dtype == DType::F64 {
-                DType::F64
-            } else {
-                DType::F32
-            };
-            let mut requests = vec![(acc, plan.scratch_len())];
+            let workers = batch_workers(&plan, batches.len(), threads);
+            let mut requests = vec![(accumulator(node.ty.dtype), workers * plan.scratch_len())];
             if matches!(node.ty.dtype, DType::F16 | DType::BF16) {
-                requests.push((DType::F32, dims.m * dims.n));
+                requests.push((DType::F32, workers * dims.m * dims.n));
             }
             requests
         }
@@ -277,9 +285,11 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
         } => {
             let (dims, batches) =
                 matmul_layout(*transpose_a, *transpose_b, shapes[0], shapes[1], out_shape);
+            let plan = GemmPlan::new(dims, threads);
             vec![Thunk::MatMul(Box::new(MatMulThunk {
                 dtype,
-                plan: GemmPlan::new(dims, threads),
+                batch_workers: batch_workers(&plan, batches.len(), threads),
+                plan,
                 batches,
                 a: views[0],
                 b: views[1],

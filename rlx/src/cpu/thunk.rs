@@ -18,6 +18,8 @@ use super::kernels::numeric::{FloatStore, Int};
 use super::kernels::reduce::{self, Axis3};
 use super::kernels::sort;
 use crate::backend::RunError;
+use rayon::prelude::*;
+
 use crate::ir::{BinaryOp, CompareOp, DType, ReduceOp, UnaryOp};
 use crate::tensor::TensorRef;
 
@@ -268,10 +270,13 @@ pub(crate) struct MatMulThunk {
     pub a: View,
     pub b: View,
     pub out: View,
-    /// Packing scratch, in the accumulator type.
+    /// Packing scratch, in the accumulator type: one slot per batch worker.
     pub scratch: View,
-    /// For f16/bf16: the f32 result of one batch entry before it is narrowed.
+    /// For f16/bf16: the f32 result of one batch entry before it is narrowed, per worker.
     pub wide_out: Option<View>,
+    /// Batch entries run in parallel on this many workers, each a single-threaded product
+    /// (set when the products are too small to split themselves); 1 otherwise.
+    pub batch_workers: usize,
 }
 
 /// A view with the size of its elements in bytes.
@@ -623,26 +628,50 @@ where
     S::Acc: GemmAcc,
 {
     let (a, b) = (mem.src::<S>(m.a), mem.src::<S>(m.b));
-    let scratch = mem.dst::<S::Acc>(m.scratch);
     let kernel = S::Acc::micro_kernel();
     let tile = m.plan.dims.m * m.plan.dims.n;
     let out = mem.dst::<S>(m.out);
-    let mut wide = m.wide_out.map(|v| mem.dst::<S::Acc>(v));
-    for (i, &(ao, bo)) in m.batches.iter().enumerate() {
-        let dst = &mut out[i * tile..(i + 1) * tile];
-        match wide.as_deref_mut() {
-            None => {
-                // Storage and accumulator are the same type here (f32 or f64).
-                let dst: &mut [S::Acc] = bytemuck::cast_slice_mut(dst);
-                gemm::gemm(&m.plan, kernel, &a[ao..], &b[bo..], dst, scratch);
-            }
-            Some(w) => {
-                gemm::gemm(&m.plan, kernel, &a[ao..], &b[bo..], w, scratch);
-                for (d, v) in dst.iter_mut().zip(w.iter()) {
-                    *d = S::store(*v);
+    let scratch = mem.dst::<S::Acc>(m.scratch);
+    let wide = m.wide_out.map(|v| mem.dst::<S::Acc>(v));
+    // One worker's share: consecutive batch entries from `first`, with its own scratch.
+    let run =
+        |first: usize, out: &mut [S], scratch: &mut [S::Acc], mut wide: Option<&mut [S::Acc]>| {
+            for (i, dst) in out.chunks_mut(tile).enumerate() {
+                let (ao, bo) = m.batches[first + i];
+                match wide.as_deref_mut() {
+                    None => {
+                        // Storage and accumulator are the same type here (f32 or f64).
+                        let dst: &mut [S::Acc] = bytemuck::cast_slice_mut(dst);
+                        gemm::gemm(&m.plan, kernel, &a[ao..], &b[bo..], dst, scratch);
+                    }
+                    Some(w) => {
+                        gemm::gemm(&m.plan, kernel, &a[ao..], &b[bo..], w, scratch);
+                        for (d, v) in dst.iter_mut().zip(w.iter()) {
+                            *d = S::store(*v);
+                        }
+                    }
                 }
             }
-        }
+        };
+    if m.batch_workers <= 1 || tile == 0 {
+        run(0, out, scratch, wide);
+        return;
+    }
+    let per_worker = m.batches.len().div_ceil(m.batch_workers);
+    let slot = scratch.len() / m.batch_workers;
+    let work = |(w, (out, scratch)): (usize, (&mut [S], &mut [S::Acc])),
+                wide: Option<&mut [S::Acc]>| {
+        run(w * per_worker, out, scratch, wide)
+    };
+    let shares = out
+        .par_chunks_mut(per_worker * tile)
+        .zip(scratch.par_chunks_mut(slot))
+        .enumerate();
+    match wide {
+        None => shares.for_each(|share| work(share, None)),
+        Some(wide) => shares
+            .zip(wide.par_chunks_mut(tile))
+            .for_each(|(share, w)| work(share, Some(w))),
     }
 }
 
