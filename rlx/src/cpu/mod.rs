@@ -253,6 +253,118 @@ impl CpuExecutable {
         Ok(self.plans[i].report.clone())
     }
 
+    /// Runs the graph and lends its outputs to `f` as views into the executor's memory, with
+    /// no copy. The views live until `f` returns; the next run overwrites them.
+    ///
+    /// ```
+    /// use rlx::prelude::*;
+    /// use rlx::backend::Backend;
+    /// use rlx::cpu::CpuBackend;
+    /// use rlx::tensor::HostTensor;
+    ///
+    /// let mut b = GraphBuilder::new();
+    /// let x = b.input("x", DType::F32, [3])?;
+    /// let y = b.unary(UnaryOp::Neg, x)?;
+    /// b.output("y", y)?;
+    /// let mut exe = CpuBackend::default().compile(&b.finish()?)?;
+    /// let x = HostTensor::from_vec(vec![1.0f32, 2.0, 3.0], [3])?;
+    /// let first = exe.run_with(&[("x", x.view())], &[], |outs| outs[0].bytes[..4].to_vec())?;
+    /// assert_eq!(f32::from_le_bytes(first.try_into().unwrap()), -1.0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn run_with<R>(
+        &mut self,
+        inputs: &[(&str, TensorRef<'_>)],
+        dims: &[(&str, usize)],
+        f: impl FnOnce(&[TensorRef<'_>]) -> R,
+    ) -> Result<R, RunError> {
+        let plan_index = self.execute(inputs, dims)?;
+        let plan = &self.plans[plan_index];
+        let views: Vec<TensorRef<'_>> = plan
+            .outputs
+            .iter()
+            .map(|(view, dtype, shape)| TensorRef {
+                dtype: *dtype,
+                shape,
+                bytes: self.output_bytes(view, *dtype),
+            })
+            .collect();
+        Ok(f(&views))
+    }
+
+    /// The bytes of an output view.
+    fn output_bytes(&self, view: &thunk::View, dtype: crate::ir::DType) -> &[u8] {
+        let bytes = view.bytes(dtype.size_bytes());
+        match view.region {
+            thunk::Region::Arena => &self.arena.bytes()[bytes],
+            thunk::Region::Static => &self.statics.bytes()[bytes],
+        }
+    }
+
+    /// Checks inputs, plans if needed and runs every thunk; returns the plan used.
+    fn execute(
+        &mut self,
+        inputs: &[(&str, TensorRef<'_>)],
+        dims: &[(&str, usize)],
+    ) -> Result<usize, RunError> {
+        if let Some(i) = self.bound.iter().position(|b| !b) {
+            return Err(RunError::MissingWeight {
+                name: self.program.params[i].name.clone(),
+            });
+        }
+        self.match_inputs(inputs)?;
+        self.bind_symbols(inputs, dims)?;
+        let key = std::mem::take(&mut self.key);
+        let plan_index = self.plan_for(&key);
+        self.key = key;
+        let plan_index = plan_index?;
+        let plan = &self.plans[plan_index];
+        for (i, slot) in self.program.inputs.iter().enumerate() {
+            let given = &inputs[self.provided[i]].1;
+            if given.dtype != slot.ty.dtype {
+                return Err(RunError::DType {
+                    kind: "input",
+                    name: slot.name.clone(),
+                    expected: slot.ty.dtype,
+                    got: given.dtype,
+                });
+            }
+            if given.shape != plan.inputs[i].1.as_slice() {
+                return Err(RunError::Shape {
+                    kind: "input",
+                    name: slot.name.clone(),
+                    expected: self.program.describe_input(i, &plan.inputs[i].1),
+                    got: given.shape.to_vec(),
+                });
+            }
+        }
+
+        let arena = &mut self.arena.bytes_mut()[..plan.arena_bytes];
+        if self.options.poison {
+            for chunk in arena.chunks_exact_mut(4) {
+                chunk.copy_from_slice(&f32::NAN.to_le_bytes());
+            }
+        }
+        for (i, (view, _)) in plan.inputs.iter().enumerate() {
+            let bytes = inputs[self.provided[i]].1.bytes;
+            arena[view.offset..view.offset + bytes.len()].copy_from_slice(bytes);
+        }
+        let memory = Memory::new(arena, self.statics.bytes());
+        let threads = self.options.threads;
+        let run = || {
+            with_parallelism(threads > 1, || {
+                plan.thunks
+                    .iter()
+                    .try_for_each(|thunk| execute(thunk, &memory))
+            })
+        };
+        match &self.pool {
+            Some(pool) => pool.install(run)?,
+            None => run()?,
+        }
+        Ok(plan_index)
+    }
+
     fn plan_for(&mut self, values: &[usize]) -> Result<usize, RunError> {
         if let Some(i) = self.plans.iter().position(|p| p.values == values) {
             return Ok(i);
@@ -394,76 +506,17 @@ impl Executable for CpuExecutable {
         dims: &[(&str, usize)],
         outputs: &mut Vec<HostTensor>,
     ) -> Result<(), RunError> {
-        if let Some(i) = self.bound.iter().position(|b| !b) {
-            return Err(RunError::MissingWeight {
-                name: self.program.params[i].name.clone(),
-            });
-        }
-        self.match_inputs(inputs)?;
-        self.bind_symbols(inputs, dims)?;
-        let key = std::mem::take(&mut self.key);
-        let plan_index = self.plan_for(&key);
-        self.key = key;
-        let plan = &self.plans[plan_index?];
-
-        for (i, slot) in self.program.inputs.iter().enumerate() {
-            let given = &inputs[self.provided[i]].1;
-            if given.dtype != slot.ty.dtype {
-                return Err(RunError::DType {
-                    kind: "input",
-                    name: slot.name.clone(),
-                    expected: slot.ty.dtype,
-                    got: given.dtype,
-                });
-            }
-            if given.shape != plan.inputs[i].1.as_slice() {
-                return Err(RunError::Shape {
-                    kind: "input",
-                    name: slot.name.clone(),
-                    expected: self.program.describe_input(i, &plan.inputs[i].1),
-                    got: given.shape.to_vec(),
-                });
-            }
-        }
-
-        let arena = &mut self.arena.bytes_mut()[..plan.arena_bytes];
-        if self.options.poison {
-            for chunk in arena.chunks_exact_mut(4) {
-                chunk.copy_from_slice(&f32::NAN.to_le_bytes());
-            }
-        }
-        for (i, (view, _)) in plan.inputs.iter().enumerate() {
-            let bytes = inputs[self.provided[i]].1.bytes;
-            arena[view.offset..view.offset + bytes.len()].copy_from_slice(bytes);
-        }
-        let memory = Memory::new(arena, self.statics.bytes());
-        let threads = self.options.threads;
-        let run = || {
-            with_parallelism(threads > 1, || {
-                plan.thunks
-                    .iter()
-                    .try_for_each(|thunk| execute(thunk, &memory))
-            })
-        };
-        match &self.pool {
-            Some(pool) => pool.install(run)?,
-            None => run()?,
-        }
-
+        let plan_index = self.execute(inputs, dims)?;
+        let plan = &self.plans[plan_index];
         if outputs.len() != plan.outputs.len() {
             outputs.resize_with(plan.outputs.len(), || {
                 HostTensor::zeros(crate::ir::DType::F32, [0])
             });
         }
-        let arena = self.arena.bytes();
         for (out, (view, dtype, shape)) in outputs.iter_mut().zip(&plan.outputs) {
             out.reshape_for(*dtype, shape);
-            let bytes = view.bytes(dtype.size_bytes());
-            let source = match view.region {
-                thunk::Region::Arena => &arena[bytes],
-                thunk::Region::Static => &self.statics.bytes()[bytes],
-            };
-            out.data_mut().copy_from_bytes(source);
+            out.data_mut()
+                .copy_from_bytes(self.output_bytes(view, *dtype));
         }
         Ok(())
     }
