@@ -299,3 +299,56 @@ fn symbolic_params_are_rejected() {
         "param \"w\" has the symbolic shape [n]; weights need static shapes"
     );
 }
+
+#[test]
+fn byte_counts_that_do_not_match_the_shape_are_rejected() {
+    use rlx::tensor::TensorRef;
+    let mut exe = model().0;
+    let six = [0u8; 24];
+    let short = TensorRef {
+        dtype: DType::F32,
+        shape: &[3, 2],
+        bytes: &six[..20],
+    };
+    let err = exe.set_weight("w", short).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "weight \"w\" has 20 bytes, but f32[3, 2] needs 24"
+    );
+    let mut exe = model().bound().0;
+    let long = [0u8; 100];
+    let x = TensorRef {
+        dtype: DType::F32,
+        shape: &[2, 3],
+        bytes: &long,
+    };
+    let err = exe.run(&[("x", x), ("z", z(4).view())], &[]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "input \"x\" has 100 bytes, but f32[2, 3] needs 24"
+    );
+}
+
+#[test]
+fn runtime_dims_too_large_for_memory_are_an_error() {
+    let mut b = GraphBuilder::new();
+    let x = b
+        .input("x", DType::F32, [Dim::sym("n").mul(&Dim::from(2))])
+        .unwrap();
+    let y = b
+        .op(
+            Op::Broadcast {
+                shape: Shape::new([Dim::sym("m"), Dim::sym("n").mul(&Dim::from(2))]),
+            },
+            &[x],
+        )
+        .unwrap();
+    b.output("y", y).unwrap();
+    let mut exe = CpuBackend::default().compile(&b.finish().unwrap()).unwrap();
+    let x = HostTensor::from_vec(vec![1.0f32; 4], [4]).unwrap();
+    let err = exe
+        .run(&[("x", x.view())], &[("n", 2), ("m", usize::MAX / 2)])
+        .unwrap_err();
+    assert!(matches!(err, RunError::Binding { .. }), "{err}");
+    assert!(err.to_string().contains("does not fit in memory"), "{err}");
+}

@@ -75,6 +75,22 @@ pub enum RunError {
         /// Supplied dims.
         got: Vec<usize>,
     },
+    /// A tensor's byte count does not match its dtype and shape.
+    #[error("{kind} {name:?} has {got} bytes, but {dtype}{shape:?} needs {expected}")]
+    Bytes {
+        /// `input` or `weight`.
+        kind: &'static str,
+        /// The tensor.
+        name: String,
+        /// Its dtype.
+        dtype: DType,
+        /// Its dims.
+        shape: Vec<usize>,
+        /// Bytes the dtype and dims need.
+        expected: usize,
+        /// Bytes supplied.
+        got: usize,
+    },
     /// A runtime dim has no value: it was not given and no input has it as a whole axis.
     #[error("runtime dim `{symbol}` is not bound; pass it in `dims`")]
     UnboundSymbol {

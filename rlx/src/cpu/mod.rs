@@ -337,6 +337,17 @@ impl CpuExecutable {
                     got: given.shape.to_vec(),
                 });
             }
+            let expected = plan.inputs[i].0.len * slot.ty.dtype.size_bytes();
+            if given.bytes.len() != expected {
+                return Err(RunError::Bytes {
+                    kind: "input",
+                    name: slot.name.clone(),
+                    dtype: slot.ty.dtype,
+                    shape: given.shape.to_vec(),
+                    expected,
+                    got: given.bytes.len(),
+                });
+            }
         }
 
         let arena = &mut self.arena.bytes_mut()[..plan.arena_bytes];
@@ -494,8 +505,19 @@ impl Executable for CpuExecutable {
                 got: value.shape.to_vec(),
             });
         }
+        let expected = slot.shape.iter().product::<usize>() * slot.dtype.size_bytes();
+        if value.bytes.len() != expected {
+            return Err(RunError::Bytes {
+                kind: "weight",
+                name: name.to_string(),
+                dtype: slot.dtype,
+                shape: slot.shape.clone(),
+                expected,
+                got: value.bytes.len(),
+            });
+        }
         let at = slot.offset;
-        self.statics.bytes_mut()[at..at + value.bytes.len()].copy_from_slice(value.bytes);
+        self.statics.bytes_mut()[at..at + expected].copy_from_slice(value.bytes);
         self.bound[i] = true;
         Ok(())
     }

@@ -96,6 +96,20 @@ impl Plan {
                     format!("rank {} exceeds the CPU limit of {MAX_RANK}", dims.len()),
                 ));
             }
+            let bytes = dims
+                .iter()
+                .try_fold(node.ty.dtype.size_bytes(), |acc, d| acc.checked_mul(*d))
+                .filter(|b| *b <= isize::MAX as usize);
+            if bytes.is_none() {
+                return Err(fail(
+                    id,
+                    node,
+                    format!(
+                        "a {} tensor of {dims:?} does not fit in memory",
+                        node.ty.dtype
+                    ),
+                ));
+            }
             if !node.op.is_leaf() {
                 // Shape attributes (reshape and broadcast targets) are bound like node types.
                 let op = match &node.op {
