@@ -27,5 +27,6 @@ pub mod ir;
 pub mod passes;
 pub mod prelude;
 pub mod tensor;
+pub mod typed;
 
 pub use builder::{BuildError, GraphBuilder};
