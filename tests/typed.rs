@@ -116,3 +116,73 @@ fn typed_graphs_run_on_the_cpu() {
     assert_eq!(out[0].as_slice::<f32>().unwrap(), &[-2.0, -8.0, 2.0, 2.0]);
     assert_eq!(out[1].as_slice::<i64>().unwrap(), &[1, 0]);
 }
+
+#[test]
+fn norms_embeddings_masks_and_axes_run() {
+    rlx::dims!(Vocab);
+    let graph = build(|g| {
+        let ids: Tensor<(Batch, Seq), i64> = g.input("ids");
+        let table: Tensor<(Const<10>, Const<4>)> = g.param("table");
+        let gamma: Tensor<(Const<4>,)> = g.param("gamma");
+        let beta: Tensor<(Const<4>,)> = g.param("beta");
+        let h = table.embed(ids).layer_norm(gamma, beta, 1e-5); // (Batch, Seq, 4)
+        let r = h.rms_norm(gamma, 1e-6);
+        let t = r.swap_axes::<1, 2>(); // (Batch, 4, Seq)
+        let first = t.narrow::<1, Const<2>>(1); // features 1..3
+        let zero = first * 0.0f32;
+        let kept = first.gt(zero).select(first, zero);
+        g.output("kept", kept);
+    })
+    .unwrap();
+    let mut exe = CpuBackend::default().compile(&graph).unwrap();
+    let table: Vec<f32> = (0..40).map(|i| (i as f32 * 0.37).sin()).collect();
+    exe.set_weight(
+        "table",
+        HostTensor::from_vec(table, [10, 4]).unwrap().view(),
+    )
+    .unwrap();
+    for name in ["gamma", "beta"] {
+        exe.set_weight(
+            name,
+            HostTensor::from_vec(vec![1.0f32, 0.5, 2.0, 1.0], [4])
+                .unwrap()
+                .view(),
+        )
+        .unwrap();
+    }
+    let ids = HostTensor::from_vec(vec![1i64, 2, 3, 9, 0, 4], [2, 3]).unwrap();
+    let out = exe.run(&[("ids", ids.view())], &[]).unwrap();
+    assert_eq!(out[0].shape(), &[2, 2, 3]);
+    assert!(out[0].as_slice::<f32>().unwrap().iter().all(|v| *v >= 0.0));
+}
+
+#[test]
+fn narrow_errors_name_the_problem() {
+    let mut lines = Vec::new();
+    let err = build(|g| {
+        let x: Tensor<(Batch, Const<6>)> = g.input("x");
+        lines.push(line!() + 1);
+        let _ = x.narrow::<1, Seq>(0);
+        lines.push(line!() + 1);
+        let _ = x.narrow::<1, Const<4>>(3);
+        g.output("x", x);
+    })
+    .unwrap_err();
+    assert_eq!(err.0.len(), 2, "{err}");
+    assert_eq!(err.0[0].location().line(), lines[0]);
+    assert!(
+        err.0[0].to_string().ends_with(
+            "`narrow` on (f32[batch,6]): narrow needs a static length, but `seq` is a runtime dim"
+        ),
+        "{}",
+        err.0[0]
+    );
+    assert_eq!(err.0[1].location().line(), lines[1]);
+    assert!(
+        err.0[1]
+            .to_string()
+            .ends_with("slice stop 7 is out of range for an axis of size 6"),
+        "{}",
+        err.0[1]
+    );
+}

@@ -65,6 +65,21 @@ struct Details {
 }
 
 impl BuildError {
+    /// An error raised above the builder (by the typed layer) at the caller's location.
+    #[track_caller]
+    pub(crate) fn at_caller(
+        op: String,
+        operands: Vec<TensorType>,
+        kind: BuildErrorKind,
+    ) -> BuildError {
+        BuildError(Box::new(Details {
+            op,
+            operands,
+            location: Location::caller(),
+            kind,
+        }))
+    }
+
     /// The op with its attributes, e.g. `matmul` or `softmax[axis=3]`.
     pub fn op(&self) -> &str {
         &self.0.op

@@ -100,6 +100,10 @@ impl fmt::Display for DType {
 }
 
 /// A Rust type that is the element type of some [`DType`].
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a tensor element type",
+    label = "expected one of f32, f64, f16, bf16, i32, i64, i8, u8, bool"
+)]
 ///
 /// Values convert to and from little-endian bytes, the layout of constant data in the IR.
 ///
@@ -123,6 +127,7 @@ pub trait Element: Copy + Send + Sync + fmt::Debug + 'static {
 
 macro_rules! impl_element_le {
     ($($t:ty => $d:ident),* $(,)?) => {$(
+        #[diagnostic::do_not_recommend]
         impl Element for $t {
             const DTYPE: DType = DType::$d;
             fn write_le(self, out: &mut Vec<u8>) {
@@ -148,6 +153,7 @@ impl_element_le!(
     u8 => U8,
 );
 
+#[diagnostic::do_not_recommend]
 impl Element for bool {
     const DTYPE: DType = DType::Bool;
     fn write_le(self, out: &mut Vec<u8>) {

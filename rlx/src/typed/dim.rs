@@ -5,6 +5,11 @@ use crate::ir;
 /// A dim known to the type system: its IR form and how errors name it.
 ///
 /// Implemented by [`Const<N>`] and by the types [`dims!`](crate::dims) declares.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a dim",
+    label = "expected `Const<N>` or a dim declared with `rlx::dims!`",
+    note = "shapes are tuples of dims, e.g. `(Batch, Const<384>)`"
+)]
 pub trait Dim: Copy + Default + Send + Sync + 'static {
     /// The dim in the IR.
     fn ir() -> ir::Dim;

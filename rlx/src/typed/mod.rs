@@ -39,4 +39,4 @@ pub use dim::{Const, Dim, symbol_name};
 pub use element::{Element, Float, Numeric};
 pub use scope::{BuildErrors, Scope, build};
 pub use shape::{Axis, HasAxis, RemoveAxis, Shape, SuffixOf};
-pub use tensor::{Broadcasts, SameElement, Tensor};
+pub use tensor::{AppendDim, Broadcasts, Index, LastDim, Replace, SameElement, SwapAxes, Tensor};

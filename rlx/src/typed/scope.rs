@@ -141,6 +141,23 @@ impl<'g> Scope<'g> {
         Some(self.builder.borrow_mut().scalar(value, dtype))
     }
 
+    /// Records an error the typed layer finds itself; returns the poisoned id.
+    #[track_caller]
+    pub(crate) fn reject(
+        &self,
+        op: &str,
+        operand: Option<NodeId>,
+        reason: String,
+    ) -> Option<NodeId> {
+        let operands = operand
+            .and_then(|id| self.builder.borrow().ty(id).cloned())
+            .into_iter()
+            .collect();
+        let kind = crate::builder::BuildErrorKind::Infer(crate::ir::InferError::Attribute(reason));
+        self.record(Some(BuildError::at_caller(op.to_string(), operands, kind)));
+        None
+    }
+
     fn ok(&self, result: Result<NodeId, BuildError>) -> Option<NodeId> {
         match result {
             Ok(id) => Some(id),

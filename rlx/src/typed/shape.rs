@@ -4,6 +4,11 @@ use super::dim::Dim;
 use crate::ir;
 
 /// A tuple of [`Dim`]s: `()`, `(N,)`, `(Batch, Const<384>)`, up to rank 6.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a shape",
+    label = "expected a tuple of dims",
+    note = "shapes are tuples of dims such as `(Batch, Const<384>)`, up to rank 6"
+)]
 pub trait Shape: Copy + Default + Send + Sync + 'static {
     /// Number of dims.
     const RANK: usize;
@@ -19,6 +24,7 @@ macro_rules! one {
 
 macro_rules! tuple_shape {
     ($($d:ident),*) => {
+        #[diagnostic::do_not_recommend]
         impl<$($d: Dim),*> Shape for ($($d,)*) {
             const RANK: usize = 0 $(+ one!($d))*;
             fn ir() -> ir::Shape {

@@ -341,3 +341,226 @@ broadcast_suffix!((A, B, C) : (B, C));
 broadcast_suffix!((A, B, C, D) : (D));
 broadcast_suffix!((A, B, C, D) : (C, D));
 broadcast_suffix!((A, B, C, D) : (B, C, D));
+
+/// A tensor whose last dim is `N`: what norms and bias-like parameters attach to.
+#[diagnostic::on_unimplemented(
+    message = "the last dim of `{Self}` is not `{N}`",
+    label = "expected a tensor ending in `{N}`"
+)]
+pub trait LastDim<N: Dim>: Shape {}
+
+macro_rules! last_dim {
+    ($($d:ident),* ; $n:ident) => {
+        #[diagnostic::do_not_recommend]
+        impl<$($d: Dim,)* $n: Dim> LastDim<$n> for ($($d,)* $n,) {}
+    };
+}
+
+last_dim!(; N);
+last_dim!(A; N);
+last_dim!(A, B; N);
+last_dim!(A, B, C; N);
+last_dim!(A, B, C, D; N);
+
+impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
+    /// Layer normalization over the last dim `N`, with per-feature `weight` and `bias`.
+    #[track_caller]
+    pub fn layer_norm<N: Dim>(
+        self,
+        weight: Tensor<'g, (N,), E>,
+        bias: Tensor<'g, (N,), E>,
+        eps: f64,
+    ) -> Self
+    where
+        S: LastDim<N>,
+    {
+        let op = Op::LayerNorm {
+            eps,
+            has_weight: true,
+            has_bias: true,
+        };
+        self.then(op, &[weight.id, bias.id])
+    }
+
+    /// RMS normalization over the last dim `N`, scaled by `weight`.
+    #[track_caller]
+    pub fn rms_norm<N: Dim>(self, weight: Tensor<'g, (N,), E>, eps: f64) -> Self
+    where
+        S: LastDim<N>,
+    {
+        self.then(
+            Op::RmsNorm {
+                eps,
+                has_weight: true,
+            },
+            &[weight.id],
+        )
+    }
+}
+
+impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
+    #[track_caller]
+    fn compare(self, kind: crate::ir::CompareOp, rhs: Self) -> Tensor<'g, S, bool> {
+        self.then(Op::Compare(kind), &[rhs.id])
+    }
+
+    /// `self == rhs` elementwise.
+    #[track_caller]
+    pub fn eq(self, rhs: Self) -> Tensor<'g, S, bool> {
+        self.compare(crate::ir::CompareOp::Eq, rhs)
+    }
+
+    /// `self < rhs` elementwise.
+    #[track_caller]
+    pub fn lt(self, rhs: Self) -> Tensor<'g, S, bool> {
+        self.compare(crate::ir::CompareOp::Lt, rhs)
+    }
+
+    /// `self > rhs` elementwise.
+    #[track_caller]
+    pub fn gt(self, rhs: Self) -> Tensor<'g, S, bool> {
+        self.compare(crate::ir::CompareOp::Gt, rhs)
+    }
+
+    /// Axes `A` and `B` swapped (both checked at compile time).
+    #[track_caller]
+    pub fn swap_axes<const A: usize, const B: usize>(
+        self,
+    ) -> Tensor<'g, <S as SwapAxes<A, B>>::Out, E>
+    where
+        S: SwapAxes<A, B>,
+    {
+        let mut perm: Vec<usize> = (0..S::RANK).collect();
+        perm.swap(A, B);
+        self.then(Op::Permute { perm }, &[])
+    }
+
+    /// `L` entries of axis `I` starting at `start` (`L` a static dim). Bounds are checked when
+    /// the graph is built, or against a runtime axis when the graph runs.
+    #[track_caller]
+    pub fn narrow<const I: usize, L: Dim>(
+        self,
+        start: usize,
+    ) -> Tensor<'g, <S as Replace<I, L>>::Out, E>
+    where
+        S: Replace<I, L>,
+    {
+        let Some(len) = L::ir().as_static() else {
+            let reason = format!(
+                "narrow needs a static length, but `{}` is a runtime dim",
+                L::ir()
+            );
+            return Tensor::from_id(self.scope, self.scope.reject("narrow", self.id, reason));
+        };
+        self.then(
+            Op::Slice {
+                axis: I,
+                start: start as i64,
+                stop: Some((start + len) as i64),
+                step: 1,
+            },
+            &[],
+        )
+    }
+}
+
+impl<'g, S: Shape> Tensor<'g, S, bool> {
+    /// `self ? a : b` elementwise.
+    #[track_caller]
+    pub fn select<E: Element>(self, a: Tensor<'g, S, E>, b: Tensor<'g, S, E>) -> Tensor<'g, S, E> {
+        self.then(Op::Where, &[a.id, b.id])
+    }
+}
+
+impl<'g, V: Dim, D: Dim, E: Element> Tensor<'g, (V, D), E> {
+    /// Embedding lookup: the rows of this `(V, D)` table at `ids`.
+    #[track_caller]
+    pub fn embed<S: Shape + AppendDim<D>, I: Index>(
+        self,
+        ids: Tensor<'g, S, I>,
+    ) -> Tensor<'g, <S as AppendDim<D>>::Out, E> {
+        self.then(Op::Gather { axis: 0 }, &[ids.id])
+    }
+}
+
+/// Index element types: `i32` and `i64`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot index a tensor",
+    label = "indices must be i32 or i64"
+)]
+pub trait Index: Element {}
+#[diagnostic::do_not_recommend]
+impl Index for i32 {}
+#[diagnostic::do_not_recommend]
+impl Index for i64 {}
+
+/// The shape with one more trailing dim `D`.
+pub trait AppendDim<D: Dim>: Shape {
+    /// `(..., D)`.
+    type Out: Shape;
+}
+
+macro_rules! append {
+    ($($d:ident),*) => {
+        impl<$($d: Dim,)* Z: Dim> AppendDim<Z> for ($($d,)*) {
+            type Out = ($($d,)* Z,);
+        }
+    };
+}
+append!();
+append!(A);
+append!(A, B);
+append!(A, B, C);
+
+/// The shape with axes `A` and `B` swapped.
+#[diagnostic::on_unimplemented(
+    message = "cannot swap axes {A} and {B} of `{Self}`",
+    label = "an axis is out of range",
+    note = "axes count from 0"
+)]
+pub trait SwapAxes<const A: usize, const B: usize>: Shape {
+    /// The permuted dims.
+    type Out: Shape;
+}
+
+/// The shape with axis `I` replaced by `L`.
+#[diagnostic::on_unimplemented(
+    message = "axis {I} does not exist in a tensor of shape `{Self}`",
+    label = "no axis {I} here"
+)]
+pub trait Replace<const I: usize, L: Dim>: Shape {
+    /// The new dims.
+    type Out: Shape;
+}
+
+macro_rules! swap {
+    ($a:literal, $b:literal; ($($d:ident),*) -> ($($o:ident),*)) => {
+        #[diagnostic::do_not_recommend]
+        impl<$($d: Dim),*> SwapAxes<$a, $b> for ($($d,)*) {
+            type Out = ($($o,)*);
+        }
+    };
+}
+swap!(0, 1; (A, B) -> (B, A));
+swap!(1, 0; (A, B) -> (B, A));
+swap!(0, 1; (A, B, C) -> (B, A, C));
+swap!(1, 2; (A, B, C) -> (A, C, B));
+swap!(0, 2; (A, B, C) -> (C, B, A));
+swap!(1, 2; (A, B, C, D) -> (A, C, B, D));
+swap!(2, 3; (A, B, C, D) -> (A, B, D, C));
+swap!(1, 3; (A, B, C, D) -> (A, D, C, B));
+
+macro_rules! replace {
+    ($i:literal; ($($d:ident),*) -> ($($o:ident),*)) => {
+        #[diagnostic::do_not_recommend]
+        impl<$($d: Dim,)* L: Dim> Replace<$i, L> for ($($d,)*) {
+            type Out = ($($o,)*);
+        }
+    };
+}
+replace!(0; (A) -> (L));
+replace!(0; (A, B) -> (L, B));
+replace!(1; (A, B) -> (A, L));
+replace!(0; (A, B, C) -> (L, B, C));
+replace!(1; (A, B, C) -> (A, L, C));
+replace!(2; (A, B, C) -> (A, B, L));

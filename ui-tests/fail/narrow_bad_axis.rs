@@ -1,0 +1,9 @@
+use rlx::typed::{Const, Tensor, build};
+rlx::dims!(Batch);
+
+fn main() {
+    let _ = build(|g| {
+        let x: Tensor<(Batch, Const<4>)> = g.input("x");
+        g.output("y", x.narrow::<2, Const<1>>(0));
+    });
+}
