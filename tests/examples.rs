@@ -56,3 +56,20 @@ fn graph_basics() {
     let _ = std::fs::remove_file(&dot);
     assert!(written.starts_with("digraph rlx {"));
 }
+
+#[test]
+fn typed_shapes() {
+    let stdout = run_example("02_typed_shapes", &[]);
+    assert!(stdout.contains("= gather[axis=0] %1, %0"), "{stdout}");
+    assert!(
+        stdout.contains("f32[batch,64] = mean[axes=[1]]"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("1 error building the graph:"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "cannot reshape [batch,6] (6*batch elements) to [batch,4] (4*batch elements)"
+        ),
+        "{stdout}"
+    );
+}
