@@ -71,58 +71,44 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
     }
 }
 
+/// Float methods that apply one [`UnaryOp`] elementwise.
+macro_rules! unary_methods {
+    ($($(#[$doc:meta])* $name:ident => $kind:ident),* $(,)?) => {$(
+        $(#[$doc])*
+        #[track_caller]
+        pub fn $name(self) -> Self {
+            self.unary(UnaryOp::$kind)
+        }
+    )*};
+}
+
 impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
     #[track_caller]
     fn unary(self, kind: UnaryOp) -> Self {
         self.then(Op::Unary(kind), &[])
     }
 
-    /// `e^x`.
-    #[track_caller]
-    pub fn exp(self) -> Self {
-        self.unary(UnaryOp::Exp)
-    }
-
-    /// Natural logarithm.
-    #[track_caller]
-    pub fn log(self) -> Self {
-        self.unary(UnaryOp::Log)
-    }
-
-    /// Square root.
-    #[track_caller]
-    pub fn sqrt(self) -> Self {
-        self.unary(UnaryOp::Sqrt)
-    }
-
-    /// `tanh(x)`.
-    #[track_caller]
-    pub fn tanh(self) -> Self {
-        self.unary(UnaryOp::Tanh)
-    }
-
-    /// Logistic sigmoid.
-    #[track_caller]
-    pub fn sigmoid(self) -> Self {
-        self.unary(UnaryOp::Sigmoid)
-    }
-
-    /// `max(x, 0)`.
-    #[track_caller]
-    pub fn relu(self) -> Self {
-        self.unary(UnaryOp::Relu)
-    }
-
-    /// GELU, exact (erf) form.
-    #[track_caller]
-    pub fn gelu(self) -> Self {
-        self.unary(UnaryOp::Gelu)
-    }
-
-    /// SiLU (`x * sigmoid(x)`).
-    #[track_caller]
-    pub fn silu(self) -> Self {
-        self.unary(UnaryOp::Silu)
+    unary_methods! {
+        /// `e^x`.
+        exp => Exp,
+        /// Natural logarithm.
+        log => Log,
+        /// Square root.
+        sqrt => Sqrt,
+        /// `1 / sqrt(x)`.
+        rsqrt => Rsqrt,
+        /// `tanh(x)`.
+        tanh => Tanh,
+        /// Logistic sigmoid.
+        sigmoid => Sigmoid,
+        /// `max(x, 0)`.
+        relu => Relu,
+        /// GELU, exact (erf) form.
+        gelu => Gelu,
+        /// GELU, tanh approximation.
+        gelu_tanh => GeluTanh,
+        /// SiLU (`x * sigmoid(x)`).
+        silu => Silu,
     }
 
     /// Softmax along axis `I`.
