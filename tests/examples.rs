@@ -73,3 +73,13 @@ fn typed_shapes() {
         "{stdout}"
     );
 }
+
+#[test]
+fn typed_encoder() {
+    let stdout = run_example("typed_encoder", &["4"]);
+    assert!(stdout.contains("built 12 layers: 553 nodes"), "{stdout}");
+    assert!(
+        stdout.contains("output [1, 4, 384], finite: true"),
+        "{stdout}"
+    );
+}

@@ -252,6 +252,48 @@ impl<'g, B: Dim, M: Dim, K: Dim, E: Float> Tensor<'g, (B, M, K), E> {
     }
 }
 
+impl<'g, B: Dim, M: Dim, K: Dim, E: Float> Tensor<'g, (B, M, K), E> {
+    /// `(B, M, K) x (N, K)ᵀ -> (B, M, N)`: a PyTorch `Linear` weight applied to every batch
+    /// entry, read without a copy.
+    #[track_caller]
+    pub fn matmul_t_shared<N: Dim>(self, rhs: Tensor<'g, (N, K), E>) -> Tensor<'g, (B, M, N), E> {
+        self.then(
+            Op::MatMul {
+                transpose_a: false,
+                transpose_b: true,
+            },
+            &[rhs.id],
+        )
+    }
+}
+
+impl<'g, B: Dim, H: Dim, M: Dim, K: Dim, E: Float> Tensor<'g, (B, H, M, K), E> {
+    /// Batched `(B, H, M, K) x (B, H, K, N) -> (B, H, M, N)` (attention weights times values).
+    #[track_caller]
+    pub fn matmul<N: Dim>(self, rhs: Tensor<'g, (B, H, K, N), E>) -> Tensor<'g, (B, H, M, N), E> {
+        self.then(
+            Op::MatMul {
+                transpose_a: false,
+                transpose_b: false,
+            },
+            &[rhs.id],
+        )
+    }
+
+    /// Batched `(B, H, M, K) x (B, H, N, K)ᵀ -> (B, H, M, N)` (queries times keys), without
+    /// transposing the keys.
+    #[track_caller]
+    pub fn matmul_t<N: Dim>(self, rhs: Tensor<'g, (B, H, N, K), E>) -> Tensor<'g, (B, H, M, N), E> {
+        self.then(
+            Op::MatMul {
+                transpose_a: false,
+                transpose_b: true,
+            },
+            &[rhs.id],
+        )
+    }
+}
+
 macro_rules! arithmetic {
     ($tr:ident, $method:ident, $kind:expr) => {
         /// Elementwise, with `rhs` broadcast along the trailing dims (`(B, N)` with `(N,)`).
