@@ -65,7 +65,7 @@ struct Details {
 }
 
 impl BuildError {
-    /// An error raised above the builder (by the typed layer) at the caller's location.
+    /// An error at the caller's location (every builder error and the typed layer's own).
     #[track_caller]
     pub(crate) fn at_caller(
         op: String,
@@ -166,15 +166,11 @@ impl GraphBuilder {
 
     #[track_caller]
     fn error(&self, op: String, operands: &[NodeId], kind: BuildErrorKind) -> BuildError {
-        BuildError(Box::new(Details {
-            op,
-            operands: operands
-                .iter()
-                .filter_map(|i| self.ty(*i).cloned())
-                .collect(),
-            location: Location::caller(),
-            kind,
-        }))
+        let operands = operands
+            .iter()
+            .filter_map(|i| self.ty(*i).cloned())
+            .collect();
+        BuildError::at_caller(op, operands, kind)
     }
 
     #[track_caller]
@@ -424,14 +420,9 @@ impl GraphBuilder {
     /// The verified graph.
     #[track_caller]
     pub fn finish(self) -> Result<Graph, BuildError> {
-        let location = Location::caller();
-        Graph::from_parts(self.nodes, self.outputs).map_err(|e| {
-            BuildError(Box::new(Details {
-                op: "finish".into(),
-                operands: vec![],
-                location,
-                kind: e.into(),
-            }))
-        })
+        match Graph::from_parts(self.nodes, self.outputs) {
+            Ok(graph) => Ok(graph),
+            Err(e) => Err(BuildError::at_caller("finish".into(), vec![], e.into())),
+        }
     }
 }

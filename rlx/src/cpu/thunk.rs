@@ -570,42 +570,12 @@ macro_rules! with_word {
 macro_rules! with_cast {
     ($dtype:expr, $t:ident => $body:expr) => {
         match $dtype {
-            DType::F32 => {
-                type $t = f32;
-                $body
-            }
-            DType::F64 => {
-                type $t = f64;
-                $body
-            }
-            DType::F16 => {
-                type $t = f16;
-                $body
-            }
-            DType::BF16 => {
-                type $t = bf16;
-                $body
-            }
-            DType::I32 => {
-                type $t = i32;
-                $body
-            }
-            DType::I64 => {
-                type $t = i64;
-                $body
-            }
-            DType::I8 => {
-                type $t = i8;
-                $body
-            }
-            DType::U8 => {
-                type $t = u8;
-                $body
-            }
             DType::Bool => {
                 type $t = BoolByte;
                 $body
             }
+            d if d.is_float() => with_float!(d, $t => $body),
+            d => with_int!(d, $t => $body),
         }
     };
 }

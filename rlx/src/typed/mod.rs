@@ -38,5 +38,5 @@ mod tensor;
 pub use dim::{Const, Dim, symbol_name};
 pub use element::{Element, Float, Numeric};
 pub use scope::{BuildErrors, Scope, build};
-pub use shape::{Axis, HasAxis, RemoveAxis, Shape, SuffixOf};
+pub use shape::{HasAxis, RemoveAxis, Shape, SuffixOf};
 pub use tensor::{AppendDim, Broadcasts, Index, LastDim, Replace, SameElement, SwapAxes, Tensor};

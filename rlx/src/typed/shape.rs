@@ -42,11 +42,7 @@ tuple_shape!(A, B, C, D);
 tuple_shape!(A, B, C, D, E);
 tuple_shape!(A, B, C, D, E, F);
 
-/// Names an axis at the type level: `Axis<1>`.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Axis<const I: usize>;
-
-/// The shape with axis `I` removed (what a reduction over `Axis<I>` produces).
+/// The shape with axis `I` removed (what a reduction over axis `I` produces).
 #[diagnostic::on_unimplemented(
     message = "axis {I} does not exist in a tensor of shape `{Self}`",
     label = "no axis {I} here",

@@ -51,6 +51,17 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
         Tensor::from_id(self.scope, self.scope.apply(op, &inputs))
     }
 
+    /// A matrix product with `rhs` (stored transposed when `transpose_b`); the result type
+    /// is fixed by the typed method that calls this.
+    #[track_caller]
+    fn product<S2: Shape>(self, rhs: Option<NodeId>, transpose_b: bool) -> Tensor<'g, S2, E> {
+        let op = Op::MatMul {
+            transpose_a: false,
+            transpose_b,
+        };
+        self.then(op, &[rhs])
+    }
+
     /// The same data with element type `E2`.
     #[track_caller]
     pub fn cast<E2: Element>(self) -> Tensor<'g, S, E2> {
@@ -198,25 +209,13 @@ impl<'g, M: Dim, K: Dim, E: Float> Tensor<'g, (M, K), E> {
     /// compile error at the argument ("expected `784`, found `785`").
     #[track_caller]
     pub fn matmul<N: Dim>(self, rhs: Tensor<'g, (K, N), E>) -> Tensor<'g, (M, N), E> {
-        self.then(
-            Op::MatMul {
-                transpose_a: false,
-                transpose_b: false,
-            },
-            &[rhs.id],
-        )
+        self.product(rhs.id, false)
     }
 
     /// `(M, K) x (N, K)ᵀ -> (M, N)`: PyTorch `Linear` weights, read without a copy.
     #[track_caller]
     pub fn matmul_t<N: Dim>(self, rhs: Tensor<'g, (N, K), E>) -> Tensor<'g, (M, N), E> {
-        self.then(
-            Op::MatMul {
-                transpose_a: false,
-                transpose_b: true,
-            },
-            &[rhs.id],
-        )
+        self.product(rhs.id, true)
     }
 
     /// The transpose.
@@ -230,25 +229,13 @@ impl<'g, B: Dim, M: Dim, K: Dim, E: Float> Tensor<'g, (B, M, K), E> {
     /// Batched `(B, M, K) x (B, K, N) -> (B, M, N)`.
     #[track_caller]
     pub fn matmul<N: Dim>(self, rhs: Tensor<'g, (B, K, N), E>) -> Tensor<'g, (B, M, N), E> {
-        self.then(
-            Op::MatMul {
-                transpose_a: false,
-                transpose_b: false,
-            },
-            &[rhs.id],
-        )
+        self.product(rhs.id, false)
     }
 
     /// `(B, M, K) x (K, N) -> (B, M, N)`: one matrix applied to every batch entry.
     #[track_caller]
     pub fn matmul_shared<N: Dim>(self, rhs: Tensor<'g, (K, N), E>) -> Tensor<'g, (B, M, N), E> {
-        self.then(
-            Op::MatMul {
-                transpose_a: false,
-                transpose_b: false,
-            },
-            &[rhs.id],
-        )
+        self.product(rhs.id, false)
     }
 }
 
@@ -257,13 +244,7 @@ impl<'g, B: Dim, M: Dim, K: Dim, E: Float> Tensor<'g, (B, M, K), E> {
     /// entry, read without a copy.
     #[track_caller]
     pub fn matmul_t_shared<N: Dim>(self, rhs: Tensor<'g, (N, K), E>) -> Tensor<'g, (B, M, N), E> {
-        self.then(
-            Op::MatMul {
-                transpose_a: false,
-                transpose_b: true,
-            },
-            &[rhs.id],
-        )
+        self.product(rhs.id, true)
     }
 }
 
@@ -271,26 +252,14 @@ impl<'g, B: Dim, H: Dim, M: Dim, K: Dim, E: Float> Tensor<'g, (B, H, M, K), E> {
     /// Batched `(B, H, M, K) x (B, H, K, N) -> (B, H, M, N)` (attention weights times values).
     #[track_caller]
     pub fn matmul<N: Dim>(self, rhs: Tensor<'g, (B, H, K, N), E>) -> Tensor<'g, (B, H, M, N), E> {
-        self.then(
-            Op::MatMul {
-                transpose_a: false,
-                transpose_b: false,
-            },
-            &[rhs.id],
-        )
+        self.product(rhs.id, false)
     }
 
     /// Batched `(B, H, M, K) x (B, H, N, K)ᵀ -> (B, H, M, N)` (queries times keys), without
     /// transposing the keys.
     #[track_caller]
     pub fn matmul_t<N: Dim>(self, rhs: Tensor<'g, (B, H, N, K), E>) -> Tensor<'g, (B, H, M, N), E> {
-        self.then(
-            Op::MatMul {
-                transpose_a: false,
-                transpose_b: true,
-            },
-            &[rhs.id],
-        )
+        self.product(rhs.id, true)
     }
 }
 
