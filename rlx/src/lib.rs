@@ -24,9 +24,21 @@ pub mod builder;
 pub mod cpu;
 pub mod inspect;
 pub mod ir;
+pub mod model;
+pub mod nn;
+pub mod params;
 pub mod passes;
 pub mod prelude;
 pub mod tensor;
 pub mod typed;
+pub mod weights;
 
 pub use builder::{BuildError, GraphBuilder};
+pub use params::Params;
+/// Derives [`Params`] for a struct of weights; see [`params`] for the attributes.
+pub use rlx_macros::Params;
+/// Turns a fn over typed tensor handles into a model type; see [`model`](mod@model).
+pub use rlx_macros::model;
+
+// Lets the macros' `::rlx::` paths resolve inside this crate too.
+extern crate self as rlx;

@@ -127,6 +127,14 @@ pub enum RunError {
         /// The param.
         name: String,
     },
+    /// The graph returned another number of outputs than the caller expects.
+    #[error("the graph has {got} outputs, expected {expected}")]
+    OutputCount {
+        /// Outputs expected.
+        expected: usize,
+        /// Outputs the graph has.
+        got: usize,
+    },
     /// `set_weight` named no param of the graph.
     #[error("unknown weight {name:?}")]
     UnknownWeight {

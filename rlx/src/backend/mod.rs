@@ -50,6 +50,9 @@ pub trait Executable: Send {
     /// Binds the param `name`. Its dtype and shape must match the declaration.
     fn set_weight(&mut self, name: &str, value: TensorRef<'_>) -> Result<(), RunError>;
 
+    /// A copy of the weight bound as `name`.
+    fn weight(&self, name: &str) -> Result<HostTensor, RunError>;
+
     /// Runs the graph.
     ///
     /// `inputs` are matched to graph inputs by name. `dims` gives values of runtime dims by

@@ -522,6 +522,25 @@ impl Executable for CpuExecutable {
         Ok(())
     }
 
+    fn weight(&self, name: &str) -> Result<HostTensor, RunError> {
+        let Some(i) = self.program.params.iter().position(|p| p.name == name) else {
+            return Err(RunError::UnknownWeight {
+                name: name.to_string(),
+            });
+        };
+        if !self.bound[i] {
+            return Err(RunError::MissingWeight {
+                name: name.to_string(),
+            });
+        }
+        let slot = &self.program.params[i];
+        let len = slot.shape.iter().product::<usize>() * slot.dtype.size_bytes();
+        let mut out = HostTensor::zeros(slot.dtype, slot.shape.clone());
+        out.data_mut()
+            .copy_from_bytes(&self.statics.bytes()[slot.offset..slot.offset + len]);
+        Ok(out)
+    }
+
     fn run_into(
         &mut self,
         inputs: &[(&str, TensorRef<'_>)],

@@ -1,33 +1,53 @@
-//! Dims at the type level: static sizes and named runtime dims.
+//! Dims at the type level: static sizes, named runtime dims and config-bound dims.
 
-use crate::ir;
+use std::fmt;
 
-/// A dim known to the type system: its IR form and how errors name it.
+/// A dim known to the type system.
 ///
-/// Implemented by [`Const<N>`] and by the types [`dims!`](crate::dims) declares.
+/// Implemented by [`Const<N>`] and by the types [`dims!`](crate::dims) and
+/// [`config_dims!`](crate::config_dims) declare.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a dim",
-    label = "expected `Const<N>` or a dim declared with `rlx::dims!`",
+    label = "expected `Const<N>` or a dim declared with `rlx::dims!` or `rlx::config_dims!`",
     note = "shapes are tuples of dims, e.g. `(Batch, Const<384>)`"
 )]
 pub trait Dim: Copy + Default + Send + Sync + 'static {
-    /// The dim in the IR.
-    fn ir() -> ir::Dim;
+    /// What kind of dim this is, and its size or name.
+    const KIND: DimKind;
+}
+
+/// How a typed dim gets its size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DimKind {
+    /// Known to the type: `Const<N>`.
+    Static(usize),
+    /// Bound each time the graph runs (`Batch`, `Seq`); the type's name.
+    Runtime(&'static str),
+    /// Fixed when the graph is built, from the model's config (`Hidden`, `Vocab`); the
+    /// type's name.
+    Config(&'static str),
+}
+
+impl fmt::Display for DimKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DimKind::Static(n) => write!(f, "{n}"),
+            DimKind::Runtime(name) | DimKind::Config(name) => f.write_str(name),
+        }
+    }
 }
 
 /// A static dim of size `N`.
 ///
 /// ```
-/// use rlx::typed::{Const, Dim};
-/// assert_eq!(Const::<384>::ir(), rlx::ir::Dim::Static(384));
+/// use rlx::typed::{Const, Dim, DimKind};
+/// assert_eq!(Const::<384>::KIND, DimKind::Static(384));
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Const<const N: usize>;
 
 impl<const N: usize> Dim for Const<N> {
-    fn ir() -> ir::Dim {
-        ir::Dim::Static(N)
-    }
+    const KIND: DimKind = DimKind::Static(N);
 }
 
 /// `HeadDim` → `head_dim`: the symbol name of a named dim in the IR.
@@ -46,14 +66,56 @@ pub fn symbol_name(type_name: &str) -> String {
     out
 }
 
+/// Sizes of config-bound dims, given to [`build_with`](super::build_with).
+///
+/// ```
+/// rlx::config_dims!(Hidden);
+/// let sizes = rlx::typed::Sizes::new().with::<Hidden>(384);
+/// assert_eq!(sizes.get::<Hidden>(), Some(384));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sizes {
+    values: Vec<(&'static str, usize)>,
+}
+
+impl Sizes {
+    /// No sizes.
+    pub fn new() -> Sizes {
+        Sizes::default()
+    }
+
+    /// Sets the size of the config dim `D` (replacing an earlier value).
+    pub fn with<D: Dim>(mut self, value: usize) -> Sizes {
+        let name = match D::KIND {
+            DimKind::Config(name) | DimKind::Runtime(name) => name,
+            DimKind::Static(_) => return self,
+        };
+        self.values.retain(|(n, _)| *n != name);
+        self.values.push((name, value));
+        self
+    }
+
+    /// The size of `D`: its value if static, its configured value if config-bound.
+    pub fn get<D: Dim>(&self) -> Option<usize> {
+        self.resolve(D::KIND)
+    }
+
+    pub(crate) fn resolve(&self, kind: DimKind) -> Option<usize> {
+        match kind {
+            DimKind::Static(n) => Some(n),
+            DimKind::Config(name) => self.values.iter().find(|(n, _)| *n == name).map(|v| v.1),
+            DimKind::Runtime(_) => None,
+        }
+    }
+}
+
 /// Declares named runtime dims: unit types whose values are bound when the graph runs.
 /// The IR symbol is the snake-case name (`Batch` → `batch`, `HeadDim` → `head_dim`).
 ///
 /// ```
 /// rlx::dims!(Batch, SeqLen);
-/// use rlx::typed::Dim;
-/// assert_eq!(Batch::ir().to_string(), "batch");
-/// assert_eq!(SeqLen::ir().to_string(), "seq_len");
+/// use rlx::typed::{Dim, DimKind};
+/// assert_eq!(SeqLen::KIND, DimKind::Runtime("SeqLen"));
 /// ```
 #[macro_export]
 macro_rules! dims {
@@ -64,9 +126,36 @@ macro_rules! dims {
         pub struct $name;
 
         impl $crate::typed::Dim for $name {
-            fn ir() -> $crate::ir::Dim {
-                $crate::ir::Dim::sym(&$crate::typed::symbol_name(stringify!($name)))
-            }
+            const KIND: $crate::typed::DimKind = $crate::typed::DimKind::Runtime(stringify!($name));
+        }
+    )+};
+}
+
+/// Declares config-bound dims: sizes that are fixed when the graph is built (read from a
+/// model's config), so the graph and its weights have static shapes, while rustc still
+/// checks that the same dim meets the same dim.
+///
+/// ```
+/// use rlx::typed::{Sizes, Tensor, build_with};
+/// rlx::config_dims!(Hidden);
+///
+/// let graph = build_with(&Sizes::new().with::<Hidden>(8), |g| {
+///     let x: Tensor<(Hidden,)> = g.input("x");
+///     g.output("y", x.relu());
+/// })?;
+/// assert!(graph.to_string().contains("f32[8]"));
+/// # Ok::<(), rlx::typed::BuildErrors>(())
+/// ```
+#[macro_export]
+macro_rules! config_dims {
+    ($($(#[$meta:meta])* $name:ident),+ $(,)?) => {$(
+        $(#[$meta])*
+        #[doc = concat!("The config dim `", stringify!($name), "`, fixed when the graph is built.")]
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+        pub struct $name;
+
+        impl $crate::typed::Dim for $name {
+            const KIND: $crate::typed::DimKind = $crate::typed::DimKind::Config(stringify!($name));
         }
     )+};
 }

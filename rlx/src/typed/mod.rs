@@ -35,8 +35,8 @@ mod scope;
 mod shape;
 mod tensor;
 
-pub use dim::{Const, Dim, symbol_name};
+pub use dim::{Const, Dim, DimKind, Sizes, symbol_name};
 pub use element::{Element, Float, Numeric};
-pub use scope::{BuildErrors, Scope, build};
+pub use scope::{BuildErrors, Scope, build, build_model, build_with};
 pub use shape::{HasAxis, RemoveAxis, Shape, SuffixOf};
 pub use tensor::{AppendDim, Broadcasts, Index, LastDim, Replace, SameElement, SwapAxes, Tensor};

@@ -4,11 +4,13 @@ use std::cell::RefCell;
 use std::fmt;
 use std::marker::PhantomData;
 
+use super::dim::{Dim, DimKind, Sizes, symbol_name};
 use super::element::Element;
 use super::shape::Shape;
 use super::tensor::Tensor;
 use crate::builder::{BuildError, GraphBuilder};
-use crate::ir::{Graph, NodeId, Op};
+use crate::ir::{self, Graph, NodeId, Op};
+use crate::params::{Manifest, ParamPath, ParamSpec, Params};
 
 /// Every error of one build, in the order the ops were written.
 #[derive(Clone, Debug, PartialEq)]
@@ -41,6 +43,8 @@ impl std::error::Error for BuildErrors {}
 pub struct Scope<'g> {
     builder: RefCell<GraphBuilder>,
     errors: RefCell<Vec<BuildError>>,
+    sizes: Sizes,
+    manifest: RefCell<Manifest>,
     // Invariant in 'g: the brand can neither grow nor shrink to match another graph's.
     _brand: PhantomData<fn(&'g ()) -> &'g ()>,
 }
@@ -61,9 +65,42 @@ pub struct Scope<'g> {
 /// # Ok::<(), rlx::typed::BuildErrors>(())
 /// ```
 pub fn build(f: impl for<'g> FnOnce(&'g Scope<'g>)) -> Result<Graph, BuildErrors> {
+    build_with(&Sizes::new(), f)
+}
+
+/// Builds a graph whose config dims have the values in `sizes`.
+///
+/// ```
+/// use rlx::typed::{Sizes, Tensor, build_with};
+/// rlx::config_dims!(Hidden);
+/// rlx::dims!(Batch);
+///
+/// let sizes = Sizes::new().with::<Hidden>(16);
+/// let graph = build_with(&sizes, |g| {
+///     let x: Tensor<(Batch, Hidden)> = g.input("x");
+///     let w: Tensor<(Hidden, Hidden)> = g.param("w");
+///     g.output("y", x.matmul(w));
+/// })?;
+/// assert!(graph.to_string().contains("f32[batch,16] = matmul"));
+/// # Ok::<(), rlx::typed::BuildErrors>(())
+/// ```
+pub fn build_with(
+    sizes: &Sizes,
+    f: impl for<'g> FnOnce(&'g Scope<'g>),
+) -> Result<Graph, BuildErrors> {
+    build_model(sizes, f).map(|(graph, _)| graph)
+}
+
+/// Builds a graph and the manifest of the weights it declared.
+pub fn build_model(
+    sizes: &Sizes,
+    f: impl for<'g> FnOnce(&'g Scope<'g>),
+) -> Result<(Graph, Manifest), BuildErrors> {
     let scope = Scope {
         builder: RefCell::new(GraphBuilder::new()),
         errors: RefCell::new(Vec::new()),
+        sizes: sizes.clone(),
+        manifest: RefCell::new(Manifest::default()),
         _brand: PhantomData,
     };
     f(&scope);
@@ -73,7 +110,7 @@ pub fn build(f: impl for<'g> FnOnce(&'g Scope<'g>)) -> Result<Graph, BuildErrors
     let builder = scope.builder.replace(GraphBuilder::new());
     if errors.is_empty() {
         match builder.finish() {
-            Ok(graph) => return Ok(graph),
+            Ok(graph) => return Ok((graph, scope.manifest.take())),
             Err(e) => errors.push(e),
         }
     }
@@ -84,15 +121,151 @@ impl<'g> Scope<'g> {
     /// A graph input named `name` of shape `S` and element type `E`.
     #[track_caller]
     pub fn input<S: Shape, E: Element>(&'g self, name: &str) -> Tensor<'g, S, E> {
-        let id = self.leaf(true, name, E::DTYPE, S::ir());
+        let id = self
+            .shape(S::DIMS)
+            .and_then(|shape| self.leaf(true, name, E::DTYPE, shape));
         Tensor::from_id(self, id)
     }
 
-    /// A weight named `name` (bound once per executable).
+    /// A weight named `name` (bound once per executable). Its dims must be static or
+    /// config-bound.
     #[track_caller]
     pub fn param<S: Shape, E: Element>(&'g self, name: &str) -> Tensor<'g, S, E> {
-        let id = self.leaf(false, name, E::DTYPE, S::ir());
+        self.param_at(&ParamPath::root().field(name))
+    }
+
+    /// The weights of `P`, declared at the top level (see [`Params`]).
+    #[track_caller]
+    pub fn params<P: Params<'g>>(&'g self) -> P {
+        P::declare(self, &ParamPath::root())
+    }
+
+    /// A weight declared at `at`, recorded in the manifest with its checkpoint layout.
+    #[track_caller]
+    pub fn param_at<S: Shape, E: Element>(&'g self, at: &ParamPath) -> Tensor<'g, S, E> {
+        let id = self.declare_param(at, E::DTYPE, S::DIMS);
         Tensor::from_id(self, id)
+    }
+
+    /// The size of `D` in this graph: a static dim's value or a config dim's value. A
+    /// runtime dim, or a config dim without a value, records an error and gives 0.
+    #[track_caller]
+    pub fn size<D: Dim>(&self) -> usize {
+        match self.sizes.resolve(D::KIND) {
+            Some(n) => n,
+            None => {
+                self.unsized_dim(D::KIND);
+                0
+            }
+        }
+    }
+
+    /// Resolves typed dims to an IR shape; `None` (with the error recorded) if a config dim
+    /// has no value.
+    #[track_caller]
+    pub(crate) fn shape(&self, dims: &[DimKind]) -> Option<ir::Shape> {
+        let mut out = Vec::with_capacity(dims.len());
+        for &kind in dims {
+            out.push(self.dim(kind)?);
+        }
+        Some(ir::Shape::new(out))
+    }
+
+    /// One typed dim in the IR.
+    #[track_caller]
+    pub(crate) fn dim(&self, kind: DimKind) -> Option<ir::Dim> {
+        match kind {
+            DimKind::Static(n) => Some(ir::Dim::Static(n)),
+            DimKind::Runtime(name) => Some(ir::Dim::sym(&symbol_name(name))),
+            DimKind::Config(_) => match self.sizes.resolve(kind) {
+                Some(n) => Some(ir::Dim::Static(n)),
+                None => {
+                    self.unsized_dim(kind);
+                    None
+                }
+            },
+        }
+    }
+
+    #[track_caller]
+    fn unsized_dim(&self, kind: DimKind) {
+        let reason = match kind {
+            DimKind::Runtime(name) => {
+                format!("`{name}` is a runtime dim: its size is known only when the graph runs")
+            }
+            _ => format!(
+                "the config dim `{kind}` has no size: give it with `Sizes::with::<{kind}>(..)`"
+            ),
+        };
+        self.reject("dim", None, reason);
+    }
+
+    #[track_caller]
+    fn declare_param(&self, at: &ParamPath, dtype: ir::DType, dims: &[DimKind]) -> Option<NodeId> {
+        let shape = self.shape(dims)?;
+        if at.key().is_empty() {
+            return self.reject("param", None, "a param needs a name".to_string());
+        }
+        if at.splits().len() > 1 {
+            let reason = format!("`{}` is split twice; only one split is supported", at.key());
+            return self.reject("param", None, reason);
+        }
+        let split = at.splits().first().copied();
+        let spec = ParamSpec {
+            name: ParamSpec::name_for(at.key(), split),
+            key: at.key().to_string(),
+            dtype,
+            shape: shape.clone(),
+            transpose: at.is_transposed(),
+            split,
+        };
+        if let Err(reason) = self.check_layout(&spec) {
+            return self.reject("param", None, reason);
+        }
+        let id = self.leaf(false, &spec.name, dtype, shape)?;
+        self.manifest.borrow_mut().params.push(spec);
+        Some(id)
+    }
+
+    /// A param's checkpoint layout must be possible and agree with the other params read from
+    /// the same checkpoint tensor.
+    fn check_layout(&self, spec: &ParamSpec) -> Result<(), String> {
+        let key = &spec.key;
+        if let Some(shape) = spec.static_shape() {
+            if spec.transpose && shape.len() < 2 {
+                return Err(format!("`{key}` is transposed but has fewer than 2 dims"));
+            }
+            if spec.file_shape().is_none() {
+                return Err(format!("`{key}`: the split axis is out of range"));
+            }
+        }
+        if let Some(split) = spec.split
+            && (split.parts == 0 || split.index >= split.parts)
+        {
+            return Err(format!(
+                "`{key}`: split part {} of {} does not exist",
+                split.index, split.parts
+            ));
+        }
+        let manifest = self.manifest.borrow();
+        for other in manifest.params.iter().filter(|p| &p.key == key) {
+            let agree = other.dtype == spec.dtype
+                && other.file_shape() == spec.file_shape()
+                && other.split.map(|s| (s.axis, s.parts)) == spec.split.map(|s| (s.axis, s.parts))
+                && other.split.is_some();
+            if !agree {
+                return Err(format!(
+                    "`{key}` is read by two params that do not split it the same way"
+                ));
+            }
+            if other.split.map(|s| s.index) == spec.split.map(|s| s.index) {
+                return Err(format!(
+                    "`{key}` part {:?} is declared twice",
+                    spec.split.map(|s| s.index).unwrap_or(0)
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Declares `tensor` as the output `name`.

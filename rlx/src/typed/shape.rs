@@ -1,7 +1,6 @@
 //! Shapes at the type level: tuples of dims, and the axis arithmetic of typed ops.
 
-use super::dim::Dim;
-use crate::ir;
+use super::dim::{Dim, DimKind};
 
 /// A tuple of [`Dim`]s: `()`, `(N,)`, `(Batch, Const<384>)`, up to rank 6.
 #[diagnostic::on_unimplemented(
@@ -12,8 +11,8 @@ use crate::ir;
 pub trait Shape: Copy + Default + Send + Sync + 'static {
     /// Number of dims.
     const RANK: usize;
-    /// The shape in the IR.
-    fn ir() -> ir::Shape;
+    /// The dims, outermost first.
+    const DIMS: &'static [DimKind];
 }
 
 macro_rules! one {
@@ -27,9 +26,7 @@ macro_rules! tuple_shape {
         #[diagnostic::do_not_recommend]
         impl<$($d: Dim),*> Shape for ($($d,)*) {
             const RANK: usize = 0 $(+ one!($d))*;
-            fn ir() -> ir::Shape {
-                ir::Shape::new([$($d::ir()),*])
-            }
+            const DIMS: &'static [DimKind] = &[$($d::KIND),*];
         }
     };
 }

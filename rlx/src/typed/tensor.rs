@@ -38,6 +38,11 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
         }
     }
 
+    /// The graph this handle belongs to.
+    pub fn scope(&self) -> &'g Scope<'g> {
+        self.scope
+    }
+
     /// The node, or `None` if the op that made this handle was rejected.
     pub fn id(&self) -> Option<NodeId> {
         self.id
@@ -72,7 +77,10 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
     /// the graph is built (it needs arithmetic on dims), and reported with this call's line.
     #[track_caller]
     pub fn reshape<S2: Shape>(self) -> Tensor<'g, S2, E> {
-        self.then(Op::Reshape { shape: S2::ir() }, &[])
+        match self.scope.shape(S2::DIMS) {
+            Some(shape) => self.then(Op::Reshape { shape }, &[]),
+            None => Tensor::from_id(self.scope, None),
+        }
     }
 
     #[track_caller]
@@ -332,6 +340,10 @@ macro_rules! broadcast_suffix {
     };
 }
 
+broadcast_suffix!((A) : ());
+broadcast_suffix!((A, B) : ());
+broadcast_suffix!((A, B, C) : ());
+broadcast_suffix!((A, B, C, D) : ());
 broadcast_suffix!((A, B) : (B));
 broadcast_suffix!((A, B, C) : (C));
 broadcast_suffix!((A, B, C) : (B, C));
@@ -339,17 +351,22 @@ broadcast_suffix!((A, B, C, D) : (D));
 broadcast_suffix!((A, B, C, D) : (C, D));
 broadcast_suffix!((A, B, C, D) : (B, C, D));
 
-/// A tensor whose last dim is `N`: what norms and bias-like parameters attach to.
+/// A tensor whose last dim is `N`: what norms, biases and projections attach to.
 #[diagnostic::on_unimplemented(
     message = "the last dim of `{Self}` is not `{N}`",
     label = "expected a tensor ending in `{N}`"
 )]
-pub trait LastDim<N: Dim>: Shape {}
+pub trait LastDim<N: Dim>: Shape {
+    /// The same shape with the last dim replaced by `M`.
+    type WithLast<M: Dim>: Shape + LastDim<M>;
+}
 
 macro_rules! last_dim {
     ($($d:ident),* ; $n:ident) => {
         #[diagnostic::do_not_recommend]
-        impl<$($d: Dim,)* $n: Dim> LastDim<$n> for ($($d,)* $n,) {}
+        impl<$($d: Dim,)* $n: Dim> LastDim<$n> for ($($d,)* $n,) {
+            type WithLast<M: Dim> = ($($d,)* M,);
+        }
     };
 }
 
@@ -358,6 +375,96 @@ last_dim!(A; N);
 last_dim!(A, B; N);
 last_dim!(A, B, C; N);
 last_dim!(A, B, C, D; N);
+
+impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
+    /// `(.., K) x (K, N) -> (.., N)`: one matrix applied along the last dim, whatever the
+    /// leading dims (what a linear layer does).
+    #[track_caller]
+    pub fn project<K: Dim, N: Dim>(
+        self,
+        weight: Tensor<'g, (K, N), E>,
+    ) -> Tensor<'g, <S as LastDim<K>>::WithLast<N>, E>
+    where
+        S: LastDim<K>,
+    {
+        self.product(weight.id, false)
+    }
+
+    /// `(.., K) x (N, K)ᵀ -> (.., N)`: like [`project`](Self::project) with a weight stored
+    /// `[out, in]`, read without a copy.
+    #[track_caller]
+    pub fn project_t<K: Dim, N: Dim>(
+        self,
+        weight: Tensor<'g, (N, K), E>,
+    ) -> Tensor<'g, <S as LastDim<K>>::WithLast<N>, E>
+    where
+        S: LastDim<K>,
+    {
+        self.product(weight.id, true)
+    }
+}
+
+impl<'g, S: Shape, E: Numeric> Tensor<'g, S, E> {
+    /// Adds `bias` along the last dim (any rank).
+    #[track_caller]
+    pub fn add_bias<N: Dim>(self, bias: Tensor<'g, (N,), E>) -> Self
+    where
+        S: LastDim<N>,
+    {
+        self.then(Op::Binary(BinaryOp::Add), &[bias.id])
+    }
+}
+
+impl<'g, B: Dim, H: Dim, Q: Dim, D: Dim, E: Float> Tensor<'g, (B, H, Q, D), E> {
+    /// Scaled dot-product attention of these queries over `keys` and `values`, every query
+    /// seeing every key: `softmax(q kᵀ · scale) v`, fused.
+    #[track_caller]
+    pub fn attention<K: Dim, V: Dim>(
+        self,
+        keys: Tensor<'g, (B, H, K, D), E>,
+        values: Tensor<'g, (B, H, K, V), E>,
+        scale: f64,
+    ) -> Tensor<'g, (B, H, Q, V), E> {
+        let op = Op::Attention {
+            scale,
+            mask: crate::ir::AttentionMask::None,
+        };
+        self.then(op, &[keys.id, values.id])
+    }
+
+    /// Causal attention: query `i` sees keys `0..=i`.
+    #[track_caller]
+    pub fn attention_causal<K: Dim, V: Dim>(
+        self,
+        keys: Tensor<'g, (B, H, K, D), E>,
+        values: Tensor<'g, (B, H, K, V), E>,
+        scale: f64,
+    ) -> Tensor<'g, (B, H, Q, V), E> {
+        let op = Op::Attention {
+            scale,
+            mask: crate::ir::AttentionMask::Causal,
+        };
+        self.then(op, &[keys.id, values.id])
+    }
+
+    /// Attention where query `i` of batch entry `b` sees key `j` only if
+    /// `mask[b, j]` is true (the key-padding mask of right-padded batches).
+    #[track_caller]
+    pub fn attention_masked<K: Dim, V: Dim>(
+        self,
+        keys: Tensor<'g, (B, H, K, D), E>,
+        values: Tensor<'g, (B, H, K, V), E>,
+        mask: Tensor<'g, (B, K), bool>,
+        scale: f64,
+    ) -> Tensor<'g, (B, H, Q, V), E> {
+        let mask: Tensor<'g, (B, super::Const<1>, super::Const<1>, K), bool> = mask.reshape();
+        let op = Op::Attention {
+            scale,
+            mask: crate::ir::AttentionMask::Tensor,
+        };
+        self.then(op, &[keys.id, values.id, mask.id])
+    }
+}
 
 impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
     /// Layer normalization over the last dim `N`, with per-feature `weight` and `bias`.
@@ -442,10 +549,10 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
     where
         S: Replace<I, L>,
     {
-        let Some(len) = L::ir().as_static() else {
+        let Some(len) = self.scope.dim(L::KIND).and_then(|d| d.as_static()) else {
             let reason = format!(
                 "narrow needs a static length, but `{}` is a runtime dim",
-                L::ir()
+                L::KIND
             );
             return Tensor::from_id(self.scope, self.scope.reject("narrow", self.id, reason));
         };

@@ -1,0 +1,74 @@
+//! Single-op layers: linear maps, embeddings and norms.
+
+use crate::Params;
+use crate::typed::AppendDim;
+use crate::typed::{Dim, Element, Float, Index, LastDim, Shape, Tensor};
+
+/// `y = x · W + b` along the last dim. The checkpoint stores `weight` as PyTorch does,
+/// `[out, in]`; it is transposed once when loaded, so the graph holds `[in, out]`.
+#[derive(Params)]
+pub struct Linear<'g, I: Dim, O: Dim, E: Float = f32> {
+    /// `[in, out]` in the graph, `[out, in]` in the checkpoint.
+    #[param(transpose)]
+    pub weight: Tensor<'g, (I, O), E>,
+    /// `[out]`.
+    pub bias: Tensor<'g, (O,), E>,
+}
+
+impl<'g, I: Dim, O: Dim, E: Float> Linear<'g, I, O, E> {
+    /// Applies the layer to the last dim of `x`.
+    #[track_caller]
+    pub fn forward<S: LastDim<I>>(&self, x: Tensor<'g, S, E>) -> Tensor<'g, S::WithLast<O>, E> {
+        x.project(self.weight).add_bias(self.bias)
+    }
+}
+
+/// A lookup table of `V` vectors of size `D`.
+#[derive(Params)]
+pub struct Embedding<'g, V: Dim, D: Dim, E: Element = f32> {
+    /// `[vocab, dim]`.
+    pub weight: Tensor<'g, (V, D), E>,
+}
+
+impl<'g, V: Dim, D: Dim, E: Element> Embedding<'g, V, D, E> {
+    /// The rows at `ids`; an id outside `0..V` is a run-time error.
+    #[track_caller]
+    pub fn forward<S: Shape + AppendDim<D>, I: Index>(
+        &self,
+        ids: Tensor<'g, S, I>,
+    ) -> Tensor<'g, <S as AppendDim<D>>::Out, E> {
+        self.weight.embed(ids)
+    }
+}
+
+/// Layer normalization over the last dim, with a learned scale and shift.
+#[derive(Params)]
+pub struct LayerNorm<'g, N: Dim, E: Float = f32> {
+    /// Scale, `[N]`.
+    pub weight: Tensor<'g, (N,), E>,
+    /// Shift, `[N]`.
+    pub bias: Tensor<'g, (N,), E>,
+}
+
+impl<'g, N: Dim, E: Float> LayerNorm<'g, N, E> {
+    /// Normalizes the last dim of `x`; `eps` is added to the variance.
+    #[track_caller]
+    pub fn forward<S: LastDim<N>>(&self, x: Tensor<'g, S, E>, eps: f64) -> Tensor<'g, S, E> {
+        x.layer_norm(self.weight, self.bias, eps)
+    }
+}
+
+/// RMS normalization over the last dim, with a learned scale.
+#[derive(Params)]
+pub struct RmsNorm<'g, N: Dim, E: Float = f32> {
+    /// Scale, `[N]`.
+    pub weight: Tensor<'g, (N,), E>,
+}
+
+impl<'g, N: Dim, E: Float> RmsNorm<'g, N, E> {
+    /// Normalizes the last dim of `x`; `eps` is added to the mean square.
+    #[track_caller]
+    pub fn forward<S: LastDim<N>>(&self, x: Tensor<'g, S, E>, eps: f64) -> Tensor<'g, S, E> {
+        x.rms_norm(self.weight, eps)
+    }
+}

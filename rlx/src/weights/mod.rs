@@ -1,0 +1,136 @@
+//! Weight files: loading safetensors checkpoints into compiled models and saving them back.
+//!
+//! Loading checks the whole file against the model's [`Manifest`] before binding anything,
+//! and reports every missing, unexpected and mismatched tensor in one error. Checkpoint
+//! layouts declared with `#[param(transpose)]` and `#[param(split(..))]` are undone once, at
+//! load time; saving applies them again, so a saved file loads back into the same model.
+
+mod layout;
+mod safetensors;
+
+pub use self::safetensors::{load_safetensors, save_safetensors};
+
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::backend::RunError;
+use crate::ir::DType;
+
+/// How strictly a checkpoint is read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Convert float tensors (f16, bf16, f32, f64) to the declared float dtype instead of
+    /// reporting a dtype mismatch.
+    pub convert_floats: bool,
+    /// Ignore checkpoint tensors the model does not declare (for example a pooler head the
+    /// model does not use) instead of reporting them.
+    pub allow_unexpected: bool,
+}
+
+/// What a successful load did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoadReport {
+    /// Params bound.
+    pub loaded: usize,
+    /// Checkpoint tensors converted to another float dtype.
+    pub converted: Vec<String>,
+    /// Checkpoint tensors left unused (only with [`LoadOptions::allow_unexpected`]).
+    pub ignored: Vec<String>,
+}
+
+/// One checkpoint tensor that does not fit its declaration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mismatch {
+    /// The checkpoint key.
+    pub key: String,
+    /// What the model declares (`f32[384,384]`).
+    pub expected: String,
+    /// What the file holds.
+    pub found: String,
+}
+
+/// Why weights could not be loaded or saved.
+#[derive(Debug, thiserror::Error)]
+pub enum WeightsError {
+    /// The file could not be opened, mapped or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file is not a valid safetensors file (corrupt or truncated).
+    #[error("{path} is not a valid safetensors file: {message}")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What the parser found.
+        message: String,
+    },
+    /// The file's tensors do not match the model's manifest.
+    #[error("{path} does not match the model:{}", Listing { missing, unexpected, mismatched })]
+    Mismatch {
+        /// The file.
+        path: PathBuf,
+        /// Declared tensors the file lacks.
+        missing: Vec<String>,
+        /// File tensors the model does not declare.
+        unexpected: Vec<String>,
+        /// Tensors with the wrong dtype or dims.
+        mismatched: Vec<Mismatch>,
+    },
+    /// A file tensor's dtype has no RLX equivalent.
+    #[error("{path}: tensor {key:?} has dtype {dtype}, which RLX cannot hold")]
+    UnsupportedDType {
+        /// The file.
+        path: PathBuf,
+        /// The tensor.
+        key: String,
+        /// The file's dtype name.
+        dtype: String,
+    },
+    /// The backend refused a weight, or has none bound under a name.
+    #[error(transparent)]
+    Backend(#[from] RunError),
+    /// The manifest cannot be saved as a checkpoint (a split tensor lacks a part).
+    #[error("cannot save {key:?}: {reason}")]
+    Layout {
+        /// The checkpoint key.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The lists of a [`WeightsError::Mismatch`], one line per tensor.
+struct Listing<'a> {
+    missing: &'a [String],
+    unexpected: &'a [String],
+    mismatched: &'a [Mismatch],
+}
+
+impl fmt::Display for Listing<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for key in self.missing {
+            write!(f, "\n  missing: {key}")?;
+        }
+        for key in self.unexpected {
+            write!(f, "\n  unexpected: {key}")?;
+        }
+        for m in self.mismatched {
+            write!(
+                f,
+                "\n  mismatched: {} is {}, expected {}",
+                m.key, m.found, m.expected
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// `f32[384,384]`.
+fn describe(dtype: DType, shape: &[usize]) -> String {
+    let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
+    format!("{dtype}[{}]", dims.join(","))
+}

@@ -1,0 +1,285 @@
+//! The safetensors format, through the `safetensors` crate, memory-mapped with `memmap2`.
+
+use std::borrow::Cow;
+use std::fs::File;
+use std::path::Path;
+
+use half::{bf16, f16};
+use memmap2::Mmap;
+use safetensors::{Dtype, SafeTensorError, SafeTensors, View};
+
+use super::layout::{join_parts, split_part, transpose_last2};
+use super::{LoadOptions, LoadReport, Mismatch, WeightsError, describe};
+use crate::backend::Executable;
+use crate::ir::DType;
+use crate::params::{Manifest, manifest::resolve_axis};
+use crate::tensor::TensorRef;
+
+fn from_file_dtype(dtype: Dtype) -> Option<DType> {
+    Some(match dtype {
+        Dtype::F32 => DType::F32,
+        Dtype::F16 => DType::F16,
+        Dtype::BF16 => DType::BF16,
+        Dtype::F64 => DType::F64,
+        Dtype::I32 => DType::I32,
+        Dtype::I64 => DType::I64,
+        Dtype::I8 => DType::I8,
+        Dtype::U8 => DType::U8,
+        Dtype::BOOL => DType::Bool,
+        _ => return None,
+    })
+}
+
+fn to_file_dtype(dtype: DType) -> Dtype {
+    match dtype {
+        DType::F32 => Dtype::F32,
+        DType::F16 => Dtype::F16,
+        DType::BF16 => Dtype::BF16,
+        DType::F64 => Dtype::F64,
+        DType::I32 => Dtype::I32,
+        DType::I64 => Dtype::I64,
+        DType::I8 => Dtype::I8,
+        DType::U8 => Dtype::U8,
+        DType::Bool => Dtype::BOOL,
+    }
+}
+
+/// Loads the weights of `manifest` from the safetensors file at `path` into `exe`.
+///
+/// Nothing is bound unless the whole file checks out; the error then lists every missing,
+/// unexpected and mismatched tensor. Tensors that need no layout change or conversion go
+/// from the mapped file to the backend with one copy.
+pub fn load_safetensors(
+    exe: &mut dyn Executable,
+    manifest: &Manifest,
+    path: &Path,
+    options: &LoadOptions,
+) -> Result<LoadReport, WeightsError> {
+    let io = |source| WeightsError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = File::open(path).map_err(io)?;
+    // SAFETY: the map is read-only and lives only for this call. Like every memory-mapped
+    // reader, this assumes no other process truncates the file while we read it.
+    let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+    let st = SafeTensors::deserialize(&map).map_err(|e| format_error(path, e))?;
+
+    let files = manifest.file_tensors();
+    let (mut missing, mut unexpected, mut mismatched) = (Vec::new(), Vec::new(), Vec::new());
+    let mut report = LoadReport::default();
+    for f in &files {
+        let Ok(view) = st.tensor(&f.key) else {
+            missing.push(f.key.clone());
+            continue;
+        };
+        let found = from_file_dtype(view.dtype());
+        let expected = describe(f.dtype, &f.shape);
+        let found_text = match found {
+            Some(d) => describe(d, view.shape()),
+            None => format!("{:?}{:?}", view.dtype(), view.shape()),
+        };
+        let dtype_ok = match found {
+            Some(d) if d == f.dtype => true,
+            Some(d) if options.convert_floats && d.is_float() && f.dtype.is_float() => {
+                report.converted.push(f.key.clone());
+                true
+            }
+            _ => false,
+        };
+        if !dtype_ok || view.shape() != f.shape.as_slice() {
+            mismatched.push(Mismatch {
+                key: f.key.clone(),
+                expected,
+                found: found_text,
+            });
+        }
+    }
+    for name in st.names() {
+        if !files.iter().any(|f| f.key == name) {
+            if options.allow_unexpected {
+                report.ignored.push(name.to_string());
+            } else {
+                unexpected.push(name.to_string());
+            }
+        }
+    }
+    if !(missing.is_empty() && unexpected.is_empty() && mismatched.is_empty()) {
+        unexpected.sort();
+        return Err(WeightsError::Mismatch {
+            path: path.to_path_buf(),
+            missing,
+            unexpected,
+            mismatched,
+        });
+    }
+    report.ignored.sort();
+
+    for f in &files {
+        let view = st.tensor(&f.key).map_err(|e| format_error(path, e))?;
+        let file_dtype = from_file_dtype(view.dtype()).unwrap_or(f.dtype);
+        let data: Cow<[u8]> = if file_dtype == f.dtype {
+            Cow::Borrowed(view.data())
+        } else {
+            Cow::Owned(encode_floats(
+                f.dtype,
+                &decode_floats(file_dtype, view.data()),
+            ))
+        };
+        let elem = f.dtype.size_bytes();
+        for &i in &f.params {
+            let spec = &manifest.params[i];
+            let mut shape = f.shape.clone();
+            let mut bytes = data.clone();
+            if let Some(split) = spec.split {
+                let axis = resolve_axis(split.axis, shape.len()).unwrap_or(0);
+                bytes = Cow::Owned(split_part(
+                    &bytes,
+                    &shape,
+                    elem,
+                    axis,
+                    split.index,
+                    split.parts,
+                ));
+                shape[axis] /= split.parts;
+            }
+            if spec.transpose {
+                bytes = Cow::Owned(transpose_last2(&bytes, &shape, elem));
+                let n = shape.len();
+                shape.swap(n - 2, n - 1);
+            }
+            let value = TensorRef {
+                dtype: f.dtype,
+                shape: &shape,
+                bytes: &bytes,
+            };
+            exe.set_weight(&spec.name, value)?;
+            report.loaded += 1;
+        }
+    }
+    Ok(report)
+}
+
+/// Saves the weights of `manifest` bound in `exe` to `path`, in the checkpoint's layout.
+pub fn save_safetensors(
+    exe: &dyn Executable,
+    manifest: &Manifest,
+    path: &Path,
+) -> Result<(), WeightsError> {
+    let mut tensors = Vec::new();
+    for f in manifest.file_tensors() {
+        let elem = f.dtype.size_bytes();
+        let mut parts: Vec<(usize, Vec<u8>, Vec<usize>)> = Vec::new();
+        for &i in &f.params {
+            let spec = &manifest.params[i];
+            let value = exe.weight(&spec.name)?;
+            let mut shape = value.shape().to_vec();
+            let mut bytes = value.data().bytes().to_vec();
+            if spec.transpose {
+                bytes = transpose_last2(&bytes, &shape, elem);
+                let n = shape.len();
+                shape.swap(n - 2, n - 1);
+            }
+            parts.push((spec.split.map_or(0, |s| s.index), bytes, shape));
+        }
+        parts.sort_by_key(|p| p.0);
+        let split = f.params.first().and_then(|&i| manifest.params[i].split);
+        let data = match split {
+            None => parts.swap_remove(0).1,
+            Some(split) => {
+                let indices: Vec<usize> = parts.iter().map(|p| p.0).collect();
+                if indices != (0..split.parts).collect::<Vec<_>>() {
+                    return Err(WeightsError::Layout {
+                        key: f.key.clone(),
+                        reason: format!(
+                            "it is split into {} parts but the model declares parts {indices:?}",
+                            split.parts
+                        ),
+                    });
+                }
+                let axis = resolve_axis(split.axis, f.shape.len()).unwrap_or(0);
+                let pieces: Vec<Vec<u8>> = parts.iter().map(|p| p.1.clone()).collect();
+                join_parts(&pieces, &parts[0].2, elem, axis)
+            }
+        };
+        tensors.push((
+            f.key.clone(),
+            OwnedView {
+                dtype: to_file_dtype(f.dtype),
+                shape: f.shape.clone(),
+                data,
+            },
+        ));
+    }
+    safetensors::serialize_to_file(tensors, None, path).map_err(|e| match e {
+        SafeTensorError::IoError(source) => WeightsError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        other => format_error(path, other),
+    })
+}
+
+fn format_error(path: &Path, e: SafeTensorError) -> WeightsError {
+    WeightsError::Format {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
+/// A tensor ready to be written.
+struct OwnedView {
+    dtype: Dtype,
+    shape: Vec<usize>,
+    data: Vec<u8>,
+}
+
+impl View for OwnedView {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.data)
+    }
+    fn data_len(&self) -> usize {
+        self.data.len()
+    }
+}
+
+/// Float bytes of `dtype` (possibly unaligned, as in a mapped file) as `f64`s.
+fn decode_floats(dtype: DType, bytes: &[u8]) -> Vec<f64> {
+    fn each<const N: usize>(bytes: &[u8], f: impl Fn([u8; N]) -> f64) -> Vec<f64> {
+        bytes
+            .chunks_exact(N)
+            .map(|c| f(c.try_into().unwrap_or([0; N])))
+            .collect()
+    }
+    match dtype {
+        DType::F16 => each(bytes, |b| f16::from_le_bytes(b).to_f64()),
+        DType::BF16 => each(bytes, |b| bf16::from_le_bytes(b).to_f64()),
+        DType::F32 => each(bytes, |b| f64::from(f32::from_le_bytes(b))),
+        _ => each(bytes, f64::from_le_bytes),
+    }
+}
+
+/// `f64`s as little-endian bytes of the float `dtype` (rounded to nearest).
+fn encode_floats(dtype: DType, values: &[f64]) -> Vec<u8> {
+    match dtype {
+        DType::F16 => values
+            .iter()
+            .flat_map(|v| f16::from_f64(*v).to_le_bytes())
+            .collect(),
+        DType::BF16 => values
+            .iter()
+            .flat_map(|v| bf16::from_f64(*v).to_le_bytes())
+            .collect(),
+        DType::F32 => values
+            .iter()
+            .flat_map(|v| (*v as f32).to_le_bytes())
+            .collect(),
+        _ => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    }
+}
