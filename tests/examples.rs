@@ -83,3 +83,39 @@ fn typed_encoder() {
         "{stdout}"
     );
 }
+
+#[test]
+fn mlp_tutorial() {
+    let stdout = run_example("03_mlp", &["3"]);
+    assert!(
+        stdout.contains(
+            "fc1.weight: f32[784,128] (checkpoint fc1.weight is f32[128,784], transposed)"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("and loaded 4 weights back"), "{stdout}");
+    assert_eq!(
+        stdout.matches("probabilities sum to 1.0000").count(),
+        3,
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "wrong input: input \"x\" has shape [3, 783], expected [batch,784] = [3, 784]"
+        ),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn attention_tutorial() {
+    let stdout = run_example("04_attention", &["32", "4"]);
+    assert!(stdout.contains("block: hidden 32, 4 heads"), "{stdout}");
+    assert!(stdout.contains("output shape [2, 5, 32]"), "{stdout}");
+    let diff: f64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("padded vs unpadded, max |diff| over the real positions: "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no diff line:\n{stdout}"));
+    assert!(diff <= 1e-5, "padding changed real positions by {diff}");
+}

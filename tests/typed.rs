@@ -172,7 +172,7 @@ fn narrow_errors_name_the_problem() {
     assert_eq!(err.0[0].location().line(), lines[0]);
     assert!(
         err.0[0].to_string().ends_with(
-            "`narrow` on (f32[batch,6]): narrow needs a static length, but `seq` is a runtime dim"
+            "`narrow` on (f32[batch,6]): narrow needs a static length, but `Seq` is a runtime dim"
         ),
         "{}",
         err.0[0]

@@ -1,8 +1,10 @@
-//! Compile-fail cases pin the typed frontend's error messages; pass cases must compile.
+//! Compile-fail cases pin the error messages of the typed frontend (`fail/`) and of the
+//! macros (`model/`); pass cases must compile.
 
 #[test]
 fn ui() {
     let cases = trybuild::TestCases::new();
     cases.compile_fail("ui-tests/fail/*.rs");
+    cases.compile_fail("ui-tests/model/*.rs");
     cases.pass("ui-tests/pass/*.rs");
 }

@@ -13,9 +13,16 @@ mod params;
 #[proc_macro_attribute]
 pub fn model(attr: TokenStream, item: TokenStream) -> TokenStream {
     let item = parse_macro_input!(item as ItemFn);
-    model::expand(attr.into(), item)
-        .unwrap_or_else(syn::Error::into_compile_error)
-        .into()
+    match model::expand(attr.into(), item.clone()) {
+        Ok(tokens) => tokens.into(),
+        // Keep the fn (minus the macro's own argument attributes) so that the one error is
+        // not followed by unrelated ones about its missing uses.
+        Err(e) => {
+            let error = e.into_compile_error();
+            let item = model::strip_arg_attrs(item);
+            quote::quote!(#error #item).into()
+        }
+    }
 }
 
 /// Declares every tensor of a struct as a graph param; see `rlx::params`.

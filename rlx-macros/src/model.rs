@@ -3,8 +3,8 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
-use syn::visit_mut::VisitMut;
 use syn::spanned::Spanned;
+use syn::visit_mut::VisitMut;
 use syn::{FnArg, GenericParam, Ident, ItemFn, LitStr, Pat, ReturnType, Type};
 
 /// What one argument of the model fn is.
@@ -145,6 +145,20 @@ fn check_signature(item: &ItemFn) -> syn::Result<()> {
     Ok(())
 }
 
+/// The fn without the argument attributes only this macro understands.
+pub fn strip_arg_attrs(mut item: ItemFn) -> ItemFn {
+    for input in item.sig.inputs.iter_mut() {
+        if let FnArg::Typed(t) = input {
+            t.attrs.retain(|a| {
+                !["config", "param", "input"]
+                    .iter()
+                    .any(|n| a.path().is_ident(n))
+            });
+        }
+    }
+    item
+}
+
 /// The last path segment's name of `ty`, looking through references.
 fn type_name(ty: &Type) -> Option<String> {
     match ty {
@@ -161,9 +175,34 @@ fn type_name(ty: &Type) -> Option<String> {
 /// rustc through a bound with its own message.
 fn is_tensor(ty: &Type) -> bool {
     const NOT_TENSORS: &[&str] = &[
-        "Vec", "Option", "Result", "String", "Box", "Rc", "Arc", "HashMap", "BTreeMap", "str",
-        "bool", "char", "f32", "f64", "i8", "i16", "i32", "i64", "i128", "isize", "u8", "u16",
-        "u32", "u64", "u128", "usize", "HostTensor", "Scope",
+        "Vec",
+        "Option",
+        "Result",
+        "String",
+        "Box",
+        "Rc",
+        "Arc",
+        "HashMap",
+        "BTreeMap",
+        "str",
+        "bool",
+        "char",
+        "f32",
+        "f64",
+        "i8",
+        "i16",
+        "i32",
+        "i64",
+        "i128",
+        "isize",
+        "u8",
+        "u16",
+        "u32",
+        "u64",
+        "u128",
+        "usize",
+        "HostTensor",
+        "Scope",
     ];
     match ty {
         Type::Path(p) if p.qself.is_none() => p
@@ -411,7 +450,9 @@ fn generate(item: &ItemFn, args: &[Arg], outputs: &[String]) -> syn::Result<Toke
             Role::Input(name) => {
                 let ty = anonymize_lifetimes(&arg.ty);
                 let span = arg.ty.span();
-                declare.push(quote_spanned!(span=> let #local: #ty = ::rlx::model::input(__g, #name);));
+                declare.push(
+                    quote_spanned!(span=> let #local: #ty = ::rlx::model::input(__g, #name);),
+                );
                 call_args.push(quote!(#local));
                 run_params.push(
                     quote!(#ident: impl ::core::convert::Into<::rlx::tensor::TensorRef<'__t>>),
@@ -426,14 +467,15 @@ fn generate(item: &ItemFn, args: &[Arg], outputs: &[String]) -> syn::Result<Toke
         .map(|i| format_ident!("__out{i}"))
         .collect();
     let output_types = output_types(&item.sig.output);
-    let mark_outputs = out_locals
-        .iter()
-        .zip(outputs)
-        .zip(&output_types)
-        .map(|((local, name), ty)| {
-            let span = ty.span();
-            quote_spanned!(span=> ::rlx::model::output(__g, #name, #local);)
-        });
+    let mark_outputs =
+        out_locals
+            .iter()
+            .zip(outputs)
+            .zip(&output_types)
+            .map(|((local, name), ty)| {
+                let span = ty.span();
+                quote_spanned!(span=> ::rlx::model::output(__g, #name, #local);)
+            });
     let (bind_outputs, run_result, run_return) = if outputs.len() == 1 {
         let o = &out_locals[0];
         (

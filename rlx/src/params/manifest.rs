@@ -130,11 +130,27 @@ impl fmt::Display for Manifest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for p in &self.params {
             write!(f, "{}: {}{}", p.name, p.dtype, p.shape)?;
-            if p.key != p.name || p.transpose {
-                write!(f, " from {}", p.key)?;
-                if p.transpose {
-                    f.write_str(" transposed")?;
+            if p.transpose || p.split.is_some() {
+                let dims: Vec<String> = p
+                    .file_shape()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(usize::to_string)
+                    .collect();
+                write!(
+                    f,
+                    " (checkpoint {} is {}[{}]",
+                    p.key,
+                    p.dtype,
+                    dims.join(",")
+                )?;
+                if let Some(s) = p.split {
+                    write!(f, ", part {} of {} along axis {}", s.index, s.parts, s.axis)?;
                 }
+                if p.transpose {
+                    f.write_str(", transposed")?;
+                }
+                f.write_str(")")?;
             }
             writeln!(f)?;
         }
