@@ -25,6 +25,7 @@ pub mod cpu;
 pub mod inspect;
 pub mod ir;
 pub mod model;
+pub mod models;
 pub mod nn;
 pub mod params;
 pub mod passes;

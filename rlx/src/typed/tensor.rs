@@ -83,6 +83,16 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
         }
     }
 
+    /// The same values repeated to shape `S2` (numpy rules: dims of size 1 stretch, leading
+    /// dims are added). Checked when the graph is built.
+    #[track_caller]
+    pub fn broadcast<S2: Shape>(self) -> Tensor<'g, S2, E> {
+        match self.scope.shape(S2::DIMS) {
+            Some(shape) => self.then(Op::Broadcast { shape }, &[]),
+            None => Tensor::from_id(self.scope, None),
+        }
+    }
+
     #[track_caller]
     fn with_scalar(self, kind: BinaryOp, value: Scalar) -> Tensor<'g, S, E> {
         let c = self.scope.scalar(value, E::DTYPE);
@@ -175,6 +185,31 @@ impl<'g, S: Shape, E: Numeric> Tensor<'g, S, E> {
         S: RemoveAxis<I>,
     {
         self.reduce(ReduceOp::Sum, I, false)
+    }
+
+    /// Running sum along axis `I` (`[1, 2, 3] -> [1, 3, 6]`).
+    #[track_caller]
+    pub fn cumsum<const I: usize>(self) -> Self
+    where
+        S: HasAxis<I>,
+    {
+        self.then(
+            Op::Cumsum {
+                axis: I,
+                exclusive: false,
+                reverse: false,
+            },
+            &[],
+        )
+    }
+
+    /// `max(x, floor)` elementwise.
+    #[track_caller]
+    pub fn clamp_min(self, floor: E) -> Self
+    where
+        E: Into<Scalar>,
+    {
+        self.with_scalar(BinaryOp::Max, floor.into())
     }
 
     /// Sum over axis `I`, kept as size 1.

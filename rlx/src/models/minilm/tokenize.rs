@@ -1,0 +1,94 @@
+//! The tokenizer, set up like the reference pipeline: truncation at a maximum length, no
+//! fixed padding, right padding with 0 to the longest sentence of a batch.
+
+use std::path::Path;
+
+use super::EmbedError;
+use crate::tensor::HostTensor;
+
+/// A `tokenizer.json` tokenizer (the `tokenizers` crate).
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    max_length: usize,
+}
+
+/// A right-padded batch of token ids, ready to run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Batch {
+    /// `i64 [batch, seq]`.
+    pub input_ids: HostTensor,
+    /// `i64 [batch, seq]`: 1 at real tokens, 0 at padding.
+    pub attention_mask: HostTensor,
+    /// `i64 [batch, seq]`.
+    pub token_type_ids: HostTensor,
+    /// Real tokens per sentence, `[CLS]` and `[SEP]` included.
+    pub lengths: Vec<usize>,
+}
+
+impl Tokenizer {
+    /// Loads `tokenizer.json`, truncating at `max_length` tokens. The file's own padding
+    /// setting is replaced: batches are padded to their longest sentence.
+    pub fn from_file(path: &Path, max_length: usize) -> Result<Tokenizer, EmbedError> {
+        let mut inner = tokenizers::Tokenizer::from_file(path)
+            .map_err(|e| EmbedError::Tokenizer(format!("{}: {e}", path.display())))?;
+        inner.with_padding(None);
+        let truncation = tokenizers::TruncationParams {
+            max_length,
+            ..Default::default()
+        };
+        inner
+            .with_truncation(Some(truncation))
+            .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
+        Ok(Tokenizer { inner, max_length })
+    }
+
+    /// The truncation length.
+    pub fn max_length(&self) -> usize {
+        self.max_length
+    }
+
+    /// Token ids of one text, special tokens included.
+    pub fn ids(&self, text: &str) -> Result<Vec<u32>, EmbedError> {
+        let encoding = self
+            .inner
+            .encode(text, true)
+            .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    /// Tokenizes `texts` into one batch right-padded with 0.
+    pub fn encode(&self, texts: &[&str]) -> Result<Batch, EmbedError> {
+        let mut rows = Vec::with_capacity(texts.len());
+        for text in texts {
+            let e = self
+                .inner
+                .encode(*text, true)
+                .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
+            rows.push((e.get_ids().to_vec(), e.get_type_ids().to_vec()));
+        }
+        let seq = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+        let n = texts.len();
+        let (mut ids, mut mask, mut types) = (
+            vec![0i64; n * seq],
+            vec![0i64; n * seq],
+            vec![0i64; n * seq],
+        );
+        let mut lengths = Vec::with_capacity(n);
+        for (row, (tokens, type_ids)) in rows.iter().enumerate() {
+            for (j, (&t, &ty)) in tokens.iter().zip(type_ids).enumerate() {
+                ids[row * seq + j] = i64::from(t);
+                mask[row * seq + j] = 1;
+                types[row * seq + j] = i64::from(ty);
+            }
+            lengths.push(tokens.len());
+        }
+        let tensor =
+            |v| HostTensor::from_vec(v, [n, seq]).map_err(|e| EmbedError::Tokenizer(e.to_string()));
+        Ok(Batch {
+            input_ids: tensor(ids)?,
+            attention_mask: tensor(mask)?,
+            token_type_ids: tensor(types)?,
+            lengths,
+        })
+    }
+}

@@ -1,0 +1,10 @@
+//! Ready-made models written with `#[rlx::model]`, loading public checkpoints as they are.
+//!
+//! - [`bert`]: the BERT encoder with mean pooling and L2 normalisation (sentence embeddings),
+//!   configured from a Hugging Face `config.json`.
+//! - [`minilm`] (feature `minilm`): the all-MiniLM-L6-v2 sentence embedder end to end —
+//!   fetching the pinned checkpoint, tokenizing and embedding.
+
+pub mod bert;
+#[cfg(feature = "minilm")]
+pub mod minilm;
