@@ -119,3 +119,32 @@ fn attention_tutorial() {
         .unwrap_or_else(|| panic!("no diff line:\n{stdout}"));
     assert!(diff <= 1e-5, "padding changed real positions by {diff}");
 }
+
+#[test]
+fn minilm_tutorial() {
+    let stdout = run_example(
+        "06_minilm",
+        &["--json", "A man is eating food.", "A man is eating pasta."],
+    );
+    let vectors: Vec<Vec<f64>> = serde_json::from_str(stdout.trim()).expect("only JSON on stdout");
+    assert_eq!(vectors.len(), 2);
+    for v in &vectors {
+        assert_eq!(v.len(), 384);
+        let norm: f64 = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "unit length, got {norm}");
+    }
+    let cosine: f64 = vectors[0].iter().zip(&vectors[1]).map(|(a, b)| a * b).sum();
+    assert!(cosine > 0.5, "related sentences are close: {cosine}");
+
+    let stdout = run_example("06_minilm", &["one sentence", "another one"]);
+    assert!(
+        stdout.starts_with("cosine similarity (cpu backend):\n 1.000"),
+        "{stdout}"
+    );
+
+    let stdout = run_example("minilm_bench", &["--shapes", "1x8"]);
+    assert!(
+        stdout.starts_with("minilm backend=cpu batch=1 seq=8 ms="),
+        "{stdout}"
+    );
+}

@@ -22,7 +22,7 @@ use std::path::Path;
 
 use crate::Params;
 use crate::nn::{Embedding, LayerNorm, Linear};
-use crate::typed::{Const, Sizes, Tensor};
+use crate::typed::{Const, Scope, Sizes, Tensor};
 
 crate::dims!(
     /// Sentences in a batch.
@@ -159,7 +159,8 @@ impl BertConfig {
                 "position_embedding_type {kind:?} is not supported (absolute)"
             )));
         }
-        if raw.num_attention_heads == 0 || raw.hidden_size % raw.num_attention_heads != 0 {
+        if raw.num_attention_heads == 0 || !raw.hidden_size.is_multiple_of(raw.num_attention_heads)
+        {
             return Err(ConfigError::Invalid(format!(
                 "hidden_size {} is not a multiple of num_attention_heads {}",
                 raw.hidden_size, raw.num_attention_heads
@@ -326,6 +327,7 @@ fn layer<'g>(
 /// by no one, so the real rows match running each sentence alone.
 #[crate::model(outputs(last_hidden_state, embeddings))]
 pub fn bert<'g>(
+    g: &'g Scope<'g>,
     #[config] cfg: &BertConfig,
     p: &BertParams<'g>,
     input_ids: Tokens<'g>,
@@ -333,7 +335,7 @@ pub fn bert<'g>(
     token_type_ids: Tokens<'g>,
 ) -> (Hiddens<'g>, Tensor<'g, (Batch, Hidden)>) {
     let e = &p.embeddings;
-    let positions = (input_ids * 0 + 1).cumsum::<1>() - 1;
+    let positions = g.full::<(Batch, Seq), i64>(1).cumsum::<1>() - 1;
     let x = e.word_embeddings.forward(input_ids)
         + e.position_embeddings.forward(positions)
         + e.token_type_embeddings.forward(token_type_ids);

@@ -147,6 +147,17 @@ impl<'g> Scope<'g> {
         Tensor::from_id(self, id)
     }
 
+    /// A tensor of shape `S` with every element `value` (a broadcast scalar: no data is
+    /// stored, and runtime dims are fine).
+    #[track_caller]
+    pub fn full<S: Shape, E: Element + Into<crate::ir::Scalar>>(
+        &'g self,
+        value: E,
+    ) -> Tensor<'g, S, E> {
+        let scalar = self.scalar(value.into(), E::DTYPE);
+        Tensor::<(), E>::from_id(self, scalar).broadcast()
+    }
+
     /// The size of `D` in this graph: a static dim's value or a config dim's value. A
     /// runtime dim, or a config dim without a value, records an error and gives 0.
     #[track_caller]

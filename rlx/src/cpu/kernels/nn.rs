@@ -54,6 +54,25 @@ pub(crate) enum MaskValues<'a, T> {
     Additive(&'a [T]),
 }
 
+/// `Σ a·b` in eight independent lanes, so the compiler can keep them in one SIMD register
+/// (a single running sum is a dependency chain it may not reorder).
+#[inline]
+fn dot<T: FloatStore>(a: &[T], b: &[T]) -> T::Acc {
+    let mut lanes = [<T::Acc as Real>::ZERO; 8];
+    let (mut ca, mut cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for l in 0..8 {
+            lanes[l] += x[l].load() * y[l].load();
+        }
+    }
+    let mut sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
+        + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
+        sum += x.load() * y.load();
+    }
+    sum
+}
+
 /// `out = softmax(q kᵀ · scale + mask) v`, one query row at a time. `scores` is scratch of
 /// `seq_k` elements per worker slot.
 pub(crate) fn attention<T: FloatStore>(
@@ -93,11 +112,7 @@ pub(crate) fn attention<T: FloatStore>(
             let mut s = <T::Acc as Real>::NEG_INFINITY;
             if (first..last).contains(&j) {
                 let kv = &k[(kv_h * d.seq_k + j) * d.head_dim..][..d.head_dim];
-                let mut dot = <T::Acc as Real>::ZERO;
-                for (a, b) in qv.iter().zip(kv) {
-                    dot += a.load() * b.load();
-                }
-                s = dot * scale;
+                s = dot(qv, kv) * scale;
                 if let Some(m) = &d.mask {
                     let at = m.head_offsets[h] + i * m.query_stride + j * m.key_stride;
                     match mask {

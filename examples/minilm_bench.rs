@@ -1,0 +1,90 @@
+//! Times all-MiniLM-L6-v2 (embeddings, 6 layers, pooling) on random token ids.
+//!
+//! ```text
+//! cargo run --release --example minilm_bench -- [--backend cpu|mlx] [--model-dir DIR] [--shapes 1x16,8x128]
+//! ```
+//!
+//! Prints one line per shape: `minilm backend=cpu batch=N seq=S ms=M sent_per_s=R`, the
+//! median of at least 10 runs (and at least 2 s) after 3 warm-up runs. Compare with
+//! `../shared/bench/minilm_bench.py` (ONNX Runtime, PyTorch) in the same session.
+
+use std::error::Error;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use rlx::cpu::CpuBackend;
+use rlx::models::bert::{Bert, BertConfig};
+use rlx::models::minilm::ModelFiles;
+use rlx::tensor::HostTensor;
+use rlx::weights::LoadOptions;
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let mut backend = "cpu".to_string();
+    let mut model_dir: Option<PathBuf> = None;
+    let mut shapes = vec![(1, 16), (1, 128), (8, 128), (32, 128)];
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--backend" => backend = it.next().ok_or("--backend needs cpu or mlx")?,
+            "--model-dir" => {
+                model_dir = Some(it.next().ok_or("--model-dir needs a folder")?.into())
+            }
+            "--shapes" => {
+                let list = it.next().ok_or("--shapes needs e.g. 1x16,8x128")?;
+                shapes = list
+                    .split(',')
+                    .map(|s| {
+                        let (b, q) = s.split_once('x').ok_or("shapes look like 8x128")?;
+                        Ok::<_, Box<dyn Error>>((b.parse()?, q.parse()?))
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            other => return Err(format!("unknown argument {other}").into()),
+        }
+    }
+    if backend != "cpu" {
+        return Err(format!("backend {backend:?} is not part of this build; use cpu").into());
+    }
+
+    let files = ModelFiles::locate(model_dir.as_deref())?;
+    let config = BertConfig::from_file(files.config())?;
+    let mut model = Bert::compile(&CpuBackend::default(), &config)?;
+    let options = LoadOptions {
+        allow_unexpected: true,
+        ..LoadOptions::default()
+    };
+    model.load_safetensors_with(files.weights(), &options)?;
+
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    for (batch, seq) in shapes {
+        let n = batch * seq;
+        let ids: Vec<i64> = (0..n)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                1000 + (state % 29000) as i64
+            })
+            .collect();
+        let ids = HostTensor::from_vec(ids, [batch, seq])?;
+        let mask = HostTensor::from_vec(vec![1i64; n], [batch, seq])?;
+        let types = HostTensor::from_vec(vec![0i64; n], [batch, seq])?;
+        for _ in 0..3 {
+            model.run(&ids, &mask, &types)?;
+        }
+        let mut times = Vec::new();
+        let started = Instant::now();
+        while times.len() < 10 || started.elapsed() < Duration::from_secs(2) {
+            let t = Instant::now();
+            model.run(&ids, &mask, &types)?;
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        times.sort_by(f64::total_cmp);
+        let ms = times[times.len() / 2];
+        println!(
+            "minilm backend={backend} batch={batch} seq={seq} ms={ms:.2} sent_per_s={:.1}",
+            batch as f64 * 1e3 / ms
+        );
+    }
+    Ok(())
+}
