@@ -132,6 +132,13 @@ fn minilm_matches_pytorch() {
     // `embed` gives the same vectors.
     let vectors = model.embed(&texts[..2]).unwrap();
     assert!(max_diff(&vectors[1], &r.embeddings[384..768]) <= 1e-5);
+
+    // Long inputs are cut at the max length, which can be changed.
+    let long = "word ".repeat(600);
+    assert_eq!(model.tokenizer().ids(&long).unwrap().len(), 256);
+    model.set_max_length(64).unwrap();
+    assert_eq!(model.tokenizer().encode(&[&long]).unwrap().lengths, [64]);
+    assert!(model.set_max_length(513).is_err());
 }
 
 #[test]

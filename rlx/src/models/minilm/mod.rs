@@ -91,6 +91,18 @@ impl SentenceEmbedder {
         &self.tokenizer
     }
 
+    /// Truncates inputs at `max_length` tokens (default [`MAX_LENGTH`], the reference
+    /// pipeline's); at most `max_position_embeddings`.
+    pub fn set_max_length(&mut self, max_length: usize) -> Result<(), EmbedError> {
+        if max_length < 2 || max_length > self.config.max_position_embeddings {
+            return Err(EmbedError::Tokenizer(format!(
+                "max length {max_length} is outside 2..={}",
+                self.config.max_position_embeddings
+            )));
+        }
+        self.tokenizer.set_max_length(max_length)
+    }
+
     /// Runs a tokenized batch; returns `last_hidden_state` `[batch, seq, hidden]` and the
     /// embeddings `[batch, hidden]`.
     pub fn run(&mut self, batch: &Batch) -> Result<(HostTensor, HostTensor), EmbedError> {

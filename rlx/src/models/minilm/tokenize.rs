@@ -47,6 +47,19 @@ impl Tokenizer {
         self.max_length
     }
 
+    /// Truncates at `max_length` tokens from now on (at most the model's position table).
+    pub fn set_max_length(&mut self, max_length: usize) -> Result<(), EmbedError> {
+        let truncation = tokenizers::TruncationParams {
+            max_length,
+            ..Default::default()
+        };
+        self.inner
+            .with_truncation(Some(truncation))
+            .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
+        self.max_length = max_length;
+        Ok(())
+    }
+
     /// Token ids of one text, special tokens included.
     pub fn ids(&self, text: &str) -> Result<Vec<u32>, EmbedError> {
         let encoding = self
