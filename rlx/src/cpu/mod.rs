@@ -1,7 +1,7 @@
 //! The CPU thunk executor: the default backend.
 //!
 //! `compile` optimizes the graph (simplify, CSE, DCE, constant folding) and lays out params
-//! and constants. The first run with a binding of the runtime dims makes a [`plan`]: concrete
+//! and constants. The first run with a binding of the runtime dims makes a plan: concrete
 //! shapes, one memory arena placed by the [`memory`] planner, and a flat list of thunks.
 //! Later runs with the same binding reuse it: they copy inputs in, call the thunks in order,
 //! and copy outputs out, without allocating (see `run_into`), hashing or shape arithmetic.

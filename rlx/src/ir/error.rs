@@ -6,7 +6,7 @@ use super::shape::Shape;
 
 /// Why an op cannot be applied to its operands. Operands are numbered from 0.
 ///
-/// Messages say what is wrong without repeating the operand types; [`BuildError`]
+/// Messages say what is wrong without repeating the operand types; [`BuildError`](crate::BuildError)
 /// (crate::builder::BuildError) adds the op, the operand types and the caller's location.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum InferError {

@@ -2,7 +2,7 @@
 //!
 //! - [`bert`]: the BERT encoder with mean pooling and L2 normalisation (sentence embeddings),
 //!   configured from a Hugging Face `config.json`.
-//! - [`minilm`] (feature `minilm`): the all-MiniLM-L6-v2 sentence embedder end to end —
+//! - `minilm` (feature `minilm`): the all-MiniLM-L6-v2 sentence embedder end to end —
 //!   fetching the pinned checkpoint, tokenizing and embedding.
 
 pub mod bert;

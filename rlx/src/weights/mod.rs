@@ -1,6 +1,6 @@
 //! Weight files: loading safetensors checkpoints into compiled models and saving them back.
 //!
-//! Loading checks the whole file against the model's [`Manifest`] before binding anything,
+//! Loading checks the whole file against the model's [`Manifest`](crate::params::Manifest) before binding anything,
 //! and reports every missing, unexpected and mismatched tensor in one error. Checkpoint
 //! layouts declared with `#[param(transpose)]` and `#[param(split(..))]` are undone once, at
 //! load time; saving applies them again, so a saved file loads back into the same model.
