@@ -13,10 +13,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rlx::cpu::CpuBackend;
-use rlx::models::bert::{Bert, BertConfig};
-use rlx::models::minilm::ModelFiles;
+use rlx::models::minilm::{Batch, ModelFiles, SentenceEmbedder};
 use rlx::tensor::HostTensor;
-use rlx::weights::LoadOptions;
 
 fn main() -> Result<(), Box<dyn Error>> {
     let mut backend = "cpu".to_string();
@@ -47,13 +45,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
 
     let files = ModelFiles::locate(model_dir.as_deref())?;
-    let config = BertConfig::from_file(files.config())?;
-    let mut model = Bert::compile(&CpuBackend::default(), &config)?;
-    let options = LoadOptions {
-        allow_unexpected: true,
-        ..LoadOptions::default()
-    };
-    model.load_safetensors_with(files.weights(), &options)?;
+    let mut model = SentenceEmbedder::new(&CpuBackend::default(), &files)?;
 
     let mut state = 0x2545_f491_4f6c_dd1du64;
     for (batch, seq) in shapes {
@@ -66,17 +58,20 @@ fn main() -> Result<(), Box<dyn Error>> {
                 1000 + (state % 29000) as i64
             })
             .collect();
-        let ids = HostTensor::from_vec(ids, [batch, seq])?;
-        let mask = HostTensor::from_vec(vec![1i64; n], [batch, seq])?;
-        let types = HostTensor::from_vec(vec![0i64; n], [batch, seq])?;
+        let inputs = Batch {
+            input_ids: HostTensor::from_vec(ids, [batch, seq])?,
+            attention_mask: HostTensor::from_vec(vec![1i64; n], [batch, seq])?,
+            token_type_ids: HostTensor::from_vec(vec![0i64; n], [batch, seq])?,
+            lengths: vec![seq; batch],
+        };
         for _ in 0..3 {
-            model.run(&ids, &mask, &types)?;
+            model.run(&inputs)?;
         }
         let mut times = Vec::new();
         let started = Instant::now();
         while times.len() < 10 || started.elapsed() < Duration::from_secs(2) {
             let t = Instant::now();
-            model.run(&ids, &mask, &types)?;
+            model.run(&inputs)?;
             times.push(t.elapsed().as_secs_f64() * 1e3);
         }
         times.sort_by(f64::total_cmp);

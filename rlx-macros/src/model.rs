@@ -220,7 +220,6 @@ fn is_tensor(ty: &Type) -> bool {
 /// fn and says what each argument is.
 fn classify_args(item: &mut ItemFn) -> syn::Result<Vec<Arg>> {
     let mut args = Vec::new();
-    let mut seen_names: Vec<(String, Span)> = Vec::new();
     let (mut scope, mut config, mut params) = (false, false, false);
     for input in item.sig.inputs.iter_mut() {
         let typed = match input {
@@ -328,13 +327,15 @@ fn classify_args(item: &mut ItemFn) -> syn::Result<Vec<Arg>> {
         }
         if let Role::Input(name) | Role::Param(name) = &role {
             let span = rename.as_ref().map_or(ident.span(), |r| r.span());
-            if seen_names.iter().any(|(n, _)| n == name) {
+            let taken = args
+                .iter()
+                .any(|a: &Arg| matches!(&a.role, Role::Input(n) | Role::Param(n) if n == name));
+            if taken {
                 return Err(syn::Error::new(
                     span,
                     format!("two inputs are named `{name}`"),
                 ));
             }
-            seen_names.push((name.clone(), span));
         }
         args.push(Arg {
             ident,
@@ -516,10 +517,6 @@ fn generate(item: &ItemFn, args: &[Arg], outputs: &[String]) -> syn::Result<Toke
     let compile_doc = format!(
         "Builds the graph and compiles it for `backend`; weights are bound next.{config_doc}"
     );
-    let input_lits = input_names
-        .iter()
-        .map(|n| LitStr::new(n, Span::call_site()));
-    let output_lits = outputs.iter().map(|n| LitStr::new(n, Span::call_site()));
 
     Ok(quote! {
         #item
@@ -531,9 +528,9 @@ fn generate(item: &ItemFn, args: &[Arg], outputs: &[String]) -> syn::Result<Toke
 
         impl #model {
             /// Input names, in argument order.
-            pub const INPUTS: &'static [&'static str] = &[#(#input_lits),*];
+            pub const INPUTS: &'static [&'static str] = &[#(#input_names),*];
             /// Output names, in return order.
-            pub const OUTPUTS: &'static [&'static str] = &[#(#output_lits),*];
+            pub const OUTPUTS: &'static [&'static str] = &[#(#outputs),*];
 
             #[doc = #build_doc]
             pub fn build(#config_param) -> ::core::result::Result<::rlx::ir::Graph, ::rlx::typed::BuildErrors> {

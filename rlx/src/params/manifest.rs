@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::ir::{DType, Shape};
+use crate::ir::{DType, Shape, TensorType};
 
 /// One part of a checkpoint tensor cut into equal pieces along an axis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,19 +131,9 @@ impl fmt::Display for Manifest {
         for p in &self.params {
             write!(f, "{}: {}{}", p.name, p.dtype, p.shape)?;
             if p.transpose || p.split.is_some() {
-                let dims: Vec<String> = p
-                    .file_shape()
-                    .unwrap_or_default()
-                    .iter()
-                    .map(usize::to_string)
-                    .collect();
-                write!(
-                    f,
-                    " (checkpoint {} is {}[{}]",
-                    p.key,
-                    p.dtype,
-                    dims.join(",")
-                )?;
+                let dims = p.file_shape().unwrap_or_default();
+                let file = TensorType::new(p.dtype, dims.as_slice());
+                write!(f, " (checkpoint {} is {file}", p.key)?;
                 if let Some(s) = p.split {
                     write!(f, ", part {} of {} along axis {}", s.index, s.parts, s.axis)?;
                 }

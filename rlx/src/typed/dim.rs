@@ -84,11 +84,11 @@ impl Sizes {
         Sizes::default()
     }
 
-    /// Sets the size of the config dim `D` (replacing an earlier value).
+    /// Sets the size of the config dim `D` (replacing an earlier value). Static and runtime
+    /// dims have no build-time value to set; for them this changes nothing.
     pub fn with<D: Dim>(mut self, value: usize) -> Sizes {
-        let name = match D::KIND {
-            DimKind::Config(name) | DimKind::Runtime(name) => name,
-            DimKind::Static(_) => return self,
+        let DimKind::Config(name) = D::KIND else {
+            return self;
         };
         self.values.retain(|(n, _)| *n != name);
         self.values.push((name, value));

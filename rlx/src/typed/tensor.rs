@@ -10,7 +10,7 @@ use super::dim::Dim;
 use super::element::{Element, Float, Numeric};
 use super::scope::Scope;
 use super::shape::{HasAxis, RemoveAxis, Shape, SuffixOf};
-use crate::ir::{ArgReduceOp, BinaryOp, NodeId, Op, ReduceOp, Scalar, UnaryOp};
+use crate::ir::{ArgReduceOp, AttentionMask, BinaryOp, NodeId, Op, ReduceOp, Scalar, UnaryOp};
 
 /// A handle to a tensor of shape `S` and element type `E` in the graph `'g`. `Copy`:
 /// pass it around freely; it cannot outlive or leave its graph.
@@ -460,11 +460,7 @@ impl<'g, B: Dim, H: Dim, Q: Dim, D: Dim, E: Float> Tensor<'g, (B, H, Q, D), E> {
         values: Tensor<'g, (B, H, K, V), E>,
         scale: f64,
     ) -> Tensor<'g, (B, H, Q, V), E> {
-        let op = Op::Attention {
-            scale,
-            mask: crate::ir::AttentionMask::None,
-        };
-        self.then(op, &[keys.id, values.id])
+        self.fused_attention(AttentionMask::None, scale, &[keys.id, values.id])
     }
 
     /// Causal attention: query `i` sees keys `0..=i`.
@@ -475,11 +471,7 @@ impl<'g, B: Dim, H: Dim, Q: Dim, D: Dim, E: Float> Tensor<'g, (B, H, Q, D), E> {
         values: Tensor<'g, (B, H, K, V), E>,
         scale: f64,
     ) -> Tensor<'g, (B, H, Q, V), E> {
-        let op = Op::Attention {
-            scale,
-            mask: crate::ir::AttentionMask::Causal,
-        };
-        self.then(op, &[keys.id, values.id])
+        self.fused_attention(AttentionMask::Causal, scale, &[keys.id, values.id])
     }
 
     /// Attention where query `i` of batch entry `b` sees key `j` only if
@@ -493,11 +485,19 @@ impl<'g, B: Dim, H: Dim, Q: Dim, D: Dim, E: Float> Tensor<'g, (B, H, Q, D), E> {
         scale: f64,
     ) -> Tensor<'g, (B, H, Q, V), E> {
         let mask: Tensor<'g, (B, super::Const<1>, super::Const<1>, K), bool> = mask.reshape();
-        let op = Op::Attention {
-            scale,
-            mask: crate::ir::AttentionMask::Tensor,
-        };
-        self.then(op, &[keys.id, values.id, mask.id])
+        self.fused_attention(AttentionMask::Tensor, scale, &[keys.id, values.id, mask.id])
+    }
+
+    /// The fused attention op with `mask` on the operands after the queries; the result
+    /// type is fixed by the typed method that calls this.
+    #[track_caller]
+    fn fused_attention<S2: Shape>(
+        self,
+        mask: AttentionMask,
+        scale: f64,
+        operands: &[Option<NodeId>],
+    ) -> Tensor<'g, S2, E> {
+        self.then(Op::Attention { scale, mask }, operands)
     }
 }
 

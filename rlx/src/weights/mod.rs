@@ -14,7 +14,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use crate::backend::RunError;
-use crate::ir::DType;
+use crate::ir::{DType, TensorType};
 
 /// How strictly a checkpoint is read.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -131,6 +131,5 @@ impl fmt::Display for Listing<'_> {
 
 /// `f32[384,384]`.
 fn describe(dtype: DType, shape: &[usize]) -> String {
-    let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
-    format!("{dtype}[{}]", dims.join(","))
+    TensorType::new(dtype, shape).to_string()
 }

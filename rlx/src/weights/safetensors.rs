@@ -68,17 +68,14 @@ pub fn load_safetensors(
     let files = manifest.file_tensors();
     let (mut missing, mut unexpected, mut mismatched) = (Vec::new(), Vec::new(), Vec::new());
     let mut report = LoadReport::default();
+    // The views found while checking, in `files` order, are the ones bound below.
+    let mut views = Vec::with_capacity(files.len());
     for f in &files {
         let Ok(view) = st.tensor(&f.key) else {
             missing.push(f.key.clone());
             continue;
         };
         let found = from_file_dtype(view.dtype());
-        let expected = describe(f.dtype, &f.shape);
-        let found_text = match found {
-            Some(d) => describe(d, view.shape()),
-            None => format!("{:?}{:?}", view.dtype(), view.shape()),
-        };
         let dtype_ok = match found {
             Some(d) if d == f.dtype => true,
             Some(d) if options.convert_floats && d.is_float() && f.dtype.is_float() => {
@@ -90,10 +87,14 @@ pub fn load_safetensors(
         if !dtype_ok || view.shape() != f.shape.as_slice() {
             mismatched.push(Mismatch {
                 key: f.key.clone(),
-                expected,
-                found: found_text,
+                expected: describe(f.dtype, &f.shape),
+                found: match found {
+                    Some(d) => describe(d, view.shape()),
+                    None => format!("{:?}{:?}", view.dtype(), view.shape()),
+                },
             });
         }
+        views.push(view);
     }
     for name in st.names() {
         if !files.iter().any(|f| f.key == name) {
@@ -115,8 +116,7 @@ pub fn load_safetensors(
     }
     report.ignored.sort();
 
-    for f in &files {
-        let view = st.tensor(&f.key).map_err(|e| format_error(path, e))?;
+    for (f, view) in files.iter().zip(views) {
         let file_dtype = from_file_dtype(view.dtype()).unwrap_or(f.dtype);
         let data: Cow<[u8]> = if file_dtype == f.dtype {
             Cow::Borrowed(view.data())
@@ -130,7 +130,7 @@ pub fn load_safetensors(
         for &i in &f.params {
             let spec = &manifest.params[i];
             let mut shape = f.shape.clone();
-            let mut bytes = data.clone();
+            let mut bytes = Cow::Borrowed(&*data);
             if let Some(split) = spec.split {
                 let axis = resolve_axis(split.axis, shape.len()).unwrap_or(0);
                 bytes = Cow::Owned(split_part(
@@ -198,8 +198,9 @@ pub fn save_safetensors(
                     });
                 }
                 let axis = resolve_axis(split.axis, f.shape.len()).unwrap_or(0);
-                let pieces: Vec<Vec<u8>> = parts.iter().map(|p| p.1.clone()).collect();
-                join_parts(&pieces, &parts[0].2, elem, axis)
+                let part_shape = std::mem::take(&mut parts[0].2);
+                let pieces: Vec<Vec<u8>> = parts.into_iter().map(|p| p.1).collect();
+                join_parts(&pieces, &part_shape, elem, axis)
             }
         };
         tensors.push((

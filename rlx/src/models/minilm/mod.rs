@@ -21,7 +21,7 @@ pub use tokenize::{Batch, Tokenizer};
 use super::bert::{Bert, BertConfig, ConfigError};
 use crate::backend::{Backend, RunError};
 use crate::model::ModelError;
-use crate::tensor::HostTensor;
+use crate::tensor::{HostTensor, TensorError};
 use crate::weights::{LoadOptions, WeightsError};
 
 /// The longest input the reference pipeline keeps: longer texts are truncated to this many
@@ -40,6 +40,17 @@ pub enum EmbedError {
     /// The tokenizer failed.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// The requested truncation length is outside what the model can take.
+    #[error("max length {requested} is outside 2..={limit} (the model's position table)")]
+    MaxLength {
+        /// The length asked for.
+        requested: usize,
+        /// `max_position_embeddings`.
+        limit: usize,
+    },
+    /// A host tensor could not be made or read.
+    #[error(transparent)]
+    Tensor(#[from] TensorError),
     /// The graph could not be built or compiled.
     #[error(transparent)]
     Model(#[from] ModelError),
@@ -95,10 +106,10 @@ impl SentenceEmbedder {
     /// pipeline's); at most `max_position_embeddings`.
     pub fn set_max_length(&mut self, max_length: usize) -> Result<(), EmbedError> {
         if max_length < 2 || max_length > self.config.max_position_embeddings {
-            return Err(EmbedError::Tokenizer(format!(
-                "max length {max_length} is outside 2..={}",
-                self.config.max_position_embeddings
-            )));
+            return Err(EmbedError::MaxLength {
+                requested: max_length,
+                limit: self.config.max_position_embeddings,
+            });
         }
         self.tokenizer.set_max_length(max_length)
     }
@@ -121,9 +132,7 @@ impl SentenceEmbedder {
         let batch = self.tokenizer.encode(sentences)?;
         let (_, embeddings) = self.run(&batch)?;
         let width = self.config.hidden_size;
-        let values = embeddings
-            .into_vec::<f32>()
-            .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
+        let values = embeddings.into_vec::<f32>()?;
         Ok(values.chunks(width).map(<[f32]>::to_vec).collect())
     }
 }

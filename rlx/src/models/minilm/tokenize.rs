@@ -32,14 +32,12 @@ impl Tokenizer {
         let mut inner = tokenizers::Tokenizer::from_file(path)
             .map_err(|e| EmbedError::Tokenizer(format!("{}: {e}", path.display())))?;
         inner.with_padding(None);
-        let truncation = tokenizers::TruncationParams {
-            max_length,
-            ..Default::default()
+        let mut tokenizer = Tokenizer {
+            inner,
+            max_length: 0,
         };
-        inner
-            .with_truncation(Some(truncation))
-            .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
-        Ok(Tokenizer { inner, max_length })
+        tokenizer.set_max_length(max_length)?;
+        Ok(tokenizer)
     }
 
     /// The truncation length.
@@ -60,48 +58,42 @@ impl Tokenizer {
         Ok(())
     }
 
+    fn encoding(&self, text: &str) -> Result<tokenizers::Encoding, EmbedError> {
+        self.inner
+            .encode(text, true)
+            .map_err(|e| EmbedError::Tokenizer(e.to_string()))
+    }
+
     /// Token ids of one text, special tokens included.
     pub fn ids(&self, text: &str) -> Result<Vec<u32>, EmbedError> {
-        let encoding = self
-            .inner
-            .encode(text, true)
-            .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
-        Ok(encoding.get_ids().to_vec())
+        Ok(self.encoding(text)?.get_ids().to_vec())
     }
 
     /// Tokenizes `texts` into one batch right-padded with 0.
     pub fn encode(&self, texts: &[&str]) -> Result<Batch, EmbedError> {
-        let mut rows = Vec::with_capacity(texts.len());
-        for text in texts {
-            let e = self
-                .inner
-                .encode(*text, true)
-                .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
-            rows.push((e.get_ids().to_vec(), e.get_type_ids().to_vec()));
-        }
-        let seq = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+        let rows = texts
+            .iter()
+            .map(|text| self.encoding(text))
+            .collect::<Result<Vec<_>, _>>()?;
+        let seq = rows.iter().map(|r| r.get_ids().len()).max().unwrap_or(0);
         let n = texts.len();
         let (mut ids, mut mask, mut types) = (
             vec![0i64; n * seq],
             vec![0i64; n * seq],
             vec![0i64; n * seq],
         );
-        let mut lengths = Vec::with_capacity(n);
-        for (row, (tokens, type_ids)) in rows.iter().enumerate() {
-            for (j, (&t, &ty)) in tokens.iter().zip(type_ids).enumerate() {
+        for (row, e) in rows.iter().enumerate() {
+            for (j, (&t, &ty)) in e.get_ids().iter().zip(e.get_type_ids()).enumerate() {
                 ids[row * seq + j] = i64::from(t);
                 mask[row * seq + j] = 1;
                 types[row * seq + j] = i64::from(ty);
             }
-            lengths.push(tokens.len());
         }
-        let tensor =
-            |v| HostTensor::from_vec(v, [n, seq]).map_err(|e| EmbedError::Tokenizer(e.to_string()));
         Ok(Batch {
-            input_ids: tensor(ids)?,
-            attention_mask: tensor(mask)?,
-            token_type_ids: tensor(types)?,
-            lengths,
+            input_ids: HostTensor::from_vec(ids, [n, seq])?,
+            attention_mask: HostTensor::from_vec(mask, [n, seq])?,
+            token_type_ids: HostTensor::from_vec(types, [n, seq])?,
+            lengths: rows.iter().map(|r| r.get_ids().len()).collect(),
         })
     }
 }
