@@ -1,4 +1,296 @@
-//! Raw bindings to the RLX C ABI shim over Apple's MLX.
+//! Raw bindings to RLX's C ABI shim over Apple's MLX (`cpp/rlx_mlx.h`).
 //!
-//! The shim, the pinned MLX payload and the build script arrive with the MLX backend (see
-//! `ARCHITECTURE.md`); until then this crate is empty and links nothing.
+//! The contract, which the safe wrapper in `rlx::mlx` relies on:
+//! - arrays are opaque handles; every call that makes one writes a fresh handle the caller
+//!   owns and frees with [`rlx_mlx_array_free`] (freeing null is fine);
+//! - every fallible call returns 0 on success; on failure the C++ exception's message is
+//!   kept in a thread-local string that [`rlx_mlx_last_error`] returns;
+//! - data crosses as raw little-endian bytes in the array's own dtype;
+//! - op kinds are small integers in the order of the RLX IR enums.
+//!
+//! The build script finds MLX (`MLX_DIR`, the pinned wheel in `vendor/mlx`, or an installed
+//! Python `mlx`), compiles the shim and links `libmlx`. It publishes the library directory
+//! as `DEP_MLX_LIBDIR` for packages that need an rpath.
+//!
+//! ```
+//! use std::ffi::CStr;
+//! // SAFETY: the version string is static and NUL-terminated.
+//! let version = unsafe { CStr::from_ptr(rlx_mlx_sys::rlx_mlx_version()) };
+//! assert!(!version.to_bytes().is_empty());
+//! ```
+
+#![allow(missing_docs, non_camel_case_types)] // one-to-one with the documented C header
+
+use std::ffi::{c_char, c_int, c_void};
+
+/// An MLX array behind a handle.
+#[repr(C)]
+pub struct rlx_mlx_array {
+    _private: [u8; 0],
+}
+
+/// A compiled function behind a handle.
+#[repr(C)]
+pub struct rlx_mlx_function {
+    _private: [u8; 0],
+}
+
+pub const RLX_MLX_BOOL: c_int = 0;
+pub const RLX_MLX_U8: c_int = 1;
+pub const RLX_MLX_U16: c_int = 2;
+pub const RLX_MLX_U32: c_int = 3;
+pub const RLX_MLX_U64: c_int = 4;
+pub const RLX_MLX_I8: c_int = 5;
+pub const RLX_MLX_I16: c_int = 6;
+pub const RLX_MLX_I32: c_int = 7;
+pub const RLX_MLX_I64: c_int = 8;
+pub const RLX_MLX_F16: c_int = 9;
+pub const RLX_MLX_F32: c_int = 10;
+pub const RLX_MLX_F64: c_int = 11;
+pub const RLX_MLX_BF16: c_int = 12;
+
+pub const RLX_MLX_MASK_NONE: c_int = 0;
+pub const RLX_MLX_MASK_CAUSAL: c_int = 1;
+pub const RLX_MLX_MASK_WINDOW: c_int = 2;
+pub const RLX_MLX_MASK_ARRAY: c_int = 3;
+
+/// The lowering callback of [`rlx_mlx_compile`].
+pub type rlx_mlx_lower_fn = unsafe extern "C" fn(
+    userdata: *mut c_void,
+    inputs: *const *mut rlx_mlx_array,
+    n_inputs: usize,
+    outputs: *mut *mut rlx_mlx_array,
+    n_outputs: usize,
+) -> c_int;
+
+type Array = rlx_mlx_array;
+
+unsafe extern "C" {
+    pub fn rlx_mlx_last_error() -> *const c_char;
+    pub fn rlx_mlx_set_last_error(message: *const c_char);
+    pub fn rlx_mlx_version() -> *const c_char;
+    pub fn rlx_mlx_device_name(buf: *mut c_char, len: usize) -> c_int;
+    pub fn rlx_mlx_live_arrays() -> i64;
+    pub fn rlx_mlx_blas() -> *const c_char;
+
+    pub fn rlx_mlx_array_free(a: *mut Array);
+    pub fn rlx_mlx_array_clone(a: *const Array, out: *mut *mut Array) -> c_int;
+    pub fn rlx_mlx_array_from_bytes(
+        data: *const c_void,
+        nbytes: usize,
+        shape: *const i64,
+        ndim: usize,
+        dtype: c_int,
+        out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_array_info(
+        a: *const Array,
+        dtype: *mut c_int,
+        ndim: *mut usize,
+        dims: *mut i64,
+        cap: usize,
+    ) -> c_int;
+    pub fn rlx_mlx_array_read(a: *const Array, dst: *mut c_void, nbytes: usize) -> c_int;
+
+    pub fn rlx_mlx_eval(arrays: *const *mut Array, n: usize) -> c_int;
+    pub fn rlx_mlx_async_eval(arrays: *const *mut Array, n: usize) -> c_int;
+    pub fn rlx_mlx_synchronize() -> c_int;
+
+    pub fn rlx_mlx_compile(
+        lower: rlx_mlx_lower_fn,
+        userdata: *mut c_void,
+        drop: Option<unsafe extern "C" fn(*mut c_void)>,
+        n_outputs: usize,
+        shapeless: bool,
+        out: *mut *mut rlx_mlx_function,
+    ) -> c_int;
+    pub fn rlx_mlx_function_call(
+        f: *mut rlx_mlx_function,
+        inputs: *const *mut Array,
+        n_inputs: usize,
+        outputs: *mut *mut Array,
+        n_outputs: usize,
+    ) -> c_int;
+    pub fn rlx_mlx_function_free(f: *mut rlx_mlx_function);
+
+    pub fn rlx_mlx_unary(kind: c_int, x: *const Array, out: *mut *mut Array) -> c_int;
+    pub fn rlx_mlx_binary(
+        kind: c_int,
+        a: *const Array,
+        b: *const Array,
+        out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_compare(
+        kind: c_int,
+        a: *const Array,
+        b: *const Array,
+        out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_where(
+        cond: *const Array,
+        a: *const Array,
+        b: *const Array,
+        out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_cast(x: *const Array, dtype: c_int, out: *mut *mut Array) -> c_int;
+    pub fn rlx_mlx_matmul(
+        a: *const Array,
+        b: *const Array,
+        transpose_a: bool,
+        transpose_b: bool,
+        out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_reduce(
+        kind: c_int,
+        x: *const Array,
+        axes: *const i32,
+        n_axes: usize,
+        keep_dims: bool,
+        out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_arg_reduce(
+        kind: c_int,
+        x: *const Array,
+        axis: i32,
+        keep_dims: bool,
+        out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_cumsum(
+        x: *const Array,
+        axis: i32,
+        exclusive: bool,
+        reverse: bool,
+        out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_softmax(x: *const Array, axis: i32, log: bool, out: *mut *mut Array)
+    -> c_int;
+    pub fn rlx_mlx_layer_norm(
+        x: *const Array,
+        weight: *const Array,
+        bias: *const Array,
+        eps: f64,
+        out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_rms_norm(
+        x: *const Array,
+        weight: *const Array,
+        eps: f64,
+        out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_reshape(
+        x: *const Array,
+        shape: *const i64,
+        ndim: usize,
+        out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_permute(
+        x: *const Array,
+        perm: *const i32,
+        ndim: usize,
+        out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_slice(
+        x: *const Array,
+        start: *const i64,
+        stop: *const i64,
+        step: *const i64,
+        ndim: usize,
+        out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_concat(xs: *const *mut Array, n: usize, axis: i32, out: *mut *mut Array)
+    -> c_int;
+    pub fn rlx_mlx_broadcast(
+        x: *const Array,
+        shape: *const i64,
+        ndim: usize,
+        out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_pad(
+        x: *const Array,
+        low: *const i64,
+        high: *const i64,
+        ndim: usize,
+        value: *const Array,
+        out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_gather(
+        data: *const Array,
+        indices: *const Array,
+        axis: i32,
+        out: *mut *mut Array,
+        bad: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_scatter_add(
+        data: *const Array,
+        indices: *const Array,
+        updates: *const Array,
+        axis: i32,
+        out: *mut *mut Array,
+        bad: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_attention(
+        q: *const Array,
+        k: *const Array,
+        v: *const Array,
+        scale: f64,
+        mask_kind: c_int,
+        window: i64,
+        mask: *const Array,
+        out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_rope(
+        x: *const Array,
+        dims: i32,
+        base: f64,
+        scale: f64,
+        traditional: bool,
+        offset: *const Array,
+        out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_conv(
+        x: *const Array,
+        w: *const Array,
+        bias: *const Array,
+        stride: *const i32,
+        pad_low: *const i32,
+        pad_high: *const i32,
+        dilation: *const i32,
+        spatial: usize,
+        groups: i32,
+        out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_pool(
+        kind: c_int,
+        x: *const Array,
+        kernel: *const i32,
+        stride: *const i32,
+        pad_low: *const i32,
+        pad_high: *const i32,
+        spatial: usize,
+        out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_sort(
+        x: *const Array,
+        axis: i32,
+        descending: bool,
+        indices: bool,
+        out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_topk(
+        x: *const Array,
+        k: i32,
+        axis: i32,
+        indices: bool,
+        out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_solve(a: *const Array, b: *const Array, out: *mut *mut Array) -> c_int;
+    pub fn rlx_mlx_quantized_matmul(
+        x: *const Array,
+        w: *const Array,
+        scales: *const Array,
+        biases: *const Array,
+        bits: i32,
+        group_size: i32,
+        out: *mut *mut Array,
+    ) -> c_int;
+}

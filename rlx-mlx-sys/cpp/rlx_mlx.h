@@ -1,0 +1,166 @@
+/* The C ABI of RLX's shim over MLX.
+ *
+ * Contract (see DESIGN §7 and rlx-mlx-sys/src/lib.rs):
+ * - Arrays are opaque handles. Every call that makes an array writes a fresh handle the
+ *   caller owns and frees with rlx_mlx_array_free (freeing NULL is fine). Cloning is a
+ *   reference-count bump.
+ * - Every fallible call returns 0 on success and nonzero on failure. No C++ exception leaves
+ *   the shim: each is caught and its message kept in a thread-local string that
+ *   rlx_mlx_last_error returns (cleared by the next successful call).
+ * - Tensor data crosses as raw little-endian bytes in the array's own dtype.
+ * - Op kinds are small integers whose order matches the RLX IR enums.
+ */
+#ifndef RLX_MLX_H
+#define RLX_MLX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rlx_mlx_array rlx_mlx_array;
+typedef struct rlx_mlx_function rlx_mlx_function;
+
+/* Dtype codes. */
+enum {
+  RLX_MLX_BOOL = 0,
+  RLX_MLX_U8 = 1,
+  RLX_MLX_U16 = 2,
+  RLX_MLX_U32 = 3,
+  RLX_MLX_U64 = 4,
+  RLX_MLX_I8 = 5,
+  RLX_MLX_I16 = 6,
+  RLX_MLX_I32 = 7,
+  RLX_MLX_I64 = 8,
+  RLX_MLX_F16 = 9,
+  RLX_MLX_F32 = 10,
+  RLX_MLX_F64 = 11,
+  RLX_MLX_BF16 = 12,
+};
+
+/* Attention mask kinds. */
+enum {
+  RLX_MLX_MASK_NONE = 0,
+  RLX_MLX_MASK_CAUSAL = 1,
+  RLX_MLX_MASK_WINDOW = 2,
+  RLX_MLX_MASK_ARRAY = 3,
+};
+
+/* ---- status, errors, bookkeeping ---- */
+const char* rlx_mlx_last_error(void);
+/* Stores `message` as the last error (used by callbacks into Rust). */
+void rlx_mlx_set_last_error(const char* message);
+const char* rlx_mlx_version(void);
+/* Writes the default device's name ("cpu", "gpu") into buf (NUL-terminated, truncated). */
+int rlx_mlx_device_name(char* buf, size_t len);
+/* Array handles alive right now (for leak tests). */
+int64_t rlx_mlx_live_arrays(void);
+/* Name of the BLAS the process resolved cblas_sgemm to, when known. */
+const char* rlx_mlx_blas(void);
+
+/* ---- arrays ---- */
+void rlx_mlx_array_free(rlx_mlx_array* a);
+int rlx_mlx_array_clone(const rlx_mlx_array* a, rlx_mlx_array** out);
+int rlx_mlx_array_from_bytes(const void* data, size_t nbytes, const int64_t* shape,
+                             size_t ndim, int dtype, rlx_mlx_array** out);
+/* dtype, rank, and up to `cap` dims. */
+int rlx_mlx_array_info(const rlx_mlx_array* a, int* dtype, size_t* ndim, int64_t* dims,
+                       size_t cap);
+/* Evaluates `a`, makes it row-contiguous and copies exactly `nbytes` bytes out. */
+int rlx_mlx_array_read(const rlx_mlx_array* a, void* dst, size_t nbytes);
+
+/* ---- evaluation ---- */
+int rlx_mlx_eval(rlx_mlx_array* const* arrays, size_t n);
+int rlx_mlx_async_eval(rlx_mlx_array* const* arrays, size_t n);
+int rlx_mlx_synchronize(void);
+
+/* ---- compile ----
+ * `lower` is called while MLX traces: it receives borrowed input handles and must write
+ * `n_outputs` fresh handles into `outputs`, returning 0; on failure it sets the last error
+ * (rlx_mlx_set_last_error) and returns nonzero. `drop` frees `userdata` when the function
+ * is freed. */
+typedef int (*rlx_mlx_lower_fn)(void* userdata, rlx_mlx_array* const* inputs, size_t n_inputs,
+                                rlx_mlx_array** outputs, size_t n_outputs);
+int rlx_mlx_compile(rlx_mlx_lower_fn lower, void* userdata, void (*drop)(void*),
+                    size_t n_outputs, bool shapeless, rlx_mlx_function** out);
+int rlx_mlx_function_call(rlx_mlx_function* f, rlx_mlx_array* const* inputs, size_t n_inputs,
+                          rlx_mlx_array** outputs, size_t n_outputs);
+void rlx_mlx_function_free(rlx_mlx_function* f);
+
+/* ---- ops ---- */
+int rlx_mlx_unary(int kind, const rlx_mlx_array* x, rlx_mlx_array** out);
+int rlx_mlx_binary(int kind, const rlx_mlx_array* a, const rlx_mlx_array* b,
+                   rlx_mlx_array** out);
+int rlx_mlx_compare(int kind, const rlx_mlx_array* a, const rlx_mlx_array* b,
+                    rlx_mlx_array** out);
+int rlx_mlx_where(const rlx_mlx_array* cond, const rlx_mlx_array* a, const rlx_mlx_array* b,
+                  rlx_mlx_array** out);
+int rlx_mlx_cast(const rlx_mlx_array* x, int dtype, rlx_mlx_array** out);
+int rlx_mlx_matmul(const rlx_mlx_array* a, const rlx_mlx_array* b, bool transpose_a,
+                   bool transpose_b, rlx_mlx_array** out);
+int rlx_mlx_reduce(int kind, const rlx_mlx_array* x, const int32_t* axes, size_t n_axes,
+                   bool keep_dims, rlx_mlx_array** out);
+int rlx_mlx_arg_reduce(int kind, const rlx_mlx_array* x, int32_t axis, bool keep_dims,
+                       rlx_mlx_array** out);
+int rlx_mlx_cumsum(const rlx_mlx_array* x, int32_t axis, bool exclusive, bool reverse,
+                   rlx_mlx_array** out);
+int rlx_mlx_softmax(const rlx_mlx_array* x, int32_t axis, bool log, rlx_mlx_array** out);
+/* weight and bias may be NULL. */
+int rlx_mlx_layer_norm(const rlx_mlx_array* x, const rlx_mlx_array* weight,
+                       const rlx_mlx_array* bias, double eps, rlx_mlx_array** out);
+int rlx_mlx_rms_norm(const rlx_mlx_array* x, const rlx_mlx_array* weight, double eps,
+                     rlx_mlx_array** out);
+int rlx_mlx_reshape(const rlx_mlx_array* x, const int64_t* shape, size_t ndim,
+                    rlx_mlx_array** out);
+int rlx_mlx_permute(const rlx_mlx_array* x, const int32_t* perm, size_t ndim,
+                    rlx_mlx_array** out);
+/* Per-axis start, stop and stride, all in range (stride >= 1). */
+int rlx_mlx_slice(const rlx_mlx_array* x, const int64_t* start, const int64_t* stop,
+                  const int64_t* step, size_t ndim, rlx_mlx_array** out);
+int rlx_mlx_concat(rlx_mlx_array* const* xs, size_t n, int32_t axis, rlx_mlx_array** out);
+int rlx_mlx_broadcast(const rlx_mlx_array* x, const int64_t* shape, size_t ndim,
+                      rlx_mlx_array** out);
+/* `value` is a scalar array of x's dtype. */
+int rlx_mlx_pad(const rlx_mlx_array* x, const int64_t* low, const int64_t* high, size_t ndim,
+                const rlx_mlx_array* value, rlx_mlx_array** out);
+/* numpy.take. `bad` receives a bool scalar that is true when an index is out of range
+ * (those are clamped so nothing reads out of bounds). */
+int rlx_mlx_gather(const rlx_mlx_array* data, const rlx_mlx_array* indices, int32_t axis,
+                   rlx_mlx_array** out, rlx_mlx_array** bad);
+int rlx_mlx_scatter_add(const rlx_mlx_array* data, const rlx_mlx_array* indices,
+                        const rlx_mlx_array* updates, int32_t axis, rlx_mlx_array** out,
+                        rlx_mlx_array** bad);
+/* mask may be NULL unless mask_kind is RLX_MLX_MASK_ARRAY; window is for _WINDOW. */
+int rlx_mlx_attention(const rlx_mlx_array* q, const rlx_mlx_array* k, const rlx_mlx_array* v,
+                      double scale, int mask_kind, int64_t window, const rlx_mlx_array* mask,
+                      rlx_mlx_array** out);
+/* offset may be NULL (positions start at 0). */
+int rlx_mlx_rope(const rlx_mlx_array* x, int32_t dims, double base, double scale,
+                 bool traditional, const rlx_mlx_array* offset, rlx_mlx_array** out);
+/* Channels first, as in the IR; bias may be NULL. */
+int rlx_mlx_conv(const rlx_mlx_array* x, const rlx_mlx_array* w, const rlx_mlx_array* bias,
+                 const int32_t* stride, const int32_t* pad_low, const int32_t* pad_high,
+                 const int32_t* dilation, size_t spatial, int32_t groups, rlx_mlx_array** out);
+/* kind 0 = max, 1 = average. */
+int rlx_mlx_pool(int kind, const rlx_mlx_array* x, const int32_t* kernel,
+                 const int32_t* stride, const int32_t* pad_low, const int32_t* pad_high,
+                 size_t spatial, rlx_mlx_array** out);
+/* Stable sort; indices come back as int64. */
+int rlx_mlx_sort(const rlx_mlx_array* x, int32_t axis, bool descending, bool indices,
+                 rlx_mlx_array** out);
+int rlx_mlx_topk(const rlx_mlx_array* x, int32_t k, int32_t axis, bool indices,
+                 rlx_mlx_array** out);
+int rlx_mlx_solve(const rlx_mlx_array* a, const rlx_mlx_array* b, rlx_mlx_array** out);
+/* w is uint8 [N, K*bits/8] with the low bits first. */
+int rlx_mlx_quantized_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w,
+                             const rlx_mlx_array* scales, const rlx_mlx_array* biases,
+                             int32_t bits, int32_t group_size, rlx_mlx_array** out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

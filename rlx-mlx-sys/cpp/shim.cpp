@@ -1,0 +1,896 @@
+// RLX's C ABI over MLX. See rlx_mlx.h for the contract.
+//
+// Every entry point runs its body inside `guard`, which turns any C++ exception into a
+// nonzero status and a thread-local message. Ops whose MLX semantics differ from the RLX IR
+// (integer division, saturating casts, masked attention rows, stable descending sorts,
+// out-of-range indices) are composed here so the Rust side sees IR semantics.
+
+#include "rlx_mlx.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mlx/compile.h"
+#include "mlx/compile_impl.h"
+#include "mlx/fast.h"
+#include "mlx/linalg.h"
+#include "mlx/ops.h"
+#include "mlx/transforms.h"
+#include "mlx/version.h"
+
+namespace mx = mlx::core;
+
+struct rlx_mlx_array {
+  mx::array value;
+};
+
+namespace {
+
+std::atomic<int64_t> live_arrays{0};
+thread_local std::string last_error;
+
+template <class F>
+int guard(F&& body) {
+  try {
+    body();
+    last_error.clear();
+    return 0;
+  } catch (const std::exception& e) {
+    last_error = e.what();
+  } catch (...) {
+    last_error = "unknown C++ exception inside MLX";
+  }
+  if (last_error.empty()) {
+    last_error = "MLX failed without a message";
+  }
+  return 1;
+}
+
+rlx_mlx_array* wrap(mx::array a) {
+  auto* h = new rlx_mlx_array{std::move(a)};
+  live_arrays.fetch_add(1, std::memory_order_relaxed);
+  return h;
+}
+
+const mx::array& get(const rlx_mlx_array* h) {
+  if (h == nullptr) {
+    throw std::invalid_argument("[rlx] a required array handle is NULL");
+  }
+  return h->value;
+}
+
+void put(rlx_mlx_array** out, mx::array a) {
+  if (out == nullptr) {
+    throw std::invalid_argument("[rlx] output pointer is NULL");
+  }
+  *out = wrap(std::move(a));
+}
+
+mx::Dtype dtype_of(int code) {
+  switch (code) {
+    case RLX_MLX_BOOL: return mx::bool_;
+    case RLX_MLX_U8: return mx::uint8;
+    case RLX_MLX_U16: return mx::uint16;
+    case RLX_MLX_U32: return mx::uint32;
+    case RLX_MLX_U64: return mx::uint64;
+    case RLX_MLX_I8: return mx::int8;
+    case RLX_MLX_I16: return mx::int16;
+    case RLX_MLX_I32: return mx::int32;
+    case RLX_MLX_I64: return mx::int64;
+    case RLX_MLX_F16: return mx::float16;
+    case RLX_MLX_F32: return mx::float32;
+    case RLX_MLX_F64: return mx::float64;
+    case RLX_MLX_BF16: return mx::bfloat16;
+    default: throw std::invalid_argument("[rlx] unknown dtype code " + std::to_string(code));
+  }
+}
+
+int code_of(mx::Dtype d) {
+  switch (d.val()) {
+    case mx::Dtype::Val::bool_: return RLX_MLX_BOOL;
+    case mx::Dtype::Val::uint8: return RLX_MLX_U8;
+    case mx::Dtype::Val::uint16: return RLX_MLX_U16;
+    case mx::Dtype::Val::uint32: return RLX_MLX_U32;
+    case mx::Dtype::Val::uint64: return RLX_MLX_U64;
+    case mx::Dtype::Val::int8: return RLX_MLX_I8;
+    case mx::Dtype::Val::int16: return RLX_MLX_I16;
+    case mx::Dtype::Val::int32: return RLX_MLX_I32;
+    case mx::Dtype::Val::int64: return RLX_MLX_I64;
+    case mx::Dtype::Val::float16: return RLX_MLX_F16;
+    case mx::Dtype::Val::float32: return RLX_MLX_F32;
+    case mx::Dtype::Val::float64: return RLX_MLX_F64;
+    case mx::Dtype::Val::bfloat16: return RLX_MLX_BF16;
+    default: throw std::invalid_argument("[rlx] MLX produced a dtype RLX does not know");
+  }
+}
+
+bool is_float(mx::Dtype d) { return mx::issubdtype(d, mx::floating); }
+bool is_half(mx::Dtype d) { return d == mx::float16 || d == mx::bfloat16; }
+bool is_signed_int(mx::Dtype d) { return mx::issubdtype(d, mx::signedinteger); }
+
+// RLX computes f16/bf16 in f32 and rounds once at the end; do the same so both backends
+// agree to the last bit where they can.
+mx::Dtype compute_type(mx::Dtype d) { return is_half(d) ? mx::float32 : d; }
+mx::array up(const mx::array& a) { return is_half(a.dtype()) ? mx::astype(a, mx::float32) : a; }
+mx::array down(const mx::array& a, mx::Dtype d) { return a.dtype() == d ? a : mx::astype(a, d); }
+
+mx::Shape shape_of(const int64_t* dims, size_t n) {
+  mx::Shape s;
+  for (size_t i = 0; i < n; ++i) {
+    if (dims[i] < 0 || dims[i] > std::numeric_limits<int32_t>::max()) {
+      throw std::invalid_argument("[rlx] dim " + std::to_string(dims[i]) + " is out of MLX's range");
+    }
+    s.push_back(static_cast<mx::ShapeElem>(dims[i]));
+  }
+  return s;
+}
+
+std::vector<int> ints_of(const int32_t* v, size_t n) { return std::vector<int>(v, v + n); }
+
+// ---- elementwise ----
+
+mx::array unary(int kind, const mx::array& x0) {
+  const mx::Dtype dt = x0.dtype();
+  if (!is_float(dt)) {
+    switch (kind) {
+      case 0: return mx::negative(x0);
+      case 1: return mx::abs(x0);
+      case 11: return mx::maximum(x0, mx::zeros({}, dt));
+      case 19: return mx::sign(x0);
+      default: throw std::invalid_argument("[rlx] unary op " + std::to_string(kind) + " needs a float input");
+    }
+  }
+  const mx::array x = up(x0);
+  const mx::Dtype ct = x.dtype();
+  auto c = [&](double v) { return mx::array(v, ct); };
+  mx::array y = x;
+  switch (kind) {
+    case 0: y = mx::negative(x); break;
+    case 1: y = mx::abs(x); break;
+    case 2: y = mx::exp(x); break;
+    case 3: y = mx::log(x); break;
+    case 4: y = mx::sqrt(x); break;
+    case 5: y = mx::rsqrt(x); break;
+    case 6: y = mx::reciprocal(x); break;
+    case 7: y = mx::sin(x); break;
+    case 8: y = mx::cos(x); break;
+    case 9: y = mx::tanh(x); break;
+    case 10: y = mx::sigmoid(x); break;
+    case 11: y = mx::where(mx::greater(x, c(0)), x, c(0)); break;
+    case 12: y = x * c(0.5) * (c(1) + mx::erf(x * c(0.70710678118654752440))); break;
+    case 13: {
+      const mx::array inner = c(0.79788456080286535588) * (x + c(0.044715) * x * x * x);
+      y = c(0.5) * x * (c(1) + mx::tanh(inner));
+      break;
+    }
+    case 14: y = x * mx::sigmoid(x); break;
+    case 15: y = mx::erf(x); break;
+    case 16: y = mx::floor(x); break;
+    case 17: y = mx::ceil(x); break;
+    case 18: y = mx::round(x); break;
+    case 19: y = mx::where(mx::isnan(x), x, mx::sign(x)); break;
+    case 20: y = mx::logaddexp(x, c(0)); break;
+    default: throw std::invalid_argument("[rlx] unknown unary op " + std::to_string(kind));
+  }
+  return down(y, dt);
+}
+
+// Floor division and floor remainder of integers; a zero divisor gives 0, never a trap.
+std::pair<mx::array, mx::array> int_divmod(const mx::array& a, const mx::array& b) {
+  const mx::Dtype dt = a.dtype();
+  const mx::array zero = mx::zeros({}, dt);
+  const mx::array one = mx::ones({}, dt);
+  mx::array zero_div = mx::equal(b, zero);
+  mx::array unsafe = zero_div;
+  if (is_signed_int(dt)) {
+    // MIN / -1 traps on x86; dividing by 1 and negating gives the wrapped result.
+    unsafe = mx::logical_or(unsafe, mx::equal(b, mx::negative(one)));
+  }
+  const mx::array safe_b = mx::where(unsafe, one, b);
+  // C++ semantics: truncated quotient and a remainder with the dividend's sign.
+  mx::array q = mx::floor_divide(a, safe_b);
+  mx::array r = mx::subtract(a, mx::multiply(q, safe_b));
+  if (is_signed_int(dt)) {
+    const mx::array fix = mx::logical_and(mx::not_equal(r, zero),
+                                          mx::not_equal(mx::less(r, zero), mx::less(safe_b, zero)));
+    q = mx::where(fix, mx::subtract(q, one), q);
+    r = mx::where(fix, mx::add(r, safe_b), r);
+    const mx::array minus_one = mx::logical_and(unsafe, mx::logical_not(zero_div));
+    q = mx::where(minus_one, mx::negative(a), q);
+    r = mx::where(minus_one, zero, r);
+  }
+  q = mx::where(zero_div, zero, q);
+  r = mx::where(zero_div, zero, r);
+  return {q, r};
+}
+
+mx::array binary(int kind, const mx::array& a0, const mx::array& b0) {
+  const mx::Dtype dt = a0.dtype();
+  if (!is_float(dt)) {
+    switch (kind) {
+      case 0: return mx::add(a0, b0);
+      case 1: return mx::subtract(a0, b0);
+      case 2: return mx::multiply(a0, b0);
+      case 3: return int_divmod(a0, b0).first;
+      case 5: return mx::maximum(a0, b0);
+      case 6: return mx::minimum(a0, b0);
+      case 7: return int_divmod(a0, b0).second;
+      default: throw std::invalid_argument("[rlx] binary op " + std::to_string(kind) + " needs float inputs");
+    }
+  }
+  const mx::array a = up(a0);
+  const mx::array b = up(b0);
+  mx::array y = a;
+  switch (kind) {
+    case 0: y = mx::add(a, b); break;
+    case 1: y = mx::subtract(a, b); break;
+    case 2: y = mx::multiply(a, b); break;
+    case 3: y = mx::divide(a, b); break;
+    case 4: y = mx::power(a, b); break;
+    case 5: y = mx::maximum(a, b); break;
+    case 6: y = mx::minimum(a, b); break;
+    case 7: {
+      const mx::array r = mx::subtract(a, mx::multiply(mx::floor(mx::divide(a, b)), b));
+      y = mx::where(mx::logical_or(mx::isnan(a), mx::isnan(b)), mx::divide(a, b), r);
+      break;
+    }
+    default: throw std::invalid_argument("[rlx] unknown binary op " + std::to_string(kind));
+  }
+  return down(y, dt);
+}
+
+mx::array compare(int kind, const mx::array& a, const mx::array& b) {
+  switch (kind) {
+    case 0: return mx::equal(a, b);
+    case 1: return mx::not_equal(a, b);
+    case 2: return mx::less(a, b);
+    case 3: return mx::less_equal(a, b);
+    case 4: return mx::greater(a, b);
+    case 5: return mx::greater_equal(a, b);
+    default: throw std::invalid_argument("[rlx] unknown comparison " + std::to_string(kind));
+  }
+}
+
+// Rust `as`: floats to integers saturate and NaN becomes 0; anything to bool is `!= 0`.
+mx::array cast(const mx::array& x, mx::Dtype to) {
+  const mx::Dtype from = x.dtype();
+  if (from == to) {
+    return x;
+  }
+  if (to == mx::bool_) {
+    return mx::not_equal(x, mx::zeros({}, from));
+  }
+  if (!is_float(from) || is_float(to)) {
+    return mx::astype(x, to);
+  }
+  const int bits = 8 * to.size();
+  const bool is_signed = is_signed_int(to);
+  const double hi = is_signed ? std::ldexp(1.0, bits - 1) : std::ldexp(1.0, bits);
+  const double lo = is_signed ? -std::ldexp(1.0, bits - 1) : 0.0;
+  const mx::array xf = up(x);
+  const mx::array big = mx::greater_equal(xf, mx::array(hi, xf.dtype()));
+  const mx::array small = mx::less(xf, mx::array(lo, xf.dtype()));
+  const mx::array nan = mx::isnan(xf);
+  const mx::array out_of_range = mx::logical_or(mx::logical_or(big, small), nan);
+  mx::array r = mx::astype(mx::where(out_of_range, mx::zeros({}, xf.dtype()), xf), to);
+  mx::array max_v = mx::astype(mx::array(-1, mx::int64), to);  // all ones
+  mx::array min_v = mx::zeros({}, to);
+  if (is_signed) {
+    // Shift the all-ones pattern right by one for MAX; MIN is MAX + 1 (wrapping).
+    max_v = mx::right_shift(mx::astype(mx::array(-1, mx::int64), mx::uint64), mx::array(65 - bits, mx::uint64));
+    max_v = mx::astype(max_v, to);
+    min_v = mx::add(max_v, mx::ones({}, to));
+  }
+  r = mx::where(big, max_v, r);
+  r = mx::where(small, min_v, r);
+  return r;
+}
+
+mx::array reduce(int kind, const mx::array& x0, const std::vector<int>& axes, bool keep) {
+  const mx::Dtype dt = x0.dtype();
+  const mx::array x = up(x0);
+  mx::array y = x;
+  switch (kind) {
+    case 0: y = mx::sum(x, axes, keep); break;
+    case 1: y = mx::mean(x, axes, keep); break;
+    case 2: y = mx::max(x, axes, keep); break;
+    case 3: y = mx::min(x, axes, keep); break;
+    case 4: y = mx::prod(x, axes, keep); break;
+    default: throw std::invalid_argument("[rlx] unknown reduction " + std::to_string(kind));
+  }
+  if (is_float(dt) && (kind == 2 || kind == 3)) {
+    // NaN wins, as in numpy and the CPU backend.
+    const mx::array has_nan = mx::any(mx::isnan(x), axes, keep);
+    y = mx::where(has_nan, mx::array(std::numeric_limits<float>::quiet_NaN(), y.dtype()), y);
+  }
+  return down(y, dt);
+}
+
+// Rows of `ok` (bool, [.., Sq, Sk]) with no visible key produce zeros in the RLX IR.
+mx::array zero_blind_rows(const mx::array& out, const mx::array& ok) {
+  const mx::array seen = mx::any(ok, -1, true);
+  return mx::where(seen, out, mx::zeros({}, out.dtype()));
+}
+
+mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, double scale,
+                    int mask_kind, int64_t window, const rlx_mlx_array* mask_h) {
+  const int rank = static_cast<int>(q.ndim());
+  if (rank < 2 || static_cast<int>(k.ndim()) != rank || static_cast<int>(v.ndim()) != rank) {
+    throw std::invalid_argument("[rlx] attention needs q, k, v of one rank >= 2");
+  }
+  const int sq = q.shape(-2), sk = k.shape(-2), d = q.shape(-1), dv = v.shape(-1);
+  // MLX wants [B, H, S, D]: fold leading batch axes, add missing ones.
+  auto four = [&](const mx::array& t) {
+    const int s = t.shape(-2), f = t.shape(-1);
+    const int h = rank >= 3 ? t.shape(-3) : 1;
+    return mx::reshape(t, {-1, h, s, f});
+  };
+  mx::Shape out_shape = q.shape();
+  out_shape.back() = dv;
+  const int hq = rank >= 3 ? q.shape(-3) : 1;
+  mx::Shape score_shape(out_shape.begin(), out_shape.end() - 1);
+  score_shape.push_back(sk);
+
+  std::optional<mx::array> ok;  // bool [.., Sq, Sk]: which keys a query sees
+  std::optional<mx::array> additive;
+  if (mask_kind == RLX_MLX_MASK_CAUSAL || mask_kind == RLX_MLX_MASK_WINDOW) {
+    const mx::array qi = mx::reshape(mx::add(mx::arange(sq, mx::int32), mx::array(sk - sq, mx::int32)), {sq, 1});
+    const mx::array ki = mx::reshape(mx::arange(sk, mx::int32), {1, sk});
+    mx::array m = mx::less_equal(ki, qi);
+    if (mask_kind == RLX_MLX_MASK_WINDOW) {
+      m = mx::logical_and(m, mx::greater(ki, mx::subtract(qi, mx::array(static_cast<int>(window), mx::int32))));
+    }
+    ok = m;
+  } else if (mask_kind == RLX_MLX_MASK_ARRAY) {
+    const mx::array& m = get(mask_h);
+    if (m.dtype() == mx::bool_) {
+      ok = m;
+    } else {
+      additive = m;
+      ok = mx::greater(m, mx::array(-std::numeric_limits<float>::infinity(), m.dtype()));
+    }
+  } else if (mask_kind != RLX_MLX_MASK_NONE) {
+    throw std::invalid_argument("[rlx] unknown attention mask kind");
+  }
+
+  const mx::Dtype dt = q.dtype();
+  const mx::array q4 = four(up(q)), k4 = four(up(k)), v4 = four(up(v));
+  mx::array out = q4;
+  if (!ok) {
+    out = mx::fast::scaled_dot_product_attention(q4, k4, v4, static_cast<float>(scale));
+  } else {
+    mx::array full_ok = mx::broadcast_to(*ok, score_shape);
+    mx::array m4 = mx::reshape(full_ok, {-1, hq, sq, sk});
+    if (additive) {
+      m4 = mx::reshape(mx::broadcast_to(up(*additive), score_shape), {-1, hq, sq, sk});
+    }
+    out = mx::fast::scaled_dot_product_attention(q4, k4, v4, static_cast<float>(scale), "array", m4);
+    out = mx::reshape(out, out_shape);
+    out = zero_blind_rows(out, full_ok);
+    (void)d;
+    return down(out, dt);
+  }
+  return down(mx::reshape(out, out_shape), dt);
+}
+
+// Channels first in, channels last for MLX, channels first out.
+mx::array conv(const mx::array& x, const mx::array& w, const rlx_mlx_array* bias,
+               std::vector<int> stride, std::vector<int> lo, std::vector<int> hi,
+               std::vector<int> dilation, int groups) {
+  const int n = static_cast<int>(stride.size());
+  std::vector<int> to_last{0}, to_first{0, n + 1};
+  for (int i = 0; i < n; ++i) to_last.push_back(i + 2);
+  to_last.push_back(1);
+  for (int i = 0; i < n; ++i) to_first.push_back(i + 1);
+  const mx::Dtype dt = x.dtype();
+  const mx::array xl = mx::transpose(up(x), to_last);
+  const mx::array wl = mx::transpose(up(w), to_last);
+  mx::array y = mx::conv_general(xl, wl, stride, lo, hi, dilation, std::vector<int>{}, groups, false);
+  y = mx::transpose(y, to_first);
+  if (bias != nullptr) {
+    mx::Shape bshape{-1};
+    for (int i = 0; i < n; ++i) bshape.push_back(1);
+    y = mx::add(y, mx::reshape(up(get(bias)), bshape));
+  }
+  return down(y, dt);
+}
+
+// One strided slice per window offset, combined with max or sum.
+mx::array pool(int kind, const mx::array& x0, const std::vector<int>& kernel,
+               const std::vector<int>& stride, const std::vector<int>& lo,
+               const std::vector<int>& hi) {
+  const mx::Dtype dt = x0.dtype();
+  const mx::array x = up(x0);
+  const int n = static_cast<int>(kernel.size());
+  const int rank = x.ndim();
+  std::vector<int> axes;
+  mx::Shape low, high;
+  for (int i = 0; i < n; ++i) {
+    axes.push_back(rank - n + i);
+    low.push_back(lo[i]);
+    high.push_back(hi[i]);
+  }
+  const double fill = kind == 0 ? -std::numeric_limits<double>::infinity() : 0.0;
+  const mx::array padded = mx::pad(x, axes, low, high, mx::array(fill, x.dtype()));
+  mx::Shape out_spatial;
+  for (int i = 0; i < n; ++i) {
+    const int size = padded.shape(rank - n + i);
+    out_spatial.push_back((size - kernel[i]) / stride[i] + 1);
+  }
+  std::optional<mx::array> acc;
+  int windows = 1;
+  for (int k : kernel) windows *= k;
+  for (int w = 0; w < windows; ++w) {
+    mx::Shape start(rank, 0), stop(padded.shape()), step(rank, 1);
+    int rest = w;
+    for (int i = n - 1; i >= 0; --i) {
+      const int offset = rest % kernel[i];
+      rest /= kernel[i];
+      const int axis = rank - n + i;
+      start[axis] = offset;
+      stop[axis] = offset + (out_spatial[i] - 1) * stride[i] + 1;
+      step[axis] = stride[i];
+    }
+    mx::array part = mx::slice(padded, start, stop, step);
+    if (!acc) {
+      acc = part;
+    } else {
+      acc = kind == 0 ? mx::maximum(*acc, part) : mx::add(*acc, part);
+    }
+  }
+  mx::array y = *acc;
+  if (kind == 1) {
+    y = mx::divide(y, mx::array(static_cast<double>(windows), y.dtype()));
+  }
+  return down(y, dt);
+}
+
+// Stable, with ties in index order for both directions.
+mx::array sort(const mx::array& x, int axis, bool descending, bool indices) {
+  if (axis < 0) axis += x.ndim();
+  const int n = x.shape(axis);
+  if (!descending) {
+    return indices ? mx::astype(mx::argsort(x, axis), mx::int64) : mx::sort(x, axis);
+  }
+  // Sort the reversed axis ascending, then reverse again: descending values whose ties
+  // keep their original order.
+  const mx::array flipped = mx::flip(x, axis);
+  const mx::array order = mx::flip(mx::argsort(flipped, axis), axis);
+  if (indices) {
+    return mx::subtract(mx::array(static_cast<int64_t>(n - 1), mx::int64), mx::astype(order, mx::int64));
+  }
+  return mx::take_along_axis(flipped, order, axis);
+}
+
+mx::array in_range_indices(const mx::array& idx, int size, std::optional<mx::array>* bad) {
+  const mx::array below = mx::less(idx, mx::zeros({}, idx.dtype()));
+  const mx::array above = mx::greater_equal(idx, mx::array(static_cast<int64_t>(size), idx.dtype()));
+  const mx::array wrong = mx::logical_or(below, above);
+  *bad = mx::any(wrong);
+  return mx::where(wrong, mx::zeros({}, idx.dtype()), idx);
+}
+
+std::vector<mx::array> arrays_of(rlx_mlx_array* const* xs, size_t n) {
+  std::vector<mx::array> v;
+  v.reserve(n);
+  for (size_t i = 0; i < n; ++i) v.push_back(get(xs[i]));
+  return v;
+}
+
+}  // namespace
+
+struct rlx_mlx_function {
+  std::function<std::vector<mx::array>(const std::vector<mx::array>&)> call;
+  void* userdata;
+  void (*drop)(void*);
+  std::uintptr_t id;
+};
+
+extern "C" {
+
+const char* rlx_mlx_last_error(void) { return last_error.c_str(); }
+
+void rlx_mlx_set_last_error(const char* message) {
+  last_error = message != nullptr ? message : "";
+}
+
+const char* rlx_mlx_version(void) {
+  static const std::string v = mx::version();
+  return v.c_str();
+}
+
+int rlx_mlx_device_name(char* buf, size_t len) {
+  return guard([&] {
+    const mx::Device& d = mx::default_device();
+    const char* name = d.type == mx::Device::gpu ? "gpu" : "cpu";
+    if (buf != nullptr && len > 0) {
+      std::snprintf(buf, len, "%s", name);
+    }
+  });
+}
+
+int64_t rlx_mlx_live_arrays(void) { return live_arrays.load(std::memory_order_relaxed); }
+
+#ifdef RLX_MLX_OPENBLAS
+// Referencing OpenBLAS makes the linker keep it as a direct dependency of the binary, which
+// puts it ahead of the reference BLAS libmlx brings, so MLX's cblas calls resolve to it.
+extern "C" int openblas_get_num_threads(void);
+#endif
+
+const char* rlx_mlx_blas(void) {
+#ifdef RLX_MLX_OPENBLAS
+  static const std::string name = "openblas (" + std::to_string(openblas_get_num_threads()) + " threads)";
+  return name.c_str();
+#else
+  return "bundled reference BLAS";
+#endif
+}
+
+void rlx_mlx_array_free(rlx_mlx_array* a) {
+  if (a != nullptr) {
+    delete a;
+    live_arrays.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+int rlx_mlx_array_clone(const rlx_mlx_array* a, rlx_mlx_array** out) {
+  return guard([&] { put(out, get(a)); });
+}
+
+int rlx_mlx_array_from_bytes(const void* data, size_t nbytes, const int64_t* shape, size_t ndim,
+                             int dtype, rlx_mlx_array** out) {
+  return guard([&] {
+    const mx::Dtype dt = dtype_of(dtype);
+    const mx::Shape s = shape_of(shape, ndim);
+    size_t count = 1;
+    for (auto d : s) count *= static_cast<size_t>(d);
+    if (count * dt.size() != nbytes) {
+      throw std::invalid_argument("[rlx] " + std::to_string(nbytes) + " bytes do not fill the array");
+    }
+    void* copy = std::malloc(nbytes == 0 ? 1 : nbytes);
+    if (copy == nullptr) {
+      throw std::bad_alloc();
+    }
+    if (nbytes > 0) {
+      std::memcpy(copy, data, nbytes);
+    }
+    put(out, mx::array(copy, s, dt, [](void* p) { std::free(p); }));
+  });
+}
+
+int rlx_mlx_array_info(const rlx_mlx_array* a, int* dtype, size_t* ndim, int64_t* dims,
+                       size_t cap) {
+  return guard([&] {
+    const mx::array& x = get(a);
+    if (dtype != nullptr) *dtype = code_of(x.dtype());
+    if (ndim != nullptr) *ndim = x.ndim();
+    for (size_t i = 0; i < x.ndim() && i < cap && dims != nullptr; ++i) {
+      dims[i] = x.shape(static_cast<int>(i));
+    }
+  });
+}
+
+int rlx_mlx_array_read(const rlx_mlx_array* a, void* dst, size_t nbytes) {
+  return guard([&] {
+    mx::array x = mx::contiguous(get(a));
+    mx::eval(x);
+    if (x.nbytes() != nbytes) {
+      throw std::invalid_argument("[rlx] reading " + std::to_string(nbytes) + " bytes from an array of " + std::to_string(x.nbytes()));
+    }
+    if (nbytes > 0) {
+      std::memcpy(dst, x.data<uint8_t>(), nbytes);
+    }
+  });
+}
+
+int rlx_mlx_eval(rlx_mlx_array* const* arrays, size_t n) {
+  return guard([&] { mx::eval(arrays_of(arrays, n)); });
+}
+
+int rlx_mlx_async_eval(rlx_mlx_array* const* arrays, size_t n) {
+  return guard([&] { mx::async_eval(arrays_of(arrays, n)); });
+}
+
+int rlx_mlx_synchronize(void) {
+  return guard([&] { mx::synchronize(); });
+}
+
+int rlx_mlx_compile(rlx_mlx_lower_fn lower, void* userdata, void (*drop)(void*),
+                    size_t n_outputs, bool shapeless, rlx_mlx_function** out) {
+  return guard([&] {
+    if (lower == nullptr || out == nullptr) {
+      throw std::invalid_argument("[rlx] compile needs a lowering callback and an output");
+    }
+    auto* f = new rlx_mlx_function{{}, userdata, drop, 0};
+    f->id = reinterpret_cast<std::uintptr_t>(f);
+    auto traced = [lower, userdata, n_outputs](const std::vector<mx::array>& inputs) {
+      std::vector<rlx_mlx_array*> in;
+      in.reserve(inputs.size());
+      for (const auto& a : inputs) in.push_back(wrap(a));
+      std::vector<rlx_mlx_array*> outs(n_outputs, nullptr);
+      const int status = lower(userdata, in.data(), in.size(), outs.data(), n_outputs);
+      for (auto* h : in) rlx_mlx_array_free(h);
+      std::vector<mx::array> result;
+      bool missing = false;
+      for (auto* h : outs) {
+        if (h == nullptr) {
+          missing = true;
+        } else {
+          result.push_back(h->value);
+          rlx_mlx_array_free(h);
+        }
+      }
+      if (status != 0) {
+        throw std::runtime_error(last_error.empty() ? "the lowering callback failed" : last_error);
+      }
+      if (missing) {
+        throw std::runtime_error("[rlx] the lowering callback left an output unset");
+      }
+      return result;
+    };
+    f->call = mx::detail::compile(traced, f->id, shapeless);
+    *out = f;
+  });
+}
+
+int rlx_mlx_function_call(rlx_mlx_function* f, rlx_mlx_array* const* inputs, size_t n_inputs,
+                          rlx_mlx_array** outputs, size_t n_outputs) {
+  return guard([&] {
+    if (f == nullptr) {
+      throw std::invalid_argument("[rlx] function handle is NULL");
+    }
+    std::vector<mx::array> result = f->call(arrays_of(inputs, n_inputs));
+    if (result.size() != n_outputs) {
+      throw std::runtime_error("[rlx] the compiled function returned " + std::to_string(result.size()) + " outputs, expected " + std::to_string(n_outputs));
+    }
+    for (size_t i = 0; i < n_outputs; ++i) outputs[i] = wrap(result[i]);
+  });
+}
+
+void rlx_mlx_function_free(rlx_mlx_function* f) {
+  if (f == nullptr) {
+    return;
+  }
+  try {
+    mx::detail::compile_erase(mx::detail::compile_cache(), f->id);
+  } catch (...) {
+    // The cache may already be gone at process exit; nothing to release then.
+  }
+  if (f->drop != nullptr) {
+    f->drop(f->userdata);
+  }
+  delete f;
+}
+
+int rlx_mlx_unary(int kind, const rlx_mlx_array* x, rlx_mlx_array** out) {
+  return guard([&] { put(out, unary(kind, get(x))); });
+}
+
+int rlx_mlx_binary(int kind, const rlx_mlx_array* a, const rlx_mlx_array* b, rlx_mlx_array** out) {
+  return guard([&] { put(out, binary(kind, get(a), get(b))); });
+}
+
+int rlx_mlx_compare(int kind, const rlx_mlx_array* a, const rlx_mlx_array* b, rlx_mlx_array** out) {
+  return guard([&] { put(out, compare(kind, get(a), get(b))); });
+}
+
+int rlx_mlx_where(const rlx_mlx_array* cond, const rlx_mlx_array* a, const rlx_mlx_array* b,
+                  rlx_mlx_array** out) {
+  return guard([&] { put(out, mx::where(get(cond), get(a), get(b))); });
+}
+
+int rlx_mlx_cast(const rlx_mlx_array* x, int dtype, rlx_mlx_array** out) {
+  return guard([&] { put(out, cast(get(x), dtype_of(dtype))); });
+}
+
+int rlx_mlx_matmul(const rlx_mlx_array* a, const rlx_mlx_array* b, bool transpose_a,
+                   bool transpose_b, rlx_mlx_array** out) {
+  return guard([&] {
+    const mx::Dtype dt = get(a).dtype();
+    mx::array x = up(get(a));
+    mx::array y = up(get(b));
+    if (transpose_a) x = mx::swapaxes(x, -1, -2);
+    if (transpose_b) y = mx::swapaxes(y, -1, -2);
+    put(out, down(mx::matmul(x, y), dt));
+  });
+}
+
+int rlx_mlx_reduce(int kind, const rlx_mlx_array* x, const int32_t* axes, size_t n_axes,
+                   bool keep_dims, rlx_mlx_array** out) {
+  return guard([&] { put(out, reduce(kind, get(x), ints_of(axes, n_axes), keep_dims)); });
+}
+
+int rlx_mlx_arg_reduce(int kind, const rlx_mlx_array* x, int32_t axis, bool keep_dims,
+                       rlx_mlx_array** out) {
+  return guard([&] {
+    const mx::array& v = get(x);
+    mx::array i = kind == 0 ? mx::argmax(v, axis, keep_dims) : mx::argmin(v, axis, keep_dims);
+    put(out, mx::astype(i, mx::int64));
+  });
+}
+
+int rlx_mlx_cumsum(const rlx_mlx_array* x, int32_t axis, bool exclusive, bool reverse,
+                   rlx_mlx_array** out) {
+  return guard([&] {
+    const mx::array& v = get(x);
+    const mx::Dtype dt = v.dtype();
+    put(out, down(mx::cumsum(up(v), axis, reverse, !exclusive, compute_type(dt)), dt));
+  });
+}
+
+int rlx_mlx_softmax(const rlx_mlx_array* x, int32_t axis, bool log, rlx_mlx_array** out) {
+  return guard([&] {
+    const mx::array& v = get(x);
+    const mx::array u = up(v);
+    mx::array y = log ? mx::subtract(u, mx::logsumexp(u, axis, true)) : mx::softmax(u, axis, true);
+    put(out, down(y, v.dtype()));
+  });
+}
+
+int rlx_mlx_layer_norm(const rlx_mlx_array* x, const rlx_mlx_array* weight,
+                       const rlx_mlx_array* bias, double eps, rlx_mlx_array** out) {
+  return guard([&] {
+    const mx::array& v = get(x);
+    std::optional<mx::array> w, b;
+    if (weight != nullptr) w = up(get(weight));
+    if (bias != nullptr) b = up(get(bias));
+    put(out, down(mx::fast::layer_norm(up(v), w, b, static_cast<float>(eps)), v.dtype()));
+  });
+}
+
+int rlx_mlx_rms_norm(const rlx_mlx_array* x, const rlx_mlx_array* weight, double eps,
+                     rlx_mlx_array** out) {
+  return guard([&] {
+    const mx::array& v = get(x);
+    std::optional<mx::array> w;
+    if (weight != nullptr) w = up(get(weight));
+    put(out, down(mx::fast::rms_norm(up(v), w, static_cast<float>(eps)), v.dtype()));
+  });
+}
+
+int rlx_mlx_reshape(const rlx_mlx_array* x, const int64_t* shape, size_t ndim, rlx_mlx_array** out) {
+  return guard([&] { put(out, mx::reshape(get(x), shape_of(shape, ndim))); });
+}
+
+int rlx_mlx_permute(const rlx_mlx_array* x, const int32_t* perm, size_t ndim, rlx_mlx_array** out) {
+  return guard([&] { put(out, mx::transpose(get(x), ints_of(perm, ndim))); });
+}
+
+int rlx_mlx_slice(const rlx_mlx_array* x, const int64_t* start, const int64_t* stop,
+                  const int64_t* step, size_t ndim, rlx_mlx_array** out) {
+  return guard([&] {
+    put(out, mx::slice(get(x), shape_of(start, ndim), shape_of(stop, ndim), shape_of(step, ndim)));
+  });
+}
+
+int rlx_mlx_concat(rlx_mlx_array* const* xs, size_t n, int32_t axis, rlx_mlx_array** out) {
+  return guard([&] { put(out, mx::concatenate(arrays_of(xs, n), axis)); });
+}
+
+int rlx_mlx_broadcast(const rlx_mlx_array* x, const int64_t* shape, size_t ndim, rlx_mlx_array** out) {
+  return guard([&] { put(out, mx::broadcast_to(get(x), shape_of(shape, ndim))); });
+}
+
+int rlx_mlx_pad(const rlx_mlx_array* x, const int64_t* low, const int64_t* high, size_t ndim,
+                const rlx_mlx_array* value, rlx_mlx_array** out) {
+  return guard([&] {
+    std::vector<int> axes;
+    for (size_t i = 0; i < ndim; ++i) axes.push_back(static_cast<int>(i));
+    put(out, mx::pad(get(x), axes, shape_of(low, ndim), shape_of(high, ndim), get(value)));
+  });
+}
+
+int rlx_mlx_gather(const rlx_mlx_array* data, const rlx_mlx_array* indices, int32_t axis,
+                   rlx_mlx_array** out, rlx_mlx_array** bad) {
+  return guard([&] {
+    const mx::array& d = get(data);
+    std::optional<mx::array> wrong;
+    const mx::array idx = in_range_indices(get(indices), d.shape(axis), &wrong);
+    mx::array y = mx::take(d, idx, axis);
+    put(out, y);
+    put(bad, *wrong);
+  });
+}
+
+int rlx_mlx_scatter_add(const rlx_mlx_array* data, const rlx_mlx_array* indices,
+                        const rlx_mlx_array* updates, int32_t axis, rlx_mlx_array** out,
+                        rlx_mlx_array** bad) {
+  return guard([&] {
+    const mx::array& d = get(data);
+    const mx::array& raw = get(indices);
+    std::optional<mx::array> wrong;
+    const mx::array idx = mx::flatten(in_range_indices(raw, d.shape(axis), &wrong));
+    const int n = idx.shape(0);
+    // updates: data[..axis] ++ indices ++ data[axis+1..] -> [n, data[..axis], 1, data[axis+1..]]
+    mx::Shape flat(d.shape().begin(), d.shape().begin() + axis);
+    flat.push_back(n);
+    flat.insert(flat.end(), d.shape().begin() + axis + 1, d.shape().end());
+    mx::array u = mx::reshape(get(updates), flat);
+    u = mx::moveaxis(u, axis, 0);
+    u = mx::expand_dims(u, axis + 1);
+    const mx::Dtype dt = d.dtype();
+    mx::array y = mx::scatter_add(up(d), std::vector<mx::array>{idx}, up(u), std::vector<int>{axis});
+    put(out, down(y, dt));
+    put(bad, *wrong);
+  });
+}
+
+int rlx_mlx_attention(const rlx_mlx_array* q, const rlx_mlx_array* k, const rlx_mlx_array* v,
+                      double scale, int mask_kind, int64_t window, const rlx_mlx_array* mask,
+                      rlx_mlx_array** out) {
+  return guard([&] { put(out, attention(get(q), get(k), get(v), scale, mask_kind, window, mask)); });
+}
+
+int rlx_mlx_rope(const rlx_mlx_array* x, int32_t dims, double base, double scale, bool traditional,
+                 const rlx_mlx_array* offset, rlx_mlx_array** out) {
+  return guard([&] {
+    const mx::array& v = get(x);
+    const mx::Shape shape = v.shape();
+    // MLX rotates [.., L, D] with at least three axes.
+    mx::array x3 = v.ndim() < 3 ? mx::reshape(up(v), {1, shape[0], shape[1]}) : up(v);
+    mx::array off = offset != nullptr ? mx::astype(get(offset), mx::int32) : mx::array(0, mx::int32);
+    mx::array y = mx::fast::rope(x3, dims, traditional, static_cast<float>(base), static_cast<float>(scale), off);
+    put(out, down(mx::reshape(y, shape), v.dtype()));
+  });
+}
+
+int rlx_mlx_conv(const rlx_mlx_array* x, const rlx_mlx_array* w, const rlx_mlx_array* bias,
+                 const int32_t* stride, const int32_t* pad_low, const int32_t* pad_high,
+                 const int32_t* dilation, size_t spatial, int32_t groups, rlx_mlx_array** out) {
+  return guard([&] {
+    put(out, conv(get(x), get(w), bias, ints_of(stride, spatial), ints_of(pad_low, spatial),
+                  ints_of(pad_high, spatial), ints_of(dilation, spatial), groups));
+  });
+}
+
+int rlx_mlx_pool(int kind, const rlx_mlx_array* x, const int32_t* kernel, const int32_t* stride,
+                 const int32_t* pad_low, const int32_t* pad_high, size_t spatial,
+                 rlx_mlx_array** out) {
+  return guard([&] {
+    put(out, pool(kind, get(x), ints_of(kernel, spatial), ints_of(stride, spatial),
+                  ints_of(pad_low, spatial), ints_of(pad_high, spatial)));
+  });
+}
+
+int rlx_mlx_sort(const rlx_mlx_array* x, int32_t axis, bool descending, bool indices,
+                 rlx_mlx_array** out) {
+  return guard([&] { put(out, sort(get(x), axis, descending, indices)); });
+}
+
+int rlx_mlx_topk(const rlx_mlx_array* x, int32_t k, int32_t axis, bool indices, rlx_mlx_array** out) {
+  return guard([&] {
+    const mx::array& v = get(x);
+    const mx::array sorted = sort(v, axis, true, indices);
+    mx::Shape start(v.ndim(), 0), stop(sorted.shape());
+    const int a = axis < 0 ? axis + static_cast<int>(v.ndim()) : axis;
+    stop[a] = k;
+    put(out, mx::slice(sorted, start, stop));
+  });
+}
+
+int rlx_mlx_solve(const rlx_mlx_array* a, const rlx_mlx_array* b, rlx_mlx_array** out) {
+  return guard([&] {
+    const mx::Dtype dt = get(a).dtype();
+    // LAPACK runs on the CPU stream on every device.
+    put(out, down(mx::linalg::solve(up(get(a)), up(get(b)), mx::Device(mx::Device::cpu)), dt));
+  });
+}
+
+int rlx_mlx_quantized_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w,
+                             const rlx_mlx_array* scales, const rlx_mlx_array* biases,
+                             int32_t bits, int32_t group_size, rlx_mlx_array** out) {
+  return guard([&] {
+    // RLX packs little-endian bytes low bits first; MLX packs uint32 words the same way,
+    // so the bytes reinterpret as words unchanged.
+    const mx::array words = mx::view(get(w), mx::uint32);
+    put(out, mx::quantized_matmul(get(x), words, get(scales), get(biases), true, group_size, bits));
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,79 @@
+//! The raw shim: data round trips, MLX errors come back as messages, handles are counted.
+
+use std::ffi::CStr;
+use std::ptr;
+
+use rlx_mlx_sys::*;
+
+fn last_error() -> String {
+    // SAFETY: the shim returns a NUL-terminated thread-local string that lives until the
+    // next shim call on this thread; it is copied out at once.
+    unsafe { CStr::from_ptr(rlx_mlx_last_error()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn matrix(values: &[f32], rows: i64, cols: i64) -> *mut rlx_mlx_array {
+    let mut out = ptr::null_mut();
+    let shape = [rows, cols];
+    // SAFETY: `values` holds rows*cols f32s; `shape` has 2 dims; `out` is a valid slot.
+    let status = unsafe {
+        rlx_mlx_array_from_bytes(
+            values.as_ptr().cast(),
+            std::mem::size_of_val(values),
+            shape.as_ptr(),
+            2,
+            RLX_MLX_F32,
+            &mut out,
+        )
+    };
+    assert_eq!(status, 0, "{}", last_error());
+    out
+}
+
+// One test, so the live-handle counts are not disturbed by tests running in parallel.
+#[test]
+fn shim_round_trips_catches_mlx_errors_and_frees_every_handle() {
+    // SAFETY: every handle passed below was made by the shim and is freed exactly once;
+    // the buffers given for reading have the byte counts passed with them.
+    unsafe {
+        let before = rlx_mlx_live_arrays();
+        let version = CStr::from_ptr(rlx_mlx_version()).to_string_lossy();
+        assert!(version.starts_with("0."), "{version}");
+
+        let a = matrix(&[1.0, 2.0, 3.0, 4.0], 2, 2);
+        let b = matrix(&[5.0, 6.0, 7.0, 8.0], 2, 2);
+        let mut c = ptr::null_mut();
+        assert_eq!(rlx_mlx_matmul(a, b, false, false, &mut c), 0, "{}", last_error());
+        let mut got = [0f32; 4];
+        assert_eq!(rlx_mlx_array_read(c, got.as_mut_ptr().cast(), 16), 0);
+        assert_eq!(got, [19.0, 22.0, 43.0, 50.0]);
+        // A transposed operand is a strided view; reading makes it contiguous.
+        let mut t = ptr::null_mut();
+        assert_eq!(rlx_mlx_permute(a, [1, 0].as_ptr(), 2, &mut t), 0);
+        assert_eq!(rlx_mlx_array_read(t, got.as_mut_ptr().cast(), 16), 0);
+        assert_eq!(got, [1.0, 3.0, 2.0, 4.0]);
+        assert_eq!(rlx_mlx_live_arrays(), before + 4);
+
+        // MLX throws when the op is built: the shim reports it with MLX's message.
+        let wide = matrix(&[1.0; 6], 2, 3);
+        let mut bad = ptr::null_mut();
+        assert_ne!(rlx_mlx_matmul(wide, a, false, false, &mut bad), 0);
+        assert!(bad.is_null());
+        let message = last_error();
+        assert!(message.contains("(2,3)") && message.contains("(2,2)"), "{message}");
+        // Reading with the wrong byte count is an error too, not an overrun.
+        assert_ne!(rlx_mlx_array_read(c, got.as_mut_ptr().cast(), 8), 0);
+        assert!(last_error().contains("bytes"), "{}", last_error());
+        // A success clears the error.
+        let mut copy = ptr::null_mut();
+        assert_eq!(rlx_mlx_array_clone(c, &mut copy), 0);
+        assert_eq!(last_error(), "");
+
+        for h in [a, b, c, t, wide, copy] {
+            rlx_mlx_array_free(h);
+        }
+        rlx_mlx_array_free(ptr::null_mut());
+        assert_eq!(rlx_mlx_live_arrays(), before);
+    }
+}
