@@ -521,6 +521,11 @@ int64_t rlx_mlx_live_arrays(void) { return live_arrays.load(std::memory_order_re
 // Referencing OpenBLAS makes the linker keep it as a direct dependency of the binary, which
 // puts it ahead of the reference BLAS libmlx brings, so MLX's cblas calls resolve to it.
 extern "C" int openblas_get_num_threads(void);
+namespace {
+// A static initializer keeps the reference alive even in binaries that never ask which
+// BLAS they have (the linker drops unreferenced --as-needed libraries).
+const int openblas_threads_at_load = openblas_get_num_threads();
+}  // namespace
 #endif
 
 const char* rlx_mlx_blas(void) {
