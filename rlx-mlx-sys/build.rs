@@ -39,7 +39,10 @@ fn main() {
     };
     let include = prefix.join("include");
     let lib = prefix.join("lib");
-    println!("cargo:rerun-if-changed={}", include.join("mlx/version.h").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        include.join("mlx/version.h").display()
+    );
 
     let openblas = openblas();
     let mut build = cc::Build::new();
@@ -61,7 +64,10 @@ fn main() {
     if let Some(path) = &openblas {
         if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
             println!("cargo:rustc-link-search=native={}", dir.display());
-            println!("cargo:rustc-link-lib=dylib:+verbatim={}", name.to_string_lossy());
+            println!(
+                "cargo:rustc-link-lib=dylib:+verbatim={}",
+                name.to_string_lossy()
+            );
         }
     }
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib.display());
@@ -117,8 +123,14 @@ fn vendored(python: &str) -> Result<PathBuf, String> {
     if !script.is_file() {
         return Err(format!("{} is missing", script.display()));
     }
-    println!("cargo:rerun-if-changed={}", vendor.join("pin.json").display());
-    println!("cargo:rerun-if-changed={}", vendor.join("payload/stamp.json").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        vendor.join("pin.json").display()
+    );
+    println!(
+        "cargo:rerun-if-changed={}",
+        vendor.join("payload/stamp.json").display()
+    );
     let payload = vendor.join("payload/mlx");
     let stamp_ok = vendor.join("payload/stamp.json").is_file() && has_mlx(&payload);
     if !stamp_ok && env::var("RLX_MLX_NO_FETCH").is_ok_and(|v| !v.is_empty() && v != "0") {
@@ -137,7 +149,10 @@ fn vendored(python: &str) -> Result<PathBuf, String> {
     if has_mlx(&prefix) {
         Ok(prefix)
     } else {
-        Err(format!("fetch.py printed {}, which holds no MLX", prefix.display()))
+        Err(format!(
+            "fetch.py printed {}, which holds no MLX",
+            prefix.display()
+        ))
     }
 }
 

@@ -56,6 +56,9 @@ void rlx_mlx_set_last_error(const char* message);
 const char* rlx_mlx_version(void);
 /* Writes the default device's name ("cpu", "gpu") into buf (NUL-terminated, truncated). */
 int rlx_mlx_device_name(char* buf, size_t len);
+/* Process-wide: whether mlx::compile fuses kernels (on Linux CPU fusing runs g++ at run
+ * time). Off, compiled functions still trace and simplify once but run stock kernels. */
+int rlx_mlx_set_fusion(bool enabled);
 /* Array handles alive right now (for leak tests). */
 int64_t rlx_mlx_live_arrays(void);
 /* Name of the BLAS the process resolved cblas_sgemm to, when known. */

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -389,14 +390,16 @@ mx::array conv(const mx::array& x, const mx::array& w, const rlx_mlx_array* bias
   to_last.push_back(1);
   for (int i = 0; i < n; ++i) to_first.push_back(i + 1);
   const mx::Dtype dt = x.dtype();
-  const mx::array xl = mx::transpose(up(x), to_last);
-  const mx::array wl = mx::transpose(up(w), to_last);
+  // MLX convolves f32 and halves only: f64 runs in f32 (as MLX's f64 math does elsewhere).
+  auto f32 = [](const mx::array& a) { return is_float(a.dtype()) && a.dtype() != mx::float32 ? mx::astype(a, mx::float32) : a; };
+  const mx::array xl = mx::transpose(f32(x), to_last);
+  const mx::array wl = mx::transpose(f32(w), to_last);
   mx::array y = mx::conv_general(xl, wl, stride, lo, hi, dilation, std::vector<int>{}, groups, false);
   y = mx::transpose(y, to_first);
   if (bias != nullptr) {
     mx::Shape bshape{-1};
     for (int i = 0; i < n; ++i) bshape.push_back(1);
-    y = mx::add(y, mx::reshape(up(get(bias)), bshape));
+    y = mx::add(y, mx::reshape(f32(get(bias)), bshape));
   }
   return down(y, dt);
 }
@@ -515,6 +518,10 @@ int rlx_mlx_device_name(char* buf, size_t len) {
   });
 }
 
+int rlx_mlx_set_fusion(bool enabled) {
+  return guard([&] { mx::set_compile_mode(enabled ? mx::CompileMode::enabled : mx::CompileMode::no_fuse); });
+}
+
 int64_t rlx_mlx_live_arrays(void) { return live_arrays.load(std::memory_order_relaxed); }
 
 #ifdef RLX_MLX_OPENBLAS
@@ -612,8 +619,9 @@ int rlx_mlx_compile(rlx_mlx_lower_fn lower, void* userdata, void (*drop)(void*),
     if (lower == nullptr || out == nullptr) {
       throw std::invalid_argument("[rlx] compile needs a lowering callback and an output");
     }
-    auto* f = new rlx_mlx_function{{}, userdata, drop, 0};
-    f->id = reinterpret_cast<std::uintptr_t>(f);
+    // Owned here until compiling succeeds: on failure the caller still owns `userdata`.
+    auto f = std::make_unique<rlx_mlx_function>(rlx_mlx_function{{}, userdata, drop, 0});
+    f->id = reinterpret_cast<std::uintptr_t>(f.get());
     auto traced = [lower, userdata, n_outputs](const std::vector<mx::array>& inputs) {
       std::vector<rlx_mlx_array*> in;
       in.reserve(inputs.size());
@@ -640,7 +648,7 @@ int rlx_mlx_compile(rlx_mlx_lower_fn lower, void* userdata, void (*drop)(void*),
       return result;
     };
     f->call = mx::detail::compile(traced, f->id, shapeless);
-    *out = f;
+    *out = f.release();
   });
 }
 
@@ -894,7 +902,17 @@ int rlx_mlx_quantized_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w,
     // RLX packs little-endian bytes low bits first; MLX packs uint32 words the same way,
     // so the bytes reinterpret as words unchanged.
     const mx::array words = mx::view(get(w), mx::uint32);
-    put(out, mx::quantized_matmul(get(x), words, get(scales), get(biases), true, group_size, bits));
+    const mx::array& xv = get(x);
+    if (xv.dtype() == mx::float64) {
+      // MLX quantizes in f16/bf16/f32 only: dequantize in f32, multiply in f64.
+      const mx::array dense = mx::dequantize(words, mx::astype(get(scales), mx::float32),
+                                             mx::astype(get(biases), mx::float32), group_size, bits);
+      put(out, mx::matmul(xv, mx::swapaxes(mx::astype(dense, mx::float64), -1, -2)));
+      return;
+    }
+    // f16/bf16 multiply in f32 and round once, as RLX's CPU kernels do.
+    const mx::array y = mx::quantized_matmul(up(xv), words, up(get(scales)), up(get(biases)), true, group_size, bits);
+    put(out, down(y, xv.dtype()));
   });
 }
 

@@ -70,6 +70,7 @@ unsafe extern "C" {
     pub fn rlx_mlx_set_last_error(message: *const c_char);
     pub fn rlx_mlx_version() -> *const c_char;
     pub fn rlx_mlx_device_name(buf: *mut c_char, len: usize) -> c_int;
+    pub fn rlx_mlx_set_fusion(enabled: bool) -> c_int;
     pub fn rlx_mlx_live_arrays() -> i64;
     pub fn rlx_mlx_blas() -> *const c_char;
 
@@ -162,8 +163,7 @@ unsafe extern "C" {
         reverse: bool,
         out: *mut *mut Array,
     ) -> c_int;
-    pub fn rlx_mlx_softmax(x: *const Array, axis: i32, log: bool, out: *mut *mut Array)
-    -> c_int;
+    pub fn rlx_mlx_softmax(x: *const Array, axis: i32, log: bool, out: *mut *mut Array) -> c_int;
     pub fn rlx_mlx_layer_norm(
         x: *const Array,
         weight: *const Array,
@@ -197,8 +197,12 @@ unsafe extern "C" {
         ndim: usize,
         out: *mut *mut Array,
     ) -> c_int;
-    pub fn rlx_mlx_concat(xs: *const *mut Array, n: usize, axis: i32, out: *mut *mut Array)
-    -> c_int;
+    pub fn rlx_mlx_concat(
+        xs: *const *mut Array,
+        n: usize,
+        axis: i32,
+        out: *mut *mut Array,
+    ) -> c_int;
     pub fn rlx_mlx_broadcast(
         x: *const Array,
         shape: *const i64,

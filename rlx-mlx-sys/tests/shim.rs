@@ -44,7 +44,12 @@ fn shim_round_trips_catches_mlx_errors_and_frees_every_handle() {
         let a = matrix(&[1.0, 2.0, 3.0, 4.0], 2, 2);
         let b = matrix(&[5.0, 6.0, 7.0, 8.0], 2, 2);
         let mut c = ptr::null_mut();
-        assert_eq!(rlx_mlx_matmul(a, b, false, false, &mut c), 0, "{}", last_error());
+        assert_eq!(
+            rlx_mlx_matmul(a, b, false, false, &mut c),
+            0,
+            "{}",
+            last_error()
+        );
         let mut got = [0f32; 4];
         assert_eq!(rlx_mlx_array_read(c, got.as_mut_ptr().cast(), 16), 0);
         assert_eq!(got, [19.0, 22.0, 43.0, 50.0]);
@@ -61,7 +66,10 @@ fn shim_round_trips_catches_mlx_errors_and_frees_every_handle() {
         assert_ne!(rlx_mlx_matmul(wide, a, false, false, &mut bad), 0);
         assert!(bad.is_null());
         let message = last_error();
-        assert!(message.contains("(2,3)") && message.contains("(2,2)"), "{message}");
+        assert!(
+            message.contains("(2,3)") && message.contains("(2,2)"),
+            "{message}"
+        );
         // Reading with the wrong byte count is an error too, not an overrun.
         assert_ne!(rlx_mlx_array_read(c, got.as_mut_ptr().cast(), 8), 0);
         assert!(last_error().contains("bytes"), "{}", last_error());

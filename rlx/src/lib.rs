@@ -24,6 +24,8 @@ pub mod builder;
 pub mod cpu;
 pub mod inspect;
 pub mod ir;
+#[cfg(feature = "mlx")]
+pub mod mlx;
 pub mod model;
 pub mod models;
 pub mod nn;

@@ -1,5 +1,4 @@
 use rlx::backend::{Backend, Executable, RunError};
-use rlx::cpu::CpuBackend;
 use rlx::ir::{DType, Dim, Op, Scalar, Shape};
 use rlx::tensor::HostTensor;
 
@@ -258,7 +257,11 @@ fn gather_out_of_range_is_an_error() {
         ],
         |b, i| b.op(Op::Gather { axis: 0 }, &[i[0], i[1]]).unwrap(),
     );
-    let mut exe = CpuBackend::default().compile(&g).unwrap();
+    crate::on_every_backend!(label, backend => { gather_out_of_range_on(label, &backend, &g) });
+}
+
+fn gather_out_of_range_on<B: rlx::backend::Backend>(label: &str, backend: &B, g: &rlx::ir::Graph) {
+    let mut exe = backend.compile(g).unwrap();
     let t = HostTensor::zeros(DType::F32, [4, 2]);
     for bad in [4i64, -1] {
         let i = HostTensor::from_vec(vec![0i64, bad], [2]).unwrap();
@@ -271,7 +274,8 @@ fn gather_out_of_range_is_an_error() {
                 op: "gather[axis=0]".into(),
                 index: bad,
                 size: 4
-            }
+            },
+            "{label}"
         );
         assert_eq!(
             err.to_string(),

@@ -21,6 +21,14 @@ pub enum CompileError {
         /// Its declared shape.
         shape: Shape,
     },
+    /// The backend's library failed while preparing the graph.
+    #[error("the {backend} backend failed: {message}")]
+    Backend {
+        /// The backend's name.
+        backend: &'static str,
+        /// What its library reported.
+        message: String,
+    },
     /// The worker threads could not be started.
     #[error("cannot start worker threads: {0}")]
     Threads(String),
@@ -163,6 +171,15 @@ pub enum RunError {
         /// The op's registry name.
         name: String,
         /// The kernel's message.
+        message: String,
+    },
+    /// The backend's library failed (for MLX: the C++ exception's message, with the node
+    /// it was building when the failure came at op construction).
+    #[error("the {backend} backend failed: {message}")]
+    Backend {
+        /// The backend's name.
+        backend: &'static str,
+        /// What its library reported.
         message: String,
     },
     /// An index operand points outside the indexed axis.

@@ -5,6 +5,7 @@
 //! with input tensors and the values of the graph's runtime dims.
 
 mod error;
+pub(crate) mod signature;
 
 pub use error::{CompileError, RunError};
 

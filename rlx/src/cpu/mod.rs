@@ -21,6 +21,7 @@ pub use plan::PlanReport;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::backend::signature::{Binder, check_weight};
 use crate::backend::{Backend, CompileError, Executable, RunError};
 use crate::ir::{Graph, Op};
 use crate::tensor::{HostTensor, TensorRef};
@@ -133,11 +134,10 @@ impl Backend for CpuBackend {
             });
         }
         let (program, statics) = Program::new(graph, &self.options, &self.custom)?;
-        let n_symbols = program.symbols.len();
-        let n_inputs = program.inputs.len();
         let mut static_region = AlignedBytes::default();
         static_region.resize(statics.len());
         static_region.bytes_mut()[..statics.len()].copy_from_slice(&statics);
+        let binder = Binder::new(&program.signature);
         let threads = self.options.threads.max(1);
         // The global pool serves the default; another count gets a pool of its own.
         let pool = if threads > 1 && threads != rayon::current_num_threads() {
@@ -157,10 +157,7 @@ impl Backend for CpuBackend {
             statics: static_region,
             plans: Vec::new(),
             arena: AlignedBytes::default(),
-            values: vec![None; n_symbols],
-            sources: vec![Source::Dims; n_symbols],
-            provided: vec![0; n_inputs],
-            key: vec![0; n_symbols],
+            binder,
         })
     }
 }
@@ -195,13 +192,6 @@ impl AlignedBytes {
     }
 }
 
-/// Where a runtime dim's value came from in this run, for error messages.
-#[derive(Clone, Copy, Debug)]
-enum Source {
-    Dims,
-    Input(usize, usize),
-}
-
 /// A graph compiled for the CPU. See [`CpuBackend`].
 pub struct CpuExecutable {
     program: Program,
@@ -212,10 +202,7 @@ pub struct CpuExecutable {
     plans: Vec<Plan>,
     arena: AlignedBytes,
     // Per-run scratch, sized at compile time so runs do not allocate.
-    values: Vec<Option<usize>>,
-    sources: Vec<Source>,
-    provided: Vec<usize>,
-    key: Vec<usize>,
+    binder: Binder,
 }
 
 impl std::fmt::Debug for CpuExecutable {
@@ -238,6 +225,7 @@ impl CpuExecutable {
     pub fn plan_report(&mut self, dims: &[(&str, usize)]) -> Result<PlanReport, RunError> {
         let values = self
             .program
+            .signature
             .symbols
             .iter()
             .map(|s| {
@@ -312,43 +300,15 @@ impl CpuExecutable {
                 name: self.program.params[i].name.clone(),
             });
         }
-        self.match_inputs(inputs)?;
-        self.bind_symbols(inputs, dims)?;
-        let key = std::mem::take(&mut self.key);
+        self.binder.bind(&self.program.signature, inputs, dims)?;
+        let key = std::mem::take(&mut self.binder.key);
         let plan_index = self.plan_for(&key);
-        self.key = key;
+        self.binder.key = key;
         let plan_index = plan_index?;
         let plan = &self.plans[plan_index];
-        for (i, slot) in self.program.inputs.iter().enumerate() {
-            let given = &inputs[self.provided[i]].1;
-            if given.dtype != slot.ty.dtype {
-                return Err(RunError::DType {
-                    kind: "input",
-                    name: slot.name.clone(),
-                    expected: slot.ty.dtype,
-                    got: given.dtype,
-                });
-            }
-            if given.shape != plan.inputs[i].1.as_slice() {
-                return Err(RunError::Shape {
-                    kind: "input",
-                    name: slot.name.clone(),
-                    expected: self.program.describe_input(i, &plan.inputs[i].1),
-                    got: given.shape.to_vec(),
-                });
-            }
-            let expected = plan.inputs[i].0.len * slot.ty.dtype.size_bytes();
-            if given.bytes.len() != expected {
-                return Err(RunError::Bytes {
-                    kind: "input",
-                    name: slot.name.clone(),
-                    dtype: slot.ty.dtype,
-                    shape: given.shape.to_vec(),
-                    expected,
-                    got: given.bytes.len(),
-                });
-            }
-        }
+        self.program
+            .signature
+            .check_inputs(&self.binder, inputs, |i| plan.inputs[i].1.as_slice())?;
 
         let arena = &mut self.arena.bytes_mut()[..plan.arena_bytes];
         if self.options.poison {
@@ -357,7 +317,7 @@ impl CpuExecutable {
             }
         }
         for (i, (view, _)) in plan.inputs.iter().enumerate() {
-            let bytes = inputs[self.provided[i]].1.bytes;
+            let bytes = inputs[self.binder.provided[i]].1.bytes;
             arena[view.offset..view.offset + bytes.len()].copy_from_slice(bytes);
         }
         let memory = Memory::new(arena, self.statics.bytes());
@@ -392,93 +352,6 @@ impl CpuExecutable {
         self.plans.push(plan);
         Ok(self.plans.len() - 1)
     }
-
-    fn source_text(&self, source: Source) -> String {
-        match source {
-            Source::Dims => "`dims`".to_string(),
-            Source::Input(i, axis) => {
-                format!("input {:?} axis {axis}", self.program.inputs[i].name)
-            }
-        }
-    }
-
-    /// Binds every runtime dim from `dims` and the inputs' shapes into `self.key`.
-    fn bind_symbols(
-        &mut self,
-        inputs: &[(&str, TensorRef<'_>)],
-        dims: &[(&str, usize)],
-    ) -> Result<(), RunError> {
-        self.values.fill(None);
-        for &(name, value) in dims {
-            let Some(s) = self.program.symbols.iter().position(|s| s.name() == name) else {
-                return Err(RunError::UnknownSymbol {
-                    symbol: name.to_string(),
-                    known: self
-                        .program
-                        .symbols
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect(),
-                });
-            };
-            self.values[s] = Some(value);
-            self.sources[s] = Source::Dims;
-        }
-        for &(s, input, axis) in &self.program.symbol_sources {
-            let given = &inputs[self.provided[input]].1;
-            let Some(&value) = given.shape.get(axis) else {
-                continue; // the rank is wrong; `check_inputs` names it
-            };
-            match self.values[s] {
-                Some(first) if first != value => {
-                    return Err(RunError::InconsistentSymbol {
-                        symbol: self.program.symbols[s].to_string(),
-                        first,
-                        first_source: self.source_text(self.sources[s]),
-                        second: value,
-                        second_source: self.source_text(Source::Input(input, axis)),
-                    });
-                }
-                Some(_) => {}
-                None => {
-                    self.values[s] = Some(value);
-                    self.sources[s] = Source::Input(input, axis);
-                }
-            }
-        }
-        for (s, v) in self.values.iter().enumerate() {
-            match v {
-                Some(v) => self.key[s] = *v,
-                None => {
-                    return Err(RunError::UnboundSymbol {
-                        symbol: self.program.symbols[s].to_string(),
-                    });
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Matches supplied inputs to graph inputs by name into `self.provided`.
-    fn match_inputs(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> Result<(), RunError> {
-        for (i, slot) in self.program.inputs.iter().enumerate() {
-            self.provided[i] = inputs
-                .iter()
-                .position(|(name, _)| *name == slot.name)
-                .ok_or_else(|| RunError::MissingInput {
-                    name: slot.name.clone(),
-                })?;
-        }
-        for (name, _) in inputs {
-            if !self.program.inputs.iter().any(|s| s.name == *name) {
-                return Err(RunError::UnknownInput {
-                    name: name.to_string(),
-                    known: self.program.inputs.iter().map(|s| s.name.clone()).collect(),
-                });
-            }
-        }
-        Ok(())
-    }
 }
 
 impl Executable for CpuExecutable {
@@ -489,33 +362,8 @@ impl Executable for CpuExecutable {
             });
         };
         let slot = &self.program.params[i];
-        if value.dtype != slot.dtype {
-            return Err(RunError::DType {
-                kind: "weight",
-                name: name.to_string(),
-                expected: slot.dtype,
-                got: value.dtype,
-            });
-        }
-        if value.shape != slot.shape.as_slice() {
-            return Err(RunError::Shape {
-                kind: "weight",
-                name: name.to_string(),
-                expected: format!("{:?}", slot.shape),
-                got: value.shape.to_vec(),
-            });
-        }
-        let expected = slot.shape.iter().product::<usize>() * slot.dtype.size_bytes();
-        if value.bytes.len() != expected {
-            return Err(RunError::Bytes {
-                kind: "weight",
-                name: name.to_string(),
-                dtype: slot.dtype,
-                shape: slot.shape.clone(),
-                expected,
-                got: value.bytes.len(),
-            });
-        }
+        check_weight(name, slot.dtype, &slot.shape, &value)?;
+        let expected = value.bytes.len();
         let at = slot.offset;
         self.statics.bytes_mut()[at..at + expected].copy_from_slice(value.bytes);
         self.bound[i] = true;

@@ -9,7 +9,8 @@ use super::memory::{BufferRequest, plan_memory};
 use super::program::Program;
 use super::thunk::{Region, Thunk, View};
 use crate::backend::RunError;
-use crate::ir::{DType, Node, NodeId, Op, Shape, TensorType};
+use crate::backend::signature::concrete_shapes;
+use crate::ir::{DType, NodeId, Op};
 
 /// Most axes a tensor may have on the CPU backend (index counters live on the stack).
 const MAX_RANK: usize = super::kernels::layout::MAX_RANK;
@@ -43,14 +44,6 @@ pub(crate) struct Plan {
     pub report: PlanReport,
 }
 
-fn describe(id: NodeId, node: &Node) -> String {
-    let origin = node
-        .origin
-        .map(|o| format!(" (built at {o})"))
-        .unwrap_or_default();
-    format!("{id} `{}`{origin}", node.op)
-}
-
 impl Plan {
     pub(crate) fn new(
         program: &Program,
@@ -59,101 +52,8 @@ impl Plan {
         reuse: bool,
     ) -> Result<Plan, RunError> {
         let graph = &program.graph;
-        let bindings = || {
-            program
-                .symbols
-                .iter()
-                .zip(values)
-                .map(|(s, v)| format!("{s}={v}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let fail = |id: NodeId, node: &Node, reason: String| RunError::Binding {
-            bindings: bindings(),
-            node: describe(id, node),
-            reason,
-        };
-
         // 1. Concrete shapes, re-checked against the op rules now that sizes are known.
-        let mut shapes: Vec<Vec<usize>> = Vec::with_capacity(graph.len());
-        for (id, node) in graph.iter() {
-            let mut value_of = |s: &crate::ir::Symbol| {
-                program
-                    .symbols
-                    .iter()
-                    .position(|p| p == s)
-                    .map(|i| values[i])
-            };
-            let dims = node
-                .ty
-                .shape
-                .eval(&mut value_of)
-                .map_err(|e| fail(id, node, e.to_string()))?;
-            if dims.len() > MAX_RANK {
-                return Err(fail(
-                    id,
-                    node,
-                    format!("rank {} exceeds the CPU limit of {MAX_RANK}", dims.len()),
-                ));
-            }
-            let bytes = dims
-                .iter()
-                .try_fold(node.ty.dtype.size_bytes(), |acc, d| acc.checked_mul(*d))
-                .filter(|b| *b <= isize::MAX as usize);
-            if bytes.is_none() {
-                return Err(fail(
-                    id,
-                    node,
-                    format!(
-                        "a {} tensor of {dims:?} does not fit in memory",
-                        node.ty.dtype
-                    ),
-                ));
-            }
-            if !node.op.is_leaf() {
-                // Shape attributes (reshape and broadcast targets) are bound like node types.
-                let op = match &node.op {
-                    Op::Reshape { .. } => Op::Reshape {
-                        shape: Shape::from(dims.as_slice()),
-                    },
-                    Op::Broadcast { .. } => Op::Broadcast {
-                        shape: Shape::from(dims.as_slice()),
-                    },
-                    Op::Custom {
-                        name,
-                        attrs,
-                        output,
-                    } => Op::Custom {
-                        name: name.clone(),
-                        attrs: attrs.clone(),
-                        output: TensorType::new(output.dtype, Shape::from(dims.as_slice())),
-                    },
-                    other => other.clone(),
-                };
-                let operands: Vec<TensorType> = node
-                    .inputs
-                    .iter()
-                    .map(|i| {
-                        TensorType::new(
-                            graph[*i].ty.dtype,
-                            Shape::from(shapes[i.index()].as_slice()),
-                        )
-                    })
-                    .collect();
-                match op.infer(&operands) {
-                    Ok(t) if t.shape == Shape::from(dims.as_slice()) => {}
-                    Ok(t) => {
-                        return Err(fail(
-                            id,
-                            node,
-                            format!("bound shape {} differs from {:?}", t.shape, dims),
-                        ));
-                    }
-                    Err(e) => return Err(fail(id, node, e.to_string())),
-                }
-            }
-            shapes.push(dims);
-        }
+        let shapes = concrete_shapes(graph, &program.signature, values, MAX_RANK, "CPU")?;
 
         // 2. Storage: statics for params and constants, views for reshapes, arena otherwise.
         let end = graph.len();
@@ -257,6 +157,7 @@ impl Plan {
         let plan = Plan {
             values: values.to_vec(),
             inputs: program
+                .signature
                 .inputs
                 .iter()
                 .map(|i| (view_of(i.node), shapes[i.node.index()].clone()))

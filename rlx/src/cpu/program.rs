@@ -4,15 +4,9 @@
 use super::CpuOptions;
 use super::memory::ALIGN;
 use crate::backend::CompileError;
-use crate::ir::{DType, Dim, Graph, Node, NodeId, Op, Shape, Symbol, TensorType};
+use crate::backend::signature::Signature;
+use crate::ir::{DType, Dim, Graph, Node, NodeId, Op};
 use crate::passes::{self, Rewriter};
-
-/// A graph input as the executor sees it.
-pub(crate) struct InputSlot {
-    pub node: NodeId,
-    pub name: String,
-    pub ty: TensorType,
-}
 
 /// A param: where its bytes go in the static region.
 pub(crate) struct ParamSlot {
@@ -26,16 +20,12 @@ pub(crate) struct Program {
     pub graph: Graph,
     /// The kernel of each custom op node.
     pub custom: Vec<Option<std::sync::Arc<dyn super::custom::CustomKernel>>>,
-    pub inputs: Vec<InputSlot>,
+    pub signature: Signature,
     pub params: Vec<ParamSlot>,
     pub outputs: Vec<NodeId>,
     /// Byte offset in the static region of each param and constant node.
     pub static_offsets: Vec<Option<usize>>,
     pub statics_len: usize,
-    /// Every runtime dim, in name order.
-    pub symbols: Vec<Symbol>,
-    /// `(symbol, input, axis)`: an input axis that is exactly a symbol, so its size binds it.
-    pub symbol_sources: Vec<(usize, usize, usize)>,
 }
 
 fn pass(
@@ -173,32 +163,7 @@ impl Program {
             static_offsets[id.index()] = Some(offset);
         }
 
-        let inputs: Vec<InputSlot> = g
-            .inputs()
-            .map(|(id, n)| InputSlot {
-                node: id,
-                name: n.name.clone().unwrap_or_default(),
-                ty: n.ty.clone(),
-            })
-            .collect();
-        let mut symbols: Vec<Symbol> = g
-            .nodes()
-            .iter()
-            .flat_map(|n| n.ty.shape.symbols())
-            .collect();
-        symbols.sort();
-        symbols.dedup();
-        let mut symbol_sources = Vec::new();
-        for (i, input) in inputs.iter().enumerate() {
-            for (axis, d) in input.ty.shape.dims().iter().enumerate() {
-                if let Dim::Sym(s) = d {
-                    let sym = symbols
-                        .binary_search(s)
-                        .expect("input symbols are collected");
-                    symbol_sources.push((sym, i, axis));
-                }
-            }
-        }
+        let signature = Signature::of(&g);
         let outputs = g.outputs().iter().map(|o| o.node).collect();
         let custom = g
             .nodes()
@@ -213,25 +178,13 @@ impl Program {
             Program {
                 graph: g,
                 custom,
-                inputs,
+                signature,
                 params,
                 outputs,
                 static_offsets,
                 statics_len,
-                symbols,
-                symbol_sources,
             },
             statics,
         ))
-    }
-
-    /// The declared shape of input `i` with bound values, e.g. `[batch,384] = [2,384]`.
-    pub(crate) fn describe_input(&self, i: usize, bound: &[usize]) -> String {
-        let shape: &Shape = &self.inputs[i].ty.shape;
-        if shape.is_static() {
-            shape.to_string()
-        } else {
-            format!("{shape} = {bound:?}")
-        }
     }
 }

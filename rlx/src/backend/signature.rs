@@ -1,0 +1,380 @@
+//! What every backend checks the same way before it runs a graph: inputs matched by name,
+//! runtime dims bound from `dims` and input shapes, dtypes, shapes and byte counts of inputs
+//! and weights, and the concrete shape of every node under a binding.
+
+use super::RunError;
+use crate::ir::{DType, Dim, Graph, Node, NodeId, Op, Shape, Symbol, TensorType};
+use crate::tensor::TensorRef;
+
+/// A graph input as a backend sees it.
+pub(crate) struct InputSlot {
+    pub node: NodeId,
+    pub name: String,
+    pub ty: TensorType,
+}
+
+/// The inputs and runtime dims of a graph.
+pub(crate) struct Signature {
+    pub inputs: Vec<InputSlot>,
+    /// Every runtime dim, in name order.
+    pub symbols: Vec<Symbol>,
+    /// `(symbol, input, axis)`: an input axis that is exactly a symbol, so its size binds it.
+    pub symbol_sources: Vec<(usize, usize, usize)>,
+}
+
+impl Signature {
+    pub(crate) fn of(graph: &Graph) -> Signature {
+        let inputs: Vec<InputSlot> = graph
+            .inputs()
+            .map(|(id, n)| InputSlot {
+                node: id,
+                name: n.name.clone().unwrap_or_default(),
+                ty: n.ty.clone(),
+            })
+            .collect();
+        let mut symbols: Vec<Symbol> = graph
+            .nodes()
+            .iter()
+            .flat_map(|n| n.ty.shape.symbols())
+            .collect();
+        symbols.sort();
+        symbols.dedup();
+        let mut symbol_sources = Vec::new();
+        for (i, input) in inputs.iter().enumerate() {
+            for (axis, d) in input.ty.shape.dims().iter().enumerate() {
+                if let Dim::Sym(s) = d {
+                    let sym = symbols
+                        .binary_search(s)
+                        .expect("input symbols are collected");
+                    symbol_sources.push((sym, i, axis));
+                }
+            }
+        }
+        Signature {
+            inputs,
+            symbols,
+            symbol_sources,
+        }
+    }
+
+    /// The declared shape of input `i` with bound values, e.g. `[batch,384] = [2,384]`.
+    pub(crate) fn describe_input(&self, i: usize, bound: &[usize]) -> String {
+        let shape: &Shape = &self.inputs[i].ty.shape;
+        if shape.is_static() {
+            shape.to_string()
+        } else {
+            format!("{shape} = {bound:?}")
+        }
+    }
+
+    /// The bound values as text, e.g. `batch=2, seq=7`.
+    pub(crate) fn bindings_text(&self, values: &[usize]) -> String {
+        self.symbols
+            .iter()
+            .zip(values)
+            .map(|(s, v)| format!("{s}={v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Checks each supplied input (matched by `binder`) against its slot and its dims
+    /// `bound[i]` under the current binding.
+    pub(crate) fn check_inputs<'s>(
+        &self,
+        binder: &Binder,
+        inputs: &[(&str, TensorRef<'_>)],
+        bound: impl Fn(usize) -> &'s [usize],
+    ) -> Result<(), RunError> {
+        for (i, slot) in self.inputs.iter().enumerate() {
+            let given = &inputs[binder.provided[i]].1;
+            if given.dtype != slot.ty.dtype {
+                return Err(RunError::DType {
+                    kind: "input",
+                    name: slot.name.clone(),
+                    expected: slot.ty.dtype,
+                    got: given.dtype,
+                });
+            }
+            let dims = bound(i);
+            if given.shape != dims {
+                return Err(RunError::Shape {
+                    kind: "input",
+                    name: slot.name.clone(),
+                    expected: self.describe_input(i, dims),
+                    got: given.shape.to_vec(),
+                });
+            }
+            let expected = dims.iter().product::<usize>() * slot.ty.dtype.size_bytes();
+            if given.bytes.len() != expected {
+                return Err(RunError::Bytes {
+                    kind: "input",
+                    name: slot.name.clone(),
+                    dtype: slot.ty.dtype,
+                    shape: given.shape.to_vec(),
+                    expected,
+                    got: given.bytes.len(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where a runtime dim's value came from in this run, for error messages.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    Dims,
+    Input(usize, usize),
+}
+
+/// Per-run scratch for binding runtime dims, sized once so runs do not allocate.
+pub(crate) struct Binder {
+    values: Vec<Option<usize>>,
+    sources: Vec<Source>,
+    /// For each graph input, the index of the supplied tensor that feeds it.
+    pub provided: Vec<usize>,
+    /// The bound value of each symbol, in [`Signature::symbols`] order.
+    pub key: Vec<usize>,
+}
+
+impl Binder {
+    pub(crate) fn new(signature: &Signature) -> Binder {
+        let n = signature.symbols.len();
+        Binder {
+            values: vec![None; n],
+            sources: vec![Source::Dims; n],
+            provided: vec![0; signature.inputs.len()],
+            key: vec![0; n],
+        }
+    }
+
+    /// Matches inputs by name into `provided`, then binds every runtime dim into `key`.
+    pub(crate) fn bind(
+        &mut self,
+        signature: &Signature,
+        inputs: &[(&str, TensorRef<'_>)],
+        dims: &[(&str, usize)],
+    ) -> Result<(), RunError> {
+        self.match_inputs(signature, inputs)?;
+        self.values.fill(None);
+        for &(name, value) in dims {
+            let Some(s) = signature.symbols.iter().position(|s| s.name() == name) else {
+                return Err(RunError::UnknownSymbol {
+                    symbol: name.to_string(),
+                    known: signature.symbols.iter().map(ToString::to_string).collect(),
+                });
+            };
+            self.values[s] = Some(value);
+            self.sources[s] = Source::Dims;
+        }
+        for &(s, input, axis) in &signature.symbol_sources {
+            let given = &inputs[self.provided[input]].1;
+            let Some(&value) = given.shape.get(axis) else {
+                continue; // the rank is wrong; `check_inputs` names it
+            };
+            match self.values[s] {
+                Some(first) if first != value => {
+                    return Err(RunError::InconsistentSymbol {
+                        symbol: signature.symbols[s].to_string(),
+                        first,
+                        first_source: source_text(signature, self.sources[s]),
+                        second: value,
+                        second_source: source_text(signature, Source::Input(input, axis)),
+                    });
+                }
+                Some(_) => {}
+                None => {
+                    self.values[s] = Some(value);
+                    self.sources[s] = Source::Input(input, axis);
+                }
+            }
+        }
+        for (s, v) in self.values.iter().enumerate() {
+            match v {
+                Some(v) => self.key[s] = *v,
+                None => {
+                    return Err(RunError::UnboundSymbol {
+                        symbol: signature.symbols[s].to_string(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn match_inputs(
+        &mut self,
+        signature: &Signature,
+        inputs: &[(&str, TensorRef<'_>)],
+    ) -> Result<(), RunError> {
+        for (i, slot) in signature.inputs.iter().enumerate() {
+            self.provided[i] = inputs
+                .iter()
+                .position(|(name, _)| *name == slot.name)
+                .ok_or_else(|| RunError::MissingInput {
+                    name: slot.name.clone(),
+                })?;
+        }
+        for (name, _) in inputs {
+            if !signature.inputs.iter().any(|s| s.name == *name) {
+                return Err(RunError::UnknownInput {
+                    name: name.to_string(),
+                    known: signature.inputs.iter().map(|s| s.name.clone()).collect(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn source_text(signature: &Signature, source: Source) -> String {
+    match source {
+        Source::Dims => "`dims`".to_string(),
+        Source::Input(i, axis) => format!("input {:?} axis {axis}", signature.inputs[i].name),
+    }
+}
+
+/// Checks a weight offered for the param `name` declared as `dtype[shape]`.
+pub(crate) fn check_weight(
+    name: &str,
+    dtype: DType,
+    shape: &[usize],
+    value: &TensorRef<'_>,
+) -> Result<(), RunError> {
+    if value.dtype != dtype {
+        return Err(RunError::DType {
+            kind: "weight",
+            name: name.to_string(),
+            expected: dtype,
+            got: value.dtype,
+        });
+    }
+    if value.shape != shape {
+        return Err(RunError::Shape {
+            kind: "weight",
+            name: name.to_string(),
+            expected: format!("{shape:?}"),
+            got: value.shape.to_vec(),
+        });
+    }
+    let expected = shape.iter().product::<usize>() * dtype.size_bytes();
+    if value.bytes.len() != expected {
+        return Err(RunError::Bytes {
+            kind: "weight",
+            name: name.to_string(),
+            dtype,
+            shape: shape.to_vec(),
+            expected,
+            got: value.bytes.len(),
+        });
+    }
+    Ok(())
+}
+
+/// `%3 \`matmul\` (built at src/main.rs:4:9)`: a node for error messages.
+pub(crate) fn describe_node(id: NodeId, node: &Node) -> String {
+    let origin = node
+        .origin
+        .map(|o| format!(" (built at {o})"))
+        .unwrap_or_default();
+    format!("{id} `{}`{origin}", node.op)
+}
+
+/// The concrete dims of every node of `graph` with its runtime dims bound to `values`,
+/// each op re-checked now that sizes are known. `max_rank` is the backend's limit.
+pub(crate) fn concrete_shapes(
+    graph: &Graph,
+    signature: &Signature,
+    values: &[usize],
+    max_rank: usize,
+    backend: &str,
+) -> Result<Vec<Vec<usize>>, RunError> {
+    let fail = |id: NodeId, node: &Node, reason: String| RunError::Binding {
+        bindings: signature.bindings_text(values),
+        node: describe_node(id, node),
+        reason,
+    };
+    let mut shapes: Vec<Vec<usize>> = Vec::with_capacity(graph.len());
+    for (id, node) in graph.iter() {
+        let mut value_of = |s: &Symbol| {
+            signature
+                .symbols
+                .iter()
+                .position(|p| p == s)
+                .map(|i| values[i])
+        };
+        let dims = node
+            .ty
+            .shape
+            .eval(&mut value_of)
+            .map_err(|e| fail(id, node, e.to_string()))?;
+        if dims.len() > max_rank {
+            return Err(fail(
+                id,
+                node,
+                format!(
+                    "rank {} exceeds the {backend} limit of {max_rank}",
+                    dims.len()
+                ),
+            ));
+        }
+        let bytes = dims
+            .iter()
+            .try_fold(node.ty.dtype.size_bytes(), |acc, d| acc.checked_mul(*d))
+            .filter(|b| *b <= isize::MAX as usize);
+        if bytes.is_none() {
+            return Err(fail(
+                id,
+                node,
+                format!(
+                    "a {} tensor of {dims:?} does not fit in memory",
+                    node.ty.dtype
+                ),
+            ));
+        }
+        if !node.op.is_leaf() {
+            // Shape attributes (reshape and broadcast targets) are bound like node types.
+            let op = match &node.op {
+                Op::Reshape { .. } => Op::Reshape {
+                    shape: Shape::from(dims.as_slice()),
+                },
+                Op::Broadcast { .. } => Op::Broadcast {
+                    shape: Shape::from(dims.as_slice()),
+                },
+                Op::Custom {
+                    name,
+                    attrs,
+                    output,
+                } => Op::Custom {
+                    name: name.clone(),
+                    attrs: attrs.clone(),
+                    output: TensorType::new(output.dtype, Shape::from(dims.as_slice())),
+                },
+                other => other.clone(),
+            };
+            let operands: Vec<TensorType> = node
+                .inputs
+                .iter()
+                .map(|i| {
+                    TensorType::new(
+                        graph[*i].ty.dtype,
+                        Shape::from(shapes[i.index()].as_slice()),
+                    )
+                })
+                .collect();
+            match op.infer(&operands) {
+                Ok(t) if t.shape == Shape::from(dims.as_slice()) => {}
+                Ok(t) => {
+                    return Err(fail(
+                        id,
+                        node,
+                        format!("bound shape {} differs from {:?}", t.shape, dims),
+                    ));
+                }
+                Err(e) => return Err(fail(id, node, e.to_string())),
+            }
+        }
+        shapes.push(dims);
+    }
+    Ok(shapes)
+}

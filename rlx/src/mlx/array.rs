@@ -1,0 +1,663 @@
+//! A safe handle over one MLX array, with the ops of the shim as methods.
+//!
+//! Every method builds a lazy MLX array; nothing is computed until [`Array::eval`] or a
+//! read. Custom ops ([`super::MlxCustomOp`]) compose these methods.
+
+use std::ffi::{CStr, c_int};
+use std::ptr::{self, NonNull};
+
+use rlx_mlx_sys as sys;
+
+use crate::ir::DType;
+use crate::tensor::{HostTensor, TensorRef};
+
+/// A failure inside MLX (its exception's message) or at the shim boundary.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("MLX: {message}")]
+pub struct MlxError {
+    /// What MLX (or the shim) reported.
+    pub message: String,
+}
+
+impl MlxError {
+    pub(crate) fn new(message: impl Into<String>) -> MlxError {
+        MlxError {
+            message: message.into(),
+        }
+    }
+
+    /// The shim's last error on this thread.
+    fn last() -> MlxError {
+        // SAFETY: the shim returns a NUL-terminated thread-local string, valid until the
+        // next shim call on this thread; it is copied out at once.
+        let text = unsafe { CStr::from_ptr(sys::rlx_mlx_last_error()) };
+        let text = text.to_string_lossy();
+        MlxError::new(if text.is_empty() {
+            "MLX failed without a message".to_string()
+        } else {
+            text.into_owned()
+        })
+    }
+}
+
+fn check(status: c_int) -> Result<(), MlxError> {
+    if status == 0 {
+        Ok(())
+    } else {
+        Err(MlxError::last())
+    }
+}
+
+/// Runs a shim call that writes one array handle.
+fn make(call: impl FnOnce(*mut *mut sys::rlx_mlx_array) -> c_int) -> Result<Array, MlxError> {
+    let mut out = ptr::null_mut();
+    check(call(&mut out))?;
+    NonNull::new(out)
+        .map(Array)
+        .ok_or_else(|| MlxError::new("the shim reported success but made no array"))
+}
+
+/// Runs a shim call that writes an array and an out-of-range flag.
+fn make_checked(
+    call: impl FnOnce(*mut *mut sys::rlx_mlx_array, *mut *mut sys::rlx_mlx_array) -> c_int,
+) -> Result<(Array, Array), MlxError> {
+    let mut out = ptr::null_mut();
+    let mut bad = ptr::null_mut();
+    let status = call(&mut out, &mut bad);
+    // Wrap before checking so a partial result is freed either way.
+    let out = NonNull::new(out).map(Array);
+    let bad = NonNull::new(bad).map(Array);
+    check(status)?;
+    match (out, bad) {
+        (Some(o), Some(b)) => Ok((o, b)),
+        _ => Err(MlxError::new("the shim reported success but made no array")),
+    }
+}
+
+pub(crate) fn dtype_code(dtype: DType) -> c_int {
+    match dtype {
+        DType::Bool => sys::RLX_MLX_BOOL,
+        DType::U8 => sys::RLX_MLX_U8,
+        DType::I8 => sys::RLX_MLX_I8,
+        DType::I32 => sys::RLX_MLX_I32,
+        DType::I64 => sys::RLX_MLX_I64,
+        DType::F16 => sys::RLX_MLX_F16,
+        DType::F32 => sys::RLX_MLX_F32,
+        DType::F64 => sys::RLX_MLX_F64,
+        DType::BF16 => sys::RLX_MLX_BF16,
+    }
+}
+
+fn dtype_of_code(code: c_int) -> Option<DType> {
+    Some(match code {
+        sys::RLX_MLX_BOOL => DType::Bool,
+        sys::RLX_MLX_U8 => DType::U8,
+        sys::RLX_MLX_I8 => DType::I8,
+        sys::RLX_MLX_I32 => DType::I32,
+        sys::RLX_MLX_I64 => DType::I64,
+        sys::RLX_MLX_F16 => DType::F16,
+        sys::RLX_MLX_F32 => DType::F32,
+        sys::RLX_MLX_F64 => DType::F64,
+        sys::RLX_MLX_BF16 => DType::BF16,
+        _ => return None,
+    })
+}
+
+fn dims_i64(dims: &[usize]) -> Vec<i64> {
+    dims.iter().map(|&d| d as i64).collect()
+}
+
+fn ints(values: &[usize]) -> Vec<i32> {
+    values.iter().map(|&v| v as i32).collect()
+}
+
+/// Which keys attention may see, as the shim takes it.
+#[derive(Clone, Copy, Debug)]
+pub enum MaskArg<'a> {
+    /// Every key.
+    None,
+    /// Keys at or before the query's position (aligned at the end).
+    Causal,
+    /// Causal and within the last `window` positions.
+    Window(usize),
+    /// A `bool` or additive mask broadcastable to the scores.
+    Array(&'a Array),
+}
+
+/// One MLX array. Cloning shares the array (a reference-count bump).
+///
+/// ```no_run
+/// use rlx::mlx::Array;
+/// use rlx::tensor::HostTensor;
+/// use rlx::ir::UnaryOp;
+///
+/// let x = Array::from_tensor(HostTensor::from_vec(vec![-1.0f32, 2.0], [2])?.view())?;
+/// let y = x.unary(UnaryOp::Relu)?;
+/// assert_eq!(y.to_host()?.as_slice::<f32>()?, &[0.0, 2.0]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Array(NonNull<sys::rlx_mlx_array>);
+
+// SAFETY: an MLX array is a reference-counted descriptor (`std::shared_ptr` inside); moving
+// the handle to another thread moves only that reference, and MLX synchronizes its
+// scheduler and allocator internally.
+unsafe impl Send for Array {}
+
+impl Drop for Array {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from the shim and is freed exactly once, here.
+        unsafe { sys::rlx_mlx_array_free(self.0.as_ptr()) }
+    }
+}
+
+impl Clone for Array {
+    fn clone(&self) -> Array {
+        // SAFETY: the handle is live; `out` is a valid slot.
+        make(|out| unsafe { sys::rlx_mlx_array_clone(self.ptr(), out) })
+            .expect("cloning an MLX array only bumps a reference count")
+    }
+}
+
+impl std::fmt::Debug for Array {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.dtype(), self.shape()) {
+            (Ok(d), Ok(s)) => write!(f, "mlx::Array({d}{s:?})"),
+            _ => f.write_str("mlx::Array(?)"),
+        }
+    }
+}
+
+impl Array {
+    pub(crate) fn ptr(&self) -> *mut sys::rlx_mlx_array {
+        self.0.as_ptr()
+    }
+
+    /// A new handle to the array behind a borrowed raw handle.
+    pub(crate) fn clone_raw(raw: *mut sys::rlx_mlx_array) -> Result<Array, MlxError> {
+        // SAFETY: the caller lends a live handle for the call; `out` is a valid slot.
+        make(|out| unsafe { sys::rlx_mlx_array_clone(raw, out) })
+    }
+
+    /// The shim's last error on this thread.
+    pub(crate) fn last_error() -> MlxError {
+        MlxError::last()
+    }
+
+    /// Takes ownership of a handle the shim made; `None` for null.
+    pub(crate) fn from_raw(raw: *mut sys::rlx_mlx_array) -> Option<Array> {
+        NonNull::new(raw).map(Array)
+    }
+
+    /// Hands the handle over to the shim (which then owns it).
+    pub(crate) fn into_raw(self) -> *mut sys::rlx_mlx_array {
+        let raw = self.ptr();
+        std::mem::forget(self);
+        raw
+    }
+
+    /// A copy of host data.
+    pub fn from_tensor(t: TensorRef<'_>) -> Result<Array, MlxError> {
+        let shape = dims_i64(t.shape);
+        // SAFETY: `bytes` and `shape` are live slices with the lengths passed.
+        make(|out| unsafe {
+            sys::rlx_mlx_array_from_bytes(
+                t.bytes.as_ptr().cast(),
+                t.bytes.len(),
+                shape.as_ptr(),
+                shape.len(),
+                dtype_code(t.dtype),
+                out,
+            )
+        })
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> Result<DType, MlxError> {
+        let mut code = 0;
+        // SAFETY: the handle is live; the out-pointers are valid or null.
+        check(unsafe {
+            sys::rlx_mlx_array_info(self.ptr(), &mut code, ptr::null_mut(), ptr::null_mut(), 0)
+        })?;
+        dtype_of_code(code)
+            .ok_or_else(|| MlxError::new(format!("MLX dtype {code} has no RLX dtype")))
+    }
+
+    /// The dims.
+    pub fn shape(&self) -> Result<Vec<usize>, MlxError> {
+        let mut ndim = 0usize;
+        // SAFETY: as in `dtype`.
+        check(unsafe {
+            sys::rlx_mlx_array_info(self.ptr(), ptr::null_mut(), &mut ndim, ptr::null_mut(), 0)
+        })?;
+        let mut dims = vec![0i64; ndim];
+        // SAFETY: `dims` has room for `ndim` values.
+        check(unsafe {
+            sys::rlx_mlx_array_info(
+                self.ptr(),
+                ptr::null_mut(),
+                &mut ndim,
+                dims.as_mut_ptr(),
+                dims.len(),
+            )
+        })?;
+        Ok(dims.into_iter().map(|d| d as usize).collect())
+    }
+
+    /// Evaluates arrays together (one graph walk).
+    pub fn eval(arrays: &[&Array]) -> Result<(), MlxError> {
+        let raw: Vec<*mut sys::rlx_mlx_array> = arrays.iter().map(|a| a.ptr()).collect();
+        // SAFETY: every handle is live for the call.
+        check(unsafe { sys::rlx_mlx_eval(raw.as_ptr(), raw.len()) })
+    }
+
+    /// Evaluates and copies the values into `out`, reusing its storage when it fits.
+    pub fn read_into(&self, out: &mut HostTensor, scratch: &mut Vec<u8>) -> Result<(), MlxError> {
+        let dtype = self.dtype()?;
+        let shape = self.shape()?;
+        let n = shape.iter().product::<usize>() * dtype.size_bytes();
+        scratch.resize(n, 0);
+        // SAFETY: `scratch` has exactly `n` writable bytes; the shim checks the count.
+        check(unsafe { sys::rlx_mlx_array_read(self.ptr(), scratch.as_mut_ptr().cast(), n) })?;
+        out.reshape_for(dtype, &shape);
+        out.data_mut().copy_from_bytes(scratch);
+        Ok(())
+    }
+
+    /// Evaluates and copies the values to the host.
+    pub fn to_host(&self) -> Result<HostTensor, MlxError> {
+        let mut out = HostTensor::zeros(DType::F32, [0]);
+        self.read_into(&mut out, &mut Vec::new())?;
+        Ok(out)
+    }
+
+    /// `f(x)` for an IR unary op.
+    pub fn unary(&self, op: crate::ir::UnaryOp) -> Result<Array, MlxError> {
+        let kind = crate::ir::UnaryOp::ALL
+            .iter()
+            .position(|u| *u == op)
+            .unwrap_or(0) as c_int;
+        // SAFETY: the handle is live; `out` is a valid slot.
+        make(|out| unsafe { sys::rlx_mlx_unary(kind, self.ptr(), out) })
+    }
+
+    /// `f(self, other)` with broadcasting, for an IR binary op.
+    pub fn binary(&self, op: crate::ir::BinaryOp, other: &Array) -> Result<Array, MlxError> {
+        let kind = crate::ir::BinaryOp::ALL
+            .iter()
+            .position(|b| *b == op)
+            .unwrap_or(0) as c_int;
+        // SAFETY: both handles are live; `out` is a valid slot.
+        make(|out| unsafe { sys::rlx_mlx_binary(kind, self.ptr(), other.ptr(), out) })
+    }
+
+    /// A comparison to `bool` with broadcasting.
+    pub fn compare(&self, op: crate::ir::CompareOp, other: &Array) -> Result<Array, MlxError> {
+        let kind = crate::ir::CompareOp::ALL
+            .iter()
+            .position(|c| *c == op)
+            .unwrap_or(0) as c_int;
+        // SAFETY: both handles are live; `out` is a valid slot.
+        make(|out| unsafe { sys::rlx_mlx_compare(kind, self.ptr(), other.ptr(), out) })
+    }
+
+    /// `cond ? a : b` with `self` as the condition.
+    pub fn select(&self, a: &Array, b: &Array) -> Result<Array, MlxError> {
+        // SAFETY: the handles are live; `out` is a valid slot.
+        make(|out| unsafe { sys::rlx_mlx_where(self.ptr(), a.ptr(), b.ptr(), out) })
+    }
+
+    /// Conversion with Rust `as` semantics.
+    pub fn cast(&self, to: DType) -> Result<Array, MlxError> {
+        // SAFETY: the handle is live; `out` is a valid slot.
+        make(|out| unsafe { sys::rlx_mlx_cast(self.ptr(), dtype_code(to), out) })
+    }
+
+    /// Batched matrix product; the flags say an operand is stored with its last two axes
+    /// swapped.
+    pub fn matmul(
+        &self,
+        b: &Array,
+        transpose_a: bool,
+        transpose_b: bool,
+    ) -> Result<Array, MlxError> {
+        // SAFETY: both handles are live; `out` is a valid slot.
+        make(|out| unsafe {
+            sys::rlx_mlx_matmul(self.ptr(), b.ptr(), transpose_a, transpose_b, out)
+        })
+    }
+
+    /// A reduction over `axes`.
+    pub fn reduce(
+        &self,
+        op: crate::ir::ReduceOp,
+        axes: &[usize],
+        keep_dims: bool,
+    ) -> Result<Array, MlxError> {
+        let kind = crate::ir::ReduceOp::ALL
+            .iter()
+            .position(|r| *r == op)
+            .unwrap_or(0) as c_int;
+        let axes = ints(axes);
+        // SAFETY: the handle is live; `axes` holds the count passed.
+        make(|out| unsafe {
+            sys::rlx_mlx_reduce(kind, self.ptr(), axes.as_ptr(), axes.len(), keep_dims, out)
+        })
+    }
+
+    /// Argmax (`max = true`) or argmin along `axis`, as `i64`.
+    pub fn arg_reduce(&self, max: bool, axis: usize, keep_dims: bool) -> Result<Array, MlxError> {
+        let kind = if max { 0 } else { 1 };
+        // SAFETY: the handle is live; `out` is a valid slot.
+        make(|out| unsafe {
+            sys::rlx_mlx_arg_reduce(kind, self.ptr(), axis as i32, keep_dims, out)
+        })
+    }
+
+    /// Running sum along `axis`.
+    pub fn cumsum(&self, axis: usize, exclusive: bool, reverse: bool) -> Result<Array, MlxError> {
+        // SAFETY: the handle is live; `out` is a valid slot.
+        make(|out| unsafe { sys::rlx_mlx_cumsum(self.ptr(), axis as i32, exclusive, reverse, out) })
+    }
+
+    /// Softmax or log-softmax along `axis`.
+    pub fn softmax(&self, axis: usize, log: bool) -> Result<Array, MlxError> {
+        // SAFETY: the handle is live; `out` is a valid slot.
+        make(|out| unsafe { sys::rlx_mlx_softmax(self.ptr(), axis as i32, log, out) })
+    }
+
+    /// Layer normalization over the last axis.
+    pub fn layer_norm(
+        &self,
+        weight: Option<&Array>,
+        bias: Option<&Array>,
+        eps: f64,
+    ) -> Result<Array, MlxError> {
+        let w = weight.map_or(ptr::null_mut(), Array::ptr);
+        let b = bias.map_or(ptr::null_mut(), Array::ptr);
+        // SAFETY: the handles are live or null (allowed); `out` is a valid slot.
+        make(|out| unsafe { sys::rlx_mlx_layer_norm(self.ptr(), w, b, eps, out) })
+    }
+
+    /// RMS normalization over the last axis.
+    pub fn rms_norm(&self, weight: Option<&Array>, eps: f64) -> Result<Array, MlxError> {
+        let w = weight.map_or(ptr::null_mut(), Array::ptr);
+        // SAFETY: the handles are live or null (allowed); `out` is a valid slot.
+        make(|out| unsafe { sys::rlx_mlx_rms_norm(self.ptr(), w, eps, out) })
+    }
+
+    /// Same data, new dims.
+    pub fn reshape(&self, dims: &[usize]) -> Result<Array, MlxError> {
+        let dims = dims_i64(dims);
+        // SAFETY: the handle is live; `dims` holds the count passed.
+        make(|out| unsafe { sys::rlx_mlx_reshape(self.ptr(), dims.as_ptr(), dims.len(), out) })
+    }
+
+    /// Output axis `i` is input axis `perm[i]`.
+    pub fn permute(&self, perm: &[usize]) -> Result<Array, MlxError> {
+        let perm = ints(perm);
+        // SAFETY: the handle is live; `perm` holds the count passed.
+        make(|out| unsafe { sys::rlx_mlx_permute(self.ptr(), perm.as_ptr(), perm.len(), out) })
+    }
+
+    /// `x[start:stop:step]` per axis, all bounds in range.
+    pub fn slice(
+        &self,
+        start: &[usize],
+        stop: &[usize],
+        step: &[usize],
+    ) -> Result<Array, MlxError> {
+        let (a, b, c) = (dims_i64(start), dims_i64(stop), dims_i64(step));
+        if a.len() != b.len() || a.len() != c.len() {
+            return Err(MlxError::new("slice bounds of different lengths"));
+        }
+        // SAFETY: the handle is live; the three slices hold the count passed.
+        make(|out| unsafe {
+            sys::rlx_mlx_slice(self.ptr(), a.as_ptr(), b.as_ptr(), c.as_ptr(), a.len(), out)
+        })
+    }
+
+    /// Joins arrays along `axis`.
+    pub fn concat(parts: &[&Array], axis: usize) -> Result<Array, MlxError> {
+        let raw: Vec<*mut sys::rlx_mlx_array> = parts.iter().map(|a| a.ptr()).collect();
+        // SAFETY: every handle is live; `raw` holds the count passed.
+        make(|out| unsafe { sys::rlx_mlx_concat(raw.as_ptr(), raw.len(), axis as i32, out) })
+    }
+
+    /// Numpy broadcast to `dims`.
+    pub fn broadcast(&self, dims: &[usize]) -> Result<Array, MlxError> {
+        let dims = dims_i64(dims);
+        // SAFETY: the handle is live; `dims` holds the count passed.
+        make(|out| unsafe { sys::rlx_mlx_broadcast(self.ptr(), dims.as_ptr(), dims.len(), out) })
+    }
+
+    /// Constant padding; `value` is a scalar of this array's dtype.
+    pub fn pad(&self, pads: &[(usize, usize)], value: &Array) -> Result<Array, MlxError> {
+        let low: Vec<i64> = pads.iter().map(|p| p.0 as i64).collect();
+        let high: Vec<i64> = pads.iter().map(|p| p.1 as i64).collect();
+        // SAFETY: the handles are live; `low` and `high` hold the count passed.
+        make(|out| unsafe {
+            sys::rlx_mlx_pad(
+                self.ptr(),
+                low.as_ptr(),
+                high.as_ptr(),
+                low.len(),
+                value.ptr(),
+                out,
+            )
+        })
+    }
+
+    /// `numpy.take` along `axis`, and a `bool` scalar that is true if an index was out of
+    /// range (such indices read element 0 instead of memory outside the array).
+    pub fn gather(&self, indices: &Array, axis: usize) -> Result<(Array, Array), MlxError> {
+        // SAFETY: the handles are live; both out-pointers are valid slots.
+        make_checked(|out, bad| unsafe {
+            sys::rlx_mlx_gather(self.ptr(), indices.ptr(), axis as i32, out, bad)
+        })
+    }
+
+    /// Adds `updates` into a copy of `self` at `indices` along `axis`, with the same
+    /// out-of-range flag as [`Array::gather`].
+    pub fn scatter_add(
+        &self,
+        indices: &Array,
+        updates: &Array,
+        axis: usize,
+    ) -> Result<(Array, Array), MlxError> {
+        // SAFETY: the handles are live; both out-pointers are valid slots.
+        make_checked(|out, bad| unsafe {
+            sys::rlx_mlx_scatter_add(
+                self.ptr(),
+                indices.ptr(),
+                updates.ptr(),
+                axis as i32,
+                out,
+                bad,
+            )
+        })
+    }
+
+    /// `softmax(q kᵀ · scale + mask) v` with `self` as `q`; rows that see no key are zero.
+    pub fn attention(
+        &self,
+        k: &Array,
+        v: &Array,
+        scale: f64,
+        mask: MaskArg<'_>,
+    ) -> Result<Array, MlxError> {
+        let (kind, window, m) = match mask {
+            MaskArg::None => (sys::RLX_MLX_MASK_NONE, 0, ptr::null_mut()),
+            MaskArg::Causal => (sys::RLX_MLX_MASK_CAUSAL, 0, ptr::null_mut()),
+            MaskArg::Window(w) => (sys::RLX_MLX_MASK_WINDOW, w as i64, ptr::null_mut()),
+            MaskArg::Array(a) => (sys::RLX_MLX_MASK_ARRAY, 0, a.ptr()),
+        };
+        // SAFETY: the handles are live or null where the kind allows; `out` is valid.
+        make(|out| unsafe {
+            sys::rlx_mlx_attention(self.ptr(), k.ptr(), v.ptr(), scale, kind, window, m, out)
+        })
+    }
+
+    /// Rotary position embedding of the first `dims` features.
+    pub fn rope(
+        &self,
+        dims: usize,
+        base: f64,
+        scale: f64,
+        traditional: bool,
+        offset: Option<&Array>,
+    ) -> Result<Array, MlxError> {
+        let o = offset.map_or(ptr::null_mut(), Array::ptr);
+        // SAFETY: the handles are live or null (allowed); `out` is a valid slot.
+        make(|out| unsafe {
+            sys::rlx_mlx_rope(self.ptr(), dims as i32, base, scale, traditional, o, out)
+        })
+    }
+
+    /// Channels-first convolution.
+    pub fn conv(
+        &self,
+        w: &Array,
+        bias: Option<&Array>,
+        stride: &[usize],
+        padding: &[(usize, usize)],
+        dilation: &[usize],
+        groups: usize,
+    ) -> Result<Array, MlxError> {
+        let n = stride.len();
+        if padding.len() != n || dilation.len() != n {
+            return Err(MlxError::new("conv attributes of different lengths"));
+        }
+        let (s, d) = (ints(stride), ints(dilation));
+        let lo: Vec<i32> = padding.iter().map(|p| p.0 as i32).collect();
+        let hi: Vec<i32> = padding.iter().map(|p| p.1 as i32).collect();
+        let b = bias.map_or(ptr::null_mut(), Array::ptr);
+        // SAFETY: the handles are live or null (allowed); the four slices hold `n` values.
+        make(|out| unsafe {
+            sys::rlx_mlx_conv(
+                self.ptr(),
+                w.ptr(),
+                b,
+                s.as_ptr(),
+                lo.as_ptr(),
+                hi.as_ptr(),
+                d.as_ptr(),
+                n,
+                groups as i32,
+                out,
+            )
+        })
+    }
+
+    /// Channels-first max (`max = true`) or average pooling.
+    pub fn pool(
+        &self,
+        max: bool,
+        kernel: &[usize],
+        stride: &[usize],
+        padding: &[(usize, usize)],
+    ) -> Result<Array, MlxError> {
+        let n = kernel.len();
+        if stride.len() != n || padding.len() != n {
+            return Err(MlxError::new("pool attributes of different lengths"));
+        }
+        let (k, s) = (ints(kernel), ints(stride));
+        let lo: Vec<i32> = padding.iter().map(|p| p.0 as i32).collect();
+        let hi: Vec<i32> = padding.iter().map(|p| p.1 as i32).collect();
+        let kind = if max { 0 } else { 1 };
+        // SAFETY: the handle is live; the four slices hold `n` values.
+        make(|out| unsafe {
+            sys::rlx_mlx_pool(
+                kind,
+                self.ptr(),
+                k.as_ptr(),
+                s.as_ptr(),
+                lo.as_ptr(),
+                hi.as_ptr(),
+                n,
+                out,
+            )
+        })
+    }
+
+    /// Stable sort along `axis`: values, or their `i64` indices.
+    pub fn sort(&self, axis: usize, descending: bool, indices: bool) -> Result<Array, MlxError> {
+        // SAFETY: the handle is live; `out` is a valid slot.
+        make(|out| unsafe { sys::rlx_mlx_sort(self.ptr(), axis as i32, descending, indices, out) })
+    }
+
+    /// The `k` largest along `axis`, largest first (ties in index order).
+    pub fn topk(&self, k: usize, axis: usize, indices: bool) -> Result<Array, MlxError> {
+        // SAFETY: the handle is live; `out` is a valid slot.
+        make(|out| unsafe { sys::rlx_mlx_topk(self.ptr(), k as i32, axis as i32, indices, out) })
+    }
+
+    /// Solves `self · x = b`.
+    pub fn solve(&self, b: &Array) -> Result<Array, MlxError> {
+        // SAFETY: both handles are live; `out` is a valid slot.
+        make(|out| unsafe { sys::rlx_mlx_solve(self.ptr(), b.ptr(), out) })
+    }
+
+    /// `self · dequant(w)ᵀ` with RLX's quantized layout (see the IR op).
+    pub fn quantized_matmul(
+        &self,
+        w: &Array,
+        scales: &Array,
+        biases: &Array,
+        bits: u8,
+        group_size: usize,
+    ) -> Result<Array, MlxError> {
+        // SAFETY: the handles are live; `out` is a valid slot.
+        make(|out| unsafe {
+            sys::rlx_mlx_quantized_matmul(
+                self.ptr(),
+                w.ptr(),
+                scales.ptr(),
+                biases.ptr(),
+                bits as i32,
+                group_size as i32,
+                out,
+            )
+        })
+    }
+}
+
+/// Array handles alive in this process (every [`Array`] and the shim's own). Tests use it
+/// to prove nothing leaks.
+pub fn live_arrays() -> i64 {
+    // SAFETY: reads an atomic counter.
+    unsafe { sys::rlx_mlx_live_arrays() }
+}
+
+/// Whether [`MlxMode::Compiled`](super::MlxMode::Compiled) fuses kernels (the default). This
+/// is process-wide MLX state. With fusion off, compiled functions are still traced and
+/// simplified once per binding but run MLX's stock kernels; on Linux CPU that avoids
+/// running `g++` at run time, and costs no speed there (MLX's CPU fusion measured no gain).
+pub fn set_kernel_fusion(enabled: bool) -> Result<(), MlxError> {
+    // SAFETY: sets a global mode inside MLX; no pointers involved.
+    check(unsafe { sys::rlx_mlx_set_fusion(enabled) })
+}
+
+/// The MLX version RLX was built against, e.g. `0.32.4`.
+pub fn version() -> String {
+    // SAFETY: a static NUL-terminated string.
+    unsafe { CStr::from_ptr(sys::rlx_mlx_version()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The default MLX device: `cpu` or `gpu`.
+pub fn device_name() -> Result<String, MlxError> {
+    let mut buf = [0u8; 16];
+    // SAFETY: `buf` has the length passed; the shim NUL-terminates.
+    check(unsafe { sys::rlx_mlx_device_name(buf.as_mut_ptr().cast(), buf.len()) })?;
+    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
+/// Which BLAS MLX's matmuls call on this build.
+pub fn blas() -> String {
+    // SAFETY: a static NUL-terminated string.
+    unsafe { CStr::from_ptr(sys::rlx_mlx_blas()) }
+        .to_string_lossy()
+        .into_owned()
+}

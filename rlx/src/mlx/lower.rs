@@ -1,0 +1,344 @@
+//! Lowering a graph, with its runtime dims bound, to lazy MLX arrays.
+
+use std::sync::Arc;
+
+use super::MlxCustomOp;
+use super::array::{Array, MaskArg, MlxError};
+use crate::backend::RunError;
+use crate::backend::signature::describe_node;
+use crate::ir::{
+    ArgReduceOp, AttentionMask, ConstantData, Graph, Node, NodeId, Op, PoolKind, SortOutput,
+};
+use crate::tensor::TensorRef;
+
+/// Everything fixed once per binding that lowering reads. Shared with the `mlx::compile`
+/// callback, so it owns its data.
+pub(crate) struct Lowering {
+    pub graph: Arc<Graph>,
+    /// Concrete dims of every node.
+    pub shapes: Vec<Vec<usize>>,
+    /// The array of each constant node.
+    pub constants: Arc<Constants>,
+    /// The kernel of each custom node.
+    pub custom: Arc<Vec<Option<Arc<dyn MlxCustomOp>>>>,
+    /// Leaves in call order: the graph's inputs, then its params.
+    pub leaves: Vec<NodeId>,
+    /// Evaluate every node as soon as it is built (eager mode).
+    pub eager: bool,
+}
+
+/// The arrays of a graph's constant nodes, indexed by node.
+pub(crate) struct Constants(pub Vec<Option<Array>>);
+
+// SAFETY: each array was made from host bytes at compile time (so it is already evaluated)
+// and is never changed afterwards; sharing it only lets other threads build ops that read
+// it, which copies MLX's internally synchronized `shared_ptr`.
+unsafe impl Sync for Constants {}
+
+/// A gather or scatter whose indices must be checked after evaluation.
+pub(crate) struct IndexCheck {
+    pub node: NodeId,
+    /// `bool` scalar: some index was out of range.
+    pub bad: Array,
+    /// The indices as given.
+    pub indices: Array,
+    /// Size of the indexed axis.
+    pub size: usize,
+}
+
+pub(crate) struct Lowered {
+    pub outputs: Vec<Array>,
+    pub checks: Vec<IndexCheck>,
+}
+
+/// The error of a failure at `node`.
+pub(crate) fn node_error(id: NodeId, node: &Node, e: MlxError) -> RunError {
+    RunError::Backend {
+        backend: "mlx",
+        message: format!("{}: {}", describe_node(id, node), e.message),
+    }
+}
+
+impl Lowering {
+    /// Builds the graph's outputs from `leaves` (one array per entry of `self.leaves`).
+    pub(crate) fn lower(&self, leaves: &[Array]) -> Result<Lowered, RunError> {
+        let graph = &*self.graph;
+        let mut values: Vec<Option<Array>> = vec![None; graph.len()];
+        for (id, leaf) in self.leaves.iter().zip(leaves) {
+            values[id.index()] = Some(leaf.clone());
+        }
+        let mut checks = Vec::new();
+        for (id, node) in graph.iter() {
+            if values[id.index()].is_some() {
+                continue;
+            }
+            let operands: Vec<&Array> = node
+                .inputs
+                .iter()
+                .map(|i| values[i.index()].as_ref().expect("operands come first"))
+                .collect();
+            let at = |e: MlxError| node_error(id, node, e);
+            let value = match self.node(id, node, &operands, &mut checks) {
+                Ok(v) => v,
+                Err(NodeFailure::Mlx(e)) => return Err(at(e)),
+                Err(NodeFailure::Run(e)) => return Err(e),
+            };
+            self.verify(id, node, &value)?;
+            if self.eager {
+                Array::eval(&[&value]).map_err(at)?;
+                if let Some(check) = checks.last().filter(|c: &&IndexCheck| c.node == id) {
+                    verify_indices(graph, check)?;
+                }
+            }
+            values[id.index()] = Some(value);
+        }
+        let outputs = graph
+            .outputs()
+            .iter()
+            .map(|o| {
+                values[o.node.index()]
+                    .clone()
+                    .expect("every node is lowered")
+            })
+            .collect();
+        Ok(Lowered { outputs, checks })
+    }
+
+    /// Checks MLX produced the dtype and dims the IR promises.
+    fn verify(&self, id: NodeId, node: &Node, value: &Array) -> Result<(), RunError> {
+        let at = |e: MlxError| node_error(id, node, e);
+        let dtype = value.dtype().map_err(at)?;
+        let shape = value.shape().map_err(at)?;
+        if dtype != node.ty.dtype || shape != self.shapes[id.index()] {
+            return Err(at(MlxError::new(format!(
+                "MLX made {dtype}{shape:?}, the graph expects {}{:?}",
+                node.ty.dtype,
+                self.shapes[id.index()]
+            ))));
+        }
+        Ok(())
+    }
+
+    fn node(
+        &self,
+        id: NodeId,
+        node: &Node,
+        x: &[&Array],
+        checks: &mut Vec<IndexCheck>,
+    ) -> Result<Array, NodeFailure> {
+        let shape = &self.shapes[id.index()];
+        let operand_shape = |i: usize| &self.shapes[node.inputs[i].index()];
+        Ok(match &node.op {
+            Op::Input | Op::Param => {
+                return Err(NodeFailure::Mlx(MlxError::new("a leaf was not supplied")));
+            }
+            Op::Constant(_) => self.constants.0[id.index()]
+                .clone()
+                .ok_or_else(|| MlxError::new("constant not uploaded"))?,
+            Op::Unary(u) => x[0].unary(*u)?,
+            Op::Binary(b) => x[0].binary(*b, x[1])?,
+            Op::Compare(c) => x[0].compare(*c, x[1])?,
+            Op::Where => x[0].select(x[1], x[2])?,
+            Op::Cast { to } => x[0].cast(*to)?,
+            Op::MatMul {
+                transpose_a,
+                transpose_b,
+            } => x[0].matmul(x[1], *transpose_a, *transpose_b)?,
+            Op::Reduce {
+                op,
+                axes,
+                keep_dims,
+            } => x[0].reduce(*op, axes, *keep_dims)?,
+            Op::ArgReduce {
+                op,
+                axis,
+                keep_dims,
+            } => x[0].arg_reduce(*op == ArgReduceOp::ArgMax, *axis, *keep_dims)?,
+            Op::Cumsum {
+                axis,
+                exclusive,
+                reverse,
+            } => x[0].cumsum(*axis, *exclusive, *reverse)?,
+            Op::Softmax { axis, log } => x[0].softmax(*axis, *log)?,
+            Op::LayerNorm {
+                eps,
+                has_weight,
+                has_bias,
+            } => {
+                let w = has_weight.then(|| x[1]);
+                let b = has_bias.then(|| x[if *has_weight { 2 } else { 1 }]);
+                x[0].layer_norm(w, b, *eps)?
+            }
+            Op::RmsNorm { eps, has_weight } => x[0].rms_norm(has_weight.then(|| x[1]), *eps)?,
+            Op::Reshape { .. } => x[0].reshape(shape)?,
+            Op::Permute { perm } => x[0].permute(perm)?,
+            Op::Slice {
+                axis, start, step, ..
+            } => {
+                let input = operand_shape(0);
+                let len = input[*axis] as i64;
+                let first = if *start < 0 { start + len } else { *start } as usize;
+                let count = shape[*axis];
+                let mut starts = vec![0; input.len()];
+                let mut stops = input.clone();
+                let mut steps = vec![1; input.len()];
+                starts[*axis] = first;
+                stops[*axis] = if count == 0 {
+                    first
+                } else {
+                    first + (count - 1) * step + 1
+                };
+                steps[*axis] = *step;
+                x[0].slice(&starts, &stops, &steps)?
+            }
+            Op::Concat { axis } => Array::concat(x, *axis)?,
+            Op::Broadcast { .. } => x[0].broadcast(shape)?,
+            Op::Pad { pads, value } => {
+                let dtype = node.ty.dtype;
+                let bytes = value.to_bytes(dtype);
+                let fill = Array::from_tensor(TensorRef {
+                    dtype,
+                    shape: &[],
+                    bytes: &bytes,
+                })?;
+                x[0].pad(pads, &fill)?
+            }
+            Op::Gather { axis } => {
+                let (out, bad) = x[0].gather(x[1], *axis)?;
+                checks.push(IndexCheck {
+                    node: id,
+                    bad,
+                    indices: x[1].clone(),
+                    size: operand_shape(0)[*axis],
+                });
+                out
+            }
+            Op::ScatterAdd { axis } => {
+                let (out, bad) = x[0].scatter_add(x[1], x[2], *axis)?;
+                checks.push(IndexCheck {
+                    node: id,
+                    bad,
+                    indices: x[1].clone(),
+                    size: operand_shape(0)[*axis],
+                });
+                out
+            }
+            Op::Attention { scale, mask } => {
+                let mask = match mask {
+                    AttentionMask::None => MaskArg::None,
+                    AttentionMask::Causal => MaskArg::Causal,
+                    AttentionMask::SlidingWindow(w) => MaskArg::Window(*w),
+                    AttentionMask::Tensor => MaskArg::Array(x[3]),
+                };
+                x[0].attention(x[1], x[2], *scale, mask)?
+            }
+            Op::Rope {
+                dims,
+                base,
+                scale,
+                traditional,
+            } => x[0].rope(*dims, *base, *scale, *traditional, x.get(1).copied())?,
+            Op::Conv {
+                stride,
+                padding,
+                dilation,
+                groups,
+            } => x[0].conv(x[1], x.get(2).copied(), stride, padding, dilation, *groups)?,
+            Op::Pool {
+                kind,
+                kernel,
+                stride,
+                padding,
+            } => x[0].pool(*kind == PoolKind::Max, kernel, stride, padding)?,
+            Op::TopK { k, axis, output } => x[0].topk(*k, *axis, *output == SortOutput::Indices)?,
+            Op::Sort {
+                axis,
+                descending,
+                output,
+            } => x[0].sort(*axis, *descending, *output == SortOutput::Indices)?,
+            Op::Solve => x[0].solve(x[1])?,
+            Op::QuantizedMatMul { bits, group_size } => {
+                x[0].quantized_matmul(x[1], x[2], x[3], *bits, *group_size)?
+            }
+            Op::Custom {
+                name,
+                attrs,
+                output,
+            } => {
+                let kernel = self.custom[id.index()]
+                    .as_ref()
+                    .ok_or_else(|| MlxError::new(format!("no MLX kernel for {name:?}")))?;
+                let inputs: Vec<Array> = x.iter().map(|a| (*a).clone()).collect();
+                kernel
+                    .lower(attrs, &inputs, output.dtype, shape)
+                    .map_err(|message| {
+                        NodeFailure::Run(RunError::Custom {
+                            name: name.clone(),
+                            message,
+                        })
+                    })?
+            }
+        })
+    }
+}
+
+enum NodeFailure {
+    Mlx(MlxError),
+    Run(RunError),
+}
+
+impl From<MlxError> for NodeFailure {
+    fn from(e: MlxError) -> NodeFailure {
+        NodeFailure::Mlx(e)
+    }
+}
+
+/// After evaluation: an out-of-range index is an error naming the op and the index.
+pub(crate) fn verify_indices(graph: &Graph, check: &IndexCheck) -> Result<(), RunError> {
+    let node = &graph[check.node];
+    let at = |e: MlxError| node_error(check.node, node, e);
+    let bad = check.bad.to_host().map_err(at)?;
+    if bad.as_slice::<bool>().map(|b| b.iter().any(|v| *v)) != Ok(true) {
+        return Ok(());
+    }
+    let indices = check.indices.to_host().map_err(at)?;
+    let index = indices
+        .to_f64_vec()
+        .into_iter()
+        .map(|v| v as i64)
+        .find(|v| *v < 0 || *v >= check.size as i64)
+        .unwrap_or(-1);
+    Err(RunError::IndexOutOfRange {
+        op: node.op.to_string(),
+        index,
+        size: check.size,
+    })
+}
+
+/// Uploads the constants of `graph`, indexed by node.
+pub(crate) fn upload_constants(graph: &Graph) -> Result<Constants, MlxError> {
+    graph
+        .nodes()
+        .iter()
+        .map(|n| match &n.op {
+            Op::Constant(c) => constant(c).map(Some),
+            _ => Ok(None),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Constants)
+}
+
+fn constant(c: &ConstantData) -> Result<Array, MlxError> {
+    let dims: Vec<usize> = c
+        .ty()
+        .shape
+        .dims()
+        .iter()
+        .map(|d| d.as_static().unwrap_or(0))
+        .collect();
+    Array::from_tensor(TensorRef {
+        dtype: c.ty().dtype,
+        shape: &dims,
+        bytes: c.bytes(),
+    })
+}

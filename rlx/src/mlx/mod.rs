@@ -1,0 +1,398 @@
+//! The MLX backend: graphs run through Apple's MLX array library (feature `mlx`).
+//!
+//! `compile` optimizes the graph (simplify, CSE, DCE) and uploads constants. The first run
+//! with a binding of the runtime dims fixes every node's concrete dims; each run then
+//! lowers the graph to lazy MLX arrays and evaluates them, in one of three [`MlxMode`]s.
+//! On Linux MLX runs on its CPU backend (no AVX kernels, one thread per stream, BLAS
+//! through OpenBLAS when installed), so it is here for portability and parity; the
+//! [`crate::cpu`] executor is the fast path there. On macOS the same code runs on Metal.
+//!
+//! Every MLX failure (a C++ exception, at op construction or at evaluation) comes back as
+//! [`RunError::Backend`] with MLX's message and the node it happened at.
+//!
+//! ```no_run
+//! use rlx::prelude::*;
+//! use rlx::backend::{Backend, Executable};
+//! use rlx::mlx::{MlxBackend, MlxMode};
+//! use rlx::tensor::HostTensor;
+//!
+//! let mut b = GraphBuilder::new();
+//! let x = b.input("x", DType::F32, [Dim::sym("n")])?;
+//! let y = b.unary(UnaryOp::Relu, x)?;
+//! b.output("y", y)?;
+//! let mut exe = MlxBackend::new(MlxMode::Lazy).compile(&b.finish()?)?;
+//! let x = HostTensor::from_vec(vec![-1.0f32, 2.0], [2])?;
+//! assert_eq!(exe.run(&[("x", x.view())], &[])?[0].as_slice::<f32>()?, &[0.0, 2.0]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod array;
+mod compiled;
+mod lower;
+
+pub use array::{
+    Array, MaskArg, MlxError, blas, device_name, live_arrays, set_kernel_fusion, version,
+};
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::backend::signature::{Binder, Signature, check_weight, concrete_shapes};
+use crate::backend::{Backend, CompileError, Executable, RunError};
+use crate::ir::{AttrValue, DType, Dim, Graph, NodeId, Op};
+use crate::passes;
+use crate::tensor::{HostTensor, TensorRef};
+use compiled::Function;
+use lower::{Constants, Lowering, upload_constants, verify_indices};
+
+/// How runs are evaluated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MlxMode {
+    /// Evaluate each node as soon as it is built: slow, but a failure points at its node.
+    Eager,
+    /// Build the whole graph lazily and evaluate it once per run.
+    Lazy,
+    /// Trace the graph once per runtime-dim binding with `mlx::compile` and call the traced
+    /// function on every run. On Linux CPU, MLX builds fused kernels by running `g++` on
+    /// the first call (seconds, cached under `$TMPDIR/mlx`).
+    Compiled,
+}
+
+impl Default for MlxMode {
+    /// Compiled on macOS (Metal), lazy elsewhere (see [`MlxMode::Compiled`]).
+    fn default() -> MlxMode {
+        if cfg!(target_os = "macos") {
+            MlxMode::Compiled
+        } else {
+            MlxMode::Lazy
+        }
+    }
+}
+
+/// An MLX-side kernel of a [`Op::Custom`] op, built from [`Array`] ops.
+///
+/// ```no_run
+/// use std::collections::BTreeMap;
+/// use std::sync::Arc;
+/// use rlx::ir::{AttrValue, BinaryOp, DType};
+/// use rlx::mlx::{Array, MlxBackend, MlxCustomOp, MlxMode};
+/// use rlx::tensor::HostTensor;
+///
+/// /// `y = x * x`.
+/// struct Square;
+/// impl MlxCustomOp for Square {
+///     fn lower(&self, _: &BTreeMap<String, AttrValue>, inputs: &[Array], _: DType, _: &[usize]) -> Result<Array, String> {
+///         inputs[0].binary(BinaryOp::Mul, &inputs[0]).map_err(|e| e.to_string())
+///     }
+/// }
+/// let backend = MlxBackend::new(MlxMode::Lazy).with_custom_op("square", Arc::new(Square));
+/// ```
+pub trait MlxCustomOp: Send + Sync {
+    /// Builds the op's result from its operands; it must have `dtype` and `dims`. An `Err`
+    /// becomes [`RunError::Custom`].
+    fn lower(
+        &self,
+        attrs: &BTreeMap<String, AttrValue>,
+        inputs: &[Array],
+        dtype: DType,
+        dims: &[usize],
+    ) -> Result<Array, String>;
+}
+
+/// The MLX backend. See the [module docs](self).
+#[derive(Clone, Default)]
+pub struct MlxBackend {
+    mode: MlxMode,
+    custom: BTreeMap<String, Arc<dyn MlxCustomOp>>,
+}
+
+impl std::fmt::Debug for MlxBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MlxBackend")
+            .field("mode", &self.mode)
+            .field("custom_ops", &self.custom.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl MlxBackend {
+    /// A backend evaluating in `mode`.
+    pub fn new(mode: MlxMode) -> MlxBackend {
+        MlxBackend {
+            mode,
+            custom: BTreeMap::new(),
+        }
+    }
+
+    /// The evaluation mode.
+    pub fn mode(&self) -> MlxMode {
+        self.mode
+    }
+
+    /// Registers the MLX kernel of the custom op `name`.
+    pub fn with_custom_op(mut self, name: &str, kernel: Arc<dyn MlxCustomOp>) -> MlxBackend {
+        self.custom.insert(name.to_string(), kernel);
+        self
+    }
+}
+
+/// MLX keeps dims in 32-bit ints.
+const MAX_RANK: usize = 16;
+
+impl Backend for MlxBackend {
+    type Executable = MlxExecutable;
+
+    fn name(&self) -> &'static str {
+        "mlx"
+    }
+
+    fn supports(&self, op: &Op) -> bool {
+        match op {
+            Op::Custom { name, .. } => self.custom.contains_key(name),
+            _ => true,
+        }
+    }
+
+    fn compile(&self, graph: &Graph) -> Result<MlxExecutable, CompileError> {
+        let mut unsupported: Vec<String> = Vec::new();
+        for node in graph.nodes() {
+            let text = node.op.to_string();
+            if !self.supports(&node.op) && !unsupported.contains(&text) {
+                unsupported.push(text);
+            }
+        }
+        if !unsupported.is_empty() {
+            return Err(CompileError::Unsupported {
+                backend: self.name(),
+                ops: unsupported,
+            });
+        }
+        for (_, node) in graph.params() {
+            if !node.ty.shape.is_static() {
+                return Err(CompileError::SymbolicParam {
+                    name: node.name.clone().unwrap_or_default(),
+                    shape: node.ty.shape.clone(),
+                });
+            }
+        }
+        let pass = |name: &'static str, r: Result<Graph, crate::ir::VerifyError>| {
+            r.map_err(|e| CompileError::Pass {
+                pass: name,
+                source: Box::new(e),
+            })
+        };
+        let mut g = pass("simplify", passes::simplify(graph))?;
+        g = pass("cse", passes::cse(&g))?;
+        g = pass("dce", passes::dce(&g))?;
+
+        let signature = Signature::of(&g);
+        let params: Vec<ParamSlot> = g
+            .params()
+            .map(|(id, n)| ParamSlot {
+                node: id,
+                name: n.name.clone().unwrap_or_default(),
+                dtype: n.ty.dtype,
+                shape: n
+                    .ty
+                    .shape
+                    .dims()
+                    .iter()
+                    .filter_map(Dim::as_static)
+                    .collect(),
+                value: None,
+            })
+            .collect();
+        let constants = upload_constants(&g).map_err(|e| CompileError::Backend {
+            backend: "mlx",
+            message: e.message,
+        })?;
+        let custom = g
+            .nodes()
+            .iter()
+            .map(|n| match &n.op {
+                Op::Custom { name, .. } => self.custom.get(name).cloned(),
+                _ => None,
+            })
+            .collect();
+        let mut leaves: Vec<NodeId> = signature.inputs.iter().map(|i| i.node).collect();
+        leaves.extend(params.iter().map(|p| p.node));
+        Ok(MlxExecutable {
+            binder: Binder::new(&signature),
+            signature,
+            params,
+            leaves,
+            constants: Arc::new(constants),
+            custom: Arc::new(custom),
+            graph: Arc::new(g),
+            mode: self.mode,
+            bindings: Vec::new(),
+            scratch: Vec::new(),
+        })
+    }
+}
+
+struct ParamSlot {
+    node: NodeId,
+    name: String,
+    dtype: DType,
+    shape: Vec<usize>,
+    value: Option<Array>,
+}
+
+/// What is fixed per binding of the runtime dims.
+struct BindingPlan {
+    values: Vec<usize>,
+    lowering: Arc<Lowering>,
+    /// Compiled mode: the traced function.
+    function: Option<Function>,
+}
+
+/// A graph compiled for MLX. See [`MlxBackend`].
+pub struct MlxExecutable {
+    graph: Arc<Graph>,
+    signature: Signature,
+    params: Vec<ParamSlot>,
+    leaves: Vec<NodeId>,
+    constants: Arc<Constants>,
+    custom: Arc<Vec<Option<Arc<dyn MlxCustomOp>>>>,
+    mode: MlxMode,
+    binder: Binder,
+    bindings: Vec<BindingPlan>,
+    scratch: Vec<u8>,
+}
+
+impl std::fmt::Debug for MlxExecutable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MlxExecutable")
+            .field("nodes", &self.graph.len())
+            .field("mode", &self.mode)
+            .field("bindings", &self.bindings.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn backend_error(e: MlxError) -> RunError {
+    RunError::Backend {
+        backend: "mlx",
+        message: e.message,
+    }
+}
+
+impl MlxExecutable {
+    /// The optimized graph that runs.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The evaluation mode.
+    pub fn mode(&self) -> MlxMode {
+        self.mode
+    }
+
+    fn binding_for(&mut self) -> Result<usize, RunError> {
+        let key = &self.binder.key;
+        if let Some(i) = self.bindings.iter().position(|b| &b.values == key) {
+            return Ok(i);
+        }
+        let shapes = concrete_shapes(&self.graph, &self.signature, key, MAX_RANK, "MLX")?;
+        let lowering = Arc::new(Lowering {
+            graph: self.graph.clone(),
+            shapes,
+            constants: self.constants.clone(),
+            custom: self.custom.clone(),
+            leaves: self.leaves.clone(),
+            eager: self.mode == MlxMode::Eager,
+        });
+        let function = if self.mode == MlxMode::Compiled {
+            Some(Function::new(lowering.clone()).map_err(backend_error)?)
+        } else {
+            None
+        };
+        self.bindings.push(BindingPlan {
+            values: key.clone(),
+            lowering,
+            function,
+        });
+        Ok(self.bindings.len() - 1)
+    }
+}
+
+impl Executable for MlxExecutable {
+    fn set_weight(&mut self, name: &str, value: TensorRef<'_>) -> Result<(), RunError> {
+        let Some(slot) = self.params.iter_mut().find(|p| p.name == name) else {
+            return Err(RunError::UnknownWeight {
+                name: name.to_string(),
+            });
+        };
+        check_weight(name, slot.dtype, &slot.shape, &value)?;
+        let array = Array::from_tensor(value).map_err(backend_error)?;
+        // Materialize now, so the caller's bytes may go away and runs do not pay for it.
+        Array::eval(&[&array]).map_err(backend_error)?;
+        slot.value = Some(array);
+        Ok(())
+    }
+
+    fn weight(&self, name: &str) -> Result<HostTensor, RunError> {
+        let Some(slot) = self.params.iter().find(|p| p.name == name) else {
+            return Err(RunError::UnknownWeight {
+                name: name.to_string(),
+            });
+        };
+        let value = slot.value.as_ref().ok_or_else(|| RunError::MissingWeight {
+            name: name.to_string(),
+        })?;
+        value.to_host().map_err(backend_error)
+    }
+
+    fn run_into(
+        &mut self,
+        inputs: &[(&str, TensorRef<'_>)],
+        dims: &[(&str, usize)],
+        outputs: &mut Vec<HostTensor>,
+    ) -> Result<(), RunError> {
+        if let Some(p) = self.params.iter().find(|p| p.value.is_none()) {
+            return Err(RunError::MissingWeight {
+                name: p.name.clone(),
+            });
+        }
+        self.binder.bind(&self.signature, inputs, dims)?;
+        let b = self.binding_for()?;
+        let plan = &self.bindings[b];
+        let shapes = &plan.lowering.shapes;
+        self.signature.check_inputs(&self.binder, inputs, |i| {
+            shapes[self.signature.inputs[i].node.index()].as_slice()
+        })?;
+
+        let mut leaves: Vec<Array> = Vec::with_capacity(self.leaves.len());
+        for i in 0..self.signature.inputs.len() {
+            leaves.push(
+                Array::from_tensor(inputs[self.binder.provided[i]].1).map_err(backend_error)?,
+            );
+        }
+        for p in &self.params {
+            leaves.push(p.value.clone().expect("checked above"));
+        }
+
+        let graph = &*self.graph;
+        let (results, checks) = match &plan.function {
+            Some(f) => f.call(&leaves)?,
+            None => {
+                let lowered = plan.lowering.lower(&leaves)?;
+                (lowered.outputs, lowered.checks)
+            }
+        };
+        let mut all: Vec<&Array> = results.iter().collect();
+        all.extend(checks.iter().map(|c| &c.bad));
+        Array::eval(&all).map_err(backend_error)?;
+        for check in &checks {
+            verify_indices(graph, check)?;
+        }
+        outputs.resize_with(results.len(), || HostTensor::zeros(DType::F32, [0]));
+        for (out, array) in outputs.iter_mut().zip(&results) {
+            array
+                .read_into(out, &mut self.scratch)
+                .map_err(backend_error)?;
+        }
+        Ok(())
+    }
+}
