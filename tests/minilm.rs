@@ -2,6 +2,7 @@
 //! `rlx::models::minilm::ModelFiles`), the reference token ids, and embeddings and hidden
 //! states of 16 sentences, run one by one and as one padded batch.
 
+use rlx::backend::Backend;
 use rlx::cpu::CpuBackend;
 use rlx::models::minilm::{ModelFiles, SentenceEmbedder};
 use safetensors::SafeTensors;
@@ -49,9 +50,9 @@ fn reference() -> Reference {
     }
 }
 
-fn embedder() -> SentenceEmbedder {
+fn embedder<B: Backend<Executable: 'static>>(backend: &B) -> SentenceEmbedder {
     let files = ModelFiles::locate(None).unwrap_or_else(|e| panic!("{e}"));
-    SentenceEmbedder::new(&CpuBackend::default(), &files).unwrap_or_else(|e| panic!("{e}"))
+    SentenceEmbedder::new(backend, &files).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
@@ -73,9 +74,19 @@ fn compare(r: &Reference, i: usize, hidden: &[f32], embedding: &[f32]) -> (f32, 
 }
 
 #[test]
-fn minilm_matches_pytorch() {
+fn minilm_matches_pytorch_on_cpu() {
+    matches_pytorch("cpu", &CpuBackend::default());
+}
+
+#[cfg(feature = "mlx")]
+#[test]
+fn minilm_matches_pytorch_on_mlx() {
+    matches_pytorch("mlx", &rlx::mlx::MlxBackend::default());
+}
+
+fn matches_pytorch<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
     let r = reference();
-    let mut model = embedder();
+    let mut model = embedder(backend);
 
     // Token ids equal the reference's for every sentence.
     for (i, s) in r.sentences.iter().enumerate() {
@@ -99,7 +110,7 @@ fn minilm_matches_pytorch() {
         worst_h = worst_h.max(h);
         worst_e = worst_e.max(e);
     }
-    println!("one by one: max |Δ| hidden {worst_h:.2e}, embeddings {worst_e:.2e}");
+    println!("{label} one by one: max |Δ| hidden {worst_h:.2e}, embeddings {worst_e:.2e}");
     assert!(worst_h <= 1e-4, "hidden states differ by {worst_h}");
     assert!(worst_e <= 1e-5, "embeddings differ by {worst_e}");
 
@@ -124,7 +135,7 @@ fn minilm_matches_pytorch() {
         worst_h = worst_h.max(h);
         worst_e = worst_e.max(e);
     }
-    println!("padded batch: max |Δ| hidden {worst_h:.2e}, embeddings {worst_e:.2e}");
+    println!("{label} padded batch: max |Δ| hidden {worst_h:.2e}, embeddings {worst_e:.2e}");
     assert!(worst_h <= 1e-4, "hidden states differ by {worst_h}");
     assert!(worst_e <= 1e-5, "embeddings differ by {worst_e}");
 

@@ -59,6 +59,22 @@ pub(crate) fn node_error(id: NodeId, node: &Node, e: MlxError) -> RunError {
     }
 }
 
+/// The error of a failed evaluation of `graph`. LAPACK failing inside MLX's solve (its LU
+/// factorization or triangular inversion) means a singular matrix, as on the CPU backend.
+pub(crate) fn eval_error(graph: &Graph, e: MlxError) -> RunError {
+    let lapack =
+        e.message.contains("inversion failed") || e.message.contains("factorization failed");
+    match graph.nodes().iter().find(|n| n.op == Op::Solve) {
+        Some(node) if lapack => RunError::Singular {
+            op: node.op.to_string(),
+        },
+        _ => RunError::Backend {
+            backend: "mlx",
+            message: e.message,
+        },
+    }
+}
+
 impl Lowering {
     /// Builds the graph's outputs from `leaves` (one array per entry of `self.leaves`).
     pub(crate) fn lower(&self, leaves: &[Array]) -> Result<Lowered, RunError> {
@@ -85,7 +101,10 @@ impl Lowering {
             };
             self.verify(id, node, &value)?;
             if self.eager {
-                Array::eval(&[&value]).map_err(at)?;
+                Array::eval(&[&value]).map_err(|e| match eval_error(graph, e) {
+                    RunError::Backend { message, .. } => at(MlxError::new(message)),
+                    typed => typed,
+                })?;
                 if let Some(check) = checks.last().filter(|c: &&IndexCheck| c.node == id) {
                     verify_indices(graph, check)?;
                 }

@@ -43,7 +43,7 @@ use crate::ir::{AttrValue, DType, Dim, Graph, NodeId, Op};
 use crate::passes;
 use crate::tensor::{HostTensor, TensorRef};
 use compiled::Function;
-use lower::{Constants, Lowering, upload_constants, verify_indices};
+use lower::{Constants, Lowering, eval_error, upload_constants, verify_indices};
 
 /// How runs are evaluated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -383,7 +383,7 @@ impl Executable for MlxExecutable {
         };
         let mut all: Vec<&Array> = results.iter().collect();
         all.extend(checks.iter().map(|c| &c.bad));
-        Array::eval(&all).map_err(backend_error)?;
+        Array::eval(&all).map_err(|e| eval_error(graph, e))?;
         for check in &checks {
             verify_indices(graph, check)?;
         }

@@ -1,0 +1,259 @@
+//! The MLX backend's own contract: MLX failures and lowering panics come back as typed
+//! errors, custom ops run through the MLX registry in every mode, compiled mode with
+//! kernel fusion matches the CPU executor on a transformer model, and run-time input
+//! checks are the same as on the CPU.
+#![cfg(feature = "mlx")]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rlx::backend::{Backend, CompileError, Executable, RunError};
+use rlx::builder::GraphBuilder;
+use rlx::cpu::CpuBackend;
+use rlx::ir::{AttrValue, BinaryOp, DType, Dim, Graph, Op, TensorType, UnaryOp};
+use rlx::mlx::{Array, MlxBackend, MlxCustomOp, MlxMode};
+use rlx::models::bert::{Bert, BertConfig};
+use rlx::tensor::HostTensor;
+
+const MODES: [MlxMode; 3] = [MlxMode::Eager, MlxMode::Lazy, MlxMode::Compiled];
+
+#[test]
+fn an_mlx_exception_becomes_a_typed_error_with_its_message() {
+    let a = Array::from_tensor(HostTensor::zeros(DType::F32, [2, 3]).view()).unwrap();
+    let b = Array::from_tensor(HostTensor::zeros(DType::F32, [2, 2]).view()).unwrap();
+    let err = a.matmul(&b, false, false).unwrap_err();
+    assert!(
+        err.message.contains("[matmul]") && err.message.contains("(2,3)"),
+        "{err}"
+    );
+    assert!(err.to_string().starts_with("MLX: "), "{err}");
+    // The failed call made no array, and the next good call works.
+    let c = a.matmul(&b, true, false).unwrap();
+    assert_eq!(c.shape().unwrap(), vec![3, 2]);
+}
+
+#[test]
+fn backend_reports_the_mlx_version_and_device() {
+    assert!(rlx::mlx::version().starts_with("0."));
+    let device = rlx::mlx::device_name().unwrap();
+    assert!(device == "cpu" || device == "gpu", "{device}");
+    assert!(!rlx::mlx::blas().is_empty());
+}
+
+/// `y = x + shift` on MLX; a negative shift is refused, and `panic = true` panics.
+struct Shift;
+
+impl MlxCustomOp for Shift {
+    fn lower(
+        &self,
+        attrs: &BTreeMap<String, AttrValue>,
+        inputs: &[Array],
+        dtype: DType,
+        _dims: &[usize],
+    ) -> Result<Array, String> {
+        if let Some(AttrValue::Bool(true)) = attrs.get("panic") {
+            panic!("the shift kernel was told to panic");
+        }
+        let Some(AttrValue::Float(shift)) = attrs.get("shift") else {
+            return Err("missing attribute `shift`".into());
+        };
+        if *shift < 0.0 {
+            return Err(format!("shift {shift} is negative"));
+        }
+        let s = HostTensor::from_vec(vec![*shift as f32], [1]).map_err(|e| e.to_string())?;
+        let s = Array::from_tensor(s.view()).map_err(|e| e.to_string())?;
+        let s = s.cast(dtype).map_err(|e| e.to_string())?;
+        inputs[0]
+            .binary(BinaryOp::Add, &s)
+            .map_err(|e| e.to_string())
+    }
+}
+
+fn shift_graph(attrs: BTreeMap<String, AttrValue>) -> Graph {
+    let mut b = GraphBuilder::new();
+    let x = b
+        .input("x", DType::F32, [Dim::sym("n"), Dim::from(2)])
+        .unwrap();
+    let op = Op::Custom {
+        name: "shift".into(),
+        attrs,
+        output: TensorType::new(DType::F32, [Dim::sym("n"), Dim::from(2)]),
+    };
+    let y = b.op(op, &[x]).unwrap();
+    let y = b.unary(UnaryOp::Neg, y).unwrap();
+    b.output("y", y).unwrap();
+    b.finish().unwrap()
+}
+
+#[test]
+fn custom_ops_run_on_mlx_and_their_failures_are_typed_in_every_mode() {
+    let x = HostTensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]).unwrap();
+    for mode in MODES {
+        let backend = MlxBackend::new(mode).with_custom_op("shift", Arc::new(Shift));
+        let ok = shift_graph(BTreeMap::from([("shift".into(), AttrValue::Float(1.5))]));
+        let mut exe = backend.compile(&ok).unwrap();
+        let y = exe.run(&[("x", x.view())], &[]).unwrap();
+        assert_eq!(
+            y[0].as_slice::<f32>().unwrap(),
+            &[-2.5, -3.5, -4.5, -5.5],
+            "{mode:?}"
+        );
+
+        let refused = shift_graph(BTreeMap::from([("shift".into(), AttrValue::Float(-1.0))]));
+        let err = backend
+            .compile(&refused)
+            .unwrap()
+            .run(&[("x", x.view())], &[])
+            .unwrap_err();
+        assert_eq!(
+            err,
+            RunError::Custom {
+                name: "shift".into(),
+                message: "shift -1 is negative".into()
+            },
+            "{mode:?}"
+        );
+    }
+
+    // In compiled mode the kernel runs inside MLX's tracer, called from C++: its panic is
+    // caught at the boundary and reported, and the executable stays usable.
+    let backend = MlxBackend::new(MlxMode::Compiled).with_custom_op("shift", Arc::new(Shift));
+    let panics = shift_graph(BTreeMap::from([("panic".into(), AttrValue::Bool(true))]));
+    let mut exe = backend.compile(&panics).unwrap();
+    let err = exe.run(&[("x", x.view())], &[]).unwrap_err();
+    match &err {
+        RunError::Backend { backend, message } => {
+            assert_eq!(*backend, "mlx");
+            assert!(
+                message.contains("panicked: the shift kernel was told to panic"),
+                "{message}"
+            );
+        }
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+    // A second run traces again and fails the same way, without crashing.
+    assert_eq!(exe.run(&[("x", x.view())], &[]).unwrap_err(), err);
+
+    // An op with no MLX kernel fails at compile, naming it.
+    let err = MlxBackend::default()
+        .compile(&shift_graph(BTreeMap::new()))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        CompileError::Unsupported {
+            backend: "mlx",
+            ops: vec!["custom[\"shift\", -> f32[n,2]]".into()]
+        }
+    );
+}
+
+#[test]
+fn run_time_input_errors_match_the_cpu_backend() {
+    let mut b = GraphBuilder::new();
+    let x = b
+        .input("x", DType::F32, [Dim::sym("n"), Dim::from(3)])
+        .unwrap();
+    let w = b.param("w", DType::F32, [3, 2]).unwrap();
+    let y = b.matmul(x, w).unwrap();
+    b.output("y", y).unwrap();
+    let g = b.finish().unwrap();
+    let good = HostTensor::zeros(DType::F32, [4, 3]);
+    let wrong_dims = HostTensor::zeros(DType::F32, [4, 2]);
+    let wrong_dtype = HostTensor::zeros(DType::F64, [4, 3]);
+    let weight = HostTensor::zeros(DType::F32, [3, 2]);
+    let run = |exe: &mut dyn Executable| -> Vec<RunError> {
+        let before = exe.run(&[("x", good.view())], &[]).unwrap_err();
+        exe.set_weight("w", weight.view()).unwrap();
+        vec![
+            before,
+            exe.run(&[], &[]).unwrap_err(),
+            exe.run(&[("x", wrong_dims.view())], &[]).unwrap_err(),
+            exe.run(&[("x", wrong_dtype.view())], &[]).unwrap_err(),
+            exe.run(&[("x", good.view()), ("z", good.view())], &[])
+                .unwrap_err(),
+            exe.run(&[("x", good.view())], &[("n", 5)]).unwrap_err(),
+            exe.set_weight("w", good.view()).unwrap_err(),
+            exe.set_weight("v", weight.view()).unwrap_err(),
+        ]
+    };
+    let mut cpu = CpuBackend::default().compile(&g).unwrap();
+    let expected = run(&mut cpu);
+    assert!(matches!(expected[0], RunError::MissingWeight { .. }));
+    for mode in MODES {
+        let mut mlx = MlxBackend::new(mode).compile(&g).unwrap();
+        assert_eq!(run(&mut mlx), expected, "{mode:?}");
+        // A bound weight reads back unchanged.
+        assert_eq!(mlx.weight("w").unwrap(), weight);
+    }
+}
+
+#[test]
+fn a_singular_system_is_reported() {
+    let mut b = GraphBuilder::new();
+    let a = b.input("a", DType::F32, [2, 2]).unwrap();
+    let r = b.input("b", DType::F32, [2, 1]).unwrap();
+    let x = b.op(Op::Solve, &[a, r]).unwrap();
+    b.output("x", x).unwrap();
+    let g = b.finish().unwrap();
+    let a = HostTensor::from_vec(vec![1.0f32, 2.0, 2.0, 4.0], [2, 2]).unwrap();
+    let r = HostTensor::from_vec(vec![1.0f32, 1.0], [2, 1]).unwrap();
+    for mode in MODES {
+        let mut exe = MlxBackend::new(mode).compile(&g).unwrap();
+        let err = exe
+            .run(&[("a", a.view()), ("b", r.view())], &[])
+            .unwrap_err();
+        assert_eq!(err, RunError::Singular { op: "solve".into() }, "{mode:?}");
+    }
+}
+
+fn tiny_bert() -> BertConfig {
+    BertConfig::from_json(
+        r#"{"vocab_size": 50, "hidden_size": 32, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "intermediate_size": 64,
+            "max_position_embeddings": 16, "type_vocab_size": 2,
+            "layer_norm_eps": 1e-12, "hidden_act": "gelu"}"#,
+    )
+    .unwrap()
+}
+
+/// A two-layer BERT with random weights: the same outputs on the CPU executor and on MLX
+/// in every mode, with compiled mode fusing kernels (on Linux MLX runs g++ for them).
+#[test]
+fn bert_matches_the_cpu_backend_in_every_mode() {
+    let config = tiny_bert();
+    let mut cpu = Bert::compile(&CpuBackend::default(), &config).unwrap();
+    cpu.init_weights(|spec| {
+        let shape = spec.static_shape().unwrap();
+        let n: usize = shape.iter().product();
+        let values = (0..n)
+            .map(|i| ((i * 7919 + spec.name.len() * 31) % 1000) as f32 / 2500.0 - 0.2)
+            .collect();
+        HostTensor::from_vec(values, shape).unwrap()
+    })
+    .unwrap();
+    let ids = HostTensor::from_vec((0..10).map(|i| (i * 7 % 50) as i64).collect(), [2, 5]).unwrap();
+    let mask = HostTensor::from_vec(vec![1i64, 1, 1, 1, 1, 1, 1, 1, 0, 0], [2, 5]).unwrap();
+    let types = HostTensor::zeros(DType::I64, [2, 5]);
+    let (hidden, pooled) = cpu.run(&ids, &mask, &types).unwrap();
+    rlx::mlx::set_kernel_fusion(true).unwrap();
+    for mode in MODES {
+        let mut mlx = Bert::compile(&MlxBackend::new(mode), &config).unwrap();
+        for spec in &cpu.manifest().params {
+            let name = spec.name.as_str();
+            mlx.set_weight(name, cpu.weight(name).unwrap().view())
+                .unwrap();
+        }
+        for round in 0..2 {
+            let (h, p) = mlx.run(&ids, &mask, &types).unwrap();
+            for (what, got, want) in [("hidden", &h, &hidden), ("pooled", &p, &pooled)] {
+                let diff = got
+                    .to_f64_vec()
+                    .iter()
+                    .zip(want.to_f64_vec())
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0, f64::max);
+                assert!(diff < 1e-5, "{mode:?} round {round} {what}: max |Δ| {diff}");
+            }
+        }
+    }
+}
