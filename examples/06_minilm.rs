@@ -69,9 +69,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let files = ModelFiles::locate(args.model_dir.as_deref())?;
     let mut embedder = match args.backend.as_str() {
         "cpu" => SentenceEmbedder::new(&CpuBackend::default(), &files)?,
-        "mlx" => {
-            return Err("the MLX backend is not part of this build yet; use --backend cpu".into());
-        }
+        "mlx" => mlx_embedder(&files)?,
         other => return Err(format!("unknown backend {other:?}: expected cpu or mlx").into()),
     };
     let texts: Vec<&str> = args.sentences.iter().map(String::as_str).collect();
@@ -103,4 +101,18 @@ fn json_array(vectors: &[Vec<f32>]) -> String {
         })
         .collect();
     format!("[{}]", rows.join(","))
+}
+
+/// The embedder on MLX, when this build has the backend (the `mlx` feature, on by default).
+#[cfg(feature = "mlx")]
+fn mlx_embedder(files: &ModelFiles) -> Result<SentenceEmbedder, Box<dyn Error>> {
+    Ok(SentenceEmbedder::new(
+        &rlx::mlx::MlxBackend::default(),
+        files,
+    )?)
+}
+
+#[cfg(not(feature = "mlx"))]
+fn mlx_embedder(_: &ModelFiles) -> Result<SentenceEmbedder, Box<dyn Error>> {
+    Err("this build has no MLX backend: build with the `mlx` feature (on by default)".into())
 }

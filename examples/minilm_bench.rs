@@ -40,12 +40,12 @@ fn main() -> Result<(), Box<dyn Error>> {
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
-    if backend != "cpu" {
-        return Err(format!("backend {backend:?} is not part of this build; use cpu").into());
-    }
-
     let files = ModelFiles::locate(model_dir.as_deref())?;
-    let mut model = SentenceEmbedder::new(&CpuBackend::default(), &files)?;
+    let mut model = match backend.as_str() {
+        "cpu" => SentenceEmbedder::new(&CpuBackend::default(), &files)?,
+        "mlx" => mlx_embedder(&files)?,
+        other => return Err(format!("unknown backend {other:?}: expected cpu or mlx").into()),
+    };
 
     let mut state = 0x2545_f491_4f6c_dd1du64;
     for (batch, seq) in shapes {
@@ -82,4 +82,18 @@ fn main() -> Result<(), Box<dyn Error>> {
         );
     }
     Ok(())
+}
+
+/// The embedder on MLX, when this build has the backend (the `mlx` feature, on by default).
+#[cfg(feature = "mlx")]
+fn mlx_embedder(files: &ModelFiles) -> Result<SentenceEmbedder, Box<dyn Error>> {
+    Ok(SentenceEmbedder::new(
+        &rlx::mlx::MlxBackend::default(),
+        files,
+    )?)
+}
+
+#[cfg(not(feature = "mlx"))]
+fn mlx_embedder(_: &ModelFiles) -> Result<SentenceEmbedder, Box<dyn Error>> {
+    Err("this build has no MLX backend: build with the `mlx` feature (on by default)".into())
 }

@@ -61,14 +61,14 @@ fn main() {
 
     println!("cargo:rustc-link-search=native={}", lib.display());
     println!("cargo:rustc-link-lib=dylib=mlx");
-    if let Some(path) = &openblas {
-        if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
-            println!("cargo:rustc-link-search=native={}", dir.display());
-            println!(
-                "cargo:rustc-link-lib=dylib:+verbatim={}",
-                name.to_string_lossy()
-            );
-        }
+    if let Some(path) = &openblas
+        && let (Some(dir), Some(name)) = (path.parent(), path.file_name())
+    {
+        println!("cargo:rustc-link-search=native={}", dir.display());
+        println!(
+            "cargo:rustc-link-lib=dylib:+verbatim={}",
+            name.to_string_lossy()
+        );
     }
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib.display());
     println!("cargo:LIBDIR={}", lib.display());

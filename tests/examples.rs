@@ -136,6 +136,29 @@ fn minilm_tutorial() {
     let cosine: f64 = vectors[0].iter().zip(&vectors[1]).map(|(a, b)| a * b).sum();
     assert!(cosine > 0.5, "related sentences are close: {cosine}");
 
+    #[cfg(feature = "mlx")]
+    {
+        let args = [
+            "--backend",
+            "mlx",
+            "--json",
+            "A man is eating food.",
+            "A man is eating pasta.",
+        ];
+        let stdout = run_example("06_minilm", &args);
+        let on_mlx: Vec<Vec<f64>> = serde_json::from_str(stdout.trim()).expect("JSON");
+        for (a, b) in on_mlx.iter().flatten().zip(vectors.iter().flatten()) {
+            assert!((a - b).abs() < 1e-5, "MLX {a} vs CPU {b}");
+        }
+        let stdout = run_example("minilm_bench", &["--backend", "mlx", "--shapes", "1x8"]);
+        assert!(
+            stdout.starts_with("minilm backend=mlx batch=1 seq=8 ms="),
+            "{stdout}"
+        );
+        let stdout = run_example("05_mlx_backend", &[]);
+        assert!(stdout.contains("max |cpu - mlx|"), "{stdout}");
+    }
+
     let stdout = run_example("06_minilm", &["one sentence", "another one"]);
     assert!(
         stdout.starts_with("cosine similarity (cpu backend):\n 1.000"),

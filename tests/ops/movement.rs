@@ -1,4 +1,4 @@
-use rlx::backend::{Backend, Executable, RunError};
+use rlx::backend::{Executable, RunError};
 use rlx::ir::{DType, Dim, Op, Scalar, Shape};
 use rlx::tensor::HostTensor;
 
