@@ -5,5 +5,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=DEP_MLX_LIBDIR");
     if let Ok(dir) = std::env::var("DEP_MLX_LIBDIR") {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
+        // For tests that run binaries built elsewhere (trybuild), which get no rpath.
+        println!("cargo:rustc-env=RLX_MLX_LIBDIR={dir}");
     }
 }

@@ -1,0 +1,117 @@
+//! One BERT-style encoder block (hidden 384, 12 heads, FFN 1536, GELU-erf, post-LayerNorm)
+//! run through RLX's MLX backend in each mode, and through the CPU executor for reference.
+//! `bench/mlx_block.py` runs the same block through MLX's Python API.
+//!
+//! ```text
+//! cargo run --release --example mlx_block_bench -- [--batch 8] [--seq 128] [--runs 10]
+//! ```
+//!
+//! Prints `mlx_block impl=rlx-B mode=M batch=N seq=S ms=MEDIAN` per configuration: the
+//! median of `--runs` timed runs after 3 warm-up runs, each run a full
+//! `Executable::run` (input upload, evaluation, output read-back).
+
+use std::error::Error;
+use std::time::Instant;
+
+use rlx::cpu::CpuBackend;
+use rlx::model::Config;
+use rlx::nn::{FeedForward, LayerNorm, SelfAttention};
+use rlx::tensor::HostTensor;
+use rlx::typed::{Sizes, Tensor};
+
+rlx::dims!(Batch, Seq);
+rlx::config_dims!(Hidden, Heads, HeadDim, Ffn);
+
+struct BlockConfig;
+
+impl Config for BlockConfig {
+    fn sizes(&self) -> Sizes {
+        Sizes::new()
+            .with::<Hidden>(384)
+            .with::<Heads>(12)
+            .with::<HeadDim>(32)
+            .with::<Ffn>(1536)
+    }
+}
+
+#[derive(rlx::Params)]
+struct BlockParams<'g> {
+    attention: SelfAttention<'g, Hidden, Heads, HeadDim>,
+    norm1: LayerNorm<'g, Hidden>,
+    ffn: FeedForward<'g, Hidden, Ffn>,
+    norm2: LayerNorm<'g, Hidden>,
+}
+
+#[rlx::model]
+fn block<'g>(
+    #[config] _cfg: &BlockConfig,
+    p: &BlockParams<'g>,
+    x: Tensor<'g, (Batch, Seq, Hidden)>,
+) -> Tensor<'g, (Batch, Seq, Hidden)> {
+    let x = p.norm1.forward(x + p.attention.forward(x), 1e-12);
+    p.norm2.forward(x + p.ffn.forward(x), 1e-12)
+}
+
+fn weights(spec: &rlx::params::ParamSpec) -> HostTensor {
+    let shape = spec.static_shape().expect("static weights");
+    let n: usize = shape.iter().product();
+    let values = if spec.name.ends_with("norm1.weight") || spec.name.ends_with("norm2.weight") {
+        vec![1.0f32; n]
+    } else {
+        (0..n)
+            .map(|i| ((i * 7919 % 997) as f32 / 997.0 - 0.5) * 0.1)
+            .collect()
+    };
+    HostTensor::from_vec(values, shape).expect("length matches the shape")
+}
+
+fn median_ms(model: &mut Block, x: &HostTensor, runs: usize) -> Result<f64, Box<dyn Error>> {
+    for _ in 0..3 {
+        model.run(x)?;
+    }
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let start = Instant::now();
+        model.run(x)?;
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let (mut batch, mut seq, mut runs) = (8usize, 128usize, 10usize);
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = || -> Result<usize, Box<dyn Error>> {
+            Ok(args.next().ok_or(format!("{arg} needs a value"))?.parse()?)
+        };
+        match arg.as_str() {
+            "--batch" => batch = value()?,
+            "--seq" => seq = value()?,
+            "--runs" => runs = value()?.max(1),
+            other => return Err(format!("unknown argument {other}").into()),
+        }
+    }
+    let x: Vec<f32> = (0..batch * seq * 384)
+        .map(|i| ((i % 23) as f32 - 11.0) / 11.0)
+        .collect();
+    let x = HostTensor::from_vec(x, [batch, seq, 384])?;
+
+    let mut cpu = Block::compile(&CpuBackend::default(), &BlockConfig)?;
+    cpu.init_weights(weights)?;
+    let ms = median_ms(&mut cpu, &x, runs)?;
+    println!("mlx_block impl=rlx-cpu mode=thunks batch={batch} seq={seq} ms={ms:.2}");
+
+    #[cfg(feature = "mlx")]
+    {
+        use rlx::mlx::{MlxBackend, MlxMode};
+        for (name, mode) in [("lazy", MlxMode::Lazy), ("compiled", MlxMode::Compiled)] {
+            let mut mlx = Block::compile(&MlxBackend::new(mode), &BlockConfig)?;
+            mlx.init_weights(weights)?;
+            let ms = median_ms(&mut mlx, &x, runs)?;
+            println!("mlx_block impl=rlx-mlx mode={name} batch={batch} seq={seq} ms={ms:.2}");
+        }
+    }
+    Ok(())
+}
