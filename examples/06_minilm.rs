@@ -16,7 +16,6 @@
 use std::error::Error;
 use std::path::PathBuf;
 
-use rlx::cpu::CpuBackend;
 use rlx::models::minilm::{ModelFiles, SentenceEmbedder};
 
 struct Args {
@@ -67,11 +66,7 @@ fn parse_args() -> Result<Args, String> {
 fn main() -> Result<(), Box<dyn Error>> {
     let args = parse_args()?;
     let files = ModelFiles::locate(args.model_dir.as_deref())?;
-    let mut embedder = match args.backend.as_str() {
-        "cpu" => SentenceEmbedder::new(&CpuBackend::default(), &files)?,
-        "mlx" => mlx_embedder(&files)?,
-        other => return Err(format!("unknown backend {other:?}: expected cpu or mlx").into()),
-    };
+    let mut embedder = SentenceEmbedder::on_backend(&args.backend, &files)?;
     let texts: Vec<&str> = args.sentences.iter().map(String::as_str).collect();
     let vectors = embedder.embed(&texts)?;
 
@@ -101,18 +96,4 @@ fn json_array(vectors: &[Vec<f32>]) -> String {
         })
         .collect();
     format!("[{}]", rows.join(","))
-}
-
-/// The embedder on MLX, when this build has the backend (the `mlx` feature, on by default).
-#[cfg(feature = "mlx")]
-fn mlx_embedder(files: &ModelFiles) -> Result<SentenceEmbedder, Box<dyn Error>> {
-    Ok(SentenceEmbedder::new(
-        &rlx::mlx::MlxBackend::default(),
-        files,
-    )?)
-}
-
-#[cfg(not(feature = "mlx"))]
-fn mlx_embedder(_: &ModelFiles) -> Result<SentenceEmbedder, Box<dyn Error>> {
-    Err("this build has no MLX backend: build with the `mlx` feature (on by default)".into())
 }

@@ -12,7 +12,6 @@ use std::error::Error;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use rlx::cpu::CpuBackend;
 use rlx::models::minilm::{Batch, ModelFiles, SentenceEmbedder};
 use rlx::tensor::HostTensor;
 
@@ -41,11 +40,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
     }
     let files = ModelFiles::locate(model_dir.as_deref())?;
-    let mut model = match backend.as_str() {
-        "cpu" => SentenceEmbedder::new(&CpuBackend::default(), &files)?,
-        "mlx" => mlx_embedder(&files)?,
-        other => return Err(format!("unknown backend {other:?}: expected cpu or mlx").into()),
-    };
+    let mut model = SentenceEmbedder::on_backend(&backend, &files)?;
 
     let mut state = 0x2545_f491_4f6c_dd1du64;
     for (batch, seq) in shapes {
@@ -82,18 +77,4 @@ fn main() -> Result<(), Box<dyn Error>> {
         );
     }
     Ok(())
-}
-
-/// The embedder on MLX, when this build has the backend (the `mlx` feature, on by default).
-#[cfg(feature = "mlx")]
-fn mlx_embedder(files: &ModelFiles) -> Result<SentenceEmbedder, Box<dyn Error>> {
-    Ok(SentenceEmbedder::new(
-        &rlx::mlx::MlxBackend::default(),
-        files,
-    )?)
-}
-
-#[cfg(not(feature = "mlx"))]
-fn mlx_embedder(_: &ModelFiles) -> Result<SentenceEmbedder, Box<dyn Error>> {
-    Err("this build has no MLX backend: build with the `mlx` feature (on by default)".into())
 }

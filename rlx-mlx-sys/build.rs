@@ -30,13 +30,8 @@ fn main() {
     println!("cargo:rerun-if-changed=cpp/shim.cpp");
     println!("cargo:rerun-if-changed=cpp/rlx_mlx.h");
 
-    let prefix = match find_mlx() {
-        Ok(p) => p,
-        Err(message) => {
-            eprintln!("{message}");
-            panic!("{message}");
-        }
-    };
+    // A build script reports a fatal error by panicking; cargo shows the message.
+    let prefix = find_mlx().unwrap_or_else(|message| panic!("{message}"));
     let include = prefix.join("include");
     let lib = prefix.join("lib");
     println!(
@@ -158,10 +153,7 @@ fn vendored(python: &str) -> Result<PathBuf, String> {
 
 fn installed_python_mlx(python: &str) -> Result<PathBuf, String> {
     let output = Command::new(python)
-        .args([
-            "-c",
-            "import mlx, os; print(os.path.dirname(list(mlx.__path__)[0] + '/'))",
-        ])
+        .args(["-c", "import mlx; print(list(mlx.__path__)[0])"])
         .output()
         .map_err(|e| format!("cannot run {python}: {e}"))?;
     if !output.status.success() {

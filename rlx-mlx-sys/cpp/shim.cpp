@@ -280,17 +280,12 @@ mx::array cast(const mx::array& x, mx::Dtype to) {
   const mx::array nan = mx::isnan(xf);
   const mx::array out_of_range = mx::logical_or(mx::logical_or(big, small), nan);
   mx::array r = mx::astype(mx::where(out_of_range, mx::zeros({}, xf.dtype()), xf), to);
-  mx::array max_v = mx::astype(mx::array(-1, mx::int64), to);  // all ones
-  mx::array min_v = mx::zeros({}, to);
-  if (is_signed) {
-    // Shift the all-ones pattern right by one for MAX; MIN is MAX + 1 (wrapping).
-    max_v = mx::right_shift(mx::astype(mx::array(-1, mx::int64), mx::uint64), mx::array(65 - bits, mx::uint64));
-    max_v = mx::astype(max_v, to);
-    min_v = mx::add(max_v, mx::ones({}, to));
-  }
+  // Saturation bounds, exact in int64 for every signed width; unsigned MAX is all ones.
+  const int64_t max_signed = static_cast<int64_t>((uint64_t{1} << (bits - 1)) - 1);
+  const mx::array max_v = mx::astype(mx::array(is_signed ? max_signed : int64_t{-1}, mx::int64), to);
+  const mx::array min_v = is_signed ? mx::astype(mx::array(-max_signed - 1, mx::int64), to) : mx::zeros({}, to);
   r = mx::where(big, max_v, r);
-  r = mx::where(small, min_v, r);
-  return r;
+  return mx::where(small, min_v, r);
 }
 
 mx::array reduce(int kind, const mx::array& x0, const std::vector<int>& axes, bool keep) {
@@ -325,7 +320,7 @@ mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, 
   if (rank < 2 || static_cast<int>(k.ndim()) != rank || static_cast<int>(v.ndim()) != rank) {
     throw std::invalid_argument("[rlx] attention needs q, k, v of one rank >= 2");
   }
-  const int sq = q.shape(-2), sk = k.shape(-2), d = q.shape(-1), dv = v.shape(-1);
+  const int sq = q.shape(-2), sk = k.shape(-2), dv = v.shape(-1);
   // MLX wants [B, H, S, D]: fold leading batch axes, add missing ones.
   auto four = [&](const mx::array& t) {
     const int s = t.shape(-2), f = t.shape(-1);
@@ -362,22 +357,14 @@ mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, 
 
   const mx::Dtype dt = q.dtype();
   const mx::array q4 = four(up(q)), k4 = four(up(k)), v4 = four(up(v));
-  mx::array out = q4;
+  const float s = static_cast<float>(scale);
   if (!ok) {
-    out = mx::fast::scaled_dot_product_attention(q4, k4, v4, static_cast<float>(scale));
-  } else {
-    mx::array full_ok = mx::broadcast_to(*ok, score_shape);
-    mx::array m4 = mx::reshape(full_ok, {-1, hq, sq, sk});
-    if (additive) {
-      m4 = mx::reshape(mx::broadcast_to(up(*additive), score_shape), {-1, hq, sq, sk});
-    }
-    out = mx::fast::scaled_dot_product_attention(q4, k4, v4, static_cast<float>(scale), "array", m4);
-    out = mx::reshape(out, out_shape);
-    out = zero_blind_rows(out, full_ok);
-    (void)d;
-    return down(out, dt);
+    return down(mx::reshape(mx::fast::scaled_dot_product_attention(q4, k4, v4, s), out_shape), dt);
   }
-  return down(mx::reshape(out, out_shape), dt);
+  const mx::array seen = mx::broadcast_to(*ok, score_shape);
+  const mx::array m4 = mx::reshape(additive ? mx::broadcast_to(up(*additive), score_shape) : seen, {-1, hq, sq, sk});
+  const mx::array out = mx::reshape(mx::fast::scaled_dot_product_attention(q4, k4, v4, s, "array", m4), out_shape);
+  return down(zero_blind_rows(out, seen), dt);
 }
 
 // Channels first in, channels last for MLX, channels first out.

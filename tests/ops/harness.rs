@@ -119,18 +119,14 @@ macro_rules! on_every_backend {
 #[cfg(feature = "mlx")]
 pub fn mlx_backends() -> Vec<(&'static str, rlx::mlx::MlxBackend)> {
     use rlx::mlx::{MlxBackend, MlxMode};
-    let all = vec![
-        ("mlx-eager", MlxBackend::new(MlxMode::Eager)),
-        ("mlx-lazy", MlxBackend::new(MlxMode::Lazy)),
-        ("mlx-compiled", MlxBackend::new(MlxMode::Compiled)),
-    ];
     // Kernel fusion runs g++ per fused kernel on Linux CPU (hundreds of kernels here, minutes
     // on a cold cache); tests/mlx.rs covers it on a model. Tracing is tested either way.
     rlx::mlx::set_kernel_fusion(false).expect("setting the compile mode");
-    let only = std::env::var("RLX_TEST_MLX_MODE").unwrap_or_default();
-    all.into_iter()
-        .filter(|(l, _)| only.is_empty() || l.ends_with(&only))
-        .collect()
+    vec![
+        ("mlx-eager", MlxBackend::new(MlxMode::Eager)),
+        ("mlx-lazy", MlxBackend::new(MlxMode::Lazy)),
+        ("mlx-compiled", MlxBackend::new(MlxMode::Compiled)),
+    ]
 }
 
 /// [`check_on`] over every CPU configuration and, with the `mlx` feature, every MLX mode.

@@ -46,6 +46,36 @@ pub trait Backend {
     fn compile(&self, graph: &Graph) -> Result<Self::Executable, CompileError>;
 }
 
+/// What every backend checks before compiling `graph`: each op has a kernel (all missing
+/// ones listed once), and every param has a static shape.
+pub(crate) fn check_compilable<B: Backend + ?Sized>(
+    backend: &B,
+    graph: &Graph,
+) -> Result<(), CompileError> {
+    let mut unsupported: Vec<String> = Vec::new();
+    for node in graph.nodes() {
+        let text = node.op.to_string();
+        if !backend.supports(&node.op) && !unsupported.contains(&text) {
+            unsupported.push(text);
+        }
+    }
+    if !unsupported.is_empty() {
+        return Err(CompileError::Unsupported {
+            backend: backend.name(),
+            ops: unsupported,
+        });
+    }
+    for (_, node) in graph.params() {
+        if !node.ty.shape.is_static() {
+            return Err(CompileError::SymbolicParam {
+                name: node.name.clone().unwrap_or_default(),
+                shape: node.ty.shape.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// A compiled graph: weights bound once, then run many times.
 pub trait Executable: Send {
     /// Binds the param `name`. Its dtype and shape must match the declaration.

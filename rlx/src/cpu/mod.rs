@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::backend::signature::{Binder, check_weight};
-use crate::backend::{Backend, CompileError, Executable, RunError};
+use crate::backend::{Backend, CompileError, Executable, RunError, check_compilable};
 use crate::ir::{Graph, Op};
 use crate::tensor::{HostTensor, TensorRef};
 use kernels::layout::with_parallelism;
@@ -120,19 +120,7 @@ impl Backend for CpuBackend {
     }
 
     fn compile(&self, graph: &Graph) -> Result<CpuExecutable, CompileError> {
-        let mut unsupported: Vec<String> = Vec::new();
-        for node in graph.nodes() {
-            let text = node.op.to_string();
-            if !self.supports(&node.op) && !unsupported.contains(&text) {
-                unsupported.push(text);
-            }
-        }
-        if !unsupported.is_empty() {
-            return Err(CompileError::Unsupported {
-                backend: self.name(),
-                ops: unsupported,
-            });
-        }
+        check_compilable(self, graph)?;
         let (program, statics) = Program::new(graph, &self.options, &self.custom)?;
         let mut static_region = AlignedBytes::default();
         static_region.resize(statics.len());

@@ -5,7 +5,7 @@ use super::CpuOptions;
 use super::memory::ALIGN;
 use crate::backend::CompileError;
 use crate::backend::signature::Signature;
-use crate::ir::{DType, Dim, Graph, Node, NodeId, Op};
+use crate::ir::{DType, Graph, Node, NodeId, Op};
 use crate::passes::{self, Rewriter};
 
 /// A param: where its bytes go in the static region.
@@ -26,16 +26,6 @@ pub(crate) struct Program {
     /// Byte offset in the static region of each param and constant node.
     pub static_offsets: Vec<Option<usize>>,
     pub statics_len: usize,
-}
-
-fn pass(
-    name: &'static str,
-    result: Result<Graph, crate::ir::VerifyError>,
-) -> Result<Graph, CompileError> {
-    result.map_err(|e| CompileError::Pass {
-        pass: name,
-        source: Box::new(e),
-    })
 }
 
 /// Splits reductions over non-adjacent axes into one reduction per run of adjacent axes
@@ -112,23 +102,13 @@ impl Program {
             std::sync::Arc<dyn super::custom::CustomKernel>,
         >,
     ) -> Result<(Program, Vec<u8>), CompileError> {
-        for (_, node) in graph.params() {
-            if !node.ty.shape.is_static() {
-                return Err(CompileError::SymbolicParam {
-                    name: node.name.clone().unwrap_or_default(),
-                    shape: node.ty.shape.clone(),
-                });
-            }
-        }
         let mut g = graph.clone();
         if options.optimize {
-            g = pass("simplify", passes::simplify(&g))?;
-            g = pass("cse", passes::cse(&g))?;
-            g = pass("dce", passes::dce(&g))?;
+            g = passes::standard(&g)?;
             g = super::fold::fold_constants(&g, options)?;
             // Fusion passes will run here.
         }
-        g = pass("legalize", legalize(&g))?;
+        g = passes::pass("legalize", legalize(&g))?;
 
         // Static region: params and constants, each 64-byte aligned.
         let mut statics: Vec<u8> = Vec::new();
@@ -149,13 +129,7 @@ impl Program {
                     params.push(ParamSlot {
                         name: node.name.clone().unwrap_or_default(),
                         dtype: node.ty.dtype,
-                        shape: node
-                            .ty
-                            .shape
-                            .dims()
-                            .iter()
-                            .filter_map(Dim::as_static)
-                            .collect(),
+                        shape: node.ty.shape.static_dims().unwrap_or_default(),
                         offset,
                     });
                 }

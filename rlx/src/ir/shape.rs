@@ -50,6 +50,17 @@ impl Shape {
             .try_fold(1usize, |acc, d| acc.checked_mul(d.as_static()?))
     }
 
+    /// The dims if every one is static.
+    ///
+    /// ```
+    /// use rlx::ir::{Dim, Shape};
+    /// assert_eq!(Shape::from([2usize, 3].as_slice()).static_dims(), Some(vec![2, 3]));
+    /// assert_eq!(Shape::new([Dim::sym("n")]).static_dims(), None);
+    /// ```
+    pub fn static_dims(&self) -> Option<Vec<usize>> {
+        self.0.iter().map(Dim::as_static).collect()
+    }
+
     /// True if no dim depends on a symbol.
     pub fn is_static(&self) -> bool {
         self.0.iter().all(Dim::is_static)

@@ -1,7 +1,8 @@
 //! A safe handle over one MLX array, with the ops of the shim as methods.
 //!
 //! Every method builds a lazy MLX array; nothing is computed until [`Array::eval`] or a
-//! read. Custom ops ([`super::MlxCustomOp`]) compose these methods.
+//! read. Op kinds go to the shim as the IR enums' discriminants (declaration order), which
+//! is the order of the codes in `rlx_mlx.h`. Custom ops ([`super::MlxCustomOp`]) compose these methods.
 
 use std::ffi::{CStr, c_int};
 use std::ptr::{self, NonNull};
@@ -109,6 +110,11 @@ fn dims_i64(dims: &[usize]) -> Vec<i64> {
 
 fn ints(values: &[usize]) -> Vec<i32> {
     values.iter().map(|&v| v as i32).collect()
+}
+
+/// `(before, after)` pairs as the shim's two arrays.
+fn split_pads(pads: &[(usize, usize)]) -> (Vec<i32>, Vec<i32>) {
+    pads.iter().map(|&(lo, hi)| (lo as i32, hi as i32)).unzip()
 }
 
 /// Which keys attention may see, as the shim takes it.
@@ -272,30 +278,21 @@ impl Array {
 
     /// `f(x)` for an IR unary op.
     pub fn unary(&self, op: crate::ir::UnaryOp) -> Result<Array, MlxError> {
-        let kind = crate::ir::UnaryOp::ALL
-            .iter()
-            .position(|u| *u == op)
-            .unwrap_or(0) as c_int;
+        let kind = op as c_int;
         // SAFETY: the handle is live; `out` is a valid slot.
         make(|out| unsafe { sys::rlx_mlx_unary(kind, self.ptr(), out) })
     }
 
     /// `f(self, other)` with broadcasting, for an IR binary op.
     pub fn binary(&self, op: crate::ir::BinaryOp, other: &Array) -> Result<Array, MlxError> {
-        let kind = crate::ir::BinaryOp::ALL
-            .iter()
-            .position(|b| *b == op)
-            .unwrap_or(0) as c_int;
+        let kind = op as c_int;
         // SAFETY: both handles are live; `out` is a valid slot.
         make(|out| unsafe { sys::rlx_mlx_binary(kind, self.ptr(), other.ptr(), out) })
     }
 
     /// A comparison to `bool` with broadcasting.
     pub fn compare(&self, op: crate::ir::CompareOp, other: &Array) -> Result<Array, MlxError> {
-        let kind = crate::ir::CompareOp::ALL
-            .iter()
-            .position(|c| *c == op)
-            .unwrap_or(0) as c_int;
+        let kind = op as c_int;
         // SAFETY: both handles are live; `out` is a valid slot.
         make(|out| unsafe { sys::rlx_mlx_compare(kind, self.ptr(), other.ptr(), out) })
     }
@@ -333,10 +330,7 @@ impl Array {
         axes: &[usize],
         keep_dims: bool,
     ) -> Result<Array, MlxError> {
-        let kind = crate::ir::ReduceOp::ALL
-            .iter()
-            .position(|r| *r == op)
-            .unwrap_or(0) as c_int;
+        let kind = op as c_int;
         let axes = ints(axes);
         // SAFETY: the handle is live; `axes` holds the count passed.
         make(|out| unsafe {
@@ -432,8 +426,8 @@ impl Array {
 
     /// Constant padding; `value` is a scalar of this array's dtype.
     pub fn pad(&self, pads: &[(usize, usize)], value: &Array) -> Result<Array, MlxError> {
-        let low: Vec<i64> = pads.iter().map(|p| p.0 as i64).collect();
-        let high: Vec<i64> = pads.iter().map(|p| p.1 as i64).collect();
+        let (low, high): (Vec<i64>, Vec<i64>) =
+            pads.iter().map(|&(lo, hi)| (lo as i64, hi as i64)).unzip();
         // SAFETY: the handles are live; `low` and `high` hold the count passed.
         make(|out| unsafe {
             sys::rlx_mlx_pad(
@@ -528,8 +522,7 @@ impl Array {
             return Err(MlxError::new("conv attributes of different lengths"));
         }
         let (s, d) = (ints(stride), ints(dilation));
-        let lo: Vec<i32> = padding.iter().map(|p| p.0 as i32).collect();
-        let hi: Vec<i32> = padding.iter().map(|p| p.1 as i32).collect();
+        let (lo, hi) = split_pads(padding);
         let b = bias.map_or(ptr::null_mut(), Array::ptr);
         // SAFETY: the handles are live or null (allowed); the four slices hold `n` values.
         make(|out| unsafe {
@@ -561,8 +554,7 @@ impl Array {
             return Err(MlxError::new("pool attributes of different lengths"));
         }
         let (k, s) = (ints(kernel), ints(stride));
-        let lo: Vec<i32> = padding.iter().map(|p| p.0 as i32).collect();
-        let hi: Vec<i32> = padding.iter().map(|p| p.1 as i32).collect();
+        let (lo, hi) = split_pads(padding);
         let kind = if max { 0 } else { 1 };
         // SAFETY: the handle is live; the four slices hold `n` values.
         make(|out| unsafe {

@@ -14,7 +14,7 @@ use rlx_mlx_sys as sys;
 use super::array::{Array, MlxError};
 use super::lower::{IndexCheck, Lowering};
 use crate::backend::RunError;
-use crate::ir::{NodeId, Op};
+use crate::ir::NodeId;
 
 /// What the callback reads, owned by the compiled function.
 struct Context {
@@ -28,8 +28,8 @@ pub(crate) struct Function {
     raw: NonNull<sys::rlx_mlx_function>,
     context: *const Context,
     n_outputs: usize,
-    /// Per gather/scatter node: the node and the size of its indexed axis.
-    checks: Vec<(NodeId, usize)>,
+    /// The gathers and scatters, whose index checks follow the outputs.
+    checks: Vec<NodeId>,
 }
 
 // SAFETY: the function handle is a heap object of the shim that MLX may call from any
@@ -124,17 +124,8 @@ unsafe extern "C" fn lower_callback(
 
 impl Function {
     pub(crate) fn new(lowering: Arc<Lowering>) -> Result<Function, MlxError> {
-        let graph = &*lowering.graph;
-        let checks: Vec<(NodeId, usize)> = graph
-            .iter()
-            .filter_map(|(id, n)| match &n.op {
-                Op::Gather { axis } | Op::ScatterAdd { axis } => {
-                    Some((id, lowering.shapes[n.inputs[0].index()][*axis]))
-                }
-                _ => None,
-            })
-            .collect();
-        let n_outputs = graph.outputs().len();
+        let checks = lowering.index_nodes();
+        let n_outputs = lowering.graph.outputs().len();
         let total = n_outputs + 2 * checks.len();
         let context = Box::into_raw(Box::new(Context {
             lowering,
@@ -204,15 +195,10 @@ impl Function {
             .take(self.n_outputs)
             .collect::<Result<Vec<_>, _>>()?;
         let mut checks = Vec::with_capacity(self.checks.len());
-        for &(node, size) in &self.checks {
+        for &node in &self.checks {
             let bad = arrays.next().expect("sized above")?;
             let indices = arrays.next().expect("sized above")?;
-            checks.push(IndexCheck {
-                node,
-                bad,
-                indices,
-                size,
-            });
+            checks.push(IndexCheck { node, bad, indices });
         }
         Ok((outputs, checks))
     }

@@ -1,6 +1,7 @@
 //! Lowering a graph, with its runtime dims bound, to lazy MLX arrays.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::MlxCustomOp;
 use super::array::{Array, MaskArg, MlxError};
@@ -21,10 +22,13 @@ pub(crate) struct Lowering {
     pub constants: Arc<Constants>,
     /// The kernel of each custom node.
     pub custom: Arc<Vec<Option<Arc<dyn MlxCustomOp>>>>,
-    /// Leaves in call order: the graph's inputs, then its params.
+    /// Leaves in call order: the graph's params, then its inputs.
     pub leaves: Vec<NodeId>,
     /// Evaluate every node as soon as it is built (eager mode).
     pub eager: bool,
+    /// A lowering has checked every node's dtype and dims against the graph; they are
+    /// the same for every run of this binding, so later runs skip the check.
+    pub verified: AtomicBool,
 }
 
 /// The arrays of a graph's constant nodes, indexed by node.
@@ -42,8 +46,6 @@ pub(crate) struct IndexCheck {
     pub bad: Array,
     /// The indices as given.
     pub indices: Array,
-    /// Size of the indexed axis.
-    pub size: usize,
 }
 
 pub(crate) struct Lowered {
@@ -59,15 +61,21 @@ pub(crate) fn node_error(id: NodeId, node: &Node, e: MlxError) -> RunError {
     }
 }
 
-/// The error of a failed evaluation of `graph`. LAPACK failing inside MLX's solve (its LU
-/// factorization or triangular inversion) means a singular matrix, as on the CPU backend.
-pub(crate) fn eval_error(graph: &Graph, e: MlxError) -> RunError {
+/// The error of a failed evaluation of `graph`, or of its node `at` alone (eager mode).
+/// LAPACK failing inside MLX's solve (its LU factorization or triangular inversion) means a
+/// singular matrix, as on the CPU backend.
+pub(crate) fn eval_error(graph: &Graph, at: Option<(NodeId, &Node)>, e: MlxError) -> RunError {
     let lapack =
         e.message.contains("inversion failed") || e.message.contains("factorization failed");
-    match graph.nodes().iter().find(|n| n.op == Op::Solve) {
-        Some(node) if lapack => RunError::Singular {
+    let solve = match at {
+        Some((_, node)) => Some(node).filter(|n| n.op == Op::Solve),
+        None => graph.nodes().iter().find(|n| n.op == Op::Solve),
+    };
+    match (solve, at) {
+        (Some(node), _) if lapack => RunError::Singular {
             op: node.op.to_string(),
         },
+        (_, Some((id, node))) => node_error(id, node, e),
         _ => RunError::Backend {
             backend: "mlx",
             message: e.message,
@@ -76,6 +84,16 @@ pub(crate) fn eval_error(graph: &Graph, e: MlxError) -> RunError {
 }
 
 impl Lowering {
+    /// The gathers and scatters, in graph order: each lowering makes one [`IndexCheck`] per
+    /// node here.
+    pub(crate) fn index_nodes(&self) -> Vec<NodeId> {
+        self.graph
+            .iter()
+            .filter(|(_, n)| matches!(n.op, Op::Gather { .. } | Op::ScatterAdd { .. }))
+            .map(|(id, _)| id)
+            .collect()
+    }
+
     /// Builds the graph's outputs from `leaves` (one array per entry of `self.leaves`).
     pub(crate) fn lower(&self, leaves: &[Array]) -> Result<Lowered, RunError> {
         let graph = &*self.graph;
@@ -83,6 +101,7 @@ impl Lowering {
         for (id, leaf) in self.leaves.iter().zip(leaves) {
             values[id.index()] = Some(leaf.clone());
         }
+        let verify = !self.verified.load(Ordering::Relaxed);
         let mut checks = Vec::new();
         for (id, node) in graph.iter() {
             if values[id.index()].is_some() {
@@ -99,14 +118,13 @@ impl Lowering {
                 Err(NodeFailure::Mlx(e)) => return Err(at(e)),
                 Err(NodeFailure::Run(e)) => return Err(e),
             };
-            self.verify(id, node, &value)?;
+            if verify {
+                self.verify(id, node, &value)?;
+            }
             if self.eager {
-                Array::eval(&[&value]).map_err(|e| match eval_error(graph, e) {
-                    RunError::Backend { message, .. } => at(MlxError::new(message)),
-                    typed => typed,
-                })?;
+                Array::eval(&[&value]).map_err(|e| eval_error(graph, Some((id, node)), e))?;
                 if let Some(check) = checks.last().filter(|c: &&IndexCheck| c.node == id) {
-                    verify_indices(graph, check)?;
+                    self.verify_indices(check)?;
                 }
             }
             values[id.index()] = Some(value);
@@ -120,6 +138,7 @@ impl Lowering {
                     .expect("every node is lowered")
             })
             .collect();
+        self.verified.store(true, Ordering::Relaxed);
         Ok(Lowered { outputs, checks })
     }
 
@@ -146,7 +165,6 @@ impl Lowering {
         checks: &mut Vec<IndexCheck>,
     ) -> Result<Array, NodeFailure> {
         let shape = &self.shapes[id.index()];
-        let operand_shape = |i: usize| &self.shapes[node.inputs[i].index()];
         Ok(match &node.op {
             Op::Input | Op::Param => {
                 return Err(NodeFailure::Mlx(MlxError::new("a leaf was not supplied")));
@@ -194,7 +212,7 @@ impl Lowering {
             Op::Slice {
                 axis, start, step, ..
             } => {
-                let input = operand_shape(0);
+                let input = &self.shapes[node.inputs[0].index()];
                 let len = input[*axis] as i64;
                 let first = if *start < 0 { start + len } else { *start } as usize;
                 let count = shape[*axis];
@@ -222,23 +240,15 @@ impl Lowering {
                 })?;
                 x[0].pad(pads, &fill)?
             }
-            Op::Gather { axis } => {
-                let (out, bad) = x[0].gather(x[1], *axis)?;
+            Op::Gather { axis } | Op::ScatterAdd { axis } => {
+                let (out, bad) = match x.get(2) {
+                    Some(updates) => x[0].scatter_add(x[1], updates, *axis)?,
+                    None => x[0].gather(x[1], *axis)?,
+                };
                 checks.push(IndexCheck {
                     node: id,
                     bad,
                     indices: x[1].clone(),
-                    size: operand_shape(0)[*axis],
-                });
-                out
-            }
-            Op::ScatterAdd { axis } => {
-                let (out, bad) = x[0].scatter_add(x[1], x[2], *axis)?;
-                checks.push(IndexCheck {
-                    node: id,
-                    bad,
-                    indices: x[1].clone(),
-                    size: operand_shape(0)[*axis],
                 });
                 out
             }
@@ -312,26 +322,34 @@ impl From<MlxError> for NodeFailure {
     }
 }
 
-/// After evaluation: an out-of-range index is an error naming the op and the index.
-pub(crate) fn verify_indices(graph: &Graph, check: &IndexCheck) -> Result<(), RunError> {
-    let node = &graph[check.node];
-    let at = |e: MlxError| node_error(check.node, node, e);
-    let bad = check.bad.to_host().map_err(at)?;
-    if bad.as_slice::<bool>().map(|b| b.iter().any(|v| *v)) != Ok(true) {
-        return Ok(());
+impl Lowering {
+    /// After evaluation: an out-of-range index is an error naming the op and the index.
+    pub(crate) fn verify_indices(&self, check: &IndexCheck) -> Result<(), RunError> {
+        let node = &self.graph[check.node];
+        let at = |e: MlxError| node_error(check.node, node, e);
+        let (Op::Gather { axis } | Op::ScatterAdd { axis }) = node.op else {
+            return Err(at(MlxError::new(
+                "an index check on an op that indexes nothing",
+            )));
+        };
+        let size = self.shapes[node.inputs[0].index()][axis];
+        let bad = check.bad.to_host().map_err(at)?;
+        if bad.as_slice::<bool>().map(|b| b.iter().any(|v| *v)) != Ok(true) {
+            return Ok(());
+        }
+        let indices = check.indices.to_host().map_err(at)?;
+        let index = indices
+            .to_f64_vec()
+            .into_iter()
+            .map(|v| v as i64)
+            .find(|v| *v < 0 || *v >= size as i64)
+            .unwrap_or(-1);
+        Err(RunError::IndexOutOfRange {
+            op: node.op.to_string(),
+            index,
+            size,
+        })
     }
-    let indices = check.indices.to_host().map_err(at)?;
-    let index = indices
-        .to_f64_vec()
-        .into_iter()
-        .map(|v| v as i64)
-        .find(|v| *v < 0 || *v >= check.size as i64)
-        .unwrap_or(-1);
-    Err(RunError::IndexOutOfRange {
-        op: node.op.to_string(),
-        index,
-        size: check.size,
-    })
 }
 
 /// Uploads the constants of `graph`, indexed by node.
@@ -348,13 +366,7 @@ pub(crate) fn upload_constants(graph: &Graph) -> Result<Constants, MlxError> {
 }
 
 fn constant(c: &ConstantData) -> Result<Array, MlxError> {
-    let dims: Vec<usize> = c
-        .ty()
-        .shape
-        .dims()
-        .iter()
-        .map(|d| d.as_static().unwrap_or(0))
-        .collect();
+    let dims = c.ty().shape.static_dims().unwrap_or_default();
     Array::from_tensor(TensorRef {
         dtype: c.ty().dtype,
         shape: &dims,

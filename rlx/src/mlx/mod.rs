@@ -36,14 +36,15 @@ pub use array::{
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use crate::backend::signature::{Binder, Signature, check_weight, concrete_shapes};
-use crate::backend::{Backend, CompileError, Executable, RunError};
-use crate::ir::{AttrValue, DType, Dim, Graph, NodeId, Op};
+use crate::backend::{Backend, CompileError, Executable, RunError, check_compilable};
+use crate::ir::{AttrValue, DType, Graph, NodeId, Op};
 use crate::passes;
 use crate::tensor::{HostTensor, TensorRef};
 use compiled::Function;
-use lower::{Constants, Lowering, eval_error, upload_constants, verify_indices};
+use lower::{Constants, Lowering, eval_error, upload_constants};
 
 /// How runs are evaluated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,7 +137,7 @@ impl MlxBackend {
     }
 }
 
-/// MLX keeps dims in 32-bit ints.
+/// MLX sets no rank limit of its own; this bound only keeps absurd graphs out.
 const MAX_RANK: usize = 16;
 
 impl Backend for MlxBackend {
@@ -154,36 +155,8 @@ impl Backend for MlxBackend {
     }
 
     fn compile(&self, graph: &Graph) -> Result<MlxExecutable, CompileError> {
-        let mut unsupported: Vec<String> = Vec::new();
-        for node in graph.nodes() {
-            let text = node.op.to_string();
-            if !self.supports(&node.op) && !unsupported.contains(&text) {
-                unsupported.push(text);
-            }
-        }
-        if !unsupported.is_empty() {
-            return Err(CompileError::Unsupported {
-                backend: self.name(),
-                ops: unsupported,
-            });
-        }
-        for (_, node) in graph.params() {
-            if !node.ty.shape.is_static() {
-                return Err(CompileError::SymbolicParam {
-                    name: node.name.clone().unwrap_or_default(),
-                    shape: node.ty.shape.clone(),
-                });
-            }
-        }
-        let pass = |name: &'static str, r: Result<Graph, crate::ir::VerifyError>| {
-            r.map_err(|e| CompileError::Pass {
-                pass: name,
-                source: Box::new(e),
-            })
-        };
-        let mut g = pass("simplify", passes::simplify(graph))?;
-        g = pass("cse", passes::cse(&g))?;
-        g = pass("dce", passes::dce(&g))?;
+        check_compilable(self, graph)?;
+        let g = passes::standard(graph)?;
 
         let signature = Signature::of(&g);
         let params: Vec<ParamSlot> = g
@@ -192,13 +165,7 @@ impl Backend for MlxBackend {
                 node: id,
                 name: n.name.clone().unwrap_or_default(),
                 dtype: n.ty.dtype,
-                shape: n
-                    .ty
-                    .shape
-                    .dims()
-                    .iter()
-                    .filter_map(Dim::as_static)
-                    .collect(),
+                shape: n.ty.shape.static_dims().unwrap_or_default(),
                 value: None,
             })
             .collect();
@@ -214,8 +181,8 @@ impl Backend for MlxBackend {
                 _ => None,
             })
             .collect();
-        let mut leaves: Vec<NodeId> = signature.inputs.iter().map(|i| i.node).collect();
-        leaves.extend(params.iter().map(|p| p.node));
+        let mut leaves: Vec<NodeId> = params.iter().map(|p| p.node).collect();
+        leaves.extend(signature.inputs.iter().map(|i| i.node));
         Ok(MlxExecutable {
             binder: Binder::new(&signature),
             signature,
@@ -302,6 +269,7 @@ impl MlxExecutable {
             custom: self.custom.clone(),
             leaves: self.leaves.clone(),
             eager: self.mode == MlxMode::Eager,
+            verified: AtomicBool::new(false),
         });
         let function = if self.mode == MlxMode::Compiled {
             Some(Function::new(lowering.clone()).map_err(backend_error)?)
@@ -350,10 +318,11 @@ impl Executable for MlxExecutable {
         dims: &[(&str, usize)],
         outputs: &mut Vec<HostTensor>,
     ) -> Result<(), RunError> {
-        if let Some(p) = self.params.iter().find(|p| p.value.is_none()) {
-            return Err(RunError::MissingWeight {
+        let mut leaves: Vec<Array> = Vec::with_capacity(self.leaves.len());
+        for p in &self.params {
+            leaves.push(p.value.clone().ok_or_else(|| RunError::MissingWeight {
                 name: p.name.clone(),
-            });
+            })?);
         }
         self.binder.bind(&self.signature, inputs, dims)?;
         let b = self.binding_for()?;
@@ -363,14 +332,8 @@ impl Executable for MlxExecutable {
             shapes[self.signature.inputs[i].node.index()].as_slice()
         })?;
 
-        let mut leaves: Vec<Array> = Vec::with_capacity(self.leaves.len());
-        for i in 0..self.signature.inputs.len() {
-            leaves.push(
-                Array::from_tensor(inputs[self.binder.provided[i]].1).map_err(backend_error)?,
-            );
-        }
-        for p in &self.params {
-            leaves.push(p.value.clone().expect("checked above"));
+        for &given in &self.binder.provided {
+            leaves.push(Array::from_tensor(inputs[given].1).map_err(backend_error)?);
         }
 
         let graph = &*self.graph;
@@ -383,9 +346,9 @@ impl Executable for MlxExecutable {
         };
         let mut all: Vec<&Array> = results.iter().collect();
         all.extend(checks.iter().map(|c| &c.bad));
-        Array::eval(&all).map_err(|e| eval_error(graph, e))?;
+        Array::eval(&all).map_err(|e| eval_error(graph, None, e))?;
         for check in &checks {
-            verify_indices(graph, check)?;
+            plan.lowering.verify_indices(check)?;
         }
         outputs.resize_with(results.len(), || HostTensor::zeros(DType::F32, [0]));
         for (out, array) in outputs.iter_mut().zip(&results) {

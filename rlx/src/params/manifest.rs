@@ -43,7 +43,7 @@ impl ParamSpec {
 
     /// The declared dims, if all are static.
     pub fn static_shape(&self) -> Option<Vec<usize>> {
-        self.shape.dims().iter().map(|d| d.as_static()).collect()
+        self.shape.static_dims()
     }
 
     /// The dims the checkpoint tensor must have, if the declared shape is static.

@@ -19,3 +19,24 @@ pub use dce::dce;
 pub use simplify::simplify;
 
 pub(crate) use rewrite::Rewriter;
+
+use crate::backend::CompileError;
+use crate::ir::{Graph, VerifyError};
+
+/// Names a pass's failure for [`CompileError::Pass`].
+pub(crate) fn pass(
+    name: &'static str,
+    result: Result<Graph, VerifyError>,
+) -> Result<Graph, CompileError> {
+    result.map_err(|e| CompileError::Pass {
+        pass: name,
+        source: Box::new(e),
+    })
+}
+
+/// The rewrites every backend runs before lowering: simplify, CSE, DCE.
+pub(crate) fn standard(graph: &Graph) -> Result<Graph, CompileError> {
+    let g = pass("simplify", simplify(graph))?;
+    let g = pass("cse", cse(&g))?;
+    pass("dce", dce(&g))
+}

@@ -60,6 +60,14 @@ pub enum EmbedError {
     /// A run failed.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// [`SentenceEmbedder::on_backend`] was given a name this build has no backend for.
+    #[error("unknown backend {name:?}; this build has: {}", known.join(", "))]
+    UnknownBackend {
+        /// The name given.
+        name: String,
+        /// The backends of this build.
+        known: Vec<&'static str>,
+    },
 }
 
 /// Sentence embeddings with all-MiniLM-L6-v2: tokenize, run BERT, mean-pool, normalise.
@@ -90,6 +98,24 @@ impl SentenceEmbedder {
             tokenizer,
             config,
         })
+    }
+
+    /// Like [`SentenceEmbedder::new`] with a backend chosen by name: `cpu` (default
+    /// settings), or `mlx` when built with the `mlx` feature (default mode).
+    pub fn on_backend(name: &str, files: &ModelFiles) -> Result<SentenceEmbedder, EmbedError> {
+        match name {
+            "cpu" => SentenceEmbedder::new(&crate::cpu::CpuBackend::default(), files),
+            #[cfg(feature = "mlx")]
+            "mlx" => SentenceEmbedder::new(&crate::mlx::MlxBackend::default(), files),
+            _ => Err(EmbedError::UnknownBackend {
+                name: name.to_string(),
+                known: vec![
+                    "cpu",
+                    #[cfg(feature = "mlx")]
+                    "mlx",
+                ],
+            }),
+        }
     }
 
     /// The model's config.
