@@ -45,14 +45,32 @@ unsafe fn kernel_6x16(kc: usize, a: *const f32, b: *const f32, tile: Tile<f32>) 
         }
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
         let (mut ap, mut bp) = (a, b);
-        for _ in 0..kc {
-            let b0 = _mm256_loadu_ps(bp);
-            let b1 = _mm256_loadu_ps(bp.add(8));
-            for (i, row) in acc.iter_mut().enumerate() {
-                let av = _mm256_broadcast_ss(&*ap.add(i));
-                row[0] = _mm256_fmadd_ps(av, b0, row[0]);
-                row[1] = _mm256_fmadd_ps(av, b1, row[1]);
-            }
+        // One step of the k-loop: a rank-1 update of the tile by column `$p` of the A panel
+        // and row `$p` of the B panel.
+        macro_rules! step {
+            ($p:expr) => {{
+                let b0 = _mm256_loadu_ps(bp.add($p * NR));
+                let b1 = _mm256_loadu_ps(bp.add($p * NR + 8));
+                for (i, row) in acc.iter_mut().enumerate() {
+                    let av = _mm256_broadcast_ss(&*ap.add($p * MR + i));
+                    row[0] = _mm256_fmadd_ps(av, b0, row[0]);
+                    row[1] = _mm256_fmadd_ps(av, b1, row[1]);
+                }
+            }};
+        }
+        // Unrolled by four, with A fetched a few steps ahead: the A panel streams from L2
+        // while the B panel stays in L1 across calls.
+        for _ in 0..kc / 4 {
+            _mm_prefetch::<_MM_HINT_T0>(ap.add(8 * MR).cast());
+            step!(0);
+            step!(1);
+            step!(2);
+            step!(3);
+            ap = ap.add(4 * MR);
+            bp = bp.add(4 * NR);
+        }
+        for _ in 0..kc % 4 {
+            step!(0);
             ap = ap.add(MR);
             bp = bp.add(NR);
         }

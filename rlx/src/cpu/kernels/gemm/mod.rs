@@ -189,6 +189,9 @@ fn pack_b<S: FloatStore>(
 }
 
 /// Packs rows `i0..i0+mc` and columns `p0..p0+kc` of A into `MR`-tall panels, zero-padded.
+///
+/// The panel is written in order (one `MR`-long column at a time) while reading `MR` rows
+/// side by side, so stores stream and loads come from a few sequential lines.
 fn pack_a<S: FloatStore>(
     d: &GemmDims,
     a: &[S],
@@ -200,22 +203,27 @@ fn pack_a<S: FloatStore>(
 ) {
     let zero = <S::Acc as Real>::ZERO;
     for (ip, panel) in out[..mc.div_ceil(MR) * MR * kc]
-        .chunks_mut(MR * kc)
+        .chunks_exact_mut(MR * kc)
         .enumerate()
     {
-        for ii in 0..MR {
-            let i = i0 + ip * MR + ii;
-            if i >= i0 + mc {
-                (0..kc).for_each(|p| panel[p * MR + ii] = zero);
-            } else if d.a_cs == 1 {
-                let row = &a[i * d.a_rs + p0..][..kc];
-                for (p, v) in row.iter().enumerate() {
-                    panel[p * MR + ii] = v.load();
+        let first = i0 + ip * MR;
+        let rows = MR.min(i0 + mc - first);
+        if d.a_cs == 1 && rows == MR {
+            let r: [&[S]; MR] = std::array::from_fn(|ii| &a[(first + ii) * d.a_rs + p0..][..kc]);
+            for (p, column) in panel.chunks_exact_mut(MR).enumerate() {
+                for (o, row) in column.iter_mut().zip(&r) {
+                    *o = row[p].load();
                 }
-            } else {
-                for p in 0..kc {
-                    panel[p * MR + ii] = a[i * d.a_rs + (p0 + p) * d.a_cs].load();
-                }
+            }
+            continue;
+        }
+        for (p, column) in panel.chunks_exact_mut(MR).enumerate() {
+            for (ii, o) in column.iter_mut().enumerate() {
+                *o = if ii < rows {
+                    a[(first + ii) * d.a_rs + (p0 + p) * d.a_cs].load()
+                } else {
+                    zero
+                };
             }
         }
     }
