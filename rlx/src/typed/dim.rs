@@ -26,6 +26,8 @@ pub enum DimKind {
     /// Fixed when the graph is built, from the model's config (`Hidden`, `Vocab`); the
     /// type's name.
     Config(&'static str),
+    /// [`Dyn`]: a size the types do not track.
+    Anonymous,
 }
 
 impl fmt::Display for DimKind {
@@ -33,6 +35,7 @@ impl fmt::Display for DimKind {
         match self {
             DimKind::Static(n) => write!(f, "{n}"),
             DimKind::Runtime(name) | DimKind::Config(name) => f.write_str(name),
+            DimKind::Anonymous => f.write_str("Dyn"),
         }
     }
 }
@@ -48,6 +51,38 @@ pub struct Const<const N: usize>;
 
 impl<const N: usize> Dim for Const<N> {
     const KIND: DimKind = DimKind::Static(N);
+}
+
+/// The escape hatch: a dim whose size the types do not track.
+///
+/// rustc treats every `Dyn` as equal to every other `Dyn`, so the checks it would have made
+/// move to graph build (and, for runtime sizes, to run time). Where `Dyn` may appear:
+/// - in an input: each `Dyn` axis becomes its own runtime symbol, named after the input and
+///   axis (`x.1`), bound from the tensor given at run time;
+/// - in a [`reshape`](super::Tensor::reshape) target, once: the size that keeps the element
+///   count (like `-1` in numpy);
+/// - in the result type of an op whose result dim the types cannot compute (`concat`, `pad`,
+///   `slice`, `conv*`, `*_pool*`): whatever the op produces.
+///
+/// A weight, a broadcast target or a custom op's result needs real sizes: `Dyn` there is a
+/// build error.
+///
+/// ```
+/// use rlx::typed::{Const, Dyn, Tensor, build};
+///
+/// let graph = build(|g| {
+///     let x: Tensor<(Dyn, Const<4>)> = g.input("x");
+///     let flat: Tensor<(Dyn,)> = x.reshape();
+///     g.output("flat", flat);
+/// })?;
+/// assert!(graph.to_string().contains("f32[4*x.0] = reshape"));
+/// # Ok::<(), rlx::typed::BuildErrors>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Dyn;
+
+impl Dim for Dyn {
+    const KIND: DimKind = DimKind::Anonymous;
 }
 
 /// `HeadDim` → `head_dim`: the symbol name of a named dim in the IR.
@@ -104,7 +139,7 @@ impl Sizes {
         match kind {
             DimKind::Static(n) => Some(n),
             DimKind::Config(name) => self.values.iter().find(|(n, _)| *n == name).map(|v| v.1),
-            DimKind::Runtime(_) => None,
+            DimKind::Runtime(_) | DimKind::Anonymous => None,
         }
     }
 }

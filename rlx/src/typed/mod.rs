@@ -29,14 +29,22 @@
 //! # Ok::<(), rlx::typed::BuildErrors>(())
 //! ```
 
+mod custom;
 mod dim;
 mod element;
+mod linalg;
+mod movement;
+mod nn;
 mod scope;
 mod shape;
 mod tensor;
 
-pub use dim::{Const, Dim, DimKind, Sizes, symbol_name};
+pub use custom::Operand;
+pub use dim::{Const, Dim, DimKind, Dyn, Sizes, symbol_name};
 pub use element::{Element, Float, Numeric};
+pub use linalg::Quantization;
+pub use movement::{AppendDim, Index, Joins, Permute2, Permute3, Permute4, Replace, SwapAxes};
+pub use nn::{ConvConfig, PoolConfig, Rope};
 pub use scope::{BuildErrors, Scope, build, build_model, build_with};
-pub use shape::{HasAxis, RemoveAxis, Shape, SuffixOf};
-pub use tensor::{AppendDim, Broadcasts, Index, LastDim, Replace, SameElement, SwapAxes, Tensor};
+pub use shape::{Axis, HasAxis, RemoveAxis, Shape, SuffixOf};
+pub use tensor::{Broadcasts, LastDim, SameElement, Tensor};

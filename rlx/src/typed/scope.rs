@@ -119,11 +119,20 @@ pub fn build_model(
 
 impl<'g> Scope<'g> {
     /// A graph input named `name` of shape `S` and element type `E`.
+    /// Each [`Dyn`](super::Dyn) axis gets its own runtime symbol, `name.axis`.
     #[track_caller]
     pub fn input<S: Shape, E: Element>(&'g self, name: &str) -> Tensor<'g, S, E> {
-        let id = self
-            .shape(S::DIMS)
-            .and_then(|shape| self.leaf(true, name, E::DTYPE, shape));
+        let mut dims = Vec::with_capacity(S::RANK);
+        for (axis, &kind) in S::DIMS.iter().enumerate() {
+            dims.push(match kind {
+                DimKind::Anonymous => Some(ir::Dim::sym(&format!("{name}.{axis}"))),
+                _ => self.dim(kind),
+            });
+        }
+        let id = dims
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .and_then(|dims| self.leaf(true, name, E::DTYPE, ir::Shape::new(dims)));
         Tensor::from_id(self, id)
     }
 
@@ -195,7 +204,48 @@ impl<'g> Scope<'g> {
                     None
                 }
             },
+            DimKind::Anonymous => {
+                self.unsized_dim(kind);
+                None
+            }
         }
+    }
+
+    /// The IR type of a node.
+    pub(crate) fn ty(&self, id: NodeId) -> Option<ir::TensorType> {
+        self.builder.borrow().ty(id).cloned()
+    }
+
+    /// Checks that the node `id`, made by `op` from `operand`, has the dims its typed handle
+    /// declares (`Dyn` accepts any size): for ops whose result dims the types cannot compute.
+    #[track_caller]
+    pub(crate) fn declared(
+        &self,
+        op: &str,
+        operand: Option<NodeId>,
+        id: Option<NodeId>,
+        dims: &[DimKind],
+    ) -> Option<NodeId> {
+        let ty = self.ty(id?)?;
+        let agrees = ty.shape.rank() == dims.len()
+            && dims
+                .iter()
+                .zip(ty.shape.dims())
+                .all(|(&kind, dim)| match kind {
+                    DimKind::Anonymous => true,
+                    DimKind::Runtime(name) => *dim == ir::Dim::sym(&symbol_name(name)),
+                    _ => self.sizes.resolve(kind).map(ir::Dim::Static).as_ref() == Some(dim),
+                });
+        if agrees {
+            return id;
+        }
+        let declared: Vec<String> = dims.iter().map(|k| k.to_string()).collect();
+        let reason = format!(
+            "the result is {} but its type says ({})",
+            ty.shape,
+            declared.join(", ")
+        );
+        self.reject(op, operand, reason)
     }
 
     #[track_caller]
@@ -204,6 +254,9 @@ impl<'g> Scope<'g> {
             DimKind::Runtime(name) => {
                 format!("`{name}` is a runtime dim: its size is known only when the graph runs")
             }
+            DimKind::Anonymous => "a `Dyn` dim has no size to give here: name the dim with \
+                                   `rlx::dims!` or make it static"
+                .to_string(),
             _ => format!(
                 "the config dim `{kind}` has no size: give it with `Sizes::with::<{kind}>(..)`"
             ),

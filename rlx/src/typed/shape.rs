@@ -39,6 +39,21 @@ tuple_shape!(A, B, C, D);
 tuple_shape!(A, B, C, D, E);
 tuple_shape!(A, B, C, D, E, F);
 
+/// Names axis `I` as a value, for ops whose other type parameters are all inferred:
+/// `x.concat(Axis::<1>, y)`, `x.take(Axis::<0>, ids)`.
+///
+/// ```
+/// use rlx::typed::{Axis, Const, Tensor, build};
+/// let graph = build(|g| {
+///     let x: Tensor<(Const<2>, Const<3>)> = g.input("x");
+///     let twice: Tensor<(Const<2>, Const<6>)> = x.concat(Axis::<1>, x);
+///     g.output("twice", twice);
+/// })?;
+/// # Ok::<(), rlx::typed::BuildErrors>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Axis<const I: usize>;
+
 /// The shape with axis `I` removed (what a reduction over axis `I` produces).
 #[diagnostic::on_unimplemented(
     message = "axis {I} does not exist in a tensor of shape `{Self}`",

@@ -1,0 +1,158 @@
+//! Matrix products: plain, batched, shared-weight, transposed-operand and quantized.
+//!
+//! Inner dims meet by unification, so a mismatch is a compile error at the argument.
+
+use super::dim::Dim;
+use super::element::{Element, Float};
+use super::shape::Shape;
+use super::tensor::{LastDim, Tensor};
+use crate::ir::{NodeId, Op};
+
+impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
+    /// A matrix product with `rhs` (stored transposed when `transpose_b`); the result type
+    /// is fixed by the typed method that calls this.
+    #[track_caller]
+    fn product<S2: Shape>(self, rhs: Option<NodeId>, transpose_b: bool) -> Tensor<'g, S2, E> {
+        let op = Op::MatMul {
+            transpose_a: false,
+            transpose_b,
+        };
+        self.then(op, &[rhs])
+    }
+}
+
+impl<'g, M: Dim, K: Dim, E: Float> Tensor<'g, (M, K), E> {
+    /// `(M, K) x (K, N) -> (M, N)`. The inner dims must be the same type: a mismatch is a
+    /// compile error at the argument ("expected `784`, found `785`").
+    #[track_caller]
+    pub fn matmul<N: Dim>(self, rhs: Tensor<'g, (K, N), E>) -> Tensor<'g, (M, N), E> {
+        self.product(rhs.id(), false)
+    }
+
+    /// `(M, K) x (N, K)ᵀ -> (M, N)`: PyTorch `Linear` weights, read without a copy.
+    #[track_caller]
+    pub fn matmul_t<N: Dim>(self, rhs: Tensor<'g, (N, K), E>) -> Tensor<'g, (M, N), E> {
+        self.product(rhs.id(), true)
+    }
+
+    /// The transpose.
+    #[track_caller]
+    pub fn t(self) -> Tensor<'g, (K, M), E> {
+        self.then(Op::Permute { perm: vec![1, 0] }, &[])
+    }
+}
+
+impl<'g, B: Dim, M: Dim, K: Dim, E: Float> Tensor<'g, (B, M, K), E> {
+    /// Batched `(B, M, K) x (B, K, N) -> (B, M, N)`.
+    #[track_caller]
+    pub fn matmul<N: Dim>(self, rhs: Tensor<'g, (B, K, N), E>) -> Tensor<'g, (B, M, N), E> {
+        self.product(rhs.id(), false)
+    }
+
+    /// `(B, M, K) x (K, N) -> (B, M, N)`: one matrix applied to every batch entry.
+    #[track_caller]
+    pub fn matmul_shared<N: Dim>(self, rhs: Tensor<'g, (K, N), E>) -> Tensor<'g, (B, M, N), E> {
+        self.product(rhs.id(), false)
+    }
+}
+
+impl<'g, B: Dim, M: Dim, K: Dim, E: Float> Tensor<'g, (B, M, K), E> {
+    /// `(B, M, K) x (N, K)ᵀ -> (B, M, N)`: a PyTorch `Linear` weight applied to every batch
+    /// entry, read without a copy.
+    #[track_caller]
+    pub fn matmul_t_shared<N: Dim>(self, rhs: Tensor<'g, (N, K), E>) -> Tensor<'g, (B, M, N), E> {
+        self.product(rhs.id(), true)
+    }
+}
+
+impl<'g, B: Dim, H: Dim, M: Dim, K: Dim, E: Float> Tensor<'g, (B, H, M, K), E> {
+    /// Batched `(B, H, M, K) x (B, H, K, N) -> (B, H, M, N)` (attention weights times values).
+    #[track_caller]
+    pub fn matmul<N: Dim>(self, rhs: Tensor<'g, (B, H, K, N), E>) -> Tensor<'g, (B, H, M, N), E> {
+        self.product(rhs.id(), false)
+    }
+
+    /// Batched `(B, H, M, K) x (B, H, N, K)ᵀ -> (B, H, M, N)` (queries times keys), without
+    /// transposing the keys.
+    #[track_caller]
+    pub fn matmul_t<N: Dim>(self, rhs: Tensor<'g, (B, H, N, K), E>) -> Tensor<'g, (B, H, M, N), E> {
+        self.product(rhs.id(), true)
+    }
+}
+
+impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
+    /// `(.., K) x (K, N) -> (.., N)`: one matrix applied along the last dim, whatever the
+    /// leading dims (what a linear layer does).
+    #[track_caller]
+    pub fn project<K: Dim, N: Dim>(
+        self,
+        weight: Tensor<'g, (K, N), E>,
+    ) -> Tensor<'g, <S as LastDim<K>>::WithLast<N>, E>
+    where
+        S: LastDim<K>,
+    {
+        self.product(weight.id(), false)
+    }
+
+    /// `(.., K) x (N, K)ᵀ -> (.., N)`: like [`project`](Self::project) with a weight stored
+    /// `[out, in]`, read without a copy.
+    #[track_caller]
+    pub fn project_t<K: Dim, N: Dim>(
+        self,
+        weight: Tensor<'g, (N, K), E>,
+    ) -> Tensor<'g, <S as LastDim<K>>::WithLast<N>, E>
+    where
+        S: LastDim<K>,
+    {
+        self.product(weight.id(), true)
+    }
+}
+
+/// How a quantized weight is stored: `bits` per element (4 or 8) and one scale and bias per
+/// `group_size` consecutive inputs (32, 64 or 128).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quantization {
+    /// Bits per element: 4 or 8.
+    pub bits: u8,
+    /// Inputs sharing one scale and bias: 32, 64 or 128.
+    pub group_size: usize,
+}
+
+impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
+    /// `(.., K) x dequant(weight)ᵀ -> (.., N)`: a linear layer whose `N x K` weight is
+    /// stored quantized, `weight` holding the packed bytes (`(N, K*bits/8)`, little-endian;
+    /// at 4 bits the low nibble comes first) and `scales`/`biases` one affine pair per group
+    /// (`(N, K/group_size)`). The weight's rows must match the scales' (rustc); the packed
+    /// and grouped sizes are checked against `K` when the graph is built.
+    ///
+    /// ```
+    /// use rlx::typed::{Const, Quantization, Tensor, build};
+    /// rlx::dims!(Batch);
+    /// let graph = build(|g| {
+    ///     let x: Tensor<(Batch, Const<64>)> = g.input("x");
+    ///     let w: Tensor<(Const<16>, Const<32>), u8> = g.param("w");
+    ///     let scales: Tensor<(Const<16>, Const<2>)> = g.param("scales");
+    ///     let biases: Tensor<(Const<16>, Const<2>)> = g.param("biases");
+    ///     let q = Quantization { bits: 4, group_size: 32 };
+    ///     g.output("y", x.quantized_matmul(w, scales, biases, q)); // (Batch, 16)
+    /// })?;
+    /// # Ok::<(), rlx::typed::BuildErrors>(())
+    /// ```
+    #[track_caller]
+    pub fn quantized_matmul<K: Dim, N: Dim, P: Dim, G: Dim>(
+        self,
+        weight: Tensor<'g, (N, P), u8>,
+        scales: Tensor<'g, (N, G), E>,
+        biases: Tensor<'g, (N, G), E>,
+        quantization: Quantization,
+    ) -> Tensor<'g, <S as LastDim<K>>::WithLast<N>, E>
+    where
+        S: LastDim<K>,
+    {
+        let op = Op::QuantizedMatMul {
+            bits: quantization.bits,
+            group_size: quantization.group_size,
+        };
+        self.then(op, &[weight.id(), scales.id(), biases.id()])
+    }
+}
