@@ -310,35 +310,6 @@ pub(super) fn describe(dims: &[DimKind]) -> String {
     format!("({})", names.join(", "))
 }
 
-macro_rules! permute_method {
-    ($tr:ident; $($d:ident),*; $($p:ident),*) => {
-        impl<'g, $($d: Dim,)* E: Element> Tensor<'g, ($($d,)*), E> {
-            /// The axes reordered: output axis `i` is input axis `P_i`. That the `P_i` are a
-            /// permutation is checked by rustc.
-            ///
-            /// ```
-            /// use rlx::typed::{Const, Tensor, build};
-            /// rlx::dims!(Batch, Seq);
-            /// let graph = build(|g| {
-            ///     let x: Tensor<(Batch, Seq, Const<4>, Const<8>)> = g.input("x");
-            ///     let heads: Tensor<(Batch, Const<4>, Seq, Const<8>)> = x.permute::<0, 2, 1, 3>();
-            ///     g.output("heads", heads);
-            /// })?;
-            /// # Ok::<(), rlx::typed::BuildErrors>(())
-            /// ```
-            #[track_caller]
-            pub fn permute<$(const $p: usize),*>(
-                self,
-            ) -> Tensor<'g, <($($d,)*) as $tr<$($p),*>>::Out, E>
-            where
-                ($($d,)*): $tr<$($p),*>,
-            {
-                self.then(Op::Permute { perm: vec![$($p),*] }, &[])
-            }
-        }
-    };
-}
-
 /// Permutations of a rank-2 shape.
 #[diagnostic::on_unimplemented(
     message = "`permute::<{P0}, {P1}>` is not a permutation of the axes of `{Self}`",
@@ -371,9 +342,68 @@ pub trait Permute4<const P0: usize, const P1: usize, const P2: usize, const P3: 
     type Out: Shape;
 }
 
-permute_method!(Permute2; A, B; P0, P1);
-permute_method!(Permute3; A, B, C; P0, P1, P2);
-permute_method!(Permute4; A, B, C, D; P0, P1, P2, P3);
+impl<'g, A: Dim, B: Dim, E: Element> Tensor<'g, (A, B), E> {
+    /// The axes reordered: output axis `i` is input axis `P_i`. That the `P_i` are a
+    /// permutation is checked by rustc.
+    #[track_caller]
+    pub fn permute<const P0: usize, const P1: usize>(
+        self,
+    ) -> Tensor<'g, <(A, B) as Permute2<P0, P1>>::Out, E>
+    where
+        (A, B): Permute2<P0, P1>,
+    {
+        self.then(Op::Permute { perm: vec![P0, P1] }, &[])
+    }
+}
+
+impl<'g, A: Dim, B: Dim, C: Dim, E: Element> Tensor<'g, (A, B, C), E> {
+    /// The axes reordered: output axis `i` is input axis `P_i`. That the `P_i` are a
+    /// permutation is checked by rustc.
+    #[track_caller]
+    pub fn permute<const P0: usize, const P1: usize, const P2: usize>(
+        self,
+    ) -> Tensor<'g, <(A, B, C) as Permute3<P0, P1, P2>>::Out, E>
+    where
+        (A, B, C): Permute3<P0, P1, P2>,
+    {
+        self.then(
+            Op::Permute {
+                perm: vec![P0, P1, P2],
+            },
+            &[],
+        )
+    }
+}
+
+impl<'g, A: Dim, B: Dim, C: Dim, D: Dim, E: Element> Tensor<'g, (A, B, C, D), E> {
+    /// The axes reordered: output axis `i` is input axis `P_i`. That the `P_i` are a
+    /// permutation is checked by rustc.
+    ///
+    /// ```
+    /// use rlx::typed::{Const, Tensor, build};
+    /// rlx::dims!(Batch, Seq);
+    /// let graph = build(|g| {
+    ///     let x: Tensor<(Batch, Seq, Const<4>, Const<8>)> = g.input("x");
+    ///     let heads: Tensor<(Batch, Const<4>, Seq, Const<8>)> = x.permute::<0, 2, 1, 3>();
+    ///     g.output("heads", heads);
+    /// })?;
+    /// # Ok::<(), rlx::typed::BuildErrors>(())
+    /// ```
+    #[track_caller]
+    pub fn permute<const P0: usize, const P1: usize, const P2: usize, const P3: usize>(
+        self,
+    ) -> Tensor<'g, <(A, B, C, D) as Permute4<P0, P1, P2, P3>>::Out, E>
+    where
+        (A, B, C, D): Permute4<P0, P1, P2, P3>,
+    {
+        self.then(
+            Op::Permute {
+                perm: vec![P0, P1, P2, P3],
+            },
+            &[],
+        )
+    }
+}
 
 macro_rules! permute {
     ($tr:ident<$($p:literal),*>; ($($d:ident),*) -> ($($o:ident),*)) => {
