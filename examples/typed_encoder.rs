@@ -44,7 +44,7 @@ fn norm<'g>(g: &'g Scope<'g>, name: &str, x: Act<'g>) -> Act<'g> {
 /// `(Batch, Seq, Hidden)` → `(Batch, Heads, Seq, HeadDim)`.
 fn split_heads(x: Act<'_>) -> Tensor<'_, (Batch, Heads, Seq, HeadDim)> {
     x.reshape::<(Batch, Seq, Heads, HeadDim)>()
-        .swap_axes::<1, 2>()
+        .permute::<0, 2, 1, 3>()
 }
 
 fn layer<'g>(g: &'g Scope<'g>, i: usize, x: Act<'g>) -> Act<'g> {
@@ -52,10 +52,9 @@ fn layer<'g>(g: &'g Scope<'g>, i: usize, x: Act<'g>) -> Act<'g> {
     let q = split_heads(linear(g, &format!("{p}.attention.self.query"), x));
     let k = split_heads(linear(g, &format!("{p}.attention.self.key"), x));
     let v = split_heads(linear(g, &format!("{p}.attention.self.value"), x));
-    let scores = q.matmul_t(k) * (1.0f32 / 32f32.sqrt()); // (Batch, Heads, Seq, Seq)
-    let context = scores.softmax::<3>().matmul(v); //        (Batch, Heads, Seq, HeadDim)
+    let context = q.attention(k, v, 1.0 / 32f64.sqrt()); // (Batch, Heads, Seq, HeadDim)
     let context = context
-        .swap_axes::<1, 2>()
+        .permute::<0, 2, 1, 3>()
         .reshape::<(Batch, Seq, Hidden)>();
     let attended = linear(g, &format!("{p}.attention.output.dense"), context);
     let x = norm(g, &format!("{p}.attention.output.LayerNorm"), x + attended);
