@@ -77,7 +77,7 @@ fn typed_shapes() {
 #[test]
 fn typed_encoder() {
     let stdout = run_example("typed_encoder", &["4"]);
-    assert!(stdout.contains("built 12 layers: 553 nodes"), "{stdout}");
+    assert!(stdout.contains("built 12 layers: 505 nodes"), "{stdout}");
     assert!(
         stdout.contains("output [1, 4, 384], finite: true"),
         "{stdout}"
