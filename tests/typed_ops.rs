@@ -419,3 +419,96 @@ fn slice_bounds_are_checked_at_build() {
     let message = single_error(err, line);
     assert!(message.contains("out of range"), "{message}");
 }
+
+#[test]
+fn the_rest_of_the_vocabulary_runs() {
+    let graph = build(|g| {
+        let x: Tensor<(C<2>, C<3>)> = g.input("x");
+        let y: Tensor<(C<3>,)> = g.input("y");
+        g.output("unary", (x.abs().sign() + x.recip().floor()).relu());
+        g.output("binary", x.maximum(y) - x.minimum(y) + x.pow(y) % 5.0);
+        g.output("reduced", x.min::<1>() + x.prod::<1>());
+        g.output("argmin", x.argmin::<1>());
+        g.output("keep", x.max_keepdim::<1>() - x.mean_keepdim::<1>());
+        g.output("log_softmax", x.log_softmax::<1>().exp().sum::<1>());
+        g.output("compare", x.ne(x.round()).select(x, x.ceil()));
+        g.output(
+            "le_ge",
+            x.le(x).select(x.ge(x.sin() + x.cos()).cast::<f32>(), x),
+        );
+        g.output("erf_softplus", x.erf() + x.softplus());
+        g.output("top", x.topk::<1, C<2>>());
+        g.output("top_ids", x.topk_indices::<1, C<2>>());
+        g.output("sorted", x.sort::<1>(false));
+        g.output("order", x.argsort::<1>(true));
+        let a: Tensor<(C<2>, C<2>), f64> = g.input("a");
+        let b: Tensor<(C<2>, C<1>), f64> = g.input("b");
+        g.output("solved", a.solve(b));
+    })
+    .unwrap();
+    let x = vec![0.5f32, -2.0, 3.0, 4.0, 1.5, -0.25];
+    let out = run(
+        &graph,
+        &[
+            ("x", HostTensor::from_vec(x.clone(), [2, 3]).unwrap()),
+            (
+                "y",
+                HostTensor::from_vec(vec![1.0f32, 2.0, 1.0], [3]).unwrap(),
+            ),
+            (
+                "a",
+                HostTensor::from_vec(vec![2.0f64, 1.0, 1.0, 3.0], [2, 2]).unwrap(),
+            ),
+            (
+                "b",
+                HostTensor::from_vec(vec![3.0f64, 5.0], [2, 1]).unwrap(),
+            ),
+        ],
+    );
+    let close = |got: &[f32], want: &[f32]| {
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(want) {
+            approx::assert_abs_diff_eq!(*g, *w, epsilon = 1e-5);
+        }
+    };
+    // sign(|x|) = 1; floor(1/x) = 2, -1, 0, 0, 0, -4.
+    close(f32s(&out[0]), &[3.0, 0.0, 1.0, 1.0, 1.0, 0.0]);
+    // max - min = |x - y|; `%` is the floored remainder.
+    let want: Vec<f32> = x
+        .iter()
+        .zip([1.0f32, 2.0, 1.0].iter().cycle())
+        .map(|(a, b)| (a - b).abs() + a.powf(*b).rem_euclid(5.0))
+        .collect();
+    close(f32s(&out[1]), &want);
+    close(f32s(&out[2]), &[-2.0 + -3.0, -0.25 + -1.5]);
+    assert_eq!(out[3].as_slice::<i64>().unwrap(), &[1, 2]);
+    close(f32s(&out[4]), &[3.0 - 0.5, 4.0 - 1.75]);
+    close(f32s(&out[5]), &[1.0, 1.0]);
+    close(f32s(&out[6]), &[0.5, -2.0, 3.0, 4.0, 1.5, -0.25]);
+    // x >= sin x + cos x
+    close(f32s(&out[7]), &[0.0, 0.0, 1.0, 1.0, 1.0, 0.0]);
+    let erf_softplus: Vec<f32> = x
+        .iter()
+        .map(|v| libm_erf(*v) + (1.0 + v.exp()).ln())
+        .collect();
+    close(f32s(&out[8]), &erf_softplus);
+    close(f32s(&out[9]), &[3.0, 0.5, 4.0, 1.5]);
+    assert_eq!(out[10].as_slice::<i64>().unwrap(), &[2, 0, 0, 1]);
+    close(f32s(&out[11]), &[-2.0, 0.5, 3.0, -0.25, 1.5, 4.0]);
+    assert_eq!(out[12].as_slice::<i64>().unwrap(), &[2, 0, 1, 0, 1, 2]);
+    // 2a + b = 3, a + 3b = 5 -> a = 0.8, b = 1.4
+    let solved = out[13].as_slice::<f64>().unwrap();
+    approx::assert_abs_diff_eq!(solved[0], 0.8, epsilon = 1e-12);
+    approx::assert_abs_diff_eq!(solved[1], 1.4, epsilon = 1e-12);
+}
+
+/// erf by its Abramowitz–Stegun 7.1.26 approximation (|error| < 1.5e-7).
+fn libm_erf(x: f32) -> f32 {
+    let t = 1.0 / (1.0 + 0.327_591_1 * x.abs() as f64);
+    let poly = t
+        * (0.254_829_592
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    let y = 1.0 - poly * (-(x as f64) * (x as f64)).exp();
+    (y.copysign(x as f64)) as f32
+}

@@ -156,3 +156,29 @@ impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
         self.then(op, &[weight.id(), scales.id(), biases.id()])
     }
 }
+
+impl<'g, N: Dim, E: Float> Tensor<'g, (N, N), E> {
+    /// `x` with `self · x = rhs`, for square `self`. A singular matrix is a run-time error.
+    ///
+    /// ```
+    /// use rlx::typed::{Const, Tensor, build};
+    /// let graph = build(|g| {
+    ///     let a: Tensor<(Const<3>, Const<3>), f64> = g.input("a");
+    ///     let b: Tensor<(Const<3>, Const<2>), f64> = g.input("b");
+    ///     g.output("x", a.solve(b));
+    /// })?;
+    /// # Ok::<(), rlx::typed::BuildErrors>(())
+    /// ```
+    #[track_caller]
+    pub fn solve<K: Dim>(self, rhs: Tensor<'g, (N, K), E>) -> Tensor<'g, (N, K), E> {
+        self.then(Op::Solve, &[rhs.id()])
+    }
+}
+
+impl<'g, B: Dim, N: Dim, E: Float> Tensor<'g, (B, N, N), E> {
+    /// Batched [`solve`](Tensor::solve): one system per batch entry.
+    #[track_caller]
+    pub fn solve<K: Dim>(self, rhs: Tensor<'g, (B, N, K), E>) -> Tensor<'g, (B, N, K), E> {
+        self.then(Op::Solve, &[rhs.id()])
+    }
+}

@@ -37,6 +37,7 @@ mod movement;
 mod nn;
 mod scope;
 mod shape;
+mod sort;
 mod tensor;
 
 pub use custom::Operand;

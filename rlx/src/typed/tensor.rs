@@ -4,7 +4,7 @@
 //! models compile quickly however many shapes they use.
 
 use std::marker::PhantomData;
-use std::ops::{Add, Div, Mul, Neg, Sub};
+use std::ops::{Add, Div, Mul, Neg, Rem, Sub};
 
 use super::dim::Dim;
 use super::element::{Element, Float, Numeric};
@@ -103,8 +103,22 @@ impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
         tanh => Tanh,
         /// Logistic sigmoid.
         sigmoid => Sigmoid,
-        /// `max(x, 0)`.
-        relu => Relu,
+        /// `1 / x`.
+        recip => Recip,
+        /// Sine.
+        sin => Sin,
+        /// Cosine.
+        cos => Cos,
+        /// The error function.
+        erf => Erf,
+        /// Rounds down.
+        floor => Floor,
+        /// Rounds up.
+        ceil => Ceil,
+        /// Rounds to the nearest integer, ties to even.
+        round => Round,
+        /// `ln(1 + e^x)`.
+        softplus => Softplus,
         /// GELU, exact (erf) form.
         gelu => Gelu,
         /// GELU, tanh approximation.
@@ -126,6 +140,33 @@ impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
             },
             &[],
         )
+    }
+
+    /// Log-softmax along axis `I` (computed in one pass, not as `softmax().log()`).
+    #[track_caller]
+    pub fn log_softmax<const I: usize>(self) -> Self
+    where
+        S: HasAxis<I>,
+    {
+        self.then(Op::Softmax { axis: I, log: true }, &[])
+    }
+
+    /// `self ^ rhs` elementwise, `rhs` broadcast along the trailing dims.
+    #[track_caller]
+    pub fn pow<R: Shape>(self, rhs: Tensor<'g, R, E>) -> Self
+    where
+        S: Broadcasts<R>,
+    {
+        self.then(Op::Binary(BinaryOp::Pow), &[rhs.id])
+    }
+
+    /// Mean over axis `I`, kept as size 1.
+    #[track_caller]
+    pub fn mean_keepdim<const I: usize>(self) -> Tensor<'g, <S as HasAxis<I>>::Kept, E>
+    where
+        S: HasAxis<I>,
+    {
+        self.reduce(ReduceOp::Mean, I, true)
     }
 
     /// Mean over axis `I`, which disappears from the shape.
@@ -203,20 +244,97 @@ impl<'g, S: Shape, E: Numeric> Tensor<'g, S, E> {
         self.reduce(ReduceOp::Max, I, false)
     }
 
+    /// Maximum over axis `I`, kept as size 1.
+    #[track_caller]
+    pub fn max_keepdim<const I: usize>(self) -> Tensor<'g, <S as HasAxis<I>>::Kept, E>
+    where
+        S: HasAxis<I>,
+    {
+        self.reduce(ReduceOp::Max, I, true)
+    }
+
+    /// Minimum over axis `I`, which disappears from the shape.
+    #[track_caller]
+    pub fn min<const I: usize>(self) -> Tensor<'g, <S as RemoveAxis<I>>::Out, E>
+    where
+        S: RemoveAxis<I>,
+    {
+        self.reduce(ReduceOp::Min, I, false)
+    }
+
+    /// Product over axis `I`, which disappears from the shape.
+    #[track_caller]
+    pub fn prod<const I: usize>(self) -> Tensor<'g, <S as RemoveAxis<I>>::Out, E>
+    where
+        S: RemoveAxis<I>,
+    {
+        self.reduce(ReduceOp::Prod, I, false)
+    }
+
     /// Index of the first maximum along axis `I`, as `i64`.
     #[track_caller]
     pub fn argmax<const I: usize>(self) -> Tensor<'g, <S as RemoveAxis<I>>::Out, i64>
     where
         S: RemoveAxis<I>,
     {
-        self.then(
-            Op::ArgReduce {
-                op: ArgReduceOp::ArgMax,
-                axis: I,
-                keep_dims: false,
-            },
-            &[],
-        )
+        self.arg_reduce(ArgReduceOp::ArgMax, I)
+    }
+
+    /// Index of the first minimum along axis `I`, as `i64`.
+    #[track_caller]
+    pub fn argmin<const I: usize>(self) -> Tensor<'g, <S as RemoveAxis<I>>::Out, i64>
+    where
+        S: RemoveAxis<I>,
+    {
+        self.arg_reduce(ArgReduceOp::ArgMin, I)
+    }
+
+    #[track_caller]
+    fn arg_reduce<S2: Shape>(self, op: ArgReduceOp, axis: usize) -> Tensor<'g, S2, i64> {
+        let op = Op::ArgReduce {
+            op,
+            axis,
+            keep_dims: false,
+        };
+        self.then(op, &[])
+    }
+
+    /// `|x|`.
+    #[track_caller]
+    pub fn abs(self) -> Self {
+        self.then(Op::Unary(UnaryOp::Abs), &[])
+    }
+
+    /// `-1`, `0` or `1` by the sign of `x`.
+    #[track_caller]
+    pub fn sign(self) -> Self {
+        self.then(Op::Unary(UnaryOp::Sign), &[])
+    }
+
+    /// `max(x, 0)`.
+    #[track_caller]
+    pub fn relu(self) -> Self {
+        self.then(Op::Unary(UnaryOp::Relu), &[])
+    }
+
+    /// The larger of `self` and `rhs` elementwise (NaN wins), `rhs` broadcast along the
+    /// trailing dims.
+    #[track_caller]
+    pub fn maximum<R: Shape>(self, rhs: Tensor<'g, R, E>) -> Self
+    where
+        S: Broadcasts<R>,
+    {
+        self.then(Op::Binary(BinaryOp::Max), &[rhs.id])
+    }
+
+    /// The smaller of `self` and `rhs` elementwise (NaN wins), `rhs` broadcast along the
+    /// trailing dims.
+    #[track_caller]
+    pub fn minimum<R: Shape>(self, rhs: Tensor<'g, R, E>) -> Self
+    where
+        S: Broadcasts<R>,
+    {
+        self.then(Op::Binary(BinaryOp::Min), &[rhs.id])
     }
 }
 
@@ -251,6 +369,7 @@ arithmetic!(Add, add, BinaryOp::Add);
 arithmetic!(Sub, sub, BinaryOp::Sub);
 arithmetic!(Mul, mul, BinaryOp::Mul);
 arithmetic!(Div, div, BinaryOp::Div);
+arithmetic!(Rem, rem, BinaryOp::Rem);
 
 impl<'g, S: Shape, E: Numeric> Neg for Tensor<'g, S, E> {
     type Output = Self;
@@ -358,6 +477,24 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
     #[track_caller]
     pub fn gt(self, rhs: Self) -> Tensor<'g, S, bool> {
         self.compare(crate::ir::CompareOp::Gt, rhs)
+    }
+
+    /// `self != rhs` elementwise.
+    #[track_caller]
+    pub fn ne(self, rhs: Self) -> Tensor<'g, S, bool> {
+        self.compare(crate::ir::CompareOp::Ne, rhs)
+    }
+
+    /// `self <= rhs` elementwise.
+    #[track_caller]
+    pub fn le(self, rhs: Self) -> Tensor<'g, S, bool> {
+        self.compare(crate::ir::CompareOp::Le, rhs)
+    }
+
+    /// `self >= rhs` elementwise.
+    #[track_caller]
+    pub fn ge(self, rhs: Self) -> Tensor<'g, S, bool> {
+        self.compare(crate::ir::CompareOp::Ge, rhs)
     }
 }
 
