@@ -22,6 +22,8 @@ pub(crate) struct LowerInput<'a> {
     pub threads: usize,
     /// The kernel of a custom op, looked up in the backend's registry.
     pub custom: Option<std::sync::Arc<dyn super::custom::CustomKernel>>,
+    /// For a matmul whose `b` is a weight: its packing in the static region.
+    pub packed_b: Option<View>,
 }
 
 fn accumulator(dtype: DType) -> DType {
@@ -235,6 +237,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
         scratch,
         threads,
         custom,
+        packed_b,
     } = input;
     let dtype = node.ty.dtype;
     if out.len == 0 {
@@ -296,6 +299,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 out,
                 scratch: scratch[0],
                 wide_out: scratch.get(1).copied(),
+                packed_b,
             }))]
         }
         Op::Reduce { op, axes, .. } => {

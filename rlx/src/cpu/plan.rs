@@ -151,6 +151,11 @@ impl Plan {
                 scratch,
                 threads,
                 custom: program.custom[id.index()].clone(),
+                packed_b: program.packed_b[id.index()].map(|(offset, len)| View {
+                    region: Region::Static,
+                    offset,
+                    len,
+                }),
             }));
         }
 

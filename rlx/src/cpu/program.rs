@@ -2,6 +2,7 @@
 //! bound (the static region, the input and symbol tables).
 
 use super::CpuOptions;
+use super::kernels::gemm::{GemmDims, packed_b_len};
 use super::memory::ALIGN;
 use crate::backend::CompileError;
 use crate::backend::signature::Signature;
@@ -14,6 +15,18 @@ pub(crate) struct ParamSlot {
     pub dtype: DType,
     pub shape: Vec<usize>,
     pub offset: usize,
+    /// Packed copies of this weight for the matmuls that read it as `b`, refreshed when it
+    /// is bound.
+    pub packings: Vec<Packing>,
+}
+
+/// Where one weight's GEMM packing lives in the static region, and how to read the weight.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Packing {
+    /// Byte offset in the static region.
+    pub offset: usize,
+    /// `k`, `n` and the strides of the weight as `b` (`m` unused).
+    pub dims: GemmDims,
 }
 
 pub(crate) struct Program {
@@ -25,6 +38,9 @@ pub(crate) struct Program {
     pub outputs: Vec<NodeId>,
     /// Byte offset in the static region of each param and constant node.
     pub static_offsets: Vec<Option<usize>>,
+    /// Byte offset and element count in the static region of the packed `b` of each matmul
+    /// whose `b` is a 2-D weight.
+    pub packed_b: Vec<Option<(usize, usize)>>,
     pub statics_len: usize,
 }
 
@@ -131,10 +147,61 @@ impl Program {
                         dtype: node.ty.dtype,
                         shape: node.ty.shape.static_dims().unwrap_or_default(),
                         offset,
+                        packings: Vec::new(),
                     });
                 }
             }
             static_offsets[id.index()] = Some(offset);
+        }
+
+        // Matmuls whose `b` is a 2-D weight read it packed once at bind time (one packing
+        // per weight and orientation, shared by the matmuls that agree on it).
+        let mut packed_b = vec![None; g.len()];
+        for (id, node) in g.iter() {
+            let Op::MatMul {
+                transpose_b,
+                ..
+            } = node.op
+            else {
+                continue;
+            };
+            let b = node.inputs[1];
+            let b_node = &g.nodes()[b.index()];
+            let Some(shape) = b_node.ty.shape.static_dims() else {
+                continue;
+            };
+            if !matches!(b_node.op, Op::Param) || shape.len() != 2 {
+                continue;
+            }
+            let Some(slot) = params
+                .iter_mut()
+                .find(|p: &&mut ParamSlot| Some(p.offset) == static_offsets[b.index()])
+            else {
+                continue;
+            };
+            let (k, n) = if transpose_b {
+                (shape[1], shape[0])
+            } else {
+                (shape[0], shape[1])
+            };
+            let dims = GemmDims {
+                m: 0,
+                n,
+                k,
+                a_rs: 0,
+                a_cs: 0,
+                b_rs: if transpose_b { 1 } else { n },
+                b_cs: if transpose_b { k } else { 1 },
+            };
+            let existing = slot.packings.iter().find(|p| p.dims == dims).map(|p| p.offset);
+            let offset = existing.unwrap_or_else(|| {
+                let offset = statics.len().div_ceil(ALIGN) * ALIGN;
+                let acc = if node.ty.dtype == DType::F64 { 8 } else { 4 };
+                statics.resize(offset + packed_b_len(k, n) * acc, 0);
+                slot.packings.push(Packing { offset, dims });
+                offset
+            });
+            packed_b[id.index()] = Some((offset, packed_b_len(k, n)));
         }
 
         let signature = Signature::of(&g);
@@ -156,6 +223,7 @@ impl Program {
                 params,
                 outputs,
                 static_offsets,
+                packed_b,
                 statics_len,
             },
             statics,

@@ -277,6 +277,8 @@ pub(crate) struct MatMulThunk {
     /// Batch entries run in parallel on this many workers, each a single-threaded product
     /// (set when the products are too small to split themselves); 1 otherwise.
     pub batch_workers: usize,
+    /// `b` already packed (a weight, packed when it was bound), in the accumulator type.
+    pub packed_b: Option<View>,
 }
 
 /// A view with the size of its elements in bytes.
@@ -318,7 +320,9 @@ impl Thunk {
                 let acc = if m.dtype == DType::F64 { 8 } else { 4 };
                 let mut w = vec![(m.out, sz(&m.dtype)), (m.scratch, acc)];
                 w.extend(m.wide_out.map(|v| (v, 4)));
-                (w, vec![(m.a, sz(&m.dtype)), (m.b, sz(&m.dtype))])
+                let mut r = vec![(m.a, sz(&m.dtype)), (m.b, sz(&m.dtype))];
+                r.extend(m.packed_b.map(|v| (v, acc)));
+                (w, r)
             }
             Thunk::Norm {
                 dtype,
@@ -603,6 +607,7 @@ where
     let out = mem.dst::<S>(m.out);
     let scratch = mem.dst::<S::Acc>(m.scratch);
     let wide = m.wide_out.map(|v| mem.dst::<S::Acc>(v));
+    let packed = m.packed_b.map(|v| mem.src::<S::Acc>(v));
     // One worker's share: consecutive batch entries from `first`, with its own scratch.
     let run =
         |first: usize, out: &mut [S], scratch: &mut [S::Acc], mut wide: Option<&mut [S::Acc]>| {
@@ -612,10 +617,10 @@ where
                     None => {
                         // Storage and accumulator are the same type here (f32 or f64).
                         let dst: &mut [S::Acc] = bytemuck::cast_slice_mut(dst);
-                        gemm::gemm(&m.plan, kernel, &a[ao..], &b[bo..], dst, scratch);
+                        gemm::gemm(&m.plan, kernel, &a[ao..], &b[bo..], dst, scratch, packed);
                     }
                     Some(w) => {
-                        gemm::gemm(&m.plan, kernel, &a[ao..], &b[bo..], w, scratch);
+                        gemm::gemm(&m.plan, kernel, &a[ao..], &b[bo..], w, scratch, packed);
                         for (d, v) in dst.iter_mut().zip(w.iter()) {
                             *d = S::store(*v);
                         }
@@ -1015,9 +1020,10 @@ where
                     col,
                     bytemuck::cast_slice_mut(dst),
                     scratch,
+                    None,
                 ),
                 Some(wd) => {
-                    gemm::gemm(&c.gemm, kernel, wg, col, wd, scratch);
+                    gemm::gemm(&c.gemm, kernel, wg, col, wd, scratch, None);
                     for (d, v) in dst.iter_mut().zip(wd.iter()) {
                         *d = S::store(*v);
                     }

@@ -188,6 +188,21 @@ fn pack_b<S: FloatStore>(
     }
 }
 
+/// Elements of a whole `k x n` B packed once by [`pack_b_whole`].
+pub(crate) fn packed_b_len(k: usize, n: usize) -> usize {
+    k * n.div_ceil(NR) * NR
+}
+
+/// Packs all of B in the order [`gemm`] reads it (blocks of `KC` rows, each a row of
+/// `NR`-wide panels), so a weight is packed once when it is bound instead of on every run.
+pub(crate) fn pack_b_whole<S: FloatStore>(d: &GemmDims, b: &[S], out: &mut [S::Acc]) {
+    let panels = d.n.div_ceil(NR);
+    for p0 in (0..d.k).step_by(KC) {
+        let kc = KC.min(d.k - p0);
+        pack_b(d, b, p0, kc, 0, d.n, &mut out[p0 * panels * NR..]);
+    }
+}
+
 /// Packs rows `i0..i0+mc` and columns `p0..p0+kc` of A into `MR`-tall panels, zero-padded.
 ///
 /// The panel is written in order (one `MR`-long column at a time) while reading `MR` rows
@@ -240,17 +255,27 @@ fn serial<S: FloatStore>(
     rows: std::ops::Range<usize>,
     cols: std::ops::Range<usize>,
     slot: &mut [S::Acc],
+    prepacked_b: Option<&[S::Acc]>,
 ) where
     S::Acc: GemmAcc,
 {
     let d = plan.dims;
-    let (packed_b, packed_a) = slot.split_at_mut(plan.nc * plan.kc);
+    let panels = d.n.div_ceil(NR);
+    let (b_slot, packed_a) = slot.split_at_mut(plan.nc * plan.kc);
     for j0 in cols.clone().step_by(plan.nc) {
         let nc = plan.nc.min(cols.end - j0);
         for p0 in (0..d.k).step_by(plan.kc) {
             let kc = plan.kc.min(d.k - p0);
             let accumulate = p0 > 0;
-            pack_b(&d, b, p0, kc, j0, nc, packed_b);
+            // `j0` is a multiple of NR, so this block's panels are contiguous in the
+            // whole-B packing.
+            let packed_b: &[S::Acc] = match prepacked_b {
+                Some(all) => &all[p0 * panels * NR + (j0 / NR) * kc * NR..],
+                None => {
+                    pack_b(&d, b, p0, kc, j0, nc, b_slot);
+                    b_slot
+                }
+            };
             for i0 in rows.clone().step_by(MC) {
                 let mc = MC.min(rows.end - i0);
                 pack_a(&d, a, i0, mc, p0, kc, packed_a);
@@ -284,6 +309,8 @@ fn serial<S: FloatStore>(
 /// `c = a · b` for `c` row-major `m x n` (row stride `n`).
 ///
 /// `a` and `b` start at their first element; `scratch` has `plan.scratch_len()` elements.
+/// `prepacked_b`, when given, is all of `b` packed by [`pack_b_whole`] and replaces
+/// packing `b` here.
 pub(crate) fn gemm<S: FloatStore>(
     plan: &GemmPlan,
     kernel: MicroKernel<S::Acc>,
@@ -291,6 +318,7 @@ pub(crate) fn gemm<S: FloatStore>(
     b: &[S],
     c: &mut [S::Acc],
     scratch: &mut [S::Acc],
+    prepacked_b: Option<&[S::Acc]>,
 ) where
     S::Acc: GemmAcc,
 {
@@ -310,7 +338,7 @@ pub(crate) fn gemm<S: FloatStore>(
             Split::Columns => (0..d.m, w * plan.chunk..d.n.min((w + 1) * plan.chunk)),
         };
         if !rows.is_empty() && !cols.is_empty() {
-            serial(plan, kernel, a, b, shared, rows, cols, slot);
+            serial(plan, kernel, a, b, shared, rows, cols, slot, prepacked_b);
         }
     };
     let slots = &mut scratch[..plan.scratch_len()];
@@ -360,7 +388,7 @@ mod tests {
         let b32: Vec<f32> = b.iter().map(|v| *v as f32).collect();
         let mut c = vec![f32::NAN; m * n];
         let mut scratch = vec![0f32; plan.scratch_len()];
-        gemm(&plan, f32::micro_kernel(), &a32, &b32, &mut c, &mut scratch);
+        gemm(&plan, f32::micro_kernel(), &a32, &b32, &mut c, &mut scratch, None);
         for (x, y) in c.iter().zip(&expected) {
             assert!(
                 (f64::from(*x) - y).abs() < 1e-3 * (1.0 + y.abs()),
@@ -369,8 +397,21 @@ mod tests {
         }
         let mut c = vec![f64::NAN; m * n];
         let mut scratch = vec![0f64; plan.scratch_len()];
-        gemm(&plan, f64::micro_kernel(), &a, &b, &mut c, &mut scratch);
+        gemm(&plan, f64::micro_kernel(), &a, &b, &mut c, &mut scratch, None);
         assert_eq!(c, expected);
+        let mut packed = vec![f64::NAN; packed_b_len(k, n)];
+        pack_b_whole(&d, &b, &mut packed);
+        let mut c = vec![f64::NAN; m * n];
+        gemm(
+            &plan,
+            f64::micro_kernel(),
+            &a,
+            &b,
+            &mut c,
+            &mut scratch,
+            Some(&packed),
+        );
+        assert_eq!(c, expected, "prepacked B");
         let mut c = vec![f32::NAN; m * n];
         let mut scratch = vec![0f32; plan.scratch_len()];
         gemm(
@@ -380,6 +421,7 @@ mod tests {
             &b32,
             &mut c,
             &mut scratch,
+            None,
         );
         for (x, y) in c.iter().zip(&expected) {
             assert!((f64::from(*x) - y).abs() < 1e-3 * (1.0 + y.abs()));
