@@ -18,7 +18,9 @@ fn values(dtype: DType, shape: &[usize], seed: usize) -> HostTensor {
     match dtype {
         DType::F32 => HostTensor::from_vec(v.iter().map(|x| *x as f32).collect(), shape),
         DType::F64 => HostTensor::from_vec(v, shape),
-        DType::F16 => HostTensor::from_vec(v.iter().map(|x| half::f16::from_f64(*x)).collect(), shape),
+        DType::F16 => {
+            HostTensor::from_vec(v.iter().map(|x| half::f16::from_f64(*x)).collect(), shape)
+        }
         _ => HostTensor::from_vec(v.iter().map(|x| half::bf16::from_f64(*x)).collect(), shape),
     }
     .unwrap()

@@ -415,7 +415,11 @@ fn pack_weight(statics: &mut [u8], slot: &program::ParamSlot, packing: &program:
         S::Acc: GemmAcc,
     {
         let len = packed_b_len(d.k, d.n) * size_of::<S::Acc>();
-        pack_b_whole::<S>(d, bytemuck::cast_slice(b), bytemuck::cast_slice_mut(&mut out[..len]));
+        pack_b_whole::<S>(
+            d,
+            bytemuck::cast_slice(b),
+            bytemuck::cast_slice_mut(&mut out[..len]),
+        );
     }
 
     let d = &packing.dims;

@@ -158,11 +158,7 @@ impl Program {
         // per weight and orientation, shared by the matmuls that agree on it).
         let mut packed_b = vec![None; g.len()];
         for (id, node) in g.iter() {
-            let Op::MatMul {
-                transpose_b,
-                ..
-            } = node.op
-            else {
+            let Op::MatMul { transpose_b, .. } = node.op else {
                 continue;
             };
             let b = node.inputs[1];
@@ -193,7 +189,11 @@ impl Program {
                 b_rs: if transpose_b { 1 } else { n },
                 b_cs: if transpose_b { k } else { 1 },
             };
-            let existing = slot.packings.iter().find(|p| p.dims == dims).map(|p| p.offset);
+            let existing = slot
+                .packings
+                .iter()
+                .find(|p| p.dims == dims)
+                .map(|p| p.offset);
             let offset = existing.unwrap_or_else(|| {
                 let offset = statics.len().div_ceil(ALIGN) * ALIGN;
                 let acc = if node.ty.dtype == DType::F64 { 8 } else { 4 };

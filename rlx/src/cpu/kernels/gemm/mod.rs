@@ -388,7 +388,15 @@ mod tests {
         let b32: Vec<f32> = b.iter().map(|v| *v as f32).collect();
         let mut c = vec![f32::NAN; m * n];
         let mut scratch = vec![0f32; plan.scratch_len()];
-        gemm(&plan, f32::micro_kernel(), &a32, &b32, &mut c, &mut scratch, None);
+        gemm(
+            &plan,
+            f32::micro_kernel(),
+            &a32,
+            &b32,
+            &mut c,
+            &mut scratch,
+            None,
+        );
         for (x, y) in c.iter().zip(&expected) {
             assert!(
                 (f64::from(*x) - y).abs() < 1e-3 * (1.0 + y.abs()),
@@ -397,7 +405,15 @@ mod tests {
         }
         let mut c = vec![f64::NAN; m * n];
         let mut scratch = vec![0f64; plan.scratch_len()];
-        gemm(&plan, f64::micro_kernel(), &a, &b, &mut c, &mut scratch, None);
+        gemm(
+            &plan,
+            f64::micro_kernel(),
+            &a,
+            &b,
+            &mut c,
+            &mut scratch,
+            None,
+        );
         assert_eq!(c, expected);
         let mut packed = vec![f64::NAN; packed_b_len(k, n)];
         pack_b_whole(&d, &b, &mut packed);
