@@ -356,7 +356,7 @@ impl Executable for CpuExecutable {
         let statics = self.statics.bytes_mut();
         statics[at..at + expected].copy_from_slice(value.bytes);
         for packing in &slot.packings {
-            pack_weight(statics, slot, packing);
+            packing.refresh(statics, slot);
         }
         self.bound[i] = true;
         Ok(())
@@ -400,37 +400,5 @@ impl Executable for CpuExecutable {
                 .copy_from_bytes(self.output_bytes(view, *dtype));
         }
         Ok(())
-    }
-}
-
-/// Packs the bound weight in `slot` for GEMM into its `packing` region (both in `statics`;
-/// packings are laid out after every param, so the regions are disjoint).
-fn pack_weight(statics: &mut [u8], slot: &program::ParamSlot, packing: &program::Packing) {
-    use crate::ir::DType;
-    use kernels::gemm::{GemmAcc, GemmDims, pack_b_whole, packed_b_len};
-    use kernels::numeric::FloatStore;
-
-    fn pack<S: FloatStore>(d: &GemmDims, b: &[u8], out: &mut [u8])
-    where
-        S::Acc: GemmAcc,
-    {
-        let len = packed_b_len(d.k, d.n) * size_of::<S::Acc>();
-        pack_b_whole::<S>(
-            d,
-            bytemuck::cast_slice(b),
-            bytemuck::cast_slice_mut(&mut out[..len]),
-        );
-    }
-
-    let d = &packing.dims;
-    let (weights, packed) = statics.split_at_mut(packing.offset);
-    let bytes = &weights[slot.offset..slot.offset + d.k * d.n * slot.dtype.size_bytes()];
-    match slot.dtype {
-        DType::F32 => pack::<f32>(d, bytes, packed),
-        DType::F64 => pack::<f64>(d, bytes, packed),
-        DType::F16 => pack::<half::f16>(d, bytes, packed),
-        DType::BF16 => pack::<half::bf16>(d, bytes, packed),
-        // Matmuls are float-only; no other dtype gets a packing.
-        _ => {}
     }
 }

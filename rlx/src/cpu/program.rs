@@ -2,12 +2,43 @@
 //! bound (the static region, the input and symbol tables).
 
 use super::CpuOptions;
-use super::kernels::gemm::{GemmDims, packed_b_len};
+use super::kernels::gemm::{GemmAcc, GemmDims, pack_b_whole, packed_b_len};
+use super::kernels::numeric::FloatStore;
 use super::memory::ALIGN;
 use crate::backend::CompileError;
 use crate::backend::signature::Signature;
 use crate::ir::{DType, Graph, Node, NodeId, Op};
 use crate::passes::{self, Rewriter};
+
+impl Packing {
+    /// Re-packs the weight bound in `slot` into this packing (both live in `statics`;
+    /// packings are laid out after every param, so the two regions are disjoint).
+    pub(crate) fn refresh(&self, statics: &mut [u8], slot: &ParamSlot) {
+        fn pack<S: FloatStore>(d: &GemmDims, b: &[u8], out: &mut [u8])
+        where
+            S::Acc: GemmAcc,
+        {
+            let len = packed_b_len(d.k, d.n) * size_of::<S::Acc>();
+            pack_b_whole::<S>(
+                d,
+                bytemuck::cast_slice(b),
+                bytemuck::cast_slice_mut(&mut out[..len]),
+            );
+        }
+
+        let d = &self.dims;
+        let (weights, packed) = statics.split_at_mut(self.offset);
+        let bytes = &weights[slot.offset..slot.offset + d.k * d.n * slot.dtype.size_bytes()];
+        match slot.dtype {
+            DType::F32 => pack::<f32>(d, bytes, packed),
+            DType::F64 => pack::<f64>(d, bytes, packed),
+            DType::F16 => pack::<half::f16>(d, bytes, packed),
+            DType::BF16 => pack::<half::bf16>(d, bytes, packed),
+            // Matmuls are float-only: no other dtype gets a packing.
+            _ => {}
+        }
+    }
+}
 
 /// A param: where its bytes go in the static region.
 pub(crate) struct ParamSlot {

@@ -2,6 +2,7 @@
 //! the caller.
 
 use std::collections::BTreeMap;
+use std::marker::PhantomData;
 
 use super::element::Element;
 use super::scope::Scope;
@@ -13,16 +14,17 @@ use crate::ir::{AttrValue, NodeId, Op, TensorType};
 /// [`Scope::custom`]. Made by [`Tensor::operand`]; like a handle, it cannot leave its graph.
 #[derive(Clone, Copy)]
 pub struct Operand<'g> {
-    scope: &'g Scope<'g>,
     id: Option<NodeId>,
+    // The graph's brand, invariant as in `Tensor`: an operand cannot join another graph.
+    _brand: PhantomData<&'g Scope<'g>>,
 }
 
 impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
     /// This handle as an operand of a custom op.
     pub fn operand(self) -> Operand<'g> {
         Operand {
-            scope: self.scope(),
             id: self.id(),
+            _brand: PhantomData,
         }
     }
 }
@@ -64,7 +66,6 @@ impl<'g> Scope<'g> {
             output: TensorType::new(E::DTYPE, shape),
         };
         let ids: Vec<Option<NodeId>> = operands.iter().map(|o| o.id).collect();
-        debug_assert!(operands.iter().all(|o| std::ptr::eq(o.scope, self)));
         Tensor::from_id(self, self.apply(op, &ids))
     }
 }

@@ -40,6 +40,12 @@ impl fmt::Display for DimKind {
     }
 }
 
+/// Typed dims as written: `(Batch, 4, Dyn)`.
+pub(crate) fn describe(dims: &[DimKind]) -> String {
+    let names: Vec<String> = dims.iter().map(|k| k.to_string()).collect();
+    format!("({})", names.join(", "))
+}
+
 /// A static dim of size `N`.
 ///
 /// ```

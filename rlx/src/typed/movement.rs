@@ -8,7 +8,7 @@
 //!
 //! [`Dyn`]: super::Dyn
 
-use super::dim::{Dim, DimKind};
+use super::dim::{Dim, DimKind, describe};
 use super::element::{Element, Numeric};
 use super::shape::{Axis, Shape};
 use super::tensor::Tensor;
@@ -45,6 +45,15 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
                 },
             }
         }
+        if unknown == 0 {
+            let shape: Vec<IrDim> = dims.into_iter().flatten().collect();
+            return self.then(
+                Op::Reshape {
+                    shape: shape.into(),
+                },
+                &[],
+            );
+        }
         if unknown > 1 {
             let reason = format!("a reshape can infer one `Dyn` dim, not {unknown}");
             return Tensor::from_id(scope, scope.reject("reshape", self.id(), reason));
@@ -52,29 +61,25 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
         let Some(from) = self.id().and_then(|id| scope.ty(id)) else {
             return Tensor::from_id(scope, None);
         };
-        let known = IrDim::product(dims.iter().flatten());
-        let inferred = from.shape.numel().div_exact(&known);
-        let shape: Option<Vec<IrDim>> = dims
+        let numel = from.shape.numel();
+        let Some(inferred) = numel.div_exact(&IrDim::product(dims.iter().flatten())) else {
+            let reason = format!(
+                "no `Dyn` size reshapes {} ({numel} elements) to {}",
+                from.shape,
+                describe(S2::DIMS)
+            );
+            return Tensor::from_id(scope, scope.reject("reshape", self.id(), reason));
+        };
+        let shape: Vec<IrDim> = dims
             .into_iter()
-            .map(|d| d.or_else(|| inferred.clone()))
+            .map(|d| d.unwrap_or_else(|| inferred.clone()))
             .collect();
-        match shape {
-            Some(shape) => self.then(
-                Op::Reshape {
-                    shape: shape.into(),
-                },
-                &[],
-            ),
-            None => {
-                let reason = format!(
-                    "no `Dyn` size reshapes {} ({} elements) to {}",
-                    from.shape,
-                    from.shape.numel(),
-                    describe(S2::DIMS)
-                );
-                Tensor::from_id(scope, scope.reject("reshape", self.id(), reason))
-            }
-        }
+        self.then(
+            Op::Reshape {
+                shape: shape.into(),
+            },
+            &[],
+        )
     }
 
     /// The same values repeated to shape `S2` (numpy rules: dims of size 1 stretch, leading
@@ -110,16 +115,11 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
     where
         S: Replace<I, L>,
     {
-        let scope = self.scope();
-        let Some(len) = scope.dim(L::KIND).and_then(|d| d.as_static()) else {
-            if matches!(L::KIND, DimKind::Runtime(_)) {
-                let reason = format!(
-                    "narrow needs a static length, but `{}` is a runtime dim",
-                    L::KIND
-                );
-                return Tensor::from_id(scope, scope.reject("narrow", self.id(), reason));
-            }
-            return Tensor::from_id(scope, None);
+        let Some(len) = self
+            .scope()
+            .static_size("narrow", self.id(), L::KIND, "length")
+        else {
+            return Tensor::from_id(self.scope(), None);
         };
         self.then(
             Op::Slice {
@@ -302,12 +302,6 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
         let id = self.scope().declared(name, self.id(), made.id(), S2::DIMS);
         Tensor::from_id(self.scope(), id)
     }
-}
-
-/// Typed dims as written: `(Batch, 4, Dyn)`.
-pub(super) fn describe(dims: &[DimKind]) -> String {
-    let names: Vec<String> = dims.iter().map(|k| k.to_string()).collect();
-    format!("({})", names.join(", "))
 }
 
 /// Permutations of a rank-2 shape.

@@ -4,7 +4,7 @@ use std::cell::RefCell;
 use std::fmt;
 use std::marker::PhantomData;
 
-use super::dim::{Dim, DimKind, Sizes, symbol_name};
+use super::dim::{Dim, DimKind, Sizes, describe, symbol_name};
 use super::element::Element;
 use super::shape::Shape;
 use super::tensor::Tensor;
@@ -227,25 +227,47 @@ impl<'g> Scope<'g> {
         dims: &[DimKind],
     ) -> Option<NodeId> {
         let ty = self.ty(id?)?;
+        // `None` stands for `Dyn`, which accepts any size.
+        let mut expected = Vec::with_capacity(dims.len());
+        for &kind in dims {
+            expected.push(match kind {
+                DimKind::Anonymous => None,
+                _ => Some(self.dim(kind)?),
+            });
+        }
         let agrees = ty.shape.rank() == dims.len()
-            && dims
+            && expected
                 .iter()
                 .zip(ty.shape.dims())
-                .all(|(&kind, dim)| match kind {
-                    DimKind::Anonymous => true,
-                    DimKind::Runtime(name) => *dim == ir::Dim::sym(&symbol_name(name)),
-                    _ => self.sizes.resolve(kind).map(ir::Dim::Static).as_ref() == Some(dim),
-                });
+                .all(|(want, dim)| want.as_ref().is_none_or(|w| w == dim));
         if agrees {
             return id;
         }
-        let declared: Vec<String> = dims.iter().map(|k| k.to_string()).collect();
         let reason = format!(
-            "the result is {} but its type says ({})",
+            "the result is {} but its type says {}",
             ty.shape,
-            declared.join(", ")
+            describe(dims)
         );
         self.reject(op, operand, reason)
+    }
+
+    /// The static size of `kind` for `op` on `operand`: a runtime dim is rejected with
+    /// "`op` needs a static `what`"; a config dim without a size or `Dyn` records its own
+    /// error. `None` after an error.
+    #[track_caller]
+    pub(crate) fn static_size(
+        &self,
+        op: &str,
+        operand: Option<NodeId>,
+        kind: DimKind,
+        what: &str,
+    ) -> Option<usize> {
+        if let DimKind::Runtime(_) = kind {
+            let reason = format!("{op} needs a static {what}, but `{kind}` is a runtime dim");
+            self.reject(op, operand, reason);
+            return None;
+        }
+        self.dim(kind)?.as_static()
     }
 
     #[track_caller]

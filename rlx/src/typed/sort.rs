@@ -1,6 +1,6 @@
 //! Sorting and top-k along a typed axis.
 
-use super::dim::{Dim, DimKind};
+use super::dim::Dim;
 use super::element::Numeric;
 use super::movement::Replace;
 use super::shape::{HasAxis, Shape};
@@ -45,15 +45,8 @@ impl<'g, S: Shape, E: Numeric> Tensor<'g, S, E> {
         output: SortOutput,
     ) -> Tensor<'g, S2, E2> {
         let scope = self.scope();
-        match scope.dim(K::KIND).and_then(|d| d.as_static()) {
+        match scope.static_size("topk", self.id(), K::KIND, "count") {
             Some(k) => self.then(Op::TopK { k, axis, output }, &[]),
-            None if matches!(K::KIND, DimKind::Runtime(_)) => {
-                let reason = format!(
-                    "top-k needs a static count, but `{}` is a runtime dim",
-                    K::KIND
-                );
-                Tensor::from_id(scope, scope.reject("topk", self.id(), reason))
-            }
             None => Tensor::from_id(scope, None),
         }
     }

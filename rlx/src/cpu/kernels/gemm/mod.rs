@@ -403,31 +403,15 @@ mod tests {
                 "{m}x{n}x{k} {x} vs {y}"
             );
         }
-        let mut c = vec![f64::NAN; m * n];
         let mut scratch = vec![0f64; plan.scratch_len()];
-        gemm(
-            &plan,
-            f64::micro_kernel(),
-            &a,
-            &b,
-            &mut c,
-            &mut scratch,
-            None,
-        );
-        assert_eq!(c, expected);
         let mut packed = vec![f64::NAN; packed_b_len(k, n)];
         pack_b_whole(&d, &b, &mut packed);
-        let mut c = vec![f64::NAN; m * n];
-        gemm(
-            &plan,
-            f64::micro_kernel(),
-            &a,
-            &b,
-            &mut c,
-            &mut scratch,
-            Some(&packed),
-        );
-        assert_eq!(c, expected, "prepacked B");
+        for prepacked in [None, Some(packed.as_slice())] {
+            let mut c = vec![f64::NAN; m * n];
+            let kernel = f64::micro_kernel();
+            gemm(&plan, kernel, &a, &b, &mut c, &mut scratch, prepacked);
+            assert_eq!(c, expected, "prepacked B: {}", prepacked.is_some());
+        }
         let mut c = vec![f32::NAN; m * n];
         let mut scratch = vec![0f32; plan.scratch_len()];
         gemm(
