@@ -8,7 +8,9 @@
  *   the shim: each is caught and its message kept in a thread-local string that
  *   rlx_mlx_last_error returns (cleared by the next successful call).
  * - Tensor data crosses as raw little-endian bytes in the array's own dtype.
- * - Op kinds are small integers whose order matches the RLX IR enums.
+ * - Every enum that crosses the ABI is one of the typedef'd enums below. Both sides map
+ *   them with exhaustive matches by name (the Rust constants are generated from this
+ *   header), so the numbers themselves carry no meaning and may be reordered.
  */
 #ifndef RLX_MLX_H
 #define RLX_MLX_H
@@ -24,8 +26,8 @@ extern "C" {
 typedef struct rlx_mlx_array rlx_mlx_array;
 typedef struct rlx_mlx_function rlx_mlx_function;
 
-/* Dtype codes. */
-enum {
+/* Element types (rlx::ir::DType). */
+typedef enum rlx_mlx_dtype {
   RLX_MLX_BOOL = 0,
   RLX_MLX_U8 = 1,
   RLX_MLX_U16 = 2,
@@ -39,15 +41,89 @@ enum {
   RLX_MLX_F32 = 10,
   RLX_MLX_F64 = 11,
   RLX_MLX_BF16 = 12,
-};
+} rlx_mlx_dtype;
 
-/* Attention mask kinds. */
-enum {
+/* Elementwise functions of one array (rlx::ir::UnaryOp). */
+typedef enum rlx_mlx_unary_op {
+  RLX_MLX_UNARY_NEG = 0,
+  RLX_MLX_UNARY_ABS = 1,
+  RLX_MLX_UNARY_EXP = 2,
+  RLX_MLX_UNARY_LOG = 3,
+  RLX_MLX_UNARY_SQRT = 4,
+  RLX_MLX_UNARY_RSQRT = 5,
+  RLX_MLX_UNARY_RECIP = 6,
+  RLX_MLX_UNARY_SIN = 7,
+  RLX_MLX_UNARY_COS = 8,
+  RLX_MLX_UNARY_TANH = 9,
+  RLX_MLX_UNARY_SIGMOID = 10,
+  RLX_MLX_UNARY_RELU = 11,
+  RLX_MLX_UNARY_GELU = 12,
+  RLX_MLX_UNARY_GELU_TANH = 13,
+  RLX_MLX_UNARY_SILU = 14,
+  RLX_MLX_UNARY_ERF = 15,
+  RLX_MLX_UNARY_FLOOR = 16,
+  RLX_MLX_UNARY_CEIL = 17,
+  RLX_MLX_UNARY_ROUND = 18,
+  RLX_MLX_UNARY_SIGN = 19,
+  RLX_MLX_UNARY_SOFTPLUS = 20,
+} rlx_mlx_unary_op;
+
+/* Elementwise functions of two arrays (rlx::ir::BinaryOp). */
+typedef enum rlx_mlx_binary_op {
+  RLX_MLX_BINARY_ADD = 0,
+  RLX_MLX_BINARY_SUB = 1,
+  RLX_MLX_BINARY_MUL = 2,
+  RLX_MLX_BINARY_DIV = 3,
+  RLX_MLX_BINARY_POW = 4,
+  RLX_MLX_BINARY_MAX = 5,
+  RLX_MLX_BINARY_MIN = 6,
+  RLX_MLX_BINARY_REM = 7,
+} rlx_mlx_binary_op;
+
+/* Comparisons (rlx::ir::CompareOp). */
+typedef enum rlx_mlx_compare_op {
+  RLX_MLX_COMPARE_EQ = 0,
+  RLX_MLX_COMPARE_NE = 1,
+  RLX_MLX_COMPARE_LT = 2,
+  RLX_MLX_COMPARE_LE = 3,
+  RLX_MLX_COMPARE_GT = 4,
+  RLX_MLX_COMPARE_GE = 5,
+} rlx_mlx_compare_op;
+
+/* Reductions (rlx::ir::ReduceOp). */
+typedef enum rlx_mlx_reduce_op {
+  RLX_MLX_REDUCE_SUM = 0,
+  RLX_MLX_REDUCE_MEAN = 1,
+  RLX_MLX_REDUCE_MAX = 2,
+  RLX_MLX_REDUCE_MIN = 3,
+  RLX_MLX_REDUCE_PROD = 4,
+} rlx_mlx_reduce_op;
+
+/* Index reductions (rlx::ir::ArgReduceOp). */
+typedef enum rlx_mlx_arg_reduce_op {
+  RLX_MLX_ARGMAX = 0,
+  RLX_MLX_ARGMIN = 1,
+} rlx_mlx_arg_reduce_op;
+
+/* What a sort or top-k returns (rlx::ir::SortOutput). */
+typedef enum rlx_mlx_sort_output {
+  RLX_MLX_SORT_VALUES = 0,
+  RLX_MLX_SORT_INDICES = 1,
+} rlx_mlx_sort_output;
+
+/* Pooling functions (rlx::ir::PoolKind). */
+typedef enum rlx_mlx_pool_kind {
+  RLX_MLX_POOL_MAX = 0,
+  RLX_MLX_POOL_AVG = 1,
+} rlx_mlx_pool_kind;
+
+/* Attention mask kinds (rlx::ir::AttentionMask). */
+typedef enum rlx_mlx_mask_kind {
   RLX_MLX_MASK_NONE = 0,
   RLX_MLX_MASK_CAUSAL = 1,
   RLX_MLX_MASK_WINDOW = 2,
   RLX_MLX_MASK_ARRAY = 3,
-};
+} rlx_mlx_mask_kind;
 
 /* ---- status, errors, bookkeeping ---- */
 const char* rlx_mlx_last_error(void);
@@ -68,9 +144,9 @@ const char* rlx_mlx_blas(void);
 void rlx_mlx_array_free(rlx_mlx_array* a);
 int rlx_mlx_array_clone(const rlx_mlx_array* a, rlx_mlx_array** out);
 int rlx_mlx_array_from_bytes(const void* data, size_t nbytes, const int64_t* shape,
-                             size_t ndim, int dtype, rlx_mlx_array** out);
+                             size_t ndim, rlx_mlx_dtype dtype, rlx_mlx_array** out);
 /* dtype, rank, and up to `cap` dims. */
-int rlx_mlx_array_info(const rlx_mlx_array* a, int* dtype, size_t* ndim, int64_t* dims,
+int rlx_mlx_array_info(const rlx_mlx_array* a, rlx_mlx_dtype* dtype, size_t* ndim, int64_t* dims,
                        size_t cap);
 /* Evaluates `a`, makes it row-contiguous and copies exactly `nbytes` bytes out. */
 int rlx_mlx_array_read(const rlx_mlx_array* a, void* dst, size_t nbytes);
@@ -94,19 +170,19 @@ int rlx_mlx_function_call(rlx_mlx_function* f, rlx_mlx_array* const* inputs, siz
 void rlx_mlx_function_free(rlx_mlx_function* f);
 
 /* ---- ops ---- */
-int rlx_mlx_unary(int kind, const rlx_mlx_array* x, rlx_mlx_array** out);
-int rlx_mlx_binary(int kind, const rlx_mlx_array* a, const rlx_mlx_array* b,
+int rlx_mlx_unary(rlx_mlx_unary_op kind, const rlx_mlx_array* x, rlx_mlx_array** out);
+int rlx_mlx_binary(rlx_mlx_binary_op kind, const rlx_mlx_array* a, const rlx_mlx_array* b,
                    rlx_mlx_array** out);
-int rlx_mlx_compare(int kind, const rlx_mlx_array* a, const rlx_mlx_array* b,
+int rlx_mlx_compare(rlx_mlx_compare_op kind, const rlx_mlx_array* a, const rlx_mlx_array* b,
                     rlx_mlx_array** out);
 int rlx_mlx_where(const rlx_mlx_array* cond, const rlx_mlx_array* a, const rlx_mlx_array* b,
                   rlx_mlx_array** out);
-int rlx_mlx_cast(const rlx_mlx_array* x, int dtype, rlx_mlx_array** out);
+int rlx_mlx_cast(const rlx_mlx_array* x, rlx_mlx_dtype dtype, rlx_mlx_array** out);
 int rlx_mlx_matmul(const rlx_mlx_array* a, const rlx_mlx_array* b, bool transpose_a,
                    bool transpose_b, rlx_mlx_array** out);
-int rlx_mlx_reduce(int kind, const rlx_mlx_array* x, const int32_t* axes, size_t n_axes,
+int rlx_mlx_reduce(rlx_mlx_reduce_op kind, const rlx_mlx_array* x, const int32_t* axes, size_t n_axes,
                    bool keep_dims, rlx_mlx_array** out);
-int rlx_mlx_arg_reduce(int kind, const rlx_mlx_array* x, int32_t axis, bool keep_dims,
+int rlx_mlx_arg_reduce(rlx_mlx_arg_reduce_op kind, const rlx_mlx_array* x, int32_t axis, bool keep_dims,
                        rlx_mlx_array** out);
 int rlx_mlx_cumsum(const rlx_mlx_array* x, int32_t axis, bool exclusive, bool reverse,
                    rlx_mlx_array** out);
@@ -138,7 +214,7 @@ int rlx_mlx_scatter_add(const rlx_mlx_array* data, const rlx_mlx_array* indices,
                         rlx_mlx_array** bad);
 /* mask may be NULL unless mask_kind is RLX_MLX_MASK_ARRAY; window is for _WINDOW. */
 int rlx_mlx_attention(const rlx_mlx_array* q, const rlx_mlx_array* k, const rlx_mlx_array* v,
-                      double scale, int mask_kind, int64_t window, const rlx_mlx_array* mask,
+                      double scale, rlx_mlx_mask_kind mask_kind, int64_t window, const rlx_mlx_array* mask,
                       rlx_mlx_array** out);
 /* offset may be NULL (positions start at 0). */
 int rlx_mlx_rope(const rlx_mlx_array* x, int32_t dims, double base, double scale,
@@ -147,14 +223,13 @@ int rlx_mlx_rope(const rlx_mlx_array* x, int32_t dims, double base, double scale
 int rlx_mlx_conv(const rlx_mlx_array* x, const rlx_mlx_array* w, const rlx_mlx_array* bias,
                  const int32_t* stride, const int32_t* pad_low, const int32_t* pad_high,
                  const int32_t* dilation, size_t spatial, int32_t groups, rlx_mlx_array** out);
-/* kind 0 = max, 1 = average. */
-int rlx_mlx_pool(int kind, const rlx_mlx_array* x, const int32_t* kernel,
+int rlx_mlx_pool(rlx_mlx_pool_kind kind, const rlx_mlx_array* x, const int32_t* kernel,
                  const int32_t* stride, const int32_t* pad_low, const int32_t* pad_high,
                  size_t spatial, rlx_mlx_array** out);
 /* Stable sort; indices come back as int64. */
-int rlx_mlx_sort(const rlx_mlx_array* x, int32_t axis, bool descending, bool indices,
-                 rlx_mlx_array** out);
-int rlx_mlx_topk(const rlx_mlx_array* x, int32_t k, int32_t axis, bool indices,
+int rlx_mlx_sort(const rlx_mlx_array* x, int32_t axis, bool descending,
+                 rlx_mlx_sort_output output, rlx_mlx_array** out);
+int rlx_mlx_topk(const rlx_mlx_array* x, int32_t k, int32_t axis, rlx_mlx_sort_output output,
                  rlx_mlx_array** out);
 int rlx_mlx_solve(const rlx_mlx_array* a, const rlx_mlx_array* b, rlx_mlx_array** out);
 /* w is uint8 [N, K*bits/8] with the low bits first. */

@@ -73,7 +73,7 @@ void put(rlx_mlx_array** out, mx::array a) {
   *out = wrap(std::move(a));
 }
 
-mx::Dtype dtype_of(int code) {
+mx::Dtype dtype_of(rlx_mlx_dtype code) {
   switch (code) {
     case RLX_MLX_BOOL: return mx::bool_;
     case RLX_MLX_U8: return mx::uint8;
@@ -88,11 +88,11 @@ mx::Dtype dtype_of(int code) {
     case RLX_MLX_F32: return mx::float32;
     case RLX_MLX_F64: return mx::float64;
     case RLX_MLX_BF16: return mx::bfloat16;
-    default: throw std::invalid_argument("[rlx] unknown dtype code " + std::to_string(code));
   }
+  throw std::invalid_argument("[rlx] unknown dtype code " + std::to_string(code));
 }
 
-int code_of(mx::Dtype d) {
+rlx_mlx_dtype code_of(mx::Dtype d) {
   switch (d.val()) {
     case mx::Dtype::Val::bool_: return RLX_MLX_BOOL;
     case mx::Dtype::Val::uint8: return RLX_MLX_U8;
@@ -136,50 +136,100 @@ std::vector<int> ints_of(const int32_t* v, size_t n) { return std::vector<int>(v
 
 // ---- elementwise ----
 
-mx::array unary(int kind, const mx::array& x0) {
-  const mx::Dtype dt = x0.dtype();
-  if (!is_float(dt)) {
-    switch (kind) {
-      case 0: return mx::negative(x0);
-      case 1: return mx::abs(x0);
-      case 11: return mx::maximum(x0, mx::zeros({}, dt));
-      case 19: return mx::sign(x0);
-      default: throw std::invalid_argument("[rlx] unary op " + std::to_string(kind) + " needs a float input");
-    }
+const char* unary_name(rlx_mlx_unary_op kind) {
+  switch (kind) {
+    case RLX_MLX_UNARY_NEG: return "neg";
+    case RLX_MLX_UNARY_ABS: return "abs";
+    case RLX_MLX_UNARY_EXP: return "exp";
+    case RLX_MLX_UNARY_LOG: return "log";
+    case RLX_MLX_UNARY_SQRT: return "sqrt";
+    case RLX_MLX_UNARY_RSQRT: return "rsqrt";
+    case RLX_MLX_UNARY_RECIP: return "recip";
+    case RLX_MLX_UNARY_SIN: return "sin";
+    case RLX_MLX_UNARY_COS: return "cos";
+    case RLX_MLX_UNARY_TANH: return "tanh";
+    case RLX_MLX_UNARY_SIGMOID: return "sigmoid";
+    case RLX_MLX_UNARY_RELU: return "relu";
+    case RLX_MLX_UNARY_GELU: return "gelu";
+    case RLX_MLX_UNARY_GELU_TANH: return "gelu_tanh";
+    case RLX_MLX_UNARY_SILU: return "silu";
+    case RLX_MLX_UNARY_ERF: return "erf";
+    case RLX_MLX_UNARY_FLOOR: return "floor";
+    case RLX_MLX_UNARY_CEIL: return "ceil";
+    case RLX_MLX_UNARY_ROUND: return "round";
+    case RLX_MLX_UNARY_SIGN: return "sign";
+    case RLX_MLX_UNARY_SOFTPLUS: return "softplus";
   }
-  const mx::array x = up(x0);
+  throw std::invalid_argument("[rlx] unknown unary op code " + std::to_string(kind));
+}
+
+// Integer operands: the kinds whose domain admits them.
+mx::array unary_int(rlx_mlx_unary_op kind, const mx::array& x) {
+  switch (kind) {
+    case RLX_MLX_UNARY_NEG: return mx::negative(x);
+    case RLX_MLX_UNARY_ABS: return mx::abs(x);
+    case RLX_MLX_UNARY_RELU: return mx::maximum(x, mx::zeros({}, x.dtype()));
+    case RLX_MLX_UNARY_SIGN: return mx::sign(x);
+    case RLX_MLX_UNARY_EXP:
+    case RLX_MLX_UNARY_LOG:
+    case RLX_MLX_UNARY_SQRT:
+    case RLX_MLX_UNARY_RSQRT:
+    case RLX_MLX_UNARY_RECIP:
+    case RLX_MLX_UNARY_SIN:
+    case RLX_MLX_UNARY_COS:
+    case RLX_MLX_UNARY_TANH:
+    case RLX_MLX_UNARY_SIGMOID:
+    case RLX_MLX_UNARY_GELU:
+    case RLX_MLX_UNARY_GELU_TANH:
+    case RLX_MLX_UNARY_SILU:
+    case RLX_MLX_UNARY_ERF:
+    case RLX_MLX_UNARY_FLOOR:
+    case RLX_MLX_UNARY_CEIL:
+    case RLX_MLX_UNARY_ROUND:
+    case RLX_MLX_UNARY_SOFTPLUS:
+      throw std::invalid_argument(std::string("[rlx] ") + unary_name(kind) + " needs a float input");
+  }
+  throw std::invalid_argument("[rlx] unknown unary op code " + std::to_string(kind));
+}
+
+mx::array unary_float(rlx_mlx_unary_op kind, const mx::array& x) {
   const mx::Dtype ct = x.dtype();
   auto c = [&](double v) { return mx::array(v, ct); };
-  mx::array y = x;
   switch (kind) {
-    case 0: y = mx::negative(x); break;
-    case 1: y = mx::abs(x); break;
-    case 2: y = mx::exp(x); break;
-    case 3: y = mx::log(x); break;
-    case 4: y = mx::sqrt(x); break;
-    case 5: y = mx::rsqrt(x); break;
-    case 6: y = mx::reciprocal(x); break;
-    case 7: y = mx::sin(x); break;
-    case 8: y = mx::cos(x); break;
-    case 9: y = mx::tanh(x); break;
-    case 10: y = mx::sigmoid(x); break;
-    case 11: y = mx::where(mx::greater(x, c(0)), x, c(0)); break;
-    case 12: y = x * c(0.5) * (c(1) + mx::erf(x * c(0.70710678118654752440))); break;
-    case 13: {
+    case RLX_MLX_UNARY_NEG: return mx::negative(x);
+    case RLX_MLX_UNARY_ABS: return mx::abs(x);
+    case RLX_MLX_UNARY_EXP: return mx::exp(x);
+    case RLX_MLX_UNARY_LOG: return mx::log(x);
+    case RLX_MLX_UNARY_SQRT: return mx::sqrt(x);
+    case RLX_MLX_UNARY_RSQRT: return mx::rsqrt(x);
+    case RLX_MLX_UNARY_RECIP: return mx::reciprocal(x);
+    case RLX_MLX_UNARY_SIN: return mx::sin(x);
+    case RLX_MLX_UNARY_COS: return mx::cos(x);
+    case RLX_MLX_UNARY_TANH: return mx::tanh(x);
+    case RLX_MLX_UNARY_SIGMOID: return mx::sigmoid(x);
+    case RLX_MLX_UNARY_RELU: return mx::where(mx::greater(x, c(0)), x, c(0));
+    case RLX_MLX_UNARY_GELU: return x * c(0.5) * (c(1) + mx::erf(x * c(0.70710678118654752440)));
+    case RLX_MLX_UNARY_GELU_TANH: {
       const mx::array inner = c(0.79788456080286535588) * (x + c(0.044715) * x * x * x);
-      y = c(0.5) * x * (c(1) + mx::tanh(inner));
-      break;
+      return c(0.5) * x * (c(1) + mx::tanh(inner));
     }
-    case 14: y = x * mx::sigmoid(x); break;
-    case 15: y = mx::erf(x); break;
-    case 16: y = mx::floor(x); break;
-    case 17: y = mx::ceil(x); break;
-    case 18: y = mx::round(x); break;
-    case 19: y = mx::where(mx::isnan(x), x, mx::sign(x)); break;
-    case 20: y = mx::logaddexp(x, c(0)); break;
-    default: throw std::invalid_argument("[rlx] unknown unary op " + std::to_string(kind));
+    case RLX_MLX_UNARY_SILU: return x * mx::sigmoid(x);
+    case RLX_MLX_UNARY_ERF: return mx::erf(x);
+    case RLX_MLX_UNARY_FLOOR: return mx::floor(x);
+    case RLX_MLX_UNARY_CEIL: return mx::ceil(x);
+    case RLX_MLX_UNARY_ROUND: return mx::round(x);
+    case RLX_MLX_UNARY_SIGN: return mx::where(mx::isnan(x), x, mx::sign(x));
+    case RLX_MLX_UNARY_SOFTPLUS: return mx::logaddexp(x, c(0));
   }
-  return down(y, dt);
+  throw std::invalid_argument("[rlx] unknown unary op code " + std::to_string(kind));
+}
+
+mx::array unary(rlx_mlx_unary_op kind, const mx::array& x0) {
+  const mx::Dtype dt = x0.dtype();
+  if (!is_float(dt)) {
+    return unary_int(kind, x0);
+  }
+  return down(unary_float(kind, up(x0)), dt);
 }
 
 // Floor division and floor remainder of integers; a zero divisor gives 0, never a trap.
@@ -211,51 +261,55 @@ std::pair<mx::array, mx::array> int_divmod(const mx::array& a, const mx::array& 
   return {q, r};
 }
 
-mx::array binary(int kind, const mx::array& a0, const mx::array& b0) {
-  const mx::Dtype dt = a0.dtype();
-  if (!is_float(dt)) {
-    switch (kind) {
-      case 0: return mx::add(a0, b0);
-      case 1: return mx::subtract(a0, b0);
-      case 2: return mx::multiply(a0, b0);
-      case 3: return int_divmod(a0, b0).first;
-      case 5: return mx::maximum(a0, b0);
-      case 6: return mx::minimum(a0, b0);
-      case 7: return int_divmod(a0, b0).second;
-      default: throw std::invalid_argument("[rlx] binary op " + std::to_string(kind) + " needs float inputs");
-    }
-  }
-  const mx::array a = up(a0);
-  const mx::array b = up(b0);
-  mx::array y = a;
+mx::array binary_int(rlx_mlx_binary_op kind, const mx::array& a, const mx::array& b) {
   switch (kind) {
-    case 0: y = mx::add(a, b); break;
-    case 1: y = mx::subtract(a, b); break;
-    case 2: y = mx::multiply(a, b); break;
-    case 3: y = mx::divide(a, b); break;
-    case 4: y = mx::power(a, b); break;
-    case 5: y = mx::maximum(a, b); break;
-    case 6: y = mx::minimum(a, b); break;
-    case 7: {
-      const mx::array r = mx::subtract(a, mx::multiply(mx::floor(mx::divide(a, b)), b));
-      y = mx::where(mx::logical_or(mx::isnan(a), mx::isnan(b)), mx::divide(a, b), r);
-      break;
-    }
-    default: throw std::invalid_argument("[rlx] unknown binary op " + std::to_string(kind));
+    case RLX_MLX_BINARY_ADD: return mx::add(a, b);
+    case RLX_MLX_BINARY_SUB: return mx::subtract(a, b);
+    case RLX_MLX_BINARY_MUL: return mx::multiply(a, b);
+    case RLX_MLX_BINARY_DIV: return int_divmod(a, b).first;
+    case RLX_MLX_BINARY_MAX: return mx::maximum(a, b);
+    case RLX_MLX_BINARY_MIN: return mx::minimum(a, b);
+    case RLX_MLX_BINARY_REM: return int_divmod(a, b).second;
+    case RLX_MLX_BINARY_POW: throw std::invalid_argument("[rlx] pow needs float inputs");
   }
-  return down(y, dt);
+  throw std::invalid_argument("[rlx] unknown binary op code " + std::to_string(kind));
 }
 
-mx::array compare(int kind, const mx::array& a, const mx::array& b) {
+mx::array binary_float(rlx_mlx_binary_op kind, const mx::array& a, const mx::array& b) {
   switch (kind) {
-    case 0: return mx::equal(a, b);
-    case 1: return mx::not_equal(a, b);
-    case 2: return mx::less(a, b);
-    case 3: return mx::less_equal(a, b);
-    case 4: return mx::greater(a, b);
-    case 5: return mx::greater_equal(a, b);
-    default: throw std::invalid_argument("[rlx] unknown comparison " + std::to_string(kind));
+    case RLX_MLX_BINARY_ADD: return mx::add(a, b);
+    case RLX_MLX_BINARY_SUB: return mx::subtract(a, b);
+    case RLX_MLX_BINARY_MUL: return mx::multiply(a, b);
+    case RLX_MLX_BINARY_DIV: return mx::divide(a, b);
+    case RLX_MLX_BINARY_POW: return mx::power(a, b);
+    case RLX_MLX_BINARY_MAX: return mx::maximum(a, b);
+    case RLX_MLX_BINARY_MIN: return mx::minimum(a, b);
+    case RLX_MLX_BINARY_REM: {
+      const mx::array r = mx::subtract(a, mx::multiply(mx::floor(mx::divide(a, b)), b));
+      return mx::where(mx::logical_or(mx::isnan(a), mx::isnan(b)), mx::divide(a, b), r);
+    }
   }
+  throw std::invalid_argument("[rlx] unknown binary op code " + std::to_string(kind));
+}
+
+mx::array binary(rlx_mlx_binary_op kind, const mx::array& a, const mx::array& b) {
+  const mx::Dtype dt = a.dtype();
+  if (!is_float(dt)) {
+    return binary_int(kind, a, b);
+  }
+  return down(binary_float(kind, up(a), up(b)), dt);
+}
+
+mx::array compare(rlx_mlx_compare_op kind, const mx::array& a, const mx::array& b) {
+  switch (kind) {
+    case RLX_MLX_COMPARE_EQ: return mx::equal(a, b);
+    case RLX_MLX_COMPARE_NE: return mx::not_equal(a, b);
+    case RLX_MLX_COMPARE_LT: return mx::less(a, b);
+    case RLX_MLX_COMPARE_LE: return mx::less_equal(a, b);
+    case RLX_MLX_COMPARE_GT: return mx::greater(a, b);
+    case RLX_MLX_COMPARE_GE: return mx::greater_equal(a, b);
+  }
+  throw std::invalid_argument("[rlx] unknown comparison code " + std::to_string(kind));
 }
 
 // Rust `as`: floats to integers saturate and NaN becomes 0; anything to bool is `!= 0`.
@@ -288,24 +342,23 @@ mx::array cast(const mx::array& x, mx::Dtype to) {
   return mx::where(small, min_v, r);
 }
 
-mx::array reduce(int kind, const mx::array& x0, const std::vector<int>& axes, bool keep) {
+mx::array reduce(rlx_mlx_reduce_op kind, const mx::array& x0, const std::vector<int>& axes, bool keep) {
   const mx::Dtype dt = x0.dtype();
   const mx::array x = up(x0);
-  mx::array y = x;
-  switch (kind) {
-    case 0: y = mx::sum(x, axes, keep); break;
-    case 1: y = mx::mean(x, axes, keep); break;
-    case 2: y = mx::max(x, axes, keep); break;
-    case 3: y = mx::min(x, axes, keep); break;
-    case 4: y = mx::prod(x, axes, keep); break;
-    default: throw std::invalid_argument("[rlx] unknown reduction " + std::to_string(kind));
-  }
-  if (is_float(dt) && (kind == 2 || kind == 3)) {
-    // NaN wins, as in numpy and the CPU backend.
+  // NaN wins max and min, as in numpy and the CPU backend.
+  auto nan_wins = [&](const mx::array& y) {
+    if (!is_float(dt)) return y;
     const mx::array has_nan = mx::any(mx::isnan(x), axes, keep);
-    y = mx::where(has_nan, mx::array(std::numeric_limits<float>::quiet_NaN(), y.dtype()), y);
+    return mx::where(has_nan, mx::array(std::numeric_limits<float>::quiet_NaN(), y.dtype()), y);
+  };
+  switch (kind) {
+    case RLX_MLX_REDUCE_SUM: return down(mx::sum(x, axes, keep), dt);
+    case RLX_MLX_REDUCE_MEAN: return down(mx::mean(x, axes, keep), dt);
+    case RLX_MLX_REDUCE_MAX: return down(nan_wins(mx::max(x, axes, keep)), dt);
+    case RLX_MLX_REDUCE_MIN: return down(nan_wins(mx::min(x, axes, keep)), dt);
+    case RLX_MLX_REDUCE_PROD: return down(mx::prod(x, axes, keep), dt);
   }
-  return down(y, dt);
+  throw std::invalid_argument("[rlx] unknown reduction code " + std::to_string(kind));
 }
 
 // Rows of `ok` (bool, [.., Sq, Sk]) with no visible key produce zeros in the RLX IR.
@@ -315,7 +368,7 @@ mx::array zero_blind_rows(const mx::array& out, const mx::array& ok) {
 }
 
 mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, double scale,
-                    int mask_kind, int64_t window, const rlx_mlx_array* mask_h) {
+                    rlx_mlx_mask_kind mask_kind, int64_t window, const rlx_mlx_array* mask_h) {
   const int rank = static_cast<int>(q.ndim());
   if (rank < 2 || static_cast<int>(k.ndim()) != rank || static_cast<int>(v.ndim()) != rank) {
     throw std::invalid_argument("[rlx] attention needs q, k, v of one rank >= 2");
@@ -333,27 +386,33 @@ mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, 
   mx::Shape score_shape(out_shape.begin(), out_shape.end() - 1);
   score_shape.push_back(sk);
 
-  std::optional<mx::array> ok;  // bool [.., Sq, Sk]: which keys a query sees
-  std::optional<mx::array> additive;
-  if (mask_kind == RLX_MLX_MASK_CAUSAL || mask_kind == RLX_MLX_MASK_WINDOW) {
+  auto causal = [&](std::optional<int64_t> w) {
     const mx::array qi = mx::reshape(mx::add(mx::arange(sq, mx::int32), mx::array(sk - sq, mx::int32)), {sq, 1});
     const mx::array ki = mx::reshape(mx::arange(sk, mx::int32), {1, sk});
     mx::array m = mx::less_equal(ki, qi);
-    if (mask_kind == RLX_MLX_MASK_WINDOW) {
-      m = mx::logical_and(m, mx::greater(ki, mx::subtract(qi, mx::array(static_cast<int>(window), mx::int32))));
+    if (w) {
+      m = mx::logical_and(m, mx::greater(ki, mx::subtract(qi, mx::array(static_cast<int>(*w), mx::int32))));
     }
-    ok = m;
-  } else if (mask_kind == RLX_MLX_MASK_ARRAY) {
-    const mx::array& m = get(mask_h);
-    if (m.dtype() == mx::bool_) {
-      ok = m;
-    } else {
-      additive = m;
-      ok = mx::greater(m, mx::array(-std::numeric_limits<float>::infinity(), m.dtype()));
+    return m;
+  };
+  using Opt = std::optional<mx::array>;
+  // Which keys a query sees (bool [.., Sq, Sk]), and the additive mask when there is one.
+  auto visible = [&]() -> std::pair<Opt, Opt> {
+    switch (mask_kind) {
+      case RLX_MLX_MASK_NONE: return {std::nullopt, std::nullopt};
+      case RLX_MLX_MASK_CAUSAL: return {causal(std::nullopt), std::nullopt};
+      case RLX_MLX_MASK_WINDOW: return {causal(window), std::nullopt};
+      case RLX_MLX_MASK_ARRAY: {
+        const mx::array& m = get(mask_h);
+        if (m.dtype() == mx::bool_) {
+          return {m, std::nullopt};
+        }
+        return {mx::greater(m, mx::array(-std::numeric_limits<float>::infinity(), m.dtype())), m};
+      }
     }
-  } else if (mask_kind != RLX_MLX_MASK_NONE) {
-    throw std::invalid_argument("[rlx] unknown attention mask kind");
-  }
+    throw std::invalid_argument("[rlx] unknown attention mask code " + std::to_string(mask_kind));
+  };
+  const auto [ok, additive] = visible();
 
   const mx::Dtype dt = q.dtype();
   const mx::array q4 = four(up(q)), k4 = four(up(k)), v4 = four(up(v));
@@ -392,7 +451,7 @@ mx::array conv(const mx::array& x, const mx::array& w, const rlx_mlx_array* bias
 }
 
 // One strided slice per window offset, combined with max or sum.
-mx::array pool(int kind, const mx::array& x0, const std::vector<int>& kernel,
+mx::array pool(rlx_mlx_pool_kind kind, const mx::array& x0, const std::vector<int>& kernel,
                const std::vector<int>& stride, const std::vector<int>& lo,
                const std::vector<int>& hi) {
   const mx::Dtype dt = x0.dtype();
@@ -406,7 +465,14 @@ mx::array pool(int kind, const mx::array& x0, const std::vector<int>& kernel,
     low.push_back(lo[i]);
     high.push_back(hi[i]);
   }
-  const double fill = kind == 0 ? -std::numeric_limits<double>::infinity() : 0.0;
+  const bool max = [&] {
+    switch (kind) {
+      case RLX_MLX_POOL_MAX: return true;
+      case RLX_MLX_POOL_AVG: return false;
+    }
+    throw std::invalid_argument("[rlx] unknown pool code " + std::to_string(kind));
+  }();
+  const double fill = max ? -std::numeric_limits<double>::infinity() : 0.0;
   const mx::array padded = mx::pad(x, axes, low, high, mx::array(fill, x.dtype()));
   mx::Shape out_spatial;
   for (int i = 0; i < n; ++i) {
@@ -431,17 +497,25 @@ mx::array pool(int kind, const mx::array& x0, const std::vector<int>& kernel,
     if (!acc) {
       acc = part;
     } else {
-      acc = kind == 0 ? mx::maximum(*acc, part) : mx::add(*acc, part);
+      acc = max ? mx::maximum(*acc, part) : mx::add(*acc, part);
     }
   }
   mx::array y = *acc;
-  if (kind == 1) {
+  if (!max) {
     y = mx::divide(y, mx::array(static_cast<double>(windows), y.dtype()));
   }
   return down(y, dt);
 }
 
 // Stable, with ties in index order for both directions.
+bool wants_indices(rlx_mlx_sort_output output) {
+  switch (output) {
+    case RLX_MLX_SORT_VALUES: return false;
+    case RLX_MLX_SORT_INDICES: return true;
+  }
+  throw std::invalid_argument("[rlx] unknown sort output code " + std::to_string(output));
+}
+
 mx::array sort(const mx::array& x, int axis, bool descending, bool indices) {
   if (axis < 0) axis += x.ndim();
   const int n = x.shape(axis);
@@ -543,7 +617,7 @@ int rlx_mlx_array_clone(const rlx_mlx_array* a, rlx_mlx_array** out) {
 }
 
 int rlx_mlx_array_from_bytes(const void* data, size_t nbytes, const int64_t* shape, size_t ndim,
-                             int dtype, rlx_mlx_array** out) {
+                             rlx_mlx_dtype dtype, rlx_mlx_array** out) {
   return guard([&] {
     const mx::Dtype dt = dtype_of(dtype);
     const mx::Shape s = shape_of(shape, ndim);
@@ -563,7 +637,7 @@ int rlx_mlx_array_from_bytes(const void* data, size_t nbytes, const int64_t* sha
   });
 }
 
-int rlx_mlx_array_info(const rlx_mlx_array* a, int* dtype, size_t* ndim, int64_t* dims,
+int rlx_mlx_array_info(const rlx_mlx_array* a, rlx_mlx_dtype* dtype, size_t* ndim, int64_t* dims,
                        size_t cap) {
   return guard([&] {
     const mx::array& x = get(a);
@@ -668,15 +742,15 @@ void rlx_mlx_function_free(rlx_mlx_function* f) {
   delete f;
 }
 
-int rlx_mlx_unary(int kind, const rlx_mlx_array* x, rlx_mlx_array** out) {
+int rlx_mlx_unary(rlx_mlx_unary_op kind, const rlx_mlx_array* x, rlx_mlx_array** out) {
   return guard([&] { put(out, unary(kind, get(x))); });
 }
 
-int rlx_mlx_binary(int kind, const rlx_mlx_array* a, const rlx_mlx_array* b, rlx_mlx_array** out) {
+int rlx_mlx_binary(rlx_mlx_binary_op kind, const rlx_mlx_array* a, const rlx_mlx_array* b, rlx_mlx_array** out) {
   return guard([&] { put(out, binary(kind, get(a), get(b))); });
 }
 
-int rlx_mlx_compare(int kind, const rlx_mlx_array* a, const rlx_mlx_array* b, rlx_mlx_array** out) {
+int rlx_mlx_compare(rlx_mlx_compare_op kind, const rlx_mlx_array* a, const rlx_mlx_array* b, rlx_mlx_array** out) {
   return guard([&] { put(out, compare(kind, get(a), get(b))); });
 }
 
@@ -685,7 +759,7 @@ int rlx_mlx_where(const rlx_mlx_array* cond, const rlx_mlx_array* a, const rlx_m
   return guard([&] { put(out, mx::where(get(cond), get(a), get(b))); });
 }
 
-int rlx_mlx_cast(const rlx_mlx_array* x, int dtype, rlx_mlx_array** out) {
+int rlx_mlx_cast(const rlx_mlx_array* x, rlx_mlx_dtype dtype, rlx_mlx_array** out) {
   return guard([&] { put(out, cast(get(x), dtype_of(dtype))); });
 }
 
@@ -701,17 +775,20 @@ int rlx_mlx_matmul(const rlx_mlx_array* a, const rlx_mlx_array* b, bool transpos
   });
 }
 
-int rlx_mlx_reduce(int kind, const rlx_mlx_array* x, const int32_t* axes, size_t n_axes,
+int rlx_mlx_reduce(rlx_mlx_reduce_op kind, const rlx_mlx_array* x, const int32_t* axes, size_t n_axes,
                    bool keep_dims, rlx_mlx_array** out) {
   return guard([&] { put(out, reduce(kind, get(x), ints_of(axes, n_axes), keep_dims)); });
 }
 
-int rlx_mlx_arg_reduce(int kind, const rlx_mlx_array* x, int32_t axis, bool keep_dims,
-                       rlx_mlx_array** out) {
+int rlx_mlx_arg_reduce(rlx_mlx_arg_reduce_op kind, const rlx_mlx_array* x, int32_t axis,
+                       bool keep_dims, rlx_mlx_array** out) {
   return guard([&] {
     const mx::array& v = get(x);
-    mx::array i = kind == 0 ? mx::argmax(v, axis, keep_dims) : mx::argmin(v, axis, keep_dims);
-    put(out, mx::astype(i, mx::int64));
+    switch (kind) {
+      case RLX_MLX_ARGMAX: put(out, mx::astype(mx::argmax(v, axis, keep_dims), mx::int64)); return;
+      case RLX_MLX_ARGMIN: put(out, mx::astype(mx::argmin(v, axis, keep_dims), mx::int64)); return;
+    }
+    throw std::invalid_argument("[rlx] unknown arg-reduce code " + std::to_string(kind));
   });
 }
 
@@ -822,7 +899,8 @@ int rlx_mlx_scatter_add(const rlx_mlx_array* data, const rlx_mlx_array* indices,
 }
 
 int rlx_mlx_attention(const rlx_mlx_array* q, const rlx_mlx_array* k, const rlx_mlx_array* v,
-                      double scale, int mask_kind, int64_t window, const rlx_mlx_array* mask,
+                      double scale, rlx_mlx_mask_kind mask_kind, int64_t window,
+                      const rlx_mlx_array* mask,
                       rlx_mlx_array** out) {
   return guard([&] { put(out, attention(get(q), get(k), get(v), scale, mask_kind, window, mask)); });
 }
@@ -849,7 +927,7 @@ int rlx_mlx_conv(const rlx_mlx_array* x, const rlx_mlx_array* w, const rlx_mlx_a
   });
 }
 
-int rlx_mlx_pool(int kind, const rlx_mlx_array* x, const int32_t* kernel, const int32_t* stride,
+int rlx_mlx_pool(rlx_mlx_pool_kind kind, const rlx_mlx_array* x, const int32_t* kernel, const int32_t* stride,
                  const int32_t* pad_low, const int32_t* pad_high, size_t spatial,
                  rlx_mlx_array** out) {
   return guard([&] {
@@ -858,15 +936,16 @@ int rlx_mlx_pool(int kind, const rlx_mlx_array* x, const int32_t* kernel, const 
   });
 }
 
-int rlx_mlx_sort(const rlx_mlx_array* x, int32_t axis, bool descending, bool indices,
-                 rlx_mlx_array** out) {
-  return guard([&] { put(out, sort(get(x), axis, descending, indices)); });
+int rlx_mlx_sort(const rlx_mlx_array* x, int32_t axis, bool descending,
+                 rlx_mlx_sort_output output, rlx_mlx_array** out) {
+  return guard([&] { put(out, sort(get(x), axis, descending, wants_indices(output))); });
 }
 
-int rlx_mlx_topk(const rlx_mlx_array* x, int32_t k, int32_t axis, bool indices, rlx_mlx_array** out) {
+int rlx_mlx_topk(const rlx_mlx_array* x, int32_t k, int32_t axis, rlx_mlx_sort_output output,
+                 rlx_mlx_array** out) {
   return guard([&] {
     const mx::array& v = get(x);
-    const mx::array sorted = sort(v, axis, true, indices);
+    const mx::array sorted = sort(v, axis, true, wants_indices(output));
     mx::Shape start(v.ndim(), 0), stop(sorted.shape());
     const int a = axis < 0 ? axis + static_cast<int>(v.ndim()) : axis;
     stop[a] = k;

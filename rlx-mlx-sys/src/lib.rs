@@ -6,7 +6,8 @@
 //! - every fallible call returns 0 on success; on failure the C++ exception's message is
 //!   kept in a thread-local string that [`rlx_mlx_last_error`] returns;
 //! - data crosses as raw little-endian bytes in the array's own dtype;
-//! - op kinds are small integers in the order of the RLX IR enums.
+//! - every enum crossing the ABI is a `typedef enum` of the header; its Rust type and
+//!   constants are generated from the header, so the two cannot disagree.
 //!
 //! The build script finds MLX (`MLX_DIR`, the pinned wheel in `vendor/mlx`, or an installed
 //! Python `mlx`), compiles the shim and links `libmlx`. It publishes the library directory
@@ -35,24 +36,8 @@ pub struct rlx_mlx_function {
     _private: [u8; 0],
 }
 
-pub const RLX_MLX_BOOL: c_int = 0;
-pub const RLX_MLX_U8: c_int = 1;
-pub const RLX_MLX_U16: c_int = 2;
-pub const RLX_MLX_U32: c_int = 3;
-pub const RLX_MLX_U64: c_int = 4;
-pub const RLX_MLX_I8: c_int = 5;
-pub const RLX_MLX_I16: c_int = 6;
-pub const RLX_MLX_I32: c_int = 7;
-pub const RLX_MLX_I64: c_int = 8;
-pub const RLX_MLX_F16: c_int = 9;
-pub const RLX_MLX_F32: c_int = 10;
-pub const RLX_MLX_F64: c_int = 11;
-pub const RLX_MLX_BF16: c_int = 12;
-
-pub const RLX_MLX_MASK_NONE: c_int = 0;
-pub const RLX_MLX_MASK_CAUSAL: c_int = 1;
-pub const RLX_MLX_MASK_WINDOW: c_int = 2;
-pub const RLX_MLX_MASK_ARRAY: c_int = 3;
+// The ABI's enums and their codes, generated from `cpp/rlx_mlx.h` by the build script.
+include!(concat!(env!("OUT_DIR"), "/codes.rs"));
 
 /// The lowering callback of [`rlx_mlx_compile`].
 pub type rlx_mlx_lower_fn = unsafe extern "C" fn(
@@ -81,12 +66,12 @@ unsafe extern "C" {
         nbytes: usize,
         shape: *const i64,
         ndim: usize,
-        dtype: c_int,
+        dtype: rlx_mlx_dtype,
         out: *mut *mut Array,
     ) -> c_int;
     pub fn rlx_mlx_array_info(
         a: *const Array,
-        dtype: *mut c_int,
+        dtype: *mut rlx_mlx_dtype,
         ndim: *mut usize,
         dims: *mut i64,
         cap: usize,
@@ -114,15 +99,15 @@ unsafe extern "C" {
     ) -> c_int;
     pub fn rlx_mlx_function_free(f: *mut rlx_mlx_function);
 
-    pub fn rlx_mlx_unary(kind: c_int, x: *const Array, out: *mut *mut Array) -> c_int;
+    pub fn rlx_mlx_unary(kind: rlx_mlx_unary_op, x: *const Array, out: *mut *mut Array) -> c_int;
     pub fn rlx_mlx_binary(
-        kind: c_int,
+        kind: rlx_mlx_binary_op,
         a: *const Array,
         b: *const Array,
         out: *mut *mut Array,
     ) -> c_int;
     pub fn rlx_mlx_compare(
-        kind: c_int,
+        kind: rlx_mlx_compare_op,
         a: *const Array,
         b: *const Array,
         out: *mut *mut Array,
@@ -133,7 +118,7 @@ unsafe extern "C" {
         b: *const Array,
         out: *mut *mut Array,
     ) -> c_int;
-    pub fn rlx_mlx_cast(x: *const Array, dtype: c_int, out: *mut *mut Array) -> c_int;
+    pub fn rlx_mlx_cast(x: *const Array, dtype: rlx_mlx_dtype, out: *mut *mut Array) -> c_int;
     pub fn rlx_mlx_matmul(
         a: *const Array,
         b: *const Array,
@@ -142,7 +127,7 @@ unsafe extern "C" {
         out: *mut *mut Array,
     ) -> c_int;
     pub fn rlx_mlx_reduce(
-        kind: c_int,
+        kind: rlx_mlx_reduce_op,
         x: *const Array,
         axes: *const i32,
         n_axes: usize,
@@ -150,7 +135,7 @@ unsafe extern "C" {
         out: *mut *mut Array,
     ) -> c_int;
     pub fn rlx_mlx_arg_reduce(
-        kind: c_int,
+        kind: rlx_mlx_arg_reduce_op,
         x: *const Array,
         axis: i32,
         keep_dims: bool,
@@ -237,7 +222,7 @@ unsafe extern "C" {
         k: *const Array,
         v: *const Array,
         scale: f64,
-        mask_kind: c_int,
+        mask_kind: rlx_mlx_mask_kind,
         window: i64,
         mask: *const Array,
         out: *mut *mut Array,
@@ -264,7 +249,7 @@ unsafe extern "C" {
         out: *mut *mut Array,
     ) -> c_int;
     pub fn rlx_mlx_pool(
-        kind: c_int,
+        kind: rlx_mlx_pool_kind,
         x: *const Array,
         kernel: *const i32,
         stride: *const i32,
@@ -277,14 +262,14 @@ unsafe extern "C" {
         x: *const Array,
         axis: i32,
         descending: bool,
-        indices: bool,
+        output: rlx_mlx_sort_output,
         out: *mut *mut Array,
     ) -> c_int;
     pub fn rlx_mlx_topk(
         x: *const Array,
         k: i32,
         axis: i32,
-        indices: bool,
+        output: rlx_mlx_sort_output,
         out: *mut *mut Array,
     ) -> c_int;
     pub fn rlx_mlx_solve(a: *const Array, b: *const Array, out: *mut *mut Array) -> c_int;

@@ -8,6 +8,7 @@ mod dtype;
 mod error;
 mod graph;
 mod infer;
+mod kinds;
 mod node;
 mod op;
 mod shape;
@@ -18,6 +19,7 @@ pub use dim::{Dim, DimExpr, EvalDimError, Symbol};
 pub use dtype::{DType, Element};
 pub use error::InferError;
 pub use graph::{Graph, Output};
+pub use kinds::Domain;
 pub use node::{Node, NodeId};
 pub use op::{
     ArgReduceOp, AttentionMask, AttrValue, BinaryOp, CompareOp, Op, PoolKind, ReduceOp, SortOutput,

@@ -8,225 +8,8 @@ use std::fmt;
 
 use super::constant::{ConstantData, Scalar};
 use super::dtype::DType;
+pub use super::kinds::{ArgReduceOp, BinaryOp, CompareOp, PoolKind, ReduceOp, SortOutput, UnaryOp};
 use super::shape::{Shape, TensorType};
-
-/// Elementwise functions of one tensor.
-///
-/// `Neg`, `Abs`, `Sign` and `Relu` accept every numeric dtype (`Neg` only signed ones);
-/// the rest need a float dtype.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[allow(missing_docs)] // the variant names are the functions
-pub enum UnaryOp {
-    Neg,
-    Abs,
-    Exp,
-    Log,
-    Sqrt,
-    Rsqrt,
-    Recip,
-    Sin,
-    Cos,
-    Tanh,
-    Sigmoid,
-    Relu,
-    /// GELU with the exact erf formulation.
-    Gelu,
-    /// GELU with the tanh approximation.
-    GeluTanh,
-    Silu,
-    Erf,
-    Floor,
-    Ceil,
-    /// Round half to even.
-    Round,
-    Sign,
-    Softplus,
-}
-
-impl UnaryOp {
-    /// Every unary kind.
-    pub const ALL: [UnaryOp; 21] = [
-        UnaryOp::Neg,
-        UnaryOp::Abs,
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Sqrt,
-        UnaryOp::Rsqrt,
-        UnaryOp::Recip,
-        UnaryOp::Sin,
-        UnaryOp::Cos,
-        UnaryOp::Tanh,
-        UnaryOp::Sigmoid,
-        UnaryOp::Relu,
-        UnaryOp::Gelu,
-        UnaryOp::GeluTanh,
-        UnaryOp::Silu,
-        UnaryOp::Erf,
-        UnaryOp::Floor,
-        UnaryOp::Ceil,
-        UnaryOp::Round,
-        UnaryOp::Sign,
-        UnaryOp::Softplus,
-    ];
-
-    /// Lowercase name used in printed graphs.
-    pub fn name(self) -> &'static str {
-        match self {
-            UnaryOp::Neg => "neg",
-            UnaryOp::Abs => "abs",
-            UnaryOp::Exp => "exp",
-            UnaryOp::Log => "log",
-            UnaryOp::Sqrt => "sqrt",
-            UnaryOp::Rsqrt => "rsqrt",
-            UnaryOp::Recip => "recip",
-            UnaryOp::Sin => "sin",
-            UnaryOp::Cos => "cos",
-            UnaryOp::Tanh => "tanh",
-            UnaryOp::Sigmoid => "sigmoid",
-            UnaryOp::Relu => "relu",
-            UnaryOp::Gelu => "gelu",
-            UnaryOp::GeluTanh => "gelu_tanh",
-            UnaryOp::Silu => "silu",
-            UnaryOp::Erf => "erf",
-            UnaryOp::Floor => "floor",
-            UnaryOp::Ceil => "ceil",
-            UnaryOp::Round => "round",
-            UnaryOp::Sign => "sign",
-            UnaryOp::Softplus => "softplus",
-        }
-    }
-}
-
-/// Elementwise functions of two tensors, with numpy-style broadcasting.
-///
-/// Integer `Div` is floor division and `Rem` takes the sign of the divisor (Python and numpy
-/// semantics), so `a == (a div b) * b + (a rem b)` for every dtype. `Pow` needs floats.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
-pub enum BinaryOp {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Pow,
-    Max,
-    Min,
-    Rem,
-}
-
-impl BinaryOp {
-    /// Every binary kind.
-    pub const ALL: [BinaryOp; 8] = [
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::Pow,
-        BinaryOp::Max,
-        BinaryOp::Min,
-        BinaryOp::Rem,
-    ];
-
-    /// Lowercase name used in printed graphs.
-    pub fn name(self) -> &'static str {
-        match self {
-            BinaryOp::Add => "add",
-            BinaryOp::Sub => "sub",
-            BinaryOp::Mul => "mul",
-            BinaryOp::Div => "div",
-            BinaryOp::Pow => "pow",
-            BinaryOp::Max => "max",
-            BinaryOp::Min => "min",
-            BinaryOp::Rem => "rem",
-        }
-    }
-}
-
-/// Elementwise comparisons producing `bool`. `Eq`/`Ne` also accept `bool` operands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
-pub enum CompareOp {
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-}
-
-impl CompareOp {
-    /// Every comparison.
-    pub const ALL: [CompareOp; 6] = [
-        CompareOp::Eq,
-        CompareOp::Ne,
-        CompareOp::Lt,
-        CompareOp::Le,
-        CompareOp::Gt,
-        CompareOp::Ge,
-    ];
-
-    /// Lowercase name used in printed graphs.
-    pub fn name(self) -> &'static str {
-        match self {
-            CompareOp::Eq => "eq",
-            CompareOp::Ne => "ne",
-            CompareOp::Lt => "lt",
-            CompareOp::Le => "le",
-            CompareOp::Gt => "gt",
-            CompareOp::Ge => "ge",
-        }
-    }
-}
-
-/// Reductions over a set of axes. `Mean` needs floats; none accept `bool`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
-pub enum ReduceOp {
-    Sum,
-    Mean,
-    Max,
-    Min,
-    Prod,
-}
-
-impl ReduceOp {
-    /// Every reduction.
-    pub const ALL: [ReduceOp; 5] = [
-        ReduceOp::Sum,
-        ReduceOp::Mean,
-        ReduceOp::Max,
-        ReduceOp::Min,
-        ReduceOp::Prod,
-    ];
-
-    /// Lowercase name used in printed graphs.
-    pub fn name(self) -> &'static str {
-        match self {
-            ReduceOp::Sum => "sum",
-            ReduceOp::Mean => "mean",
-            ReduceOp::Max => "reduce_max",
-            ReduceOp::Min => "reduce_min",
-            ReduceOp::Prod => "prod",
-        }
-    }
-}
-
-/// Index of the largest or smallest element along an axis (first one on ties), as `i64`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
-pub enum ArgReduceOp {
-    ArgMax,
-    ArgMin,
-}
-
-/// Which result a sort-like op produces: the sorted values or their `i64` source indices.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SortOutput {
-    /// The sorted values.
-    Values,
-    /// Indices into the input axis (`i64`).
-    Indices,
-}
 
 /// Which keys a query may attend to.
 ///
@@ -244,15 +27,6 @@ pub enum AttentionMask {
     /// An extra operand: `bool` (true = may attend) or an additive float mask in the dtype
     /// of the queries, broadcastable to `[.., Sq, Sk]`.
     Tensor,
-}
-
-/// Pooling function.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum PoolKind {
-    /// Maximum over the window; padding never wins.
-    Max,
-    /// Mean over the window; padded positions count as zeros (PyTorch's default).
-    Avg,
 }
 
 /// A value in a custom op's attribute map.
@@ -529,14 +303,7 @@ impl Op {
             Op::Cast { .. } => "cast",
             Op::MatMul { .. } => "matmul",
             Op::Reduce { op, .. } => op.name(),
-            Op::ArgReduce {
-                op: ArgReduceOp::ArgMax,
-                ..
-            } => "argmax",
-            Op::ArgReduce {
-                op: ArgReduceOp::ArgMin,
-                ..
-            } => "argmin",
+            Op::ArgReduce { op, .. } => op.name(),
             Op::Cumsum { .. } => "cumsum",
             Op::Softmax { log: false, .. } => "softmax",
             Op::Softmax { log: true, .. } => "log_softmax",
@@ -553,14 +320,7 @@ impl Op {
             Op::Attention { .. } => "attention",
             Op::Rope { .. } => "rope",
             Op::Conv { .. } => "conv",
-            Op::Pool {
-                kind: PoolKind::Max,
-                ..
-            } => "max_pool",
-            Op::Pool {
-                kind: PoolKind::Avg,
-                ..
-            } => "avg_pool",
+            Op::Pool { kind, .. } => kind.name(),
             Op::TopK { .. } => "topk",
             Op::Sort {
                 output: SortOutput::Values,

@@ -1,15 +1,16 @@
 //! A safe handle over one MLX array, with the ops of the shim as methods.
 //!
 //! Every method builds a lazy MLX array; nothing is computed until [`Array::eval`] or a
-//! read. Op kinds go to the shim as the IR enums' discriminants (declaration order), which
-//! is the order of the codes in `rlx_mlx.h`. Custom ops ([`super::MlxCustomOp`]) compose these methods.
+//! read. IR enums cross to the shim as its named codes ([`super::codes`]). Custom ops
+//! ([`super::MlxCustomOp`]) compose these methods.
 
 use std::ffi::{CStr, c_int};
 use std::ptr::{self, NonNull};
 
 use rlx_mlx_sys as sys;
 
-use crate::ir::DType;
+use super::codes;
+use crate::ir::{ArgReduceOp, BinaryOp, CompareOp, DType, PoolKind, ReduceOp, SortOutput, UnaryOp};
 use crate::tensor::{HostTensor, TensorRef};
 
 /// A failure inside MLX (its exception's message) or at the shim boundary.
@@ -73,35 +74,6 @@ fn make_checked(
         (Some(o), Some(b)) => Ok((o, b)),
         _ => Err(MlxError::new("the shim reported success but made no array")),
     }
-}
-
-pub(crate) fn dtype_code(dtype: DType) -> c_int {
-    match dtype {
-        DType::Bool => sys::RLX_MLX_BOOL,
-        DType::U8 => sys::RLX_MLX_U8,
-        DType::I8 => sys::RLX_MLX_I8,
-        DType::I32 => sys::RLX_MLX_I32,
-        DType::I64 => sys::RLX_MLX_I64,
-        DType::F16 => sys::RLX_MLX_F16,
-        DType::F32 => sys::RLX_MLX_F32,
-        DType::F64 => sys::RLX_MLX_F64,
-        DType::BF16 => sys::RLX_MLX_BF16,
-    }
-}
-
-fn dtype_of_code(code: c_int) -> Option<DType> {
-    Some(match code {
-        sys::RLX_MLX_BOOL => DType::Bool,
-        sys::RLX_MLX_U8 => DType::U8,
-        sys::RLX_MLX_I8 => DType::I8,
-        sys::RLX_MLX_I32 => DType::I32,
-        sys::RLX_MLX_I64 => DType::I64,
-        sys::RLX_MLX_F16 => DType::F16,
-        sys::RLX_MLX_F32 => DType::F32,
-        sys::RLX_MLX_F64 => DType::F64,
-        sys::RLX_MLX_BF16 => DType::BF16,
-        _ => return None,
-    })
 }
 
 fn dims_i64(dims: &[usize]) -> Vec<i64> {
@@ -211,7 +183,7 @@ impl Array {
                 t.bytes.len(),
                 shape.as_ptr(),
                 shape.len(),
-                dtype_code(t.dtype),
+                codes::dtype(t.dtype),
                 out,
             )
         })
@@ -219,12 +191,12 @@ impl Array {
 
     /// The element type.
     pub fn dtype(&self) -> Result<DType, MlxError> {
-        let mut code = 0;
+        let mut code: sys::rlx_mlx_dtype = 0;
         // SAFETY: the handle is live; the out-pointers are valid or null.
         check(unsafe {
             sys::rlx_mlx_array_info(self.ptr(), &mut code, ptr::null_mut(), ptr::null_mut(), 0)
         })?;
-        dtype_of_code(code)
+        codes::dtype_of(code)
             .ok_or_else(|| MlxError::new(format!("MLX dtype {code} has no RLX dtype")))
     }
 
@@ -277,22 +249,22 @@ impl Array {
     }
 
     /// `f(x)` for an IR unary op.
-    pub fn unary(&self, op: crate::ir::UnaryOp) -> Result<Array, MlxError> {
-        let kind = op as c_int;
+    pub fn unary(&self, op: UnaryOp) -> Result<Array, MlxError> {
+        let kind = codes::unary(op);
         // SAFETY: the handle is live; `out` is a valid slot.
         make(|out| unsafe { sys::rlx_mlx_unary(kind, self.ptr(), out) })
     }
 
     /// `f(self, other)` with broadcasting, for an IR binary op.
-    pub fn binary(&self, op: crate::ir::BinaryOp, other: &Array) -> Result<Array, MlxError> {
-        let kind = op as c_int;
+    pub fn binary(&self, op: BinaryOp, other: &Array) -> Result<Array, MlxError> {
+        let kind = codes::binary(op);
         // SAFETY: both handles are live; `out` is a valid slot.
         make(|out| unsafe { sys::rlx_mlx_binary(kind, self.ptr(), other.ptr(), out) })
     }
 
     /// A comparison to `bool` with broadcasting.
-    pub fn compare(&self, op: crate::ir::CompareOp, other: &Array) -> Result<Array, MlxError> {
-        let kind = op as c_int;
+    pub fn compare(&self, op: CompareOp, other: &Array) -> Result<Array, MlxError> {
+        let kind = codes::compare(op);
         // SAFETY: both handles are live; `out` is a valid slot.
         make(|out| unsafe { sys::rlx_mlx_compare(kind, self.ptr(), other.ptr(), out) })
     }
@@ -306,7 +278,7 @@ impl Array {
     /// Conversion with Rust `as` semantics.
     pub fn cast(&self, to: DType) -> Result<Array, MlxError> {
         // SAFETY: the handle is live; `out` is a valid slot.
-        make(|out| unsafe { sys::rlx_mlx_cast(self.ptr(), dtype_code(to), out) })
+        make(|out| unsafe { sys::rlx_mlx_cast(self.ptr(), codes::dtype(to), out) })
     }
 
     /// Batched matrix product; the flags say an operand is stored with its last two axes
@@ -324,13 +296,8 @@ impl Array {
     }
 
     /// A reduction over `axes`.
-    pub fn reduce(
-        &self,
-        op: crate::ir::ReduceOp,
-        axes: &[usize],
-        keep_dims: bool,
-    ) -> Result<Array, MlxError> {
-        let kind = op as c_int;
+    pub fn reduce(&self, op: ReduceOp, axes: &[usize], keep_dims: bool) -> Result<Array, MlxError> {
+        let kind = codes::reduce(op);
         let axes = ints(axes);
         // SAFETY: the handle is live; `axes` holds the count passed.
         make(|out| unsafe {
@@ -338,9 +305,14 @@ impl Array {
         })
     }
 
-    /// Argmax (`max = true`) or argmin along `axis`, as `i64`.
-    pub fn arg_reduce(&self, max: bool, axis: usize, keep_dims: bool) -> Result<Array, MlxError> {
-        let kind = if max { 0 } else { 1 };
+    /// Argmax or argmin along `axis`, as `i64`.
+    pub fn arg_reduce(
+        &self,
+        op: ArgReduceOp,
+        axis: usize,
+        keep_dims: bool,
+    ) -> Result<Array, MlxError> {
+        let kind = codes::arg_reduce(op);
         // SAFETY: the handle is live; `out` is a valid slot.
         make(|out| unsafe {
             sys::rlx_mlx_arg_reduce(kind, self.ptr(), axis as i32, keep_dims, out)
@@ -541,10 +513,10 @@ impl Array {
         })
     }
 
-    /// Channels-first max (`max = true`) or average pooling.
+    /// Channels-first max or average pooling.
     pub fn pool(
         &self,
-        max: bool,
+        kind: PoolKind,
         kernel: &[usize],
         stride: &[usize],
         padding: &[(usize, usize)],
@@ -555,11 +527,10 @@ impl Array {
         }
         let (k, s) = (ints(kernel), ints(stride));
         let (lo, hi) = split_pads(padding);
-        let kind = if max { 0 } else { 1 };
         // SAFETY: the handle is live; the four slices hold `n` values.
         make(|out| unsafe {
             sys::rlx_mlx_pool(
-                kind,
+                codes::pool(kind),
                 self.ptr(),
                 k.as_ptr(),
                 s.as_ptr(),
@@ -572,15 +543,22 @@ impl Array {
     }
 
     /// Stable sort along `axis`: values, or their `i64` indices.
-    pub fn sort(&self, axis: usize, descending: bool, indices: bool) -> Result<Array, MlxError> {
+    pub fn sort(
+        &self,
+        axis: usize,
+        descending: bool,
+        output: SortOutput,
+    ) -> Result<Array, MlxError> {
+        let output = codes::sort_output(output);
         // SAFETY: the handle is live; `out` is a valid slot.
-        make(|out| unsafe { sys::rlx_mlx_sort(self.ptr(), axis as i32, descending, indices, out) })
+        make(|out| unsafe { sys::rlx_mlx_sort(self.ptr(), axis as i32, descending, output, out) })
     }
 
     /// The `k` largest along `axis`, largest first (ties in index order).
-    pub fn topk(&self, k: usize, axis: usize, indices: bool) -> Result<Array, MlxError> {
+    pub fn topk(&self, k: usize, axis: usize, output: SortOutput) -> Result<Array, MlxError> {
+        let output = codes::sort_output(output);
         // SAFETY: the handle is live; `out` is a valid slot.
-        make(|out| unsafe { sys::rlx_mlx_topk(self.ptr(), k as i32, axis as i32, indices, out) })
+        make(|out| unsafe { sys::rlx_mlx_topk(self.ptr(), k as i32, axis as i32, output, out) })
     }
 
     /// Solves `self · x = b`.

@@ -7,9 +7,7 @@ use super::MlxCustomOp;
 use super::array::{Array, MaskArg, MlxError};
 use crate::backend::RunError;
 use crate::backend::signature::describe_node;
-use crate::ir::{
-    ArgReduceOp, AttentionMask, ConstantData, Graph, Node, NodeId, Op, PoolKind, SortOutput,
-};
+use crate::ir::{AttentionMask, ConstantData, Graph, Node, NodeId, Op};
 use crate::tensor::TensorRef;
 
 /// Everything fixed once per binding that lowering reads. Shared with the `mlx::compile`
@@ -190,7 +188,7 @@ impl Lowering {
                 op,
                 axis,
                 keep_dims,
-            } => x[0].arg_reduce(*op == ArgReduceOp::ArgMax, *axis, *keep_dims)?,
+            } => x[0].arg_reduce(*op, *axis, *keep_dims)?,
             Op::Cumsum {
                 axis,
                 exclusive,
@@ -278,13 +276,13 @@ impl Lowering {
                 kernel,
                 stride,
                 padding,
-            } => x[0].pool(*kind == PoolKind::Max, kernel, stride, padding)?,
-            Op::TopK { k, axis, output } => x[0].topk(*k, *axis, *output == SortOutput::Indices)?,
+            } => x[0].pool(*kind, kernel, stride, padding)?,
+            Op::TopK { k, axis, output } => x[0].topk(*k, *axis, *output)?,
             Op::Sort {
                 axis,
                 descending,
                 output,
-            } => x[0].sort(*axis, *descending, *output == SortOutput::Indices)?,
+            } => x[0].sort(*axis, *descending, *output)?,
             Op::Solve => x[0].solve(x[1])?,
             Op::QuantizedMatMul { bits, group_size } => {
                 x[0].quantized_matmul(x[1], x[2], x[3], *bits, *group_size)?

@@ -27,6 +27,7 @@
 //! ```
 
 mod array;
+mod codes;
 mod compiled;
 mod lower;
 

@@ -76,13 +76,31 @@ fn map_int<T: Int>(x: &[T], out: &mut [T], f: impl Fn(T) -> T + Sync) {
     });
 }
 
-/// `out = kind(x)` for integers; inference admits only neg, abs, sign and relu.
+/// `out = kind(x)` for integers: the kinds whose [`UnaryOp::domain`] admits them.
 pub(crate) fn unary_int<T: Int>(kind: UnaryOp, x: &[T], out: &mut [T]) {
+    use UnaryOp as U;
     match kind {
-        UnaryOp::Neg => map_int(x, out, T::neg),
-        UnaryOp::Abs => map_int(x, out, T::abs),
-        UnaryOp::Sign => map_int(x, out, T::sign),
-        _ => map_int(x, out, |v| v.max(T::ZERO)),
+        U::Neg => map_int(x, out, T::neg),
+        U::Abs => map_int(x, out, T::abs),
+        U::Sign => map_int(x, out, T::sign),
+        U::Relu => map_int(x, out, |v| v.max(T::ZERO)),
+        U::Exp
+        | U::Log
+        | U::Sqrt
+        | U::Rsqrt
+        | U::Recip
+        | U::Sin
+        | U::Cos
+        | U::Tanh
+        | U::Sigmoid
+        | U::Gelu
+        | U::GeluTanh
+        | U::Silu
+        | U::Erf
+        | U::Floor
+        | U::Ceil
+        | U::Round
+        | U::Softplus => unreachable!("inference admits {} on floats only", kind.name()),
     }
 }
 
@@ -170,8 +188,7 @@ pub(crate) fn binary_int<T: Int>(
         B::Max => zip2(layout, a, b, out, |x, y| x.max(y)),
         B::Min => zip2(layout, a, b, out, |x, y| x.min(y)),
         B::Rem => zip2(layout, a, b, out, T::floor_rem),
-        // Rejected by inference for integers.
-        B::Pow => zip2(layout, a, b, out, |_, _| T::ZERO),
+        B::Pow => unreachable!("inference admits pow on floats only"),
     }
 }
 

@@ -1,6 +1,6 @@
 //! Unary, binary, comparison, `where` and cast.
 
-use super::{arity, broadcast_shapes, require, require_float, require_numeric, same_dtype};
+use super::{arity, broadcast_shapes, require, require_domain, same_dtype};
 use crate::ir::dtype::DType;
 use crate::ir::error::InferError;
 use crate::ir::op::{BinaryOp, CompareOp, UnaryOp};
@@ -8,11 +8,7 @@ use crate::ir::shape::TensorType;
 
 pub(super) fn unary(kind: UnaryOp, inputs: &[TensorType]) -> Result<TensorType, InferError> {
     arity(inputs, 1, "1")?;
-    match kind {
-        UnaryOp::Neg => require(inputs, 0, DType::is_signed, "a signed dtype")?,
-        UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Relu => require_numeric(inputs, 0)?,
-        _ => require_float(inputs, 0)?,
-    }
+    require_domain(inputs, 0, kind.domain())?;
     Ok(inputs[0].clone())
 }
 
@@ -23,19 +19,14 @@ fn broadcast_pair(inputs: &[TensorType]) -> Result<crate::ir::Shape, InferError>
 
 pub(super) fn binary(kind: BinaryOp, inputs: &[TensorType]) -> Result<TensorType, InferError> {
     arity(inputs, 2, "2")?;
-    match kind {
-        BinaryOp::Pow => require_float(inputs, 0)?,
-        _ => require_numeric(inputs, 0)?,
-    }
+    require_domain(inputs, 0, kind.domain())?;
     let shape = broadcast_pair(inputs)?;
     Ok(TensorType::new(inputs[0].dtype, shape))
 }
 
 pub(super) fn compare(kind: CompareOp, inputs: &[TensorType]) -> Result<TensorType, InferError> {
     arity(inputs, 2, "2")?;
-    if !matches!(kind, CompareOp::Eq | CompareOp::Ne) {
-        require_numeric(inputs, 0)?;
-    }
+    require_domain(inputs, 0, kind.domain())?;
     let shape = broadcast_pair(inputs)?;
     Ok(TensorType::new(DType::Bool, shape))
 }

@@ -23,6 +23,7 @@ mod reduce;
 use super::dim::Dim;
 use super::dtype::DType;
 use super::error::{InferError, attr_err};
+use super::kinds::Domain;
 use super::op::Op;
 use super::shape::{Shape, TensorType};
 
@@ -143,16 +144,16 @@ fn arity_range(
 }
 
 fn require_float(inputs: &[TensorType], operand: usize) -> Result<(), InferError> {
-    require(inputs, operand, DType::is_float, "a float dtype")
+    require_domain(inputs, operand, Domain::Float)
 }
 
 fn require_numeric(inputs: &[TensorType], operand: usize) -> Result<(), InferError> {
-    require(
-        inputs,
-        operand,
-        DType::is_numeric,
-        "a numeric dtype (not bool)",
-    )
+    require_domain(inputs, operand, Domain::Numeric)
+}
+
+/// The operand's dtype is in the domain of an op kind.
+fn require_domain(inputs: &[TensorType], operand: usize, domain: Domain) -> Result<(), InferError> {
+    require(inputs, operand, |d| domain.admits(d), domain.describe())
 }
 
 fn require_index(inputs: &[TensorType], operand: usize) -> Result<(), InferError> {

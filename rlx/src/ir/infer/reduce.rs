@@ -1,7 +1,8 @@
 //! Reductions, scans, normalizations and sorting along axes.
 
 use super::{
-    arity, check_axis, exact_rank, min_rank, require_float, require_numeric, same_dim, same_dtype,
+    arity, check_axis, exact_rank, min_rank, require_domain, require_float, require_numeric,
+    same_dim, same_dtype,
 };
 use crate::ir::dim::Dim;
 use crate::ir::dtype::DType;
@@ -28,10 +29,7 @@ pub(super) fn reduce(
     inputs: &[TensorType],
 ) -> Result<TensorType, InferError> {
     arity(inputs, 1, "1")?;
-    match op {
-        ReduceOp::Mean => require_float(inputs, 0)?,
-        _ => require_numeric(inputs, 0)?,
-    }
+    require_domain(inputs, 0, op.domain())?;
     if axes.is_empty() {
         return Err(attr_err!("a reduction needs at least one axis"));
     }
