@@ -202,7 +202,10 @@ fn a_singular_system_is_reported() {
         let err = exe
             .run(&[("a", a.view()), ("b", r.view())], &[])
             .unwrap_err();
-        assert_eq!(err, RunError::Singular { op: "solve".into() }, "{mode:?}");
+        assert!(
+            matches!(err, RunError::Singular { at } if at.op == "solve"),
+            "{mode:?}: {err:?}"
+        );
     }
 }
 

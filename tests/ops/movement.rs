@@ -268,18 +268,21 @@ fn gather_out_of_range_on<B: rlx::backend::Backend>(label: &str, backend: &B, g:
         let err = exe
             .run(&[("t", t.view()), ("i", i.view())], &[])
             .unwrap_err();
-        assert_eq!(
-            err,
-            RunError::IndexOutOfRange {
-                op: "gather[axis=0]".into(),
-                index: bad,
-                size: 4
-            },
-            "{label}"
-        );
-        assert_eq!(
-            err.to_string(),
-            format!("gather[axis=0]: index {bad} is out of range for an axis of size 4")
+        let RunError::IndexOutOfRange { at, index, size } = &err else {
+            panic!("{label}: {err:?}");
+        };
+        assert_eq!((at.op, *index, *size), ("gather", bad, 4), "{label}");
+        let origin = at
+            .origin
+            .expect("the builder records where the node was made");
+        assert_eq!(origin.file(), file!(), "{label}");
+        let message = err.to_string();
+        assert!(
+            message.contains("`gather` (built at tests/ops/movement.rs")
+                && message.ends_with(&format!(
+                    ": index {bad} is out of range for an axis of size 4"
+                )),
+            "{label}: {message}"
         );
     }
 }

@@ -719,7 +719,10 @@ fn solve_batched_systems() {
     let err = exe
         .run(&[("a", a.view()), ("b", b.view())], &[])
         .unwrap_err();
-    assert_eq!(err, RunError::Singular { op: "solve".into() });
+    assert!(
+        matches!(err, RunError::Singular { at } if at.op == "solve"),
+        "{err:?}"
+    );
 }
 
 #[test]

@@ -1,6 +1,105 @@
 //! Errors of compiling and running graphs.
 
-use crate::ir::{DType, Shape, VerifyError};
+use std::fmt;
+use std::panic::Location;
+
+use crate::ir::{DType, EvalDimError, InferError, Node, NodeId, Shape, VerifyError};
+
+/// Which kind of tensor a caller supplied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TensorRole {
+    /// A graph input, given on every run.
+    Input,
+    /// A weight, bound with `set_weight`.
+    Weight,
+}
+
+impl fmt::Display for TensorRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TensorRole::Input => "input",
+            TensorRole::Weight => "weight",
+        })
+    }
+}
+
+/// The node a run-time failure happened at: plain data, so kernels carry it for free.
+///
+/// ```
+/// use rlx::backend::NodeSite;
+/// use rlx::ir::{DType, Node, NodeId, Op, TensorType};
+/// let node = Node::new(Op::Solve, vec![], TensorType::new(DType::F32, [2, 2]));
+/// let site = NodeSite::of(NodeId::new(4), &node);
+/// assert_eq!(site.to_string(), "%4 `solve`");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeSite {
+    /// The node's id in the graph the backend runs (after its optimization passes).
+    pub id: NodeId,
+    /// The op's name.
+    pub op: &'static str,
+    /// Where the user's code built the node, when known.
+    pub origin: Option<&'static Location<'static>>,
+}
+
+impl NodeSite {
+    /// The site of node `id`.
+    pub fn of(id: NodeId, node: &Node) -> NodeSite {
+        NodeSite {
+            id,
+            op: node.op.name(),
+            origin: node.origin,
+        }
+    }
+}
+
+impl fmt::Display for NodeSite {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} `{}`", self.id, self.op)?;
+        if let Some(origin) = self.origin {
+            write!(f, " (built at {origin})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a node is invalid once its runtime dims are bound.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum BindingFailure {
+    /// A dim of the node's type evaluates to a negative size.
+    #[error(transparent)]
+    Dim(#[from] EvalDimError),
+    /// The op's rules reject the bound operand shapes (a slice past the end, `k` larger
+    /// than the axis, ...).
+    #[error(transparent)]
+    Infer(#[from] InferError),
+    /// The node has more axes than the backend supports.
+    #[error("rank {rank} exceeds the {backend} limit of {limit}")]
+    Rank {
+        /// The node's rank.
+        rank: usize,
+        /// The backend's limit.
+        limit: usize,
+        /// The backend.
+        backend: &'static str,
+    },
+    /// The tensor's byte count overflows the address space.
+    #[error("a {dtype} tensor of {dims:?} does not fit in memory")]
+    TooLarge {
+        /// Its dtype.
+        dtype: DType,
+        /// Its bound dims.
+        dims: Vec<usize>,
+    },
+    /// The op's rules give another shape than the node's declared type.
+    #[error("bound shape {inferred} differs from {dims:?}")]
+    ShapeDiffers {
+        /// What the op's rules give.
+        inferred: Shape,
+        /// The node's declared type, bound.
+        dims: Vec<usize>,
+    },
+}
 
 /// Why a graph could not be compiled.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -62,8 +161,8 @@ pub enum RunError {
     /// A tensor has the wrong dtype.
     #[error("{kind} {name:?} has dtype {got}, expected {expected}")]
     DType {
-        /// `input` or `weight`.
-        kind: &'static str,
+        /// An input or a weight.
+        kind: TensorRole,
         /// The tensor.
         name: String,
         /// Declared dtype.
@@ -74,8 +173,8 @@ pub enum RunError {
     /// A tensor has the wrong shape.
     #[error("{kind} {name:?} has shape {got:?}, expected {expected}")]
     Shape {
-        /// `input` or `weight`.
-        kind: &'static str,
+        /// An input or a weight.
+        kind: TensorRole,
         /// The tensor.
         name: String,
         /// Declared shape (with symbols, or their bound values).
@@ -86,8 +185,8 @@ pub enum RunError {
     /// A tensor's byte count does not match its dtype and shape.
     #[error("{kind} {name:?} has {got} bytes, but {dtype}{shape:?} needs {expected}")]
     Bytes {
-        /// `input` or `weight`.
-        kind: &'static str,
+        /// An input or a weight.
+        kind: TensorRole,
         /// The tensor.
         name: String,
         /// Its dtype.
@@ -150,20 +249,20 @@ pub enum RunError {
         name: String,
     },
     /// The bound dims make a node invalid (a slice past the end, a negative size, ...).
-    #[error("with {bindings}: {node}: {reason}")]
+    #[error("with {bindings}: {at}: {reason}")]
     Binding {
         /// The bound values, e.g. `batch=2, seq=7`.
         bindings: String,
-        /// The node, its op and where it was built.
-        node: String,
-        /// Why.
-        reason: String,
+        /// The node.
+        at: NodeSite,
+        /// Why (boxed: it is large and rare).
+        reason: Box<BindingFailure>,
     },
     /// A matrix passed to `solve` is singular.
-    #[error("{op}: the matrix is singular")]
+    #[error("{at}: the matrix is singular")]
     Singular {
-        /// The op with its attributes.
-        op: String,
+        /// The solve node.
+        at: NodeSite,
     },
     /// A custom op's kernel failed.
     #[error("custom op {name:?} failed: {message}")]
@@ -183,10 +282,10 @@ pub enum RunError {
         message: String,
     },
     /// An index operand points outside the indexed axis.
-    #[error("{op}: index {index} is out of range for an axis of size {size}")]
+    #[error("{at}: index {index} is out of range for an axis of size {size}")]
     IndexOutOfRange {
-        /// The op with its attributes.
-        op: String,
+        /// The gather or scatter node.
+        at: NodeSite,
         /// The offending index.
         index: i64,
         /// Size of the axis.

@@ -5,9 +5,10 @@
 //! with input tensors and the values of the graph's runtime dims.
 
 mod error;
+pub(crate) mod shared;
 pub(crate) mod signature;
 
-pub use error::{CompileError, RunError};
+pub use error::{BindingFailure, CompileError, NodeSite, RunError, TensorRole};
 
 use crate::ir::{Graph, Op};
 use crate::tensor::{HostTensor, TensorRef};

@@ -2,7 +2,7 @@
 //! runtime dims bound from `dims` and input shapes, dtypes, shapes and byte counts of inputs
 //! and weights, and the concrete shape of every node under a binding.
 
-use super::RunError;
+use super::{BindingFailure, NodeSite, RunError, TensorRole};
 use crate::ir::{DType, Dim, Graph, Node, NodeId, Op, Shape, Symbol, TensorType};
 use crate::tensor::TensorRef;
 
@@ -89,7 +89,7 @@ impl Signature {
             let given = &inputs[binder.provided[i]].1;
             if given.dtype != slot.ty.dtype {
                 return Err(RunError::DType {
-                    kind: "input",
+                    kind: TensorRole::Input,
                     name: slot.name.clone(),
                     expected: slot.ty.dtype,
                     got: given.dtype,
@@ -98,7 +98,7 @@ impl Signature {
             let dims = bound(i);
             if given.shape != dims {
                 return Err(RunError::Shape {
-                    kind: "input",
+                    kind: TensorRole::Input,
                     name: slot.name.clone(),
                     expected: self.describe_input(i, dims),
                     got: given.shape.to_vec(),
@@ -107,7 +107,7 @@ impl Signature {
             let expected = dims.iter().product::<usize>() * slot.ty.dtype.size_bytes();
             if given.bytes.len() != expected {
                 return Err(RunError::Bytes {
-                    kind: "input",
+                    kind: TensorRole::Input,
                     name: slot.name.clone(),
                     dtype: slot.ty.dtype,
                     shape: given.shape.to_vec(),
@@ -243,7 +243,7 @@ pub(crate) fn check_weight(
 ) -> Result<(), RunError> {
     if value.dtype != dtype {
         return Err(RunError::DType {
-            kind: "weight",
+            kind: TensorRole::Weight,
             name: name.to_string(),
             expected: dtype,
             got: value.dtype,
@@ -251,7 +251,7 @@ pub(crate) fn check_weight(
     }
     if value.shape != shape {
         return Err(RunError::Shape {
-            kind: "weight",
+            kind: TensorRole::Weight,
             name: name.to_string(),
             expected: format!("{shape:?}"),
             got: value.shape.to_vec(),
@@ -260,7 +260,7 @@ pub(crate) fn check_weight(
     let expected = shape.iter().product::<usize>() * dtype.size_bytes();
     if value.bytes.len() != expected {
         return Err(RunError::Bytes {
-            kind: "weight",
+            kind: TensorRole::Weight,
             name: name.to_string(),
             dtype,
             shape: shape.to_vec(),
@@ -287,12 +287,12 @@ pub(crate) fn concrete_shapes(
     signature: &Signature,
     values: &[usize],
     max_rank: usize,
-    backend: &str,
+    backend: &'static str,
 ) -> Result<Vec<Vec<usize>>, RunError> {
-    let fail = |id: NodeId, node: &Node, reason: String| RunError::Binding {
+    let fail = |id: NodeId, node: &Node, reason: BindingFailure| RunError::Binding {
         bindings: signature.bindings_text(values),
-        node: describe_node(id, node),
-        reason,
+        at: NodeSite::of(id, node),
+        reason: Box::new(reason),
     };
     let mut shapes: Vec<Vec<usize>> = Vec::with_capacity(graph.len());
     for (id, node) in graph.iter() {
@@ -307,30 +307,25 @@ pub(crate) fn concrete_shapes(
             .ty
             .shape
             .eval(&mut value_of)
-            .map_err(|e| fail(id, node, e.to_string()))?;
+            .map_err(|e| fail(id, node, e.into()))?;
         if dims.len() > max_rank {
-            return Err(fail(
-                id,
-                node,
-                format!(
-                    "rank {} exceeds the {backend} limit of {max_rank}",
-                    dims.len()
-                ),
-            ));
+            let reason = BindingFailure::Rank {
+                rank: dims.len(),
+                limit: max_rank,
+                backend,
+            };
+            return Err(fail(id, node, reason));
         }
         let bytes = dims
             .iter()
             .try_fold(node.ty.dtype.size_bytes(), |acc, d| acc.checked_mul(*d))
             .filter(|b| *b <= isize::MAX as usize);
         if bytes.is_none() {
-            return Err(fail(
-                id,
-                node,
-                format!(
-                    "a {} tensor of {dims:?} does not fit in memory",
-                    node.ty.dtype
-                ),
-            ));
+            let reason = BindingFailure::TooLarge {
+                dtype: node.ty.dtype,
+                dims,
+            };
+            return Err(fail(id, node, reason));
         }
         if !node.op.is_leaf() {
             // Shape attributes (reshape and broadcast targets) are bound like node types.
@@ -365,13 +360,13 @@ pub(crate) fn concrete_shapes(
             match op.infer(&operands) {
                 Ok(t) if t.shape == Shape::from(dims.as_slice()) => {}
                 Ok(t) => {
-                    return Err(fail(
-                        id,
-                        node,
-                        format!("bound shape {} differs from {:?}", t.shape, dims),
-                    ));
+                    let reason = BindingFailure::ShapeDiffers {
+                        inferred: t.shape,
+                        dims,
+                    };
+                    return Err(fail(id, node, reason));
                 }
-                Err(e) => return Err(fail(id, node, e.to_string())),
+                Err(e) => return Err(fail(id, node, e.into())),
             }
         }
         shapes.push(dims);

@@ -1,15 +1,19 @@
 //! Lowering: one node with concrete shapes and planned views becomes a few thunks.
 
+use super::kernels::conv::ConvShape;
 use super::kernels::gemm::{GemmDims, GemmPlan};
 use super::kernels::layout::{Strided, contiguous_strides};
 use super::kernels::linalg::QuantDims;
 use super::kernels::nn::{AttentionDims, KeyRange, MaskLayout, RopeDims, Window};
-use super::kernels::reduce::Axis3;
-use super::thunk::{AttentionThunk, ConvThunk, CustomThunk, MatMulThunk, Thunk, View};
-use crate::ir::{ArgReduceOp, AttentionMask, DType, Node, Op, PoolKind, SortOutput};
+use super::kernels::numeric::accumulator;
+use super::kernels::reduce::{Axis3, NormKind};
+use super::thunks::{self, Thunk, View};
+use crate::backend::NodeSite;
+use crate::ir::{AttentionMask, DType, Node, NodeId, Op};
 
 /// What lowering needs to know about one node.
 pub(crate) struct LowerInput<'a> {
+    pub id: NodeId,
     pub node: &'a Node,
     /// Concrete dims of each operand, then of the output.
     pub operand_shapes: Vec<&'a [usize]>,
@@ -24,14 +28,6 @@ pub(crate) struct LowerInput<'a> {
     pub custom: Option<std::sync::Arc<dyn super::custom::CustomKernel>>,
     /// For a matmul whose `b` is a weight: its packing in the static region.
     pub packed_b: Option<View>,
-}
-
-fn accumulator(dtype: DType) -> DType {
-    if dtype == DType::F64 {
-        DType::F64
-    } else {
-        DType::F32
-    }
 }
 
 /// The window geometry of a conv or pool over `[N, C, *spatial]` (1-D as height 1).
@@ -63,23 +59,18 @@ fn window(
     }
 }
 
-/// The conv's window and the GEMM of one image and group: `[O/g, C/g*KH*KW] x [.., OH*OW]`.
+/// The conv's geometry and the element count of its patch matrix.
+#[allow(clippy::too_many_arguments)]
 fn conv_layout(
-    node: &Node,
     x: &[usize],
     w: &[usize],
     out: &[usize],
+    stride: &[usize],
+    padding: &[(usize, usize)],
+    dilation: &[usize],
+    groups: usize,
     threads: usize,
-) -> Option<(Window, GemmPlan, usize)> {
-    let Op::Conv {
-        stride,
-        padding,
-        dilation,
-        groups,
-    } = &node.op
-    else {
-        return None;
-    };
+) -> (ConvShape, usize) {
     let win = window(x, out, &w[2..], stride, padding, dilation);
     let taps = w[1] * win.kernel[0] * win.kernel[1];
     let pixels = win.out_hw[0] * win.out_hw[1];
@@ -93,7 +84,13 @@ fn conv_layout(
         b_rs: pixels,
         b_cs: 1,
     };
-    Some((win, GemmPlan::new(dims, threads), taps * pixels))
+    let shape = ConvShape {
+        window: win,
+        groups,
+        out_channels: w[0],
+        gemm: GemmPlan::new(dims, threads),
+    };
+    (shape, taps * pixels)
 }
 
 fn numel(shape: &[usize]) -> usize {
@@ -183,34 +180,51 @@ pub(crate) fn scratch_requests(
     out: &[usize],
     threads: usize,
 ) -> Vec<(DType, usize)> {
+    let dtype = node.ty.dtype;
+    // f16/bf16 products land in f32 before they are narrowed.
+    let half = matches!(dtype, DType::F16 | DType::BF16);
+    if numel(out) == 0 {
+        return Vec::new();
+    }
     match &node.op {
         Op::MatMul {
             transpose_a,
             transpose_b,
-        } if numel(out) > 0 => {
+        } => {
             let (dims, batches) =
                 matmul_layout(*transpose_a, *transpose_b, operands[0], operands[1], out);
             let plan = GemmPlan::new(dims, threads);
             let workers = batch_workers(&plan, batches.len(), threads);
-            let mut requests = vec![(accumulator(node.ty.dtype), workers * plan.scratch_len())];
-            if matches!(node.ty.dtype, DType::F16 | DType::BF16) {
+            let mut requests = vec![(accumulator(dtype), workers * plan.scratch_len())];
+            if half {
                 requests.push((DType::F32, workers * dims.m * dims.n));
             }
             requests
         }
         Op::TopK { axis, .. } | Op::Sort { axis, .. } => vec![(DType::I32, operands[0][*axis])],
-        Op::Attention { .. } if numel(out) > 0 => {
+        Op::Attention { .. } => {
             let seq_k = operands[1][operands[1].len() - 2];
-            vec![(accumulator(node.ty.dtype), threads.max(1) * seq_k.max(1))]
+            vec![(accumulator(dtype), threads.max(1) * seq_k.max(1))]
         }
-        Op::Conv { .. } if numel(out) > 0 => {
-            let (_, plan, col) =
-                conv_layout(node, operands[0], operands[1], out, threads).expect("a conv");
-            let mut requests = vec![
-                (node.ty.dtype, col),
-                (accumulator(node.ty.dtype), plan.scratch_len()),
-            ];
-            if matches!(node.ty.dtype, DType::F16 | DType::BF16) {
+        Op::Conv {
+            stride,
+            padding,
+            dilation,
+            groups,
+        } => {
+            let (shape, col) = conv_layout(
+                operands[0],
+                operands[1],
+                out,
+                stride,
+                padding,
+                dilation,
+                *groups,
+                threads,
+            );
+            let plan = shape.gemm;
+            let mut requests = vec![(dtype, col), (accumulator(dtype), plan.scratch_len())];
+            if half {
                 requests.push((DType::F32, plan.dims.m * plan.dims.n));
             }
             requests
@@ -221,13 +235,39 @@ pub(crate) fn scratch_requests(
             let k = operands[1][a.len() - 1];
             vec![(DType::F64, n * n + n * k)]
         }
-        _ => Vec::new(),
+        Op::Input
+        | Op::Param
+        | Op::Constant(_)
+        | Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Compare(_)
+        | Op::Where
+        | Op::Cast { .. }
+        | Op::Reduce { .. }
+        | Op::ArgReduce { .. }
+        | Op::Cumsum { .. }
+        | Op::Softmax { .. }
+        | Op::LayerNorm { .. }
+        | Op::RmsNorm { .. }
+        | Op::Reshape { .. }
+        | Op::Permute { .. }
+        | Op::Slice { .. }
+        | Op::Concat { .. }
+        | Op::Broadcast { .. }
+        | Op::Pad { .. }
+        | Op::Gather { .. }
+        | Op::ScatterAdd { .. }
+        | Op::Rope { .. }
+        | Op::Pool { .. }
+        | Op::QuantizedMatMul { .. }
+        | Op::Custom { .. } => Vec::new(),
     }
 }
 
 /// The thunks computing `input.node`. Empty outputs need none; reshapes are views.
 pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
     let LowerInput {
+        id,
         node,
         operand_shapes: shapes,
         out_shape,
@@ -244,44 +284,45 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
         return Vec::new();
     }
     let operand_dtype = |i: usize| operand_dtypes[i];
+    let site = NodeSite::of(id, node);
     match &node.op {
         Op::Input | Op::Param | Op::Constant(_) | Op::Reshape { .. } => Vec::new(),
-        Op::Unary(kind) => vec![Thunk::Unary {
+        Op::Unary(kind) => vec![boxed(thunks::Unary {
             kind: *kind,
             dtype,
             x: views[0],
             out,
-        }],
-        Op::Binary(kind) => vec![Thunk::Binary {
+        })],
+        Op::Binary(kind) => vec![boxed(thunks::Binary {
             kind: *kind,
             dtype,
             layout: Strided::broadcast(out_shape, [shapes[0], shapes[1]]),
             a: views[0],
             b: views[1],
             out,
-        }],
-        Op::Compare(kind) => vec![Thunk::Compare {
+        })],
+        Op::Compare(kind) => vec![boxed(thunks::Compare {
             kind: *kind,
             dtype: operand_dtype(0),
             layout: Strided::broadcast(out_shape, [shapes[0], shapes[1]]),
             a: views[0],
             b: views[1],
             out,
-        }],
-        Op::Where => vec![Thunk::Select {
+        })],
+        Op::Where => vec![boxed(thunks::Select {
             dtype,
             layout: Strided::broadcast(out_shape, [shapes[0], shapes[1], shapes[2]]),
             cond: views[0],
             a: views[1],
             b: views[2],
             out,
-        }],
-        Op::Cast { to } => vec![Thunk::Cast {
+        })],
+        Op::Cast { to } => vec![boxed(thunks::Cast {
             from: operand_dtype(0),
             to: *to,
             x: views[0],
             out,
-        }],
+        })],
         Op::MatMul {
             transpose_a,
             transpose_b,
@@ -289,7 +330,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             let (dims, batches) =
                 matmul_layout(*transpose_a, *transpose_b, shapes[0], shapes[1], out_shape);
             let plan = GemmPlan::new(dims, threads);
-            vec![Thunk::MatMul(Box::new(MatMulThunk {
+            vec![boxed(thunks::MatMul {
                 dtype,
                 batch_workers: batch_workers(&plan, batches.len(), threads),
                 plan,
@@ -300,7 +341,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 scratch: scratch[0],
                 wide_out: scratch.get(1).copied(),
                 packed_b,
-            }))]
+            })]
         }
         Op::Reduce { op, axes, .. } => {
             let (first, last) = (axes[0], axes[axes.len() - 1]);
@@ -309,40 +350,40 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 axes.len(),
                 "legalize splits reductions into blocks"
             );
-            vec![Thunk::Reduce {
+            vec![boxed(thunks::Reduce {
                 op: *op,
                 dtype,
                 shape: axis3(shapes[0], first, last),
                 x: views[0],
                 out,
-            }]
+            })]
         }
-        Op::ArgReduce { op, axis, .. } => vec![Thunk::ArgReduce {
-            min: *op == ArgReduceOp::ArgMin,
+        Op::ArgReduce { op, axis, .. } => vec![boxed(thunks::ArgReduce {
+            op: *op,
             dtype: operand_dtype(0),
             shape: axis3(shapes[0], *axis, *axis),
             x: views[0],
             out,
-        }],
+        })],
         Op::Cumsum {
             axis,
             exclusive,
             reverse,
-        } => vec![Thunk::Cumsum {
+        } => vec![boxed(thunks::Cumsum {
             dtype,
             shape: axis3(shapes[0], *axis, *axis),
             exclusive: *exclusive,
             reverse: *reverse,
             x: views[0],
             out,
-        }],
-        Op::Softmax { axis, log } => vec![Thunk::Softmax {
+        })],
+        Op::Softmax { axis, log } => vec![boxed(thunks::Softmax {
             log: *log,
             dtype,
             shape: axis3(shapes[0], *axis, *axis),
             x: views[0],
             out,
-        }],
+        })],
         Op::LayerNorm {
             eps,
             has_weight,
@@ -351,13 +392,27 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             let weight = has_weight.then(|| views[1]);
             let bias = has_bias.then(|| views[1 + usize::from(*has_weight)]);
             vec![norm(
-                false, *eps, dtype, out_shape, views[0], weight, bias, out,
+                NormKind::Layer,
+                *eps,
+                dtype,
+                out_shape,
+                views[0],
+                weight,
+                bias,
+                out,
             )]
         }
         Op::RmsNorm { eps, has_weight } => {
             let weight = has_weight.then(|| views[1]);
             vec![norm(
-                true, *eps, dtype, out_shape, views[0], weight, None, out,
+                NormKind::Rms,
+                *eps,
+                dtype,
+                out_shape,
+                views[0],
+                weight,
+                None,
+                out,
             )]
         }
         Op::Permute { perm } => {
@@ -410,11 +465,11 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             let mut pattern = [0u8; 8];
             let bytes = value.to_bytes(dtype);
             pattern[..bytes.len()].copy_from_slice(&bytes);
-            let mut thunks = vec![Thunk::Fill {
+            let mut thunks = vec![boxed(thunks::Fill {
                 dtype,
                 pattern: u64::from_le_bytes(pattern),
                 dst: out,
-            }];
+            })];
             if views[0].len > 0 {
                 let at = pads
                     .iter()
@@ -431,7 +486,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
         }
         Op::Gather { axis } => {
             let s = axis3(shapes[0], *axis, *axis);
-            vec![Thunk::Gather {
+            vec![boxed(thunks::Gather {
                 dtype,
                 index: operand_dtype(1),
                 outer: s.outer,
@@ -440,8 +495,8 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 data: views[0],
                 indices: views[1],
                 out,
-                op: node.op.to_string(),
-            }]
+                at: site,
+            })]
         }
         Op::ScatterAdd { axis } => {
             let s = axis3(shapes[0], *axis, *axis);
@@ -451,7 +506,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             };
             vec![
                 copy(dtype, layout, 0, 0, views[0], out),
-                Thunk::ScatterAdd {
+                boxed(thunks::ScatterAdd {
                     dtype,
                     index: operand_dtype(1),
                     outer: s.outer,
@@ -460,34 +515,40 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                     indices: views[1],
                     updates: views[2],
                     out,
-                    op: node.op.to_string(),
-                },
+                    at: site,
+                }),
             ]
         }
-        Op::TopK { .. } | Op::Sort { .. } => {
-            let (axis, descending, keep, output) = match &node.op {
-                Op::TopK { k, axis, output } => (*axis, true, *k, *output),
-                Op::Sort {
-                    axis,
-                    descending,
-                    output,
-                } => (*axis, *descending, shapes[0][*axis], *output),
-                _ => unreachable!("matched above"),
-            };
-            let order = View {
-                len: shapes[0][axis],
-                ..scratch[0]
-            };
-            vec![Thunk::Sort {
-                dtype: operand_dtype(0),
-                shape: axis3(shapes[0], axis, axis),
-                descending,
-                keep,
-                indices: output == SortOutput::Indices,
-                x: views[0],
+        Op::TopK { k, axis, output } => {
+            vec![sort(
+                operand_dtype(0),
+                shapes[0],
+                *axis,
+                true,
+                *k,
+                *output,
+                views[0],
                 out,
-                order,
-            }]
+                scratch[0],
+            )]
+        }
+        Op::Sort {
+            axis,
+            descending,
+            output,
+        } => {
+            let keep = shapes[0][*axis];
+            vec![sort(
+                operand_dtype(0),
+                shapes[0],
+                *axis,
+                *descending,
+                keep,
+                *output,
+                views[0],
+                out,
+                scratch[0],
+            )]
         }
         Op::Rope {
             dims,
@@ -496,7 +557,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             traditional,
         } => {
             let rank = out_shape.len();
-            vec![Thunk::Rope {
+            vec![boxed(thunks::Rope {
                 dtype,
                 dims: RopeDims {
                     batches: numel(&out_shape[..rank - 2]),
@@ -510,7 +571,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 offset: (views.len() > 1).then(|| (views[1], operand_dtype(1))),
                 x: views[0],
                 out,
-            }]
+            })]
         }
         Op::Attention { scale, mask } => {
             let (q, k) = (shapes[0], shapes[1]);
@@ -557,9 +618,9 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             let keys = match mask {
                 AttentionMask::Causal => KeyRange::Causal { window: None },
                 AttentionMask::SlidingWindow(w) => KeyRange::Causal { window: Some(*w) },
-                _ => KeyRange::All,
+                AttentionMask::None | AttentionMask::Tensor => KeyRange::All,
             };
-            vec![Thunk::Attention(Box::new(AttentionThunk {
+            vec![boxed(thunks::Attention {
                 dtype,
                 dims: AttentionDims {
                     heads,
@@ -579,7 +640,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 mask: (*mask == AttentionMask::Tensor).then(|| (views[3], operand_dtype(3))),
                 out,
                 scores: scratch[0],
-            }))]
+            })]
         }
         Op::Pool {
             kind,
@@ -588,23 +649,26 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             padding,
         } => {
             let ones = vec![1; kernel.len()];
-            vec![Thunk::Pool {
+            vec![boxed(thunks::Pool {
                 dtype,
                 window: window(shapes[0], out_shape, kernel, stride, padding, &ones),
-                max: *kind == PoolKind::Max,
+                kind: *kind,
                 x: views[0],
                 out,
-            }]
+            })]
         }
-        Op::Conv { groups, .. } => {
-            let (window, gemm, _) =
-                conv_layout(node, shapes[0], shapes[1], out_shape, threads).expect("a conv");
-            vec![Thunk::Conv(Box::new(ConvThunk {
+        Op::Conv {
+            stride,
+            padding,
+            dilation,
+            groups,
+        } => {
+            let (shape, _) = conv_layout(
+                shapes[0], shapes[1], out_shape, stride, padding, dilation, *groups, threads,
+            );
+            vec![boxed(thunks::Conv {
                 dtype,
-                window,
-                groups: *groups,
-                out_channels: shapes[1][0],
-                gemm,
+                shape,
                 x: views[0],
                 w: views[1],
                 bias: views.get(2).copied(),
@@ -612,13 +676,13 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 col: scratch[0],
                 scratch: scratch[1],
                 wide_out: scratch.get(2).copied(),
-            }))]
+            })]
         }
         Op::Solve => {
             let a = shapes[0];
             let rank = a.len();
             let (n, k) = (a[rank - 1], shapes[1][rank - 1]);
-            vec![Thunk::Solve {
+            vec![boxed(thunks::Solve {
                 dtype,
                 batch: numel(&a[..rank - 2]),
                 n,
@@ -627,13 +691,13 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 b: views[1],
                 out,
                 work: scratch[0],
-                op: node.op.to_string(),
-            }]
+                at: site,
+            })]
         }
         Op::QuantizedMatMul { bits, group_size } => {
             let x = shapes[0];
             let k = x[x.len() - 1];
-            vec![Thunk::QuantizedMatMul {
+            vec![boxed(thunks::QuantizedMatMul {
                 dtype,
                 dims: QuantDims {
                     rows: numel(&x[..x.len() - 1]),
@@ -647,9 +711,9 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 scales: views[2],
                 biases: views[3],
                 out,
-            }]
+            })]
         }
-        Op::Custom { name, attrs, .. } => vec![Thunk::Custom(Box::new(CustomThunk {
+        Op::Custom { name, attrs, .. } => vec![boxed(thunks::Custom {
             name: name.clone(),
             kernel: custom.expect("compile checks the registry"),
             attrs: attrs.clone(),
@@ -662,13 +726,13 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             out,
             out_dtype: dtype,
             out_shape: out_shape.to_vec(),
-        }))],
+        })],
     }
 }
 
 #[allow(clippy::too_many_arguments)]
 fn norm(
-    rms: bool,
+    kind: NormKind,
     eps: f64,
     dtype: DType,
     shape: &[usize],
@@ -677,8 +741,8 @@ fn norm(
     bias: Option<View>,
     out: View,
 ) -> Thunk {
-    Thunk::Norm {
-        rms,
+    boxed(thunks::Norm {
+        kind,
         eps,
         dtype,
         features: *shape.last().unwrap_or(&1),
@@ -686,7 +750,40 @@ fn norm(
         weight,
         bias,
         out,
-    }
+    })
+}
+
+/// Sort, argsort or top-k: the first `keep` positions of each line along `axis`.
+#[allow(clippy::too_many_arguments)]
+fn sort(
+    dtype: DType,
+    shape: &[usize],
+    axis: usize,
+    descending: bool,
+    keep: usize,
+    output: crate::ir::SortOutput,
+    x: View,
+    out: View,
+    order: View,
+) -> Thunk {
+    boxed(thunks::Sort {
+        dtype,
+        shape: axis3(shape, axis, axis),
+        descending,
+        keep,
+        output,
+        x,
+        out,
+        order: View {
+            len: shape[axis],
+            ..order
+        },
+    })
+}
+
+/// A planned kernel call.
+fn boxed(kernel: impl thunks::Kernel + 'static) -> Thunk {
+    Box::new(kernel)
 }
 
 fn copy(
@@ -697,12 +794,12 @@ fn copy(
     src: View,
     dst: View,
 ) -> Thunk {
-    Thunk::Copy {
+    boxed(thunks::StridedCopy {
         dtype,
         layout: layout.coalesced(),
         dst_at,
         src_at,
         src,
         dst,
-    }
+    })
 }

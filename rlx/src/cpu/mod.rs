@@ -13,22 +13,22 @@ mod lower;
 pub mod memory;
 mod plan;
 mod program;
-mod thunk;
+mod thunks;
 
 pub use custom::{CustomInputs, CustomKernel, TensorMut};
 pub use plan::PlanReport;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::backend::signature::{Binder, check_weight};
+use crate::backend::shared::{CustomOps, ParamTable, PlanCache};
+use crate::backend::signature::Binder;
 use crate::backend::{Backend, CompileError, Executable, RunError, check_compilable};
 use crate::ir::{Graph, Op};
 use crate::tensor::{HostTensor, TensorRef};
 use kernels::layout::with_parallelism;
 use plan::Plan;
 use program::Program;
-use thunk::{Memory, execute};
+use thunks::Memory;
 
 /// Settings of the CPU backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,14 +77,14 @@ impl Default for CpuOptions {
 #[derive(Clone, Default)]
 pub struct CpuBackend {
     options: CpuOptions,
-    custom: BTreeMap<String, Arc<dyn CustomKernel>>,
+    custom: CustomOps<dyn CustomKernel>,
 }
 
 impl std::fmt::Debug for CpuBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CpuBackend")
             .field("options", &self.options)
-            .field("custom_ops", &self.custom.keys().collect::<Vec<_>>())
+            .field("custom_ops", &self.custom)
             .finish()
     }
 }
@@ -94,13 +94,13 @@ impl CpuBackend {
     pub fn new(options: CpuOptions) -> CpuBackend {
         CpuBackend {
             options,
-            custom: BTreeMap::new(),
+            custom: CustomOps::default(),
         }
     }
 
     /// Registers the kernel of the custom op `name` (see [`CustomKernel`]).
     pub fn with_custom_op(mut self, name: &str, kernel: Arc<dyn CustomKernel>) -> CpuBackend {
-        self.custom.insert(name.to_string(), kernel);
+        self.custom.insert(name, kernel);
         self
     }
 }
@@ -113,10 +113,7 @@ impl Backend for CpuBackend {
     }
 
     fn supports(&self, op: &Op) -> bool {
-        match op {
-            Op::Custom { name, .. } => self.custom.contains_key(name),
-            _ => true,
-        }
+        self.custom.supports(op)
     }
 
     fn compile(&self, graph: &Graph) -> Result<CpuExecutable, CompileError> {
@@ -139,11 +136,11 @@ impl Backend for CpuBackend {
         };
         Ok(CpuExecutable {
             pool,
-            bound: vec![false; program.params.len()],
+            params: ParamTable::of(&program.graph),
             program,
             options: self.options.clone(),
             statics: static_region,
-            plans: Vec::new(),
+            plans: PlanCache::default(),
             arena: AlignedBytes::default(),
             binder,
         })
@@ -186,8 +183,8 @@ pub struct CpuExecutable {
     pool: Option<std::sync::Arc<rayon::ThreadPool>>,
     options: CpuOptions,
     statics: AlignedBytes,
-    bound: Vec<bool>,
-    plans: Vec<Plan>,
+    params: ParamTable,
+    plans: PlanCache<Plan>,
     arena: AlignedBytes,
     // Per-run scratch, sized at compile time so runs do not allocate.
     binder: Binder,
@@ -226,7 +223,7 @@ impl CpuExecutable {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let i = self.plan_for(&values)?;
-        Ok(self.plans[i].report.clone())
+        Ok(self.plans.get(i).report.clone())
     }
 
     /// Runs the graph and lends its outputs to `f` as views into the executor's memory, with
@@ -255,7 +252,7 @@ impl CpuExecutable {
         f: impl FnOnce(&[TensorRef<'_>]) -> R,
     ) -> Result<R, RunError> {
         let plan_index = self.execute(inputs, dims)?;
-        let plan = &self.plans[plan_index];
+        let plan = self.plans.get(plan_index);
         let views: Vec<TensorRef<'_>> = plan
             .outputs
             .iter()
@@ -269,11 +266,11 @@ impl CpuExecutable {
     }
 
     /// The bytes of an output view.
-    fn output_bytes(&self, view: &thunk::View, dtype: crate::ir::DType) -> &[u8] {
+    fn output_bytes(&self, view: &thunks::View, dtype: crate::ir::DType) -> &[u8] {
         let bytes = view.bytes(dtype.size_bytes());
         match view.region {
-            thunk::Region::Arena => &self.arena.bytes()[bytes],
-            thunk::Region::Static => &self.statics.bytes()[bytes],
+            thunks::Region::Arena => &self.arena.bytes()[bytes],
+            thunks::Region::Static => &self.statics.bytes()[bytes],
         }
     }
 
@@ -283,17 +280,13 @@ impl CpuExecutable {
         inputs: &[(&str, TensorRef<'_>)],
         dims: &[(&str, usize)],
     ) -> Result<usize, RunError> {
-        if let Some(i) = self.bound.iter().position(|b| !b) {
-            return Err(RunError::MissingWeight {
-                name: self.program.params[i].name.clone(),
-            });
-        }
+        self.params.all_bound()?;
         self.binder.bind(&self.program.signature, inputs, dims)?;
         let key = std::mem::take(&mut self.binder.key);
         let plan_index = self.plan_for(&key);
         self.binder.key = key;
         let plan_index = plan_index?;
-        let plan = &self.plans[plan_index];
+        let plan = self.plans.get(plan_index);
         self.program
             .signature
             .check_inputs(&self.binder, inputs, |i| plan.inputs[i].1.as_slice())?;
@@ -314,7 +307,7 @@ impl CpuExecutable {
             with_parallelism(threads > 1, || {
                 plan.thunks
                     .iter()
-                    .try_for_each(|thunk| execute(thunk, &memory))
+                    .try_for_each(|thunk| thunk.execute(&memory))
             })
         };
         match &self.pool {
@@ -325,54 +318,33 @@ impl CpuExecutable {
     }
 
     fn plan_for(&mut self, values: &[usize]) -> Result<usize, RunError> {
-        if let Some(i) = self.plans.iter().position(|p| p.values == values) {
-            return Ok(i);
-        }
-        let plan = Plan::new(
-            &self.program,
-            values,
-            self.options.threads,
-            self.options.reuse_memory,
-        )?;
-        if plan.arena_bytes > self.arena.len {
-            self.arena.resize(plan.arena_bytes);
-        }
-        self.plans.push(plan);
-        Ok(self.plans.len() - 1)
+        let (program, options, arena) = (&self.program, &self.options, &mut self.arena);
+        self.plans.index_for(values, || {
+            let plan = Plan::new(program, values, options.threads, options.reuse_memory)?;
+            if plan.arena_bytes > arena.len {
+                arena.resize(plan.arena_bytes);
+            }
+            Ok(plan)
+        })
     }
 }
 
 impl Executable for CpuExecutable {
     fn set_weight(&mut self, name: &str, value: TensorRef<'_>) -> Result<(), RunError> {
-        let Some(i) = self.program.params.iter().position(|p| p.name == name) else {
-            return Err(RunError::UnknownWeight {
-                name: name.to_string(),
-            });
-        };
+        let i = self.params.check(name, &value)?;
         let slot = &self.program.params[i];
-        check_weight(name, slot.dtype, &slot.shape, &value)?;
-        let expected = value.bytes.len();
         let at = slot.offset;
         let statics = self.statics.bytes_mut();
-        statics[at..at + expected].copy_from_slice(value.bytes);
+        statics[at..at + value.bytes.len()].copy_from_slice(value.bytes);
         for packing in &slot.packings {
             packing.refresh(statics, slot);
         }
-        self.bound[i] = true;
+        self.params.mark_bound(i);
         Ok(())
     }
 
     fn weight(&self, name: &str) -> Result<HostTensor, RunError> {
-        let Some(i) = self.program.params.iter().position(|p| p.name == name) else {
-            return Err(RunError::UnknownWeight {
-                name: name.to_string(),
-            });
-        };
-        if !self.bound[i] {
-            return Err(RunError::MissingWeight {
-                name: name.to_string(),
-            });
-        }
+        let i = self.params.find_bound(name)?;
         let slot = &self.program.params[i];
         let len = slot.shape.iter().product::<usize>() * slot.dtype.size_bytes();
         let mut out = HostTensor::zeros(slot.dtype, slot.shape.clone());
@@ -388,7 +360,7 @@ impl Executable for CpuExecutable {
         outputs: &mut Vec<HostTensor>,
     ) -> Result<(), RunError> {
         let plan_index = self.execute(inputs, dims)?;
-        let plan = &self.plans[plan_index];
+        let plan = self.plans.get(plan_index);
         if outputs.len() != plan.outputs.len() {
             outputs.resize_with(plan.outputs.len(), || {
                 HostTensor::zeros(crate::ir::DType::F32, [0])

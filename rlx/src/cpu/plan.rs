@@ -7,7 +7,7 @@
 use super::lower::{LowerInput, lower, scratch_requests};
 use super::memory::{BufferRequest, plan_memory};
 use super::program::Program;
-use super::thunk::{Region, Thunk, View};
+use super::thunks::{Accesses, Region, Thunk, View};
 use crate::backend::RunError;
 use crate::backend::signature::concrete_shapes;
 use crate::ir::{DType, NodeId, Op};
@@ -34,7 +34,6 @@ enum Storage {
 }
 
 pub(crate) struct Plan {
-    pub values: Vec<usize>,
     pub thunks: Vec<Thunk>,
     pub arena_bytes: usize,
     /// Per program input: its arena view and concrete dims.
@@ -138,6 +137,7 @@ impl Plan {
                 })
                 .collect();
             thunks.extend(lower(LowerInput {
+                id,
                 node,
                 operand_shapes: node
                     .inputs
@@ -160,7 +160,6 @@ impl Plan {
         }
 
         let plan = Plan {
-            values: values.to_vec(),
             inputs: program
                 .signature
                 .inputs
@@ -192,7 +191,7 @@ impl Plan {
     /// writes through another view. Runs once per plan; a failure is a planner bug.
     fn check(&self, statics_len: usize) {
         for t in &self.thunks {
-            let (writes, reads) = t.accesses();
+            let Accesses { writes, reads } = t.accesses();
             for (v, size) in reads.iter().chain(&writes) {
                 let limit = match v.region {
                     Region::Arena => self.arena_bytes,

@@ -5,6 +5,7 @@ use super::CpuOptions;
 use super::kernels::gemm::{GemmAcc, GemmDims, pack_b_whole, packed_b_len};
 use super::kernels::numeric::FloatStore;
 use super::memory::ALIGN;
+use crate::backend::shared::CustomOps;
 use crate::backend::CompileError;
 use crate::backend::signature::Signature;
 use crate::ir::{DType, Graph, Node, NodeId, Op};
@@ -40,9 +41,9 @@ impl Packing {
     }
 }
 
-/// A param: where its bytes go in the static region.
+/// A param: where its bytes go in the static region (indexed like the executable's
+/// [`ParamTable`](crate::backend::shared::ParamTable), in graph order).
 pub(crate) struct ParamSlot {
-    pub name: String,
     pub dtype: DType,
     pub shape: Vec<usize>,
     pub offset: usize,
@@ -144,10 +145,7 @@ impl Program {
     pub(crate) fn new(
         graph: &Graph,
         options: &CpuOptions,
-        registry: &std::collections::BTreeMap<
-            String,
-            std::sync::Arc<dyn super::custom::CustomKernel>,
-        >,
+        registry: &CustomOps<dyn super::custom::CustomKernel>,
     ) -> Result<(Program, Vec<u8>), CompileError> {
         let mut g = graph.clone();
         if options.optimize {
@@ -174,7 +172,6 @@ impl Program {
                 _ => {
                     statics.resize(offset + bytes, 0);
                     params.push(ParamSlot {
-                        name: node.name.clone().unwrap_or_default(),
                         dtype: node.ty.dtype,
                         shape: node.ty.shape.static_dims().unwrap_or_default(),
                         offset,
@@ -237,14 +234,7 @@ impl Program {
 
         let signature = Signature::of(&g);
         let outputs = g.outputs().iter().map(|o| o.node).collect();
-        let custom = g
-            .nodes()
-            .iter()
-            .map(|n| match &n.op {
-                Op::Custom { name, .. } => registry.get(name).cloned(),
-                _ => None,
-            })
-            .collect();
+        let custom = registry.per_node(&g);
         let statics_len = statics.len();
         Ok((
             Program {

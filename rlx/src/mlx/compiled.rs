@@ -76,7 +76,7 @@ unsafe extern "C" fn lower_callback(
         let mut leaves = Vec::with_capacity(borrowed.len());
         for &raw in borrowed {
             leaves.push(Array::clone_raw(raw).map_err(|e| RunError::Backend {
-                backend: "mlx",
+                backend: super::NAME,
                 message: e.message,
             })?);
         }
@@ -180,13 +180,13 @@ impl Function {
             let context = unsafe { &*self.context };
             let typed = context.error.lock().ok().and_then(|mut e| e.take());
             return Err(typed.unwrap_or_else(|| RunError::Backend {
-                backend: "mlx",
+                backend: super::NAME,
                 message: Array::last_error().message,
             }));
         }
         let mut arrays = arrays.into_iter().map(|a| {
             a.ok_or_else(|| RunError::Backend {
-                backend: "mlx",
+                backend: super::NAME,
                 message: "the compiled function left an output unset".into(),
             })
         });

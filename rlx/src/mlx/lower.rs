@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::MlxCustomOp;
 use super::array::{Array, MaskArg, MlxError};
-use crate::backend::RunError;
 use crate::backend::signature::describe_node;
+use crate::backend::{NodeSite, RunError};
 use crate::ir::{AttentionMask, ConstantData, Graph, Node, NodeId, Op};
 use crate::tensor::TensorRef;
 
@@ -54,7 +54,7 @@ pub(crate) struct Lowered {
 /// The error of a failure at `node`.
 pub(crate) fn node_error(id: NodeId, node: &Node, e: MlxError) -> RunError {
     RunError::Backend {
-        backend: "mlx",
+        backend: super::NAME,
         message: format!("{}: {}", describe_node(id, node), e.message),
     }
 }
@@ -66,16 +66,16 @@ pub(crate) fn eval_error(graph: &Graph, at: Option<(NodeId, &Node)>, e: MlxError
     let lapack =
         e.message.contains("inversion failed") || e.message.contains("factorization failed");
     let solve = match at {
-        Some((_, node)) => Some(node).filter(|n| n.op == Op::Solve),
-        None => graph.nodes().iter().find(|n| n.op == Op::Solve),
+        Some((id, node)) => Some((id, node)).filter(|(_, n)| n.op == Op::Solve),
+        None => graph.iter().find(|(_, n)| n.op == Op::Solve),
     };
     match (solve, at) {
-        (Some(node), _) if lapack => RunError::Singular {
-            op: node.op.to_string(),
+        (Some((id, node)), _) if lapack => RunError::Singular {
+            at: NodeSite::of(id, node),
         },
         (_, Some((id, node))) => node_error(id, node, e),
         _ => RunError::Backend {
-            backend: "mlx",
+            backend: super::NAME,
             message: e.message,
         },
     }
@@ -343,7 +343,7 @@ impl Lowering {
             .find(|v| *v < 0 || *v >= size as i64)
             .unwrap_or(-1);
         Err(RunError::IndexOutOfRange {
-            op: node.op.to_string(),
+            at: NodeSite::of(check.node, node),
             index,
             size,
         })

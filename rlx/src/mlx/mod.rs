@@ -39,7 +39,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use crate::backend::signature::{Binder, Signature, check_weight, concrete_shapes};
+use crate::backend::shared::{CustomOps, ParamTable, PlanCache};
+use crate::backend::signature::{Binder, Signature, concrete_shapes};
 use crate::backend::{Backend, CompileError, Executable, RunError, check_compilable};
 use crate::ir::{AttrValue, DType, Graph, NodeId, Op};
 use crate::passes;
@@ -105,14 +106,14 @@ pub trait MlxCustomOp: Send + Sync {
 #[derive(Clone, Default)]
 pub struct MlxBackend {
     mode: MlxMode,
-    custom: BTreeMap<String, Arc<dyn MlxCustomOp>>,
+    custom: CustomOps<dyn MlxCustomOp>,
 }
 
 impl std::fmt::Debug for MlxBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MlxBackend")
             .field("mode", &self.mode)
-            .field("custom_ops", &self.custom.keys().collect::<Vec<_>>())
+            .field("custom_ops", &self.custom)
             .finish()
     }
 }
@@ -122,7 +123,7 @@ impl MlxBackend {
     pub fn new(mode: MlxMode) -> MlxBackend {
         MlxBackend {
             mode,
-            custom: BTreeMap::new(),
+            custom: CustomOps::default(),
         }
     }
 
@@ -133,7 +134,7 @@ impl MlxBackend {
 
     /// Registers the MLX kernel of the custom op `name`.
     pub fn with_custom_op(mut self, name: &str, kernel: Arc<dyn MlxCustomOp>) -> MlxBackend {
-        self.custom.insert(name.to_string(), kernel);
+        self.custom.insert(name, kernel);
         self
     }
 }
@@ -141,18 +142,18 @@ impl MlxBackend {
 /// MLX sets no rank limit of its own; this bound only keeps absurd graphs out.
 const MAX_RANK: usize = 16;
 
+/// The backend's name in errors.
+pub(crate) const NAME: &str = "mlx";
+
 impl Backend for MlxBackend {
     type Executable = MlxExecutable;
 
     fn name(&self) -> &'static str {
-        "mlx"
+        NAME
     }
 
     fn supports(&self, op: &Op) -> bool {
-        match op {
-            Op::Custom { name, .. } => self.custom.contains_key(name),
-            _ => true,
-        }
+        self.custom.supports(op)
     }
 
     fn compile(&self, graph: &Graph) -> Result<MlxExecutable, CompileError> {
@@ -160,56 +161,31 @@ impl Backend for MlxBackend {
         let g = passes::standard(graph)?;
 
         let signature = Signature::of(&g);
-        let params: Vec<ParamSlot> = g
-            .params()
-            .map(|(id, n)| ParamSlot {
-                node: id,
-                name: n.name.clone().unwrap_or_default(),
-                dtype: n.ty.dtype,
-                shape: n.ty.shape.static_dims().unwrap_or_default(),
-                value: None,
-            })
-            .collect();
+        let params = ParamTable::of(&g);
         let constants = upload_constants(&g).map_err(|e| CompileError::Backend {
-            backend: "mlx",
+            backend: NAME,
             message: e.message,
         })?;
-        let custom = g
-            .nodes()
-            .iter()
-            .map(|n| match &n.op {
-                Op::Custom { name, .. } => self.custom.get(name).cloned(),
-                _ => None,
-            })
-            .collect();
-        let mut leaves: Vec<NodeId> = params.iter().map(|p| p.node).collect();
+        let custom = self.custom.per_node(&g);
+        let mut leaves: Vec<NodeId> = params.specs.iter().map(|p| p.node).collect();
         leaves.extend(signature.inputs.iter().map(|i| i.node));
         Ok(MlxExecutable {
             binder: Binder::new(&signature),
             signature,
+            values: vec![None; params.specs.len()],
             params,
             leaves,
             constants: Arc::new(constants),
             custom: Arc::new(custom),
             graph: Arc::new(g),
             mode: self.mode,
-            bindings: Vec::new(),
+            bindings: PlanCache::default(),
             scratch: Vec::new(),
         })
     }
 }
 
-struct ParamSlot {
-    node: NodeId,
-    name: String,
-    dtype: DType,
-    shape: Vec<usize>,
-    value: Option<Array>,
-}
-
-/// What is fixed per binding of the runtime dims.
 struct BindingPlan {
-    values: Vec<usize>,
     lowering: Arc<Lowering>,
     /// Compiled mode: the traced function.
     function: Option<Function>,
@@ -219,13 +195,15 @@ struct BindingPlan {
 pub struct MlxExecutable {
     graph: Arc<Graph>,
     signature: Signature,
-    params: Vec<ParamSlot>,
+    params: ParamTable,
+    /// The bound value of each param, indexed like `params`.
+    values: Vec<Option<Array>>,
     leaves: Vec<NodeId>,
     constants: Arc<Constants>,
     custom: Arc<Vec<Option<Arc<dyn MlxCustomOp>>>>,
     mode: MlxMode,
     binder: Binder,
-    bindings: Vec<BindingPlan>,
+    bindings: PlanCache<BindingPlan>,
     scratch: Vec<u8>,
 }
 
@@ -241,7 +219,7 @@ impl std::fmt::Debug for MlxExecutable {
 
 fn backend_error(e: MlxError) -> RunError {
     RunError::Backend {
-        backend: "mlx",
+        backend: NAME,
         message: e.message,
     }
 }
@@ -258,58 +236,44 @@ impl MlxExecutable {
     }
 
     fn binding_for(&mut self) -> Result<usize, RunError> {
-        let key = &self.binder.key;
-        if let Some(i) = self.bindings.iter().position(|b| &b.values == key) {
-            return Ok(i);
-        }
-        let shapes = concrete_shapes(&self.graph, &self.signature, key, MAX_RANK, "MLX")?;
-        let lowering = Arc::new(Lowering {
-            graph: self.graph.clone(),
-            shapes,
-            constants: self.constants.clone(),
-            custom: self.custom.clone(),
-            leaves: self.leaves.clone(),
-            eager: self.mode == MlxMode::Eager,
-            verified: AtomicBool::new(false),
-        });
-        let function = if self.mode == MlxMode::Compiled {
-            Some(Function::new(lowering.clone()).map_err(backend_error)?)
-        } else {
-            None
-        };
-        self.bindings.push(BindingPlan {
-            values: key.clone(),
-            lowering,
-            function,
-        });
-        Ok(self.bindings.len() - 1)
+        let (graph, signature) = (&self.graph, &self.signature);
+        let (constants, custom, leaves) = (&self.constants, &self.custom, &self.leaves);
+        let mode = self.mode;
+        self.bindings.index_for(&self.binder.key, || {
+            let shapes = concrete_shapes(graph, signature, &self.binder.key, MAX_RANK, "MLX")?;
+            let lowering = Arc::new(Lowering {
+                graph: graph.clone(),
+                shapes,
+                constants: constants.clone(),
+                custom: custom.clone(),
+                leaves: leaves.clone(),
+                eager: mode == MlxMode::Eager,
+                verified: AtomicBool::new(false),
+            });
+            let function = if mode == MlxMode::Compiled {
+                Some(Function::new(lowering.clone()).map_err(backend_error)?)
+            } else {
+                None
+            };
+            Ok(BindingPlan { lowering, function })
+        })
     }
 }
 
 impl Executable for MlxExecutable {
     fn set_weight(&mut self, name: &str, value: TensorRef<'_>) -> Result<(), RunError> {
-        let Some(slot) = self.params.iter_mut().find(|p| p.name == name) else {
-            return Err(RunError::UnknownWeight {
-                name: name.to_string(),
-            });
-        };
-        check_weight(name, slot.dtype, &slot.shape, &value)?;
+        let i = self.params.check(name, &value)?;
         let array = Array::from_tensor(value).map_err(backend_error)?;
         // Materialize now, so the caller's bytes may go away and runs do not pay for it.
         Array::eval(&[&array]).map_err(backend_error)?;
-        slot.value = Some(array);
+        self.values[i] = Some(array);
+        self.params.mark_bound(i);
         Ok(())
     }
 
     fn weight(&self, name: &str) -> Result<HostTensor, RunError> {
-        let Some(slot) = self.params.iter().find(|p| p.name == name) else {
-            return Err(RunError::UnknownWeight {
-                name: name.to_string(),
-            });
-        };
-        let value = slot.value.as_ref().ok_or_else(|| RunError::MissingWeight {
-            name: name.to_string(),
-        })?;
+        let i = self.params.find_bound(name)?;
+        let value = self.values[i].as_ref().expect("a bound param has a value");
         value.to_host().map_err(backend_error)
     }
 
@@ -319,15 +283,11 @@ impl Executable for MlxExecutable {
         dims: &[(&str, usize)],
         outputs: &mut Vec<HostTensor>,
     ) -> Result<(), RunError> {
-        let mut leaves: Vec<Array> = Vec::with_capacity(self.leaves.len());
-        for p in &self.params {
-            leaves.push(p.value.clone().ok_or_else(|| RunError::MissingWeight {
-                name: p.name.clone(),
-            })?);
-        }
+        self.params.all_bound()?;
+        let mut leaves: Vec<Array> = self.values.iter().flatten().cloned().collect();
         self.binder.bind(&self.signature, inputs, dims)?;
         let b = self.binding_for()?;
-        let plan = &self.bindings[b];
+        let plan = self.bindings.get(b);
         let shapes = &plan.lowering.shapes;
         self.signature.check_inputs(&self.binder, inputs, |i| {
             shapes[self.signature.inputs[i].node.index()].as_slice()

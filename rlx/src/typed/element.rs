@@ -15,7 +15,7 @@ pub trait Float: Numeric {}
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a numeric element type",
     label = "arithmetic needs numbers, not `{Self}`",
-    note = "compare to get `bool` tensors and `where_` to select with them"
+    note = "compare to get `bool` tensors and `select` to choose with them"
 )]
 pub trait Numeric: Element {}
 

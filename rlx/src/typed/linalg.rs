@@ -8,6 +8,19 @@ use super::shape::Shape;
 use super::tensor::{LastDim, Tensor};
 use crate::ir::{NodeId, Op};
 
+/// The right operand's inner dim (`Self`) is the left operand's (`K`).
+///
+/// Batched products check their inner dims through this trait rather than by unifying
+/// whole shapes: rustc then names the two dims when they differ, where a mismatch of two
+/// rank-3 or rank-4 shapes is elided to `(Batch, Const<12>, ..., _)`.
+#[diagnostic::on_unimplemented(
+    message = "the inner dims of this matrix product differ: `{K}` on the left, `{Self}` on the right",
+    label = "inner dim `{Self}` where the left operand has `{K}`"
+)]
+pub trait InnerDim<K> {}
+
+impl<K: Dim> InnerDim<K> for K {}
+
 impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
     /// A matrix product with `rhs` (stored transposed when `transpose_b`); the result type
     /// is fixed by the typed method that calls this.
@@ -43,9 +56,13 @@ impl<'g, M: Dim, K: Dim, E: Float> Tensor<'g, (M, K), E> {
 }
 
 impl<'g, B: Dim, M: Dim, K: Dim, E: Float> Tensor<'g, (B, M, K), E> {
-    /// Batched `(B, M, K) x (B, K, N) -> (B, M, N)`.
+    /// Batched `(B, M, K) x (B, K, N) -> (B, M, N)`. Differing inner dims are a compile
+    /// error naming both ([`InnerDim`]).
     #[track_caller]
-    pub fn matmul<N: Dim>(self, rhs: Tensor<'g, (B, K, N), E>) -> Tensor<'g, (B, M, N), E> {
+    pub fn matmul<K2: InnerDim<K> + Dim, N: Dim>(
+        self,
+        rhs: Tensor<'g, (B, K2, N), E>,
+    ) -> Tensor<'g, (B, M, N), E> {
         self.product(rhs.id(), false)
     }
 
@@ -67,15 +84,22 @@ impl<'g, B: Dim, M: Dim, K: Dim, E: Float> Tensor<'g, (B, M, K), E> {
 
 impl<'g, B: Dim, H: Dim, M: Dim, K: Dim, E: Float> Tensor<'g, (B, H, M, K), E> {
     /// Batched `(B, H, M, K) x (B, H, K, N) -> (B, H, M, N)` (attention weights times values).
+    /// Differing inner dims are a compile error naming both ([`InnerDim`]).
     #[track_caller]
-    pub fn matmul<N: Dim>(self, rhs: Tensor<'g, (B, H, K, N), E>) -> Tensor<'g, (B, H, M, N), E> {
+    pub fn matmul<K2: InnerDim<K> + Dim, N: Dim>(
+        self,
+        rhs: Tensor<'g, (B, H, K2, N), E>,
+    ) -> Tensor<'g, (B, H, M, N), E> {
         self.product(rhs.id(), false)
     }
 
     /// Batched `(B, H, M, K) x (B, H, N, K)ᵀ -> (B, H, M, N)` (queries times keys), without
     /// transposing the keys.
     #[track_caller]
-    pub fn matmul_t<N: Dim>(self, rhs: Tensor<'g, (B, H, N, K), E>) -> Tensor<'g, (B, H, M, N), E> {
+    pub fn matmul_t<K2: InnerDim<K> + Dim, N: Dim>(
+        self,
+        rhs: Tensor<'g, (B, H, N, K2), E>,
+    ) -> Tensor<'g, (B, H, M, N), E> {
         self.product(rhs.id(), true)
     }
 }

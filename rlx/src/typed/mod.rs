@@ -43,7 +43,7 @@ mod tensor;
 pub use custom::Operand;
 pub use dim::{Const, Dim, DimKind, Dyn, Sizes, symbol_name};
 pub use element::{Element, Float, Numeric};
-pub use linalg::Quantization;
+pub use linalg::{InnerDim, Quantization};
 pub use movement::{AppendDim, Index, Joins, Permute2, Permute3, Permute4, Replace, SwapAxes};
 pub use nn::{ConvConfig, PoolConfig, Rope};
 pub use scope::{BuildErrors, Scope, build, build_model, build_with};

@@ -61,6 +61,11 @@ cast_int!(i32, i64, i8, u8);
 #[repr(transparent)]
 pub(crate) struct BoolByte(pub u8);
 
+// SAFETY: `BoolByte` is a transparent wrapper of `u8`: no padding, any bit pattern.
+unsafe impl bytemuck::Zeroable for BoolByte {}
+// SAFETY: as above.
+unsafe impl bytemuck::Pod for BoolByte {}
+
 impl CastFrom for BoolByte {
     fn widen(self) -> Wide {
         Wide::Int(i64::from(self.0 != 0))

@@ -2,6 +2,7 @@
 //! parameterized when a plan is made.
 
 pub(crate) mod cast;
+pub(crate) mod conv;
 pub(crate) mod copy;
 pub(crate) mod elementwise;
 pub(crate) mod gemm;

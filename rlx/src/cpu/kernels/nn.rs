@@ -4,6 +4,7 @@ use rayon::prelude::*;
 
 use super::layout::parallel;
 use super::numeric::{FloatStore, Real};
+use crate::ir::PoolKind;
 
 /// Which keys each query row may see (resolved from the op's mask kind).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -237,7 +238,8 @@ impl Window {
 }
 
 /// Max or average pooling (padding counts as zero in the average).
-pub(crate) fn pool<T: FloatStore>(w: &Window, max: bool, x: &[T], out: &mut [T]) {
+pub(crate) fn pool<T: FloatStore>(w: &Window, kind: PoolKind, x: &[T], out: &mut [T]) {
+    let max = kind == PoolKind::Max;
     let [ih, iw] = w.in_hw;
     let [oh, ow] = w.out_hw;
     let count = <T::Acc as Real>::from_f64((w.kernel[0] * w.kernel[1]) as f64);

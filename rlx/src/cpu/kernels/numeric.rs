@@ -5,6 +5,18 @@
 
 use half::{bf16, f16};
 
+use crate::ir::DType;
+
+/// The type float kernels of `dtype` accumulate in: `f64` for `f64`, `f32` otherwise
+/// (halves are widened). Scratch of GEMM, conv and attention is sized in it.
+pub(crate) fn accumulator(dtype: DType) -> DType {
+    if dtype == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
 /// A type kernels compute floats in: `f32` or `f64`.
 pub(crate) trait Real:
     Copy

@@ -237,9 +237,18 @@ pub(crate) fn softmax<T: FloatStore>(log: bool, s: Axis3, x: &[T], out: &mut [T]
     );
 }
 
-/// Layer norm (`rms = false`) or RMS norm over rows of `features` elements.
+/// Which normalization a norm kernel applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NormKind {
+    /// Subtract the mean, divide by the standard deviation.
+    Layer,
+    /// Divide by the root mean square.
+    Rms,
+}
+
+/// Layer or RMS norm over rows of `features` elements.
 pub(crate) fn norm<T: FloatStore>(
-    rms: bool,
+    kind: NormKind,
     eps: f64,
     features: usize,
     x: &[T],
@@ -251,7 +260,7 @@ pub(crate) fn norm<T: FloatStore>(
     let n = <T::Acc as Real>::from_f64(features as f64);
     per_outer(out, features, x.len(), |r, row| {
         let xs = &x[r * features..(r + 1) * features];
-        let mean = if rms {
+        let mean = if kind == NormKind::Rms {
             <T::Acc as Real>::ZERO
         } else {
             let mut sum = <T::Acc as Real>::ZERO;

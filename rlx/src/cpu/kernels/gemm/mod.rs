@@ -8,9 +8,12 @@
 //! nothing.
 
 mod avx2;
+mod batch;
 mod scalar;
 
 use rayon::prelude::*;
+
+pub(crate) use batch::{GemmBatch, gemm_batch};
 
 use super::layout::parallel;
 use super::numeric::{FloatStore, Real};

@@ -1,0 +1,75 @@
+//! Batched matrix products: one GEMM plan over many batch entries.
+
+use rayon::prelude::*;
+
+use super::{GemmAcc, GemmPlan, gemm};
+use crate::cpu::kernels::numeric::FloatStore;
+
+/// The operands of a batch of products sharing one plan.
+pub(crate) struct GemmBatch<'a, S: FloatStore> {
+    pub plan: &'a GemmPlan,
+    /// Element offsets into `a` and `b` of each batch entry, in output order.
+    pub offsets: &'a [(usize, usize)],
+    /// Entries run in parallel on this many workers, each a single-threaded product.
+    pub workers: usize,
+    pub a: &'a [S],
+    pub b: &'a [S],
+    /// `b` packed once when bound (a weight), in the accumulator type.
+    pub packed_b: Option<&'a [S::Acc]>,
+}
+
+/// `out[i] = a[i] · b[i]` for every batch entry. `scratch` holds one packing slot per
+/// worker; `wide` (one `m x n` tile per worker) receives f16/bf16 results before they are
+/// narrowed, and is `None` when storage and accumulator are the same type.
+pub(crate) fn gemm_batch<S: FloatStore>(
+    job: &GemmBatch<'_, S>,
+    out: &mut [S],
+    scratch: &mut [S::Acc],
+    wide: Option<&mut [S::Acc]>,
+) where
+    S::Acc: GemmAcc,
+{
+    let kernel = S::Acc::micro_kernel();
+    let tile = job.plan.dims.m * job.plan.dims.n;
+    // One worker's share: consecutive batch entries from `first`, with its own scratch.
+    let run =
+        |first: usize, out: &mut [S], scratch: &mut [S::Acc], mut wide: Option<&mut [S::Acc]>| {
+            for (i, dst) in out.chunks_mut(tile).enumerate() {
+                let (ao, bo) = job.offsets[first + i];
+                let (a, b) = (&job.a[ao..], &job.b[bo..]);
+                match wide.as_deref_mut() {
+                    None => {
+                        // Storage and accumulator are the same type here (f32 or f64).
+                        let dst: &mut [S::Acc] = bytemuck::cast_slice_mut(dst);
+                        gemm(job.plan, kernel, a, b, dst, scratch, job.packed_b);
+                    }
+                    Some(w) => {
+                        gemm(job.plan, kernel, a, b, w, scratch, job.packed_b);
+                        for (d, v) in dst.iter_mut().zip(w.iter()) {
+                            *d = S::store(*v);
+                        }
+                    }
+                }
+            }
+        };
+    if job.workers <= 1 || tile == 0 {
+        run(0, out, scratch, wide);
+        return;
+    }
+    let per_worker = job.offsets.len().div_ceil(job.workers);
+    let slot = scratch.len() / job.workers;
+    let work = |(w, (out, scratch)): (usize, (&mut [S], &mut [S::Acc])),
+                wide: Option<&mut [S::Acc]>| {
+        run(w * per_worker, out, scratch, wide)
+    };
+    let shares = out
+        .par_chunks_mut(per_worker * tile)
+        .zip(scratch.par_chunks_mut(slot))
+        .enumerate();
+    match wide {
+        None => shares.for_each(|share| work(share, None)),
+        Some(wide) => shares
+            .zip(wide.par_chunks_mut(tile))
+            .for_each(|(share, w)| work(share, Some(w))),
+    }
+}

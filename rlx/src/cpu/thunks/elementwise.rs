@@ -1,0 +1,219 @@
+//! Unary, binary, comparison, `where` and cast thunks.
+
+use super::{Accesses, Kernel, Memory, View, float_type, int_type, word_type};
+use crate::backend::RunError;
+use crate::cpu::kernels::cast::{BoolByte, CastFrom};
+use crate::cpu::kernels::elementwise as ew;
+use crate::cpu::kernels::layout::Strided;
+use crate::cpu::kernels::numeric::FloatStore;
+use crate::ir::{BinaryOp, CompareOp, DType, UnaryOp};
+
+/// `out = kind(x)`.
+#[derive(Clone, Debug)]
+pub(crate) struct Unary {
+    pub kind: UnaryOp,
+    pub dtype: DType,
+    pub x: View,
+    pub out: View,
+}
+
+impl Kernel for Unary {
+    fn accesses(&self) -> Accesses {
+        let s = self.dtype.size_bytes();
+        Accesses {
+            writes: vec![(self.out, s)],
+            reads: vec![(self.x, s)],
+        }
+    }
+
+    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
+        let (x, out) = (self.x, self.out);
+        if self.dtype.is_float() {
+            float_type!(self.dtype, |T| ew::unary_float::<T>(
+                self.kind,
+                mem.src(x),
+                mem.dst(out)
+            ))
+        } else {
+            int_type!(self.dtype, |T| ew::unary_int::<T>(
+                self.kind,
+                mem.src(x),
+                mem.dst(out)
+            ))
+        }
+        Ok(())
+    }
+}
+
+/// `out = kind(a, b)` with broadcasting.
+#[derive(Clone, Debug)]
+pub(crate) struct Binary {
+    pub kind: BinaryOp,
+    pub dtype: DType,
+    pub layout: Strided<2>,
+    pub a: View,
+    pub b: View,
+    pub out: View,
+}
+
+impl Kernel for Binary {
+    fn accesses(&self) -> Accesses {
+        let s = self.dtype.size_bytes();
+        Accesses {
+            writes: vec![(self.out, s)],
+            reads: vec![(self.a, s), (self.b, s)],
+        }
+    }
+
+    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
+        let (k, l) = (self.kind, &self.layout);
+        let (a, b, out) = (self.a, self.b, self.out);
+        if self.dtype.is_float() {
+            float_type!(self.dtype, |T| ew::binary_float::<T>(
+                k,
+                l,
+                mem.src(a),
+                mem.src(b),
+                mem.dst(out)
+            ))
+        } else {
+            int_type!(self.dtype, |T| ew::binary_int::<T>(
+                k,
+                l,
+                mem.src(a),
+                mem.src(b),
+                mem.dst(out)
+            ))
+        }
+        Ok(())
+    }
+}
+
+/// `out = a <kind> b` as `bool`, with broadcasting; `dtype` is the operands'.
+#[derive(Clone, Debug)]
+pub(crate) struct Compare {
+    pub kind: CompareOp,
+    pub dtype: DType,
+    pub layout: Strided<2>,
+    pub a: View,
+    pub b: View,
+    pub out: View,
+}
+
+fn float_key<T: FloatStore>(v: T) -> T::Acc {
+    v.load()
+}
+
+impl Kernel for Compare {
+    fn accesses(&self) -> Accesses {
+        let s = self.dtype.size_bytes();
+        Accesses {
+            writes: vec![(self.out, 1)],
+            reads: vec![(self.a, s), (self.b, s)],
+        }
+    }
+
+    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
+        let (k, l) = (self.kind, &self.layout);
+        let (a, b) = (self.a, self.b);
+        let out = mem.dst::<u8>(self.out);
+        match self.dtype {
+            DType::Bool => ew::compare(k, l, mem.src::<u8>(a), mem.src(b), out, |v| v != 0),
+            d if d.is_float() => float_type!(d, |T| ew::compare(
+                k,
+                l,
+                mem.src::<T>(a),
+                mem.src(b),
+                out,
+                float_key::<T>
+            )),
+            d => int_type!(d, |T| ew::compare(
+                k,
+                l,
+                mem.src::<T>(a),
+                mem.src(b),
+                out,
+                |v: T| v
+            )),
+        }
+        Ok(())
+    }
+}
+
+/// `out = cond ? a : b` with broadcasting.
+#[derive(Clone, Debug)]
+pub(crate) struct Select {
+    pub dtype: DType,
+    pub layout: Strided<3>,
+    pub cond: View,
+    pub a: View,
+    pub b: View,
+    pub out: View,
+}
+
+impl Kernel for Select {
+    fn accesses(&self) -> Accesses {
+        let s = self.dtype.size_bytes();
+        Accesses {
+            writes: vec![(self.out, s)],
+            reads: vec![(self.cond, 1), (self.a, s), (self.b, s)],
+        }
+    }
+
+    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
+        let (c, a, b, out) = (self.cond, self.a, self.b, self.out);
+        word_type!(self.dtype, |W| ew::select::<W>(
+            &self.layout,
+            mem.src(c),
+            mem.src(a),
+            mem.src(b),
+            mem.dst(out)
+        ));
+        Ok(())
+    }
+}
+
+/// Conversion between dtypes with Rust `as` semantics.
+#[derive(Clone, Debug)]
+pub(crate) struct Cast {
+    pub from: DType,
+    pub to: DType,
+    pub x: View,
+    pub out: View,
+}
+
+/// Runs `$body` with `$t` the cast type of any dtype.
+macro_rules! cast_type {
+    ($dtype:expr, |$t:ident| $body:expr) => {
+        match $dtype {
+            DType::Bool => {
+                type $t = BoolByte;
+                $body
+            }
+            d if d.is_float() => float_type!(d, |$t| $body),
+            d => int_type!(d, |$t| $body),
+        }
+    };
+}
+
+fn cast<A: CastFrom + bytemuck::Pod, B: CastFrom + bytemuck::Pod>(mem: &Memory, c: &Cast) {
+    ew::convert(mem.src::<A>(c.x), mem.dst::<B>(c.out), |v| {
+        B::narrow(v.widen())
+    });
+}
+
+impl Kernel for Cast {
+    fn accesses(&self) -> Accesses {
+        Accesses {
+            writes: vec![(self.out, self.to.size_bytes())],
+            reads: vec![(self.x, self.from.size_bytes())],
+        }
+    }
+
+    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
+        cast_type!(self.from, |A| cast_type!(self.to, |B| cast::<A, B>(
+            mem, self
+        )));
+        Ok(())
+    }
+}

@@ -1,0 +1,175 @@
+//! Rope, attention, pooling and convolution thunks.
+
+use super::{Accesses, Kernel, Memory, View, float_type};
+use crate::backend::RunError;
+use crate::cpu::kernels::conv::{ConvShape, conv};
+use crate::cpu::kernels::gemm::GemmAcc;
+use crate::cpu::kernels::nn::{self, AttentionDims, MaskValues, RopeDims, Window};
+use crate::cpu::kernels::numeric::{FloatStore, accumulator};
+use crate::ir::{DType, PoolKind};
+
+/// Rotary position embedding; the position offset is an optional `i32`/`i64` scalar.
+#[derive(Clone, Debug)]
+pub(crate) struct Rope {
+    pub dtype: DType,
+    pub dims: RopeDims,
+    pub offset: Option<(View, DType)>,
+    pub x: View,
+    pub out: View,
+}
+
+impl Kernel for Rope {
+    fn accesses(&self) -> Accesses {
+        let s = self.dtype.size_bytes();
+        let mut reads = vec![(self.x, s)];
+        reads.extend(self.offset.map(|(v, d)| (v, d.size_bytes())));
+        Accesses {
+            writes: vec![(self.out, s)],
+            reads,
+        }
+    }
+
+    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
+        let offset = match self.offset {
+            None => 0,
+            Some((v, DType::I32)) => i64::from(mem.src::<i32>(v)[0]),
+            Some((v, _)) => mem.src::<i64>(v)[0],
+        };
+        float_type!(self.dtype, |T| nn::rope::<T>(
+            &self.dims,
+            offset,
+            mem.src(self.x),
+            mem.dst(self.out)
+        ));
+        Ok(())
+    }
+}
+
+/// Scaled dot-product attention, one row of scores per worker.
+#[derive(Clone, Debug)]
+pub(crate) struct Attention {
+    pub dtype: DType,
+    pub dims: AttentionDims,
+    pub q: View,
+    pub k: View,
+    pub v: View,
+    pub mask: Option<(View, DType)>,
+    pub out: View,
+    /// One row of scores per worker, in the accumulator type.
+    pub scores: View,
+}
+
+impl Attention {
+    fn run<T: FloatStore>(&self, mem: &Memory)
+    where
+        T::Acc: GemmAcc,
+    {
+        let mask = match self.mask {
+            None => MaskValues::None,
+            Some((v, DType::Bool)) => MaskValues::Bool(mem.src::<u8>(v)),
+            Some((v, _)) => MaskValues::Additive(mem.src::<T>(v)),
+        };
+        nn::attention::<T>(
+            &self.dims,
+            mem.src(self.q),
+            mem.src(self.k),
+            mem.src(self.v),
+            mask,
+            mem.dst(self.out),
+            mem.dst(self.scores),
+        )
+    }
+}
+
+impl Kernel for Attention {
+    fn accesses(&self) -> Accesses {
+        let s = self.dtype.size_bytes();
+        let mut reads = vec![(self.q, s), (self.k, s), (self.v, s)];
+        reads.extend(self.mask.map(|(v, d)| (v, d.size_bytes())));
+        Accesses {
+            writes: vec![
+                (self.out, s),
+                (self.scores, accumulator(self.dtype).size_bytes()),
+            ],
+            reads,
+        }
+    }
+
+    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
+        float_type!(self.dtype, |T| self.run::<T>(mem));
+        Ok(())
+    }
+}
+
+/// Max or average pooling, channels first.
+#[derive(Clone, Debug)]
+pub(crate) struct Pool {
+    pub dtype: DType,
+    pub window: Window,
+    pub kind: PoolKind,
+    pub x: View,
+    pub out: View,
+}
+
+impl Kernel for Pool {
+    fn accesses(&self) -> Accesses {
+        let s = self.dtype.size_bytes();
+        Accesses {
+            writes: vec![(self.out, s)],
+            reads: vec![(self.x, s)],
+        }
+    }
+
+    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
+        float_type!(self.dtype, |T| nn::pool::<T>(
+            &self.window,
+            self.kind,
+            mem.src(self.x),
+            mem.dst(self.out)
+        ));
+        Ok(())
+    }
+}
+
+/// Convolution as im2col + GEMM per image and channel group.
+#[derive(Clone, Debug)]
+pub(crate) struct Conv {
+    pub dtype: DType,
+    pub shape: ConvShape,
+    pub x: View,
+    pub w: View,
+    pub bias: Option<View>,
+    pub out: View,
+    /// One image-group's patches.
+    pub col: View,
+    /// GEMM packing, in the accumulator type.
+    pub scratch: View,
+    /// For f16/bf16: one group's f32 result before it is narrowed.
+    pub wide_out: Option<View>,
+}
+
+impl Kernel for Conv {
+    fn accesses(&self) -> Accesses {
+        let s = self.dtype.size_bytes();
+        let acc = accumulator(self.dtype).size_bytes();
+        let mut writes = vec![(self.out, s), (self.col, s), (self.scratch, acc)];
+        writes.extend(self.wide_out.map(|v| (v, acc)));
+        let mut reads = vec![(self.x, s), (self.w, s)];
+        reads.extend(self.bias.map(|v| (v, s)));
+        Accesses { writes, reads }
+    }
+
+    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
+        float_type!(self.dtype, |T| conv::<T>(
+            &self.shape,
+            mem.src(self.x),
+            mem.src(self.w),
+            self.bias.map(|b| mem.src(b)),
+            mem.dst(self.out),
+            mem.dst(self.col),
+            mem.dst(self.scratch),
+            self.wide_out.map(|v| mem.dst(v))
+        ));
+        Ok(())
+    }
+}

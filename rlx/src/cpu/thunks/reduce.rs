@@ -1,0 +1,224 @@
+//! Reduction, arg-reduction, cumulative-sum, softmax and normalization thunks.
+
+use super::{Accesses, Kernel, Memory, View, float_type, int_type};
+use crate::backend::RunError;
+use crate::cpu::kernels::numeric::{FloatStore, Real};
+use crate::cpu::kernels::reduce::{self, Axis3, NormKind};
+use crate::ir::{ArgReduceOp, DType, ReduceOp};
+
+/// A reduction over the middle axis of `[outer, len, inner]`.
+#[derive(Clone, Debug)]
+pub(crate) struct Reduce {
+    pub op: ReduceOp,
+    pub dtype: DType,
+    pub shape: Axis3,
+    pub x: View,
+    pub out: View,
+}
+
+impl Kernel for Reduce {
+    fn accesses(&self) -> Accesses {
+        let s = self.dtype.size_bytes();
+        Accesses {
+            writes: vec![(self.out, s)],
+            reads: vec![(self.x, s)],
+        }
+    }
+
+    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
+        let (op, shape, x, out) = (self.op, self.shape, self.x, self.out);
+        if self.dtype.is_float() {
+            float_type!(self.dtype, |T| reduce::reduce_float::<T>(
+                op,
+                shape,
+                mem.src(x),
+                mem.dst(out)
+            ))
+        } else {
+            int_type!(self.dtype, |T| reduce::reduce_int::<T>(
+                op,
+                shape,
+                mem.src(x),
+                mem.dst(out)
+            ))
+        }
+        Ok(())
+    }
+}
+
+/// Argmax or argmin over the middle axis, as `i64`.
+#[derive(Clone, Debug)]
+pub(crate) struct ArgReduce {
+    pub op: ArgReduceOp,
+    pub dtype: DType,
+    pub shape: Axis3,
+    pub x: View,
+    pub out: View,
+}
+
+/// Whether `candidate` beats `best` for `op`: a NaN wins (as in numpy), then strictly
+/// better values, so the first of equal values stays.
+fn float_beats<T: FloatStore>(op: ArgReduceOp) -> fn(T, T) -> bool {
+    match op {
+        ArgReduceOp::ArgMax => |c, b| {
+            let (c, b) = (c.load(), b.load());
+            !b.is_nan() && (c.is_nan() || c > b)
+        },
+        ArgReduceOp::ArgMin => |c, b| {
+            let (c, b) = (c.load(), b.load());
+            !b.is_nan() && (c.is_nan() || c < b)
+        },
+    }
+}
+
+fn int_beats<T: PartialOrd>(op: ArgReduceOp) -> fn(T, T) -> bool {
+    match op {
+        ArgReduceOp::ArgMax => |c, b| c > b,
+        ArgReduceOp::ArgMin => |c, b| c < b,
+    }
+}
+
+impl Kernel for ArgReduce {
+    fn accesses(&self) -> Accesses {
+        Accesses {
+            writes: vec![(self.out, 8)],
+            reads: vec![(self.x, self.dtype.size_bytes())],
+        }
+    }
+
+    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
+        let out = mem.dst::<i64>(self.out);
+        let (op, shape, x) = (self.op, self.shape, self.x);
+        if self.dtype.is_float() {
+            float_type!(self.dtype, |T| reduce::arg_reduce(
+                shape,
+                mem.src::<T>(x),
+                out,
+                float_beats::<T>(op)
+            ))
+        } else {
+            int_type!(self.dtype, |T| reduce::arg_reduce(
+                shape,
+                mem.src::<T>(x),
+                out,
+                int_beats::<T>(op)
+            ))
+        }
+        Ok(())
+    }
+}
+
+/// A running sum along the middle axis.
+#[derive(Clone, Debug)]
+pub(crate) struct Cumsum {
+    pub dtype: DType,
+    pub shape: Axis3,
+    pub exclusive: bool,
+    pub reverse: bool,
+    pub x: View,
+    pub out: View,
+}
+
+impl Kernel for Cumsum {
+    fn accesses(&self) -> Accesses {
+        let s = self.dtype.size_bytes();
+        Accesses {
+            writes: vec![(self.out, s)],
+            reads: vec![(self.x, s)],
+        }
+    }
+
+    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
+        let (shape, ex, rev, x, out) = (self.shape, self.exclusive, self.reverse, self.x, self.out);
+        if self.dtype.is_float() {
+            float_type!(self.dtype, |T| reduce::cumsum::<T>(
+                shape,
+                ex,
+                rev,
+                mem.src(x),
+                mem.dst(out)
+            ))
+        } else {
+            int_type!(self.dtype, |T| reduce::cumsum::<T>(
+                shape,
+                ex,
+                rev,
+                mem.src(x),
+                mem.dst(out)
+            ))
+        }
+        Ok(())
+    }
+}
+
+/// Softmax or log-softmax along the middle axis.
+#[derive(Clone, Debug)]
+pub(crate) struct Softmax {
+    pub log: bool,
+    pub dtype: DType,
+    pub shape: Axis3,
+    pub x: View,
+    pub out: View,
+}
+
+impl Kernel for Softmax {
+    fn accesses(&self) -> Accesses {
+        let s = self.dtype.size_bytes();
+        Accesses {
+            writes: vec![(self.out, s)],
+            reads: vec![(self.x, s)],
+        }
+    }
+
+    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
+        let (log, shape, x, out) = (self.log, self.shape, self.x, self.out);
+        float_type!(self.dtype, |T| reduce::softmax::<T>(
+            log,
+            shape,
+            mem.src(x),
+            mem.dst(out)
+        ));
+        Ok(())
+    }
+}
+
+/// Layer or RMS norm over rows of `features` elements.
+#[derive(Clone, Debug)]
+pub(crate) struct Norm {
+    pub kind: NormKind,
+    pub eps: f64,
+    pub dtype: DType,
+    pub features: usize,
+    pub x: View,
+    pub weight: Option<View>,
+    pub bias: Option<View>,
+    pub out: View,
+}
+
+impl Kernel for Norm {
+    fn accesses(&self) -> Accesses {
+        let s = self.dtype.size_bytes();
+        let reads = std::iter::once(self.x)
+            .chain(self.weight)
+            .chain(self.bias)
+            .map(|v| (v, s))
+            .collect();
+        Accesses {
+            writes: vec![(self.out, s)],
+            reads,
+        }
+    }
+
+    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
+        float_type!(self.dtype, |T| reduce::norm::<T>(
+            self.kind,
+            self.eps,
+            self.features,
+            mem.src(self.x),
+            self.weight.map(|w| mem.src(w)),
+            self.bias.map(|b| mem.src(b)),
+            mem.dst(self.out)
+        ));
+        Ok(())
+    }
+}
