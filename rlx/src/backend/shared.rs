@@ -65,6 +65,8 @@ impl<K: ?Sized> CustomOps<K> {
 /// One param of a compiled graph.
 #[derive(Clone, Debug)]
 pub(crate) struct ParamSpec {
+    /// The param's node (MLX passes params to its compiled functions in this order).
+    #[cfg_attr(not(feature = "mlx"), allow(dead_code))]
     pub node: NodeId,
     pub name: String,
     pub dtype: DType,

@@ -271,15 +271,6 @@ pub(crate) fn check_weight(
     Ok(())
 }
 
-/// `%3 \`matmul\` (built at src/main.rs:4:9)`: a node for error messages.
-pub(crate) fn describe_node(id: NodeId, node: &Node) -> String {
-    let origin = node
-        .origin
-        .map(|o| format!(" (built at {o})"))
-        .unwrap_or_default();
-    format!("{id} `{}`{origin}", node.op)
-}
-
 /// The concrete dims of every node of `graph` with its runtime dims bound to `values`,
 /// each op re-checked now that sizes are known. `max_rank` is the backend's limit.
 pub(crate) fn concrete_shapes(

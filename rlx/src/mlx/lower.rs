@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::MlxCustomOp;
 use super::array::{Array, MaskArg, MlxError};
-use crate::backend::signature::describe_node;
 use crate::backend::{NodeSite, RunError};
 use crate::ir::{AttentionMask, ConstantData, Graph, Node, NodeId, Op};
 use crate::tensor::TensorRef;
@@ -49,6 +48,15 @@ pub(crate) struct IndexCheck {
 pub(crate) struct Lowered {
     pub outputs: Vec<Array>,
     pub checks: Vec<IndexCheck>,
+}
+
+/// `%3 \`matmul\` (built at src/main.rs:4:9)`: a node for error messages.
+fn describe_node(id: NodeId, node: &Node) -> String {
+    let origin = node
+        .origin
+        .map(|o| format!(" (built at {o})"))
+        .unwrap_or_default();
+    format!("{id} `{}`{origin}", node.op)
 }
 
 /// The error of a failure at `node`.

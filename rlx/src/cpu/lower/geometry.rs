@@ -1,0 +1,151 @@
+//! The geometry lowering derives from concrete shapes: conv and pool windows, GEMM dims
+//! and batch offsets of matmuls, and the `[outer, len, inner]` view of an axis.
+
+use crate::cpu::kernels::conv::ConvShape;
+use crate::cpu::kernels::gemm::{GemmDims, GemmPlan};
+use crate::cpu::kernels::layout::contiguous_strides;
+use crate::cpu::kernels::nn::Window;
+use crate::cpu::kernels::reduce::Axis3;
+
+/// The window geometry of a conv or pool over `[N, C, *spatial]` (1-D as height 1).
+pub(super) fn window(
+    x: &[usize],
+    out: &[usize],
+    kernel: &[usize],
+    stride: &[usize],
+    padding: &[(usize, usize)],
+    dilation: &[usize],
+) -> Window {
+    let two = |v: &[usize], fill: usize| {
+        if v.len() == 1 {
+            [fill, v[0]]
+        } else {
+            [v[0], v[1]]
+        }
+    };
+    let pads: Vec<usize> = padding.iter().map(|p| p.0).collect();
+    Window {
+        batch: x[0],
+        channels: x[1],
+        in_hw: two(&x[2..], 1),
+        out_hw: two(&out[2..], 1),
+        kernel: two(kernel, 1),
+        stride: two(stride, 1),
+        pad_before: two(&pads, 0),
+        dilation: two(dilation, 1),
+    }
+}
+
+/// The conv's geometry and the element count of its patch matrix.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn conv_layout(
+    x: &[usize],
+    w: &[usize],
+    out: &[usize],
+    stride: &[usize],
+    padding: &[(usize, usize)],
+    dilation: &[usize],
+    groups: usize,
+    threads: usize,
+) -> (ConvShape, usize) {
+    let win = window(x, out, &w[2..], stride, padding, dilation);
+    let taps = w[1] * win.kernel[0] * win.kernel[1];
+    let pixels = win.out_hw[0] * win.out_hw[1];
+    let og = w[0] / groups;
+    let dims = GemmDims {
+        m: og,
+        n: pixels,
+        k: taps,
+        a_rs: taps,
+        a_cs: 1,
+        b_rs: pixels,
+        b_cs: 1,
+    };
+    let shape = ConvShape {
+        window: win,
+        groups,
+        out_channels: w[0],
+        gemm: GemmPlan::new(dims, threads),
+    };
+    (shape, taps * pixels)
+}
+
+pub(super) fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+/// `[outer, shape[axes], inner]` around the contiguous block of axes `first..=last`.
+pub(super) fn axis3(shape: &[usize], first: usize, last: usize) -> Axis3 {
+    Axis3 {
+        outer: numel(&shape[..first]),
+        len: numel(&shape[first..=last]),
+        inner: numel(&shape[last + 1..]),
+    }
+}
+
+/// The GEMM dims and batch offsets of a matmul.
+pub(super) fn matmul_layout(
+    transpose_a: bool,
+    transpose_b: bool,
+    a: &[usize],
+    b: &[usize],
+    out: &[usize],
+) -> (GemmDims, Vec<(usize, usize)>) {
+    let (ra, rb, ro) = (a.len(), b.len(), out.len());
+    let (m, k) = if transpose_a {
+        (a[ra - 1], a[ra - 2])
+    } else {
+        (a[ra - 2], a[ra - 1])
+    };
+    let n = if transpose_b { b[rb - 2] } else { b[rb - 1] };
+    let dims = GemmDims {
+        m,
+        n,
+        k,
+        a_rs: if transpose_a { 1 } else { k },
+        a_cs: if transpose_a { m } else { 1 },
+        b_rs: if transpose_b { 1 } else { n },
+        b_cs: if transpose_b { k } else { 1 },
+    };
+    let batch = &out[..ro - 2];
+    let batch_strides = |dims: &[usize], matrix: usize| -> Vec<usize> {
+        let own = &dims[..dims.len() - 2];
+        let offset = batch.len() - own.len();
+        let contiguous = contiguous_strides(own);
+        (0..batch.len())
+            .map(|i| {
+                if i < offset || own[i - offset] == 1 {
+                    0
+                } else {
+                    contiguous[i - offset] * matrix
+                }
+            })
+            .collect()
+    };
+    let (sa, sb) = (batch_strides(a, m * k), batch_strides(b, k * n));
+    let total = numel(batch);
+    let mut offsets = Vec::with_capacity(total);
+    for flat in 0..total {
+        let (mut rest, mut oa, mut ob) = (flat, 0, 0);
+        for axis in (0..batch.len()).rev() {
+            let i = rest % batch[axis];
+            rest /= batch[axis];
+            oa += i * sa[axis];
+            ob += i * sb[axis];
+        }
+        offsets.push((oa, ob));
+    }
+    (dims, offsets)
+}
+
+/// Workers for the batch entries of a matmul: several when each product runs on one
+/// thread and there are enough products and flops to share.
+pub(super) fn batch_workers(plan: &GemmPlan, batches: usize, threads: usize) -> usize {
+    let d = plan.dims;
+    let flops = batches * d.m * d.n * d.k;
+    if plan.workers > 1 || batches < 2 || flops < 1 << 18 {
+        1
+    } else {
+        threads.max(1).min(batches)
+    }
+}
