@@ -38,6 +38,16 @@ pub(crate) struct Accesses {
     pub reads: Vec<Access>,
 }
 
+impl Accesses {
+    /// One view read and one written, with elements of `size` bytes.
+    pub(crate) fn one_to_one(read: View, write: View, size: usize) -> Accesses {
+        Accesses {
+            writes: vec![(write, size)],
+            reads: vec![(read, size)],
+        }
+    }
+}
+
 /// One kernel call over planned views.
 pub(crate) trait Kernel: std::fmt::Debug + Send + Sync {
     /// Every view [`Kernel::execute`] reads or writes, with its element size.

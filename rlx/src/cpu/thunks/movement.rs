@@ -21,11 +21,7 @@ pub(crate) struct StridedCopy {
 
 impl Kernel for StridedCopy {
     fn accesses(&self) -> Accesses {
-        let s = self.dtype.size_bytes();
-        Accesses {
-            writes: vec![(self.dst, s)],
-            reads: vec![(self.src, s)],
-        }
+        Accesses::one_to_one(self.src, self.dst, self.dtype.size_bytes())
     }
 
     fn execute(&self, mem: &Memory) -> Result<(), RunError> {

@@ -113,11 +113,7 @@ pub(crate) struct Pool {
 
 impl Kernel for Pool {
     fn accesses(&self) -> Accesses {
-        let s = self.dtype.size_bytes();
-        Accesses {
-            writes: vec![(self.out, s)],
-            reads: vec![(self.x, s)],
-        }
+        Accesses::one_to_one(self.x, self.out, self.dtype.size_bytes())
     }
 
     fn execute(&self, mem: &Memory) -> Result<(), RunError> {

@@ -18,11 +18,7 @@ pub(crate) struct Reduce {
 
 impl Kernel for Reduce {
     fn accesses(&self) -> Accesses {
-        let s = self.dtype.size_bytes();
-        Accesses {
-            writes: vec![(self.out, s)],
-            reads: vec![(self.x, s)],
-        }
+        Accesses::one_to_one(self.x, self.out, self.dtype.size_bytes())
     }
 
     fn execute(&self, mem: &Memory) -> Result<(), RunError> {
@@ -121,11 +117,7 @@ pub(crate) struct Cumsum {
 
 impl Kernel for Cumsum {
     fn accesses(&self) -> Accesses {
-        let s = self.dtype.size_bytes();
-        Accesses {
-            writes: vec![(self.out, s)],
-            reads: vec![(self.x, s)],
-        }
+        Accesses::one_to_one(self.x, self.out, self.dtype.size_bytes())
     }
 
     fn execute(&self, mem: &Memory) -> Result<(), RunError> {
@@ -163,11 +155,7 @@ pub(crate) struct Softmax {
 
 impl Kernel for Softmax {
     fn accesses(&self) -> Accesses {
-        let s = self.dtype.size_bytes();
-        Accesses {
-            writes: vec![(self.out, s)],
-            reads: vec![(self.x, s)],
-        }
+        Accesses::one_to_one(self.x, self.out, self.dtype.size_bytes())
     }
 
     fn execute(&self, mem: &Memory) -> Result<(), RunError> {
