@@ -223,6 +223,12 @@ int rlx_mlx_rope(const rlx_mlx_array* x, int32_t dims, double base, double scale
 int rlx_mlx_conv(const rlx_mlx_array* x, const rlx_mlx_array* w, const rlx_mlx_array* bias,
                  const int32_t* stride, const int32_t* pad_low, const int32_t* pad_high,
                  const int32_t* dilation, size_t spatial, int32_t groups, rlx_mlx_array** out);
+/* Channels first; w is [C, O/groups, *kernel] (PyTorch's layout); bias may be NULL. The
+   crops are the transposed conv's `padding`, removed from each end of the full output. */
+int rlx_mlx_conv_transpose(const rlx_mlx_array* x, const rlx_mlx_array* w, const rlx_mlx_array* bias,
+                           const int32_t* stride, const int32_t* crop_low, const int32_t* crop_high,
+                           const int32_t* output_padding, const int32_t* dilation, size_t spatial,
+                           int32_t groups, rlx_mlx_array** out);
 int rlx_mlx_pool(rlx_mlx_pool_kind kind, const rlx_mlx_array* x, const int32_t* kernel,
                  const int32_t* stride, const int32_t* pad_low, const int32_t* pad_high,
                  size_t spatial, rlx_mlx_array** out);

@@ -7,6 +7,7 @@
 
 #include "rlx_mlx.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -441,6 +442,66 @@ mx::array conv(const mx::array& x, const mx::array& w, const rlx_mlx_array* bias
   const mx::array xl = mx::transpose(f32(x), to_last);
   const mx::array wl = mx::transpose(f32(w), to_last);
   mx::array y = mx::conv_general(xl, wl, stride, lo, hi, dilation, std::vector<int>{}, groups, false);
+  y = mx::transpose(y, to_first);
+  if (bias != nullptr) {
+    mx::Shape bshape{-1};
+    for (int i = 0; i < n; ++i) bshape.push_back(1);
+    y = mx::add(y, mx::reshape(f32(get(bias)), bshape));
+  }
+  return down(y, dt);
+}
+
+// The adjoint of `conv`: MLX's general convolution of `x` dilated by the stride, padded by
+// `dilation·(k − 1)` less the crop, with the kernel flipped. RLX's weight `[C, O/g, *k]`
+// becomes MLX's `[O, *k, C/g]` per group. A crop larger than that padding is sliced off.
+mx::array conv_transpose(const mx::array& x, const mx::array& w, const rlx_mlx_array* bias,
+                         std::vector<int> stride, std::vector<int> crop_lo, std::vector<int> crop_hi,
+                         std::vector<int> output_padding, std::vector<int> dilation, int groups) {
+  const int n = static_cast<int>(stride.size());
+  const mx::Dtype dt = x.dtype();
+  auto f32 = [](const mx::array& a) { return is_float(a.dtype()) && a.dtype() != mx::float32 ? mx::astype(a, mx::float32) : a; };
+  std::vector<int> to_last{0};
+  for (int i = 0; i < n; ++i) to_last.push_back(i + 2);
+  to_last.push_back(1);
+  const mx::array xl = mx::transpose(f32(x), to_last);
+  // [C, O/g, *k] -> [g, C/g, O/g, *k] -> [g, O/g, *k, C/g] -> [O, *k, C/g]
+  const int cg = w.shape(0) / groups;
+  const int og = w.shape(1);
+  mx::Shape grouped{groups, cg, og};
+  std::vector<int> perm{0, 2};
+  mx::Shape merged{groups * og};
+  for (int i = 0; i < n; ++i) {
+    grouped.push_back(w.shape(2 + i));
+    perm.push_back(3 + i);
+    merged.push_back(w.shape(2 + i));
+  }
+  perm.push_back(1);
+  merged.push_back(cg);
+  const mx::array wl = mx::reshape(mx::transpose(mx::reshape(f32(w), grouped), perm), merged);
+  std::vector<int> lo(n), hi(n), cut_lo(n), cut_hi(n);
+  for (int i = 0; i < n; ++i) {
+    const int span = dilation[i] * (w.shape(2 + i) - 1);
+    const int want_lo = span - crop_lo[i];
+    const int want_hi = span - crop_hi[i] + output_padding[i];
+    lo[i] = std::max(want_lo, 0);
+    hi[i] = std::max(want_hi, 0);
+    cut_lo[i] = lo[i] - want_lo;
+    cut_hi[i] = hi[i] - want_hi;
+  }
+  const std::vector<int> ones(n, 1);
+  mx::array y = mx::conv_general(xl, wl, ones, lo, hi, dilation, stride, groups, true);
+  if (std::any_of(cut_lo.begin(), cut_lo.end(), [](int c) { return c > 0; }) ||
+      std::any_of(cut_hi.begin(), cut_hi.end(), [](int c) { return c > 0; })) {
+    mx::Shape start(y.ndim(), 0);
+    mx::Shape stop = y.shape();
+    for (int i = 0; i < n; ++i) {
+      start[1 + i] = cut_lo[i];
+      stop[1 + i] -= cut_hi[i];
+    }
+    y = mx::slice(y, start, stop);
+  }
+  std::vector<int> to_first{0, n + 1};
+  for (int i = 0; i < n; ++i) to_first.push_back(i + 1);
   y = mx::transpose(y, to_first);
   if (bias != nullptr) {
     mx::Shape bshape{-1};
@@ -924,6 +985,17 @@ int rlx_mlx_conv(const rlx_mlx_array* x, const rlx_mlx_array* w, const rlx_mlx_a
   return guard([&] {
     put(out, conv(get(x), get(w), bias, ints_of(stride, spatial), ints_of(pad_low, spatial),
                   ints_of(pad_high, spatial), ints_of(dilation, spatial), groups));
+  });
+}
+
+int rlx_mlx_conv_transpose(const rlx_mlx_array* x, const rlx_mlx_array* w, const rlx_mlx_array* bias,
+                           const int32_t* stride, const int32_t* crop_low, const int32_t* crop_high,
+                           const int32_t* output_padding, const int32_t* dilation, size_t spatial,
+                           int32_t groups, rlx_mlx_array** out) {
+  return guard([&] {
+    put(out, conv_transpose(get(x), get(w), bias, ints_of(stride, spatial), ints_of(crop_low, spatial),
+                            ints_of(crop_high, spatial), ints_of(output_padding, spatial),
+                            ints_of(dilation, spatial), groups));
   });
 }
 

@@ -248,6 +248,19 @@ unsafe extern "C" {
         groups: i32,
         out: *mut *mut Array,
     ) -> c_int;
+    pub fn rlx_mlx_conv_transpose(
+        x: *const Array,
+        w: *const Array,
+        bias: *const Array,
+        stride: *const i32,
+        crop_low: *const i32,
+        crop_high: *const i32,
+        output_padding: *const i32,
+        dilation: *const i32,
+        spatial: usize,
+        groups: i32,
+        out: *mut *mut Array,
+    ) -> c_int;
     pub fn rlx_mlx_pool(
         kind: rlx_mlx_pool_kind,
         x: *const Array,

@@ -402,3 +402,144 @@ fn leaves() {
         &TensorType::new(DType::BF16, rlx::ir::Shape::scalar())
     );
 }
+
+fn conv_t(
+    stride: &[usize],
+    padding: &[(usize, usize)],
+    output_padding: &[usize],
+    dilation: &[usize],
+    groups: usize,
+) -> Op {
+    Op::ConvTranspose {
+        stride: stride.to_vec(),
+        padding: padding.to_vec(),
+        output_padding: output_padding.to_vec(),
+        dilation: dilation.to_vec(),
+        groups,
+    }
+}
+
+#[test]
+fn conv_transpose_shapes() {
+    // The usual doubling: (7 - 1)·2 + 3 + 1 - 2 = 14.
+    let double = conv_t(&[2, 2], &[(1, 1); 2], &[1, 1], &[1, 1], 1);
+    ok(
+        &double,
+        &["f32[n,16,7,7]", "f32[16,8,3,3]", "f32[8]"],
+        "f32[n,8,14,14]",
+    );
+    // Groups multiply the weight's output channels.
+    let grouped = conv_t(&[1], &[(0, 0)], &[0], &[2], 4);
+    ok(&grouped, &["f32[2,8,10]", "f32[8,3,3]"], "f32[2,12,14]");
+    // Symbolic lengths stay exact: stride·seq + constant.
+    let up = conv_t(&[2], &[(1, 1)], &[0], &[1], 1);
+    ok(&up, &["f32[b,4,seq]", "f32[4,4,4]"], "f32[b,4,2*seq]");
+    let same = conv_t(&[1], &[(1, 1)], &[0], &[1], 1);
+    ok(&same, &["bf16[b,4,seq]", "bf16[4,2,3]"], "bf16[b,2,seq]");
+}
+
+#[test]
+fn conv_transpose_errors() {
+    let c1 = conv_t(&[1], &[(0, 0)], &[0], &[1], 1);
+    err(
+        &c1,
+        &["f32[2,4,10]", "f32[3,8,3]"],
+        "input channels and weight input channels 4 and 3 differ",
+    );
+    err(
+        &c1,
+        &["f32[2,4,10]", "f32[4,8,3]", "f32[4]"],
+        "output channels and bias size 8 and 4 differ",
+    );
+    err(
+        &conv_t(&[2], &[(0, 0)], &[2], &[1], 1),
+        &["f32[2,4,10]", "f32[4,8,3]"],
+        "output padding 2 of spatial axis 0 must be less than the stride or the dilation",
+    );
+    err(
+        &conv_t(&[1], &[(2, 2)], &[0], &[1], 1),
+        &["f32[2,4,1]", "f32[4,8,3]"],
+        "padding 2:2 of spatial axis 0 crops the whole output of input size 1",
+    );
+    err(
+        &conv_t(&[1], &[(0, 0)], &[0], &[1], 3),
+        &["f32[2,4,10]", "f32[4,2,3]"],
+        "input channels 4 are not a multiple of groups 3",
+    );
+    err(
+        &c1,
+        &["f32[2,4,10]", "f32[4,8,k]"],
+        "kernel size k of spatial axis 0 must be static and positive",
+    );
+    err(
+        &c1,
+        &["i32[2,4,10]", "i32[4,8,3]"],
+        "operand 0 has dtype i32, expected a float dtype",
+    );
+    err(
+        &conv_t(&[1, 1], &[(0, 0); 2], &[0], &[1, 1], 1),
+        &["f32[2,4,5,5]", "f32[4,8,3,3]"],
+        "output_padding has 1 entries, expected 2",
+    );
+    err(
+        &conv_t(&[1], &[(0, 0)], &[0], &[0], 1),
+        &["f32[2,4,10]", "f32[4,8,3]"],
+        "stride, dilation and groups must be at least 1",
+    );
+}
+
+#[test]
+fn upsample_shapes_and_errors() {
+    use rlx::ir::{Dim, Shape, UpsampleMode};
+    for mode in UpsampleMode::ALL {
+        let to = |h: Dim, w: Dim| Op::Upsample {
+            mode,
+            size: Shape::new([h, w]),
+        };
+        ok(
+            &to(Dim::Static(64), Dim::Static(48)),
+            &["f16[n,3,32,32]"],
+            "f16[n,3,64,48]",
+        );
+        ok(
+            &to(Dim::Static(1), Dim::Static(1)),
+            &["f32[n,3,h,w]"],
+            "f32[n,3,1,1]",
+        );
+        let twice = |d: &str| Dim::sym(d).mul(&Dim::Static(2));
+        ok(
+            &to(twice("h"), twice("w")),
+            &["f32[n,3,h,w]"],
+            "f32[n,3,2*h,2*w]",
+        );
+        err(
+            &to(Dim::Static(0), Dim::Static(4)),
+            &["f32[1,3,4,4]"],
+            "output size 0 must be at least 1",
+        );
+        err(
+            &to(Dim::Static(4), Dim::Static(4)),
+            &["f32[1,3,0,4]"],
+            "cannot upsample from an empty spatial axis (size 0)",
+        );
+        err(
+            &to(Dim::Static(4), Dim::Static(4)),
+            &["f32[1,3,4]"],
+            "operand 0 has rank 3, expected 4",
+        );
+        err(
+            &to(Dim::Static(4), Dim::Static(4)),
+            &["i32[1,3,4,4]"],
+            "operand 0 has dtype i32, expected a float dtype",
+        );
+    }
+    let three = Op::Upsample {
+        mode: UpsampleMode::Nearest,
+        size: Shape::from([2, 2, 2]),
+    };
+    err(
+        &three,
+        &["f32[1,3,4,4]"],
+        "size has 3 entries; upsampling resizes the 2 spatial axes [H, W]",
+    );
+}

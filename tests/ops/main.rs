@@ -10,3 +10,4 @@ mod movement;
 mod nn;
 mod reduce;
 mod reference;
+mod spatial;

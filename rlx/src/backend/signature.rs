@@ -3,7 +3,7 @@
 //! and weights, and the concrete shape of every node under a binding.
 
 use super::{BindingFailure, NodeSite, RunError, TensorRole};
-use crate::ir::{DType, Dim, Graph, Node, NodeId, Op, Shape, Symbol, TensorType};
+use crate::ir::{DType, Dim, Graph, Node, NodeId, Shape, Symbol, TensorType};
 use crate::tensor::TensorRef;
 
 /// A graph input as a backend sees it.
@@ -319,25 +319,8 @@ pub(crate) fn concrete_shapes(
             return Err(fail(id, node, reason));
         }
         if !node.op.is_leaf() {
-            // Shape attributes (reshape and broadcast targets) are bound like node types.
-            let op = match &node.op {
-                Op::Reshape { .. } => Op::Reshape {
-                    shape: Shape::from(dims.as_slice()),
-                },
-                Op::Broadcast { .. } => Op::Broadcast {
-                    shape: Shape::from(dims.as_slice()),
-                },
-                Op::Custom {
-                    name,
-                    attrs,
-                    output,
-                } => Op::Custom {
-                    name: name.clone(),
-                    attrs: attrs.clone(),
-                    output: TensorType::new(output.dtype, Shape::from(dims.as_slice())),
-                },
-                other => other.clone(),
-            };
+            // Dims in attributes (reshape targets, upsampling sizes) are bound like node types.
+            let op = node.op.bind_dims(&dims);
             let operands: Vec<TensorType> = node
                 .inputs
                 .iter()

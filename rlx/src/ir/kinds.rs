@@ -262,3 +262,69 @@ op_kinds! {
         Avg => "avg_pool" (Float),
     }
 }
+
+op_kinds! {
+    /// How [`Op::Upsample`](super::Op::Upsample) maps an output position to input positions,
+    /// as PyTorch's `interpolate` defines each mode. With input size `i` and output size `o`
+    /// along an axis, output position `p`:
+    ///
+    /// ```
+    /// use rlx::ir::UpsampleMode;
+    /// assert_eq!(UpsampleMode::BilinearAlignCorners.name(), "bilinear_align_corners");
+    /// ```
+    pub enum UpsampleMode {
+        /// Copies input `floor(p · i / o)` (PyTorch's `nearest`).
+        Nearest => "nearest" (Float),
+        /// Interpolates at `(p + 0.5) · i / o − 0.5`, clamped at 0 (`align_corners=False`).
+        Bilinear => "bilinear" (Float),
+        /// Interpolates at `p · (i − 1) / (o − 1)`, so the corners align (`align_corners=True`).
+        BilinearAlignCorners => "bilinear_align_corners" (Float),
+    }
+}
+
+/// The input positions one output position of an upsampling reads: `(lo, hi, t)` stands
+/// for `x[lo]·(1 − t) + x[hi]·t` (`t = 0` and `lo = hi` for nearest).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct UpsampleTap {
+    /// First input position.
+    pub lo: usize,
+    /// Second input position (`lo + 1`, or `lo` at the edge).
+    pub hi: usize,
+    /// Weight of `hi`, in `[0, 1)`.
+    pub t: f64,
+}
+
+impl UpsampleMode {
+    /// The taps of output position `at` along an axis resized from `input` to `output`
+    /// positions (both at least 1, `at < output`). Nearest uses exact integer arithmetic,
+    /// where PyTorch's CPU kernel multiplies by an `f32` scale and can land one position
+    /// lower when `at · input / output` is a whole number (e.g. 14 → 20 at position 10).
+    ///
+    /// ```
+    /// use rlx::ir::{UpsampleMode, UpsampleTap};
+    /// let tap = UpsampleMode::Bilinear.tap(1, 2, 4);
+    /// assert_eq!(tap, UpsampleTap { lo: 0, hi: 1, t: 0.25 });
+    /// assert_eq!(UpsampleMode::BilinearAlignCorners.tap(3, 2, 4).lo, 1);
+    /// ```
+    pub fn tap(self, at: usize, input: usize, output: usize) -> UpsampleTap {
+        let last = input.saturating_sub(1);
+        let source = match self {
+            UpsampleMode::Nearest => {
+                let lo = (at * input / output.max(1)).min(last);
+                return UpsampleTap { lo, hi: lo, t: 0.0 };
+            }
+            UpsampleMode::Bilinear => {
+                let scale = input as f64 / output as f64;
+                ((at as f64 + 0.5) * scale - 0.5).max(0.0)
+            }
+            UpsampleMode::BilinearAlignCorners if output > 1 => {
+                at as f64 * last as f64 / (output - 1) as f64
+            }
+            UpsampleMode::BilinearAlignCorners => 0.0,
+        };
+        let lo = (source.floor() as usize).min(last);
+        let hi = (lo + 1).min(last);
+        let t = if hi == lo { 0.0 } else { source - lo as f64 };
+        UpsampleTap { lo, hi, t }
+    }
+}

@@ -20,10 +20,11 @@ pub use dtype::{DType, Element};
 pub use error::InferError;
 pub use graph::{Graph, Output};
 pub use kinds::Domain;
+pub use kinds::UpsampleTap;
 pub use node::{Node, NodeId};
 pub use op::{
     ArgReduceOp, AttentionMask, AttrValue, BinaryOp, CompareOp, Op, PoolKind, ReduceOp, SortOutput,
-    UnaryOp,
+    UnaryOp, UpsampleMode,
 };
 pub use shape::{Shape, TensorType};
 pub use verify::VerifyError;

@@ -8,7 +8,9 @@ use std::fmt;
 
 use super::constant::{ConstantData, Scalar};
 use super::dtype::DType;
-pub use super::kinds::{ArgReduceOp, BinaryOp, CompareOp, PoolKind, ReduceOp, SortOutput, UnaryOp};
+pub use super::kinds::{
+    ArgReduceOp, BinaryOp, CompareOp, PoolKind, ReduceOp, SortOutput, UnaryOp, UpsampleMode,
+};
 use super::shape::{Shape, TensorType};
 
 /// Which keys a query may attend to.
@@ -234,6 +236,25 @@ pub enum Op {
         /// Channel groups; divides `C` and `O`.
         groups: usize,
     },
+    /// 1-D or 2-D transposed convolution (the adjoint of [`Op::Conv`]), channels first.
+    /// Operands: `x` `[N, C, *spatial]`, `w` `[C, O/groups, *kernel]` (PyTorch's layout),
+    /// then `bias` `[O]` when present. Input position `i` and tap `k` add into output
+    /// position `i·stride + k·dilation − padding.0`; each output axis has
+    /// `(in − 1)·stride + dilation·(kernel − 1) + 1 + output_padding − padding.0 − padding.1`
+    /// positions.
+    ConvTranspose {
+        /// Stride per spatial axis.
+        stride: Vec<usize>,
+        /// `(before, after)` positions cropped from the full output per spatial axis.
+        padding: Vec<(usize, usize)>,
+        /// Positions added after the end per spatial axis (less than stride or dilation):
+        /// picks one of the input sizes a strided conv maps to the same output size.
+        output_padding: Vec<usize>,
+        /// Dilation per spatial axis.
+        dilation: Vec<usize>,
+        /// Channel groups; divides `C` and `O`.
+        groups: usize,
+    },
     /// 1-D or 2-D pooling, channels first. Operands: `x` `[N, C, *spatial]`.
     Pool {
         /// Function.
@@ -244,6 +265,14 @@ pub enum Op {
         stride: Vec<usize>,
         /// `(before, after)` padding per spatial axis, at most half the window.
         padding: Vec<(usize, usize)>,
+    },
+    /// 2-D resizing of the last two axes to `size`, channels first. Operands: `x`
+    /// `[N, C, H, W]` (float).
+    Upsample {
+        /// How output positions read input positions.
+        mode: UpsampleMode,
+        /// Output `[H, W]`, each at least 1.
+        size: Shape,
     },
     /// The `k` largest elements along an axis, largest first. `k` is checked against a
     /// symbolic axis when its size is bound. Operands: `x` (numeric).
@@ -320,7 +349,9 @@ impl Op {
             Op::Attention { .. } => "attention",
             Op::Rope { .. } => "rope",
             Op::Conv { .. } => "conv",
+            Op::ConvTranspose { .. } => "conv_transpose",
             Op::Pool { kind, .. } => kind.name(),
+            Op::Upsample { mode, .. } => mode.name(),
             Op::TopK { .. } => "topk",
             Op::Sort {
                 output: SortOutput::Values,
@@ -339,6 +370,67 @@ impl Op {
     /// True for the leaves: inputs, params and constants.
     pub fn is_leaf(&self) -> bool {
         matches!(self, Op::Input | Op::Param | Op::Constant(_))
+    }
+
+    /// This op with the dims its attributes hold (reshape and broadcast targets, upsampling
+    /// sizes, a custom op's declared output) replaced by `out`, the node's output dims
+    /// once its runtime dims are bound; ops without dims in their attributes are returned
+    /// unchanged. Backends re-check each node's rules on bound shapes with it.
+    ///
+    /// ```
+    /// use rlx::ir::{Dim, Op, Shape};
+    /// let op = Op::Reshape { shape: Shape::new([Dim::sym("batch"), Dim::Static(4)]) };
+    /// assert_eq!(op.bind_dims(&[2, 4]), Op::Reshape { shape: Shape::from([2, 4]) });
+    /// ```
+    pub fn bind_dims(&self, out: &[usize]) -> Op {
+        let bound = Shape::from(out);
+        match self {
+            Op::Reshape { .. } => Op::Reshape { shape: bound },
+            Op::Broadcast { .. } => Op::Broadcast { shape: bound },
+            Op::Upsample { mode, .. } => Op::Upsample {
+                mode: *mode,
+                size: Shape::from(&out[out.len().saturating_sub(2)..]),
+            },
+            Op::Custom {
+                name,
+                attrs,
+                output,
+            } => Op::Custom {
+                name: name.clone(),
+                attrs: attrs.clone(),
+                output: TensorType::new(output.dtype, bound),
+            },
+            Op::Input
+            | Op::Param
+            | Op::Constant(_)
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Compare(_)
+            | Op::Where
+            | Op::Cast { .. }
+            | Op::MatMul { .. }
+            | Op::Reduce { .. }
+            | Op::ArgReduce { .. }
+            | Op::Cumsum { .. }
+            | Op::Softmax { .. }
+            | Op::LayerNorm { .. }
+            | Op::RmsNorm { .. }
+            | Op::Permute { .. }
+            | Op::Slice { .. }
+            | Op::Concat { .. }
+            | Op::Pad { .. }
+            | Op::Gather { .. }
+            | Op::ScatterAdd { .. }
+            | Op::Attention { .. }
+            | Op::Rope { .. }
+            | Op::Conv { .. }
+            | Op::ConvTranspose { .. }
+            | Op::Pool { .. }
+            | Op::TopK { .. }
+            | Op::Sort { .. }
+            | Op::Solve
+            | Op::QuantizedMatMul { .. } => self.clone(),
+        }
     }
 }
 
@@ -480,6 +572,26 @@ impl fmt::Display for Op {
                     attrs.push(format!("groups={groups}"));
                 }
             }
+            Op::ConvTranspose {
+                stride,
+                padding,
+                output_padding,
+                dilation,
+                groups,
+            } => {
+                attrs.push(format!("stride={stride:?}"));
+                attrs.push(format!("padding={padding:?}"));
+                if output_padding.iter().any(|p| *p != 0) {
+                    attrs.push(format!("output_padding={output_padding:?}"));
+                }
+                if dilation.iter().any(|d| *d != 1) {
+                    attrs.push(format!("dilation={dilation:?}"));
+                }
+                if *groups != 1 {
+                    attrs.push(format!("groups={groups}"));
+                }
+            }
+            Op::Upsample { size, .. } => attrs.push(format!("size={size}")),
             Op::Pool {
                 kernel,
                 stride,

@@ -10,8 +10,11 @@ use std::ptr::{self, NonNull};
 use rlx_mlx_sys as sys;
 
 use super::codes;
-use crate::ir::{ArgReduceOp, BinaryOp, CompareOp, DType, PoolKind, ReduceOp, SortOutput, UnaryOp};
-use crate::tensor::{HostTensor, TensorRef};
+use crate::ir::{
+    ArgReduceOp, BinaryOp, CompareOp, DType, PoolKind, ReduceOp, SortOutput, UnaryOp, UpsampleMode,
+    UpsampleTap,
+};
+use crate::tensor::{HostTensor, TensorError, TensorRef};
 
 /// A failure inside MLX (its exception's message) or at the shim boundary.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -513,6 +516,81 @@ impl Array {
         })
     }
 
+    /// Channels-first transposed convolution, weight `[C, O/groups, *kernel]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn conv_transpose(
+        &self,
+        w: &Array,
+        bias: Option<&Array>,
+        stride: &[usize],
+        padding: &[(usize, usize)],
+        output_padding: &[usize],
+        dilation: &[usize],
+        groups: usize,
+    ) -> Result<Array, MlxError> {
+        let n = stride.len();
+        if padding.len() != n || output_padding.len() != n || dilation.len() != n {
+            return Err(MlxError::new(
+                "conv_transpose attributes of different lengths",
+            ));
+        }
+        let (s, op, d) = (ints(stride), ints(output_padding), ints(dilation));
+        let (lo, hi) = split_pads(padding);
+        let b = bias.map_or(ptr::null_mut(), Array::ptr);
+        // SAFETY: the handles are live or null (allowed); the five slices hold `n` values.
+        make(|out| unsafe {
+            sys::rlx_mlx_conv_transpose(
+                self.ptr(),
+                w.ptr(),
+                b,
+                s.as_ptr(),
+                lo.as_ptr(),
+                hi.as_ptr(),
+                op.as_ptr(),
+                d.as_ptr(),
+                n,
+                groups as i32,
+                out,
+            )
+        })
+    }
+
+    /// 2-D resize of the last two axes to `size`: a gather of each axis's `lo` taps (and,
+    /// for bilinear, of its `hi` taps and a blend), with the taps of [`UpsampleMode::tap`]
+    /// that the CPU backend uses too. Halves are blended in f32.
+    pub fn upsample(&self, mode: UpsampleMode, size: [usize; 2]) -> Result<Array, MlxError> {
+        let shape = self.shape()?;
+        let dtype = self.dtype()?;
+        if shape.len() != 4 {
+            return Err(MlxError::new("upsampling needs [N, C, H, W]"));
+        }
+        let work = match dtype {
+            DType::F16 | DType::BF16 => DType::F32,
+            other => other,
+        };
+        let mut y = self.cast(work)?;
+        for (axis, out) in [(2, size[0]), (3, size[1])] {
+            let taps: Vec<UpsampleTap> =
+                (0..out).map(|at| mode.tap(at, shape[axis], out)).collect();
+            let positions = |pick: fn(&UpsampleTap) -> usize| {
+                let idx: Vec<i32> = taps.iter().map(|t| pick(t) as i32).collect();
+                host_array(HostTensor::from_vec(idx, [out]))
+            };
+            let (lo, _) = y.gather(&positions(|t| t.lo)?, axis)?;
+            if taps.iter().all(|t| t.t == 0.0) {
+                y = lo;
+                continue;
+            }
+            let (hi, _) = y.gather(&positions(|t| t.hi)?, axis)?;
+            let weights: Vec<f64> = taps.iter().map(|t| t.t).collect();
+            let weight_shape = if axis == 2 { vec![out, 1] } else { vec![out] };
+            let t = host_array(HostTensor::from_vec(weights, weight_shape))?.cast(work)?;
+            let step = hi.binary(BinaryOp::Sub, &lo)?.binary(BinaryOp::Mul, &t)?;
+            y = lo.binary(BinaryOp::Add, &step)?;
+        }
+        y.cast(dtype)
+    }
+
     /// Channels-first max or average pooling.
     pub fn pool(
         &self,
@@ -630,4 +708,10 @@ pub fn blas() -> String {
     unsafe { CStr::from_ptr(sys::rlx_mlx_blas()) }
         .to_string_lossy()
         .into_owned()
+}
+
+/// An array holding a host tensor made on the spot.
+fn host_array(t: Result<HostTensor, TensorError>) -> Result<Array, MlxError> {
+    let t = t.map_err(|e| MlxError::new(e.to_string()))?;
+    Array::from_tensor(t.view())
 }

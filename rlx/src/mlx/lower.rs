@@ -285,6 +285,22 @@ impl Lowering {
                 stride,
                 padding,
             } => x[0].pool(*kind, kernel, stride, padding)?,
+            Op::ConvTranspose {
+                stride,
+                padding,
+                output_padding,
+                dilation,
+                groups,
+            } => x[0].conv_transpose(
+                x[1],
+                x.get(2).copied(),
+                stride,
+                padding,
+                output_padding,
+                dilation,
+                *groups,
+            )?,
+            Op::Upsample { mode, .. } => x[0].upsample(*mode, [shape[2], shape[3]])?,
             Op::TopK { k, axis, output } => x[0].topk(*k, *axis, *output)?,
             Op::Sort {
                 axis,

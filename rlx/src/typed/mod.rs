@@ -38,6 +38,7 @@ mod nn;
 mod scope;
 mod shape;
 mod sort;
+mod spatial;
 mod tensor;
 
 pub use custom::Operand;
@@ -45,7 +46,8 @@ pub use dim::{Const, Dim, DimKind, Dyn, Sizes, symbol_name};
 pub use element::{Element, Float, Numeric};
 pub use linalg::{InnerDim, Quantization};
 pub use movement::{AppendDim, Index, Joins, Permute2, Permute3, Permute4, Replace, SwapAxes};
-pub use nn::{ConvConfig, PoolConfig, Rope};
+pub use nn::{Channels, Rope};
 pub use scope::{BuildErrors, Scope, build, build_model, build_with};
 pub use shape::{Axis, HasAxis, RemoveAxis, Shape, SuffixOf};
+pub use spatial::{ConvConfig, ConvTransposeConfig, PoolConfig};
 pub use tensor::{Broadcasts, LastDim, SameElement, Tensor};

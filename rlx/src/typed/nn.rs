@@ -1,17 +1,15 @@
-//! Neural-network ops: attention, normalization, rotary embeddings, convolution and
-//! pooling.
+//! Neural-network ops: attention, normalization and rotary embeddings.
 //!
-//! Feature and channel dims meet by unification (a layer norm's weight must be `(N,)` for
-//! a tensor ending in `N`; a convolution's weight must take the input's channels). The
-//! spatial dims a convolution or pool produces need arithmetic, so they come from the
-//! result's type and are checked when the graph is built.
+//! Feature and channel dims meet by unification: a layer norm's weight must be `(N,)` for
+//! a tensor ending in `N`, a group or batch norm's parameters `(C,)` for a tensor with `C`
+//! channels at axis 1.
 
 use super::dim::{Const, Dim};
 use super::element::Float;
 use super::movement::Index;
 use super::shape::Shape;
 use super::tensor::{LastDim, Tensor};
-use crate::ir::{AttentionMask, NodeId, Op, PoolKind};
+use crate::ir::{self, AttentionMask, BinaryOp, NodeId, Op, Scalar, UnaryOp};
 
 impl<'g, B: Dim, H: Dim, Q: Dim, D: Dim, E: Float> Tensor<'g, (B, H, Q, D), E> {
     /// Scaled dot-product attention of these queries over `keys` and `values`, every query
@@ -104,6 +102,137 @@ impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
     }
 }
 
+/// Shapes with `C` channels at axis 1 after a batch axis: `(N, C)`, `(N, C, L)`,
+/// `(N, C, H, W)` and `(N, C, D, H, W)`, the layouts PyTorch's group and batch norms take.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` does not have `{C}` channels at axis 1",
+    label = "the per-channel parameters are `({C},)`",
+    note = "group and batch norms take `(N, C, ...)` with parameters of `(C,)`"
+)]
+pub trait Channels<C: Dim>: Shape {}
+
+#[diagnostic::do_not_recommend]
+impl<N: Dim, C: Dim> Channels<C> for (N, C) {}
+#[diagnostic::do_not_recommend]
+impl<N: Dim, C: Dim, L: Dim> Channels<C> for (N, C, L) {}
+#[diagnostic::do_not_recommend]
+impl<N: Dim, C: Dim, H: Dim, W: Dim> Channels<C> for (N, C, H, W) {}
+#[diagnostic::do_not_recommend]
+impl<N: Dim, C: Dim, D: Dim, H: Dim, W: Dim> Channels<C> for (N, C, D, H, W) {}
+
+impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
+    /// Group normalization (PyTorch's `GroupNorm`): the channels are split into `groups`
+    /// groups, each normalized over its channels and spatial positions (biased variance),
+    /// then scaled and shifted per channel. `groups` must divide `C`, checked when the graph
+    /// is built. A composite: a layer norm over `[N, groups, C/groups · spatial]`.
+    ///
+    /// ```
+    /// use rlx::typed::{Const, Tensor, build};
+    /// rlx::dims!(Batch);
+    /// let graph = build(|g| {
+    ///     let x: Tensor<(Batch, Const<32>, Const<8>, Const<8>)> = g.input("x");
+    ///     let (w, b): (Tensor<(Const<32>,)>, _) = (g.param("gn.weight"), g.param("gn.bias"));
+    ///     g.output("y", x.group_norm(8, w, b, 1e-5));
+    /// })?;
+    /// # Ok::<(), rlx::typed::BuildErrors>(())
+    /// ```
+    #[track_caller]
+    pub fn group_norm<C: Dim>(
+        self,
+        groups: usize,
+        weight: Tensor<'g, (C,), E>,
+        bias: Tensor<'g, (C,), E>,
+        eps: f64,
+    ) -> Self
+    where
+        S: Channels<C>,
+    {
+        let scope = self.scope();
+        let Some(ty) = self.id().and_then(|id| scope.ty(id)) else {
+            return Tensor::from_id(scope, None);
+        };
+        let dims = ty.shape.dims();
+        let Some(per_group) = (groups > 0)
+            .then(|| dims[1].div_exact(&ir::Dim::Static(groups)))
+            .flatten()
+        else {
+            let reason = format!("{groups} groups do not divide {} channels", dims[1]);
+            return Tensor::from_id(scope, scope.reject("group_norm", self.id(), reason));
+        };
+        let rest = ir::Dim::product(std::iter::once(&per_group).chain(&dims[2..]));
+        let grouped = ir::Shape::new([dims[0].clone(), ir::Dim::Static(groups), rest]);
+        let x = scope.apply(Op::Reshape { shape: grouped }, &[self.id()]);
+        let plain = Op::LayerNorm {
+            eps,
+            has_weight: false,
+            has_bias: false,
+        };
+        let normed = scope.apply(plain, &[x]);
+        let normed = scope.apply(
+            Op::Reshape {
+                shape: ty.shape.clone(),
+            },
+            &[normed],
+        );
+        self.affine(normed, weight.id(), bias.id())
+    }
+
+    /// Batch normalization at inference (PyTorch's `BatchNorm*d` in `eval()` mode): each
+    /// channel is normalized by its running statistics, then scaled and shifted:
+    /// `(x − mean) / sqrt(var + eps) · weight + bias`. A composite: the per-channel scale
+    /// and shift are computed once per run, then applied in one multiply-add.
+    ///
+    /// ```
+    /// use rlx::typed::{Const, Tensor, build};
+    /// rlx::dims!(Batch);
+    /// type C = Const<16>;
+    /// let graph = build(|g| {
+    ///     let x: Tensor<(Batch, C, Const<8>, Const<8>)> = g.input("x");
+    ///     let stats: (Tensor<(C,)>, Tensor<(C,)>) = (g.param("bn.running_mean"), g.param("bn.running_var"));
+    ///     let (w, b) = (g.param("bn.weight"), g.param("bn.bias"));
+    ///     g.output("y", x.batch_norm(stats.0, stats.1, w, b, 1e-5));
+    /// })?;
+    /// # Ok::<(), rlx::typed::BuildErrors>(())
+    /// ```
+    #[track_caller]
+    pub fn batch_norm<C: Dim>(
+        self,
+        running_mean: Tensor<'g, (C,), E>,
+        running_var: Tensor<'g, (C,), E>,
+        weight: Tensor<'g, (C,), E>,
+        bias: Tensor<'g, (C,), E>,
+        eps: f64,
+    ) -> Self
+    where
+        S: Channels<C>,
+    {
+        let scope = self.scope();
+        let eps = scope.scalar(Scalar::Float(eps), E::DTYPE);
+        let binary = |kind, a, b| scope.apply(Op::Binary(kind), &[a, b]);
+        let var = binary(BinaryOp::Add, running_var.id(), eps);
+        let inv_std = scope.apply(Op::Unary(UnaryOp::Rsqrt), &[var]);
+        let scale = binary(BinaryOp::Mul, weight.id(), inv_std);
+        let shifted_mean = binary(BinaryOp::Mul, running_mean.id(), scale);
+        let shift = binary(BinaryOp::Sub, bias.id(), shifted_mean);
+        self.affine(self.id(), scale, shift)
+    }
+
+    /// `x · scale + shift` with `[C]` parameters broadcast along axis 1 of `self`'s shape.
+    #[track_caller]
+    fn affine(self, x: Option<NodeId>, scale: Option<NodeId>, shift: Option<NodeId>) -> Self {
+        let scope = self.scope();
+        let per_channel = |p: Option<NodeId>| {
+            let ty = scope.ty(p?)?;
+            let mut dims = vec![ty.shape[0].clone()];
+            dims.resize(S::RANK - 1, ir::Dim::Static(1));
+            scope.apply(Op::Reshape { shape: dims.into() }, &[p])
+        };
+        let scaled = scope.apply(Op::Binary(BinaryOp::Mul), &[x, per_channel(scale)]);
+        let id = scope.apply(Op::Binary(BinaryOp::Add), &[scaled, per_channel(shift)]);
+        Tensor::from_id(scope, id)
+    }
+}
+
 /// Rotary position embedding settings, for [`Tensor::rope`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Rope {
@@ -169,244 +298,5 @@ impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
     #[track_caller]
     pub fn rope_from<X: Index>(self, rope: Rope, offset: Tensor<'g, (), X>) -> Self {
         self.then(rope.op(), &[offset.id()])
-    }
-}
-
-/// Convolution settings per spatial axis, for `conv1d` (`D = 1`) and `conv2d` (`D = 2`).
-///
-/// ```
-/// let same = rlx::typed::ConvConfig::<2>::default().padding(1);
-/// assert_eq!(same.padding, [(1, 1); 2]);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ConvConfig<const D: usize> {
-    /// Step between windows.
-    pub stride: [usize; D],
-    /// Zeros added `(before, after)`.
-    pub padding: [(usize, usize); D],
-    /// Spacing between window taps.
-    pub dilation: [usize; D],
-}
-
-impl<const D: usize> Default for ConvConfig<D> {
-    fn default() -> Self {
-        ConvConfig {
-            stride: [1; D],
-            padding: [(0, 0); D],
-            dilation: [1; D],
-        }
-    }
-}
-
-impl<const D: usize> ConvConfig<D> {
-    /// The same stride on every spatial axis.
-    pub fn stride(mut self, stride: usize) -> Self {
-        self.stride = [stride; D];
-        self
-    }
-
-    /// `padding` zeros on both sides of every spatial axis.
-    pub fn padding(mut self, padding: usize) -> Self {
-        self.padding = [(padding, padding); D];
-        self
-    }
-
-    /// The same dilation on every spatial axis.
-    pub fn dilation(mut self, dilation: usize) -> Self {
-        self.dilation = [dilation; D];
-        self
-    }
-
-    fn op(self, groups: usize) -> Op {
-        Op::Conv {
-            stride: self.stride.to_vec(),
-            padding: self.padding.to_vec(),
-            dilation: self.dilation.to_vec(),
-            groups,
-        }
-    }
-}
-
-/// Pooling settings per spatial axis, for `*_pool1d` (`D = 1`) and `*_pool2d` (`D = 2`).
-///
-/// ```
-/// let halve = rlx::typed::PoolConfig::new([2, 2]);
-/// assert_eq!(halve.stride, [2, 2]);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PoolConfig<const D: usize> {
-    /// Window size.
-    pub kernel: [usize; D],
-    /// Step between windows.
-    pub stride: [usize; D],
-    /// Padding `(before, after)`, at most half the window; it never wins a max and counts
-    /// as zero in a mean.
-    pub padding: [(usize, usize); D],
-}
-
-impl<const D: usize> PoolConfig<D> {
-    /// Windows of `kernel`, side by side (the stride is the window), no padding.
-    pub fn new(kernel: [usize; D]) -> Self {
-        PoolConfig {
-            kernel,
-            stride: kernel,
-            padding: [(0, 0); D],
-        }
-    }
-
-    /// The same stride on every spatial axis.
-    pub fn stride(mut self, stride: usize) -> Self {
-        self.stride = [stride; D];
-        self
-    }
-
-    /// `padding` on both sides of every spatial axis.
-    pub fn padding(mut self, padding: usize) -> Self {
-        self.padding = [(padding, padding); D];
-        self
-    }
-
-    fn op(self, kind: PoolKind) -> Op {
-        Op::Pool {
-            kind,
-            kernel: self.kernel.to_vec(),
-            stride: self.stride.to_vec(),
-            padding: self.padding.to_vec(),
-        }
-    }
-}
-
-impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
-    /// A convolution of `self` by `weight` (plus `bias`), result dims from the result type.
-    #[track_caller]
-    fn convolve<S2: Shape>(
-        self,
-        name: &str,
-        op: Op,
-        weight: Option<NodeId>,
-        bias: Option<Option<NodeId>>,
-    ) -> Tensor<'g, S2, E> {
-        let mut operands = vec![weight];
-        operands.extend(bias);
-        self.declared(name, op, &operands)
-    }
-}
-
-impl<'g, N: Dim, C: Dim, L: Dim, E: Float> Tensor<'g, (N, C, L), E> {
-    /// 1-D convolution, channels first: `(N, C, L) * (O, C, K) -> (N, O, L2)`. The weight
-    /// must take `C` channels (rustc); `L2` comes from the result type and is checked when
-    /// the graph is built.
-    ///
-    /// ```
-    /// use rlx::typed::{Const, ConvConfig, Tensor, build};
-    /// rlx::dims!(Batch);
-    /// let graph = build(|g| {
-    ///     let x: Tensor<(Batch, Const<3>, Const<32>)> = g.input("x");
-    ///     let w: Tensor<(Const<8>, Const<3>, Const<5>)> = g.param("w");
-    ///     let y: Tensor<(Batch, Const<8>, Const<28>)> = x.conv1d(w, None, ConvConfig::default());
-    ///     g.output("y", y);
-    /// })?;
-    /// # Ok::<(), rlx::typed::BuildErrors>(())
-    /// ```
-    #[track_caller]
-    pub fn conv1d<O: Dim, K: Dim, L2: Dim>(
-        self,
-        weight: Tensor<'g, (O, C, K), E>,
-        bias: Option<Tensor<'g, (O,), E>>,
-        config: ConvConfig<1>,
-    ) -> Tensor<'g, (N, O, L2), E> {
-        let bias = bias.map(|b| b.id());
-        self.convolve("conv1d", config.op(1), weight.id(), bias)
-    }
-
-    /// 1-D convolution in `groups` channel groups: the weight takes `C / groups` channels,
-    /// checked when the graph is built.
-    #[track_caller]
-    pub fn conv1d_grouped<O: Dim, G: Dim, K: Dim, L2: Dim>(
-        self,
-        weight: Tensor<'g, (O, G, K), E>,
-        bias: Option<Tensor<'g, (O,), E>>,
-        groups: usize,
-        config: ConvConfig<1>,
-    ) -> Tensor<'g, (N, O, L2), E> {
-        let bias = bias.map(|b| b.id());
-        self.convolve("conv1d", config.op(groups), weight.id(), bias)
-    }
-
-    /// 1-D max pooling: `(N, C, L) -> (N, C, L2)`, `L2` from the result type.
-    #[track_caller]
-    pub fn max_pool1d<L2: Dim>(self, config: PoolConfig<1>) -> Tensor<'g, (N, C, L2), E> {
-        self.declared("max_pool1d", config.op(PoolKind::Max), &[])
-    }
-
-    /// 1-D average pooling: `(N, C, L) -> (N, C, L2)`, `L2` from the result type.
-    #[track_caller]
-    pub fn avg_pool1d<L2: Dim>(self, config: PoolConfig<1>) -> Tensor<'g, (N, C, L2), E> {
-        self.declared("avg_pool1d", config.op(PoolKind::Avg), &[])
-    }
-}
-
-impl<'g, N: Dim, C: Dim, H: Dim, W: Dim, E: Float> Tensor<'g, (N, C, H, W), E> {
-    /// 2-D convolution, channels first: `(N, C, H, W) * (O, C, KH, KW) -> (N, O, H2, W2)`.
-    /// The weight must take `C` channels (rustc); `H2` and `W2` come from the result type
-    /// and are checked when the graph is built.
-    ///
-    /// ```
-    /// use rlx::typed::{Const, ConvConfig, PoolConfig, Tensor, build};
-    /// rlx::dims!(Batch);
-    /// type C<const N: usize> = Const<N>;
-    /// let graph = build(|g| {
-    ///     let x: Tensor<(Batch, C<1>, C<28>, C<28>)> = g.input("image");
-    ///     let w: Tensor<(C<8>, C<1>, C<3>, C<3>)> = g.param("conv.weight");
-    ///     let b: Tensor<(C<8>,)> = g.param("conv.bias");
-    ///     let same = ConvConfig::default().padding(1);
-    ///     let y: Tensor<(Batch, C<8>, C<28>, C<28>)> = x.conv2d(w, Some(b), same);
-    ///     let pooled: Tensor<(Batch, C<8>, C<14>, C<14>)> = y.relu().max_pool2d(PoolConfig::new([2, 2]));
-    ///     g.output("features", pooled);
-    /// })?;
-    /// # Ok::<(), rlx::typed::BuildErrors>(())
-    /// ```
-    #[track_caller]
-    pub fn conv2d<O: Dim, KH: Dim, KW: Dim, H2: Dim, W2: Dim>(
-        self,
-        weight: Tensor<'g, (O, C, KH, KW), E>,
-        bias: Option<Tensor<'g, (O,), E>>,
-        config: ConvConfig<2>,
-    ) -> Tensor<'g, (N, O, H2, W2), E> {
-        let bias = bias.map(|b| b.id());
-        self.convolve("conv2d", config.op(1), weight.id(), bias)
-    }
-
-    /// 2-D convolution in `groups` channel groups (`groups = C` is depthwise): the weight
-    /// takes `C / groups` channels, checked when the graph is built.
-    #[track_caller]
-    pub fn conv2d_grouped<O: Dim, G: Dim, KH: Dim, KW: Dim, H2: Dim, W2: Dim>(
-        self,
-        weight: Tensor<'g, (O, G, KH, KW), E>,
-        bias: Option<Tensor<'g, (O,), E>>,
-        groups: usize,
-        config: ConvConfig<2>,
-    ) -> Tensor<'g, (N, O, H2, W2), E> {
-        let bias = bias.map(|b| b.id());
-        self.convolve("conv2d", config.op(groups), weight.id(), bias)
-    }
-
-    /// 2-D max pooling: `(N, C, H, W) -> (N, C, H2, W2)`, `H2` and `W2` from the result type.
-    #[track_caller]
-    pub fn max_pool2d<H2: Dim, W2: Dim>(
-        self,
-        config: PoolConfig<2>,
-    ) -> Tensor<'g, (N, C, H2, W2), E> {
-        self.declared("max_pool2d", config.op(PoolKind::Max), &[])
-    }
-
-    /// 2-D average pooling: `(N, C, H, W) -> (N, C, H2, W2)`, `H2` and `W2` from the result
-    /// type.
-    #[track_caller]
-    pub fn avg_pool2d<H2: Dim, W2: Dim>(
-        self,
-        config: PoolConfig<2>,
-    ) -> Tensor<'g, (N, C, H2, W2), E> {
-        self.declared("avg_pool2d", config.op(PoolKind::Avg), &[])
     }
 }

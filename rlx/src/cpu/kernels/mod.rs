@@ -12,3 +12,4 @@ pub(crate) mod nn;
 pub(crate) mod numeric;
 pub(crate) mod reduce;
 pub(crate) mod sort;
+pub(crate) mod spatial;

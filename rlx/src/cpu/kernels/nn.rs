@@ -1,10 +1,9 @@
-//! Attention, rotary embeddings, pooling and the im2col step of convolution.
+//! Attention and rotary embeddings.
 
 use rayon::prelude::*;
 
 use super::layout::parallel;
 use super::numeric::{FloatStore, Real};
-use crate::ir::PoolKind;
 
 /// Which keys each query row may see (resolved from the op's mask kind).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -211,88 +210,6 @@ pub(crate) fn rope<T: FloatStore>(r: &RopeDims, offset: i64, x: &[T], out: &mut 
                 os[b] = T::store(x1 * sin + x2 * cos);
             }
             os[r.dims..].copy_from_slice(&xs[r.dims..]);
-        }
-    }
-}
-
-/// A 2-D window over `[N, C, H, W]` (1-D uses `H = 1`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Window {
-    pub batch: usize,
-    pub channels: usize,
-    pub in_hw: [usize; 2],
-    pub out_hw: [usize; 2],
-    pub kernel: [usize; 2],
-    pub stride: [usize; 2],
-    pub pad_before: [usize; 2],
-    pub dilation: [usize; 2],
-}
-
-impl Window {
-    /// The input position a kernel tap reads for an output position, if not padding.
-    fn source(&self, axis: usize, out: usize, tap: usize) -> Option<usize> {
-        let at = (out * self.stride[axis] + tap * self.dilation[axis])
-            .checked_sub(self.pad_before[axis])?;
-        (at < self.in_hw[axis]).then_some(at)
-    }
-}
-
-/// Max or average pooling (padding counts as zero in the average).
-pub(crate) fn pool<T: FloatStore>(w: &Window, kind: PoolKind, x: &[T], out: &mut [T]) {
-    let max = kind == PoolKind::Max;
-    let [ih, iw] = w.in_hw;
-    let [oh, ow] = w.out_hw;
-    let count = <T::Acc as Real>::from_f64((w.kernel[0] * w.kernel[1]) as f64);
-    for plane in 0..w.batch * w.channels {
-        let xs = &x[plane * ih * iw..][..ih * iw];
-        let os = &mut out[plane * oh * ow..][..oh * ow];
-        for oy in 0..oh {
-            for ox in 0..ow {
-                let mut acc = if max {
-                    <T::Acc as Real>::NEG_INFINITY
-                } else {
-                    <T::Acc as Real>::ZERO
-                };
-                for ky in 0..w.kernel[0] {
-                    let Some(y) = w.source(0, oy, ky) else {
-                        continue;
-                    };
-                    for kx in 0..w.kernel[1] {
-                        let Some(xx) = w.source(1, ox, kx) else {
-                            continue;
-                        };
-                        let v = xs[y * iw + xx].load();
-                        acc = if max { acc.maximum(v) } else { acc + v };
-                    }
-                }
-                os[oy * ow + ox] = T::store(if max { acc } else { acc / count });
-            }
-        }
-    }
-}
-
-/// Writes the patches of one image's channel group `[channels, H, W]` as the columns of a
-/// `[channels * KH * KW, OH * OW]` matrix (zeros for padding).
-pub(crate) fn im2col<T: FloatStore>(w: &Window, image: &[T], channels: usize, col: &mut [T]) {
-    let [ih, iw] = w.in_hw;
-    let [oh, ow] = w.out_hw;
-    let zero = T::store(<T::Acc as Real>::ZERO);
-    let mut row = 0;
-    for c in 0..channels {
-        for ky in 0..w.kernel[0] {
-            for kx in 0..w.kernel[1] {
-                let dst = &mut col[row * oh * ow..][..oh * ow];
-                for oy in 0..oh {
-                    let y = w.source(0, oy, ky);
-                    for ox in 0..ow {
-                        dst[oy * ow + ox] = match (y, w.source(1, ox, kx)) {
-                            (Some(y), Some(x)) => image[(c * ih + y) * iw + x],
-                            _ => zero,
-                        };
-                    }
-                }
-                row += 1;
-            }
         }
     }
 }

@@ -1,11 +1,12 @@
-//! The geometry lowering derives from concrete shapes: conv and pool windows, GEMM dims
+//! The geometry lowering derives from concrete shapes: conv, pool and resize windows, GEMM dims
 //! and batch offsets of matmuls, and the `[outer, len, inner]` view of an axis.
 
-use crate::cpu::kernels::conv::ConvShape;
+use crate::cpu::kernels::conv::{ConvShape, ConvTransposeShape};
 use crate::cpu::kernels::gemm::{GemmDims, GemmPlan};
 use crate::cpu::kernels::layout::contiguous_strides;
-use crate::cpu::kernels::nn::Window;
 use crate::cpu::kernels::reduce::Axis3;
+use crate::cpu::kernels::spatial::{Resize, Window};
+use crate::ir::UpsampleMode;
 
 /// The window geometry of a conv or pool over `[N, C, *spatial]` (1-D as height 1).
 pub(super) fn window(
@@ -68,6 +69,56 @@ pub(super) fn conv_layout(
         gemm: GemmPlan::new(dims, threads),
     };
     (shape, taps * pixels)
+}
+
+/// The transposed conv's geometry (the window of the conv it is the adjoint of, from the
+/// output to `x`) and the element count of its GEMM result.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn conv_transpose_layout(
+    x: &[usize],
+    w: &[usize],
+    out: &[usize],
+    stride: &[usize],
+    padding: &[(usize, usize)],
+    dilation: &[usize],
+    groups: usize,
+    threads: usize,
+) -> (ConvTransposeShape, usize) {
+    let win = window(out, x, &w[2..], stride, padding, dilation);
+    let cg = w[0] / groups;
+    let taps = w[1] * win.kernel[0] * win.kernel[1];
+    let pixels = win.out_hw[0] * win.out_hw[1];
+    // A = wᵀ of the group's `[C/g, O/g*K]` weight rows; B = the group's `[C/g, H*W]` input.
+    let dims = GemmDims {
+        m: taps,
+        n: pixels,
+        k: cg,
+        a_rs: 1,
+        a_cs: taps,
+        b_rs: pixels,
+        b_cs: 1,
+    };
+    let shape = ConvTransposeShape {
+        window: win,
+        groups,
+        in_channels: x[1],
+        gemm: GemmPlan::new(dims, threads),
+    };
+    (shape, taps * pixels)
+}
+
+/// Each output row's and column's taps of a 2-D upsampling of `x` to `out`.
+pub(super) fn resize(mode: UpsampleMode, x: &[usize], out: &[usize]) -> Resize {
+    let taps = |axis: usize| {
+        (0..out[axis])
+            .map(|at| mode.tap(at, x[axis], out[axis]))
+            .collect()
+    };
+    Resize {
+        in_hw: [x[2], x[3]],
+        rows: taps(2),
+        cols: taps(3),
+    }
 }
 
 pub(super) fn numel(shape: &[usize]) -> usize {

@@ -11,7 +11,9 @@ use super::kernels::reduce::NormKind;
 use super::thunks::{self, Thunk, View};
 use crate::backend::NodeSite;
 use crate::ir::{AttentionMask, DType, Node, NodeId, Op};
-use geometry::{axis3, batch_workers, conv_layout, matmul_layout, numel, window};
+use geometry::{
+    axis3, batch_workers, conv_layout, conv_transpose_layout, matmul_layout, numel, resize, window,
+};
 
 /// What lowering needs to know about one node.
 pub(crate) struct LowerInput<'a> {
@@ -88,6 +90,32 @@ pub(crate) fn scratch_requests(
             }
             requests
         }
+        Op::ConvTranspose {
+            stride,
+            padding,
+            dilation,
+            groups,
+            ..
+        } => {
+            let (shape, col) = conv_transpose_layout(
+                operands[0],
+                operands[1],
+                out,
+                stride,
+                padding,
+                dilation,
+                *groups,
+                threads,
+            );
+            let acc = accumulator(dtype);
+            let mut requests = vec![(acc, col), (acc, shape.gemm.scratch_len())];
+            if half {
+                let w = &shape.window;
+                let og = w.channels / groups;
+                requests.push((acc, og * w.in_hw[0] * w.in_hw[1]));
+            }
+            requests
+        }
         Op::Solve => {
             let a = operands[0];
             let n = a[a.len() - 1];
@@ -118,6 +146,7 @@ pub(crate) fn scratch_requests(
         | Op::ScatterAdd { .. }
         | Op::Rope { .. }
         | Op::Pool { .. }
+        | Op::Upsample { .. }
         | Op::QuantizedMatMul { .. }
         | Op::Custom { .. } => Vec::new(),
     }
@@ -537,6 +566,34 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 wide_out: scratch.get(2).copied(),
             })]
         }
+        Op::ConvTranspose {
+            stride,
+            padding,
+            dilation,
+            groups,
+            ..
+        } => {
+            let (shape, _) = conv_transpose_layout(
+                shapes[0], shapes[1], out_shape, stride, padding, dilation, *groups, threads,
+            );
+            vec![boxed(thunks::ConvTranspose {
+                dtype,
+                shape,
+                x: views[0],
+                w: views[1],
+                bias: views.get(2).copied(),
+                out,
+                col: scratch[0],
+                scratch: scratch[1],
+                wide_out: scratch.get(2).copied(),
+            })]
+        }
+        Op::Upsample { mode, .. } => vec![boxed(thunks::Upsample {
+            dtype,
+            resize: resize(*mode, shapes[0], out_shape),
+            x: views[0],
+            out,
+        })],
         Op::Solve => {
             let a = shapes[0];
             let rank = a.len();

@@ -13,15 +13,17 @@ mod movement;
 mod nn;
 mod reduce;
 mod sort;
+mod spatial;
 mod view;
 
 pub(crate) use custom::Custom;
 pub(crate) use elementwise::{Binary, Cast, Compare, Select, Unary};
 pub(crate) use linalg::{MatMul, QuantizedMatMul, Solve};
 pub(crate) use movement::{Fill, Gather, ScatterAdd, StridedCopy};
-pub(crate) use nn::{Attention, Conv, Pool, Rope};
+pub(crate) use nn::{Attention, Rope};
 pub(crate) use reduce::{ArgReduce, Cumsum, Norm, Reduce, Softmax};
 pub(crate) use sort::Sort;
+pub(crate) use spatial::{Conv, ConvTranspose, Pool, Upsample};
 pub(crate) use view::{Memory, Region, View};
 
 use crate::backend::RunError;

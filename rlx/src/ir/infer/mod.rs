@@ -19,6 +19,7 @@ mod linalg;
 mod movement;
 mod nn;
 mod reduce;
+mod spatial;
 
 use super::dim::Dim;
 use super::dtype::DType;
@@ -104,13 +105,23 @@ impl Op {
                 padding,
                 dilation,
                 groups,
-            } => nn::conv(stride, padding, dilation, *groups, inputs),
+            } => spatial::conv(stride, padding, dilation, *groups, inputs),
             Op::Pool {
                 kernel,
                 stride,
                 padding,
                 ..
-            } => nn::pool(kernel, stride, padding, inputs),
+            } => spatial::pool(kernel, stride, padding, inputs),
+            Op::ConvTranspose {
+                stride,
+                padding,
+                output_padding,
+                dilation,
+                groups,
+            } => {
+                spatial::conv_transpose(stride, padding, output_padding, dilation, *groups, inputs)
+            }
+            Op::Upsample { size, .. } => spatial::upsample(size, inputs),
             Op::Custom { name, output, .. } if !name.is_empty() => Ok(output.clone()),
             Op::Custom { .. } => Err(attr_err!("a custom op needs a non-empty name")),
         }
