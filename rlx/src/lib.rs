@@ -19,6 +19,7 @@
 //! # Ok::<(), BuildError>(())
 //! ```
 
+pub mod autodiff;
 pub mod backend;
 pub mod builder;
 pub mod cpu;

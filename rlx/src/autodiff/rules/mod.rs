@@ -1,0 +1,88 @@
+//! Gradient rules (vector-Jacobian products), one module per op family as in
+//! `ir/infer/`: given the cotangent `g` of a node's output, each rule emits the cotangent of
+//! each operand. The match in [`vjp`] is exhaustive over [`Op`], so a new op does not
+//! compile until it states its rule (or that it has none).
+
+mod elementwise;
+mod linalg;
+mod movement;
+mod reduce;
+
+use super::GradError;
+use super::emit::Emitter;
+use crate::ir::{NodeId, Op};
+
+/// What flows back to one operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Grad {
+    /// Its cotangent.
+    Some(NodeId),
+    /// Nothing, by design: the operand selects or indexes (a `where` condition, gather
+    /// indices) and takes no gradient.
+    Discrete,
+    /// Nothing, because the op has no derivative with respect to it.
+    None,
+}
+
+/// The cotangents of node `id`'s operands given `g`, its output's cotangent.
+pub(crate) fn vjp(e: &mut Emitter<'_>, id: NodeId, g: NodeId) -> Result<Vec<Grad>, GradError> {
+    let node = e.node(id);
+    let none = || Ok(vec![Grad::None; node.inputs.len()]);
+    if !node.ty.dtype.is_float() {
+        // Integer and bool values are piecewise constant: no gradient flows through them.
+        return none();
+    }
+    let x = &node.inputs;
+    match &node.op {
+        Op::Input | Op::Param | Op::Constant(_) => Ok(Vec::new()),
+        Op::Unary(kind) => elementwise::unary(e, *kind, x[0], id, g),
+        Op::Binary(kind) => elementwise::binary(e, *kind, x[0], x[1], id, g),
+        Op::Compare(_) => none(),
+        Op::Where => elementwise::select(e, x, g),
+        Op::Cast { .. } => elementwise::cast(e, x[0], g),
+        Op::MatMul {
+            transpose_a,
+            transpose_b,
+        } => linalg::matmul(e, x[0], x[1], *transpose_a, *transpose_b, g),
+        Op::Solve => linalg::solve(e, x[0], x[1], id, g),
+        Op::Reduce { op, axes, .. } => reduce::reduce(e, *op, x[0], axes, id, g),
+        Op::ArgReduce { .. } => none(),
+        Op::Cumsum {
+            axis,
+            exclusive,
+            reverse,
+        } => reduce::cumsum(e, *axis, *exclusive, *reverse, g),
+        Op::Softmax { axis, log } => reduce::softmax(e, *axis, *log, id, g),
+        Op::LayerNorm {
+            eps,
+            has_weight,
+            has_bias,
+        } => reduce::layer_norm(e, x, *eps, *has_weight, *has_bias, g),
+        Op::RmsNorm { eps, has_weight } => reduce::rms_norm(e, x, *eps, *has_weight, g),
+        Op::Reshape { .. } => movement::reshape(e, x[0], g),
+        Op::Permute { perm } => movement::permute(e, perm, g),
+        Op::Slice {
+            axis,
+            start,
+            stop,
+            step,
+        } => movement::slice(e, x[0], *axis, *start, *stop, *step, g),
+        Op::Concat { axis } => movement::concat(e, x, *axis, g),
+        Op::Broadcast { .. } => Ok(vec![Grad::Some(e.unbroadcast(g, &e.shape(x[0]))?)]),
+        Op::Pad { pads, .. } => movement::pad(e, pads, g),
+        Op::Gather { axis } => movement::gather(e, x[0], x[1], *axis, g),
+        Op::ScatterAdd { axis } => movement::scatter_add(e, x[1], *axis, g),
+        // Values of a top-k or sort come from positions that vary per row; their gradient
+        // needs a take-along-axis the IR does not have yet.
+        Op::TopK { .. } | Op::Sort { .. } => Err(GradError::NotYet { at: e.site() }),
+        Op::Attention { .. }
+        | Op::Rope { .. }
+        | Op::Conv { .. }
+        | Op::ConvTranspose { .. }
+        | Op::Pool { .. }
+        | Op::Upsample { .. } => Err(GradError::NotYet { at: e.site() }),
+        // The packed weights and scales have no gradient; the activations' rule is to come.
+        Op::QuantizedMatMul { .. } => Err(GradError::NotYet { at: e.site() }),
+        Op::Custom { .. } => Err(GradError::NotYet { at: e.site() }),
+    }
+}

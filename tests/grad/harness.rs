@@ -1,0 +1,267 @@
+//! Checks a gradient graph against central finite differences in f64, and every MLX mode
+//! against the CPU.
+
+use rlx::autodiff::{Wrt, gradients};
+use rlx::backend::{Backend, Executable};
+use rlx::builder::GraphBuilder;
+use rlx::cpu::CpuBackend;
+use rlx::ir::{DType, Dim, Graph, NodeId, ReduceOp, Shape};
+use rlx::tensor::HostTensor;
+
+/// A deterministic generator (SplitMix64).
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// How one input of a case is declared and filled.
+pub struct Input {
+    pub name: &'static str,
+    /// Concrete dims at run time.
+    pub dims: Vec<usize>,
+    /// Axes declared as named runtime dims.
+    pub symbols: Vec<(usize, &'static str)>,
+    pub values: Values,
+}
+
+pub enum Values {
+    /// f64, uniform in `[lo, hi)`; differentiated.
+    Uniform(f64, f64),
+    /// f64 given exactly; differentiated.
+    Exact(Vec<f64>),
+    /// i64 indices; not differentiated.
+    Indices(Vec<i64>),
+}
+
+impl Input {
+    pub fn float(name: &'static str, dims: &[usize]) -> Input {
+        Input {
+            name,
+            dims: dims.to_vec(),
+            symbols: Vec::new(),
+            values: Values::Uniform(-1.0, 1.0),
+        }
+    }
+
+    pub fn range(mut self, lo: f64, hi: f64) -> Input {
+        self.values = Values::Uniform(lo, hi);
+        self
+    }
+
+    /// Declares axis `axis` as the runtime dim `name`.
+    pub fn symbolic(mut self, axis: usize, name: &'static str) -> Input {
+        self.symbols.push((axis, name));
+        self
+    }
+
+    pub fn exact(name: &'static str, dims: &[usize], values: Vec<f64>) -> Input {
+        Input {
+            name,
+            dims: dims.to_vec(),
+            symbols: Vec::new(),
+            values: Values::Exact(values),
+        }
+    }
+
+    pub fn indices(name: &'static str, dims: &[usize], values: Vec<i64>) -> Input {
+        Input {
+            name,
+            dims: dims.to_vec(),
+            symbols: Vec::new(),
+            values: Values::Indices(values),
+        }
+    }
+
+    fn shape(&self) -> Shape {
+        Shape::new(self.dims.iter().enumerate().map(|(i, d)| {
+            self.symbols
+                .iter()
+                .find(|(a, _)| *a == i)
+                .map_or(Dim::Static(*d), |(_, s)| Dim::sym(s))
+        }))
+    }
+
+    fn dtype(&self) -> DType {
+        match self.values {
+            Values::Indices(_) => DType::I64,
+            _ => DType::F64,
+        }
+    }
+}
+
+/// `loss = Σ y·r` for `y = build(inputs)` and a random `r` of `y`'s shape (an input, so
+/// symbolic dims stay symbolic), and its gradient graph with respect to the float inputs.
+fn graphs(
+    inputs: &[Input],
+    build: &dyn Fn(&mut GraphBuilder, &[NodeId]) -> NodeId,
+) -> (Graph, Graph, Vec<&'static str>) {
+    let mut b = GraphBuilder::new();
+    let ids: Vec<NodeId> = inputs
+        .iter()
+        .map(|i| b.input(i.name, i.dtype(), i.shape()).unwrap())
+        .collect();
+    let y = build(&mut b, &ids);
+    let ty = b.ty(y).unwrap().clone();
+    assert_eq!(ty.dtype, DType::F64, "cases compute in f64");
+    let r = b.input("r", DType::F64, ty.shape.clone()).unwrap();
+    let weighted = b.mul(y, r).unwrap();
+    let loss = if ty.rank() == 0 {
+        weighted
+    } else {
+        let axes: Vec<usize> = (0..ty.rank()).collect();
+        b.reduce(ReduceOp::Sum, weighted, &axes, false).unwrap()
+    };
+    b.output("loss", loss).unwrap();
+    let forward = b.finish().unwrap();
+    let wrt: Vec<&'static str> = inputs
+        .iter()
+        .filter(|i| i.dtype() == DType::F64)
+        .map(|i| i.name)
+        .collect();
+    let names = wrt.iter().map(|s| s.to_string()).collect();
+    let backward = gradients(&forward, "loss", &Wrt::Named(names))
+        .unwrap_or_else(|e| panic!("gradients failed: {e}\n{forward}"));
+    (forward, backward, wrt)
+}
+
+fn run(exe: &mut dyn Executable, given: &[(&str, HostTensor)]) -> Vec<HostTensor> {
+    let views: Vec<(&str, rlx::tensor::TensorRef<'_>)> =
+        given.iter().map(|(n, t)| (*n, t.view())).collect();
+    exe.run(&views, &[])
+        .unwrap_or_else(|e| panic!("run failed: {e}"))
+}
+
+/// Checks the gradient of `Σ build(inputs)·r` against central differences (f64, CPU), then
+/// the same gradient graph on every MLX mode against the CPU's result.
+#[track_caller]
+pub fn grad_check(
+    label: &str,
+    seed: u64,
+    inputs: &[Input],
+    build: &dyn Fn(&mut GraphBuilder, &[NodeId]) -> NodeId,
+) {
+    let (forward, backward, wrt) = graphs(inputs, build);
+    let mut rng = Rng(seed);
+    let mut given: Vec<(&str, HostTensor)> = inputs
+        .iter()
+        .map(|i| {
+            let n: usize = i.dims.iter().product();
+            let t = match &i.values {
+                Values::Uniform(lo, hi) => {
+                    let v: Vec<f64> = (0..n).map(|_| rng.uniform(*lo, *hi)).collect();
+                    HostTensor::from_vec(v, i.dims.clone())
+                }
+                Values::Exact(v) => HostTensor::from_vec(v.clone(), i.dims.clone()),
+                Values::Indices(v) => HostTensor::from_vec(v.clone(), i.dims.clone()),
+            };
+            (i.name, t.unwrap())
+        })
+        .collect();
+    // r's concrete shape: run the forward graph's y once through a probe of its shape.
+    let y_dims = output_dims(&forward, &given);
+    let n: usize = y_dims.iter().product();
+    let r: Vec<f64> = (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect();
+    given.push(("r", HostTensor::from_vec(r, y_dims).unwrap()));
+
+    let cpu = CpuBackend::default();
+    let mut grad_exe = cpu
+        .compile(&backward)
+        .unwrap_or_else(|e| panic!("{label}: compile failed: {e}\n{backward}"));
+    let analytic = run(&mut grad_exe, &given);
+    let mut loss_exe = cpu.compile(&forward).unwrap();
+    let mut loss_at = |given: &[(&str, HostTensor)]| run(&mut loss_exe, given)[0].to_f64_vec()[0];
+
+    for (k, name) in wrt.iter().enumerate() {
+        let grad = analytic[1 + k].to_f64_vec();
+        let slot = given.iter().position(|(n, _)| n == name).unwrap();
+        let base = given[slot].1.clone();
+        let values = base.to_f64_vec();
+        assert_eq!(grad.len(), values.len(), "{label}: grad/{name} size");
+        for i in 0..values.len() {
+            let h = 1e-6 * values[i].abs().max(1.0);
+            let mut at = |delta: f64| {
+                let mut v = values.clone();
+                v[i] += delta;
+                given[slot].1 = HostTensor::from_vec(v, base.shape().to_vec()).unwrap();
+                loss_at(&given)
+            };
+            let fd = (at(h) - at(-h)) / (2.0 * h);
+            let tol = 1e-6 + 1e-6 * fd.abs();
+            assert!(
+                (grad[i] - fd).abs() <= tol,
+                "{label}: grad/{name}[{i}] = {}, finite difference {fd}\n{backward}",
+                grad[i]
+            );
+        }
+        given[slot].1 = base;
+    }
+
+    #[cfg(feature = "mlx")]
+    mlx_agrees(label, &backward, &given, &analytic);
+}
+
+/// The concrete dims of the forward graph's `y` (the operand of the loss's product).
+fn output_dims(forward: &Graph, given: &[(&str, HostTensor)]) -> Vec<usize> {
+    let r = forward.input("r").unwrap();
+    let ty = &forward[r].ty;
+    let mut bound = std::collections::HashMap::new();
+    for (name, t) in given {
+        if let Some(id) = forward.input(name) {
+            for (axis, d) in forward[id].ty.shape.dims().iter().enumerate() {
+                if let Dim::Sym(s) = d {
+                    bound.insert(s.name().to_string(), t.shape()[axis]);
+                }
+            }
+        }
+    }
+    ty.shape
+        .dims()
+        .iter()
+        .map(|d| match d {
+            Dim::Static(n) => *n,
+            other => {
+                let env: Vec<(&str, usize)> = bound.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+                eval(other, &env)
+            }
+        })
+        .collect()
+}
+
+fn eval(d: &Dim, env: &[(&str, usize)]) -> usize {
+    let mut lookup =
+        |s: &rlx::ir::Symbol| env.iter().find(|(n, _)| *n == s.name()).map(|(_, v)| *v);
+    d.eval(&mut lookup).unwrap()
+}
+
+#[cfg(feature = "mlx")]
+fn mlx_agrees(label: &str, backward: &Graph, given: &[(&str, HostTensor)], cpu: &[HostTensor]) {
+    use rlx::mlx::{MlxBackend, MlxMode};
+    rlx::mlx::set_kernel_fusion(false).unwrap();
+    for mode in [MlxMode::Eager, MlxMode::Lazy, MlxMode::Compiled] {
+        let mut exe = MlxBackend::new(mode)
+            .compile(backward)
+            .unwrap_or_else(|e| panic!("{label}: MLX {mode:?} compile failed: {e}"));
+        let got = run(&mut exe, given);
+        for (k, (g, c)) in got.iter().zip(cpu).enumerate() {
+            let scale = c.to_f64_vec().iter().fold(1.0f64, |m, v| m.max(v.abs()));
+            for (i, (a, b)) in g.to_f64_vec().iter().zip(c.to_f64_vec()).enumerate() {
+                // MLX computes transcendentals and norms of f64 data in f32.
+                assert!(
+                    (a - b).abs() <= 1e-4 * scale,
+                    "{label}: MLX {mode:?} output {k}[{i}] = {a}, CPU {b}"
+                );
+            }
+        }
+    }
+}
