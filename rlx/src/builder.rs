@@ -149,6 +149,37 @@ impl GraphBuilder {
         GraphBuilder::default()
     }
 
+    /// A builder that continues `graph`: its nodes keep their ids, its outputs stay
+    /// declared, and new nodes may use any of them.
+    ///
+    /// ```
+    /// use rlx::prelude::*;
+    /// let mut b = GraphBuilder::new();
+    /// let x = b.input("x", DType::F32, [3])?;
+    /// b.output("x", x)?;
+    /// let mut more = GraphBuilder::from_graph(b.finish()?);
+    /// let y = more.add(x, x)?;
+    /// more.output("twice", y)?;
+    /// assert_eq!(more.finish()?.outputs().len(), 2);
+    /// # Ok::<(), BuildError>(())
+    /// ```
+    pub fn from_graph(graph: Graph) -> GraphBuilder {
+        let (nodes, outputs) = graph.into_parts();
+        let names = |op: &Op| -> HashSet<String> {
+            nodes
+                .iter()
+                .filter(|n| &n.op == op)
+                .filter_map(|n| n.name.clone())
+                .collect()
+        };
+        GraphBuilder {
+            input_names: names(&Op::Input),
+            param_names: names(&Op::Param),
+            nodes,
+            outputs,
+        }
+    }
+
     /// The type of a node made by this builder.
     pub fn ty(&self, id: NodeId) -> Option<&TensorType> {
         self.nodes.get(id.index()).map(|n| &n.ty)

@@ -34,6 +34,7 @@ pub mod params;
 pub mod passes;
 pub mod prelude;
 pub mod tensor;
+pub mod train;
 pub mod typed;
 pub mod weights;
 

@@ -33,6 +33,7 @@ mod custom;
 mod dim;
 mod element;
 mod linalg;
+mod loss;
 mod movement;
 mod nn;
 mod scope;

@@ -1,0 +1,340 @@
+//! Training: one compiled graph per step that runs the forward pass, the backward pass
+//! ([`crate::autodiff`]) and the optimizer's update, and a [`Trainer`] that feeds it.
+//!
+//! [`training_graph`] extends a model graph whose scalar output is the loss: it adds the
+//! gradients of every float param, optional clipping by global norm, and the optimizer's
+//! update, whose results are outputs `update/<name>` for every weight and every piece of
+//! optimizer state. Optimizer state is made of params named like the weights
+//! (`optimizer.<weight>.exp_avg`, PyTorch's suffixes), so it is bound, read and saved the
+//! way weights are. The per-step scalars (the scheduled learning rate, Adam's bias
+//! corrections) are inputs (f64 when a weight is f64, else f32), so the schedule costs no
+//! recompilation.
+//!
+//! ```
+//! use rlx::cpu::CpuBackend;
+//! use rlx::prelude::*;
+//! use rlx::tensor::HostTensor;
+//! use rlx::train::{Optimizer, TrainConfig, Trainer};
+//!
+//! // Fit w in y = x·w to data made with w = 3.
+//! let mut b = GraphBuilder::new();
+//! let x = b.input("x", DType::F32, [Dim::sym("batch")])?;
+//! let y = b.input("y", DType::F32, [Dim::sym("batch")])?;
+//! let w = b.param("w", DType::F32, Shape::scalar())?;
+//! let pred = b.mul(x, w)?;
+//! let err = b.binary(BinaryOp::Sub, pred, y)?;
+//! let sq = b.mul(err, err)?;
+//! let loss = b.reduce(ReduceOp::Mean, sq, &[0], false)?;
+//! b.output("loss", loss)?;
+//! let graph = b.finish()?;
+//!
+//! let config = TrainConfig::new(Optimizer::sgd(0.1));
+//! let mut trainer = Trainer::new(&CpuBackend::default(), &graph, "loss", config)?;
+//! trainer.set_weight("w", HostTensor::scalar(0.0f32).view())?;
+//! let xs = HostTensor::from_vec(vec![1.0f32, 2.0, -1.0], [3])?;
+//! let ys = HostTensor::from_vec(vec![3.0f32, 6.0, -3.0], [3])?;
+//! for _ in 0..50 {
+//!     trainer.step(&[("x", xs.view()), ("y", ys.view())])?;
+//! }
+//! let w = trainer.weight("w")?.to_f64_vec()[0];
+//! assert!((w - 3.0).abs() < 1e-4);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod optimizer;
+mod schedule;
+
+use crate::autodiff::{GradError, Wrt, gradients};
+use crate::backend::{Backend, CompileError, Executable, RunError};
+use crate::builder::{BuildError, GraphBuilder};
+use crate::ir::{DType, Graph, NodeId, Shape};
+use crate::tensor::{HostTensor, TensorRef};
+pub use optimizer::{AdamSettings, Optimizer};
+use optimizer::{StepInputs, clip_by_global_norm, update};
+pub use schedule::Schedule;
+
+/// The graph input holding the scheduled learning rate.
+pub const LR_INPUT: &str = "optimizer.lr";
+/// The graph inputs holding Adam's bias corrections `1 − β1^t` and `1 − β2^t`.
+pub const BIAS_CORRECTION_INPUTS: [&str; 2] =
+    ["optimizer.bias_correction1", "optimizer.bias_correction2"];
+
+/// How a model is trained: optimizer, schedule, clipping.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainConfig {
+    /// The optimizer and its base learning rate.
+    pub optimizer: Optimizer,
+    /// How the learning rate changes with the step.
+    pub schedule: Schedule,
+    /// Clip gradients to this global L2 norm.
+    pub clip_grad_norm: Option<f64>,
+}
+
+impl TrainConfig {
+    /// `optimizer` at a constant rate, without clipping.
+    pub fn new(optimizer: Optimizer) -> TrainConfig {
+        TrainConfig {
+            optimizer,
+            schedule: Schedule::Constant,
+            clip_grad_norm: None,
+        }
+    }
+
+    /// With a learning-rate schedule.
+    pub fn schedule(mut self, schedule: Schedule) -> TrainConfig {
+        self.schedule = schedule;
+        self
+    }
+
+    /// With gradient clipping by global norm.
+    pub fn clip_grad_norm(mut self, max_norm: f64) -> TrainConfig {
+        self.clip_grad_norm = Some(max_norm);
+        self
+    }
+}
+
+/// Why training could not be set up or a step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// The gradient transform failed.
+    #[error(transparent)]
+    Grad(#[from] GradError),
+    /// Building the update failed.
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    /// The backend could not compile the training step.
+    #[error(transparent)]
+    Compile(#[from] CompileError),
+    /// A step failed to run.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// The settings are invalid.
+    #[error("invalid training settings: {0}")]
+    Config(String),
+}
+
+/// A training step's graph and what its outputs update.
+#[derive(Clone, Debug)]
+pub struct TrainingGraph {
+    /// Forward, backward and update in one graph.
+    pub graph: Graph,
+    /// `(output index, param name)`: after a step, each param takes that output's value.
+    pub updates: Vec<(usize, String)>,
+    /// The optimizer-state params, with their dtypes and (static) dims.
+    pub state: Vec<(String, DType, Vec<usize>)>,
+    /// The loss output's index.
+    pub loss: usize,
+}
+
+/// Builds the training step of `graph`, whose scalar output `loss` is minimized over every
+/// float param.
+pub fn training_graph(
+    graph: &Graph,
+    loss: &str,
+    config: &TrainConfig,
+) -> Result<TrainingGraph, TrainError> {
+    config.optimizer.validate().map_err(TrainError::Config)?;
+    if let Some(max) = config.clip_grad_norm
+        && !(max.is_finite() && max > 0.0)
+    {
+        return Err(TrainError::Config(format!(
+            "clip_grad_norm must be positive and finite, got {max}"
+        )));
+    }
+    let with_grads = gradients(graph, loss, &Wrt::Params)?;
+    // Gradients feed the update; returning them too would copy them out every step.
+    let (nodes, outputs) = with_grads.into_parts();
+    let (grad_outputs, kept): (Vec<_>, Vec<_>) = outputs
+        .into_iter()
+        .partition(|o| o.name.starts_with("grad/"));
+    let loss_index = kept
+        .iter()
+        .position(|o| o.name == loss)
+        .expect("the loss is an output");
+    let base = Graph::from_parts(nodes, kept)
+        .map_err(|e| TrainError::Config(format!("the gradient graph does not verify: {e}")))?;
+    let mut b = GraphBuilder::from_graph(base);
+    let weights: Vec<(NodeId, String)> = graph
+        .params()
+        .filter(|(_, n)| n.ty.dtype.is_float())
+        .map(|(id, n)| (id, n.name.clone().unwrap_or_default()))
+        .collect();
+    let mut grads: Vec<NodeId> = grad_outputs.iter().map(|o| o.node).collect();
+    if let Some(max) = config.clip_grad_norm {
+        grads = clip_by_global_norm(&mut b, &grads, max)?;
+    }
+    let opt = &config.optimizer;
+    // Per-step scalars in f64 when a weight is f64, else f32 (which every device runs).
+    let scalar_dtype = hyper_dtype(graph);
+    let lr = b.input(LR_INPUT, scalar_dtype, Shape::scalar())?;
+    let bias_corrections = match opt {
+        Optimizer::Adam(_) | Optimizer::AdamW(_) => Some((
+            b.input(BIAS_CORRECTION_INPUTS[0], scalar_dtype, Shape::scalar())?,
+            b.input(BIAS_CORRECTION_INPUTS[1], scalar_dtype, Shape::scalar())?,
+        )),
+        Optimizer::Sgd { .. } => None,
+    };
+    let step = StepInputs {
+        lr,
+        bias_corrections,
+    };
+    let mut updates = Vec::new();
+    let mut state_specs = Vec::new();
+    let mut new_outputs: Vec<(String, NodeId)> = Vec::new();
+    for ((weight, name), grad) in weights.iter().zip(&grads) {
+        let ty = graph[*weight].ty.clone();
+        let dims = ty.shape.static_dims().ok_or_else(|| {
+            TrainError::Config(format!("weight {name:?} has symbolic dims {}", ty.shape))
+        })?;
+        let mut state = Vec::new();
+        for suffix in opt.state_names() {
+            let state_name = format!("optimizer.{name}.{suffix}");
+            state.push(b.param(&state_name, ty.dtype, ty.shape.clone())?);
+            state_specs.push((state_name, ty.dtype, dims.clone()));
+        }
+        let (new_weight, new_state) = update(&mut b, opt, &step, *weight, *grad, &state)?;
+        new_outputs.push((name.clone(), new_weight));
+        for (suffix, node) in opt.state_names().iter().zip(new_state) {
+            new_outputs.push((format!("optimizer.{name}.{suffix}"), node));
+        }
+    }
+    let first = graph.outputs().len();
+    for (k, (name, node)) in new_outputs.into_iter().enumerate() {
+        b.output(&format!("update/{name}"), node)?;
+        updates.push((first + k, name));
+    }
+    Ok(TrainingGraph {
+        graph: b.finish()?,
+        updates,
+        state: state_specs,
+        loss: loss_index,
+    })
+}
+
+/// Runs training steps on a compiled [`training_graph`]: binds the weights and the
+/// optimizer state (zeros at first), computes each step's learning rate, runs the step
+/// and moves the updated values back into the params.
+pub struct Trainer {
+    exe: Box<dyn Executable>,
+    config: TrainConfig,
+    updates: Vec<(usize, String)>,
+    loss: usize,
+    steps: u64,
+    outputs: Vec<HostTensor>,
+    scalars: [HostTensor; 3],
+}
+
+impl Trainer {
+    /// Compiles the training step of `graph` (minimizing its output `loss`) on `backend`
+    /// and zeroes the optimizer state. Bind the weights with [`Trainer::set_weight`].
+    pub fn new<B: Backend>(
+        backend: &B,
+        graph: &Graph,
+        loss: &str,
+        config: TrainConfig,
+    ) -> Result<Trainer, TrainError>
+    where
+        B::Executable: 'static,
+    {
+        let step = training_graph(graph, loss, &config)?;
+        let mut exe: Box<dyn Executable> = Box::new(backend.compile(&step.graph)?);
+        for (name, dtype, dims) in &step.state {
+            let zeros = HostTensor::zeros(*dtype, dims.clone());
+            exe.set_weight(name, zeros.view())?;
+        }
+        Ok(Trainer {
+            exe,
+            config,
+            updates: step.updates,
+            loss: step.loss,
+            steps: 0,
+            outputs: Vec::new(),
+            scalars: [(); 3].map(|_| HostTensor::zeros(hyper_dtype(graph), Vec::new())),
+        })
+    }
+
+    /// Binds the weight (or optimizer state) `name`.
+    pub fn set_weight(&mut self, name: &str, value: TensorRef<'_>) -> Result<(), TrainError> {
+        Ok(self.exe.set_weight(name, value)?)
+    }
+
+    /// A copy of the weight (or optimizer state) `name`.
+    pub fn weight(&self, name: &str) -> Result<HostTensor, TrainError> {
+        Ok(self.exe.weight(name)?)
+    }
+
+    /// Steps taken so far.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// Sets the step count (when resuming from saved state).
+    pub fn set_steps(&mut self, steps: u64) {
+        self.steps = steps;
+    }
+
+    /// The learning rate the next step uses.
+    pub fn lr(&self) -> f64 {
+        self.config.optimizer.lr() * self.config.schedule.factor(self.steps)
+    }
+
+    /// The outputs of the last step, in the model graph's output order (the loss
+    /// included), followed by the updated values.
+    pub fn outputs(&self) -> &[HostTensor] {
+        &self.outputs
+    }
+
+    /// Runs one step on `batch` (the model's inputs) and returns the loss before the
+    /// update.
+    pub fn step(&mut self, batch: &[(&str, TensorRef<'_>)]) -> Result<f64, TrainError> {
+        let t = (self.steps + 1) as i32;
+        let mut values = [self.lr(), 1.0, 1.0];
+        if let Optimizer::Adam(s) | Optimizer::AdamW(s) = &self.config.optimizer {
+            values[1] = 1.0 - s.betas.0.powi(t);
+            values[2] = 1.0 - s.betas.1.powi(t);
+        }
+        for (slot, v) in self.scalars.iter_mut().zip(values) {
+            if let Ok(x) = slot.as_mut_slice::<f64>() {
+                x[0] = v;
+            } else if let Ok(x) = slot.as_mut_slice::<f32>() {
+                x[0] = v as f32;
+            }
+        }
+        let mut inputs: Vec<(&str, TensorRef<'_>)> = Vec::with_capacity(batch.len() + 3);
+        inputs.extend_from_slice(batch);
+        inputs.push((LR_INPUT, self.scalars[0].view()));
+        if matches!(
+            self.config.optimizer,
+            Optimizer::Adam(_) | Optimizer::AdamW(_)
+        ) {
+            inputs.push((BIAS_CORRECTION_INPUTS[0], self.scalars[1].view()));
+            inputs.push((BIAS_CORRECTION_INPUTS[1], self.scalars[2].view()));
+        }
+        self.exe.run_into(&inputs, &[], &mut self.outputs)?;
+        for (index, name) in &self.updates {
+            self.exe.set_weight(name, self.outputs[*index].view())?;
+        }
+        self.steps += 1;
+        Ok(scalar_value(&self.outputs[self.loss]))
+    }
+}
+
+/// The dtype of the per-step scalar inputs: f64 when some weight is f64, else f32.
+fn hyper_dtype(graph: &Graph) -> DType {
+    if graph.params().any(|(_, n)| n.ty.dtype == DType::F64) {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
+/// The value of a float scalar tensor.
+fn scalar_value(t: &HostTensor) -> f64 {
+    if let Ok(v) = t.as_slice::<f32>() {
+        return f64::from(v[0]);
+    }
+    if let Ok(v) = t.as_slice::<f64>() {
+        return v[0];
+    }
+    t.to_f64_vec().first().copied().unwrap_or(f64::NAN)
+}
