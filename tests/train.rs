@@ -295,3 +295,47 @@ fn a_classifier_learns_on_the_cpu() {
 fn a_classifier_learns_on_mlx_compiled() {
     classifier_learns(&rlx::mlx::MlxBackend::new(rlx::mlx::MlxMode::Compiled));
 }
+
+#[test]
+fn saving_and_loading_resumes_exactly() {
+    use rlx::cpu::CpuOptions;
+    let (graph, _, _) = quadratic();
+    let backend = CpuBackend::new(CpuOptions {
+        threads: 1,
+        ..CpuOptions::default()
+    });
+    let config = TrainConfig::new(Optimizer::adamw(0.05)).schedule(Schedule::WarmupCosine {
+        warmup: 3,
+        total: 20,
+        min_factor: 0.0,
+    });
+    let w0 = HostTensor::from_vec(vec![1.0f64, -0.5, 0.25, 2.0], [4]).unwrap();
+    let fresh = || {
+        let mut t = Trainer::new(&backend, &graph, "loss", config.clone()).unwrap();
+        t.set_weight("w", w0.view()).unwrap();
+        t
+    };
+    let mut straight = fresh();
+    for _ in 0..20 {
+        straight.step(&[]).unwrap();
+    }
+    let path = std::env::temp_dir().join(format!("rlx-resume-{}.safetensors", std::process::id()));
+    let mut first = fresh();
+    for _ in 0..10 {
+        first.step(&[]).unwrap();
+    }
+    first.save(&path).unwrap();
+    let mut resumed = Trainer::new(&backend, &graph, "loss", config.clone()).unwrap();
+    resumed.load(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(resumed.steps(), 10);
+    for _ in 0..10 {
+        resumed.step(&[]).unwrap();
+    }
+    for name in ["w", "optimizer.w.exp_avg", "optimizer.w.exp_avg_sq"] {
+        let a = straight.weight(name).unwrap().to_f64_vec();
+        let b = resumed.weight(name).unwrap().to_f64_vec();
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&a), bits(&b), "{name}");
+    }
+}

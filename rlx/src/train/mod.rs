@@ -44,11 +44,14 @@
 mod optimizer;
 mod schedule;
 
+use std::path::Path;
+
 use crate::autodiff::{GradError, Wrt, gradients};
 use crate::backend::{Backend, CompileError, Executable, RunError};
 use crate::builder::{BuildError, GraphBuilder};
 use crate::ir::{DType, Graph, NodeId, Shape};
 use crate::tensor::{HostTensor, TensorRef};
+use crate::weights::{WeightsError, read_tensors, save_tensors};
 pub use optimizer::{AdamSettings, Optimizer};
 use optimizer::{StepInputs, clip_by_global_norm, update};
 pub use schedule::Schedule;
@@ -58,6 +61,8 @@ pub const LR_INPUT: &str = "optimizer.lr";
 /// The graph inputs holding Adam's bias corrections `1 − β1^t` and `1 − β2^t`.
 pub const BIAS_CORRECTION_INPUTS: [&str; 2] =
     ["optimizer.bias_correction1", "optimizer.bias_correction2"];
+/// The key of the step count in a saved training state.
+pub const STEP_KEY: &str = "optimizer.step";
 
 /// How a model is trained: optimizer, schedule, clipping.
 #[derive(Clone, Debug, PartialEq)]
@@ -108,6 +113,9 @@ pub enum TrainError {
     /// A step failed to run.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// Saving or loading the training state failed.
+    #[error(transparent)]
+    Weights(#[from] WeightsError),
     /// The settings are invalid.
     #[error("invalid training settings: {0}")]
     Config(String),
@@ -217,6 +225,7 @@ pub fn training_graph(
 pub struct Trainer {
     exe: Box<dyn Executable>,
     config: TrainConfig,
+    /// `(output index, param name)` of every weight and piece of optimizer state.
     updates: Vec<(usize, String)>,
     loss: usize,
     steps: u64,
@@ -282,6 +291,60 @@ impl Trainer {
     /// included), followed by the updated values.
     pub fn outputs(&self) -> &[HostTensor] {
         &self.outputs
+    }
+
+    /// Saves every weight, the optimizer state and the step count (`optimizer.step`, an
+    /// `i64` scalar) to a safetensors file, so [`Trainer::load`] resumes exactly here.
+    pub fn save(&self, path: &Path) -> Result<(), TrainError> {
+        let mut tensors = Vec::with_capacity(self.updates.len() + 1);
+        for (_, name) in &self.updates {
+            tensors.push((name.clone(), self.exe.weight(name)?));
+        }
+        let step = HostTensor::scalar(i64::try_from(self.steps).unwrap_or(i64::MAX));
+        tensors.push((STEP_KEY.to_string(), step));
+        save_tensors(path, &tensors)?;
+        Ok(())
+    }
+
+    /// Loads what [`Trainer::save`] wrote: every weight and optimizer state, and the step
+    /// count. The file must hold exactly those tensors.
+    pub fn load(&mut self, path: &Path) -> Result<(), TrainError> {
+        let mut seen = Vec::new();
+        let mut steps = None;
+        read_tensors(path, &mut |name, value| {
+            if name == STEP_KEY {
+                let bytes: [u8; 8] = value.bytes.try_into().map_err(|_| WeightsError::Format {
+                    path: path.to_path_buf(),
+                    message: format!("{STEP_KEY} is not an i64 scalar"),
+                })?;
+                steps = Some(i64::from_le_bytes(bytes));
+            } else {
+                self.exe.set_weight(name, value)?;
+                seen.push(name.to_string());
+            }
+            Ok(())
+        })?;
+        let missing: Vec<&str> = self
+            .updates
+            .iter()
+            .map(|(_, n)| n.as_str())
+            .filter(|n| !seen.iter().any(|s| s == n))
+            .collect();
+        match steps {
+            Some(steps) if missing.is_empty() && steps >= 0 => {
+                self.steps = steps.unsigned_abs();
+                Ok(())
+            }
+            _ => Err(TrainError::Config(format!(
+                "{} is not a saved training state: missing {missing:?}{}",
+                path.display(),
+                if steps.is_none() {
+                    " and the step count"
+                } else {
+                    ""
+                }
+            ))),
+        }
     }
 
     /// Runs one step on `batch` (the model's inputs) and returns the loss before the

@@ -8,7 +8,7 @@
 mod layout;
 mod safetensors;
 
-pub use self::safetensors::{load_safetensors, save_safetensors};
+pub use self::safetensors::{load_safetensors, read_tensors, save_safetensors, save_tensors};
 
 use std::fmt;
 use std::path::PathBuf;

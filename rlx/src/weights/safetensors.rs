@@ -13,7 +13,7 @@ use super::{LoadOptions, LoadReport, Mismatch, WeightsError, describe};
 use crate::backend::Executable;
 use crate::ir::DType;
 use crate::params::{Manifest, manifest::resolve_axis};
-use crate::tensor::TensorRef;
+use crate::tensor::{HostTensor, TensorRef};
 
 fn from_file_dtype(dtype: Dtype) -> Option<DType> {
     Some(match dtype {
@@ -283,4 +283,62 @@ fn encode_floats(dtype: DType, values: &[f64]) -> Vec<u8> {
             .collect(),
         _ => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
     }
+}
+
+/// Writes each `(name, tensor)` to a safetensors file as it is (no layout change): for
+/// state that is not a model checkpoint, such as a training run's optimizer state.
+pub fn save_tensors(path: &Path, tensors: &[(String, HostTensor)]) -> Result<(), WeightsError> {
+    let views: Vec<(String, OwnedView)> = tensors
+        .iter()
+        .map(|(name, t)| {
+            let view = OwnedView {
+                dtype: to_file_dtype(t.dtype()),
+                shape: t.shape().to_vec(),
+                data: t.data().bytes().to_vec(),
+            };
+            (name.clone(), view)
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, path).map_err(|e| match e {
+        SafeTensorError::IoError(source) => WeightsError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        other => format_error(path, other),
+    })
+}
+
+/// Calls `each` with every tensor of a safetensors file, as stored, in name order.
+pub fn read_tensors(
+    path: &Path,
+    each: &mut dyn FnMut(&str, TensorRef<'_>) -> Result<(), WeightsError>,
+) -> Result<(), WeightsError> {
+    let io = |source| WeightsError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = File::open(path).map_err(io)?;
+    // SAFETY: as in `load_safetensors`: read-only, for this call only.
+    let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+    let st = SafeTensors::deserialize(&map).map_err(|e| format_error(path, e))?;
+    let mut names: Vec<&str> = st.names();
+    names.sort_unstable();
+    for name in names {
+        let view = st.tensor(name).map_err(|e| format_error(path, e))?;
+        let dtype =
+            from_file_dtype(view.dtype()).ok_or_else(|| WeightsError::UnsupportedDType {
+                path: path.to_path_buf(),
+                key: name.to_string(),
+                dtype: format!("{:?}", view.dtype()),
+            })?;
+        each(
+            name,
+            TensorRef {
+                dtype,
+                shape: view.shape(),
+                bytes: view.data(),
+            },
+        )?;
+    }
+    Ok(())
 }
