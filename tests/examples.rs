@@ -120,6 +120,34 @@ fn attention_tutorial() {
     assert!(diff <= 1e-5, "padding changed real positions by {diff}");
 }
 
+/// The last line's `test_accuracy=` value of a digits run.
+fn digits_accuracy(stdout: &str, backend: &str) -> f64 {
+    let last = stdout.lines().last().unwrap_or_default();
+    let prefix = format!("digits backend={backend} epochs=3 test_accuracy=");
+    last.strip_prefix(&prefix)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected last line: {last:?}"))
+}
+
+#[test]
+fn digits_tutorial() {
+    let out = std::env::temp_dir().join(format!("rlx-digits-{}", std::process::id()));
+    let out_arg = out.to_string_lossy().into_owned();
+    let stdout = run_example("07_train_digits", &["--epochs", "3", "--out", &out_arg]);
+    // Three epochs already classify most test digits (30 reach about 0.99).
+    assert!(digits_accuracy(&stdout, "cpu") >= 0.9, "{stdout}");
+    assert!(out.join("digits-cpu.safetensors").exists());
+    let svg = std::fs::read_to_string(out.join("digits-cpu-loss.svg")).unwrap();
+    assert!(svg.contains("<polyline"), "{svg}");
+    #[cfg(feature = "mlx")]
+    {
+        let args = ["--epochs", "3", "--backend", "mlx", "--out", &out_arg];
+        let stdout = run_example("07_train_digits", &args);
+        assert!(digits_accuracy(&stdout, "mlx") >= 0.9, "{stdout}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 #[test]
 fn minilm_tutorial() {
     let stdout = run_example(
