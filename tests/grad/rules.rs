@@ -290,3 +290,95 @@ fn casts_between_floats() {
         g.mul(y, y).unwrap()
     });
 }
+
+#[test]
+fn attention_every_mask_with_grouped_heads() {
+    use rlx::ir::AttentionMask;
+    let masks = [
+        AttentionMask::None,
+        AttentionMask::Causal,
+        AttentionMask::SlidingWindow(2),
+        AttentionMask::Tensor,
+    ];
+    for (seed, mask) in masks.into_iter().enumerate() {
+        let q = Input::float("q", &[2, 4, 3, 5]);
+        let k = Input::float("k", &[2, 2, 4, 5]);
+        let v = Input::float("v", &[2, 2, 4, 6]);
+        let mut inputs = vec![q, k, v];
+        if mask == AttentionMask::Tensor {
+            // An additive mask, differentiated too.
+            inputs.push(Input::float("m", &[3, 4]));
+        }
+        let label = format!("attention {mask:?}");
+        grad_check(&label, 1000 + seed as u64, &inputs, &|g, i| {
+            op(g, Op::Attention { scale: 0.4, mask }, i)
+        });
+    }
+    // A boolean mask with one fully masked row.
+    let q = Input::float("q", &[1, 2, 3, 4]);
+    let k = Input::float("k", &[1, 2, 3, 4]);
+    let v = Input::float("v", &[1, 2, 3, 4]);
+    let m = Input::exact(
+        "m",
+        &[3, 3],
+        vec![1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0],
+    );
+    grad_check("attention bool mask", 1010, &[q, k, v, m], &|g, i| {
+        let half = g.scalar(0.5, DType::F64);
+        let keep = g.compare(CompareOp::Gt, i[3], half).unwrap();
+        op(
+            g,
+            Op::Attention {
+                scale: 0.5,
+                mask: AttentionMask::Tensor,
+            },
+            &[i[0], i[1], i[2], keep],
+        )
+    });
+    let q = Input::float("q", &[2, 5, 4]).symbolic(1, "seq");
+    let k = Input::float("k", &[2, 5, 4]).symbolic(1, "seq");
+    let v = Input::float("v", &[2, 5, 4]).symbolic(1, "seq");
+    grad_check(
+        "causal attention, symbolic seq",
+        1011,
+        &[q, k, v],
+        &|g, i| {
+            op(
+                g,
+                Op::Attention {
+                    scale: 0.5,
+                    mask: AttentionMask::Causal,
+                },
+                i,
+            )
+        },
+    );
+}
+
+#[test]
+fn rope_both_layouts() {
+    for (seed, traditional) in [false, true].into_iter().enumerate() {
+        let x = Input::float("x", &[2, 3, 8]);
+        let label = format!("rope traditional={traditional}");
+        grad_check(&label, 1100 + seed as u64, &[x], &|g, i| {
+            let r = Op::Rope {
+                dims: 6,
+                base: 100.0,
+                scale: 1.0,
+                traditional,
+            };
+            op(g, r, &[i[0]])
+        });
+    }
+    let x = Input::float("x", &[1, 4, 4]);
+    let offset = Input::indices("offset", &[], vec![3]);
+    grad_check("rope with an offset", 1102, &[x, offset], &|g, i| {
+        let r = Op::Rope {
+            dims: 4,
+            base: 10.0,
+            scale: 0.5,
+            traditional: false,
+        };
+        op(g, r, &[i[0], i[1]])
+    });
+}

@@ -6,6 +6,7 @@
 mod elementwise;
 mod linalg;
 mod movement;
+mod nn;
 mod reduce;
 
 use super::GradError;
@@ -75,12 +76,16 @@ pub(crate) fn vjp(e: &mut Emitter<'_>, id: NodeId, g: NodeId) -> Result<Vec<Grad
         // Values of a top-k or sort come from positions that vary per row; their gradient
         // needs a take-along-axis the IR does not have yet.
         Op::TopK { .. } | Op::Sort { .. } => Err(GradError::NotYet { at: e.site() }),
-        Op::Attention { .. }
-        | Op::Rope { .. }
-        | Op::Conv { .. }
-        | Op::ConvTranspose { .. }
-        | Op::Pool { .. }
-        | Op::Upsample { .. } => Err(GradError::NotYet { at: e.site() }),
+        Op::Attention { scale, mask } => nn::attention(e, x, *scale, *mask, g),
+        Op::Rope {
+            dims,
+            base,
+            scale,
+            traditional,
+        } => nn::rope(e, x, *dims, *base, *scale, *traditional, g),
+        Op::Conv { .. } | Op::ConvTranspose { .. } | Op::Pool { .. } | Op::Upsample { .. } => {
+            Err(GradError::NotYet { at: e.site() })
+        }
         // The packed weights and scales have no gradient; the activations' rule is to come.
         Op::QuantizedMatMul { .. } => Err(GradError::NotYet { at: e.site() }),
         Op::Custom { .. } => Err(GradError::NotYet { at: e.site() }),
