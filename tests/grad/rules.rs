@@ -382,3 +382,133 @@ fn rope_both_layouts() {
         op(g, r, &[i[0], i[1]])
     });
 }
+
+#[test]
+fn conv_and_its_transpose() {
+    // (x, w, stride, padding, dilation, groups, bias)
+    type Case = (
+        Vec<usize>,
+        Vec<usize>,
+        Vec<usize>,
+        Vec<(usize, usize)>,
+        Vec<usize>,
+        usize,
+        bool,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            vec![2, 3, 5, 6],
+            vec![4, 3, 3, 2],
+            vec![2, 1],
+            vec![(1, 0), (1, 1)],
+            vec![1, 2],
+            1,
+            true,
+        ),
+        (
+            vec![1, 4, 7],
+            vec![6, 2, 3],
+            vec![2],
+            vec![(1, 1)],
+            vec![1],
+            2,
+            false,
+        ),
+        (
+            vec![2, 2, 9],
+            vec![2, 2, 2],
+            vec![3],
+            vec![(0, 2)],
+            vec![2],
+            1,
+            true,
+        ),
+    ];
+    for (seed, (xs, ws, stride, padding, dilation, groups, bias)) in cases.into_iter().enumerate() {
+        let mut inputs = vec![Input::float("x", &xs), Input::float("w", &ws)];
+        if bias {
+            inputs.push(Input::float("b", &[ws[0]]));
+        }
+        let conv = Op::Conv {
+            stride: stride.clone(),
+            padding: padding.clone(),
+            dilation: dilation.clone(),
+            groups,
+        };
+        grad_check(
+            &format!("conv {conv}"),
+            1200 + seed as u64,
+            &inputs,
+            &|g, i| op(g, conv.clone(), i),
+        );
+        // The transpose with the same geometry: the weight [C_in, C_out/groups, *k].
+        let tw = {
+            let mut t = ws.clone();
+            t[0] = xs[1];
+            t[1] = ws[0] / groups;
+            t
+        };
+        let mut inputs = vec![Input::float("x", &xs), Input::float("w", &tw)];
+        if bias {
+            inputs.push(Input::float("b", &[tw[1] * groups]));
+        }
+        let output_padding: Vec<usize> = stride.iter().map(|s| s - 1).collect();
+        let t = Op::ConvTranspose {
+            stride: stride.clone(),
+            padding: padding.clone(),
+            output_padding,
+            dilation: dilation.clone(),
+            groups,
+        };
+        grad_check(&format!("{t}"), 1210 + seed as u64, &inputs, &|g, i| {
+            op(g, t.clone(), i)
+        });
+    }
+}
+
+#[test]
+fn pooling_both_kinds() {
+    use rlx::ir::PoolKind;
+    for (seed, kind) in [PoolKind::Avg, PoolKind::Max].into_iter().enumerate() {
+        let x = Input::float("x", &[2, 3, 5, 6]);
+        let p = Op::Pool {
+            kind,
+            kernel: vec![3, 2],
+            stride: vec![2, 2],
+            padding: vec![(1, 1), (0, 1)],
+        };
+        grad_check(&format!("{p}"), 1300 + seed as u64, &[x], &|g, i| {
+            op(g, p.clone(), i)
+        });
+        let x = Input::float("x", &[1, 2, 7]);
+        let p = Op::Pool {
+            kind,
+            kernel: vec![3],
+            stride: vec![1],
+            padding: vec![(1, 1)],
+        };
+        grad_check(
+            &format!("{p} 1-D overlapping"),
+            1310 + seed as u64,
+            &[x],
+            &|g, i| op(g, p.clone(), i),
+        );
+    }
+}
+
+#[test]
+fn upsampling_every_mode() {
+    use rlx::ir::UpsampleMode;
+    for (seed, mode) in UpsampleMode::ALL.into_iter().enumerate() {
+        for size in [[7, 4], [2, 9]] {
+            let x = Input::float("x", &[2, 2, 3, 5]);
+            let u = Op::Upsample {
+                mode,
+                size: Shape::from(size),
+            };
+            grad_check(&format!("{u}"), 1400 + seed as u64, &[x], &|g, i| {
+                op(g, u.clone(), i)
+            });
+        }
+    }
+}

@@ -8,6 +8,7 @@ mod linalg;
 mod movement;
 mod nn;
 mod reduce;
+mod spatial;
 
 use super::GradError;
 use super::emit::Emitter;
@@ -83,9 +84,42 @@ pub(crate) fn vjp(e: &mut Emitter<'_>, id: NodeId, g: NodeId) -> Result<Vec<Grad
             scale,
             traditional,
         } => nn::rope(e, x, *dims, *base, *scale, *traditional, g),
-        Op::Conv { .. } | Op::ConvTranspose { .. } | Op::Pool { .. } | Op::Upsample { .. } => {
-            Err(GradError::NotYet { at: e.site() })
+        Op::Conv {
+            stride,
+            padding,
+            dilation,
+            groups,
+        } => {
+            let win = spatial::Window {
+                stride,
+                padding,
+                dilation,
+                groups: *groups,
+            };
+            spatial::conv(e, x, &win, g)
         }
+        Op::ConvTranspose {
+            stride,
+            padding,
+            dilation,
+            groups,
+            ..
+        } => {
+            let win = spatial::Window {
+                stride,
+                padding,
+                dilation,
+                groups: *groups,
+            };
+            spatial::conv_transpose(e, x, &win, g)
+        }
+        Op::Pool {
+            kind,
+            kernel,
+            stride,
+            padding,
+        } => spatial::pool(e, x[0], id, *kind, kernel, stride, padding, g),
+        Op::Upsample { mode, .. } => spatial::upsample(e, x[0], *mode, g),
         // The packed weights and scales have no gradient; the activations' rule is to come.
         Op::QuantizedMatMul { .. } => Err(GradError::NotYet { at: e.site() }),
         Op::Custom { .. } => Err(GradError::NotYet { at: e.site() }),
