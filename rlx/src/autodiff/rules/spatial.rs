@@ -189,6 +189,7 @@ pub(super) fn conv_transpose(
 /// as the forward divides by the full window): a depthwise transposed conv with a constant
 /// kernel. Max pooling sends it to the window's first position holding the maximum,
 /// moved back per kernel tap with a one-hot transposed conv.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn pool(
     e: &mut Emitter<'_>,
     x: NodeId,
