@@ -63,6 +63,20 @@ fn reshape_and_permute() {
         });
         let expected = gather_ref(&nd, &[4, 2, 3], |o| Some(vec![o[1], o[2], o[0]]), 0.0);
         check(&g, &[("x", &x)], &[], &[to_tensor(&expected, dtype)], 1.0);
+
+        // stop_gradient is the identity on values, as an output and between kernels.
+        let g = graph_of(
+            &[("x", dtype, declared(&[2, 3, 4], &[(0, "b")]))],
+            |b, i| {
+                let cut = b.op(rlx::ir::Op::StopGradient, &[i[0]]).unwrap();
+                b.permute(cut, &[2, 0, 1]).unwrap()
+            },
+        );
+        check(&g, &[("x", &x)], &[], &[to_tensor(&expected, dtype)], 1.0);
+        let g = graph_of(&[("x", dtype, declared(&[2, 3, 4], &[]))], |b, i| {
+            b.op(rlx::ir::Op::StopGradient, &[i[0]]).unwrap()
+        });
+        check(&g, &[("x", &x)], &[], &[to_tensor(&nd, dtype)], 1.0);
     }
 }
 

@@ -149,6 +149,9 @@ pub enum Op {
         /// A `weight` operand follows `x`.
         has_weight: bool,
     },
+    /// `x` unchanged, but the autodiff transform sends no gradient through it
+    /// (`stop_gradient`, PyTorch's `detach`). Operands: `x`.
+    StopGradient,
     /// Same data, new dims; element counts must be provably equal. Operands: `x`.
     Reshape {
         /// Target shape.
@@ -338,6 +341,7 @@ impl Op {
             Op::Softmax { log: true, .. } => "log_softmax",
             Op::LayerNorm { .. } => "layer_norm",
             Op::RmsNorm { .. } => "rms_norm",
+            Op::StopGradient => "stop_gradient",
             Op::Reshape { .. } => "reshape",
             Op::Permute { .. } => "permute",
             Op::Slice { .. } => "slice",
@@ -415,6 +419,7 @@ impl Op {
             | Op::Softmax { .. }
             | Op::LayerNorm { .. }
             | Op::RmsNorm { .. }
+            | Op::StopGradient
             | Op::Permute { .. }
             | Op::Slice { .. }
             | Op::Concat { .. }
@@ -447,6 +452,7 @@ impl fmt::Display for Op {
             | Op::Binary(_)
             | Op::Compare(_)
             | Op::Where
+            | Op::StopGradient
             | Op::Solve => {}
             Op::Cast { to } => attrs.push(format!("to={to}")),
             Op::MatMul {

@@ -214,6 +214,7 @@ impl Lowering {
             }
             Op::RmsNorm { eps, has_weight } => x[0].rms_norm(has_weight.then(|| x[1]), *eps)?,
             Op::Reshape { .. } => x[0].reshape(shape)?,
+            Op::StopGradient => x[0].clone(),
             Op::Permute { perm } => x[0].permute(perm)?,
             Op::Slice {
                 axis, start, step, ..

@@ -11,7 +11,7 @@ fn is_identity(graph: &Graph, node: &Node) -> bool {
     let operand = &graph[*first].ty;
     let same_type = *operand == node.ty;
     match &node.op {
-        Op::Reshape { .. } | Op::Broadcast { .. } | Op::Cast { .. } => same_type,
+        Op::Reshape { .. } | Op::Broadcast { .. } | Op::Cast { .. } | Op::StopGradient => same_type,
         Op::Permute { perm } => perm.iter().enumerate().all(|(i, p)| i == *p),
         Op::Slice {
             start: 0,

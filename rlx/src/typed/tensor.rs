@@ -60,6 +60,22 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
         Tensor::from_id(self.scope, self.scope.apply(op, &inputs))
     }
 
+    /// The same values, with no gradient flowing back through them when the graph is
+    /// differentiated ([`crate::autodiff`]): PyTorch's `detach`.
+    ///
+    /// ```
+    /// use rlx::typed::{Const, Tensor, build};
+    /// let graph = build(|g| {
+    ///     let x: Tensor<(Const<3>,)> = g.input("x");
+    ///     g.output("y", x * x.detach());
+    /// })?;
+    /// # Ok::<(), rlx::typed::BuildErrors>(())
+    /// ```
+    #[track_caller]
+    pub fn detach(self) -> Self {
+        self.then(Op::StopGradient, &[])
+    }
+
     /// The same data with element type `E2`.
     #[track_caller]
     pub fn cast<E2: Element>(self) -> Tensor<'g, S, E2> {

@@ -61,6 +61,8 @@ pub(crate) fn vjp(e: &mut Emitter<'_>, id: NodeId, g: NodeId) -> Result<Vec<Grad
             has_bias,
         } => reduce::layer_norm(e, x, *eps, *has_weight, *has_bias, g),
         Op::RmsNorm { eps, has_weight } => reduce::rms_norm(e, x, *eps, *has_weight, g),
+        // Cut on purpose: the operand takes nothing, and that is no error.
+        Op::StopGradient => Ok(vec![Grad::Discrete]),
         Op::Reshape { .. } => movement::reshape(e, x[0], g),
         Op::Permute { perm } => movement::permute(e, perm, g),
         Op::Slice {

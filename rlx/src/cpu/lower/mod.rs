@@ -137,6 +137,7 @@ pub(crate) fn scratch_requests(
         | Op::LayerNorm { .. }
         | Op::RmsNorm { .. }
         | Op::Reshape { .. }
+        | Op::StopGradient
         | Op::Permute { .. }
         | Op::Slice { .. }
         | Op::Concat { .. }
@@ -174,7 +175,9 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
     let operand_dtype = |i: usize| operand_dtypes[i];
     let site = NodeSite::of(id, node);
     match &node.op {
-        Op::Input | Op::Param | Op::Constant(_) | Op::Reshape { .. } => Vec::new(),
+        Op::Input | Op::Param | Op::Constant(_) | Op::Reshape { .. } | Op::StopGradient => {
+            Vec::new()
+        }
         Op::Unary(kind) => vec![boxed(thunks::Unary {
             kind: *kind,
             dtype,

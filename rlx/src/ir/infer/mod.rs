@@ -83,6 +83,7 @@ impl Op {
             Op::RmsNorm { eps, has_weight } => reduce::norm(*eps, *has_weight, false, inputs),
             Op::TopK { k, axis, output } => reduce::topk(*k, *axis, *output, inputs),
             Op::Sort { axis, output, .. } => reduce::sort(*axis, *output, inputs),
+            Op::StopGradient => movement::identity(inputs),
             Op::Reshape { shape } => movement::reshape(shape, inputs),
             Op::Permute { perm } => movement::permute(perm, inputs),
             Op::Slice {

@@ -211,3 +211,8 @@ pub(super) fn scatter_add(axis: usize, inputs: &[TensorType]) -> Result<TensorTy
     }
     Ok(inputs[0].clone())
 }
+
+pub(super) fn identity(inputs: &[TensorType]) -> Result<TensorType, InferError> {
+    arity(inputs, 1, "1")?;
+    Ok(inputs[0].clone())
+}
