@@ -3,7 +3,7 @@
 use super::Grad;
 use crate::autodiff::GradError;
 use crate::autodiff::emit::Emitter;
-use crate::ir::{NodeId, Op};
+use crate::ir::{Dim, NodeId, Op, Shape};
 
 fn matmul_op(
     e: &mut Emitter<'_>,
@@ -38,7 +38,21 @@ pub(super) fn matmul(
     } else {
         matmul_op(e, g, b, false, !transpose_b)?
     };
-    let gb = if transpose_b {
+    let (a_shape, b_shape) = (e.shape(a), e.shape(b));
+    let gb = if b_shape.rank() == 2 && a_shape.rank() > 2 && !transpose_a {
+        // A weight shared by every batch: one GEMM over all rows, [K, (..)·M]·[(..)·M, N],
+        // instead of a product per batch entry summed afterwards.
+        let r = a_shape.rank();
+        let rows = Dim::product(&a_shape.dims()[..r - 1]);
+        let gs = e.shape(g);
+        let a2 = e.reshape(a, Shape::new([rows.clone(), a_shape[r - 1].clone()]))?;
+        let g2 = e.reshape(g, Shape::new([rows, gs[gs.rank() - 1].clone()]))?;
+        if transpose_b {
+            matmul_op(e, g2, a2, true, false)?
+        } else {
+            matmul_op(e, a2, g2, true, false)?
+        }
+    } else if transpose_b {
         // gB = (A'ᵀ·g)ᵀ = gᵀ·A'
         matmul_op(e, g, a, true, transpose_a)?
     } else {
