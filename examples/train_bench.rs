@@ -7,7 +7,10 @@
 //!
 //! A step is forward + backward + optimizer update, one compiled graph. Prints
 //! `train workload=mlp batch=64 ms_per_step=T impl=rlx-B` and
-//! `train workload=block batch=8 seq=128 ms_per_step=T impl=rlx-B` (medians).
+//! `train workload=block batch=8 seq=128 ms_per_step=T impl=rlx-B` (medians), and on the
+//! CPU each step's memory: `train_memory workload=W arena_mib=A peak_live_mib=L
+//! forward_arena_mib=F`, the arena the planner lays out for the step, the most bytes live
+//! at any one point of it (no placement can use less), and the forward pass's arena alone.
 //!
 //! ```text
 //! cargo run --release --example train_bench -- [--backend cpu|mlx] [--workload mlp|block]
@@ -126,6 +129,23 @@ fn median_ms(
     Ok(times[times.len() / 2])
 }
 
+/// The CPU plan's memory figures for the training step of `graph` and for `graph` alone.
+fn memory(workload: &str, graph: &Graph, dims: &[(&str, usize)]) -> Result<(), Box<dyn Error>> {
+    let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
+    let config = TrainConfig::new(Optimizer::adamw(1e-3));
+    let step = rlx::train::training_graph(graph, "loss", &config)?;
+    let cpu = rlx::cpu::CpuBackend::default();
+    let train = cpu.compile(&step.graph)?.plan_report(dims)?;
+    let forward = cpu.compile(graph)?.plan_report(dims)?;
+    println!(
+        "train_memory workload={workload} arena_mib={:.1} peak_live_mib={:.1} forward_arena_mib={:.1}",
+        mib(train.peak_bytes),
+        mib(train.lower_bound),
+        mib(forward.peak_bytes)
+    );
+    Ok(())
+}
+
 fn run<B: Backend>(backend: &B, name: &str, workloads: &[String]) -> Result<(), Box<dyn Error>>
 where
     B::Executable: 'static,
@@ -146,6 +166,9 @@ where
             30,
         )?;
         println!("train workload=mlp batch=64 ms_per_step={ms:.3} impl=rlx-{name}");
+        if name == "cpu" {
+            memory("mlp", &graph, &[("batch", 64)])?;
+        }
     }
     if workloads.iter().any(|w| w == "block") {
         let graph = block()?;
@@ -165,6 +188,9 @@ where
             10,
         )?;
         println!("train workload=block batch=8 seq=128 ms_per_step={ms:.3} impl=rlx-{name}");
+        if name == "cpu" {
+            memory("block", &graph, &[("batch", 8), ("seq", 128)])?;
+        }
     }
     Ok(())
 }
