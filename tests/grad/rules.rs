@@ -532,3 +532,33 @@ fn stop_gradient_cuts_one_path() {
     let out = exe.run(&[("x", xs.view())], &[]).unwrap();
     assert_eq!(out[1].to_f64_vec(), [1.0, -2.0, 3.0]);
 }
+
+#[test]
+fn sorted_and_top_k_values() {
+    use rlx::ir::SortOutput;
+    let x = Input::float("x", &[3, 6, 2]);
+    grad_check("topk values", 1500, &[x], &|g, i| {
+        let t = Op::TopK {
+            k: 3,
+            axis: 1,
+            output: SortOutput::Values,
+        };
+        op(g, t, &[i[0]])
+    });
+    for (seed, (axis, descending)) in [(0, true), (2, false)].into_iter().enumerate() {
+        let x = Input::float("x", &[4, 3, 5]);
+        grad_check(
+            &format!("sort axis {axis}"),
+            1510 + seed as u64,
+            &[x],
+            &|g, i| {
+                let s = Op::Sort {
+                    axis,
+                    descending,
+                    output: SortOutput::Values,
+                };
+                op(g, s, &[i[0]])
+            },
+        );
+    }
+}

@@ -12,7 +12,7 @@ mod spatial;
 
 use super::GradError;
 use super::emit::Emitter;
-use crate::ir::{NodeId, Op};
+use crate::ir::{NodeId, Op, SortOutput};
 
 /// What flows back to one operand.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,9 +76,24 @@ pub(crate) fn vjp(e: &mut Emitter<'_>, id: NodeId, g: NodeId) -> Result<Vec<Grad
         Op::Pad { pads, .. } => movement::pad(e, pads, g),
         Op::Gather { axis } => movement::gather(e, x[0], x[1], *axis, g),
         Op::ScatterAdd { axis } => movement::scatter_add(e, x[1], *axis, g),
-        // Values of a top-k or sort come from positions that vary per row; their gradient
-        // needs a take-along-axis the IR does not have yet.
-        Op::TopK { .. } | Op::Sort { .. } => Err(GradError::NotYet { at: e.site() }),
+        Op::TopK { k, axis, .. } => {
+            let indices = Op::TopK {
+                k: *k,
+                axis: *axis,
+                output: SortOutput::Indices,
+            };
+            reduce::select_back(e, x[0], indices, *axis, g)
+        }
+        Op::Sort {
+            axis, descending, ..
+        } => {
+            let indices = Op::Sort {
+                axis: *axis,
+                descending: *descending,
+                output: SortOutput::Indices,
+            };
+            reduce::select_back(e, x[0], indices, *axis, g)
+        }
         Op::Attention { scale, mask } => nn::attention(e, x, *scale, *mask, g),
         Op::Rope {
             dims,
