@@ -1,4 +1,5 @@
-//! After the first run with a binding, `run_into` performs no heap allocation: proven with a
+//! After the first run with a binding, `run_into` performs no heap allocation, nor does a
+//! training step (`rlx::train::Trainer::step`): proven with a
 //! counting global allocator. (One test in this binary, so nothing else allocates meanwhile.)
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -193,4 +194,49 @@ fn runs_do_not_allocate() {
     let (mine, all) = allocations_per_run(CpuOptions::default(), 256, 300);
     eprintln!("20 parallel runs: {mine} allocations on the caller, {all} on all threads");
     assert!(all < 20, "{all} allocations in 20 parallel runs");
+    // A training step (forward, backward and AdamW, moving the updates into the weights)
+    // allocates nothing either.
+    assert_eq!(allocations_per_training_step(), 0);
+}
+
+/// Allocations on this thread in 20 training steps of a small classifier after the first.
+fn allocations_per_training_step() -> usize {
+    use rlx::train::{Optimizer, TrainConfig, Trainer};
+    use rlx::typed::{Const, Tensor, build};
+    rlx::dims!(Batch);
+    let graph = build(|g| {
+        let x: Tensor<(Batch, Const<8>)> = g.input("x");
+        let labels: Tensor<(Batch,), i64> = g.input("labels");
+        let w: Tensor<(Const<4>, Const<8>)> = g.param("w");
+        let b: Tensor<(Const<4>,)> = g.param("b");
+        g.output("loss", (x.matmul_t(w) + b).gelu().cross_entropy(labels));
+    })
+    .unwrap();
+    let one = CpuOptions {
+        threads: 1,
+        ..CpuOptions::default()
+    };
+    let config = TrainConfig::new(Optimizer::adamw(0.01)).clip_grad_norm(1.0);
+    let mut trainer = Trainer::new(&CpuBackend::new(one), &graph, "loss", config).unwrap();
+    let w: Vec<f32> = (0..32).map(|i| (i % 5) as f32 * 0.1 - 0.2).collect();
+    trainer
+        .set_weight("w", HostTensor::from_vec(w, [4, 8]).unwrap().view())
+        .unwrap();
+    trainer
+        .set_weight(
+            "b",
+            HostTensor::from_vec(vec![0.0f32; 4], [4]).unwrap().view(),
+        )
+        .unwrap();
+    let x = HostTensor::from_vec((0..48).map(|i| (i % 7) as f32 * 0.1).collect(), [6, 8]).unwrap();
+    let labels = HostTensor::from_vec(vec![0i64, 1, 2, 3, 0, 1], [6]).unwrap();
+    let batch = [("x", x.view()), ("labels", labels.view())];
+    for _ in 0..3 {
+        trainer.step(&batch).unwrap();
+    }
+    let mine = MINE.with(Cell::get);
+    for _ in 0..20 {
+        trainer.step(&batch).unwrap();
+    }
+    MINE.with(Cell::get) - mine
 }

@@ -363,17 +363,31 @@ impl Trainer {
                 x[0] = v as f32;
             }
         }
-        let mut inputs: Vec<(&str, TensorRef<'_>)> = Vec::with_capacity(batch.len() + 3);
-        inputs.extend_from_slice(batch);
-        inputs.push((LR_INPUT, self.scalars[0].view()));
+        let mut extra = [(LR_INPUT, self.scalars[0].view()); 3];
+        let mut n_extra = 1;
         if matches!(
             self.config.optimizer,
             Optimizer::Adam(_) | Optimizer::AdamW(_)
         ) {
-            inputs.push((BIAS_CORRECTION_INPUTS[0], self.scalars[1].view()));
-            inputs.push((BIAS_CORRECTION_INPUTS[1], self.scalars[2].view()));
+            extra[1] = (BIAS_CORRECTION_INPUTS[0], self.scalars[1].view());
+            extra[2] = (BIAS_CORRECTION_INPUTS[1], self.scalars[2].view());
+            n_extra = 3;
         }
-        self.exe.run_into(&inputs, &[], &mut self.outputs)?;
+        // The batch and the step's scalars in one list, on the stack for the usual handful
+        // of inputs, so a step allocates nothing on the CPU.
+        const ON_STACK: usize = 16;
+        let count = batch.len() + n_extra;
+        let mut stack = [extra[0]; ON_STACK];
+        let heap: Vec<(&str, TensorRef<'_>)>;
+        let inputs: &[(&str, TensorRef<'_>)] = if count <= ON_STACK {
+            stack[..batch.len()].copy_from_slice(batch);
+            stack[batch.len()..count].copy_from_slice(&extra[..n_extra]);
+            &stack[..count]
+        } else {
+            heap = batch.iter().chain(&extra[..n_extra]).copied().collect();
+            &heap
+        };
+        self.exe.run_into(inputs, &[], &mut self.outputs)?;
         for (index, name) in &self.updates {
             self.exe.set_weight(name, self.outputs[*index].view())?;
         }
