@@ -339,3 +339,60 @@ fn saving_and_loading_resumes_exactly() {
         assert_eq!(bits(&a), bits(&b), "{name}");
     }
 }
+
+mod from_a_model {
+    use rlx::cpu::CpuBackend;
+    use rlx::nn::Linear;
+    use rlx::tensor::HostTensor;
+    use rlx::train::{Optimizer, TrainConfig, Trainer};
+    use rlx::typed::{Const, Tensor};
+
+    rlx::dims!(Batch);
+
+    #[derive(rlx::Params)]
+    pub struct RegressorParams<'g> {
+        fc: Linear<'g, Const<3>, Const<1>>,
+    }
+
+    /// A `#[rlx::model]` whose second output is its training loss, in the same typed Rust.
+    #[rlx::model(outputs(prediction, loss))]
+    pub fn regressor<'g>(
+        p: &RegressorParams<'g>,
+        x: Tensor<'g, (Batch, Const<3>)>,
+        target: Tensor<'g, (Batch, Const<1>)>,
+    ) -> (Tensor<'g, (Batch, Const<1>)>, Tensor<'g, ()>) {
+        let prediction = p.fc.forward(x);
+        (prediction, prediction.mse(target))
+    }
+
+    #[test]
+    fn a_model_trains_through_its_loss_output() {
+        let graph = Regressor::build().unwrap();
+        let config = TrainConfig::new(Optimizer::sgd(0.1).momentum(0.9, true));
+        let mut trainer = Trainer::new(&CpuBackend::default(), &graph, "loss", config).unwrap();
+        // The bound layout is `[in, out]` (the checkpoint's `[out, in]` is transposed on load).
+        let zeros3 = HostTensor::from_vec(vec![0.0f32; 3], [3, 1]).unwrap();
+        trainer.set_weight("fc.weight", zeros3.view()).unwrap();
+        let bias = HostTensor::from_vec(vec![0.0f32], [1]).unwrap();
+        trainer.set_weight("fc.bias", bias.view()).unwrap();
+        // target = x · [1, -2, 0.5] + 0.25
+        let xs: Vec<f32> = (0..24).map(|i| ((i * 7) % 11) as f32 / 5.0 - 1.0).collect();
+        let ys: Vec<f32> = xs
+            .chunks(3)
+            .map(|r| r[0] - 2.0 * r[1] + 0.5 * r[2] + 0.25)
+            .collect();
+        let x = HostTensor::from_vec(xs, [8, 3]).unwrap();
+        let y = HostTensor::from_vec(ys, [8, 1]).unwrap();
+        let mut loss = f64::INFINITY;
+        for _ in 0..300 {
+            loss = trainer
+                .step(&[("x", x.view()), ("target", y.view())])
+                .unwrap();
+        }
+        assert!(loss < 1e-8, "loss {loss}");
+        let w = trainer.weight("fc.weight").unwrap().to_f64_vec();
+        for (got, want) in w.iter().zip([1.0, -2.0, 0.5]) {
+            assert!((got - want).abs() < 1e-3, "{w:?}");
+        }
+    }
+}
