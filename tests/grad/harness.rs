@@ -4,7 +4,7 @@
 use rlx::autodiff::{Wrt, gradients};
 use rlx::backend::{Backend, Executable};
 use rlx::builder::GraphBuilder;
-use rlx::cpu::CpuBackend;
+use rlx::cpu::{CpuBackend, CpuOptions};
 use rlx::ir::{DType, Dim, Graph, NodeId, ReduceOp, Shape};
 use rlx::tensor::HostTensor;
 
@@ -205,6 +205,34 @@ pub fn grad_check(
             );
         }
         given[slot].1 = base;
+    }
+
+    // The other CPU configurations (unoptimized with NaN-poisoned memory; no buffer reuse)
+    // give the same gradients.
+    for options in [
+        CpuOptions {
+            optimize: false,
+            poison: true,
+            ..CpuOptions::default()
+        },
+        CpuOptions {
+            reuse_memory: false,
+            threads: 1,
+            ..CpuOptions::default()
+        },
+    ] {
+        let mut exe = CpuBackend::new(options.clone())
+            .compile(&backward)
+            .unwrap_or_else(|e| panic!("{label}: compile failed with {options:?}: {e}"));
+        let got = run(&mut exe, &given);
+        for (k, (g, c)) in got.iter().zip(&analytic).enumerate() {
+            for (i, (a, b)) in g.to_f64_vec().iter().zip(c.to_f64_vec()).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-9 * b.abs().max(1.0),
+                    "{label}: {options:?} output {k}[{i}] = {a}, default CPU {b}"
+                );
+            }
+        }
     }
 
     #[cfg(feature = "mlx")]
