@@ -88,3 +88,31 @@ fn params_by_default_inputs_on_request_unused_leaves_get_zeros() {
     assert_eq!(t[gx].ty.to_string(), "f32[batch,3]");
     t.verify().unwrap();
 }
+
+#[test]
+fn quantized_weights_take_no_gradient() {
+    // y = x · dequant(w)ᵀ + b: the float bias trains; the scales of the quantized weight
+    // cannot, which is an error naming the op when they are asked for.
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [2, 64]).unwrap();
+    let w = b.param("w", DType::U8, [8, 32]).unwrap();
+    let scales = b.param("scales", DType::F32, [8, 1]).unwrap();
+    let offsets = b.param("offsets", DType::F32, [8, 1]).unwrap();
+    let bias = b.param("bias", DType::F32, [8]).unwrap();
+    let q = Op::QuantizedMatMul {
+        bits: 4,
+        group_size: 64,
+    };
+    let y = b.op(q, &[x, w, scales, offsets]).unwrap();
+    let y = b.add(y, bias).unwrap();
+    let loss = sum_all(&mut b, y, 2);
+    b.output("loss", loss).unwrap();
+    let g = b.finish().unwrap();
+    let only_bias = gradients(&g, "loss", &Wrt::Named(vec!["bias".into()])).unwrap();
+    assert_eq!(only_bias.outputs()[1].name, "grad/bias");
+    let err = gradients(&g, "loss", &Wrt::Named(vec!["scales".into()])).unwrap_err();
+    assert!(matches!(err, GradError::NoGradient { .. }), "{err}");
+    assert!(err.to_string().contains("`quantized_matmul`"), "{err}");
+    let err = gradients(&g, "loss", &Wrt::Named(vec!["x".into()])).unwrap_err();
+    assert!(matches!(err, GradError::NotYet { .. }), "{err}");
+}

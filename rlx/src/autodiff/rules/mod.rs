@@ -24,6 +24,8 @@ pub(crate) enum Grad {
     Discrete,
     /// Nothing, because the op has no derivative with respect to it.
     None,
+    /// A derivative exists but RLX has no rule for it yet.
+    NotYet,
 }
 
 /// The cotangents of node `id`'s operands given `g`, its output's cotangent.
@@ -137,8 +139,9 @@ pub(crate) fn vjp(e: &mut Emitter<'_>, id: NodeId, g: NodeId) -> Result<Vec<Grad
             padding,
         } => spatial::pool(e, x[0], id, *kind, kernel, stride, padding, g),
         Op::Upsample { mode, .. } => spatial::upsample(e, x[0], *mode, g),
-        // The packed weights and scales have no gradient; the activations' rule is to come.
-        Op::QuantizedMatMul { .. } => Err(GradError::NotYet { at: e.site() }),
+        // Quantized weights (packed integers, their scales and offsets) are not trained; the
+        // activations' gradient needs a dequantizing op the IR does not have yet.
+        Op::QuantizedMatMul { .. } => Ok(vec![Grad::NotYet, Grad::None, Grad::None, Grad::None]),
         Op::Custom { .. } => Err(GradError::NotYet { at: e.site() }),
     }
 }
