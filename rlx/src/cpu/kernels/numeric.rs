@@ -142,20 +142,14 @@ real!(f64, libm::erf);
 /// NaN.
 #[inline(always)]
 pub(crate) fn erf_f32(x: f32) -> f32 {
-    // Comparisons are false for NaN, which therefore passes through unclamped.
-    let x = if x > 4.0 {
-        4.0
-    } else if x < -4.0 {
-        -4.0
-    } else {
-        x
-    };
+    // `clamp` keeps NaN as NaN.
+    let x = x.clamp(-4.0, 4.0);
     let x2 = x * x;
     let mut p = x2 * -2.726_142_3e-10 + 2.770_681_4e-8;
     p = x2 * p + -2.101_024e-6;
     p = x2 * p + -5.692_506_4e-5;
     p = x2 * p + -7.349_906_3e-4;
-    p = x2 * p + -2.954_600e-3;
+    p = x2 * p + -2.9546e-3;
     p = x2 * p + -1.609_603_3e-2;
     let mut q = x2 * -1.456_607_2e-5 + -2.133_740_6e-4;
     q = x2 * q + -1.682_827e-3;
