@@ -256,6 +256,12 @@ fn movement() {
         g.concat(&[i[0], i[1], i[2]], 1).unwrap()
     });
     let a = Input::float("a", &[2, 3]).symbolic(0, "n");
+    let b = Input::float("b", &[4, 3]).symbolic(0, "m");
+    let c = Input::float("c", &[3, 3]).symbolic(0, "k");
+    grad_check("concat of symbolic sizes", 932, &[a, b, c], &|g, i| {
+        g.concat(&[i[0], i[1], i[2]], 0).unwrap()
+    });
+    let a = Input::float("a", &[2, 3]).symbolic(0, "n");
     let b = Input::float("b", &[4, 3]);
     grad_check("concat after a symbolic size", 931, &[a, b], &|g, i| {
         g.concat(&[i[0], i[1]], 0).unwrap()

@@ -3,7 +3,7 @@
 use super::Grad;
 use crate::autodiff::GradError;
 use crate::autodiff::emit::Emitter;
-use crate::ir::{Dim, NodeId, Op, Scalar, Shape};
+use crate::ir::{ConstantData, DType, Dim, NodeId, Op, Scalar, Shape};
 
 pub(super) fn reshape(e: &mut Emitter<'_>, x: NodeId, g: NodeId) -> Result<Vec<Grad>, GradError> {
     Ok(vec![Grad::Some(e.reshape(g, e.shape(x))?)])
@@ -124,18 +124,48 @@ pub(super) fn concat(
             (Some(b), _, Some(a)) => Some((b as i64, (a > 0).then(|| -(a as i64)))),
             _ => None,
         };
-        let Some((start, stop)) = bounds else {
-            return Err(GradError::NotYet { at: e.site() });
+        let part = match bounds {
+            Some((start, stop)) => {
+                let op = Op::Slice {
+                    axis,
+                    start,
+                    stop,
+                    step: 1,
+                };
+                e.op(op, &[g])?
+            }
+            // Symbolic sizes on both sides: gather positions `before + 0..size`, counted
+            // at run time.
+            None => {
+                let positions = offset_iota(e, &sizes[..i], sizes[i].clone())?;
+                e.op(Op::Gather { axis }, &[g, positions])?
+            }
         };
-        let op = Op::Slice {
-            axis,
-            start,
-            stop,
-            step: 1,
-        };
-        grads.push(Grad::Some(e.op(op, &[g])?));
+        grads.push(Grad::Some(part));
     }
     Ok(grads)
+}
+
+/// `before + [0, 1, …, len)` as `i64`, where `before` is the total of `sizes` (symbolic
+/// allowed): running sums of ones, evaluated at run time.
+fn offset_iota(e: &mut Emitter<'_>, sizes: &[Dim], len: Dim) -> Result<NodeId, GradError> {
+    let one = e.constant(ConstantData::scalar(Scalar::Int(1), DType::I64));
+    let ones = e.broadcast(one, Shape::new([len]))?;
+    let iota = e.op(
+        Op::Cumsum {
+            axis: 0,
+            exclusive: true,
+            reverse: false,
+        },
+        &[ones],
+    )?;
+    let before = total(sizes);
+    if before.as_static() == Some(0) {
+        return Ok(iota);
+    }
+    let count = e.broadcast(one, Shape::new([before]))?;
+    let offset = e.reduce(crate::ir::ReduceOp::Sum, count, vec![0], false)?;
+    e.add(iota, offset)
 }
 
 /// The sum of `dims` (`None` cannot occur for sizes, which are never negative).
