@@ -559,7 +559,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             );
             vec![boxed(thunks::Conv {
                 dtype,
-                shape,
+                direction: thunks::ConvDirection::Forward(shape),
                 x: views[0],
                 w: views[1],
                 bias: views.get(2).copied(),
@@ -579,9 +579,9 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             let (shape, _) = conv_transpose_layout(
                 shapes[0], shapes[1], out_shape, stride, padding, dilation, *groups, threads,
             );
-            vec![boxed(thunks::ConvTranspose {
+            vec![boxed(thunks::Conv {
                 dtype,
-                shape,
+                direction: thunks::ConvDirection::Transpose(shape),
                 x: views[0],
                 w: views[1],
                 bias: views.get(2).copied(),

@@ -23,7 +23,7 @@ pub(crate) use movement::{Fill, Gather, ScatterAdd, StridedCopy};
 pub(crate) use nn::{Attention, Rope};
 pub(crate) use reduce::{ArgReduce, Cumsum, Norm, Reduce, Softmax};
 pub(crate) use sort::Sort;
-pub(crate) use spatial::{Conv, ConvTranspose, Pool, Upsample};
+pub(crate) use spatial::{Conv, ConvDirection, Pool, Upsample};
 pub(crate) use view::{Memory, Region, View};
 
 use crate::backend::RunError;

@@ -33,20 +33,29 @@ impl Kernel for Pool {
     }
 }
 
-/// Convolution as im2col + GEMM per image and channel group.
+/// Which window product a [`Conv`] thunk runs.
+#[derive(Clone, Debug)]
+pub(crate) enum ConvDirection {
+    /// Convolution: im2col, then GEMM (patches in the storage type).
+    Forward(ConvShape),
+    /// Transposed convolution: GEMM, then col2im (products in the accumulator type).
+    Transpose(ConvTransposeShape),
+}
+
+/// A convolution or its transpose, per image and channel group.
 #[derive(Clone, Debug)]
 pub(crate) struct Conv {
     pub dtype: DType,
-    pub shape: ConvShape,
+    pub direction: ConvDirection,
     pub x: View,
     pub w: View,
     pub bias: Option<View>,
     pub out: View,
-    /// One image-group's patches.
+    /// One image-group's patches (forward) or GEMM products (transpose).
     pub col: View,
     /// GEMM packing, in the accumulator type.
     pub scratch: View,
-    /// For f16/bf16: one group's f32 result before it is narrowed.
+    /// For f16/bf16: one group's result in f32 before it is narrowed.
     pub wide_out: Option<View>,
 }
 
@@ -54,7 +63,11 @@ impl Kernel for Conv {
     fn accesses(&self) -> Accesses {
         let s = self.dtype.size_bytes();
         let acc = accumulator(self.dtype).size_bytes();
-        let mut writes = vec![(self.out, s), (self.col, s), (self.scratch, acc)];
+        let col = match self.direction {
+            ConvDirection::Forward(_) => s,
+            ConvDirection::Transpose(_) => acc,
+        };
+        let mut writes = vec![(self.out, s), (self.col, col), (self.scratch, acc)];
         writes.extend(self.wide_out.map(|v| (v, acc)));
         let mut reads = vec![(self.x, s), (self.w, s)];
         reads.extend(self.bias.map(|v| (v, s)));
@@ -62,59 +75,28 @@ impl Kernel for Conv {
     }
 
     fn execute(&self, mem: &Memory) -> Result<(), RunError> {
-        float_type!(self.dtype, |T| conv::<T>(
-            &self.shape,
-            mem.src(self.x),
-            mem.src(self.w),
-            self.bias.map(|b| mem.src(b)),
-            mem.dst(self.out),
-            mem.dst(self.col),
-            mem.dst(self.scratch),
-            self.wide_out.map(|v| mem.dst(v))
-        ));
-        Ok(())
-    }
-}
-
-/// Transposed convolution as GEMM + col2im per image and channel group.
-#[derive(Clone, Debug)]
-pub(crate) struct ConvTranspose {
-    pub dtype: DType,
-    pub shape: ConvTransposeShape,
-    pub x: View,
-    pub w: View,
-    pub bias: Option<View>,
-    pub out: View,
-    /// One image-group's GEMM result, in the accumulator type.
-    pub col: View,
-    /// GEMM packing, in the accumulator type.
-    pub scratch: View,
-    /// For f16/bf16: one group's output, accumulated in f32 before it is narrowed.
-    pub wide_out: Option<View>,
-}
-
-impl Kernel for ConvTranspose {
-    fn accesses(&self) -> Accesses {
-        let s = self.dtype.size_bytes();
-        let acc = accumulator(self.dtype).size_bytes();
-        let mut writes = vec![(self.out, s), (self.col, acc), (self.scratch, acc)];
-        writes.extend(self.wide_out.map(|v| (v, acc)));
-        let mut reads = vec![(self.x, s), (self.w, s)];
-        reads.extend(self.bias.map(|v| (v, s)));
-        Accesses { writes, reads }
-    }
-
-    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
-        float_type!(self.dtype, |T| conv_transpose::<T>(
-            &self.shape,
-            mem.src(self.x),
-            mem.src(self.w),
-            self.bias.map(|b| mem.src(b)),
-            mem.dst(self.out),
-            mem.dst(self.col),
-            mem.dst(self.scratch),
-            self.wide_out.map(|v| mem.dst(v))
-        ));
+        match &self.direction {
+            ConvDirection::Forward(shape) => float_type!(self.dtype, |T| conv::<T>(
+                shape,
+                mem.src(self.x),
+                mem.src(self.w),
+                self.bias.map(|b| mem.src(b)),
+                mem.dst(self.out),
+                mem.dst(self.col),
+                mem.dst(self.scratch),
+                self.wide_out.map(|v| mem.dst(v))
+            )),
+            ConvDirection::Transpose(shape) => float_type!(self.dtype, |T| conv_transpose::<T>(
+                shape,
+                mem.src(self.x),
+                mem.src(self.w),
+                self.bias.map(|b| mem.src(b)),
+                mem.dst(self.out),
+                mem.dst(self.col),
+                mem.dst(self.scratch),
+                self.wide_out.map(|v| mem.dst(v))
+            )),
+        }
         Ok(())
     }
 }
