@@ -188,9 +188,9 @@ impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
     /// type C = Const<16>;
     /// let graph = build(|g| {
     ///     let x: Tensor<(Batch, C, Const<8>, Const<8>)> = g.input("x");
-    ///     let stats: (Tensor<(C,)>, Tensor<(C,)>) = (g.param("bn.running_mean"), g.param("bn.running_var"));
-    ///     let (w, b) = (g.param("bn.weight"), g.param("bn.bias"));
-    ///     g.output("y", x.batch_norm(stats.0, stats.1, w, b, 1e-5));
+    ///     let mean: Tensor<(C,)> = g.param("bn.running_mean");
+    ///     let (var, w, b) = (g.param("bn.running_var"), g.param("bn.weight"), g.param("bn.bias"));
+    ///     g.output("y", x.batch_norm(mean, var, w, b, 1e-5));
     /// })?;
     /// # Ok::<(), rlx::typed::BuildErrors>(())
     /// ```
