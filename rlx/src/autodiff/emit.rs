@@ -212,4 +212,22 @@ impl<'f> Emitter<'f> {
         let ones = self.broadcast(one, Shape::new(dims.clone()))?;
         self.reduce(ReduceOp::Sum, ones, (0..dims.len()).collect(), false)
     }
+
+    /// `0, 1, …, len − 1` as `i64`; a symbolic `len` works (an exclusive running sum of
+    /// broadcast ones).
+    pub fn iota(&mut self, len: Dim) -> Result<NodeId, GradError> {
+        let one = self.constant(ConstantData::scalar(Scalar::Int(1), DType::I64));
+        let ones = self.broadcast(one, Shape::new([len]))?;
+        let cumsum = Op::Cumsum {
+            axis: 0,
+            exclusive: true,
+            reverse: false,
+        };
+        self.op(cumsum, &[ones])
+    }
+
+    /// A rank-0 `i64` constant.
+    pub fn int(&mut self, value: i64) -> NodeId {
+        self.constant(ConstantData::scalar(Scalar::Int(value), DType::I64))
+    }
 }

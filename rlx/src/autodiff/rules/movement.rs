@@ -3,7 +3,7 @@
 use super::Grad;
 use crate::autodiff::GradError;
 use crate::autodiff::emit::Emitter;
-use crate::ir::{ConstantData, DType, Dim, NodeId, Op, Scalar, Shape};
+use crate::ir::{DType, Dim, NodeId, Op, Scalar, Shape};
 
 pub(super) fn reshape(e: &mut Emitter<'_>, x: NodeId, g: NodeId) -> Result<Vec<Grad>, GradError> {
     Ok(vec![Grad::Some(e.reshape(g, e.shape(x))?)])
@@ -147,24 +147,14 @@ pub(super) fn concat(
 }
 
 /// `before + [0, 1, …, len)` as `i64`, where `before` is the total of `sizes` (symbolic
-/// allowed): running sums of ones, evaluated at run time.
+/// allowed), counted at run time.
 fn offset_iota(e: &mut Emitter<'_>, sizes: &[Dim], len: Dim) -> Result<NodeId, GradError> {
-    let one = e.constant(ConstantData::scalar(Scalar::Int(1), DType::I64));
-    let ones = e.broadcast(one, Shape::new([len]))?;
-    let iota = e.op(
-        Op::Cumsum {
-            axis: 0,
-            exclusive: true,
-            reverse: false,
-        },
-        &[ones],
-    )?;
+    let iota = e.iota(len)?;
     let before = total(sizes);
     if before.as_static() == Some(0) {
         return Ok(iota);
     }
-    let count = e.broadcast(one, Shape::new([before]))?;
-    let offset = e.reduce(crate::ir::ReduceOp::Sum, count, vec![0], false)?;
+    let offset = e.count(&Shape::new([before]), &[0], DType::I64)?;
     e.add(iota, offset)
 }
 

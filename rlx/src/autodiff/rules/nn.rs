@@ -3,23 +3,7 @@
 use super::Grad;
 use crate::autodiff::GradError;
 use crate::autodiff::emit::Emitter;
-use crate::ir::{
-    AttentionMask, BinaryOp, CompareOp, DType, Dim, NodeId, Op, ReduceOp, Scalar, Shape,
-};
-
-/// `0, 1, …, n − 1` along one axis of length `len` (symbolic allowed), as `i64`.
-fn iota(e: &mut Emitter<'_>, len: Dim) -> Result<NodeId, GradError> {
-    let one = e.constant(crate::ir::ConstantData::scalar(Scalar::Int(1), DType::I64));
-    let ones = e.broadcast(one, Shape::new([len]))?;
-    e.op(
-        Op::Cumsum {
-            axis: 0,
-            exclusive: true,
-            reverse: false,
-        },
-        &[ones],
-    )
-}
+use crate::ir::{AttentionMask, BinaryOp, CompareOp, DType, Dim, NodeId, Op, ReduceOp, Shape};
 
 /// Which keys each query may see under a causal or sliding-window mask, as `bool [Sq, Sk]`:
 /// queries align to the end of the keys, as the forward kernels do.
@@ -29,17 +13,13 @@ fn causal_allowed(
     seq_k: Dim,
     window: Option<usize>,
 ) -> Result<NodeId, GradError> {
-    let qi = iota(e, seq_q.clone())?;
-    let ki = iota(e, seq_k.clone())?;
+    let qi = e.iota(seq_q.clone())?;
+    let ki = e.iota(seq_k.clone())?;
     // offset = max(Sk − Sq, 0), counted at run time so symbolic lengths work.
-    let count = |e: &mut Emitter<'_>, x: NodeId| e.reduce(ReduceOp::Sum, x, vec![0], false);
-    let one = e.constant(crate::ir::ConstantData::scalar(Scalar::Int(1), DType::I64));
-    let ones_q = e.broadcast(one, Shape::new([seq_q.clone()]))?;
-    let ones_k = e.broadcast(one, Shape::new([seq_k.clone()]))?;
-    let nq = count(e, ones_q)?;
-    let nk = count(e, ones_k)?;
+    let nq = e.count(&Shape::new([seq_q.clone()]), &[0], DType::I64)?;
+    let nk = e.count(&Shape::new([seq_k.clone()]), &[0], DType::I64)?;
     let gap = e.binary(BinaryOp::Sub, nk, nq)?;
-    let zero = e.constant(crate::ir::ConstantData::scalar(Scalar::Int(0), DType::I64));
+    let zero = e.int(0);
     let offset = e.binary(BinaryOp::Max, gap, zero)?;
     let pos = e.add(qi, offset)?;
     let pos = e.reshape(pos, Shape::new([seq_q, Dim::Static(1)]))?;
@@ -49,10 +29,7 @@ fn causal_allowed(
         return Ok(before);
     };
     // key > pos − w  ⇔  key + w > pos
-    let wc = e.constant(crate::ir::ConstantData::scalar(
-        Scalar::Int(w as i64),
-        DType::I64,
-    ));
+    let wc = e.int(w as i64);
     let reach = e.add(key, wc)?;
     let inside = e.op(Op::Compare(CompareOp::Gt), &[reach, pos])?;
     // before && inside

@@ -206,21 +206,7 @@ pub(super) fn select_back(
     let indices = e.op(indices_op, &[x])?;
     let indices = to_last(e, indices)?;
     let g_last = to_last(e, g)?;
-    let n = shape[axis].clone();
-    // iota(n) as i64: an exclusive running sum of ones.
-    let one = e.constant(crate::ir::ConstantData::scalar(
-        crate::ir::Scalar::Int(1),
-        crate::ir::DType::I64,
-    ));
-    let ones = e.broadcast(one, Shape::new([n]))?;
-    let iota = e.op(
-        Op::Cumsum {
-            axis: 0,
-            exclusive: true,
-            reverse: false,
-        },
-        &[ones],
-    )?;
+    let iota = e.iota(shape[axis].clone())?;
     let is = e.shape(indices);
     let mut column = is.dims().to_vec();
     column.push(Dim::Static(1));

@@ -4,9 +4,11 @@
 use crate::cpu::kernels::conv::{ConvShape, ConvTransposeShape};
 use crate::cpu::kernels::gemm::{GemmDims, GemmPlan};
 use crate::cpu::kernels::layout::contiguous_strides;
+use crate::cpu::kernels::numeric::accumulator;
 use crate::cpu::kernels::reduce::Axis3;
 use crate::cpu::kernels::spatial::{Resize, Window};
-use crate::ir::UpsampleMode;
+use crate::cpu::thunks::ConvDirection;
+use crate::ir::{DType, Op, UpsampleMode};
 
 /// The window geometry of a conv or pool over `[N, C, *spatial]` (1-D as height 1).
 pub(super) fn window(
@@ -37,74 +39,92 @@ pub(super) fn window(
     }
 }
 
-/// The conv's geometry and the element count of its patch matrix.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn conv_layout(
+/// The geometry of a conv node (`Op::Conv` or `Op::ConvTranspose`, else `None`) and the
+/// scratch `(dtype, elements)` it needs: its patch or product buffer, the GEMM packing and,
+/// for f16/bf16, one group's result in f32.
+pub(super) fn conv_geometry(
+    op: &Op,
+    dtype: DType,
     x: &[usize],
     w: &[usize],
     out: &[usize],
-    stride: &[usize],
-    padding: &[(usize, usize)],
-    dilation: &[usize],
-    groups: usize,
     threads: usize,
-) -> (ConvShape, usize) {
-    let win = window(x, out, &w[2..], stride, padding, dilation);
-    let taps = w[1] * win.kernel[0] * win.kernel[1];
-    let pixels = win.out_hw[0] * win.out_hw[1];
-    let og = w[0] / groups;
-    let dims = GemmDims {
-        m: og,
-        n: pixels,
-        k: taps,
-        a_rs: taps,
-        a_cs: 1,
-        b_rs: pixels,
-        b_cs: 1,
+) -> Option<(ConvDirection, Vec<(DType, usize)>)> {
+    let acc = accumulator(dtype);
+    let half = matches!(dtype, DType::F16 | DType::BF16);
+    let (direction, col, wide) = match op {
+        Op::Conv {
+            stride,
+            padding,
+            dilation,
+            groups,
+        } => {
+            let win = window(x, out, &w[2..], stride, padding, dilation);
+            let taps = w[1] * win.kernel[0] * win.kernel[1];
+            let pixels = win.out_hw[0] * win.out_hw[1];
+            let og = w[0] / groups;
+            let dims = GemmDims {
+                m: og,
+                n: pixels,
+                k: taps,
+                a_rs: taps,
+                a_cs: 1,
+                b_rs: pixels,
+                b_cs: 1,
+            };
+            let shape = ConvShape {
+                window: win,
+                groups: *groups,
+                out_channels: w[0],
+                gemm: GemmPlan::new(dims, threads),
+            };
+            // Patches in the storage type; the GEMM result is one group's output.
+            let col = (dtype, taps * pixels);
+            (ConvDirection::Forward(shape), col, og * pixels)
+        }
+        Op::ConvTranspose {
+            stride,
+            padding,
+            dilation,
+            groups,
+            ..
+        } => {
+            // The window of the conv this is the adjoint of: from the output to `x`.
+            let win = window(out, x, &w[2..], stride, padding, dilation);
+            let cg = w[0] / groups;
+            let taps = w[1] * win.kernel[0] * win.kernel[1];
+            let pixels = win.out_hw[0] * win.out_hw[1];
+            // A = wᵀ of the group's `[C/g, O/g*K]` weight rows; B = its `[C/g, H*W]` input.
+            let dims = GemmDims {
+                m: taps,
+                n: pixels,
+                k: cg,
+                a_rs: 1,
+                a_cs: taps,
+                b_rs: pixels,
+                b_cs: 1,
+            };
+            let wide = w[1] * win.in_hw[0] * win.in_hw[1];
+            let shape = ConvTransposeShape {
+                window: win,
+                groups: *groups,
+                in_channels: x[1],
+                gemm: GemmPlan::new(dims, threads),
+            };
+            // Products in the accumulator type, added into one group's output.
+            (ConvDirection::Transpose(shape), (acc, taps * pixels), wide)
+        }
+        _ => return None,
     };
-    let shape = ConvShape {
-        window: win,
-        groups,
-        out_channels: w[0],
-        gemm: GemmPlan::new(dims, threads),
+    let gemm = match &direction {
+        ConvDirection::Forward(s) => s.gemm,
+        ConvDirection::Transpose(s) => s.gemm,
     };
-    (shape, taps * pixels)
-}
-
-/// The transposed conv's geometry (the window of the conv it is the adjoint of, from the
-/// output to `x`) and the element count of its GEMM result.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn conv_transpose_layout(
-    x: &[usize],
-    w: &[usize],
-    out: &[usize],
-    stride: &[usize],
-    padding: &[(usize, usize)],
-    dilation: &[usize],
-    groups: usize,
-    threads: usize,
-) -> (ConvTransposeShape, usize) {
-    let win = window(out, x, &w[2..], stride, padding, dilation);
-    let cg = w[0] / groups;
-    let taps = w[1] * win.kernel[0] * win.kernel[1];
-    let pixels = win.out_hw[0] * win.out_hw[1];
-    // A = wᵀ of the group's `[C/g, O/g*K]` weight rows; B = the group's `[C/g, H*W]` input.
-    let dims = GemmDims {
-        m: taps,
-        n: pixels,
-        k: cg,
-        a_rs: 1,
-        a_cs: taps,
-        b_rs: pixels,
-        b_cs: 1,
-    };
-    let shape = ConvTransposeShape {
-        window: win,
-        groups,
-        in_channels: x[1],
-        gemm: GemmPlan::new(dims, threads),
-    };
-    (shape, taps * pixels)
+    let mut scratch = vec![col, (acc, gemm.scratch_len())];
+    if half {
+        scratch.push((acc, wide));
+    }
+    Some((direction, scratch))
 }
 
 /// Each output row's and column's taps of a 2-D upsampling of `x` to `out`.

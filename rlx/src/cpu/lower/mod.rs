@@ -11,9 +11,7 @@ use super::kernels::reduce::NormKind;
 use super::thunks::{self, Thunk, View};
 use crate::backend::NodeSite;
 use crate::ir::{AttentionMask, DType, Node, NodeId, Op};
-use geometry::{
-    axis3, batch_workers, conv_layout, conv_transpose_layout, matmul_layout, numel, resize, window,
-};
+use geometry::{axis3, batch_workers, conv_geometry, matmul_layout, numel, resize, window};
 
 /// What lowering needs to know about one node.
 pub(crate) struct LowerInput<'a> {
@@ -67,54 +65,10 @@ pub(crate) fn scratch_requests(
             let seq_k = operands[1][operands[1].len() - 2];
             vec![(accumulator(dtype), threads.max(1) * seq_k.max(1))]
         }
-        Op::Conv {
-            stride,
-            padding,
-            dilation,
-            groups,
-        } => {
-            let (shape, col) = conv_layout(
-                operands[0],
-                operands[1],
-                out,
-                stride,
-                padding,
-                dilation,
-                *groups,
-                threads,
-            );
-            let plan = shape.gemm;
-            let mut requests = vec![(dtype, col), (accumulator(dtype), plan.scratch_len())];
-            if half {
-                requests.push((DType::F32, plan.dims.m * plan.dims.n));
-            }
-            requests
-        }
-        Op::ConvTranspose {
-            stride,
-            padding,
-            dilation,
-            groups,
-            ..
-        } => {
-            let (shape, col) = conv_transpose_layout(
-                operands[0],
-                operands[1],
-                out,
-                stride,
-                padding,
-                dilation,
-                *groups,
-                threads,
-            );
-            let acc = accumulator(dtype);
-            let mut requests = vec![(acc, col), (acc, shape.gemm.scratch_len())];
-            if half {
-                let w = &shape.window;
-                let og = w.channels / groups;
-                requests.push((acc, og * w.in_hw[0] * w.in_hw[1]));
-            }
-            requests
+        Op::Conv { .. } | Op::ConvTranspose { .. } => {
+            conv_geometry(&node.op, dtype, operands[0], operands[1], out, threads)
+                .map(|(_, scratch)| scratch)
+                .unwrap_or_default()
         }
         Op::Solve => {
             let a = operands[0];
@@ -548,40 +502,12 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 out,
             })]
         }
-        Op::Conv {
-            stride,
-            padding,
-            dilation,
-            groups,
-        } => {
-            let (shape, _) = conv_layout(
-                shapes[0], shapes[1], out_shape, stride, padding, dilation, *groups, threads,
-            );
+        Op::Conv { .. } | Op::ConvTranspose { .. } => {
+            let geometry = conv_geometry(&node.op, dtype, shapes[0], shapes[1], out_shape, threads);
+            let (direction, _) = geometry.expect("a conv node has a conv geometry");
             vec![boxed(thunks::Conv {
                 dtype,
-                direction: thunks::ConvDirection::Forward(shape),
-                x: views[0],
-                w: views[1],
-                bias: views.get(2).copied(),
-                out,
-                col: scratch[0],
-                scratch: scratch[1],
-                wide_out: scratch.get(2).copied(),
-            })]
-        }
-        Op::ConvTranspose {
-            stride,
-            padding,
-            dilation,
-            groups,
-            ..
-        } => {
-            let (shape, _) = conv_transpose_layout(
-                shapes[0], shapes[1], out_shape, stride, padding, dilation, *groups, threads,
-            );
-            vec![boxed(thunks::Conv {
-                dtype,
-                direction: thunks::ConvDirection::Transpose(shape),
+                direction,
                 x: views[0],
                 w: views[1],
                 bias: views.get(2).copied(),
