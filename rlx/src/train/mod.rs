@@ -132,6 +132,8 @@ pub struct TrainingGraph {
     pub state: Vec<(String, DType, Vec<usize>)>,
     /// The loss output's index.
     pub loss: usize,
+    /// The dtype of the per-step scalar inputs (f64 when a weight is f64, else f32).
+    pub scalar_dtype: DType,
 }
 
 /// Builds the training step of `graph`, whose scalar output `loss` is minimized over every
@@ -216,6 +218,7 @@ pub fn training_graph(
         updates,
         state: state_specs,
         loss: loss_index,
+        scalar_dtype,
     })
 }
 
@@ -258,7 +261,7 @@ impl Trainer {
             loss: step.loss,
             steps: 0,
             outputs: Vec::new(),
-            scalars: [(); 3].map(|_| HostTensor::zeros(hyper_dtype(graph), Vec::new())),
+            scalars: [(); 3].map(|_| HostTensor::zeros(step.scalar_dtype, Vec::new())),
         })
     }
 
@@ -350,12 +353,15 @@ impl Trainer {
     /// Runs one step on `batch` (the model's inputs) and returns the loss before the
     /// update.
     pub fn step(&mut self, batch: &[(&str, TensorRef<'_>)]) -> Result<f64, TrainError> {
+        // The learning rate, then Adam's bias corrections `1 − β^t` when the optimizer has them.
         let t = (self.steps + 1) as i32;
-        let mut values = [self.lr(), 1.0, 1.0];
-        if let Optimizer::Adam(s) | Optimizer::AdamW(s) = &self.config.optimizer {
-            values[1] = 1.0 - s.betas.0.powi(t);
-            values[2] = 1.0 - s.betas.1.powi(t);
-        }
+        let (values, used) = match &self.config.optimizer {
+            Optimizer::Adam(s) | Optimizer::AdamW(s) => {
+                let (b1, b2) = s.betas;
+                ([self.lr(), 1.0 - b1.powi(t), 1.0 - b2.powi(t)], 3)
+            }
+            Optimizer::Sgd { .. } => ([self.lr(), 1.0, 1.0], 1),
+        };
         for (slot, v) in self.scalars.iter_mut().zip(values) {
             if let Ok(x) = slot.as_mut_slice::<f64>() {
                 x[0] = v;
@@ -363,28 +369,26 @@ impl Trainer {
                 x[0] = v as f32;
             }
         }
-        let mut extra = [(LR_INPUT, self.scalars[0].view()); 3];
-        let mut n_extra = 1;
-        if matches!(
-            self.config.optimizer,
-            Optimizer::Adam(_) | Optimizer::AdamW(_)
-        ) {
-            extra[1] = (BIAS_CORRECTION_INPUTS[0], self.scalars[1].view());
-            extra[2] = (BIAS_CORRECTION_INPUTS[1], self.scalars[2].view());
-            n_extra = 3;
-        }
+        let names = [
+            LR_INPUT,
+            BIAS_CORRECTION_INPUTS[0],
+            BIAS_CORRECTION_INPUTS[1],
+        ];
+        let scalars: [(&str, TensorRef<'_>); 3] =
+            std::array::from_fn(|i| (names[i], self.scalars[i].view()));
+        let extra = &scalars[..used];
         // The batch and the step's scalars in one list, on the stack for the usual handful
         // of inputs, so a step allocates nothing on the CPU.
         const ON_STACK: usize = 16;
-        let count = batch.len() + n_extra;
+        let count = batch.len() + extra.len();
         let mut stack = [extra[0]; ON_STACK];
         let heap: Vec<(&str, TensorRef<'_>)>;
         let inputs: &[(&str, TensorRef<'_>)] = if count <= ON_STACK {
             stack[..batch.len()].copy_from_slice(batch);
-            stack[batch.len()..count].copy_from_slice(&extra[..n_extra]);
+            stack[batch.len()..count].copy_from_slice(extra);
             &stack[..count]
         } else {
-            heap = batch.iter().chain(&extra[..n_extra]).copied().collect();
+            heap = batch.iter().chain(extra).copied().collect();
             &heap
         };
         self.exe.run_into(inputs, &[], &mut self.outputs)?;
