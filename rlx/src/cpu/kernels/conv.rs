@@ -42,23 +42,9 @@ pub(crate) fn conv<S: FloatStore>(
             im2col(w, image, cg, col);
             let wg = &weights[g * og * taps..][..og * taps];
             let dst = &mut out[(n * c.out_channels + g * og) * plane_out..][..og * plane_out];
-            match wide.as_deref_mut() {
-                None => gemm(
-                    &c.gemm,
-                    kernel,
-                    wg,
-                    col,
-                    bytemuck::cast_slice_mut(dst),
-                    scratch,
-                    None,
-                ),
-                Some(wd) => {
-                    gemm(&c.gemm, kernel, wg, col, wd, scratch, None);
-                    for (d, v) in dst.iter_mut().zip(wd.iter()) {
-                        *d = S::store(*v);
-                    }
-                }
-            }
+            in_accumulator(dst, wide.as_deref_mut(), |acc| {
+                gemm(&c.gemm, kernel, wg, col, acc, scratch, None);
+            });
             if let Some(bias) = bias {
                 for (o, row) in dst.chunks_mut(plane_out).enumerate() {
                     let b = bias[g * og + o].load();
@@ -110,20 +96,33 @@ pub(crate) fn conv_transpose<S: FloatStore>(
             let wg = &weights[g * cg * taps..][..cg * taps];
             gemm(&c.gemm, kernel, wg, image, col, scratch, None);
             let dst = &mut out[(n * w.channels + g * og) * plane_out..][..og * plane_out];
-            let acc: &mut [S::Acc] = match wide.as_deref_mut() {
-                None => bytemuck::cast_slice_mut(dst),
-                Some(wd) => wd,
-            };
-            for (o, plane) in acc.chunks_mut(plane_out).enumerate() {
-                let b = bias.map_or(<S::Acc as Real>::ZERO, |b| b[g * og + o].load());
-                plane.fill(b);
-            }
-            col2im(w, col, og, acc);
-            if wide.is_some() {
-                let dst = &mut out[(n * w.channels + g * og) * plane_out..][..og * plane_out];
-                for (d, v) in dst.iter_mut().zip(wide.as_deref().into_iter().flatten()) {
-                    *d = S::store(*v);
+            in_accumulator(dst, wide.as_deref_mut(), |acc| {
+                for (o, plane) in acc.chunks_mut(plane_out).enumerate() {
+                    let b = bias.map_or(<S::Acc as Real>::ZERO, |b| b[g * og + o].load());
+                    plane.fill(b);
                 }
+                col2im(w, col, og, acc);
+            });
+        }
+    }
+}
+
+/// Runs `f` on one group's output in the accumulator type: `dst` itself when the storage is
+/// the accumulator type (`wide` is `None`), else `wide`, narrowed into `dst` afterwards.
+fn in_accumulator<S: FloatStore>(
+    dst: &mut [S],
+    wide: Option<&mut [S::Acc]>,
+    f: impl FnOnce(&mut [S::Acc]),
+) where
+    S::Acc: GemmAcc,
+{
+    match wide {
+        None => f(bytemuck::cast_slice_mut(dst)),
+        Some(wide) => {
+            let wide = &mut wide[..dst.len()];
+            f(wide);
+            for (d, v) in dst.iter_mut().zip(wide.iter()) {
+                *d = S::store(*v);
             }
         }
     }
