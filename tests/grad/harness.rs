@@ -8,22 +8,7 @@ use rlx::cpu::{CpuBackend, CpuOptions};
 use rlx::ir::{DType, Dim, Graph, NodeId, ReduceOp, Shape};
 use rlx::tensor::HostTensor;
 
-/// A deterministic generator (SplitMix64).
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+use crate::reference::Rng;
 
 /// How one input of a case is declared and filled.
 pub struct Input {

@@ -4,3 +4,8 @@
 mod errors;
 mod harness;
 mod rules;
+
+/// The op table's deterministic generator (and reference arrays, unused here).
+#[allow(dead_code)]
+#[path = "../ops/reference.rs"]
+mod reference;
