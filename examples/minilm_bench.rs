@@ -1,8 +1,10 @@
 //! Times all-MiniLM-L6-v2 (embeddings, 6 layers, pooling) on random token ids.
 //!
 //! ```text
-//! cargo run --release --example minilm_bench -- [--backend cpu|mlx] [--model-dir DIR] [--shapes 1x16,8x128]
+//! cargo run --release --example minilm_bench -- [--backend cpu|mlx] [--model-dir DIR] [--shapes 1x16,8x128] [--profile]
 //! ```
+//!
+//! `--profile` also prints, per shape, the time per op over 10 runs.
 //!
 //! Prints one line per shape: `minilm backend=cpu batch=N seq=S ms=M sent_per_s=R`, the
 //! median of at least 10 runs (and at least 2 s) after 3 warm-up runs. Compare with
@@ -19,6 +21,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut backend = "cpu".to_string();
     let mut model_dir: Option<PathBuf> = None;
     let mut shapes = vec![(1, 16), (1, 128), (8, 128), (32, 128)];
+    let mut profile = false;
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -36,6 +39,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                     })
                     .collect::<Result<_, _>>()?;
             }
+            "--profile" => profile = true,
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
@@ -75,6 +79,9 @@ fn main() -> Result<(), Box<dyn Error>> {
             "minilm backend={backend} batch={batch} seq={seq} ms={ms:.2} sent_per_s={:.1}",
             batch as f64 * 1e3 / ms
         );
+        if profile {
+            println!("{}", model.profile(&inputs, 10)?);
+        }
     }
     Ok(())
 }

@@ -313,6 +313,29 @@ fn attention_masks_and_grouped_heads() {
                 AttentionMask::None,
                 2,
             ),
+            // Several query blocks and key blocks: the online softmax across key blocks,
+            // causal and windowed ranges that start or end inside a block.
+            (
+                [1, 3, 70, 8],
+                [1, 3, 300, 8],
+                [1, 3, 300, 5],
+                AttentionMask::None,
+                1,
+            ),
+            (
+                [1, 2, 100, 4],
+                [1, 2, 600, 4],
+                [1, 2, 600, 4],
+                AttentionMask::Causal,
+                1,
+            ),
+            (
+                [1, 1, 530, 4],
+                [1, 1, 530, 4],
+                [1, 1, 530, 4],
+                AttentionMask::SlidingWindow(300),
+                1,
+            ),
         ];
         for (qs, ks, vs, mask, group) in cases {
             let q = random(&mut rng, dtype, &qs, -1.0, 1.0);
@@ -422,6 +445,52 @@ fn attention_masks_and_grouped_heads() {
             1,
         );
         assert!(expected.data[4..8].iter().all(|v| *v == 0.0));
+        check(
+            &g,
+            &[("q", &q), ("k", &k), ("v", &v), ("m", &keep)],
+            &[],
+            &[to_tensor(&expected, dtype)],
+            4.0,
+        );
+        // A bool mask over more keys than one block: rows whose first block is all masked
+        // (the running maximum starts at -inf), rows masked everywhere, mixed rows.
+        let (sq, sk) = (60usize, 300usize);
+        let keep: Vec<bool> = (0..sq * sk)
+            .map(|at| {
+                let (i, j) = (at / sk, at % sk);
+                match i % 3 {
+                    0 => j >= 260,
+                    1 => false,
+                    _ => (j * 7 + i) % 5 != 0,
+                }
+            })
+            .collect();
+        let keep = HostTensor::from_vec(keep, [sq, sk]).unwrap();
+        let (qs3, ks3) = ([1usize, 2, sq, 4], [1usize, 2, sk, 4]);
+        let (q, k, v) = (
+            random(&mut rng, dtype, &qs3, -1.0, 1.0),
+            random(&mut rng, dtype, &ks3, -1.0, 1.0),
+            random(&mut rng, dtype, &ks3, -1.0, 1.0),
+        );
+        let g = graph_of(
+            &[
+                ("q", dtype, declared(&qs3, &[])),
+                ("k", dtype, declared(&ks3, &[])),
+                ("v", dtype, declared(&ks3, &[])),
+                ("m", DType::Bool, declared(&[sq, sk], &[])),
+            ],
+            |b, i| b.op(op.clone(), i).unwrap(),
+        );
+        let additive = Nd::of(&keep).map(|x| if x != 0.0 { 0.0 } else { f64::NEG_INFINITY });
+        let expected = attention_ref(
+            &Nd::of(&q),
+            &Nd::of(&k),
+            &Nd::of(&v),
+            0.5,
+            AttentionMask::Tensor,
+            Some(&additive),
+            1,
+        );
         check(
             &g,
             &[("q", &q), ("k", &k), ("v", &v), ("m", &keep)],

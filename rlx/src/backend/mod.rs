@@ -5,10 +5,12 @@
 //! with input tensors and the values of the graph's runtime dims.
 
 mod error;
+mod profile;
 pub(crate) mod shared;
 pub(crate) mod signature;
 
 pub use error::{BindingFailure, CompileError, NodeSite, RunError, TensorRole};
+pub use profile::{Profile, ProfileStep};
 
 use crate::ir::{Graph, Op};
 use crate::tensor::{HostTensor, TensorRef};
@@ -108,4 +110,31 @@ pub trait Executable: Send {
         dims: &[(&str, usize)],
         outputs: &mut Vec<HostTensor>,
     ) -> Result<(), RunError>;
+
+    /// Runs the graph `runs` times (at least once) as [`Executable::run`] does and reports
+    /// where the time went. Backends that can time their steps (the CPU executor times each
+    /// kernel) list them; others report each whole run as one `run` step.
+    fn profile(
+        &mut self,
+        inputs: &[(&str, TensorRef<'_>)],
+        dims: &[(&str, usize)],
+        runs: usize,
+    ) -> Result<Profile, RunError> {
+        let runs = runs.max(1);
+        let mut outputs = Vec::new();
+        let started = std::time::Instant::now();
+        for _ in 0..runs {
+            self.run_into(inputs, dims, &mut outputs)?;
+        }
+        let total = started.elapsed();
+        Ok(Profile {
+            runs,
+            total,
+            steps: vec![ProfileStep {
+                op: "run",
+                node: None,
+                time: total,
+            }],
+        })
+    }
 }

@@ -16,13 +16,16 @@ mod program;
 mod thunks;
 
 pub use custom::{CustomInputs, CustomKernel, TensorMut};
+pub use kernels::simd::{Isa, detected_isa, isa};
 pub use plan::PlanReport;
 
 use std::sync::Arc;
 
 use crate::backend::shared::{CustomOps, ParamTable, PlanCache};
 use crate::backend::signature::Binder;
-use crate::backend::{Backend, CompileError, Executable, RunError, check_compilable};
+use crate::backend::{
+    Backend, CompileError, Executable, Profile, ProfileStep, RunError, check_compilable,
+};
 use crate::ir::{Graph, Op};
 use crate::tensor::{HostTensor, TensorRef};
 use kernels::layout::with_parallelism;
@@ -251,7 +254,7 @@ impl CpuExecutable {
         dims: &[(&str, usize)],
         f: impl FnOnce(&[TensorRef<'_>]) -> R,
     ) -> Result<R, RunError> {
-        let plan_index = self.execute(inputs, dims)?;
+        let plan_index = self.execute(inputs, dims, None)?;
         let plan = self.plans.get(plan_index);
         let views: Vec<TensorRef<'_>> = plan
             .outputs
@@ -274,11 +277,13 @@ impl CpuExecutable {
         }
     }
 
-    /// Checks inputs, plans if needed and runs every thunk; returns the plan used.
+    /// Checks inputs, plans if needed and runs every thunk; returns the plan used. With
+    /// `timings`, adds each thunk's time to its entry.
     fn execute(
         &mut self,
         inputs: &[(&str, TensorRef<'_>)],
         dims: &[(&str, usize)],
+        timings: Option<&mut Vec<std::time::Duration>>,
     ) -> Result<usize, RunError> {
         self.params.all_bound()?;
         self.binder.bind(&self.program.signature, inputs, dims)?;
@@ -304,10 +309,20 @@ impl CpuExecutable {
         let memory = Memory::new(arena, self.statics.bytes());
         let threads = self.options.threads;
         let run = || {
-            with_parallelism(threads > 1, || {
-                plan.thunks
+            with_parallelism(threads > 1, || match timings {
+                None => plan
+                    .thunks
                     .iter()
-                    .try_for_each(|thunk| thunk.execute(&memory))
+                    .try_for_each(|thunk| thunk.execute(&memory)),
+                Some(timings) => {
+                    timings.resize(plan.thunks.len(), std::time::Duration::ZERO);
+                    for (thunk, time) in plan.thunks.iter().zip(timings.iter_mut()) {
+                        let started = std::time::Instant::now();
+                        thunk.execute(&memory)?;
+                        *time += started.elapsed();
+                    }
+                    Ok(())
+                }
             })
         };
         match &self.pool {
@@ -353,13 +368,53 @@ impl Executable for CpuExecutable {
         Ok(out)
     }
 
+    /// Times every kernel call: one step per thunk, named after the op of its node.
+    fn profile(
+        &mut self,
+        inputs: &[(&str, TensorRef<'_>)],
+        dims: &[(&str, usize)],
+        runs: usize,
+    ) -> Result<Profile, RunError> {
+        let runs = runs.max(1);
+        let mut timings = Vec::new();
+        let mut outputs = Vec::new();
+        let started = std::time::Instant::now();
+        let mut plan_index = 0;
+        for _ in 0..runs {
+            plan_index = self.execute(inputs, dims, Some(&mut timings))?;
+            self.copy_outputs(plan_index, &mut outputs);
+        }
+        let total = started.elapsed();
+        let plan = self.plans.get(plan_index);
+        let steps = plan
+            .thunk_nodes
+            .iter()
+            .zip(timings)
+            .map(|(node, time)| ProfileStep {
+                op: self.program.graph[*node].op.name(),
+                node: Some(*node),
+                time,
+            })
+            .collect();
+        Ok(Profile { runs, total, steps })
+    }
+
     fn run_into(
         &mut self,
         inputs: &[(&str, TensorRef<'_>)],
         dims: &[(&str, usize)],
         outputs: &mut Vec<HostTensor>,
     ) -> Result<(), RunError> {
-        let plan_index = self.execute(inputs, dims)?;
+        let plan_index = self.execute(inputs, dims, None)?;
+        self.copy_outputs(plan_index, outputs);
+        Ok(())
+    }
+}
+
+impl CpuExecutable {
+    /// Copies the outputs of the last run with plan `plan_index` into `outputs`, reusing
+    /// their storage.
+    fn copy_outputs(&self, plan_index: usize, outputs: &mut Vec<HostTensor>) {
         let plan = self.plans.get(plan_index);
         if outputs.len() != plan.outputs.len() {
             outputs.resize_with(plan.outputs.len(), || {
@@ -371,6 +426,5 @@ impl Executable for CpuExecutable {
             out.data_mut()
                 .copy_from_bytes(self.output_bytes(view, *dtype));
         }
-        Ok(())
     }
 }

@@ -35,6 +35,8 @@ enum Storage {
 
 pub(crate) struct Plan {
     pub thunks: Vec<Thunk>,
+    /// The node each thunk computes (for profiles).
+    pub thunk_nodes: Vec<NodeId>,
     pub arena_bytes: usize,
     /// Per program input: its arena view and concrete dims.
     pub inputs: Vec<(View, Vec<usize>)>,
@@ -127,6 +129,7 @@ impl Plan {
 
         // 4. Thunks.
         let mut thunks = Vec::new();
+        let mut thunk_nodes = Vec::new();
         for (id, node) in graph.iter() {
             let scratch = scratch_of[id.index()]
                 .iter()
@@ -157,6 +160,7 @@ impl Plan {
                     len,
                 }),
             }));
+            thunk_nodes.resize(thunks.len(), id);
         }
 
         let plan = Plan {
@@ -172,6 +176,7 @@ impl Plan {
                 .map(|o| (view_of(*o), graph[*o].ty.dtype, shapes[o.index()].clone()))
                 .collect(),
             thunks,
+            thunk_nodes,
             arena_bytes: memory.peak_bytes,
             report: PlanReport {
                 peak_bytes: memory.peak_bytes,

@@ -2,6 +2,7 @@
 
 use super::layout::{Strided, for_each_chunk};
 use super::numeric::{FloatStore, Int, Real};
+use super::simd::vectorized;
 use crate::ir::{BinaryOp, CompareOp, UnaryOp};
 
 fn gelu_tanh<R: Real>(x: R) -> R {
@@ -20,11 +21,16 @@ fn softplus<R: Real>(x: R) -> R {
     x.maximum(R::ZERO) + (-x.abs()).exp().ln_1p()
 }
 
-fn map_float<T: FloatStore>(x: &[T], out: &mut [T], f: impl Fn(T::Acc) -> T::Acc + Sync) {
+/// `out = f(x)` elementwise. `f` is `Copy` so each worker's loop works on its own copy of
+/// what `f` captured: values the compiler can keep in registers instead of re-reading
+/// them through a pointer that might alias `out`, which would stop vectorization.
+fn map_float<T: FloatStore>(x: &[T], out: &mut [T], f: impl Fn(T::Acc) -> T::Acc + Copy + Sync) {
     for_each_chunk(out, |start, block| {
-        for (o, v) in block.iter_mut().zip(&x[start..]) {
-            *o = T::store(f(v.load()));
-        }
+        vectorized(move || {
+            for (o, v) in block.iter_mut().zip(&x[start..]) {
+                *o = T::store(f(v.load()));
+            }
+        })
     });
 }
 
@@ -36,26 +42,26 @@ pub(crate) fn unary_float<T: FloatStore>(kind: UnaryOp, x: &[T], out: &mut [T]) 
     let one = <T::Acc as Real>::ONE;
     let zero = <T::Acc as Real>::ZERO;
     match kind {
-        U::Neg => map_float(x, out, |v| -v),
-        U::Abs => map_float(x, out, |v| v.abs()),
-        U::Exp => map_float(x, out, |v| v.exp()),
-        U::Log => map_float(x, out, |v| v.ln()),
-        U::Sqrt => map_float(x, out, |v| v.sqrt()),
-        U::Rsqrt => map_float(x, out, |v| one / v.sqrt()),
-        U::Recip => map_float(x, out, |v| one / v),
-        U::Sin => map_float(x, out, |v| v.sin()),
-        U::Cos => map_float(x, out, |v| v.cos()),
-        U::Tanh => map_float(x, out, |v| v.tanh()),
+        U::Neg => map_float(x, out, move |v| -v),
+        U::Abs => map_float(x, out, move |v| v.abs()),
+        U::Exp => map_float(x, out, move |v| v.exp()),
+        U::Log => map_float(x, out, move |v| v.ln()),
+        U::Sqrt => map_float(x, out, move |v| v.sqrt()),
+        U::Rsqrt => map_float(x, out, move |v| one / v.sqrt()),
+        U::Recip => map_float(x, out, move |v| one / v),
+        U::Sin => map_float(x, out, move |v| v.sin()),
+        U::Cos => map_float(x, out, move |v| v.cos()),
+        U::Tanh => map_float(x, out, move |v| v.tanh()),
         U::Sigmoid => map_float(x, out, sigmoid),
-        U::Relu => map_float(x, out, |v| if v > zero { v } else { zero }),
-        U::Gelu => map_float(x, out, |v| half * v * (one + (v * sqrt_half).erf())),
+        U::Relu => map_float(x, out, move |v| if v > zero { v } else { zero }),
+        U::Gelu => map_float(x, out, move |v| half * v * (one + (v * sqrt_half).erf())),
         U::GeluTanh => map_float(x, out, gelu_tanh),
-        U::Silu => map_float(x, out, |v| v * sigmoid(v)),
-        U::Erf => map_float(x, out, |v| v.erf()),
-        U::Floor => map_float(x, out, |v| v.floor()),
-        U::Ceil => map_float(x, out, |v| v.ceil()),
-        U::Round => map_float(x, out, |v| v.round_even()),
-        U::Sign => map_float(x, out, |v| {
+        U::Silu => map_float(x, out, move |v| v * sigmoid(v)),
+        U::Erf => map_float(x, out, move |v| v.erf()),
+        U::Floor => map_float(x, out, move |v| v.floor()),
+        U::Ceil => map_float(x, out, move |v| v.ceil()),
+        U::Round => map_float(x, out, move |v| v.round_even()),
+        U::Sign => map_float(x, out, move |v| {
             if v > zero {
                 one
             } else if v < zero {

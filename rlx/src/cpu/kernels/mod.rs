@@ -11,5 +11,6 @@ pub(crate) mod linalg;
 pub(crate) mod nn;
 pub(crate) mod numeric;
 pub(crate) mod reduce;
+pub(crate) mod simd;
 pub(crate) mod sort;
 pub(crate) mod spatial;

@@ -2,8 +2,10 @@
 
 use rayon::prelude::*;
 
+use super::gemm::{GemmAcc, GemmDims, GemmPlan, MR, MicroKernel, gemm};
 use super::layout::parallel;
-use super::numeric::{FloatStore, Real};
+use super::numeric::{FloatStore, Real, lane_max, lane_sum};
+use super::simd::vectorized;
 
 /// Which keys each query row may see (resolved from the op's mask kind).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,120 +56,305 @@ pub(crate) enum MaskValues<'a, T> {
     Additive(&'a [T]),
 }
 
-/// `Σ a·b` in eight independent lanes, so the compiler can keep them in one SIMD register
-/// (a single running sum is a dependency chain it may not reorder).
-#[inline]
-fn dot<T: FloatStore>(a: &[T], b: &[T]) -> T::Acc {
-    let mut lanes = [<T::Acc as Real>::ZERO; 8];
-    let (mut ca, mut cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    for (x, y) in (&mut ca).zip(&mut cb) {
-        for l in 0..8 {
-            lanes[l] += x[l].load() * y[l].load();
-        }
-    }
-    let mut sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
-        + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
-    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
-        sum += x.load() * y.load();
-    }
-    sum
+/// How one attention problem is cut into tasks: blocks of query rows of one head, each
+/// walking the keys in blocks (`S = Q·Kᵀ` by GEMM, an online softmax, `O += P·V` by GEMM),
+/// so no score matrix larger than one tile is ever held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AttentionTiling {
+    pub query_block: usize,
+    pub key_block: usize,
+    /// Workers, each with one scratch slot.
+    pub workers: usize,
+    /// Accumulator elements of one worker's scratch slot.
+    pub slot_len: usize,
 }
 
-/// `out = softmax(q kᵀ · scale + mask) v`, one query row at a time. `scores` is scratch of
-/// `seq_k` elements per worker slot.
+/// Query rows per task: a multiple of the micro-kernel's height.
+const QUERY_BLOCK: usize = 8 * MR;
+/// Keys per step of the online softmax.
+const KEY_BLOCK: usize = 256;
+
+impl AttentionTiling {
+    pub(crate) fn new(
+        heads: usize,
+        seq_q: usize,
+        seq_k: usize,
+        head_dim: usize,
+        value_dim: usize,
+        threads: usize,
+    ) -> AttentionTiling {
+        let query_block = QUERY_BLOCK.min(seq_q.max(1));
+        let key_block = KEY_BLOCK.min(seq_k.max(1));
+        let tasks = heads * seq_q.div_ceil(query_block);
+        let work = heads * seq_q * seq_k * (head_dim + value_dim);
+        let workers = if work < 1 << 18 {
+            1
+        } else {
+            threads.clamp(1, tasks.max(1))
+        };
+        let (scores, pv) = Self::products(query_block, key_block, head_dim, value_dim);
+        let slot_len = query_block * key_block // probabilities
+            + 2 * query_block * value_dim // running output and one block's P·V
+            + 2 * query_block // running max and sum
+            + GemmPlan::new(scores, 1)
+                .scratch_len()
+                .max(GemmPlan::new(pv, 1).scratch_len());
+        AttentionTiling {
+            query_block,
+            key_block,
+            workers,
+            slot_len,
+        }
+    }
+
+    /// The two products of one step: `S[rows, keys] = Q·Kᵀ` and `P·V[rows, value_dim]`.
+    fn products(
+        rows: usize,
+        keys: usize,
+        head_dim: usize,
+        value_dim: usize,
+    ) -> (GemmDims, GemmDims) {
+        let scores = GemmDims {
+            m: rows,
+            n: keys,
+            k: head_dim,
+            a_rs: head_dim,
+            a_cs: 1,
+            b_rs: 1,
+            b_cs: head_dim,
+        };
+        let pv = GemmDims {
+            m: rows,
+            n: value_dim,
+            k: keys,
+            a_rs: keys,
+            a_cs: 1,
+            b_rs: value_dim,
+            b_cs: 1,
+        };
+        (scores, pv)
+    }
+}
+
+/// A pointer to the output shared by tasks that write disjoint row blocks of it.
+#[derive(Clone, Copy)]
+struct SharedOut<T>(*mut T);
+// SAFETY: every task writes only the rows of its own (head, query block), and the parallel
+// section joins before `attention` returns, while `out` is still borrowed.
+unsafe impl<T> Send for SharedOut<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for SharedOut<T> {}
+
+impl<T> SharedOut<T> {
+    /// The pointer itself (a method, so closures capture the `Send` wrapper, not the field).
+    fn ptr(self) -> *mut T {
+        self.0
+    }
+}
+
+/// `out = softmax(q kᵀ · scale + mask) v`, blocked as [`AttentionTiling`] says. `scratch`
+/// holds `tiling.workers` slots of `tiling.slot_len` elements.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn attention<T: FloatStore>(
     d: &AttentionDims,
+    tiling: &AttentionTiling,
     q: &[T],
     k: &[T],
     v: &[T],
     mask: MaskValues<'_, T>,
     out: &mut [T],
-    scores: &mut [T::Acc],
-) {
-    let rows = d.heads * d.seq_q;
-    let row_job = |row: usize, out_row: &mut [T], scores: &mut [T::Acc]| {
-        let (h, i) = (row / d.seq_q, row % d.seq_q);
-        // Grouped-query attention: q head `h` reads key/value head `h / group` on the heads
-        // axis; other leading dims are shared.
-        let kv_h = if d.group == 1 {
-            h
-        } else {
-            let (outer, head) = (h / d.q_heads_axis, h % d.q_heads_axis);
-            outer * (d.q_heads_axis / d.group) + head / d.group
-        };
-        let qv = &q[(h * d.seq_q + i) * d.head_dim..][..d.head_dim];
-        let (first, last) = match d.keys {
+    scratch: &mut [T::Acc],
+) where
+    T::Acc: GemmAcc,
+{
+    let blocks_per_head = d.seq_q.div_ceil(tiling.query_block);
+    let tasks = d.heads * blocks_per_head;
+    if tasks == 0 || d.value_dim == 0 {
+        return;
+    }
+    assert!(
+        out.len() >= d.heads * d.seq_q * d.value_dim,
+        "attention output too small"
+    );
+    let shared = SharedOut(out.as_mut_ptr());
+    let kernel = T::Acc::micro_kernel();
+    let per_worker = tasks.div_ceil(tiling.workers);
+    let run = |tasks: std::ops::Range<usize>, slot: &mut [T::Acc]| {
+        for task in tasks {
+            let (h, block) = (task / blocks_per_head, task % blocks_per_head);
+            let q0 = block * tiling.query_block;
+            let rows = tiling.query_block.min(d.seq_q - q0);
+            let at = (h * d.seq_q + q0) * d.value_dim;
+            // SAFETY: rows q0..q0+rows of head h are this task's alone (tasks partition
+            // heads × query blocks), and lie inside `out` (checked above).
+            let out_rows =
+                unsafe { std::slice::from_raw_parts_mut(shared.ptr().add(at), rows * d.value_dim) };
+            let job = QueryBlock { h, q0, rows };
+            vectorized(|| attention_block(d, tiling, kernel, job, q, k, v, mask, out_rows, slot));
+        }
+    };
+    let slots = &mut scratch[..tiling.workers * tiling.slot_len];
+    if tiling.workers > 1 && parallel(d.heads * d.seq_q * d.seq_k * d.head_dim) {
+        slots
+            .par_chunks_mut(tiling.slot_len)
+            .enumerate()
+            .for_each(|(w, slot)| run(w * per_worker..tasks.min((w + 1) * per_worker), slot));
+    } else {
+        run(0..tasks, &mut slots[..tiling.slot_len]);
+    }
+}
+
+/// Query rows `q0..q0 + rows` of flattened head `h`.
+#[derive(Clone, Copy)]
+struct QueryBlock {
+    h: usize,
+    q0: usize,
+    rows: usize,
+}
+
+impl QueryBlock {
+    /// The keys query row `i` may see.
+    fn keys(&self, d: &AttentionDims, i: usize) -> (usize, usize) {
+        match d.keys {
             KeyRange::All => (0, d.seq_k),
             KeyRange::Causal { window } => {
                 // Queries align to the end of the keys (decoding with a cache).
                 let pos = i + d.seq_k.saturating_sub(d.seq_q);
                 let last = (pos + 1).min(d.seq_k);
                 let first = window.map_or(0, |w| (pos + 1).saturating_sub(w));
-                (first, last)
-            }
-        };
-        let scale = <T::Acc as Real>::from_f64(d.scale);
-        let mut max = <T::Acc as Real>::NEG_INFINITY;
-        for j in 0..d.seq_k {
-            let mut s = <T::Acc as Real>::NEG_INFINITY;
-            if (first..last).contains(&j) {
-                let kv = &k[(kv_h * d.seq_k + j) * d.head_dim..][..d.head_dim];
-                s = dot(qv, kv) * scale;
-                if let Some(m) = &d.mask {
-                    let at = m.head_offsets[h] + i * m.query_stride + j * m.key_stride;
-                    match mask {
-                        MaskValues::Bool(m) if m[at] == 0 => s = <T::Acc as Real>::NEG_INFINITY,
-                        MaskValues::Additive(m) => s += m[at].load(),
-                        _ => {}
-                    }
-                }
-            }
-            scores[j] = s;
-            max = max.maximum(s);
-        }
-        // A row with every key masked has no distribution; it yields zeros.
-        if max == <T::Acc as Real>::NEG_INFINITY {
-            out_row.fill(T::store(<T::Acc as Real>::ZERO));
-            return;
-        }
-        let mut sum = <T::Acc as Real>::ZERO;
-        for s in scores[..d.seq_k].iter_mut() {
-            *s = (*s - max).exp();
-            sum += *s;
-        }
-        let inv = <T::Acc as Real>::ONE / sum;
-        let mut acc = [<T::Acc as Real>::ZERO; 256];
-        for c0 in (0..d.value_dim).step_by(256) {
-            let width = 256.min(d.value_dim - c0);
-            acc[..width].fill(<T::Acc as Real>::ZERO);
-            for (j, p) in scores[..d.seq_k].iter().enumerate() {
-                if *p == <T::Acc as Real>::ZERO {
-                    continue;
-                }
-                let vv = &v[(kv_h * d.seq_k + j) * d.value_dim + c0..][..width];
-                for (a, x) in acc[..width].iter_mut().zip(vv) {
-                    *a += *p * x.load();
-                }
-            }
-            for (o, a) in out_row[c0..c0 + width].iter_mut().zip(&acc[..width]) {
-                *o = T::store(*a * inv);
+                (first.min(last), last)
             }
         }
-    };
-    let slots = scores.len() / d.seq_k.max(1);
-    if slots > 1 && parallel(rows * d.seq_k * d.head_dim) {
-        let per_slot = rows.div_ceil(slots);
-        out.par_chunks_mut(per_slot * d.value_dim)
-            .zip(scores.par_chunks_mut(d.seq_k.max(1)))
-            .enumerate()
-            .for_each(|(w, (block, scores))| {
-                for (r, out_row) in block.chunks_mut(d.value_dim).enumerate() {
-                    row_job(w * per_slot + r, out_row, scores);
-                }
-            });
+    }
+}
+
+/// One query block through every key block: online softmax over GEMM tiles.
+#[allow(clippy::too_many_arguments)]
+fn attention_block<T: FloatStore>(
+    d: &AttentionDims,
+    tiling: &AttentionTiling,
+    kernel: MicroKernel<T::Acc>,
+    job: QueryBlock,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    mask: MaskValues<'_, T>,
+    out: &mut [T],
+    slot: &mut [T::Acc],
+) where
+    T::Acc: GemmAcc,
+{
+    let zero = <T::Acc as Real>::ZERO;
+    let neg_inf = <T::Acc as Real>::NEG_INFINITY;
+    let (qb, kb, dv) = (tiling.query_block, tiling.key_block, d.value_dim);
+    let (probs, rest) = slot.split_at_mut(qb * kb);
+    let (acc, rest) = rest.split_at_mut(qb * dv);
+    let (pv, rest) = rest.split_at_mut(qb * dv);
+    let (row_max, rest) = rest.split_at_mut(qb);
+    let (row_sum, gemm_scratch) = rest.split_at_mut(qb);
+    let rows = job.rows;
+    row_max[..rows].fill(neg_inf);
+    row_sum[..rows].fill(zero);
+    acc[..rows * dv].fill(zero);
+
+    // Grouped-query attention: q head `h` reads key/value head `h / group` on the heads
+    // axis; other leading dims are shared.
+    let kv_h = if d.group == 1 {
+        job.h
     } else {
-        for (row, out_row) in out.chunks_mut(d.value_dim.max(1)).enumerate().take(rows) {
-            row_job(row, out_row, scores);
+        let (outer, head) = (job.h / d.q_heads_axis, job.h % d.q_heads_axis);
+        outer * (d.q_heads_axis / d.group) + head / d.group
+    };
+    let q_block = &q[(job.h * d.seq_q + job.q0) * d.head_dim..];
+    let k_head = &k[kv_h * d.seq_k * d.head_dim..];
+    let v_head = &v[kv_h * d.seq_k * dv..];
+    // Keys any row of the block may see (row ranges only move forward with the row).
+    let first = job.keys(d, job.q0).0;
+    let last = job.keys(d, job.q0 + rows - 1).1;
+    let scale = <T::Acc as Real>::from_f64(d.scale);
+    for k0 in (first..last).step_by(kb) {
+        let keys = kb.min(last - k0);
+        let (score_dims, pv_dims) = AttentionTiling::products(rows, keys, d.head_dim, dv);
+        let probs = &mut probs[..rows * keys];
+        gemm(
+            &GemmPlan::new(score_dims, 1),
+            kernel,
+            q_block,
+            &k_head[k0 * d.head_dim..],
+            probs,
+            gemm_scratch,
+            None,
+        );
+        for (r, p) in probs.chunks_exact_mut(keys).enumerate() {
+            let i = job.q0 + r;
+            let (lo, hi) = job.keys(d, i);
+            let (lo, hi) = (lo.clamp(k0, k0 + keys) - k0, hi.clamp(k0, k0 + keys) - k0);
+            p[..lo].fill(neg_inf);
+            p[hi..].fill(neg_inf);
+            for s in &mut p[lo..hi] {
+                *s = *s * scale;
+            }
+            if let Some(m) = &d.mask {
+                let base = m.head_offsets[job.h] + i * m.query_stride + k0 * m.key_stride;
+                match mask {
+                    MaskValues::Bool(values) => {
+                        for (j, s) in p.iter_mut().enumerate().take(hi).skip(lo) {
+                            if values[base + j * m.key_stride] == 0 {
+                                *s = neg_inf;
+                            }
+                        }
+                    }
+                    MaskValues::Additive(values) => {
+                        for (j, s) in p.iter_mut().enumerate().take(hi).skip(lo) {
+                            *s += values[base + j * m.key_stride].load();
+                        }
+                    }
+                    MaskValues::None => {}
+                }
+            }
+            let new_max = row_max[r].maximum(lane_max(p));
+            if new_max == neg_inf {
+                // Every key so far is masked: nothing to add for this row yet.
+                p.fill(zero);
+                continue;
+            }
+            for s in p.iter_mut() {
+                *s = (*s - new_max).exp();
+            }
+            let sum = lane_sum(p);
+            // Rescale what earlier key blocks added to this row to the new maximum.
+            let alpha = (row_max[r] - new_max).exp();
+            if alpha != <T::Acc as Real>::ONE {
+                for a in &mut acc[r * dv..(r + 1) * dv] {
+                    *a = *a * alpha;
+                }
+            }
+            row_sum[r] = row_sum[r] * alpha + sum;
+            row_max[r] = new_max;
+        }
+        let pv = &mut pv[..rows * dv];
+        gemm(
+            &GemmPlan::new(pv_dims, 1),
+            kernel,
+            &*probs,
+            &v_head[k0 * dv..],
+            pv,
+            gemm_scratch,
+            None,
+        );
+        for (a, x) in acc[..rows * dv].iter_mut().zip(pv.iter()) {
+            *a += *x;
+        }
+    }
+    for (r, o) in out.chunks_exact_mut(dv).enumerate() {
+        // A row with every key masked has no distribution; it yields zeros.
+        let inv = if row_max[r] == neg_inf {
+            zero
+        } else {
+            <T::Acc as Real>::ONE / row_sum[r]
+        };
+        for (o, a) in o.iter_mut().zip(&acc[r * dv..(r + 1) * dv]) {
+            *o = T::store(*a * inv);
         }
     }
 }

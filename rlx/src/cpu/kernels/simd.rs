@@ -1,0 +1,113 @@
+//! The vector instruction set kernels run with, chosen once per process at run time.
+//!
+//! The crate is compiled for baseline x86-64 (SSE2), so it runs on every x86-64 CPU. Loops
+//! that the compiler vectorizes reach the wider units through [`vectorized`], which runs a
+//! closure inlined into a function compiled with AVX2+FMA or AVX-512 enabled. Elementwise
+//! results do not depend on the choice: the same IEEE operations run at another width, and
+//! `a * b + c` is never contracted into a fused multiply-add.
+//!
+//! `RLX_CPU_ISA=baseline|avx2|avx512` caps the choice (never above what the CPU has), so
+//! the narrower paths can be tested on a wide machine.
+
+use std::sync::OnceLock;
+
+/// Vector instruction sets the kernels are built for, narrowest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Isa {
+    /// SSE2, which every x86-64 CPU (and any other architecture's baseline) has.
+    Baseline,
+    /// AVX2 with FMA: 256-bit vectors.
+    Avx2,
+    /// AVX-512 F/BW/DQ/VL: 512-bit vectors.
+    Avx512,
+}
+
+impl Isa {
+    /// The name `RLX_CPU_ISA` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Baseline => "baseline",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+        }
+    }
+
+    fn parse(name: &str) -> Option<Isa> {
+        [Isa::Baseline, Isa::Avx2, Isa::Avx512]
+            .into_iter()
+            .find(|isa| isa.name().eq_ignore_ascii_case(name.trim()))
+    }
+}
+
+/// The widest instruction set this CPU has.
+pub fn detected_isa() -> Isa {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+        let avx512 = is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512dq")
+            && is_x86_feature_detected!("avx512vl");
+        if avx2 && avx512 {
+            return Isa::Avx512;
+        }
+        if avx2 {
+            return Isa::Avx2;
+        }
+    }
+    Isa::Baseline
+}
+
+/// The instruction set the CPU kernels use in this process: the CPU's widest, capped by
+/// `RLX_CPU_ISA` when set (an unknown value is ignored).
+///
+/// ```
+/// use rlx::cpu::{Isa, detected_isa, isa};
+/// assert!(isa() <= detected_isa());
+/// assert!(isa() >= Isa::Baseline);
+/// ```
+pub fn isa() -> Isa {
+    static CHOSEN: OnceLock<Isa> = OnceLock::new();
+    *CHOSEN.get_or_init(|| {
+        let best = detected_isa();
+        std::env::var("RLX_CPU_ISA")
+            .ok()
+            .and_then(|v| Isa::parse(&v))
+            .map_or(best, |cap| cap.min(best))
+    })
+}
+
+/// Runs `f` compiled for [`isa`]: `f` is inlined into a function with that instruction set
+/// enabled, so loops in `f` (and in what it inlines) vectorize at that width.
+#[inline(always)]
+pub(crate) fn vectorized<R>(f: impl FnOnce() -> R) -> R {
+    match isa() {
+        // SAFETY: `isa` returns Avx512 only when the CPU has AVX-512 F/BW/DQ/VL, AVX2 and FMA.
+        Isa::Avx512 => unsafe { with_avx512(f) },
+        // SAFETY: `isa` returns Avx2 only when the CPU has AVX2 and FMA.
+        Isa::Avx2 => unsafe { with_avx2(f) },
+        Isa::Baseline => f(),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn with_avx2<R>(f: impl FnOnce() -> R) -> R {
+    f()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512dq,avx512vl")]
+unsafe fn with_avx512<R>(f: impl FnOnce() -> R) -> R {
+    f()
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn with_avx2<R>(f: impl FnOnce() -> R) -> R {
+    f()
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn with_avx512<R>(f: impl FnOnce() -> R) -> R {
+    f()
+}
