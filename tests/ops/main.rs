@@ -11,3 +11,22 @@ mod nn;
 mod reduce;
 mod reference;
 mod spatial;
+
+/// `RLX_CPU_ISA` caps the instruction set the CPU kernels use, so CI can run this table
+/// through the AVX2 and portable paths on a wider machine: check the cap took effect.
+#[test]
+fn instruction_set_cap_from_environment() {
+    use rlx::cpu::{Isa, detected_isa, isa};
+    let cap = match std::env::var("RLX_CPU_ISA").as_deref() {
+        Ok("baseline") => Isa::Baseline,
+        Ok("avx2") => Isa::Avx2,
+        Ok("avx512") => Isa::Avx512,
+        _ => detected_isa(),
+    };
+    assert_eq!(isa(), cap.min(detected_isa()));
+    eprintln!(
+        "op table kernels: {} (CPU has {})",
+        isa().name(),
+        detected_isa().name()
+    );
+}

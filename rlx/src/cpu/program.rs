@@ -2,8 +2,9 @@
 //! bound (the static region, the input and symbol tables).
 
 use super::CpuOptions;
-use super::kernels::gemm::{GemmAcc, GemmDims, pack_b_whole, packed_b_len};
+use super::kernels::gemm::{GemmAcc, GemmDims, kernel_shape, pack_b_whole, packed_b_len};
 use super::kernels::numeric::FloatStore;
+use super::kernels::numeric::accumulator;
 use super::memory::ALIGN;
 use crate::backend::CompileError;
 use crate::backend::shared::CustomOps;
@@ -19,10 +20,12 @@ impl Packing {
         where
             S::Acc: GemmAcc,
         {
-            let len = packed_b_len(d.k, d.n) * size_of::<S::Acc>();
+            let shape = S::Acc::micro_kernel().shape;
+            let len = packed_b_len(d.k, d.n, shape) * size_of::<S::Acc>();
             pack_b_whole::<S>(
                 d,
                 bytemuck::cast_slice(b),
+                shape,
                 bytemuck::cast_slice_mut(&mut out[..len]),
             );
         }
@@ -224,12 +227,14 @@ impl Program {
                 .map(|p| p.offset);
             let offset = existing.unwrap_or_else(|| {
                 let offset = statics.len().div_ceil(ALIGN) * ALIGN;
-                let acc = if node.ty.dtype == DType::F64 { 8 } else { 4 };
-                statics.resize(offset + packed_b_len(k, n) * acc, 0);
+                let acc = accumulator(node.ty.dtype);
+                let len = packed_b_len(k, n, kernel_shape(acc));
+                statics.resize(offset + len * acc.size_bytes(), 0);
                 slot.packings.push(Packing { offset, dims });
                 offset
             });
-            packed_b[id.index()] = Some((offset, packed_b_len(k, n)));
+            let len = packed_b_len(k, n, kernel_shape(accumulator(node.ty.dtype)));
+            packed_b[id.index()] = Some((offset, len));
         }
 
         let signature = Signature::of(&g);

@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use super::gemm::{GemmAcc, GemmDims, GemmPlan, MR, MicroKernel, gemm};
+use super::gemm::{GemmAcc, GemmDims, GemmPlan, KernelShape, MR, MicroKernel, gemm};
 use super::layout::parallel;
 use super::numeric::{FloatStore, Real, lane_max, lane_sum};
 use super::simd::vectorized;
@@ -67,6 +67,8 @@ pub(crate) struct AttentionTiling {
     pub workers: usize,
     /// Accumulator elements of one worker's scratch slot.
     pub slot_len: usize,
+    /// The GEMM kernel shape the products are planned for.
+    pub shape: KernelShape,
 }
 
 /// Query rows per task: a multiple of the micro-kernel's height.
@@ -82,6 +84,7 @@ impl AttentionTiling {
         head_dim: usize,
         value_dim: usize,
         threads: usize,
+        shape: KernelShape,
     ) -> AttentionTiling {
         let query_block = QUERY_BLOCK.min(seq_q.max(1));
         let key_block = KEY_BLOCK.min(seq_k.max(1));
@@ -96,14 +99,15 @@ impl AttentionTiling {
         let slot_len = query_block * key_block // probabilities
             + 2 * query_block * value_dim // running output and one block's P·V
             + 2 * query_block // running max and sum
-            + GemmPlan::new(scores, 1)
+            + GemmPlan::new(scores, 1, shape)
                 .scratch_len()
-                .max(GemmPlan::new(pv, 1).scratch_len());
+                .max(GemmPlan::new(pv, 1, shape).scratch_len());
         AttentionTiling {
             query_block,
             key_block,
             workers,
             slot_len,
+            shape,
         }
     }
 
@@ -277,7 +281,7 @@ fn attention_block<T: FloatStore>(
         let (score_dims, pv_dims) = AttentionTiling::products(rows, keys, d.head_dim, dv);
         let probs = &mut probs[..rows * keys];
         gemm(
-            &GemmPlan::new(score_dims, 1),
+            &GemmPlan::new(score_dims, 1, tiling.shape),
             kernel,
             q_block,
             &k_head[k0 * d.head_dim..],
@@ -334,7 +338,7 @@ fn attention_block<T: FloatStore>(
         }
         let pv = &mut pv[..rows * dv];
         gemm(
-            &GemmPlan::new(pv_dims, 1),
+            &GemmPlan::new(pv_dims, 1, tiling.shape),
             kernel,
             &*probs,
             &v_head[k0 * dv..],

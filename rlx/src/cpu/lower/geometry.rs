@@ -2,7 +2,7 @@
 //! and batch offsets of matmuls, and the `[outer, len, inner]` view of an axis.
 
 use crate::cpu::kernels::conv::{ConvShape, ConvTransposeShape};
-use crate::cpu::kernels::gemm::{GemmDims, GemmPlan};
+use crate::cpu::kernels::gemm::{GemmDims, GemmPlan, kernel_shape};
 use crate::cpu::kernels::layout::contiguous_strides;
 use crate::cpu::kernels::numeric::accumulator;
 use crate::cpu::kernels::reduce::Axis3;
@@ -76,7 +76,7 @@ pub(super) fn conv_geometry(
                 window: win,
                 groups: *groups,
                 out_channels: w[0],
-                gemm: GemmPlan::new(dims, threads),
+                gemm: GemmPlan::new(dims, threads, kernel_shape(accumulator(dtype))),
             };
             // Patches in the storage type; the GEMM result is one group's output.
             let col = (dtype, taps * pixels);
@@ -109,7 +109,7 @@ pub(super) fn conv_geometry(
                 window: win,
                 groups: *groups,
                 in_channels: x[1],
-                gemm: GemmPlan::new(dims, threads),
+                gemm: GemmPlan::new(dims, threads, kernel_shape(accumulator(dtype))),
             };
             // Products in the accumulator type, added into one group's output.
             (ConvDirection::Transpose(shape), (acc, taps * pixels), wide)

@@ -2,7 +2,7 @@
 
 mod geometry;
 
-use super::kernels::gemm::GemmPlan;
+use super::kernels::gemm::{GemmPlan, kernel_shape};
 use super::kernels::layout::{Strided, contiguous_strides};
 use super::kernels::linalg::QuantDims;
 use super::kernels::nn::{AttentionDims, AttentionTiling, KeyRange, MaskLayout, RopeDims};
@@ -33,7 +33,13 @@ pub(crate) struct LowerInput<'a> {
 }
 
 /// How an attention of these query, key and output shapes is blocked.
-fn attention_tiling(q: &[usize], k: &[usize], out: &[usize], threads: usize) -> AttentionTiling {
+fn attention_tiling(
+    dtype: DType,
+    q: &[usize],
+    k: &[usize],
+    out: &[usize],
+    threads: usize,
+) -> AttentionTiling {
     let rank = q.len();
     AttentionTiling::new(
         numel(&q[..rank - 2]),
@@ -42,6 +48,7 @@ fn attention_tiling(q: &[usize], k: &[usize], out: &[usize], threads: usize) -> 
         q[rank - 1],
         out[rank - 1],
         threads,
+        kernel_shape(accumulator(dtype)),
     )
 }
 
@@ -65,7 +72,7 @@ pub(crate) fn scratch_requests(
         } => {
             let (dims, batches) =
                 matmul_layout(*transpose_a, *transpose_b, operands[0], operands[1], out);
-            let plan = GemmPlan::new(dims, threads);
+            let plan = GemmPlan::new(dims, threads, kernel_shape(accumulator(dtype)));
             let workers = batch_workers(&plan, batches.len(), threads);
             let mut requests = vec![(accumulator(dtype), workers * plan.scratch_len())];
             if half {
@@ -75,7 +82,7 @@ pub(crate) fn scratch_requests(
         }
         Op::TopK { axis, .. } | Op::Sort { axis, .. } => vec![(DType::I32, operands[0][*axis])],
         Op::Attention { .. } => {
-            let tiling = attention_tiling(operands[0], operands[1], out, threads);
+            let tiling = attention_tiling(dtype, operands[0], operands[1], out, threads);
             vec![(accumulator(dtype), tiling.workers * tiling.slot_len)]
         }
         Op::Conv { .. } | Op::ConvTranspose { .. } => {
@@ -187,7 +194,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
         } => {
             let (dims, batches) =
                 matmul_layout(*transpose_a, *transpose_b, shapes[0], shapes[1], out_shape);
-            let plan = GemmPlan::new(dims, threads);
+            let plan = GemmPlan::new(dims, threads, kernel_shape(accumulator(dtype)));
             vec![boxed(thunks::MatMul {
                 dtype,
                 batch_workers: batch_workers(&plan, batches.len(), threads),
@@ -480,7 +487,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             };
             vec![boxed(thunks::Attention {
                 dtype,
-                tiling: attention_tiling(q, k, out_shape, threads),
+                tiling: attention_tiling(dtype, q, k, out_shape, threads),
                 dims: AttentionDims {
                     heads,
                     group,

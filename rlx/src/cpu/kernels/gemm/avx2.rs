@@ -1,20 +1,29 @@
 //! The AVX2 + FMA micro-kernel: a 6 x 16 tile of `C` held in twelve 256-bit registers.
 
-use super::{MR, MicroKernel, NR, Tile};
+use super::{KernelShape, MR, MicroKernel, Tile};
+
+/// Columns per call.
+const NR: usize = 16;
+
+/// A 16-wide B panel of 256 rows (16 KiB) stays in L1.
+const SHAPE: KernelShape = KernelShape { nr: NR, kc: 256 };
 
 /// The AVX2 kernel if this CPU has AVX2 and FMA.
 pub(crate) fn f32_kernel() -> Option<MicroKernel<f32>> {
     #[cfg(target_arch = "x86_64")]
     {
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            return Some(entry);
+            return Some(MicroKernel {
+                shape: SHAPE,
+                run: entry,
+            });
         }
     }
     None
 }
 
 /// # Safety
-/// As [`MicroKernel`], and the CPU supports AVX2 and FMA (checked by [`f32_kernel`]).
+/// As [`super::KernelFn`], and the CPU supports AVX2 and FMA (checked by [`f32_kernel`]).
 #[cfg(target_arch = "x86_64")]
 unsafe fn entry(kc: usize, a: *const f32, b: *const f32, tile: Tile<f32>) {
     // SAFETY: `f32_kernel` hands out this entry only after detecting AVX2 and FMA; the
@@ -33,7 +42,7 @@ unsafe fn kernel_6x16(kc: usize, a: *const f32, b: *const f32, tile: Tile<f32>) 
         nr,
         accumulate,
     } = tile;
-    // SAFETY: `a` holds kc*6 and `b` kc*16 floats (MicroKernel contract), so every load
+    // SAFETY: `a` holds kc*6 and `b` kc*16 floats (KernelFn contract), so every load
     // below is in bounds; stores stay inside the mr x nr tile of `c`, either directly (full
     // tile) or through the local buffer (edge tile).
     unsafe {
@@ -41,7 +50,7 @@ unsafe fn kernel_6x16(kc: usize, a: *const f32, b: *const f32, tile: Tile<f32>) 
         for i in 0..mr {
             let row = c.add(i * ldc).cast::<i8>();
             _mm_prefetch::<_MM_HINT_T0>(row);
-            _mm_prefetch::<_MM_HINT_T0>(row.add(60.min(4 * nr - 4)));
+            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(60.min(4 * nr - 4)));
         }
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
         let (mut ap, mut bp) = (a, b);
@@ -61,7 +70,12 @@ unsafe fn kernel_6x16(kc: usize, a: *const f32, b: *const f32, tile: Tile<f32>) 
         // Unrolled by four, with A fetched a few steps ahead: the A panel streams from L2
         // while the B panel stays in L1 across calls.
         for _ in 0..kc / 4 {
-            _mm_prefetch::<_MM_HINT_T0>(ap.add(8 * MR).cast());
+            _mm_prefetch::<_MM_HINT_T0>(ap.wrapping_add(8 * MR).cast());
+            // B streams from memory when few rows share it (small batches): fetch the
+            // four lines needed sixteen steps from now.
+            for line in 0..4 {
+                _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(16 * NR + line * 16).cast());
+            }
             step!(0);
             step!(1);
             step!(2);

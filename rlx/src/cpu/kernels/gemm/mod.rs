@@ -1,13 +1,17 @@
 //! General matrix multiply `C = A·B` (row-major `C`, any strides for `A` and `B`).
 //!
-//! BLIS-style: `B` is packed into `KC x NR` panels, `A` into `MR x KC` panels, and a
-//! register-blocked micro-kernel multiplies one panel pair into an `MR x NR` tile of `C`.
+//! BLIS-style: `B` is packed into `kc x nr` panels, `A` into `MR x kc` panels, and a
+//! register-blocked micro-kernel multiplies one panel pair into an `MR x nr` tile of `C`.
+//! The kernel is chosen at run time for the instruction set in use (AVX-512 6x32, AVX2
+//! 6x16, or portable), and `nr` and `kc` come with it: plans and packed weights are made
+//! for that kernel.
 //! Transposed operands cost nothing: packing reads through the strides. `f16`/`bf16`
 //! operands are widened to `f32` while packing. Work is split over (row block, column range)
 //! tasks on rayon; each worker owns one packed-`A` slot of the scratch, so a run allocates
 //! nothing.
 
 mod avx2;
+mod avx512;
 mod batch;
 mod scalar;
 
@@ -17,13 +21,14 @@ pub(crate) use batch::{GemmBatch, gemm_batch};
 
 use super::layout::parallel;
 use super::numeric::{FloatStore, Real};
+use super::simd::{Isa, isa};
+use crate::ir::DType;
 
-/// Rows of `A` per micro-kernel call.
+/// Rows of `A` per micro-kernel call (every kernel).
 pub(crate) const MR: usize = 6;
-/// Columns of `B` per micro-kernel call.
-pub(crate) const NR: usize = 16;
-const KC: usize = 256;
+/// Rows of `A` packed per block.
 const MC: usize = 120;
+/// Columns of `B` per block, at most.
 const NC: usize = 3072;
 
 /// The block of `C` one micro-kernel call writes: the `mr x nr` corner of the tile at `c`
@@ -37,28 +42,58 @@ pub(crate) struct Tile<E> {
     pub accumulate: bool,
 }
 
-/// Multiplies one packed `MR x kc` panel of A by one packed `kc x NR` panel of B into `tile`.
+/// Multiplies one packed `MR x kc` panel of A by one packed `kc x nr` panel of B into `tile`.
 ///
 /// # Safety
-/// `a` holds `kc * MR` and `b` `kc * NR` readable values; `tile.c` is valid for writes of
-/// an `mr x nr` block with row stride `ldc`; `mr <= MR`, `nr <= NR`.
-pub(crate) type MicroKernel<E> = unsafe fn(kc: usize, a: *const E, b: *const E, tile: Tile<E>);
+/// `a` holds `kc * MR` and `b` `kc * nr` readable values (`nr` of the kernel's shape);
+/// `tile.c` is valid for writes of an `mr x nr` block with row stride `ldc`; `mr <= MR`,
+/// `tile.nr` at most the kernel's `nr`.
+pub(crate) type KernelFn<E> = unsafe fn(kc: usize, a: *const E, b: *const E, tile: Tile<E>);
+
+/// The blocking a micro-kernel is written for: its panel width and the depth of a block
+/// of `k` (so that one B panel stays in L1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KernelShape {
+    pub nr: usize,
+    pub kc: usize,
+}
+
+/// A micro-kernel and its shape.
+#[derive(Clone, Copy)]
+pub(crate) struct MicroKernel<E> {
+    pub shape: KernelShape,
+    pub run: KernelFn<E>,
+}
 
 /// The accumulator types GEMM computes in.
 pub(crate) trait GemmAcc: Real + bytemuck::Pod + Default + FloatStore<Acc = Self> {
-    /// The fastest micro-kernel this CPU runs.
+    /// The fastest micro-kernel of the instruction set in use ([`isa`]).
     fn micro_kernel() -> MicroKernel<Self>;
 }
 
 impl GemmAcc for f32 {
     fn micro_kernel() -> MicroKernel<f32> {
-        avx2::f32_kernel().unwrap_or(scalar::kernel::<f32>)
+        let vector = match isa() {
+            Isa::Avx512 => avx512::f32_kernel(),
+            Isa::Avx2 => avx2::f32_kernel(),
+            Isa::Baseline => None,
+        };
+        vector.unwrap_or_else(scalar::kernel::<f32>)
     }
 }
 
 impl GemmAcc for f64 {
     fn micro_kernel() -> MicroKernel<f64> {
-        scalar::kernel::<f64>
+        scalar::kernel::<f64>()
+    }
+}
+
+/// The shape of the micro-kernel products accumulated in `acc` (`f32` or `f64`) use.
+pub(crate) fn kernel_shape(acc: DType) -> KernelShape {
+    if acc == DType::F64 {
+        f64::micro_kernel().shape
+    } else {
+        f32::micro_kernel().shape
     }
 }
 
@@ -89,24 +124,27 @@ enum Split {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct GemmPlan {
     pub dims: GemmDims,
+    /// The shape of the kernel the product runs with.
+    pub shape: KernelShape,
     kc: usize,
     nc: usize,
     split: Split,
-    /// Rows or columns per worker (a multiple of `MR` or `NR`).
+    /// Rows or columns per worker (a multiple of `MR` or `nr`).
     chunk: usize,
     /// Workers, each with its own scratch slot.
     pub workers: usize,
 }
 
 impl GemmPlan {
-    pub(crate) fn new(dims: GemmDims, threads: usize) -> GemmPlan {
-        let kc = dims.k.clamp(1, KC);
+    pub(crate) fn new(dims: GemmDims, threads: usize, shape: KernelShape) -> GemmPlan {
+        let nr = shape.nr;
+        let kc = dims.k.clamp(1, shape.kc);
         let flops = dims.m * dims.n * dims.k;
         let wanted = if flops < 1 << 18 { 1 } else { threads.max(1) };
         // Split the longer side of C into equal ranges: each worker then re-packs only the
         // operand along the shorter side, a small fraction of its work.
-        let (split, unit, len) = if dims.n.div_ceil(NR) * NR >= dims.m {
-            (Split::Columns, NR, dims.n)
+        let (split, unit, len) = if dims.n.div_ceil(nr) * nr >= dims.m {
+            (Split::Columns, nr, dims.n)
         } else {
             (Split::Rows, MR, dims.m)
         };
@@ -119,9 +157,10 @@ impl GemmPlan {
         } else {
             dims.n
         };
-        let nc = cols.div_ceil(NR).clamp(1, NC / NR) * NR;
+        let nc = cols.div_ceil(nr).clamp(1, NC / nr) * nr;
         GemmPlan {
             dims,
+            shape,
             kc,
             nc,
             split,
@@ -149,8 +188,9 @@ unsafe impl<E> Send for SharedC<E> {}
 // SAFETY: as above; shared access only hands out disjoint slices.
 unsafe impl<E> Sync for SharedC<E> {}
 
-/// Packs rows `p0..p0+kc` and columns `j0..j0+nc` of B into `NR`-wide panels, zero-padded.
+/// Packs rows `p0..p0+kc` and columns `j0..j0+nc` of B into `nr`-wide panels, zero-padded.
 /// Walks B row by row (or column by column when transposed) to stay on few pages.
+#[allow(clippy::too_many_arguments)]
 fn pack_b<S: FloatStore>(
     d: &GemmDims,
     b: &[S],
@@ -158,16 +198,17 @@ fn pack_b<S: FloatStore>(
     kc: usize,
     j0: usize,
     nc: usize,
+    nr: usize,
     out: &mut [S::Acc],
 ) {
-    let panels = nc.div_ceil(NR);
+    let panels = nc.div_ceil(nr);
     let zero = <S::Acc as Real>::ZERO;
     if d.b_cs == 1 {
         for p in 0..kc {
             let row = &b[(p0 + p) * d.b_rs + j0..][..nc];
             for jp in 0..panels {
-                let dst = &mut out[jp * kc * NR + p * NR..][..NR];
-                let src = &row[jp * NR..row.len().min((jp + 1) * NR)];
+                let dst = &mut out[jp * kc * nr + p * nr..][..nr];
+                let src = &row[jp * nr..row.len().min((jp + 1) * nr)];
                 for (o, v) in dst.iter_mut().zip(src) {
                     *o = v.load();
                 }
@@ -176,33 +217,48 @@ fn pack_b<S: FloatStore>(
         }
     } else {
         for jp in 0..panels {
-            let panel = &mut out[jp * kc * NR..][..kc * NR];
-            for jj in 0..NR {
-                let j = j0 + jp * NR + jj;
+            let panel = &mut out[jp * kc * nr..][..kc * nr];
+            for jj in 0..nr {
+                let j = j0 + jp * nr + jj;
                 if j >= j0 + nc {
-                    (0..kc).for_each(|p| panel[p * NR + jj] = zero);
+                    (0..kc).for_each(|p| panel[p * nr + jj] = zero);
                     continue;
                 }
                 for p in 0..kc {
-                    panel[p * NR + jj] = b[(p0 + p) * d.b_rs + j * d.b_cs].load();
+                    panel[p * nr + jj] = b[(p0 + p) * d.b_rs + j * d.b_cs].load();
                 }
             }
         }
     }
 }
 
-/// Elements of a whole `k x n` B packed once by [`pack_b_whole`].
-pub(crate) fn packed_b_len(k: usize, n: usize) -> usize {
-    k * n.div_ceil(NR) * NR
+/// Elements of a whole `k x n` B packed once by [`pack_b_whole`] for kernels of `shape`.
+pub(crate) fn packed_b_len(k: usize, n: usize, shape: KernelShape) -> usize {
+    k * n.div_ceil(shape.nr) * shape.nr
 }
 
-/// Packs all of B in the order [`gemm`] reads it (blocks of `KC` rows, each a row of
-/// `NR`-wide panels), so a weight is packed once when it is bound instead of on every run.
-pub(crate) fn pack_b_whole<S: FloatStore>(d: &GemmDims, b: &[S], out: &mut [S::Acc]) {
-    let panels = d.n.div_ceil(NR);
-    for p0 in (0..d.k).step_by(KC) {
-        let kc = KC.min(d.k - p0);
-        pack_b(d, b, p0, kc, 0, d.n, &mut out[p0 * panels * NR..]);
+/// Packs all of B in the order [`gemm`] reads it with kernels of `shape` (blocks of `kc`
+/// rows, each a row of `nr`-wide panels), so a weight is packed once when it is bound
+/// instead of on every run.
+pub(crate) fn pack_b_whole<S: FloatStore>(
+    d: &GemmDims,
+    b: &[S],
+    shape: KernelShape,
+    out: &mut [S::Acc],
+) {
+    let panels = d.n.div_ceil(shape.nr);
+    for p0 in (0..d.k).step_by(shape.kc) {
+        let kc = shape.kc.min(d.k - p0);
+        pack_b(
+            d,
+            b,
+            p0,
+            kc,
+            0,
+            d.n,
+            shape.nr,
+            &mut out[p0 * panels * shape.nr..],
+        );
     }
 }
 
@@ -263,33 +319,34 @@ fn serial<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
     SA::Acc: GemmAcc,
 {
     let d = plan.dims;
-    let panels = d.n.div_ceil(NR);
+    let nr = plan.shape.nr;
+    let panels = d.n.div_ceil(nr);
     let (b_slot, packed_a) = slot.split_at_mut(plan.nc * plan.kc);
     for j0 in cols.clone().step_by(plan.nc) {
         let nc = plan.nc.min(cols.end - j0);
         for p0 in (0..d.k).step_by(plan.kc) {
             let kc = plan.kc.min(d.k - p0);
             let accumulate = p0 > 0;
-            // `j0` is a multiple of NR, so this block's panels are contiguous in the
+            // `j0` is a multiple of nr, so this block's panels are contiguous in the
             // whole-B packing.
             let packed_b: &[SA::Acc] = match prepacked_b {
-                Some(all) => &all[p0 * panels * NR + (j0 / NR) * kc * NR..],
+                Some(all) => &all[p0 * panels * nr + (j0 / nr) * kc * nr..],
                 None => {
-                    pack_b(&d, b, p0, kc, j0, nc, b_slot);
+                    pack_b(&d, b, p0, kc, j0, nc, nr, b_slot);
                     b_slot
                 }
             };
             for i0 in rows.clone().step_by(MC) {
                 let mc = MC.min(rows.end - i0);
                 pack_a(&d, a, i0, mc, p0, kc, packed_a);
-                for jp in 0..nc.div_ceil(NR) {
-                    let nr = NR.min(nc - jp * NR);
-                    let bp = &packed_b[jp * kc * NR..];
+                for jp in 0..nc.div_ceil(nr) {
+                    let tile_nr = nr.min(nc - jp * nr);
+                    let bp = &packed_b[jp * kc * nr..];
                     for ip in 0..mc.div_ceil(MR) {
                         let mr = MR.min(mc - ip * MR);
                         let ap = &packed_a[ip * kc * MR..];
-                        let offset = (i0 + ip * MR) * d.n + j0 + jp * NR;
-                        // SAFETY: the panels hold kc*MR and kc*NR packed values; the tile
+                        let offset = (i0 + ip * MR) * d.n + j0 + jp * nr;
+                        // SAFETY: the panels hold kc*MR and kc*nr packed values; the tile
                         // at `offset` lies inside the m x n output (mr and nr are clipped to
                         // this worker's rows and columns), which no other worker writes.
                         unsafe {
@@ -297,10 +354,10 @@ fn serial<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
                                 c: c.0.add(offset),
                                 ldc: d.n,
                                 mr,
-                                nr,
+                                nr: tile_nr,
                                 accumulate,
                             };
-                            kernel(kc, ap.as_ptr(), bp.as_ptr(), tile)
+                            (kernel.run)(kc, ap.as_ptr(), bp.as_ptr(), tile)
                         };
                     }
                 }
@@ -334,6 +391,10 @@ pub(crate) fn gemm<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
         return;
     }
     assert!(c.len() >= d.m * d.n, "C is too small for the product");
+    assert_eq!(
+        kernel.shape, plan.shape,
+        "the plan was made for another kernel"
+    );
     let shared = SharedC(c.as_mut_ptr());
     let work = |(w, slot): (usize, &mut [SA::Acc])| {
         let (rows, cols) = match plan.split {
@@ -386,48 +447,40 @@ mod tests {
             .map(|i| ((i * 5 % 11) as f64) * 0.5 - 2.0)
             .collect();
         let expected = naive(&d, &a, &b);
-        let plan = GemmPlan::new(d, threads);
         let a32: Vec<f32> = a.iter().map(|v| *v as f32).collect();
         let b32: Vec<f32> = b.iter().map(|v| *v as f32).collect();
-        let mut c = vec![f32::NAN; m * n];
-        let mut scratch = vec![0f32; plan.scratch_len()];
-        gemm(
-            &plan,
-            f32::micro_kernel(),
-            &a32,
-            &b32,
-            &mut c,
-            &mut scratch,
-            None,
-        );
-        for (x, y) in c.iter().zip(&expected) {
-            assert!(
-                (f64::from(*x) - y).abs() < 1e-3 * (1.0 + y.abs()),
-                "{m}x{n}x{k} {x} vs {y}"
-            );
+        // Every f32 kernel this CPU can run, each with its own plan and packing.
+        let kernels = [
+            Some(scalar::kernel::<f32>()),
+            avx2::f32_kernel(),
+            avx512::f32_kernel(),
+        ];
+        for kernel in kernels.into_iter().flatten() {
+            let plan = GemmPlan::new(d, threads, kernel.shape);
+            let mut scratch = vec![0f32; plan.scratch_len()];
+            let mut packed = vec![f32::NAN; packed_b_len(k, n, kernel.shape)];
+            pack_b_whole(&d, &b32, kernel.shape, &mut packed);
+            for prepacked in [None, Some(packed.as_slice())] {
+                let mut c = vec![f32::NAN; m * n];
+                gemm(&plan, kernel, &a32, &b32, &mut c, &mut scratch, prepacked);
+                for (x, y) in c.iter().zip(&expected) {
+                    assert!(
+                        (f64::from(*x) - y).abs() < 1e-3 * (1.0 + y.abs()),
+                        "{m}x{n}x{k} nr {} {x} vs {y}",
+                        kernel.shape.nr
+                    );
+                }
+            }
         }
+        let kernel = f64::micro_kernel();
+        let plan = GemmPlan::new(d, threads, kernel.shape);
         let mut scratch = vec![0f64; plan.scratch_len()];
-        let mut packed = vec![f64::NAN; packed_b_len(k, n)];
-        pack_b_whole(&d, &b, &mut packed);
+        let mut packed = vec![f64::NAN; packed_b_len(k, n, kernel.shape)];
+        pack_b_whole(&d, &b, kernel.shape, &mut packed);
         for prepacked in [None, Some(packed.as_slice())] {
             let mut c = vec![f64::NAN; m * n];
-            let kernel = f64::micro_kernel();
             gemm(&plan, kernel, &a, &b, &mut c, &mut scratch, prepacked);
             assert_eq!(c, expected, "prepacked B: {}", prepacked.is_some());
-        }
-        let mut c = vec![f32::NAN; m * n];
-        let mut scratch = vec![0f32; plan.scratch_len()];
-        gemm(
-            &plan,
-            scalar::kernel::<f32>,
-            &a32,
-            &b32,
-            &mut c,
-            &mut scratch,
-            None,
-        );
-        for (x, y) in c.iter().zip(&expected) {
-            assert!((f64::from(*x) - y).abs() < 1e-3 * (1.0 + y.abs()));
         }
     }
 
@@ -440,6 +493,8 @@ mod tests {
             (13, 33, 300),
             (121, 40, 513),
             (250, 3100, 20),
+            (9, 40, 200),
+            (14, 33, 193),
             (3, 5, 0),
         ] {
             for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {

@@ -1,13 +1,24 @@
 //! Portable micro-kernel: plain loops the compiler vectorizes as it can.
 
-use super::{MR, NR, Tile};
+use super::{KernelShape, MR, MicroKernel, Tile};
 use crate::cpu::kernels::numeric::Real;
 
-/// See [`super::MicroKernel`].
+/// Columns per call.
+const NR: usize = 16;
+
+/// The portable kernel for `E`.
+pub(crate) fn kernel<E: Real>() -> MicroKernel<E> {
+    MicroKernel {
+        shape: KernelShape { nr: NR, kc: 256 },
+        run: run::<E>,
+    }
+}
+
+/// See [`super::KernelFn`].
 ///
 /// # Safety
-/// As [`super::MicroKernel`].
-pub(crate) unsafe fn kernel<E: Real>(kc: usize, a: *const E, b: *const E, tile: Tile<E>) {
+/// As [`super::KernelFn`].
+unsafe fn run<E: Real>(kc: usize, a: *const E, b: *const E, tile: Tile<E>) {
     let Tile {
         c,
         ldc,
