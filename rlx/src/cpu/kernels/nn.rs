@@ -5,7 +5,7 @@ use rayon::prelude::*;
 use super::gemm::{GemmAcc, GemmDims, GemmPlan, KernelShape, MR, MicroKernel, gemm};
 use super::layout::parallel;
 use super::numeric::{FloatStore, Real, lane_max, lane_sum};
-use super::simd::vectorized;
+use super::simd::{VectorKernel, vectorized};
 
 /// Which keys each query row may see (resolved from the op's mask kind).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,8 +71,9 @@ pub(crate) struct AttentionTiling {
     pub shape: KernelShape,
 }
 
-/// Query rows per task: a multiple of the micro-kernel's height.
-const QUERY_BLOCK: usize = 8 * MR;
+/// Query rows per task, at most: each task packs its keys once per key block, so longer
+/// blocks pack less; the probabilities of one block stay in L2.
+const QUERY_BLOCK: usize = 128;
 /// Keys per step of the online softmax.
 const KEY_BLOCK: usize = 256;
 
@@ -86,7 +87,13 @@ impl AttentionTiling {
         threads: usize,
         shape: KernelShape,
     ) -> AttentionTiling {
-        let query_block = QUERY_BLOCK.min(seq_q.max(1));
+        // Equal blocks of at most QUERY_BLOCK rows, split further (down to one kernel
+        // height) until every thread has at least two tasks.
+        let mut blocks = seq_q.div_ceil(QUERY_BLOCK).max(1);
+        while heads * blocks < 2 * threads && seq_q.div_ceil(blocks + 1) >= MR {
+            blocks += 1;
+        }
+        let query_block = seq_q.div_ceil(blocks).max(1);
         let key_block = KEY_BLOCK.min(seq_k.max(1));
         let tasks = heads * seq_q.div_ceil(query_block);
         let work = heads * seq_q * seq_k * (head_dim + value_dim);
@@ -194,7 +201,7 @@ pub(crate) fn attention<T: FloatStore>(
             let out_rows =
                 unsafe { std::slice::from_raw_parts_mut(shared.ptr().add(at), rows * d.value_dim) };
             let job = QueryBlock { h, q0, rows };
-            vectorized(|| attention_block(d, tiling, kernel, job, q, k, v, mask, out_rows, slot));
+            attention_block(d, tiling, kernel, job, q, k, v, mask, out_rows, slot);
         }
     };
     let slots = &mut scratch[..tiling.workers * tiling.slot_len];
@@ -289,31 +296,125 @@ fn attention_block<T: FloatStore>(
             gemm_scratch,
             None,
         );
+        vectorized(ScoreRows {
+            d,
+            job,
+            k0,
+            keys,
+            scale,
+            mask,
+            probs: &mut *probs,
+            acc: &mut acc[..rows * dv],
+            row_max: &mut row_max[..rows],
+            row_sum: &mut row_sum[..rows],
+        });
+        let pv = &mut pv[..rows * dv];
+        gemm(
+            &GemmPlan::new(pv_dims, 1, tiling.shape),
+            kernel,
+            &*probs,
+            &v_head[k0 * dv..],
+            pv,
+            gemm_scratch,
+            None,
+        );
+        let acc = &mut acc[..rows * dv];
+        vectorized(|| {
+            for (a, x) in acc.iter_mut().zip(pv.iter()) {
+                *a += *x;
+            }
+        });
+    }
+    let (acc, row_max, row_sum) = (&acc[..rows * dv], &row_max[..rows], &row_sum[..rows]);
+    vectorized(|| {
+        for (r, o) in out.chunks_exact_mut(dv).enumerate() {
+            // A row with every key masked has no distribution; it yields zeros.
+            let inv = if row_max[r] == neg_inf {
+                zero
+            } else {
+                <T::Acc as Real>::ONE / row_sum[r]
+            };
+            for (o, a) in o.iter_mut().zip(&acc[r * dv..(r + 1) * dv]) {
+                *o = T::store(*a * inv);
+            }
+        }
+    });
+}
+
+/// One key block's scores of a query block turned into unnormalised probabilities: scale,
+/// key range and mask, then the online-softmax update of each row's running maximum and
+/// sum, rescaling the row's output so far.
+struct ScoreRows<'a, T: FloatStore> {
+    d: &'a AttentionDims,
+    job: QueryBlock,
+    k0: usize,
+    keys: usize,
+    scale: T::Acc,
+    mask: MaskValues<'a, T>,
+    /// `rows x keys` scores in, probabilities out.
+    probs: &'a mut [T::Acc],
+    acc: &'a mut [T::Acc],
+    row_max: &'a mut [T::Acc],
+    row_sum: &'a mut [T::Acc],
+}
+
+impl<T: FloatStore> VectorKernel for ScoreRows<'_, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run(self) {
+        let ScoreRows {
+            d,
+            job,
+            k0,
+            keys,
+            scale,
+            mask,
+            probs,
+            acc,
+            row_max,
+            row_sum,
+        } = self;
+        let zero = <T::Acc as Real>::ZERO;
+        let neg_inf = <T::Acc as Real>::NEG_INFINITY;
+        let dv = d.value_dim;
         for (r, p) in probs.chunks_exact_mut(keys).enumerate() {
             let i = job.q0 + r;
             let (lo, hi) = job.keys(d, i);
             let (lo, hi) = (lo.clamp(k0, k0 + keys) - k0, hi.clamp(k0, k0 + keys) - k0);
             p[..lo].fill(neg_inf);
             p[hi..].fill(neg_inf);
-            for s in &mut p[lo..hi] {
+            let seen = &mut p[lo..hi];
+            for s in seen.iter_mut() {
                 *s = *s * scale;
             }
             if let Some(m) = &d.mask {
-                let base = m.head_offsets[job.h] + i * m.query_stride + k0 * m.key_stride;
-                match mask {
-                    MaskValues::Bool(values) => {
-                        for (j, s) in p.iter_mut().enumerate().take(hi).skip(lo) {
-                            if values[base + j * m.key_stride] == 0 {
+                let base = m.head_offsets[job.h] + i * m.query_stride + (k0 + lo) * m.key_stride;
+                match (mask, m.key_stride) {
+                    // Contiguous mask rows (the common case) as straight selects and adds.
+                    (MaskValues::Bool(values), 1) => {
+                        for (s, keep) in seen.iter_mut().zip(&values[base..]) {
+                            *s = if *keep == 0 { neg_inf } else { *s };
+                        }
+                    }
+                    (MaskValues::Additive(values), 1) => {
+                        for (s, add) in seen.iter_mut().zip(&values[base..]) {
+                            *s += add.load();
+                        }
+                    }
+                    (MaskValues::Bool(values), stride) => {
+                        for (j, s) in seen.iter_mut().enumerate() {
+                            if values[base + j * stride] == 0 {
                                 *s = neg_inf;
                             }
                         }
                     }
-                    MaskValues::Additive(values) => {
-                        for (j, s) in p.iter_mut().enumerate().take(hi).skip(lo) {
-                            *s += values[base + j * m.key_stride].load();
+                    (MaskValues::Additive(values), stride) => {
+                        for (j, s) in seen.iter_mut().enumerate() {
+                            *s += values[base + j * stride].load();
                         }
                     }
-                    MaskValues::None => {}
+                    (MaskValues::None, _) => {}
                 }
             }
             let new_max = row_max[r].maximum(lane_max(p));
@@ -335,30 +436,6 @@ fn attention_block<T: FloatStore>(
             }
             row_sum[r] = row_sum[r] * alpha + sum;
             row_max[r] = new_max;
-        }
-        let pv = &mut pv[..rows * dv];
-        gemm(
-            &GemmPlan::new(pv_dims, 1, tiling.shape),
-            kernel,
-            &*probs,
-            &v_head[k0 * dv..],
-            pv,
-            gemm_scratch,
-            None,
-        );
-        for (a, x) in acc[..rows * dv].iter_mut().zip(pv.iter()) {
-            *a += *x;
-        }
-    }
-    for (r, o) in out.chunks_exact_mut(dv).enumerate() {
-        // A row with every key masked has no distribution; it yields zeros.
-        let inv = if row_max[r] == neg_inf {
-            zero
-        } else {
-            <T::Acc as Real>::ONE / row_sum[r]
-        };
-        for (o, a) in o.iter_mut().zip(&acc[r * dv..(r + 1) * dv]) {
-            *o = T::store(*a * inv);
         }
     }
 }

@@ -77,37 +77,55 @@ pub fn isa() -> Isa {
     })
 }
 
-/// Runs `f` compiled for [`isa`]: `f` is inlined into a function with that instruction set
-/// enabled, so loops in `f` (and in what it inlines) vectorize at that width.
+/// A loop nest to compile once per instruction set (see [`vectorized`]).
+///
+/// Closures implement it; a kernel too large for the compiler to inline on its own
+/// implements it on a struct of its arguments, with `run` marked `#[inline(always)]`, which
+/// guarantees it is compiled inside each instruction set's copy.
+pub(crate) trait VectorKernel {
+    type Output;
+    fn run(self) -> Self::Output;
+}
+
+impl<R, F: FnOnce() -> R> VectorKernel for F {
+    type Output = R;
+    #[inline(always)]
+    fn run(self) -> R {
+        self()
+    }
+}
+
+/// Runs `kernel` compiled for [`isa`]: it is inlined into a function with that instruction
+/// set enabled, so its loops vectorize at that width.
 #[inline(always)]
-pub(crate) fn vectorized<R>(f: impl FnOnce() -> R) -> R {
+pub(crate) fn vectorized<K: VectorKernel>(kernel: K) -> K::Output {
     match isa() {
         // SAFETY: `isa` returns Avx512 only when the CPU has AVX-512 F/BW/DQ/VL, AVX2 and FMA.
-        Isa::Avx512 => unsafe { with_avx512(f) },
+        Isa::Avx512 => unsafe { with_avx512(kernel) },
         // SAFETY: `isa` returns Avx2 only when the CPU has AVX2 and FMA.
-        Isa::Avx2 => unsafe { with_avx2(f) },
-        Isa::Baseline => f(),
+        Isa::Avx2 => unsafe { with_avx2(kernel) },
+        Isa::Baseline => kernel.run(),
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn with_avx2<R>(f: impl FnOnce() -> R) -> R {
-    f()
+unsafe fn with_avx2<K: VectorKernel>(kernel: K) -> K::Output {
+    kernel.run()
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512dq,avx512vl")]
-unsafe fn with_avx512<R>(f: impl FnOnce() -> R) -> R {
-    f()
+unsafe fn with_avx512<K: VectorKernel>(kernel: K) -> K::Output {
+    kernel.run()
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn with_avx2<R>(f: impl FnOnce() -> R) -> R {
-    f()
+unsafe fn with_avx2<K: VectorKernel>(kernel: K) -> K::Output {
+    kernel.run()
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn with_avx512<R>(f: impl FnOnce() -> R) -> R {
-    f()
+unsafe fn with_avx512<K: VectorKernel>(kernel: K) -> K::Output {
+    kernel.run()
 }
