@@ -358,7 +358,10 @@ struct ScoreRows<'a, T: FloatStore> {
     row_sum: &'a mut [T::Acc],
 }
 
-impl<T: FloatStore> VectorKernel for ScoreRows<'_, T> {
+impl<T: FloatStore> VectorKernel for ScoreRows<'_, T>
+where
+    T::Acc: GemmAcc,
+{
     type Output = ();
 
     #[inline(always)]
@@ -426,7 +429,7 @@ impl<T: FloatStore> VectorKernel for ScoreRows<'_, T> {
             for s in p.iter_mut() {
                 *s = (*s - new_max).exp();
             }
-            let sum = lane_sum(p);
+            let sum = lane_sum(p, |v| v);
             // Rescale what earlier key blocks added to this row to the new maximum.
             let alpha = (row_max[r] - new_max).exp();
             if alpha != <T::Acc as Real>::ONE {

@@ -188,21 +188,22 @@ pub(crate) fn erf_f32(x: f32) -> f32 {
     x * p / q
 }
 
-/// `Σ xs` in eight independent partial sums, so the loop vectorizes (one running sum is a
-/// dependency chain the compiler may not reorder).
+/// `Σ f(x)` over `xs` in eight independent partial sums, so the loop vectorizes (one
+/// running sum is a dependency chain the compiler may not reorder).
 #[inline(always)]
-pub(crate) fn lane_sum<R: Real>(xs: &[R]) -> R {
-    let mut lanes = [R::ZERO; 8];
+pub(crate) fn lane_sum<S: FloatStore>(xs: &[S], f: impl Fn(S::Acc) -> S::Acc) -> S::Acc {
+    let zero = <S::Acc as Real>::ZERO;
+    let mut lanes = [zero; 8];
     let mut chunks = xs.chunks_exact(8);
     for c in &mut chunks {
         for (l, x) in lanes.iter_mut().zip(c) {
-            *l += *x;
+            *l += f(x.load());
         }
     }
     let mut sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
         + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
     for x in chunks.remainder() {
-        sum += *x;
+        sum += f(x.load());
     }
     sum
 }

@@ -4,7 +4,8 @@
 use rayon::prelude::*;
 
 use super::layout::parallel;
-use super::numeric::{FloatStore, Int, Real};
+use super::numeric::{FloatStore, Int, Real, lane_sum};
+use super::simd::{VectorKernel, vectorized};
 use crate::ir::ReduceOp;
 
 /// `[outer, len, inner]`: the shape every kernel here sees.
@@ -257,33 +258,72 @@ pub(crate) fn norm<T: FloatStore>(
     out: &mut [T],
 ) {
     let eps = <T::Acc as Real>::from_f64(eps);
-    let n = <T::Acc as Real>::from_f64(features as f64);
     per_outer(out, features, x.len(), |r, row| {
-        let xs = &x[r * features..(r + 1) * features];
+        vectorized(NormRow {
+            kind,
+            eps,
+            x: &x[r * features..(r + 1) * features],
+            weight,
+            bias,
+            out: row,
+        })
+    });
+}
+
+/// One row of [`norm`], compiled per instruction set.
+struct NormRow<'a, T: FloatStore> {
+    kind: NormKind,
+    eps: T::Acc,
+    x: &'a [T],
+    weight: Option<&'a [T]>,
+    bias: Option<&'a [T]>,
+    out: &'a mut [T],
+}
+
+impl<T: FloatStore> VectorKernel for NormRow<'_, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run(self) {
+        let NormRow {
+            kind,
+            eps,
+            x,
+            weight,
+            bias,
+            out,
+        } = self;
+        let n = <T::Acc as Real>::from_f64(x.len() as f64);
         let mean = if kind == NormKind::Rms {
             <T::Acc as Real>::ZERO
         } else {
-            let mut sum = <T::Acc as Real>::ZERO;
-            for v in xs {
-                sum += v.load();
-            }
-            sum / n
+            lane_sum(x, |v| v) / n
         };
-        let mut sq = <T::Acc as Real>::ZERO;
-        for v in xs {
-            let d = v.load() - mean;
-            sq += d * d;
-        }
+        let sq = lane_sum(x, |v| (v - mean) * (v - mean));
         let inv = <T::Acc as Real>::ONE / (sq / n + eps).sqrt();
-        for (j, (o, v)) in row.iter_mut().zip(xs).enumerate() {
-            let mut y = (v.load() - mean) * inv;
-            if let Some(w) = weight {
-                y = y * w[j].load();
+        let normed = |v: T| (v.load() - mean) * inv;
+        // One loop per combination of affine terms, each a straight line.
+        match (weight, bias) {
+            (Some(w), Some(b)) => {
+                for ((o, v), (w, b)) in out.iter_mut().zip(x).zip(w.iter().zip(b)) {
+                    *o = T::store(normed(*v) * w.load() + b.load());
+                }
             }
-            if let Some(b) = bias {
-                y += b[j].load();
+            (Some(w), None) => {
+                for ((o, v), w) in out.iter_mut().zip(x).zip(w) {
+                    *o = T::store(normed(*v) * w.load());
+                }
             }
-            *o = T::store(y);
+            (None, Some(b)) => {
+                for ((o, v), b) in out.iter_mut().zip(x).zip(b) {
+                    *o = T::store(normed(*v) + b.load());
+                }
+            }
+            (None, None) => {
+                for (o, v) in out.iter_mut().zip(x) {
+                    *o = T::store(normed(*v));
+                }
+            }
         }
-    });
+    }
 }
