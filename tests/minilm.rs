@@ -139,9 +139,35 @@ fn matches_pytorch<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
     assert!(worst_h <= 1e-4, "hidden states differ by {worst_h}");
     assert!(worst_e <= 1e-5, "embeddings differ by {worst_e}");
 
-    // `embed` gives the same vectors.
-    let vectors = model.embed(&texts[..2]).unwrap();
-    assert!(max_diff(&vectors[1], &r.embeddings[384..768]) <= 1e-5);
+    // `embed` gives the same vectors, in the input order, whatever the batching: sorted by
+    // length into batches of 3 (each padded to a multiple of 8 tokens) and of the default
+    // size, over a mix where the longest and shortest sentences alternate.
+    let mut mixed: Vec<usize> = (0..texts.len()).collect();
+    mixed.sort_by_key(|&i| (r.lengths[i], i));
+    let mixed: Vec<usize> = (0..mixed.len())
+        .map(|k| {
+            if k % 2 == 0 {
+                mixed[k / 2]
+            } else {
+                mixed[mixed.len() - 1 - k / 2]
+            }
+        })
+        .collect();
+    let mixed_texts: Vec<&str> = mixed.iter().map(|&i| texts[i]).collect();
+    for batch_size in [3, 32] {
+        model.set_batch_size(batch_size).unwrap();
+        let vectors = model.embed(&mixed_texts).unwrap();
+        assert_eq!(vectors.len(), mixed.len());
+        for (vector, &i) in vectors.iter().zip(&mixed) {
+            let d = max_diff(vector, &r.embeddings[i * 384..(i + 1) * 384]);
+            assert!(
+                d <= 1e-5,
+                "embed, batches of {batch_size}: sentence {i} differs by {d}"
+            );
+        }
+    }
+    assert!(model.set_batch_size(0).is_err());
+    assert!(model.embed(&[]).unwrap().is_empty());
 
     // Long inputs are cut at the max length, which can be changed.
     let long = "word ".repeat(600);

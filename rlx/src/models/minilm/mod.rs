@@ -28,6 +28,12 @@ use crate::weights::{LoadOptions, WeightsError};
 /// tokens, `[CLS]` and `[SEP]` included.
 pub const MAX_LENGTH: usize = 256;
 
+/// Sentences per run in [`SentenceEmbedder::embed`] unless set otherwise.
+pub const BATCH_SIZE: usize = 32;
+
+/// [`SentenceEmbedder::embed`] pads each batch to a multiple of this many tokens.
+pub const PAD_MULTIPLE: usize = 8;
+
 /// Why the embedder could not be made or run.
 #[derive(Debug, thiserror::Error)]
 pub enum EmbedError {
@@ -48,6 +54,9 @@ pub enum EmbedError {
         /// `max_position_embeddings`.
         limit: usize,
     },
+    /// [`SentenceEmbedder::set_batch_size`] was given 0.
+    #[error("batch size must be at least 1")]
+    BatchSize,
     /// A host tensor could not be made or read.
     #[error(transparent)]
     Tensor(#[from] TensorError),
@@ -75,6 +84,7 @@ pub struct SentenceEmbedder {
     model: Bert,
     tokenizer: Tokenizer,
     config: BertConfig,
+    batch_size: usize,
 }
 
 impl SentenceEmbedder {
@@ -97,6 +107,7 @@ impl SentenceEmbedder {
             model,
             tokenizer,
             config,
+            batch_size: BATCH_SIZE,
         })
     }
 
@@ -161,15 +172,43 @@ impl SentenceEmbedder {
         Ok(self.model.executable_mut().profile(&inputs, &[], runs)?)
     }
 
-    /// One unit-length embedding per sentence, computed as one padded batch.
+    /// One unit-length embedding per sentence, in the order given.
+    ///
+    /// Sentences are sorted by token count and run in batches of [`batch_size`] neighbours,
+    /// each padded only to its longest sentence rounded up to a multiple of
+    /// [`PAD_MULTIPLE`] (so a few compiled plans serve any mix of lengths), so little work
+    /// goes to padding. Padding is masked, so each vector equals the sentence's embedding
+    /// run alone, to float rounding.
+    ///
+    /// [`batch_size`]: SentenceEmbedder::set_batch_size
     pub fn embed(&mut self, sentences: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        if sentences.is_empty() {
-            return Ok(Vec::new());
-        }
-        let batch = self.tokenizer.encode(sentences)?;
-        let (_, embeddings) = self.run(&batch)?;
+        let rows = self.tokenizer.encodings(sentences)?;
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_by_key(|&i| rows[i].get_ids().len());
         let width = self.config.hidden_size;
-        let values = embeddings.into_vec::<f32>()?;
-        Ok(values.chunks(width).map(<[f32]>::to_vec).collect())
+        let mut vectors = vec![Vec::new(); rows.len()];
+        for group in order.chunks(self.batch_size) {
+            let members: Vec<&tokenizers::Encoding> = group.iter().map(|&i| &rows[i]).collect();
+            let longest = members.iter().map(|r| r.get_ids().len()).max().unwrap_or(0);
+            let seq = longest
+                .next_multiple_of(PAD_MULTIPLE)
+                .min(self.config.max_position_embeddings)
+                .max(longest);
+            let (_, embeddings) = self.run(&Batch::of(&members, seq)?)?;
+            let values = embeddings.as_slice::<f32>()?;
+            for (&i, vector) in group.iter().zip(values.chunks(width)) {
+                vectors[i] = vector.to_vec();
+            }
+        }
+        Ok(vectors)
+    }
+
+    /// Sentences per run in [`SentenceEmbedder::embed`] (default [`BATCH_SIZE`]); at least 1.
+    pub fn set_batch_size(&mut self, batch_size: usize) -> Result<(), EmbedError> {
+        if batch_size == 0 {
+            return Err(EmbedError::BatchSize);
+        }
+        self.batch_size = batch_size;
+        Ok(())
     }
 }

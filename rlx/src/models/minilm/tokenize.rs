@@ -71,12 +71,24 @@ impl Tokenizer {
 
     /// Tokenizes `texts` into one batch right-padded with 0.
     pub fn encode(&self, texts: &[&str]) -> Result<Batch, EmbedError> {
-        let rows = texts
-            .iter()
-            .map(|text| self.encoding(text))
-            .collect::<Result<Vec<_>, _>>()?;
+        let rows = self.encodings(texts)?;
         let seq = rows.iter().map(|r| r.get_ids().len()).max().unwrap_or(0);
-        let n = texts.len();
+        Batch::of(&rows.iter().collect::<Vec<_>>(), seq)
+    }
+
+    /// The encoding of each text.
+    pub(crate) fn encodings(
+        &self,
+        texts: &[&str],
+    ) -> Result<Vec<tokenizers::Encoding>, EmbedError> {
+        texts.iter().map(|text| self.encoding(text)).collect()
+    }
+}
+
+impl Batch {
+    /// `rows` right-padded with 0 to `seq` tokens (at least the longest row).
+    pub(crate) fn of(rows: &[&tokenizers::Encoding], seq: usize) -> Result<Batch, EmbedError> {
+        let n = rows.len();
         let (mut ids, mut mask, mut types) = (
             vec![0i64; n * seq],
             vec![0i64; n * seq],
