@@ -84,6 +84,49 @@ fn matmul_every_transpose_with_batch_broadcast() {
 }
 
 #[test]
+fn fused_matmul_epilogues() {
+    use rlx::ir::{MatMulEpilogue, UnaryOp};
+    let cases = [
+        MatMulEpilogue {
+            bias: true,
+            activation: Some(UnaryOp::Gelu),
+            residual: true,
+        },
+        MatMulEpilogue {
+            bias: false,
+            activation: Some(UnaryOp::Tanh),
+            residual: false,
+        },
+        MatMulEpilogue {
+            bias: true,
+            activation: None,
+            residual: true,
+        },
+    ];
+    for (seed, epilogue) in cases.into_iter().enumerate() {
+        let mut inputs = vec![
+            Input::float("a", &[2, 3, 4]).symbolic(0, "batch"),
+            Input::float("b", &[5, 4]),
+        ];
+        if epilogue.bias {
+            inputs.push(Input::float("bias", &[5]));
+        }
+        if epilogue.residual {
+            inputs.push(Input::float("residual", &[2, 3, 5]).symbolic(0, "batch"));
+        }
+        let label = format!("fused_matmul {epilogue:?}");
+        grad_check(&label, 350 + seed as u64, &inputs, &|g, i| {
+            let m = Op::FusedMatMul {
+                transpose_a: false,
+                transpose_b: true,
+                epilogue,
+            };
+            op(g, m, i)
+        });
+    }
+}
+
+#[test]
 fn solve() {
     // A well-conditioned system: diagonal 3 plus noise.
     let a: Vec<f64> = (0..9)

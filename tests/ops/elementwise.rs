@@ -8,7 +8,7 @@ fn erf(x: f64) -> f64 {
     libm::erf(x)
 }
 
-fn unary_ref(kind: UnaryOp, x: f64) -> f64 {
+pub(crate) fn unary_ref(kind: UnaryOp, x: f64) -> f64 {
     use UnaryOp as U;
     match kind {
         U::Neg => -x,

@@ -141,3 +141,177 @@ fn matmul_with_an_empty_inner_dim_is_zero() {
     let expected = to_tensor(&Nd::new(&[3, 2], vec![0.0; 6]), DType::F32);
     check(&g, &[("a", &a), ("b", &b)], &[], &[expected], 1.0);
 }
+
+#[test]
+fn fused_matmul_epilogues() {
+    use rlx::ir::{MatMulEpilogue, UnaryOp};
+    let mut rng = Rng(14);
+    // (a shape, a runtime dims, b shape, transpose_b, epilogue)
+    type Case = (
+        Vec<usize>,
+        Vec<(usize, &'static str)>,
+        Vec<usize>,
+        bool,
+        MatMulEpilogue,
+    );
+    let epilogue = |bias, activation, residual| MatMulEpilogue {
+        bias,
+        activation,
+        residual,
+    };
+    let cases: Vec<Case> = vec![
+        (
+            vec![5, 7],
+            vec![],
+            vec![7, 3],
+            false,
+            epilogue(true, None, false),
+        ),
+        (
+            vec![5, 7],
+            vec![(0, "rows")],
+            vec![3, 7],
+            true,
+            epilogue(true, Some(UnaryOp::Gelu), false),
+        ),
+        (
+            vec![2, 6, 10],
+            vec![(0, "b")],
+            vec![10, 4],
+            false,
+            epilogue(true, None, true),
+        ),
+        (
+            vec![70, 300],
+            vec![],
+            vec![300, 40],
+            false,
+            epilogue(true, Some(UnaryOp::Tanh), true),
+        ),
+        (
+            vec![3, 9, 20],
+            vec![],
+            vec![3, 20, 35],
+            false,
+            epilogue(false, Some(UnaryOp::Relu), true),
+        ),
+        (
+            vec![130, 20],
+            vec![],
+            vec![20, 200],
+            false,
+            epilogue(false, Some(UnaryOp::Silu), false),
+        ),
+    ];
+    for dtype in FLOATS {
+        for (sa, ya, sb, tb, ep) in &cases {
+            let a = random(&mut rng, dtype, sa, -1.0, 1.0);
+            let b = random(&mut rng, dtype, sb, -1.0, 1.0);
+            let mut product = matmul_ref(&Nd::of(&a), &Nd::of(&b), false, *tb);
+            let out_shape = product.shape.clone();
+            let n = out_shape[out_shape.len() - 1];
+            let mut inputs = vec![
+                ("a", dtype, declared(sa, ya)),
+                ("b", dtype, declared(sb, &[])),
+            ];
+            let mut values = vec![a, b];
+            if ep.bias {
+                let bias = random(&mut rng, dtype, &[n], -1.0, 1.0);
+                let bn = Nd::of(&bias);
+                for (i, v) in product.data.iter_mut().enumerate() {
+                    *v += bn.data[i % n];
+                }
+                inputs.push(("bias", dtype, declared(&[n], &[])));
+                values.push(bias);
+            }
+            if let Some(kind) = ep.activation {
+                product = product.map(|v| crate::elementwise::unary_ref(kind, v));
+            }
+            if ep.residual {
+                let residual = random(&mut rng, dtype, &out_shape, -1.0, 1.0);
+                for (v, r) in product.data.iter_mut().zip(&Nd::of(&residual).data) {
+                    *v += r;
+                }
+                inputs.push(("residual", dtype, declared(&out_shape, ya)));
+                values.push(residual);
+            }
+            let op = Op::FusedMatMul {
+                transpose_a: false,
+                transpose_b: *tb,
+                epilogue: *ep,
+            };
+            let g = graph_of(&inputs, |bld, i| bld.op(op.clone(), i).unwrap());
+            let k = sa[sa.len() - 1];
+            let named: Vec<(&str, &rlx::tensor::HostTensor)> =
+                inputs.iter().map(|(name, ..)| *name).zip(&values).collect();
+            check(
+                &g,
+                &named,
+                &[],
+                &[to_tensor(&product, dtype)],
+                (k as f64).sqrt() * 4.0,
+            );
+        }
+    }
+}
+
+/// The CPU backend fuses a linear layer's bias, activation and residual into its matmul,
+/// with the results of the unfused graph; a value the graph exposes stays unfused.
+#[test]
+fn fusion_pass_keeps_results_and_exposed_values() {
+    use rlx::backend::{Backend, Executable};
+    use rlx::builder::GraphBuilder;
+    use rlx::cpu::{CpuBackend, CpuOptions};
+    use rlx::ir::{BinaryOp, UnaryOp};
+    let mut rng = Rng(15);
+    let build = |expose_sum: bool| {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [12, 8]).unwrap();
+        let w = b.param("w", DType::F32, [8, 16]).unwrap();
+        let bias = b.param("bias", DType::F32, [16]).unwrap();
+        let r = b.input("r", DType::F32, [12, 16]).unwrap();
+        let y = b.matmul(x, w).unwrap();
+        let y = b.binary(BinaryOp::Add, y, bias).unwrap();
+        if expose_sum {
+            b.output("sum", y).unwrap();
+        }
+        let y = b.unary(UnaryOp::Gelu, y).unwrap();
+        let y = b.binary(BinaryOp::Add, r, y).unwrap();
+        b.output("y", y).unwrap();
+        b.finish().unwrap()
+    };
+    let x = random(&mut rng, DType::F32, &[12, 8], -1.0, 1.0);
+    let r = random(&mut rng, DType::F32, &[12, 16], -1.0, 1.0);
+    let w = random(&mut rng, DType::F32, &[8, 16], -1.0, 1.0);
+    let bias = random(&mut rng, DType::F32, &[16], -1.0, 1.0);
+    for expose_sum in [false, true] {
+        let graph = build(expose_sum);
+        let run = |options: CpuOptions| {
+            let mut exe = CpuBackend::new(options).compile(&graph).unwrap();
+            exe.set_weight("w", w.view()).unwrap();
+            exe.set_weight("bias", bias.view()).unwrap();
+            let out = exe.run(&[("x", x.view()), ("r", r.view())], &[]).unwrap();
+            (exe.graph().to_string(), out)
+        };
+        let (fused_text, fused) = run(CpuOptions::default());
+        let (plain_text, plain) = run(CpuOptions {
+            optimize: false,
+            ..CpuOptions::default()
+        });
+        // An exposed sum ends the chain there: the gelu and the residual add stay.
+        let expected = if expose_sum {
+            "fused_matmul[+bias] "
+        } else {
+            "fused_matmul[+bias, gelu, +residual] "
+        };
+        assert!(fused_text.contains(expected), "{fused_text}");
+        assert_eq!(fused_text.contains("= gelu "), expose_sum, "{fused_text}");
+        assert!(!plain_text.contains("fused_matmul"));
+        for (f, p) in fused.iter().zip(&plain) {
+            let (f, p) = (f.as_slice::<f32>().unwrap(), p.as_slice::<f32>().unwrap());
+            for (a, b) in f.iter().zip(p) {
+                assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{a} vs {b}");
+            }
+        }
+    }
+}

@@ -154,7 +154,7 @@ impl Program {
         if options.optimize {
             g = passes::standard(&g)?;
             g = super::fold::fold_constants(&g, options)?;
-            // Fusion passes will run here.
+            g = passes::pass("fuse_matmul_epilogues", passes::fuse_matmul_epilogues(&g))?;
         }
         g = passes::pass("legalize", legalize(&g))?;
 
@@ -189,7 +189,8 @@ impl Program {
         // per weight and orientation, shared by the matmuls that agree on it).
         let mut packed_b = vec![None; g.len()];
         for (id, node) in g.iter() {
-            let Op::MatMul { transpose_b, .. } = node.op else {
+            let (Op::MatMul { transpose_b, .. } | Op::FusedMatMul { transpose_b, .. }) = node.op
+            else {
                 continue;
             };
             let b = node.inputs[1];

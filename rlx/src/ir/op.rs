@@ -31,6 +31,18 @@ pub enum AttentionMask {
     Tensor,
 }
 
+/// What a [`Op::FusedMatMul`] does to its product before storing it:
+/// `activation(a·b + bias) + residual`, each part optional.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct MatMulEpilogue {
+    /// Adds a `[N]` operand to every row.
+    pub bias: bool,
+    /// Applies an elementwise function of floats.
+    pub activation: Option<UnaryOp>,
+    /// Adds an operand of the output's type (a residual connection).
+    pub residual: bool,
+}
+
 /// A value in a custom op's attribute map.
 #[derive(Clone, Debug, PartialEq)]
 #[allow(missing_docs)]
@@ -96,6 +108,19 @@ pub enum Op {
         transpose_a: bool,
         /// `b` is stored as `[.., N, K]` (PyTorch `Linear` weights).
         transpose_b: bool,
+    },
+    /// A matmul and the elementwise ops that consumed it, in one kernel:
+    /// `activation(a·b + bias) + residual`. Made by
+    /// [`fuse_matmul_epilogues`](crate::passes::fuse_matmul_epilogues), not by frontends.
+    /// Operands: `a`, `b`, then `bias` `[N]` if `epilogue.bias`, then `residual` (the
+    /// output's type) if `epilogue.residual`; one float dtype.
+    FusedMatMul {
+        /// As in [`Op::MatMul`].
+        transpose_a: bool,
+        /// As in [`Op::MatMul`].
+        transpose_b: bool,
+        /// What is applied to the product.
+        epilogue: MatMulEpilogue,
     },
     /// Reduction over `axes` (sorted, unique, at least one). Operands: `x`.
     Reduce {
@@ -334,6 +359,7 @@ impl Op {
             Op::Where => "where",
             Op::Cast { .. } => "cast",
             Op::MatMul { .. } => "matmul",
+            Op::FusedMatMul { .. } => "fused_matmul",
             Op::Reduce { op, .. } => op.name(),
             Op::ArgReduce { op, .. } => op.name(),
             Op::Cumsum { .. } => "cumsum",
@@ -413,6 +439,7 @@ impl Op {
             | Op::Where
             | Op::Cast { .. }
             | Op::MatMul { .. }
+            | Op::FusedMatMul { .. }
             | Op::Reduce { .. }
             | Op::ArgReduce { .. }
             | Op::Cumsum { .. }
@@ -464,6 +491,27 @@ impl fmt::Display for Op {
                 }
                 if *transpose_b {
                     attrs.push("transpose_b".into());
+                }
+            }
+            Op::FusedMatMul {
+                transpose_a,
+                transpose_b,
+                epilogue,
+            } => {
+                if *transpose_a {
+                    attrs.push("transpose_a".into());
+                }
+                if *transpose_b {
+                    attrs.push("transpose_b".into());
+                }
+                if epilogue.bias {
+                    attrs.push("+bias".into());
+                }
+                if let Some(act) = epilogue.activation {
+                    attrs.push(act.name().into());
+                }
+                if epilogue.residual {
+                    attrs.push("+residual".into());
                 }
             }
             Op::Reduce {

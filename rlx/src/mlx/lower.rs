@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::MlxCustomOp;
 use super::array::{Array, MaskArg, MlxError};
 use crate::backend::{NodeSite, RunError};
-use crate::ir::{AttentionMask, ConstantData, Graph, Node, NodeId, Op};
+use crate::ir::{AttentionMask, BinaryOp, ConstantData, Graph, Node, NodeId, Op};
 use crate::tensor::TensorRef;
 
 /// Everything fixed once per binding that lowering reads. Shared with the `mlx::compile`
@@ -187,6 +187,29 @@ impl Lowering {
                 transpose_a,
                 transpose_b,
             } => x[0].matmul(x[1], *transpose_a, *transpose_b)?,
+            Op::FusedMatMul {
+                transpose_a,
+                transpose_b,
+                epilogue,
+            } => {
+                // MLX fuses elementwise chains itself (compiled mode): the parts run as ops.
+                let mut y = x[0].matmul(x[1], *transpose_a, *transpose_b)?;
+                let mut extra = x[2..].iter();
+                if epilogue.bias {
+                    let bias = extra.next().ok_or_else(|| MlxError::new("bias missing"))?;
+                    y = y.binary(BinaryOp::Add, bias)?;
+                }
+                if let Some(kind) = epilogue.activation {
+                    y = y.unary(kind)?;
+                }
+                if epilogue.residual {
+                    let residual = extra
+                        .next()
+                        .ok_or_else(|| MlxError::new("residual missing"))?;
+                    y = y.binary(BinaryOp::Add, residual)?;
+                }
+                y
+            }
             Op::Reduce {
                 op,
                 axes,

@@ -6,16 +6,20 @@
 //! - [`simplify`]: removes identities (same-shape reshape or broadcast, identity permute,
 //!   same-dtype cast, full slice, single-operand concat, zero padding).
 //!
-//! Fusion will slot in after these; constant folding needs kernels and lives with each
-//! backend.
+//! - [`fuse_matmul_epilogues`]: folds a matmul's bias add, activation and residual add into
+//!   one [`Op::FusedMatMul`](crate::ir::Op::FusedMatMul) (the CPU backend runs it).
+//!
+//! Constant folding needs kernels and lives with each backend.
 
 mod cse;
 mod dce;
+mod fuse;
 mod rewrite;
 mod simplify;
 
 pub use cse::cse;
 pub use dce::dce;
+pub use fuse::fuse_matmul_epilogues;
 pub use simplify::simplify;
 
 pub(crate) use rewrite::Rewriter;

@@ -48,6 +48,11 @@ pub(crate) fn vjp(e: &mut Emitter<'_>, id: NodeId, g: NodeId) -> Result<Vec<Grad
             transpose_a,
             transpose_b,
         } => linalg::matmul(e, x[0], x[1], *transpose_a, *transpose_b, g),
+        Op::FusedMatMul {
+            transpose_a,
+            transpose_b,
+            epilogue,
+        } => linalg::fused_matmul(e, x, *transpose_a, *transpose_b, epilogue, g),
         Op::Solve => linalg::solve(e, x[0], x[1], id, g),
         Op::Reduce { op, axes, .. } => reduce::reduce(e, *op, x[0], axes, id, g),
         Op::ArgReduce { .. } => none(),

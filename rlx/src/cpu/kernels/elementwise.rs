@@ -21,47 +21,68 @@ fn softplus<R: Real>(x: R) -> R {
     x.maximum(R::ZERO) + (-x.abs()).exp().ln_1p()
 }
 
+/// Where a unary kernel reads and writes.
+pub(crate) enum Target<'a, T> {
+    /// From `x` into `out` (split over workers when large).
+    Copy { x: &'a [T], out: &'a mut [T] },
+    /// In place, on the calling thread (a row of a fused epilogue).
+    InPlace(&'a mut [T]),
+}
+
 /// `out = f(x)` elementwise. `f` is `Copy` so each worker's loop works on its own copy of
 /// what `f` captured: values the compiler can keep in registers instead of re-reading
 /// them through a pointer that might alias `out`, which would stop vectorization.
-fn map_float<T: FloatStore>(x: &[T], out: &mut [T], f: impl Fn(T::Acc) -> T::Acc + Copy + Sync) {
-    for_each_chunk(out, |start, block| {
-        vectorized(move || {
-            for (o, v) in block.iter_mut().zip(&x[start..]) {
-                *o = T::store(f(v.load()));
+fn map_float<T: FloatStore>(target: Target<'_, T>, f: impl Fn(T::Acc) -> T::Acc + Copy + Sync) {
+    match target {
+        Target::Copy { x, out } => for_each_chunk(out, |start, block| {
+            vectorized(move || {
+                for (o, v) in block.iter_mut().zip(&x[start..]) {
+                    *o = T::store(f(v.load()));
+                }
+            })
+        }),
+        Target::InPlace(values) => vectorized(move || {
+            for v in values.iter_mut() {
+                *v = T::store(f(v.load()));
             }
-        })
-    });
+        }),
+    }
 }
 
 /// `out = kind(x)` for float storage types.
 pub(crate) fn unary_float<T: FloatStore>(kind: UnaryOp, x: &[T], out: &mut [T]) {
+    unary_float_on(kind, Target::Copy { x, out });
+}
+
+/// `kind` applied elementwise to `target`, for float storage types: the one definition of
+/// each float unary op on the CPU.
+pub(crate) fn unary_float_on<T: FloatStore>(kind: UnaryOp, target: Target<'_, T>) {
     use UnaryOp as U;
     let half = <T::Acc as Real>::from_f64(0.5);
     let sqrt_half = <T::Acc as Real>::from_f64(std::f64::consts::FRAC_1_SQRT_2);
     let one = <T::Acc as Real>::ONE;
     let zero = <T::Acc as Real>::ZERO;
     match kind {
-        U::Neg => map_float(x, out, move |v| -v),
-        U::Abs => map_float(x, out, move |v| v.abs()),
-        U::Exp => map_float(x, out, move |v| v.exp()),
-        U::Log => map_float(x, out, move |v| v.ln()),
-        U::Sqrt => map_float(x, out, move |v| v.sqrt()),
-        U::Rsqrt => map_float(x, out, move |v| one / v.sqrt()),
-        U::Recip => map_float(x, out, move |v| one / v),
-        U::Sin => map_float(x, out, move |v| v.sin()),
-        U::Cos => map_float(x, out, move |v| v.cos()),
-        U::Tanh => map_float(x, out, move |v| v.tanh()),
-        U::Sigmoid => map_float(x, out, sigmoid),
-        U::Relu => map_float(x, out, move |v| if v > zero { v } else { zero }),
-        U::Gelu => map_float(x, out, move |v| half * v * (one + (v * sqrt_half).erf())),
-        U::GeluTanh => map_float(x, out, gelu_tanh),
-        U::Silu => map_float(x, out, move |v| v * sigmoid(v)),
-        U::Erf => map_float(x, out, move |v| v.erf()),
-        U::Floor => map_float(x, out, move |v| v.floor()),
-        U::Ceil => map_float(x, out, move |v| v.ceil()),
-        U::Round => map_float(x, out, move |v| v.round_even()),
-        U::Sign => map_float(x, out, move |v| {
+        U::Neg => map_float(target, move |v| -v),
+        U::Abs => map_float(target, move |v| v.abs()),
+        U::Exp => map_float(target, move |v| v.exp()),
+        U::Log => map_float(target, move |v| v.ln()),
+        U::Sqrt => map_float(target, move |v| v.sqrt()),
+        U::Rsqrt => map_float(target, move |v| one / v.sqrt()),
+        U::Recip => map_float(target, move |v| one / v),
+        U::Sin => map_float(target, move |v| v.sin()),
+        U::Cos => map_float(target, move |v| v.cos()),
+        U::Tanh => map_float(target, move |v| v.tanh()),
+        U::Sigmoid => map_float(target, sigmoid),
+        U::Relu => map_float(target, move |v| if v > zero { v } else { zero }),
+        U::Gelu => map_float(target, move |v| half * v * (one + (v * sqrt_half).erf())),
+        U::GeluTanh => map_float(target, gelu_tanh),
+        U::Silu => map_float(target, move |v| v * sigmoid(v)),
+        U::Erf => map_float(target, move |v| v.erf()),
+        U::Floor => map_float(target, move |v| v.floor()),
+        U::Ceil => map_float(target, move |v| v.ceil()),
+        U::Round => map_float(target, move |v| v.round_even()),
+        U::Sign => map_float(target, move |v| {
             if v > zero {
                 one
             } else if v < zero {
@@ -70,7 +91,7 @@ pub(crate) fn unary_float<T: FloatStore>(kind: UnaryOp, x: &[T], out: &mut [T]) 
                 v // keeps 0, -0 and NaN
             }
         }),
-        U::Softplus => map_float(x, out, softplus),
+        U::Softplus => map_float(target, softplus),
     }
 }
 

@@ -295,6 +295,7 @@ fn attention_block<T: FloatStore>(
             probs,
             gemm_scratch,
             None,
+            None,
         );
         vectorized(ScoreRows {
             d,
@@ -316,6 +317,7 @@ fn attention_block<T: FloatStore>(
             &v_head[k0 * dv..],
             pv,
             gemm_scratch,
+            None,
             None,
         );
         let acc = &mut acc[..rows * dv];

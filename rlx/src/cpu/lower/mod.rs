@@ -69,6 +69,11 @@ pub(crate) fn scratch_requests(
         Op::MatMul {
             transpose_a,
             transpose_b,
+        }
+        | Op::FusedMatMul {
+            transpose_a,
+            transpose_b,
+            ..
         } => {
             let (dims, batches) =
                 matmul_layout(*transpose_a, *transpose_b, operands[0], operands[1], out);
@@ -191,10 +196,26 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
         Op::MatMul {
             transpose_a,
             transpose_b,
+        }
+        | Op::FusedMatMul {
+            transpose_a,
+            transpose_b,
+            ..
         } => {
             let (dims, batches) =
                 matmul_layout(*transpose_a, *transpose_b, shapes[0], shapes[1], out_shape);
             let plan = GemmPlan::new(dims, threads, kernel_shape(accumulator(dtype)));
+            let epilogue = match &node.op {
+                Op::FusedMatMul { epilogue, .. } => {
+                    let mut extra = views[2..].iter().copied();
+                    Some(thunks::EpilogueViews {
+                        bias: epilogue.bias.then(|| extra.next()).flatten(),
+                        activation: epilogue.activation,
+                        residual: epilogue.residual.then(|| extra.next()).flatten(),
+                    })
+                }
+                _ => None,
+            };
             vec![boxed(thunks::MatMul {
                 dtype,
                 batch_workers: batch_workers(&plan, batches.len(), threads),
@@ -206,6 +227,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 scratch: scratch[0],
                 wide_out: scratch.get(1).copied(),
                 packed_b,
+                epilogue,
             })]
         }
         Op::Reduce { op, axes, .. } => {

@@ -2,10 +2,10 @@
 
 use super::{Accesses, Kernel, Memory, View, float_type};
 use crate::backend::{NodeSite, RunError};
-use crate::cpu::kernels::gemm::{GemmAcc, GemmBatch, GemmPlan, gemm_batch};
+use crate::cpu::kernels::gemm::{EpilogueParts, GemmAcc, GemmBatch, GemmPlan, gemm_batch};
 use crate::cpu::kernels::linalg::{self, QuantDims};
 use crate::cpu::kernels::numeric::{FloatStore, accumulator};
-use crate::ir::DType;
+use crate::ir::{DType, UnaryOp};
 
 /// A batched matrix product over one GEMM plan.
 #[derive(Clone, Debug)]
@@ -26,6 +26,16 @@ pub(crate) struct MatMul {
     pub batch_workers: usize,
     /// `b` already packed (a weight, packed when it was bound), in the accumulator type.
     pub packed_b: Option<View>,
+    /// What a fused matmul applies to its product.
+    pub epilogue: Option<EpilogueViews>,
+}
+
+/// The epilogue of a fused matmul: `activation(product + bias) + residual`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct EpilogueViews {
+    pub bias: Option<View>,
+    pub activation: Option<UnaryOp>,
+    pub residual: Option<View>,
 }
 
 impl MatMul {
@@ -40,6 +50,11 @@ impl MatMul {
             a: mem.src::<S>(self.a),
             b: mem.src::<S>(self.b),
             packed_b: self.packed_b.map(|v| mem.src::<S::Acc>(v)),
+            epilogue: self.epilogue.map(|e| EpilogueParts {
+                bias: e.bias.map(|v| mem.src::<S>(v)),
+                activation: e.activation,
+                residual: e.residual.map(|v| mem.src::<S>(v)),
+            }),
         };
         gemm_batch(
             &job,
@@ -58,6 +73,9 @@ impl Kernel for MatMul {
         writes.extend(self.wide_out.map(|v| (v, acc)));
         let mut reads = vec![(self.a, s), (self.b, s)];
         reads.extend(self.packed_b.map(|v| (v, acc)));
+        if let Some(e) = &self.epilogue {
+            reads.extend(e.bias.iter().chain(&e.residual).map(|v| (*v, s)));
+        }
         Accesses { writes, reads }
     }
 

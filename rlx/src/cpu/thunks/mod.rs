@@ -18,7 +18,7 @@ mod view;
 
 pub(crate) use custom::Custom;
 pub(crate) use elementwise::{Binary, Cast, Compare, Select, Unary};
-pub(crate) use linalg::{MatMul, QuantizedMatMul, Solve};
+pub(crate) use linalg::{EpilogueViews, MatMul, QuantizedMatMul, Solve};
 pub(crate) use movement::{Fill, Gather, ScatterAdd, StridedCopy};
 pub(crate) use nn::{Attention, Rope};
 pub(crate) use reduce::{ArgReduce, Cumsum, Norm, Reduce, Softmax};

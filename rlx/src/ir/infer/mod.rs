@@ -61,6 +61,11 @@ impl Op {
                 transpose_a,
                 transpose_b,
             } => linalg::matmul(*transpose_a, *transpose_b, inputs),
+            Op::FusedMatMul {
+                transpose_a,
+                transpose_b,
+                epilogue,
+            } => linalg::fused_matmul(*transpose_a, *transpose_b, epilogue, inputs),
             Op::Solve => linalg::solve(inputs),
             Op::QuantizedMatMul { bits, group_size } => {
                 linalg::quantized_matmul(*bits, *group_size, inputs)

@@ -2,8 +2,9 @@
 
 use rayon::prelude::*;
 
-use super::{GemmAcc, GemmPlan, gemm};
+use super::{Epilogue, GemmAcc, GemmPlan, RowEpilogue, gemm};
 use crate::cpu::kernels::numeric::FloatStore;
+use crate::ir::UnaryOp;
 
 /// The operands of a batch of products sharing one plan.
 pub(crate) struct GemmBatch<'a, S: FloatStore> {
@@ -16,6 +17,17 @@ pub(crate) struct GemmBatch<'a, S: FloatStore> {
     pub b: &'a [S],
     /// `b` packed once when bound (a weight), in the accumulator type.
     pub packed_b: Option<&'a [S::Acc]>,
+    /// A fused matmul's bias, activation and residual (all batch entries' `m x n` blocks
+    /// in output order).
+    pub epilogue: Option<EpilogueParts<'a, S>>,
+}
+
+/// The operands of a fused matmul's epilogue.
+#[derive(Clone, Copy)]
+pub(crate) struct EpilogueParts<'a, S> {
+    pub bias: Option<&'a [S]>,
+    pub activation: Option<UnaryOp>,
+    pub residual: Option<&'a [S]>,
 }
 
 /// `out[i] = a[i] · b[i]` for every batch entry. `scratch` holds one packing slot per
@@ -37,14 +49,22 @@ pub(crate) fn gemm_batch<S: FloatStore>(
             for (i, dst) in out.chunks_mut(tile).enumerate() {
                 let (ao, bo) = job.offsets[first + i];
                 let (a, b) = (&job.a[ao..], &job.b[bo..]);
+                let entry = first + i;
+                let epilogue = job.epilogue.map(|parts| Epilogue {
+                    bias: parts.bias,
+                    activation: parts.activation,
+                    residual: parts.residual.map(|r| &r[entry * tile..(entry + 1) * tile]),
+                    n: job.plan.dims.n,
+                });
+                let epilogue = epilogue.as_ref().map(|e| e as &dyn RowEpilogue<S::Acc>);
                 match wide.as_deref_mut() {
                     None => {
                         // Storage and accumulator are the same type here (f32 or f64).
                         let dst: &mut [S::Acc] = bytemuck::cast_slice_mut(dst);
-                        gemm(job.plan, kernel, a, b, dst, scratch, job.packed_b);
+                        gemm(job.plan, kernel, a, b, dst, scratch, job.packed_b, epilogue);
                     }
                     Some(w) => {
-                        gemm(job.plan, kernel, a, b, w, scratch, job.packed_b);
+                        gemm(job.plan, kernel, a, b, w, scratch, job.packed_b, epilogue);
                         for (d, v) in dst.iter_mut().zip(w.iter()) {
                             *d = S::store(*v);
                         }

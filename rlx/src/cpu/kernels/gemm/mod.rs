@@ -13,11 +13,13 @@
 mod avx2;
 mod avx512;
 mod batch;
+mod epilogue;
 mod scalar;
 
 use rayon::prelude::*;
 
-pub(crate) use batch::{GemmBatch, gemm_batch};
+pub(crate) use batch::{EpilogueParts, GemmBatch, gemm_batch};
+pub(crate) use epilogue::{Epilogue, RowEpilogue};
 
 use super::layout::parallel;
 use super::numeric::{FloatStore, Real};
@@ -315,6 +317,7 @@ fn serial<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
     cols: std::ops::Range<usize>,
     slot: &mut [SA::Acc],
     prepacked_b: Option<&[SA::Acc]>,
+    epilogue: Option<&dyn RowEpilogue<SA::Acc>>,
 ) where
     SA::Acc: GemmAcc,
 {
@@ -361,6 +364,17 @@ fn serial<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
                         };
                     }
                 }
+                // The last block of k has landed: these rows of C are final and still in
+                // cache.
+                if let Some(epilogue) = epilogue.filter(|_| p0 + kc == d.k) {
+                    for i in i0..i0 + mc {
+                        // SAFETY: row i, columns j0..j0+nc lie inside the m x n output and
+                        // belong to this worker alone; no tile write is pending.
+                        let values =
+                            unsafe { std::slice::from_raw_parts_mut(c.0.add(i * d.n + j0), nc) };
+                        epilogue.apply(i, j0, values);
+                    }
+                }
             }
         }
     }
@@ -371,6 +385,8 @@ fn serial<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
 /// `a` and `b` start at their first element and may have different storage types with one
 /// accumulator type; `scratch` has `plan.scratch_len()` elements. `prepacked_b`, when
 /// given, is all of `b` packed by [`pack_b_whole`] and replaces packing `b` here.
+/// `epilogue`, when given, runs on each row block of `c` as soon as it is final.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
     plan: &GemmPlan,
     kernel: MicroKernel<SA::Acc>,
@@ -379,6 +395,7 @@ pub(crate) fn gemm<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
     c: &mut [SA::Acc],
     scratch: &mut [SA::Acc],
     prepacked_b: Option<&[SA::Acc]>,
+    epilogue: Option<&dyn RowEpilogue<SA::Acc>>,
 ) where
     SA::Acc: GemmAcc,
 {
@@ -388,6 +405,11 @@ pub(crate) fn gemm<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
     }
     if d.k == 0 {
         c[..d.m * d.n].fill(<SA::Acc as Real>::ZERO);
+        if let Some(epilogue) = epilogue {
+            for (i, row) in c[..d.m * d.n].chunks_exact_mut(d.n).enumerate() {
+                epilogue.apply(i, 0, row);
+            }
+        }
         return;
     }
     assert!(c.len() >= d.m * d.n, "C is too small for the product");
@@ -402,7 +424,18 @@ pub(crate) fn gemm<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
             Split::Columns => (0..d.m, w * plan.chunk..d.n.min((w + 1) * plan.chunk)),
         };
         if !rows.is_empty() && !cols.is_empty() {
-            serial(plan, kernel, a, b, shared, rows, cols, slot, prepacked_b);
+            serial(
+                plan,
+                kernel,
+                a,
+                b,
+                shared,
+                rows,
+                cols,
+                slot,
+                prepacked_b,
+                epilogue,
+            );
         }
     };
     let slots = &mut scratch[..plan.scratch_len()];
@@ -462,7 +495,16 @@ mod tests {
             pack_b_whole(&d, &b32, kernel.shape, &mut packed);
             for prepacked in [None, Some(packed.as_slice())] {
                 let mut c = vec![f32::NAN; m * n];
-                gemm(&plan, kernel, &a32, &b32, &mut c, &mut scratch, prepacked);
+                gemm(
+                    &plan,
+                    kernel,
+                    &a32,
+                    &b32,
+                    &mut c,
+                    &mut scratch,
+                    prepacked,
+                    None,
+                );
                 for (x, y) in c.iter().zip(&expected) {
                     assert!(
                         (f64::from(*x) - y).abs() < 1e-3 * (1.0 + y.abs()),
@@ -479,7 +521,7 @@ mod tests {
         pack_b_whole(&d, &b, kernel.shape, &mut packed);
         for prepacked in [None, Some(packed.as_slice())] {
             let mut c = vec![f64::NAN; m * n];
-            gemm(&plan, kernel, &a, &b, &mut c, &mut scratch, prepacked);
+            gemm(&plan, kernel, &a, &b, &mut c, &mut scratch, prepacked, None);
             assert_eq!(c, expected, "prepacked B: {}", prepacked.is_some());
         }
     }
