@@ -26,8 +26,8 @@ pub struct ProfileStep {
 ///
 /// let mut b = GraphBuilder::new();
 /// let x = b.input("x", DType::F32, [4, 4])?;
-/// let y = b.matmul(x, x)?;
-/// let z = b.unary(UnaryOp::Exp, y)?;
+/// let y = b.unary(UnaryOp::Exp, x)?;
+/// let z = b.matmul(y, y)?;
 /// b.output("z", z)?;
 /// let mut exe = CpuBackend::default().compile(&b.finish()?)?;
 /// let x = HostTensor::from_vec(vec![0.5f32; 16], [4, 4])?;
