@@ -28,8 +28,8 @@ use crate::ir::DType;
 
 /// Rows of `A` per micro-kernel call (every kernel).
 pub(crate) const MR: usize = 6;
-/// Rows of `A` packed per block.
-const MC: usize = 120;
+/// Rows of `A` packed per block, at most (a 256 x kc block of A stays in L2).
+const MC: usize = 256;
 /// Columns of `B` per block, at most.
 const NC: usize = 3072;
 
@@ -129,6 +129,9 @@ pub(crate) struct GemmPlan {
     /// The shape of the kernel the product runs with.
     pub shape: KernelShape,
     kc: usize,
+    /// Rows of A per packed block: a worker's rows in equal blocks of at most `MC`, so no
+    /// thin last block re-reads all of B for a few rows.
+    mc: usize,
     nc: usize,
     split: Split,
     /// Rows or columns per worker (a multiple of `MR` or `nr`).
@@ -160,10 +163,18 @@ impl GemmPlan {
             dims.n
         };
         let nc = cols.div_ceil(nr).clamp(1, NC / nr) * nr;
+        let rows = if split == Split::Rows {
+            chunk.min(dims.m)
+        } else {
+            dims.m
+        };
+        let row_blocks = rows.div_ceil(MC).max(1);
+        let mc = rows.div_ceil(row_blocks).div_ceil(MR).max(1) * MR;
         GemmPlan {
             dims,
             shape,
             kc,
+            mc,
             nc,
             split,
             chunk,
@@ -172,7 +183,7 @@ impl GemmPlan {
     }
 
     fn slot_len(&self) -> usize {
-        self.nc * self.kc + MC * self.kc
+        self.nc * self.kc + self.mc * self.kc
     }
 
     /// Scratch elements of the accumulator type the product needs.
@@ -339,8 +350,8 @@ fn serial<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
                     b_slot
                 }
             };
-            for i0 in rows.clone().step_by(MC) {
-                let mc = MC.min(rows.end - i0);
+            for i0 in rows.clone().step_by(plan.mc) {
+                let mc = plan.mc.min(rows.end - i0);
                 pack_a(&d, a, i0, mc, p0, kc, packed_a);
                 for jp in 0..nc.div_ceil(nr) {
                     let tile_nr = nr.min(nc - jp * nr);
