@@ -913,3 +913,83 @@ fn custom_ops_run_registered_kernels_and_report_failures() {
         }
     }
 }
+
+/// Swaps axes 1 and 2 of a rank-4 array.
+fn swap_heads(x: &Nd) -> Nd {
+    let s = &x.shape;
+    let shape = [s[0], s[2], s[1], s[3]];
+    let data = indices(&shape)
+        .iter()
+        .map(|i| x.at(&[i[0], i[2], i[1], i[3]]))
+        .collect();
+    Nd::new(&shape, data)
+}
+
+/// Heads split from `[B, S, H, D]` by a permute only the attention reads (and merged back by
+/// one only the output feeds) are read and written in place on the CPU: no permute kernel
+/// runs, and the results are those of the permuted graph. A permute something else also
+/// reads, and an attention output the graph exposes, keep their copies.
+#[test]
+fn attention_reads_and_writes_split_heads_in_place() {
+    let mut rng = Rng(45);
+    let (b, s, h, d) = (2usize, 7usize, 3usize, 4usize);
+    let split = [b, s, h, d];
+    for dtype in FLOATS {
+        let q = random(&mut rng, dtype, &split, -1.0, 1.0);
+        let k = random(&mut rng, dtype, &split, -1.0, 1.0);
+        let v = random(&mut rng, dtype, &split, -1.0, 1.0);
+        let heads = |x: &HostTensor| swap_heads(&Nd::of(x));
+        let attended = attention_ref(
+            &heads(&q),
+            &heads(&k),
+            &heads(&v),
+            0.4,
+            AttentionMask::Causal,
+            None,
+            1,
+        );
+        let merged = swap_heads(&attended);
+        // (expose the attention output, expose v's permute, permutes expected to run)
+        for (expose_out, expose_v, permutes) in
+            [(false, false, 0), (true, false, 1), (false, true, 1)]
+        {
+            let mut bld = rlx::builder::GraphBuilder::new();
+            let ids: Vec<_> = ["q", "k", "v"]
+                .iter()
+                .map(|n| bld.input(n, dtype, split).unwrap())
+                .collect();
+            let perm = [0, 2, 1, 3];
+            let p: Vec<_> = ids
+                .iter()
+                .map(|i| bld.permute(*i, &perm).unwrap())
+                .collect();
+            let op = Op::Attention {
+                scale: 0.4,
+                mask: AttentionMask::Causal,
+            };
+            let a = bld.op(op, &p).unwrap();
+            let y = bld.permute(a, &perm).unwrap();
+            bld.output("y", y).unwrap();
+            let mut expected = vec![to_tensor(&merged, dtype)];
+            if expose_out {
+                bld.output("attended", a).unwrap();
+                expected.push(to_tensor(&attended, dtype));
+            }
+            if expose_v {
+                bld.output("v_heads", p[2]).unwrap();
+                expected.push(to_tensor(&heads(&v), dtype));
+            }
+            let g = bld.finish().unwrap();
+            let inputs = [("q", &q), ("k", &k), ("v", &v)];
+            check(&g, &inputs, &[], &expected, 4.0);
+            let mut exe = CpuBackend::default().compile(&g).unwrap();
+            let views: Vec<_> = inputs.iter().map(|(n, t)| (*n, t.view())).collect();
+            let profile = exe.profile(&views, &[], 1).unwrap();
+            let ran = profile.steps.iter().filter(|st| st.op == "permute").count();
+            assert_eq!(
+                ran, permutes,
+                "{dtype} expose_out={expose_out} expose_v={expose_v}"
+            );
+        }
+    }
+}

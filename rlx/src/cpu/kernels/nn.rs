@@ -35,6 +35,53 @@ pub(crate) struct AttentionDims {
     /// Leading-dims size of q per key/value head index calculation: `q_heads` of the axis
     /// before the sequence (1 when rank is 2).
     pub q_heads_axis: usize,
+    /// Where the heads of q, k, v and the output are stored.
+    pub layouts: [HeadLayout; 4],
+}
+
+/// Where the rows of each head of one attention operand are: head `h` (leading dims
+/// flattened) starts at `(h / heads) * outer_stride + (h % heads) * head_stride`, its
+/// positions `row_stride` apart, features contiguous.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HeadLayout {
+    heads: usize,
+    outer_stride: usize,
+    head_stride: usize,
+    row_stride: usize,
+}
+
+impl HeadLayout {
+    /// `[.., H, S, D]` stored as it reads.
+    pub(crate) fn contiguous(shape: &[usize]) -> HeadLayout {
+        let r = shape.len();
+        let (s, d) = (shape[r - 2], shape[r - 1]);
+        HeadLayout {
+            heads: 1,
+            outer_stride: s * d,
+            head_stride: 0,
+            row_stride: d,
+        }
+    }
+
+    /// `[.., H, S, D]` stored as `[.., S, H, D]`: the heads were split off the features of
+    /// each position and never transposed (rank 3 or more).
+    pub(crate) fn sequence_major(shape: &[usize]) -> HeadLayout {
+        let r = shape.len();
+        let (h, s, d) = (shape[r - 3], shape[r - 2], shape[r - 1]);
+        HeadLayout {
+            heads: h,
+            outer_stride: s * h * d,
+            head_stride: d,
+            row_stride: h * d,
+        }
+    }
+
+    /// The element offset of row `i` of head `h`.
+    fn row(&self, h: usize, i: usize) -> usize {
+        (h / self.heads) * self.outer_stride
+            + (h % self.heads) * self.head_stride
+            + i * self.row_stride
+    }
 }
 
 /// Element offsets of a broadcast mask: per flattened head, then strides along the query
@@ -102,7 +149,9 @@ impl AttentionTiling {
         } else {
             threads.clamp(1, tasks.max(1))
         };
-        let (scores, pv) = Self::products(query_block, key_block, head_dim, value_dim);
+        // Packing scratch does not depend on the strides.
+        let dense = [head_dim, head_dim, value_dim];
+        let (scores, pv) = Self::products(query_block, key_block, (head_dim, value_dim), dense);
         let slot_len = query_block * key_block // probabilities
             + 2 * query_block * value_dim // running output and one block's P·V
             + 2 * query_block // running max and sum
@@ -118,21 +167,22 @@ impl AttentionTiling {
         }
     }
 
-    /// The two products of one step: `S[rows, keys] = Q·Kᵀ` and `P·V[rows, value_dim]`.
+    /// The two products of one step, `S[rows, keys] = Q·Kᵀ` and `P·V[rows, value_dim]`,
+    /// for q, k and v rows the given strides apart.
     fn products(
         rows: usize,
         keys: usize,
-        head_dim: usize,
-        value_dim: usize,
+        (head_dim, value_dim): (usize, usize),
+        [q_rs, k_rs, v_rs]: [usize; 3],
     ) -> (GemmDims, GemmDims) {
         let scores = GemmDims {
             m: rows,
             n: keys,
             k: head_dim,
-            a_rs: head_dim,
+            a_rs: q_rs,
             a_cs: 1,
             b_rs: 1,
-            b_cs: head_dim,
+            b_cs: k_rs,
         };
         let pv = GemmDims {
             m: rows,
@@ -140,7 +190,7 @@ impl AttentionTiling {
             k: keys,
             a_rs: keys,
             a_cs: 1,
-            b_rs: value_dim,
+            b_rs: v_rs,
             b_cs: 1,
         };
         (scores, pv)
@@ -183,8 +233,10 @@ pub(crate) fn attention<T: FloatStore>(
     if tasks == 0 || d.value_dim == 0 {
         return;
     }
+    let out_layout = d.layouts[3];
     assert!(
-        out.len() >= d.heads * d.seq_q * d.value_dim,
+        out.len() >= d.heads * d.seq_q * d.value_dim
+            && out_layout.row(d.heads - 1, d.seq_q - 1) + d.value_dim <= out.len(),
         "attention output too small"
     );
     let shared = SharedOut(out.as_mut_ptr());
@@ -195,13 +247,21 @@ pub(crate) fn attention<T: FloatStore>(
             let (h, block) = (task / blocks_per_head, task % blocks_per_head);
             let q0 = block * tiling.query_block;
             let rows = tiling.query_block.min(d.seq_q - q0);
-            let at = (h * d.seq_q + q0) * d.value_dim;
-            // SAFETY: rows q0..q0+rows of head h are this task's alone (tasks partition
-            // heads × query blocks), and lie inside `out` (checked above).
-            let out_rows =
-                unsafe { std::slice::from_raw_parts_mut(shared.ptr().add(at), rows * d.value_dim) };
             let job = QueryBlock { h, q0, rows };
-            attention_block(d, tiling, kernel, job, q, k, v, mask, out_rows, slot);
+            let result = attention_block(d, tiling, kernel, job, q, k, v, mask, slot);
+            for (r, values) in result.chunks_exact(d.value_dim).enumerate() {
+                let at = out_layout.row(h, q0 + r);
+                // SAFETY: row q0+r of head h is this task's alone (tasks partition heads ×
+                // query blocks, and a layout maps distinct rows to disjoint ranges), and it
+                // lies inside `out` (checked above for the last row of the last head).
+                let row =
+                    unsafe { std::slice::from_raw_parts_mut(shared.ptr().add(at), d.value_dim) };
+                vectorized(|| {
+                    for (o, x) in row.iter_mut().zip(values) {
+                        *o = T::store(*x);
+                    }
+                });
+            }
         }
     };
     let slots = &mut scratch[..tiling.workers * tiling.slot_len];
@@ -241,7 +301,7 @@ impl QueryBlock {
 
 /// One query block through every key block: online softmax over GEMM tiles.
 #[allow(clippy::too_many_arguments)]
-fn attention_block<T: FloatStore>(
+fn attention_block<'s, T: FloatStore>(
     d: &AttentionDims,
     tiling: &AttentionTiling,
     kernel: MicroKernel<T::Acc>,
@@ -250,9 +310,9 @@ fn attention_block<T: FloatStore>(
     k: &[T],
     v: &[T],
     mask: MaskValues<'_, T>,
-    out: &mut [T],
-    slot: &mut [T::Acc],
-) where
+    slot: &'s mut [T::Acc],
+) -> &'s [T::Acc]
+where
     T::Acc: GemmAcc,
 {
     let zero = <T::Acc as Real>::ZERO;
@@ -276,22 +336,25 @@ fn attention_block<T: FloatStore>(
         let (outer, head) = (job.h / d.q_heads_axis, job.h % d.q_heads_axis);
         outer * (d.q_heads_axis / d.group) + head / d.group
     };
-    let q_block = &q[(job.h * d.seq_q + job.q0) * d.head_dim..];
-    let k_head = &k[kv_h * d.seq_k * d.head_dim..];
-    let v_head = &v[kv_h * d.seq_k * dv..];
+    let [q_at, k_at, v_at, _] = d.layouts;
+    let strides = [q_at.row_stride, k_at.row_stride, v_at.row_stride];
+    let q_block = &q[q_at.row(job.h, job.q0)..];
+    let k_head = &k[k_at.row(kv_h, 0)..];
+    let v_head = &v[v_at.row(kv_h, 0)..];
     // Keys any row of the block may see (row ranges only move forward with the row).
     let first = job.keys(d, job.q0).0;
     let last = job.keys(d, job.q0 + rows - 1).1;
     let scale = <T::Acc as Real>::from_f64(d.scale);
     for k0 in (first..last).step_by(kb) {
         let keys = kb.min(last - k0);
-        let (score_dims, pv_dims) = AttentionTiling::products(rows, keys, d.head_dim, dv);
+        let (score_dims, pv_dims) =
+            AttentionTiling::products(rows, keys, (d.head_dim, dv), strides);
         let probs = &mut probs[..rows * keys];
         gemm(
             &GemmPlan::new(score_dims, 1, tiling.shape),
             kernel,
             q_block,
-            &k_head[k0 * d.head_dim..],
+            &k_head[k0 * k_at.row_stride..],
             probs,
             gemm_scratch,
             None,
@@ -314,7 +377,7 @@ fn attention_block<T: FloatStore>(
             &GemmPlan::new(pv_dims, 1, tiling.shape),
             kernel,
             &*probs,
-            &v_head[k0 * dv..],
+            &v_head[k0 * v_at.row_stride..],
             pv,
             gemm_scratch,
             None,
@@ -327,20 +390,21 @@ fn attention_block<T: FloatStore>(
             }
         });
     }
-    let (acc, row_max, row_sum) = (&acc[..rows * dv], &row_max[..rows], &row_sum[..rows]);
+    let (acc, row_max, row_sum) = (&mut acc[..rows * dv], &row_max[..rows], &row_sum[..rows]);
     vectorized(|| {
-        for (r, o) in out.chunks_exact_mut(dv).enumerate() {
+        for (r, o) in acc.chunks_exact_mut(dv).enumerate() {
             // A row with every key masked has no distribution; it yields zeros.
             let inv = if row_max[r] == neg_inf {
                 zero
             } else {
                 <T::Acc as Real>::ONE / row_sum[r]
             };
-            for (o, a) in o.iter_mut().zip(&acc[r * dv..(r + 1) * dv]) {
-                *o = T::store(*a * inv);
+            for a in o.iter_mut() {
+                *a = *a * inv;
             }
         }
     });
+    acc
 }
 
 /// One key block's scores of a query block turned into unnormalised probabilities: scale,

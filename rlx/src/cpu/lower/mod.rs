@@ -5,7 +5,9 @@ mod geometry;
 use super::kernels::gemm::{GemmPlan, kernel_shape};
 use super::kernels::layout::{Strided, contiguous_strides};
 use super::kernels::linalg::QuantDims;
-use super::kernels::nn::{AttentionDims, AttentionTiling, KeyRange, MaskLayout, RopeDims};
+use super::kernels::nn::{
+    AttentionDims, AttentionTiling, HeadLayout, KeyRange, MaskLayout, RopeDims,
+};
 use super::kernels::numeric::accumulator;
 use super::kernels::reduce::NormKind;
 use super::thunks::{self, Thunk, View};
@@ -30,6 +32,9 @@ pub(crate) struct LowerInput<'a> {
     pub custom: Option<std::sync::Arc<dyn super::custom::CustomKernel>>,
     /// For a matmul whose `b` is a weight: its packing in the static region.
     pub packed_b: Option<View>,
+    /// For an attention: which of q, k, v and the output are stored `[.., S, H, D]` (the
+    /// plan dropped the permute that would have made them `[.., H, S, D]`).
+    pub sequence_major: [bool; 4],
 }
 
 /// How an attention of these query, key and output shapes is blocked.
@@ -146,6 +151,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
         threads,
         custom,
         packed_b,
+        sequence_major,
     } = input;
     let dtype = node.ty.dtype;
     if out.len == 0 {
@@ -521,6 +527,14 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                     keys,
                     mask: mask_layout,
                     q_heads_axis,
+                    layouts: std::array::from_fn(|i| {
+                        let shape = if i < 3 { shapes[i] } else { out_shape };
+                        if sequence_major[i] {
+                            HeadLayout::sequence_major(shape)
+                        } else {
+                            HeadLayout::contiguous(shape)
+                        }
+                    }),
                 },
                 q: views[0],
                 k: views[1],
