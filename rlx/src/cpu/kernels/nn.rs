@@ -454,36 +454,41 @@ where
             p[..lo].fill(neg_inf);
             p[hi..].fill(neg_inf);
             let seen = &mut p[lo..hi];
-            for s in seen.iter_mut() {
-                *s = *s * scale;
-            }
-            if let Some(m) = &d.mask {
-                let base = m.head_offsets[job.h] + i * m.query_stride + (k0 + lo) * m.key_stride;
-                match (mask, m.key_stride) {
-                    // Contiguous mask rows (the common case) as straight selects and adds.
-                    (MaskValues::Bool(values), 1) => {
-                        for (s, keep) in seen.iter_mut().zip(&values[base..]) {
-                            *s = if *keep == 0 { neg_inf } else { *s };
-                        }
+            // Scale and mask in one pass over the row.
+            let base = d.mask.as_ref().map(|m| {
+                let at = m.head_offsets[job.h] + i * m.query_stride + (k0 + lo) * m.key_stride;
+                (at, m.key_stride)
+            });
+            match (mask, base) {
+                // Contiguous mask rows (the common case) as straight selects and adds.
+                (MaskValues::Bool(values), Some((at, 1))) => {
+                    for (s, keep) in seen.iter_mut().zip(&values[at..]) {
+                        *s = if *keep == 0 { neg_inf } else { *s * scale };
                     }
-                    (MaskValues::Additive(values), 1) => {
-                        for (s, add) in seen.iter_mut().zip(&values[base..]) {
-                            *s += add.load();
-                        }
+                }
+                (MaskValues::Additive(values), Some((at, 1))) => {
+                    for (s, add) in seen.iter_mut().zip(&values[at..]) {
+                        *s = *s * scale + add.load();
                     }
-                    (MaskValues::Bool(values), stride) => {
-                        for (j, s) in seen.iter_mut().enumerate() {
-                            if values[base + j * stride] == 0 {
-                                *s = neg_inf;
-                            }
-                        }
+                }
+                (MaskValues::Bool(values), Some((at, stride))) => {
+                    for (j, s) in seen.iter_mut().enumerate() {
+                        *s = if values[at + j * stride] == 0 {
+                            neg_inf
+                        } else {
+                            *s * scale
+                        };
                     }
-                    (MaskValues::Additive(values), stride) => {
-                        for (j, s) in seen.iter_mut().enumerate() {
-                            *s += values[base + j * stride].load();
-                        }
+                }
+                (MaskValues::Additive(values), Some((at, stride))) => {
+                    for (j, s) in seen.iter_mut().enumerate() {
+                        *s = *s * scale + values[at + j * stride].load();
                     }
-                    (MaskValues::None, _) => {}
+                }
+                _ => {
+                    for s in seen.iter_mut() {
+                        *s = *s * scale;
+                    }
                 }
             }
             let new_max = row_max[r].maximum(lane_max(p));
@@ -496,9 +501,10 @@ where
                 *s = (*s - new_max).exp();
             }
             let sum = lane_sum(p, |v| v);
-            // Rescale what earlier key blocks added to this row to the new maximum.
+            // Rescale what earlier key blocks added to this row to the new maximum (nothing
+            // was added while the maximum was -inf).
             let alpha = (row_max[r] - new_max).exp();
-            if alpha != <T::Acc as Real>::ONE {
+            if alpha != <T::Acc as Real>::ONE && row_max[r] != neg_inf {
                 for a in &mut acc[r * dv..(r + 1) * dv] {
                     *a = *a * alpha;
                 }
