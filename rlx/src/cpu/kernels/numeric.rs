@@ -55,7 +55,7 @@ pub(crate) trait Real:
 }
 
 macro_rules! real {
-    ($t:ty, $exp:path, $erf:path) => {
+    ($t:ty, $exp:path, $tanh:path, $erf:path) => {
         impl Real for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -80,7 +80,7 @@ macro_rules! real {
                 <$t>::cos(self)
             }
             fn tanh(self) -> Self {
-                <$t>::tanh(self)
+                $tanh(self)
             }
             fn erf(self) -> Self {
                 $erf(self)
@@ -130,8 +130,8 @@ macro_rules! real {
     };
 }
 
-real!(f32, exp_f32, erf_f32);
-real!(f64, f64::exp, libm::erf);
+real!(f32, exp_f32, tanh_f32, erf_f32);
+real!(f64, f64::exp, f64::tanh, libm::erf);
 
 /// `e^x` for f32 in straight-line arithmetic, so loops over slices vectorize (libm's
 /// `expf` is a call per element). `x = n·ln2 + r` with `|r| ≤ ln2/2`, `e^r` by Cephes'
@@ -223,6 +223,31 @@ pub(crate) fn lane_max<R: Real>(xs: &[R]) -> R {
         max = max.maximum(*x);
     }
     max
+}
+
+/// `tanh` for f32 as an odd rational function of `x` clamped to ±7.905 (beyond it tanh is
+/// ±1 in f32), with the coefficients of Eigen's `generic_fast_tanh_float`. Straight-line
+/// code like [`erf_f32`], so loops over slices vectorize; below |x| = 4e-4 it returns `x`
+/// (exact to f32 there). Measured over [-10, 10] in steps of 7.3e-5: at most 7.1 ulp and
+/// 4.3e-7 from the true value, the largest errors just below ±1 (libm's `tanhf` is within
+/// 1 ulp; `tanh_f32_is_close` pins ≤ 8 ulp). NaN stays NaN.
+#[inline(always)]
+pub(crate) fn tanh_f32(x: f32) -> f32 {
+    let tiny = x.abs() < 4e-4;
+    // `clamp` keeps NaN.
+    let xc = x.clamp(-7.905_311, 7.905_311);
+    let x2 = xc * xc;
+    let mut p = x2 * -2.760_768_5e-16 + 2.000_188e-13;
+    p = x2 * p + -8.604_672e-11;
+    p = x2 * p + 5.122_297e-8;
+    p = x2 * p + 1.485_722_4e-5;
+    p = x2 * p + 6.372_619_3e-4;
+    p = x2 * p + 4.893_524_6e-3;
+    p = xc * p;
+    let mut q = x2 * 1.198_258_4e-6 + 1.185_347e-4;
+    q = x2 * q + 2.268_434_6e-3;
+    q = x2 * q + 4.893_525e-3;
+    if tiny { x } else { p / q }
 }
 
 /// A float storage type and the type it computes in.
@@ -346,13 +371,32 @@ impl Int for u8 {
 
 #[cfg(test)]
 mod tests {
-    use super::{Int, erf_f32, exp_f32};
+    use super::{Int, erf_f32, exp_f32, tanh_f32};
 
     /// Distance in units in the last place between `got` and the f64 value `want`.
     fn ulps(got: f32, want: f64) -> f64 {
         let w = want as f32;
         let ulp = (f32::from_bits(w.abs().to_bits() + 1) - w.abs()) as f64;
         (f64::from(got) - want).abs() / ulp
+    }
+
+    #[test]
+    fn tanh_f32_is_close() {
+        let (mut worst_ulp, mut worst_abs) = (0.0f64, 0.0f64);
+        let mut x = -10.0f32;
+        while x < 10.0 {
+            let want = f64::from(x).tanh();
+            worst_ulp = worst_ulp.max(ulps(tanh_f32(x), want));
+            worst_abs = worst_abs.max((f64::from(tanh_f32(x)) - want).abs());
+            x += 7.3e-5;
+        }
+        assert!(worst_abs <= 5e-7, "worst abs error {worst_abs}");
+        assert!(worst_ulp <= 8.0, "worst error {worst_ulp} ulp");
+        assert_eq!(tanh_f32(0.0), 0.0);
+        assert_eq!(tanh_f32(1e-30), 1e-30);
+        assert_eq!(tanh_f32(-20.0), -tanh_f32(20.0));
+        assert!((tanh_f32(20.0) - 1.0).abs() <= 6e-8);
+        assert!(tanh_f32(f32::NAN).is_nan());
     }
 
     #[test]
