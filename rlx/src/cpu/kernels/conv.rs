@@ -1,7 +1,7 @@
 //! Convolution as im2col + GEMM per image and channel group, and its transpose as GEMM +
 //! col2im.
 
-use super::gemm::{GemmAcc, GemmPlan, gemm};
+use super::gemm::{GemmAcc, GemmPlan, gemm, in_accumulator};
 use super::numeric::{FloatStore, Real};
 use super::spatial::{Window, col2im, im2col};
 
@@ -103,27 +103,6 @@ pub(crate) fn conv_transpose<S: FloatStore>(
                 }
                 col2im(w, col, og, acc);
             });
-        }
-    }
-}
-
-/// Runs `f` on one group's output in the accumulator type: `dst` itself when the storage is
-/// the accumulator type (`wide` is `None`), else `wide`, narrowed into `dst` afterwards.
-fn in_accumulator<S: FloatStore>(
-    dst: &mut [S],
-    wide: Option<&mut [S::Acc]>,
-    f: impl FnOnce(&mut [S::Acc]),
-) where
-    S::Acc: GemmAcc,
-{
-    match wide {
-        None => f(bytemuck::cast_slice_mut(dst)),
-        Some(wide) => {
-            let wide = &mut wide[..dst.len()];
-            f(wide);
-            for (d, v) in dst.iter_mut().zip(wide.iter()) {
-                *d = S::store(*v);
-            }
         }
     }
 }

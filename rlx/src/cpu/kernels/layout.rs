@@ -30,6 +30,28 @@ pub(crate) fn with_parallelism<R>(enabled: bool, f: impl FnOnce() -> R) -> R {
     result
 }
 
+/// A pointer to an output that parallel workers write in disjoint parts. Whoever creates it
+/// keeps the output borrowed until every worker has joined, and hands each worker only its
+/// own part.
+#[derive(Clone, Copy)]
+pub(crate) struct SharedMut<T>(*mut T);
+// SAFETY: see the type's contract: workers write disjoint ranges, and the pointer does not
+// outlive the borrow it was made from.
+unsafe impl<T> Send for SharedMut<T> {}
+// SAFETY: as above; shared access only hands out disjoint ranges.
+unsafe impl<T> Sync for SharedMut<T> {}
+
+impl<T> SharedMut<T> {
+    pub(crate) fn new(out: &mut [T]) -> SharedMut<T> {
+        SharedMut(out.as_mut_ptr())
+    }
+
+    /// The pointer itself (a method, so closures capture the `Send` wrapper, not the field).
+    pub(crate) fn ptr(self) -> *mut T {
+        self.0
+    }
+}
+
 /// Row-major index space `dims` with one stride vector per operand (in elements).
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Strided<const K: usize> {

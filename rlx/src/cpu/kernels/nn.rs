@@ -3,7 +3,7 @@
 use rayon::prelude::*;
 
 use super::gemm::{GemmAcc, GemmDims, GemmPlan, KernelShape, MR, MicroKernel, gemm};
-use super::layout::parallel;
+use super::layout::{SharedMut, parallel};
 use super::numeric::{FloatStore, Real, lane_max, lane_sum};
 use super::simd::{VectorKernel, vectorized};
 
@@ -153,7 +153,7 @@ impl AttentionTiling {
         let dense = [head_dim, head_dim, value_dim];
         let (scores, pv) = Self::products(query_block, key_block, (head_dim, value_dim), dense);
         let slot_len = query_block * key_block // probabilities
-            + 2 * query_block * value_dim // running output and one block's P·V
+            + query_block * value_dim // running output
             + 2 * query_block // running max and sum
             + GemmPlan::new(scores, 1, shape)
                 .scratch_len()
@@ -197,22 +197,6 @@ impl AttentionTiling {
     }
 }
 
-/// A pointer to the output shared by tasks that write disjoint row blocks of it.
-#[derive(Clone, Copy)]
-struct SharedOut<T>(*mut T);
-// SAFETY: every task writes only the rows of its own (head, query block), and the parallel
-// section joins before `attention` returns, while `out` is still borrowed.
-unsafe impl<T> Send for SharedOut<T> {}
-// SAFETY: as above.
-unsafe impl<T> Sync for SharedOut<T> {}
-
-impl<T> SharedOut<T> {
-    /// The pointer itself (a method, so closures capture the `Send` wrapper, not the field).
-    fn ptr(self) -> *mut T {
-        self.0
-    }
-}
-
 /// `out = softmax(q kᵀ · scale + mask) v`, blocked as [`AttentionTiling`] says. `scratch`
 /// holds `tiling.workers` slots of `tiling.slot_len` elements.
 #[allow(clippy::too_many_arguments)]
@@ -239,7 +223,8 @@ pub(crate) fn attention<T: FloatStore>(
             && out_layout.row(d.heads - 1, d.seq_q - 1) + d.value_dim <= out.len(),
         "attention output too small"
     );
-    let shared = SharedOut(out.as_mut_ptr());
+    // Tasks write disjoint rows; the parallel section joins before `attention` returns.
+    let shared = SharedMut::new(out);
     let kernel = T::Acc::micro_kernel();
     let per_worker = tasks.div_ceil(tiling.workers);
     let run = |tasks: std::ops::Range<usize>, slot: &mut [T::Acc]| {
@@ -283,15 +268,15 @@ struct QueryBlock {
     rows: usize,
 }
 
-impl QueryBlock {
+impl AttentionDims {
     /// The keys query row `i` may see.
-    fn keys(&self, d: &AttentionDims, i: usize) -> (usize, usize) {
-        match d.keys {
-            KeyRange::All => (0, d.seq_k),
+    fn key_range(&self, i: usize) -> (usize, usize) {
+        match self.keys {
+            KeyRange::All => (0, self.seq_k),
             KeyRange::Causal { window } => {
                 // Queries align to the end of the keys (decoding with a cache).
-                let pos = i + d.seq_k.saturating_sub(d.seq_q);
-                let last = (pos + 1).min(d.seq_k);
+                let pos = i + self.seq_k.saturating_sub(self.seq_q);
+                let last = (pos + 1).min(self.seq_k);
                 let first = window.map_or(0, |w| (pos + 1).saturating_sub(w));
                 (first.min(last), last)
             }
@@ -320,7 +305,6 @@ where
     let (qb, kb, dv) = (tiling.query_block, tiling.key_block, d.value_dim);
     let (probs, rest) = slot.split_at_mut(qb * kb);
     let (acc, rest) = rest.split_at_mut(qb * dv);
-    let (pv, rest) = rest.split_at_mut(qb * dv);
     let (row_max, rest) = rest.split_at_mut(qb);
     let (row_sum, gemm_scratch) = rest.split_at_mut(qb);
     let rows = job.rows;
@@ -342,8 +326,8 @@ where
     let k_head = &k[k_at.row(kv_h, 0)..];
     let v_head = &v[v_at.row(kv_h, 0)..];
     // Keys any row of the block may see (row ranges only move forward with the row).
-    let first = job.keys(d, job.q0).0;
-    let last = job.keys(d, job.q0 + rows - 1).1;
+    let first = d.key_range(job.q0).0;
+    let last = d.key_range(job.q0 + rows - 1).1;
     let scale = <T::Acc as Real>::from_f64(d.scale);
     for k0 in (first..last).step_by(kb) {
         let keys = kb.min(last - k0);
@@ -372,23 +356,17 @@ where
             row_max: &mut row_max[..rows],
             row_sum: &mut row_sum[..rows],
         });
-        let pv = &mut pv[..rows * dv];
+        // The rows were rescaled to the new maxima above; add this block's P·V to them.
         gemm(
-            &GemmPlan::new(pv_dims, 1, tiling.shape),
+            &GemmPlan::new(pv_dims, 1, tiling.shape).adding(),
             kernel,
             &*probs,
             &v_head[k0 * v_at.row_stride..],
-            pv,
+            &mut acc[..rows * dv],
             gemm_scratch,
             None,
             None,
         );
-        let acc = &mut acc[..rows * dv];
-        vectorized(|| {
-            for (a, x) in acc.iter_mut().zip(pv.iter()) {
-                *a += *x;
-            }
-        });
     }
     let (acc, row_max, row_sum) = (&mut acc[..rows * dv], &row_max[..rows], &row_sum[..rows]);
     vectorized(|| {
@@ -449,7 +427,7 @@ where
         let dv = d.value_dim;
         for (r, p) in probs.chunks_exact_mut(keys).enumerate() {
             let i = job.q0 + r;
-            let (lo, hi) = job.keys(d, i);
+            let (lo, hi) = d.key_range(i);
             let (lo, hi) = (lo.clamp(k0, k0 + keys) - k0, hi.clamp(k0, k0 + keys) - k0);
             p[..lo].fill(neg_inf);
             p[hi..].fill(neg_inf);

@@ -2,7 +2,7 @@
 
 use super::{Accesses, Kernel, Memory, View, float_type};
 use crate::backend::{NodeSite, RunError};
-use crate::cpu::kernels::gemm::{EpilogueParts, GemmAcc, GemmBatch, GemmPlan, gemm_batch};
+use crate::cpu::kernels::gemm::{Epilogue, GemmAcc, GemmBatch, GemmPlan, gemm_batch};
 use crate::cpu::kernels::linalg::{self, QuantDims};
 use crate::cpu::kernels::numeric::{FloatStore, accumulator};
 use crate::ir::{DType, UnaryOp};
@@ -50,10 +50,12 @@ impl MatMul {
             a: mem.src::<S>(self.a),
             b: mem.src::<S>(self.b),
             packed_b: self.packed_b.map(|v| mem.src::<S::Acc>(v)),
-            epilogue: self.epilogue.map(|e| EpilogueParts {
+            epilogue: self.epilogue.map(|e| Epilogue {
                 bias: e.bias.map(|v| mem.src::<S>(v)),
                 activation: e.activation,
                 residual: e.residual.map(|v| mem.src::<S>(v)),
+                n: self.plan.dims.n,
+                entry_offset: 0,
             }),
         };
         gemm_batch(

@@ -2,9 +2,8 @@
 
 use rayon::prelude::*;
 
-use super::{Epilogue, GemmAcc, GemmPlan, RowEpilogue, gemm};
+use super::{Epilogue, GemmAcc, GemmPlan, RowEpilogue, gemm, in_accumulator};
 use crate::cpu::kernels::numeric::FloatStore;
-use crate::ir::UnaryOp;
 
 /// The operands of a batch of products sharing one plan.
 pub(crate) struct GemmBatch<'a, S: FloatStore> {
@@ -17,17 +16,9 @@ pub(crate) struct GemmBatch<'a, S: FloatStore> {
     pub b: &'a [S],
     /// `b` packed once when bound (a weight), in the accumulator type.
     pub packed_b: Option<&'a [S::Acc]>,
-    /// A fused matmul's bias, activation and residual (all batch entries' `m x n` blocks
-    /// in output order).
-    pub epilogue: Option<EpilogueParts<'a, S>>,
-}
-
-/// The operands of a fused matmul's epilogue.
-#[derive(Clone, Copy)]
-pub(crate) struct EpilogueParts<'a, S> {
-    pub bias: Option<&'a [S]>,
-    pub activation: Option<UnaryOp>,
-    pub residual: Option<&'a [S]>,
+    /// A fused matmul's bias, activation and residual (its `entry_offset` is set per
+    /// batch entry).
+    pub epilogue: Option<Epilogue<'a, S>>,
 }
 
 /// `out[i] = a[i] · b[i]` for every batch entry. `scratch` holds one packing slot per
@@ -50,26 +41,14 @@ pub(crate) fn gemm_batch<S: FloatStore>(
                 let (ao, bo) = job.offsets[first + i];
                 let (a, b) = (&job.a[ao..], &job.b[bo..]);
                 let entry = first + i;
-                let epilogue = job.epilogue.map(|parts| Epilogue {
-                    bias: parts.bias,
-                    activation: parts.activation,
-                    residual: parts.residual.map(|r| &r[entry * tile..(entry + 1) * tile]),
-                    n: job.plan.dims.n,
+                let epilogue = job.epilogue.map(|e| Epilogue {
+                    entry_offset: entry * tile,
+                    ..e
                 });
                 let epilogue = epilogue.as_ref().map(|e| e as &dyn RowEpilogue<S::Acc>);
-                match wide.as_deref_mut() {
-                    None => {
-                        // Storage and accumulator are the same type here (f32 or f64).
-                        let dst: &mut [S::Acc] = bytemuck::cast_slice_mut(dst);
-                        gemm(job.plan, kernel, a, b, dst, scratch, job.packed_b, epilogue);
-                    }
-                    Some(w) => {
-                        gemm(job.plan, kernel, a, b, w, scratch, job.packed_b, epilogue);
-                        for (d, v) in dst.iter_mut().zip(w.iter()) {
-                            *d = S::store(*v);
-                        }
-                    }
-                }
+                in_accumulator(dst, wide.as_deref_mut(), |c| {
+                    gemm(job.plan, kernel, a, b, c, scratch, job.packed_b, epilogue);
+                });
             }
         };
     if job.workers <= 1 || tile == 0 {

@@ -13,14 +13,17 @@ pub(crate) trait RowEpilogue<A>: Sync {
     fn apply(&self, row: usize, col0: usize, values: &mut [A]);
 }
 
-/// `activation(c + bias) + residual` for one batch entry of a fused matmul.
+/// `activation(c + bias) + residual` of a fused matmul.
+#[derive(Clone, Copy)]
 pub(crate) struct Epilogue<'a, T> {
     /// `[n]`, added to every row.
     pub bias: Option<&'a [T]>,
     pub activation: Option<UnaryOp>,
-    /// This entry's `m x n` residual, row stride `n`.
+    /// Every batch entry's `m x n` residual, in output order, row stride `n`.
     pub residual: Option<&'a [T]>,
     pub n: usize,
+    /// Where the batch entry being computed starts in `residual`.
+    pub entry_offset: usize,
 }
 
 impl<T: FloatStore> RowEpilogue<T::Acc> for Epilogue<'_, T>
@@ -41,7 +44,7 @@ where
             unary_float_on::<T::Acc>(kind, Target::InPlace(values));
         }
         if let Some(residual) = self.residual {
-            let residual = &residual[row * self.n..][cols];
+            let residual = &residual[self.entry_offset + row * self.n..][cols];
             vectorized(|| {
                 for (v, r) in values.iter_mut().zip(residual) {
                     *v += r.load();

@@ -18,10 +18,10 @@ mod scalar;
 
 use rayon::prelude::*;
 
-pub(crate) use batch::{EpilogueParts, GemmBatch, gemm_batch};
+pub(crate) use batch::{GemmBatch, gemm_batch};
 pub(crate) use epilogue::{Epilogue, RowEpilogue};
 
-use super::layout::parallel;
+use super::layout::{SharedMut, parallel};
 use super::numeric::{FloatStore, Real};
 use super::simd::{Isa, isa};
 use crate::ir::DType;
@@ -75,18 +75,43 @@ pub(crate) trait GemmAcc: Real + bytemuck::Pod + Default + FloatStore<Acc = Self
 
 impl GemmAcc for f32 {
     fn micro_kernel() -> MicroKernel<f32> {
-        let vector = match isa() {
-            Isa::Avx512 => avx512::f32_kernel(),
-            Isa::Avx2 => avx2::f32_kernel(),
-            Isa::Baseline => None,
-        };
-        vector.unwrap_or_else(scalar::kernel::<f32>)
+        // Chosen once: every product of the process uses the kernel its plans were made for.
+        static CHOSEN: std::sync::OnceLock<MicroKernel<f32>> = std::sync::OnceLock::new();
+        *CHOSEN.get_or_init(|| {
+            let vector = match isa() {
+                Isa::Avx512 => avx512::f32_kernel(),
+                Isa::Avx2 => avx2::f32_kernel(),
+                Isa::Baseline => None,
+            };
+            vector.unwrap_or_else(scalar::kernel::<f32>)
+        })
     }
 }
 
 impl GemmAcc for f64 {
     fn micro_kernel() -> MicroKernel<f64> {
         scalar::kernel::<f64>()
+    }
+}
+
+/// Runs `f` on an output block in the accumulator type: `dst` itself when the storage is the
+/// accumulator type (`wide` is `None`), else `wide`, narrowed into `dst` afterwards.
+pub(crate) fn in_accumulator<S: FloatStore>(
+    dst: &mut [S],
+    wide: Option<&mut [S::Acc]>,
+    f: impl FnOnce(&mut [S::Acc]),
+) where
+    S::Acc: GemmAcc,
+{
+    match wide {
+        None => f(bytemuck::cast_slice_mut(dst)),
+        Some(wide) => {
+            let wide = &mut wide[..dst.len()];
+            f(wide);
+            for (d, v) in dst.iter_mut().zip(wide.iter()) {
+                *d = S::store(*v);
+            }
+        }
     }
 }
 
@@ -138,6 +163,8 @@ pub(crate) struct GemmPlan {
     chunk: usize,
     /// Workers, each with its own scratch slot.
     pub workers: usize,
+    /// `C += A·B` instead of `C = A·B`.
+    adds: bool,
 }
 
 impl GemmPlan {
@@ -179,7 +206,13 @@ impl GemmPlan {
             split,
             chunk,
             workers,
+            adds: false,
         }
+    }
+
+    /// The same product added to what `C` holds (`C += A·B`).
+    pub(crate) fn adding(self) -> GemmPlan {
+        GemmPlan { adds: true, ..self }
     }
 
     fn slot_len(&self) -> usize {
@@ -191,15 +224,6 @@ impl GemmPlan {
         self.workers * self.slot_len()
     }
 }
-
-/// A pointer to `C` shared by workers that write disjoint slices of it.
-#[derive(Clone, Copy)]
-struct SharedC<E>(*mut E);
-// SAFETY: workers write disjoint row or column ranges of C, and the pointer outlives the
-// parallel section, which joins before `gemm` returns.
-unsafe impl<E> Send for SharedC<E> {}
-// SAFETY: as above; shared access only hands out disjoint slices.
-unsafe impl<E> Sync for SharedC<E> {}
 
 /// Packs rows `p0..p0+kc` and columns `j0..j0+nc` of B into `nr`-wide panels, zero-padded.
 /// Walks B row by row (or column by column when transposed) to stay on few pages.
@@ -323,7 +347,7 @@ fn serial<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
     kernel: MicroKernel<SA::Acc>,
     a: &[SA],
     b: &[SB],
-    c: SharedC<SA::Acc>,
+    c: SharedMut<SA::Acc>,
     rows: std::ops::Range<usize>,
     cols: std::ops::Range<usize>,
     slot: &mut [SA::Acc],
@@ -340,7 +364,7 @@ fn serial<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
         let nc = plan.nc.min(cols.end - j0);
         for p0 in (0..d.k).step_by(plan.kc) {
             let kc = plan.kc.min(d.k - p0);
-            let accumulate = p0 > 0;
+            let accumulate = p0 > 0 || plan.adds;
             // `j0` is a multiple of nr, so this block's panels are contiguous in the
             // whole-B packing.
             let packed_b: &[SA::Acc] = match prepacked_b {
@@ -365,7 +389,7 @@ fn serial<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
                         // this worker's rows and columns), which no other worker writes.
                         unsafe {
                             let tile = Tile {
-                                c: c.0.add(offset),
+                                c: c.ptr().add(offset),
                                 ldc: d.n,
                                 mr,
                                 nr: tile_nr,
@@ -381,8 +405,9 @@ fn serial<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
                     for i in i0..i0 + mc {
                         // SAFETY: row i, columns j0..j0+nc lie inside the m x n output and
                         // belong to this worker alone; no tile write is pending.
-                        let values =
-                            unsafe { std::slice::from_raw_parts_mut(c.0.add(i * d.n + j0), nc) };
+                        let values = unsafe {
+                            std::slice::from_raw_parts_mut(c.ptr().add(i * d.n + j0), nc)
+                        };
                         epilogue.apply(i, j0, values);
                     }
                 }
@@ -415,7 +440,9 @@ pub(crate) fn gemm<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
         return;
     }
     if d.k == 0 {
-        c[..d.m * d.n].fill(<SA::Acc as Real>::ZERO);
+        if !plan.adds {
+            c[..d.m * d.n].fill(<SA::Acc as Real>::ZERO);
+        }
         if let Some(epilogue) = epilogue {
             for (i, row) in c[..d.m * d.n].chunks_exact_mut(d.n).enumerate() {
                 epilogue.apply(i, 0, row);
@@ -428,7 +455,9 @@ pub(crate) fn gemm<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
         kernel.shape, plan.shape,
         "the plan was made for another kernel"
     );
-    let shared = SharedC(c.as_mut_ptr());
+    // Workers write disjoint row or column ranges of C; the parallel section joins before
+    // `gemm` returns.
+    let shared = SharedMut::new(c);
     let work = |(w, slot): (usize, &mut [SA::Acc])| {
         let (rows, cols) = match plan.split {
             Split::Rows => (w * plan.chunk..d.m.min((w + 1) * plan.chunk), 0..d.n),
