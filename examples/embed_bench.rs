@@ -45,20 +45,15 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut model = SentenceEmbedder::on_backend(&backend, &files)?;
     model.set_batch_size(BATCH)?;
 
-    let tokens: usize = mix
+    let lengths: Vec<usize> = mix
         .iter()
         .map(|s| model.tokenizer().ids(s).map(|ids| ids.len()))
-        .sum::<Result<usize, _>>()?;
-    let padded_tokens: usize = mix
+        .collect::<Result<_, _>>()?;
+    let tokens: usize = lengths.iter().sum();
+    let padded_tokens: usize = lengths
         .chunks(BATCH)
-        .map(|batch| {
-            let longest = batch
-                .iter()
-                .map(|s| model.tokenizer().ids(s).map(|ids| ids.len()))
-                .try_fold(0, |m, l| l.map(|l| m.max(l)));
-            longest.map(|l| l * batch.len())
-        })
-        .sum::<Result<usize, _>>()?;
+        .map(|batch| batch.iter().max().unwrap_or(&0) * batch.len())
+        .sum();
     eprintln!(
         "# {TOTAL} sentences, {tokens} tokens, {padded_tokens} when padded per batch of {BATCH}"
     );

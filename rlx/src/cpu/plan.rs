@@ -45,66 +45,6 @@ pub(crate) struct Plan {
     pub report: PlanReport,
 }
 
-/// True if `op` swaps the heads and sequence axes of a `[.., H, S, D]` value.
-fn swaps_heads_and_sequence(op: &Op) -> bool {
-    let Op::Permute { perm } = op else {
-        return false;
-    };
-    let r = perm.len();
-    r >= 3
-        && perm[r - 3] == r - 2
-        && perm[r - 2] == r - 3
-        && perm[r - 1] == r - 1
-        && perm[..r - 3].iter().enumerate().all(|(i, p)| i == *p)
-}
-
-/// The permutes that split heads off the features of each position (`[.., S, H, D]` to
-/// `[.., H, S, D]`) only for an attention to read, or merge its output back: they need no
-/// copy, because the attention kernel reads and writes the `[.., S, H, D]` layout through
-/// strides. Returns which nodes become views of their operand, and per attention node
-/// which of q, k, v and its output use that layout.
-fn head_permutes(program: &Program) -> (Vec<bool>, Vec<[bool; 4]>) {
-    let graph = &program.graph;
-    let mut users: Vec<Vec<NodeId>> = vec![Vec::new(); graph.len()];
-    for (id, node) in graph.iter() {
-        for input in &node.inputs {
-            users[input.index()].push(id);
-        }
-    }
-    let mut exposed = vec![false; graph.len()];
-    for out in &program.outputs {
-        exposed[out.index()] = true;
-    }
-    let mut elided = vec![false; graph.len()];
-    let mut sequence_major = vec![[false; 4]; graph.len()];
-    for (id, node) in graph.iter() {
-        if !matches!(node.op, Op::Attention { .. }) || !node.ty.dtype.is_float() {
-            continue;
-        }
-        for (i, operand) in node.inputs.iter().enumerate().take(3) {
-            let only_here = users[operand.index()].iter().all(|u| *u == id)
-                && node.inputs[3..].iter().all(|x| x != operand);
-            // A permute already dropped as an earlier attention's output stays as it is.
-            if swaps_heads_and_sequence(&graph[*operand].op)
-                && only_here
-                && !exposed[operand.index()]
-                && !elided[operand.index()]
-            {
-                elided[operand.index()] = true;
-                sequence_major[id.index()][i] = true;
-            }
-        }
-        if let [user] = users[id.index()].as_slice()
-            && swaps_heads_and_sequence(&graph[*user].op)
-            && !exposed[id.index()]
-        {
-            elided[user.index()] = true;
-            sequence_major[id.index()][3] = true;
-        }
-    }
-    (elided, sequence_major)
-}
-
 impl Plan {
     pub(crate) fn new(
         program: &Program,
@@ -123,7 +63,7 @@ impl Plan {
         let bytes_of = |id: NodeId| {
             shapes[id.index()].iter().product::<usize>() * graph[id].ty.dtype.size_bytes()
         };
-        let (elided, sequence_major) = head_permutes(program);
+        let (elided, sequence_major) = (&program.view_permutes, &program.sequence_major);
         for (id, node) in graph.iter() {
             let s = match &node.op {
                 Op::Param | Op::Constant(_) => Storage::Static(

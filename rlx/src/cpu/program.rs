@@ -3,8 +3,7 @@
 
 use super::CpuOptions;
 use super::kernels::gemm::{GemmAcc, GemmDims, kernel_shape, pack_b_whole, packed_b_len};
-use super::kernels::numeric::FloatStore;
-use super::kernels::numeric::accumulator;
+use super::kernels::numeric::{FloatStore, accumulator};
 use super::memory::ALIGN;
 use crate::backend::CompileError;
 use crate::backend::shared::CustomOps;
@@ -77,6 +76,10 @@ pub(crate) struct Program {
     /// whose `b` is a 2-D weight.
     pub packed_b: Vec<Option<(usize, usize)>>,
     pub statics_len: usize,
+    /// Permutes every plan makes views of their operand (see `head_permutes`).
+    pub view_permutes: Vec<bool>,
+    /// Per attention node: which of q, k, v and its output are stored `[.., S, H, D]`.
+    pub sequence_major: Vec<[bool; 4]>,
 }
 
 /// Splits reductions over non-adjacent axes into one reduction per run of adjacent axes
@@ -239,6 +242,7 @@ impl Program {
         }
 
         let signature = Signature::of(&g);
+        let (view_permutes, sequence_major) = head_permutes(&g);
         let outputs = g.outputs().iter().map(|o| o.node).collect();
         let custom = registry.per_node(&g);
         let statics_len = statics.len();
@@ -252,8 +256,64 @@ impl Program {
                 static_offsets,
                 packed_b,
                 statics_len,
+                view_permutes,
+                sequence_major,
             },
             statics,
         ))
     }
+}
+
+/// True if `op` swaps the heads and sequence axes of a `[.., H, S, D]` value.
+fn swaps_heads_and_sequence(op: &Op) -> bool {
+    let Op::Permute { perm } = op else {
+        return false;
+    };
+    let r = perm.len();
+    r >= 3
+        && perm[r - 3] == r - 2
+        && perm[r - 2] == r - 3
+        && perm[r - 1] == r - 1
+        && perm[..r - 3].iter().enumerate().all(|(i, p)| i == *p)
+}
+
+/// The permutes that split heads off the features of each position (`[.., S, H, D]` to
+/// `[.., H, S, D]`) only for an attention to read, or merge its output back: they need no
+/// copy, because the attention kernel reads and writes the `[.., S, H, D]` layout through
+/// strides. Returns which nodes become views of their operand, and per attention node
+/// which of q, k, v and its output use that layout.
+fn head_permutes(graph: &Graph) -> (Vec<bool>, Vec<[bool; 4]>) {
+    let users = graph.users();
+    let mut exposed = vec![false; graph.len()];
+    for out in graph.outputs() {
+        exposed[out.node.index()] = true;
+    }
+    let mut elided = vec![false; graph.len()];
+    let mut sequence_major = vec![[false; 4]; graph.len()];
+    for (id, node) in graph.iter() {
+        if !matches!(node.op, Op::Attention { .. }) || !node.ty.dtype.is_float() {
+            continue;
+        }
+        for (i, operand) in node.inputs.iter().enumerate().take(3) {
+            let only_here = users[operand.index()].iter().all(|u| *u == id)
+                && node.inputs[3..].iter().all(|x| x != operand);
+            // A permute already dropped as an earlier attention's output stays as it is.
+            if swaps_heads_and_sequence(&graph[*operand].op)
+                && only_here
+                && !exposed[operand.index()]
+                && !elided[operand.index()]
+            {
+                elided[operand.index()] = true;
+                sequence_major[id.index()][i] = true;
+            }
+        }
+        if let [user] = users[id.index()].as_slice()
+            && swaps_heads_and_sequence(&graph[*user].op)
+            && !exposed[id.index()]
+        {
+            elided[user.index()] = true;
+            sequence_major[id.index()][3] = true;
+        }
+    }
+    (elided, sequence_major)
 }

@@ -82,6 +82,30 @@ impl Graph {
             .map(|(i, n)| (NodeId::new(i), n))
     }
 
+    /// For each node, the nodes that take it as an operand, in graph order (a node listed
+    /// once per operand position it fills).
+    ///
+    /// ```
+    /// use rlx::prelude::*;
+    /// let mut b = GraphBuilder::new();
+    /// let x = b.input("x", DType::F32, [2])?;
+    /// let y = b.binary(BinaryOp::Mul, x, x)?;
+    /// b.output("y", y)?;
+    /// let g = b.finish()?;
+    /// assert_eq!(g.users()[x.index()], vec![y, y]);
+    /// assert!(g.users()[y.index()].is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn users(&self) -> Vec<Vec<NodeId>> {
+        let mut users = vec![Vec::new(); self.nodes.len()];
+        for (id, node) in self.iter() {
+            for input in &node.inputs {
+                users[input.index()].push(id);
+            }
+        }
+        users
+    }
+
     /// Named outputs, in declaration order.
     pub fn outputs(&self) -> &[Output] {
         &self.outputs

@@ -485,18 +485,11 @@ impl fmt::Display for Op {
             Op::MatMul {
                 transpose_a,
                 transpose_b,
-            } => {
-                if *transpose_a {
-                    attrs.push("transpose_a".into());
-                }
-                if *transpose_b {
-                    attrs.push("transpose_b".into());
-                }
             }
-            Op::FusedMatMul {
+            | Op::FusedMatMul {
                 transpose_a,
                 transpose_b,
-                epilogue,
+                ..
             } => {
                 if *transpose_a {
                     attrs.push("transpose_a".into());
@@ -504,14 +497,16 @@ impl fmt::Display for Op {
                 if *transpose_b {
                     attrs.push("transpose_b".into());
                 }
-                if epilogue.bias {
-                    attrs.push("+bias".into());
-                }
-                if let Some(act) = epilogue.activation {
-                    attrs.push(act.name().into());
-                }
-                if epilogue.residual {
-                    attrs.push("+residual".into());
+                if let Op::FusedMatMul { epilogue, .. } = self {
+                    if epilogue.bias {
+                        attrs.push("+bias".into());
+                    }
+                    if let Some(act) = epilogue.activation {
+                        attrs.push(act.name().into());
+                    }
+                    if epilogue.residual {
+                        attrs.push("+residual".into());
+                    }
                 }
             }
             Op::Reduce {

@@ -5,10 +5,11 @@ use crate::ir::{BinaryOp, Graph, MatMulEpilogue, Node, NodeId, Op, VerifyError};
 
 /// One matmul and the consumers folded into it.
 struct Chain {
-    matmul: NodeId,
+    /// The matmul's operands, then the bias and the residual as present.
+    inputs: Vec<NodeId>,
+    transpose_a: bool,
+    transpose_b: bool,
     epilogue: MatMulEpilogue,
-    /// Bias then residual, as present.
-    extra: Vec<NodeId>,
 }
 
 /// Folds into each matmul the chain of ops that alone consume its result, in this order:
@@ -34,12 +35,7 @@ struct Chain {
 /// ```
 pub fn fuse_matmul_epilogues(graph: &Graph) -> Result<Graph, VerifyError> {
     let nodes = graph.nodes();
-    let mut users: Vec<Vec<NodeId>> = vec![Vec::new(); nodes.len()];
-    for (id, node) in graph.iter() {
-        for input in &node.inputs {
-            users[input.index()].push(id);
-        }
-    }
+    let users = graph.users();
     let mut exposed = vec![false; nodes.len()];
     for output in graph.outputs() {
         exposed[output.node.index()] = true;
@@ -47,6 +43,16 @@ pub fn fuse_matmul_epilogues(graph: &Graph) -> Result<Graph, VerifyError> {
     let mut absorbed = vec![false; nodes.len()];
     let mut chains: Vec<Option<Chain>> = (0..nodes.len()).map(|_| None).collect();
     for (id, node) in graph.iter() {
+        let Op::MatMul {
+            transpose_a,
+            transpose_b,
+        } = node.op
+        else {
+            continue;
+        };
+        if !node.ty.dtype.is_float() {
+            continue;
+        }
         // The one user of `value`, if it has exactly one, is not an output, and no earlier
         // chain took it (an add of two products joins the chain of the first).
         let sole_user = |value: NodeId| match users[value.index()].as_slice() {
@@ -59,39 +65,43 @@ pub fn fuse_matmul_epilogues(graph: &Graph) -> Result<Graph, VerifyError> {
             }
             _ => None,
         };
-        if !matches!(node.op, Op::MatMul { .. }) || !node.ty.dtype.is_float() {
-            continue;
-        }
         let mut chain = Chain {
-            matmul: id,
+            inputs: node.inputs.clone(),
+            transpose_a,
+            transpose_b,
             epilogue: MatMulEpilogue::default(),
-            extra: Vec::new(),
         };
-        let mut end = id;
-        if let Some((user, bias)) = sole_user(end).and_then(|u| bias_add(graph, end, u)) {
+        // Every node the chain covers, in order; the last one becomes the fused node.
+        let mut members = vec![id];
+        let end = |members: &[NodeId]| members[members.len() - 1];
+        if let Some((user, bias)) =
+            sole_user(end(&members)).and_then(|u| bias_add(graph, end(&members), u))
+        {
             chain.epilogue.bias = true;
-            chain.extra.push(bias);
-            end = user;
+            chain.inputs.push(bias);
+            members.push(user);
         }
-        if let Some(user) = sole_user(end)
+        if let Some(user) = sole_user(end(&members))
             && let Op::Unary(kind) = graph[user].op
             && kind.domain().admits(graph[user].ty.dtype)
         {
             chain.epilogue.activation = Some(kind);
-            end = user;
+            members.push(user);
         }
-        if let Some((user, residual)) = sole_user(end).and_then(|u| residual_add(graph, end, u)) {
+        if let Some((user, residual)) =
+            sole_user(end(&members)).and_then(|u| residual_add(graph, end(&members), u))
+        {
             chain.epilogue.residual = true;
-            chain.extra.push(residual);
-            end = user;
+            chain.inputs.push(residual);
+            members.push(user);
         }
-        if end != id {
-            absorbed[id.index()] = true;
-            for user in chain_nodes(graph, id, end, &users) {
-                absorbed[user.index()] = true;
+        if let Some((last, covered)) = members.split_last()
+            && !covered.is_empty()
+        {
+            for member in covered {
+                absorbed[member.index()] = true;
             }
-            absorbed[end.index()] = false;
-            chains[end.index()] = Some(chain);
+            chains[last.index()] = Some(chain);
         }
     }
 
@@ -104,29 +114,15 @@ pub fn fuse_matmul_epilogues(graph: &Graph) -> Result<Graph, VerifyError> {
             rw.keep(id, node);
             continue;
         };
-        let matmul = &graph[chain.matmul];
-        let Op::MatMul {
-            transpose_a,
-            transpose_b,
-        } = matmul.op
-        else {
-            unreachable!("chains start at matmuls");
-        };
-        let inputs = matmul
-            .inputs
-            .iter()
-            .chain(&chain.extra)
-            .map(|i| rw.get(*i))
-            .collect();
         rw.push(
             id,
             Node {
                 op: Op::FusedMatMul {
-                    transpose_a,
-                    transpose_b,
+                    transpose_a: chain.transpose_a,
+                    transpose_b: chain.transpose_b,
                     epilogue: chain.epilogue,
                 },
-                inputs,
+                inputs: chain.inputs.iter().map(|i| rw.get(*i)).collect(),
                 ty: node.ty.clone(),
                 name: node.name.clone(),
                 origin: node.origin,
@@ -134,18 +130,6 @@ pub fn fuse_matmul_epilogues(graph: &Graph) -> Result<Graph, VerifyError> {
         );
     }
     rw.finish(graph.outputs())
-}
-
-/// The nodes strictly after `start` up to `end` along sole-user links.
-fn chain_nodes(graph: &Graph, start: NodeId, end: NodeId, users: &[Vec<NodeId>]) -> Vec<NodeId> {
-    let mut out = Vec::new();
-    let mut at = start;
-    while at != end {
-        at = users[at.index()][0];
-        out.push(at);
-    }
-    debug_assert!(out.iter().all(|n| n.index() < graph.len()));
-    out
 }
 
 /// `user` adds a `[N]` bias to `product` without changing its type: the bias operand.
