@@ -8,8 +8,11 @@ Run:           VENV/bin/python bench/mlx_block.py [--batch 8] [--seq 128] [--run
 On Linux, put Debian's OpenBLAS in front of the reference BLAS bundled with the wheel, as
 RLX's build does:  LD_PRELOAD=/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0
 
-Prints `mlx_block impl=python-mlx mode=M batch=B seq=S ms=MEDIAN` for plain and
-mx.compile'd calls, median of --runs timed calls after 3 warm-up calls.
+Prints `mlx_block impl=python-mlx-DEVICE mode=M io=IO batch=B seq=S ms=MEDIAN` for plain
+and mx.compile'd calls, median of --runs timed calls after 3 warm-up calls. With io=device
+the input is an MLX array made beforehand and the output is evaluated, not read; with
+io=host each call makes the input from a numpy array and reads the output back into one
+(what `Executable::run` does).
 """
 
 import argparse
@@ -18,6 +21,7 @@ import statistics
 import time
 
 import mlx.core as mx
+import numpy as np
 
 HIDDEN, HEADS, FFN, EPS = 384, 12, 1536, 1e-12
 
@@ -55,13 +59,13 @@ def block(w, x):
     return mx.fast.layer_norm(h + u @ w["down"] + w["down_b"], w["ln2"], w["ln2_b"], EPS)
 
 
-def timed(fn, x, runs):
+def timed(call, runs):
     for _ in range(3):
-        mx.eval(fn(x))
+        call()
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        mx.eval(fn(x))
+        call()
         times.append((time.perf_counter() - start) * 1e3)
     return statistics.median(times)
 
@@ -78,9 +82,19 @@ def main():
     mx.eval(x)
     plain = lambda t: block(w, t)
     compiled = mx.compile(plain)
+    host = np.array(x)
+    device = "gpu" if mx.default_device() == mx.gpu else "cpu"
     for mode, fn in [("lazy", plain), ("compiled", compiled)]:
-        ms = timed(fn, x, args.runs)
-        print(f"mlx_block impl=python-mlx mode={mode} batch={args.batch} seq={args.seq} ms={ms:.2f}")
+        calls = [
+            ("device", lambda: mx.eval(fn(x))),
+            ("host", lambda: np.array(fn(mx.array(host)))),
+        ]
+        for io, call in calls:
+            ms = timed(call, args.runs)
+            print(
+                f"mlx_block impl=python-mlx-{device} mode={mode} io={io} "
+                f"batch={args.batch} seq={args.seq} ms={ms:.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -1,10 +1,14 @@
 //! Times all-MiniLM-L6-v2 (embeddings, 6 layers, pooling) on random token ids.
 //!
 //! ```text
-//! cargo run --release --example minilm_bench -- [--backend cpu|mlx] [--model-dir DIR] [--shapes 1x16,8x128] [--profile]
+//! cargo run --release --example minilm_bench -- [--backend cpu|mlx] [--precision f32|tf32|f16|bf16]
+//!     [--model-dir DIR] [--shapes 1x16,8x128] [--profile]
 //! ```
 //!
-//! `--profile` also prints, per shape, the time per op over 10 runs.
+//! `--precision` picks the MLX backend's [`Precision`](rlx::mlx::Precision) (TF32 needs
+//! `MLX_ENABLE_TF32=1` in the environment). `--profile` also prints, per shape, the time
+//! per op over 10 runs. Each run takes token ids from host memory and returns embeddings
+//! to host memory.
 //!
 //! Prints one line per shape: `minilm backend=cpu batch=N seq=S ms=M sent_per_s=R`, the
 //! median of at least 10 runs (and at least 2 s) after 3 warm-up runs. Compare with
@@ -22,6 +26,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut model_dir: Option<PathBuf> = None;
     let mut shapes = vec![(1, 16), (1, 128), (8, 128), (32, 128)];
     let mut profile = false;
+    let mut precision = "f32".to_string();
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -40,11 +45,30 @@ fn main() -> Result<(), Box<dyn Error>> {
                     .collect::<Result<_, _>>()?;
             }
             "--profile" => profile = true,
+            "--precision" => precision = it.next().ok_or("--precision needs f32|tf32|f16|bf16")?,
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
     let files = ModelFiles::locate(model_dir.as_deref())?;
-    let mut model = SentenceEmbedder::on_backend(&backend, &files)?;
+    let mut model = match (backend.as_str(), precision.as_str()) {
+        (_, "f32") => SentenceEmbedder::on_backend(&backend, &files)?,
+        #[cfg(feature = "mlx")]
+        ("mlx", p) => {
+            use rlx::mlx::{MlxBackend, Precision};
+            let precision = match p {
+                "tf32" => Precision::Tf32,
+                "f16" => Precision::F16,
+                "bf16" => Precision::BF16,
+                other => return Err(format!("unknown precision {other}").into()),
+            };
+            SentenceEmbedder::new(&MlxBackend::default().with_precision(precision), &files)?
+        }
+        (b, p) => return Err(format!("--precision {p} needs --backend mlx, not {b}").into()),
+    };
+    let backend = match precision.as_str() {
+        "f32" => backend,
+        p => format!("{backend}-{p}"),
+    };
 
     let mut state = 0x2545_f491_4f6c_dd1du64;
     for (batch, seq) in shapes {

@@ -6,9 +6,11 @@
 //! cargo run --release --example mlx_block_bench -- [--batch 8] [--seq 128] [--runs 10]
 //! ```
 //!
-//! Prints `mlx_block impl=rlx-B mode=M batch=N seq=S ms=MEDIAN` per configuration: the
-//! median of `--runs` timed runs after 3 warm-up runs, each run a full
-//! `Executable::run` (input upload, evaluation, output read-back).
+//! Prints `mlx_block impl=rlx-B mode=M io=IO batch=N seq=S ms=MEDIAN` per configuration:
+//! the median of `--runs` timed runs after 3 warm-up runs. With `io=host` each run is a
+//! full `Executable::run` (input upload, evaluation, output read-back); with `io=device`
+//! (MLX only) the input is an MLX array already on the device and the output stays there
+//! (`MlxExecutable::run_arrays`), which is what `bench/mlx_block.py` times by default.
 
 use std::error::Error;
 use std::time::Instant;
@@ -101,16 +103,39 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut cpu = Block::compile(&CpuBackend::default(), &BlockConfig)?;
     cpu.init_weights(weights)?;
     let ms = median_ms(&mut cpu, &x, runs)?;
-    println!("mlx_block impl=rlx-cpu mode=thunks batch={batch} seq={seq} ms={ms:.2}");
+    println!("mlx_block impl=rlx-cpu mode=thunks io=host batch={batch} seq={seq} ms={ms:.2}");
 
     #[cfg(feature = "mlx")]
     {
-        use rlx::mlx::{MlxBackend, MlxMode};
+        use rlx::mlx::{Array, MlxBackend, MlxExecutable, MlxMode};
+        let device = rlx::mlx::Device::preferred();
+        let on_device = Array::from_tensor(x.view())?;
+        Array::eval(&[&on_device])?;
         for (name, mode) in [("lazy", MlxMode::Lazy), ("compiled", MlxMode::Compiled)] {
             let mut mlx = Block::compile(&MlxBackend::new(mode), &BlockConfig)?;
             mlx.init_weights(weights)?;
             let ms = median_ms(&mut mlx, &x, runs)?;
-            println!("mlx_block impl=rlx-mlx mode={name} batch={batch} seq={seq} ms={ms:.2}");
+            println!(
+                "mlx_block impl=rlx-mlx-{device} mode={name} io=host batch={batch} seq={seq} ms={ms:.2}"
+            );
+            let exe = mlx
+                .executable_as::<MlxExecutable>()
+                .ok_or("an MLX model has an MLX executable")?;
+            let mut device_run = || exe.run_arrays(&[("x", &on_device)], &[]).map(drop);
+            for _ in 0..3 {
+                device_run()?;
+            }
+            let mut times = Vec::with_capacity(runs);
+            for _ in 0..runs {
+                let start = Instant::now();
+                device_run()?;
+                times.push(start.elapsed().as_secs_f64() * 1e3);
+            }
+            times.sort_by(f64::total_cmp);
+            let ms = times[times.len() / 2];
+            println!(
+                "mlx_block impl=rlx-mlx-{device} mode={name} io=device batch={batch} seq={seq} ms={ms:.2}"
+            );
         }
     }
     Ok(())

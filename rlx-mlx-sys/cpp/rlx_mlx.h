@@ -125,6 +125,12 @@ typedef enum rlx_mlx_mask_kind {
   RLX_MLX_MASK_ARRAY = 3,
 } rlx_mlx_mask_kind;
 
+/* Kinds of device (mlx::core::Device::DeviceType). */
+typedef enum rlx_mlx_device_kind {
+  RLX_MLX_DEVICE_CPU = 0,
+  RLX_MLX_DEVICE_GPU = 1,
+} rlx_mlx_device_kind;
+
 /* ---- status, errors, bookkeeping ---- */
 const char* rlx_mlx_last_error(void);
 /* Stores `message` as the last error (used by callbacks into Rust). */
@@ -132,6 +138,21 @@ void rlx_mlx_set_last_error(const char* message);
 const char* rlx_mlx_version(void);
 /* Writes the default device's name ("cpu", "gpu") into buf (NUL-terminated, truncated). */
 int rlx_mlx_device_name(char* buf, size_t len);
+/* How many devices of `kind` this MLX build can use (0 GPUs on a CPU-only build, or with no
+ * GPU or driver present). */
+int rlx_mlx_device_count(rlx_mlx_device_kind kind, int32_t* count);
+/* Process-wide: the device (index 0 of `kind`) that ops built without an explicit stream
+ * run on, and its current value. */
+int rlx_mlx_set_default_device(rlx_mlx_device_kind kind);
+int rlx_mlx_default_device(rlx_mlx_device_kind* kind);
+/* Whether float32 matmuls, convolutions and attention on an NVIDIA GPU run in TF32. MLX
+ * reads MLX_ENABLE_TF32 once per process; the shim sets it to 0 (full float32) at load
+ * unless the environment already has it, so this is fixed for the process. */
+bool rlx_mlx_tf32(void);
+/* This thread: whether ops on float16/bfloat16 arrays compute in float32 and round once
+ * (true, the default: the numbers of RLX's CPU backend) or run MLX's half-precision
+ * kernels (false: faster). Returns the previous setting. */
+bool rlx_mlx_set_exact_halves(bool exact);
 /* Process-wide: whether mlx::compile fuses kernels (on Linux CPU fusing runs g++ at run
  * time). Off, compiled functions still trace and simplify once but run stock kernels. */
 int rlx_mlx_set_fusion(bool enabled);

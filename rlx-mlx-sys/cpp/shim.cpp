@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "mlx/allocator.h"
 #include "mlx/compile.h"
 #include "mlx/compile_impl.h"
 #include "mlx/fast.h"
@@ -119,7 +120,10 @@ bool is_signed_int(mx::Dtype d) { return mx::issubdtype(d, mx::signedinteger); }
 // RLX computes f16/bf16 in f32 and rounds once at the end; do the same so both backends
 // agree to the last bit where they can.
 mx::Dtype compute_type(mx::Dtype d) { return is_half(d) ? mx::float32 : d; }
-mx::array up(const mx::array& a) { return is_half(a.dtype()) ? mx::astype(a, mx::float32) : a; }
+// Off while lowering a graph that asked for half-precision speed (rlx_mlx_set_exact_halves).
+thread_local bool exact_halves = true;
+
+mx::array up(const mx::array& a) { return exact_halves && is_half(a.dtype()) ? mx::astype(a, mx::float32) : a; }
 mx::array down(const mx::array& a, mx::Dtype d) { return a.dtype() == d ? a : mx::astype(a, d); }
 
 mx::Shape shape_of(const int64_t* dims, size_t n) {
@@ -421,6 +425,13 @@ mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, 
   if (!ok) {
     return down(mx::reshape(mx::fast::scaled_dot_product_attention(q4, k4, v4, s), out_shape), dt);
   }
+  if (rank == 4 && ok->ndim() == 4) {
+    // MLX broadcasts a [B|1, H|1, Sq|1, Sk] mask itself: never materialize the scores'
+    // shape (a padding mask is [B, 1, 1, Sk], H*Sq times smaller).
+    const mx::array m4 = additive ? up(*additive) : *ok;
+    const mx::array out = mx::fast::scaled_dot_product_attention(q4, k4, v4, s, "array", m4);
+    return down(zero_blind_rows(out, *ok), dt);
+  }
   const mx::array seen = mx::broadcast_to(*ok, score_shape);
   const mx::array m4 = mx::reshape(additive ? mx::broadcast_to(up(*additive), score_shape) : seen, {-1, hq, sq, sk});
   const mx::array out = mx::reshape(mx::fast::scaled_dot_product_attention(q4, k4, v4, s, "array", m4), out_shape);
@@ -601,6 +612,28 @@ mx::array in_range_indices(const mx::array& idx, int size, std::optional<mx::arr
   return mx::where(wrong, mx::zeros({}, idx.dtype()), idx);
 }
 
+mx::Device::DeviceType device_type_of(rlx_mlx_device_kind kind) {
+  switch (kind) {
+    case RLX_MLX_DEVICE_CPU: return mx::Device::cpu;
+    case RLX_MLX_DEVICE_GPU: return mx::Device::gpu;
+  }
+  throw std::invalid_argument("[rlx] unknown device code " + std::to_string(kind));
+}
+
+// MLX_ENABLE_TF32 as MLX reads it (an integer, 1 when unset).
+bool tf32_from_environment() {
+  const char* value = std::getenv("MLX_ENABLE_TF32");
+  return value == nullptr ? true : std::atoi(value) != 0;
+}
+
+// MLX defaults to TF32 for float32 matmuls on NVIDIA GPUs and reads the variable once, at
+// its first such matmul. RLX's default is full float32 (the numbers every other backend
+// gives), so the variable is set before anything can run, unless the user chose already.
+const bool tf32_default_set = [] {
+  setenv("MLX_ENABLE_TF32", "0", /*overwrite=*/0);
+  return true;
+}();
+
 std::vector<mx::array> arrays_of(rlx_mlx_array* const* xs, size_t n) {
   std::vector<mx::array> v;
   v.reserve(n);
@@ -638,6 +671,44 @@ int rlx_mlx_device_name(char* buf, size_t len) {
       std::snprintf(buf, len, "%s", name);
     }
   });
+}
+
+int rlx_mlx_device_count(rlx_mlx_device_kind kind, int32_t* count) {
+  return guard([&] {
+    if (count == nullptr) {
+      throw std::invalid_argument("[rlx] device_count needs an output");
+    }
+    *count = mx::is_available(mx::Device(device_type_of(kind), 0)) ? mx::device_count(device_type_of(kind)) : 0;
+  });
+}
+
+int rlx_mlx_set_default_device(rlx_mlx_device_kind kind) {
+  return guard([&] {
+    const mx::Device d(device_type_of(kind), 0);
+    if (!mx::is_available(d)) {
+      throw std::invalid_argument(std::string("[rlx] this MLX has no ") + (kind == RLX_MLX_DEVICE_GPU ? "GPU" : "CPU") + " device");
+    }
+    if (!(mx::default_device() == d)) {
+      mx::set_default_device(d);
+    }
+  });
+}
+
+int rlx_mlx_default_device(rlx_mlx_device_kind* kind) {
+  return guard([&] {
+    if (kind == nullptr) {
+      throw std::invalid_argument("[rlx] default_device needs an output");
+    }
+    *kind = mx::default_device().type == mx::Device::gpu ? RLX_MLX_DEVICE_GPU : RLX_MLX_DEVICE_CPU;
+  });
+}
+
+bool rlx_mlx_tf32(void) { return tf32_from_environment(); }
+
+bool rlx_mlx_set_exact_halves(bool exact) {
+  const bool previous = exact_halves;
+  exact_halves = exact;
+  return previous;
 }
 
 int rlx_mlx_set_fusion(bool enabled) {
@@ -687,14 +758,13 @@ int rlx_mlx_array_from_bytes(const void* data, size_t nbytes, const int64_t* sha
     if (count * dt.size() != nbytes) {
       throw std::invalid_argument("[rlx] " + std::to_string(nbytes) + " bytes do not fill the array");
     }
-    void* copy = std::malloc(nbytes == 0 ? 1 : nbytes);
-    if (copy == nullptr) {
-      throw std::bad_alloc();
-    }
+    // One copy, straight into memory of MLX's allocator (on CUDA, memory the GPU can
+    // read): wrapping a host buffer makes MLX copy it again on devices that cannot use it.
+    mx::array a(mx::allocator::malloc(nbytes), s, dt);
     if (nbytes > 0) {
-      std::memcpy(copy, data, nbytes);
+      std::memcpy(a.data<uint8_t>(), data, nbytes);
     }
-    put(out, mx::array(copy, s, dt, [](void* p) { std::free(p); }));
+    put(out, std::move(a));
   });
 }
 
@@ -712,8 +782,15 @@ int rlx_mlx_array_info(const rlx_mlx_array* a, rlx_mlx_dtype* dtype, size_t* ndi
 
 int rlx_mlx_array_read(const rlx_mlx_array* a, void* dst, size_t nbytes) {
   return guard([&] {
-    mx::array x = mx::contiguous(get(a));
+    mx::array x = get(a);
     mx::eval(x);
+    // Only a strided or broadcast result needs a copy (and another trip through the
+    // scheduler) before its bytes can be read as they are.
+    if (!x.flags().row_contiguous) {
+      // On the CPU stream: the copy is read by the host next, and a GPU has no float64.
+      x = mx::contiguous(x, false, mx::Device(mx::Device::cpu));
+      mx::eval(x);
+    }
     if (x.nbytes() != nbytes) {
       throw std::invalid_argument("[rlx] reading " + std::to_string(nbytes) + " bytes from an array of " + std::to_string(x.nbytes()));
     }
@@ -953,7 +1030,13 @@ int rlx_mlx_scatter_add(const rlx_mlx_array* data, const rlx_mlx_array* indices,
     u = mx::moveaxis(u, axis, 0);
     u = mx::expand_dims(u, axis + 1);
     const mx::Dtype dt = d.dtype();
-    mx::array y = mx::scatter_add(up(d), std::vector<mx::array>{idx}, up(u), std::vector<int>{axis});
+    // MLX's GPU scatter has no 64-bit integers: those run on the CPU stream (memory is
+    // shared, so only the scatter moves).
+    const bool wide_int = dt == mx::int64 || dt == mx::uint64;
+    const mx::StreamOrDevice where_ = wide_int && mx::default_device() == mx::Device::gpu
+        ? mx::StreamOrDevice(mx::Device(mx::Device::cpu))
+        : mx::StreamOrDevice{};
+    mx::array y = mx::scatter_add(up(d), std::vector<mx::array>{idx}, up(u), std::vector<int>{axis}, where_);
     put(out, down(y, dt));
     put(bad, *wrong);
   });

@@ -55,6 +55,11 @@ unsafe extern "C" {
     pub fn rlx_mlx_set_last_error(message: *const c_char);
     pub fn rlx_mlx_version() -> *const c_char;
     pub fn rlx_mlx_device_name(buf: *mut c_char, len: usize) -> c_int;
+    pub fn rlx_mlx_device_count(kind: rlx_mlx_device_kind, count: *mut i32) -> c_int;
+    pub fn rlx_mlx_set_default_device(kind: rlx_mlx_device_kind) -> c_int;
+    pub fn rlx_mlx_default_device(kind: *mut rlx_mlx_device_kind) -> c_int;
+    pub fn rlx_mlx_tf32() -> bool;
+    pub fn rlx_mlx_set_exact_halves(exact: bool) -> bool;
     pub fn rlx_mlx_set_fusion(enabled: bool) -> c_int;
     pub fn rlx_mlx_live_arrays() -> i64;
     pub fn rlx_mlx_blas() -> *const c_char;

@@ -152,6 +152,22 @@ impl TensorData {
         with_data!(self, v => bytemuck::cast_slice(v.as_slice()))
     }
 
+    /// The elements as writable raw bytes, for every dtype whose every byte pattern is a
+    /// value (all but bool).
+    pub(crate) fn bytes_mut(&mut self) -> Option<&mut [u8]> {
+        Some(match self {
+            TensorData::Bool(_) => return None,
+            TensorData::F32(v) => bytemuck::cast_slice_mut(v.as_mut_slice()),
+            TensorData::F16(v) => bytemuck::cast_slice_mut(v.as_mut_slice()),
+            TensorData::BF16(v) => bytemuck::cast_slice_mut(v.as_mut_slice()),
+            TensorData::F64(v) => bytemuck::cast_slice_mut(v.as_mut_slice()),
+            TensorData::I32(v) => bytemuck::cast_slice_mut(v.as_mut_slice()),
+            TensorData::I64(v) => bytemuck::cast_slice_mut(v.as_mut_slice()),
+            TensorData::I8(v) => bytemuck::cast_slice_mut(v.as_mut_slice()),
+            TensorData::U8(v) => v.as_mut_slice(),
+        })
+    }
+
     /// Overwrites the elements from raw bytes of the same dtype and length. Bool bytes are
     /// read as `byte != 0`, so any byte pattern is accepted.
     pub(crate) fn copy_from_bytes(&mut self, bytes: &[u8]) {

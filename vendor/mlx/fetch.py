@@ -1,13 +1,21 @@
 #!/usr/bin/env python3
 """Fetch the pinned MLX wheel from PyPI, check its sha256 and unpack it.
 
-Usage: python3 vendor/mlx/fetch.py [--dest DIR]
+Usage: python3 vendor/mlx/fetch.py [--variant cpu|cuda13] [--dest DIR] [--no-cuda-libs]
 
-The payload lands in `vendor/mlx/payload/` (git-ignored) with the wheel's layout kept
-intact: `mlx/include`, `mlx/lib`, `mlx/share/cmake/MLX`, and on Linux `mlx_cpu.libs/`,
-which libmlx finds its bundled BLAS/LAPACK through. On success the script prints the MLX
-prefix (the folder holding `include/` and `lib/`) as its last line. A payload whose stamp
-matches the pin is reused without touching the network.
+The payload lands in `vendor/mlx/payload/` (`payload-cuda13/` for the CUDA build; both
+git-ignored) with the wheel's layout kept intact: `mlx/include`, `mlx/lib`,
+`mlx/share/cmake/MLX`, and on Linux `mlx_cpu.libs/` (`mlx_cuda_13.libs/`), which libmlx
+finds its bundled BLAS/LAPACK through. On success the script prints the MLX prefix (the
+folder holding `include/` and `lib/`) as its last line. A payload whose stamp matches the
+pin is reused without touching the network.
+
+The CUDA build's libmlx finds the CUDA libraries (cuBLAS, cuDNN, NCCL, NVRTC, cudart,
+cuFFT, cuSOLVER) through its RPATH, as `nvidia/*/lib` beside `mlx/` in a site-packages
+layout. The script puts a link `nvidia` there to the first of: `$RLX_CUDA_LIBS` (a folder
+holding `nvidia/`), or the `nvidia` packages this Python can import (e.g. PyTorch's); else
+it downloads the `nvidia-*` wheels the pin lists (about 3 GB) into the payload.
+`--no-cuda-libs` skips this step (the libraries are linked where the binaries run).
 
 Only the standard library is used; pip does the download, so proxies and indexes
 configured for pip apply.
@@ -45,6 +53,77 @@ def sha256_of(path):
     return digest.hexdigest()
 
 
+# The libraries libmlx (CUDA build) loads, and the wheels' folders its RPATH looks in.
+CUDA_SONAMES = ["libcublasLt.so.13", "libcufft.so.12", "libcusolver.so.12", "libnvrtc.so.13",
+                "libcudnn.so.9", "libnccl.so.2"]
+CUDA_FOLDERS = ["cu13", "cublas", "cuda_nvrtc", "cudnn", "cufft", "cusolver", "nccl"]
+
+
+def missing_cuda_libraries(site):
+    """The sonames libmlx needs that `site/nvidia/*/lib` does not hold."""
+    found = set()
+    for folder in CUDA_FOLDERS:
+        lib = os.path.join(site, "nvidia", folder, "lib")
+        if os.path.isdir(lib):
+            found.update(os.listdir(lib))
+    return [name for name in CUDA_SONAMES if name not in found]
+
+
+def installed_cuda_site():
+    """A folder holding `nvidia/` with every CUDA library, from the environment or Python."""
+    candidates = []
+    if os.environ.get("RLX_CUDA_LIBS"):
+        candidates.append(os.environ["RLX_CUDA_LIBS"])
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("nvidia")
+        if spec is not None:
+            candidates += [os.path.dirname(p) for p in spec.submodule_search_locations or []]
+    except (ImportError, ValueError):
+        pass
+    for site in candidates:
+        if os.path.isdir(os.path.join(site, "nvidia")) and not missing_cuda_libraries(site):
+            return os.path.abspath(site)
+    return None
+
+
+def provide_cuda_libraries(dest, entry):
+    """Makes `dest/nvidia` hold the CUDA libraries: a link to installed ones, or a download."""
+    if not missing_cuda_libraries(dest):
+        return
+    site = installed_cuda_site()
+    link = os.path.join(dest, "nvidia")
+    if site is not None:
+        if os.path.islink(link) or os.path.exists(link):
+            os.remove(link) if os.path.islink(link) else shutil.rmtree(link)
+        os.symlink(os.path.join(site, "nvidia"), link)
+        print(f"fetch-mlx: CUDA libraries from {site}/nvidia", file=sys.stderr)
+        return
+    requirements = entry.get("cuda_libraries", [])
+    print(f"fetch-mlx: downloading the CUDA libraries ({', '.join(requirements)}); "
+          "set RLX_CUDA_LIBS to use installed ones", file=sys.stderr)
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(dest), prefix=".fetch-cuda-") as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "--quiet", "--platform",
+               "manylinux_2_35_x86_64", "--platform", "manylinux_2_28_x86_64",
+               "--platform", "manylinux_2_27_x86_64", "--platform", "manylinux_2_17_x86_64",
+               "--platform", "manylinux2014_x86_64", *requirements, "-d", tmp]
+        if subprocess.run(cmd, stdout=sys.stderr).returncode != 0:
+            fail("pip could not download the CUDA libraries " + " ".join(requirements))
+        for name in sorted(os.listdir(tmp)):
+            if name.endswith(".whl"):
+                with zipfile.ZipFile(os.path.join(tmp, name)) as archive:
+                    members = [m for m in archive.namelist() if m.startswith("nvidia/")]
+                    archive.extractall(dest, members)
+        for root, _, files in os.walk(os.path.join(dest, "nvidia")):
+            for name in files:
+                if ".so" in name:
+                    os.chmod(os.path.join(root, name), 0o755)
+    missing = missing_cuda_libraries(dest)
+    if missing:
+        fail("after the download, still missing: " + ", ".join(missing))
+
+
 def fail(message):
     print(f"fetch-mlx: error: {message}", file=sys.stderr)
     sys.exit(1)
@@ -52,12 +131,17 @@ def fail(message):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dest", default=os.path.join(HERE, "payload"))
+    parser.add_argument("--variant", choices=["cpu", "cuda13"], default="cpu")
+    parser.add_argument("--dest")
+    parser.add_argument("--no-cuda-libs", action="store_true")
     args = parser.parse_args()
+    suffix = "" if args.variant == "cpu" else "-" + args.variant
+    if args.dest is None:
+        args.dest = os.path.join(HERE, "payload" + suffix)
 
     with open(os.path.join(HERE, "pin.json")) as f:
         pin = json.load(f)
-    key = platform_key()
+    key = platform_key() + suffix
     entry = pin["platforms"].get(key)
     if entry is None:
         fail(
@@ -68,9 +152,12 @@ def main():
     dest = os.path.abspath(args.dest)
     stamp_path = os.path.join(dest, "stamp.json")
     prefix = os.path.join(dest, "mlx")
+    cuda = args.variant != "cpu" and not args.no_cuda_libs
     try:
         with open(stamp_path) as f:
             if json.load(f) == entry and os.path.isdir(prefix):
+                if cuda:
+                    provide_cuda_libraries(dest, entry)
                 print(prefix)
                 return
     except (OSError, ValueError):
@@ -110,6 +197,8 @@ def main():
         if os.path.exists(dest):
             shutil.rmtree(dest)
         os.replace(unpacked, dest)
+    if cuda:
+        provide_cuda_libraries(dest, entry)
     print(prefix)
 
 

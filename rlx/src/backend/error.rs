@@ -128,6 +128,40 @@ pub enum CompileError {
         /// What its library reported.
         message: String,
     },
+    /// The device asked for is not there (no GPU, or a library built without GPU support).
+    #[error("the {backend} backend has no {device} device here")]
+    DeviceUnavailable {
+        /// The backend's name.
+        backend: &'static str,
+        /// The device asked for.
+        device: &'static str,
+    },
+    /// A node computes in a dtype its device has no kernels for (MLX has no float64 on
+    /// GPUs).
+    #[error(
+        "node {node} computes in {dtype}, which the {backend} backend cannot run on its \
+         {device}; compile for its CPU device or cast to a narrower dtype"
+    )]
+    DeviceDType {
+        /// The backend's name.
+        backend: &'static str,
+        /// The device it compiles for.
+        device: &'static str,
+        /// The first such node.
+        node: NodeSite,
+        /// The dtype.
+        dtype: DType,
+    },
+    /// The precision asked for is not the one this process computes in.
+    #[error("the {backend} backend cannot compute in {asked} here: {reason}")]
+    Precision {
+        /// The backend's name.
+        backend: &'static str,
+        /// The precision asked for.
+        asked: &'static str,
+        /// Why, and what to change.
+        reason: String,
+    },
     /// The worker threads could not be started.
     #[error("cannot start worker threads: {0}")]
     Threads(String),

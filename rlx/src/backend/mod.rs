@@ -79,8 +79,10 @@ pub(crate) fn check_compilable<B: Backend + ?Sized>(
     Ok(())
 }
 
-/// A compiled graph: weights bound once, then run many times.
-pub trait Executable: Send {
+/// A compiled graph: weights bound once, then run many times. It is `Any`, so code holding
+/// a `dyn Executable` can reach its backend's own API (see
+/// [`Compiled::executable_as`](crate::model::Compiled::executable_as)).
+pub trait Executable: std::any::Any + Send {
     /// Binds the param `name`. Its dtype and shape must match the declaration.
     fn set_weight(&mut self, name: &str, value: TensorRef<'_>) -> Result<(), RunError>;
 

@@ -79,44 +79,67 @@ impl Signature {
 
     /// Checks each supplied input (matched by `binder`) against its slot and its dims
     /// `bound[i]` under the current binding.
-    pub(crate) fn check_inputs<'s>(
+    pub(crate) fn check_inputs<'s, G: Given>(
         &self,
         binder: &Binder,
-        inputs: &[(&str, TensorRef<'_>)],
+        inputs: &[(&str, G)],
         bound: impl Fn(usize) -> &'s [usize],
     ) -> Result<(), RunError> {
         for (i, slot) in self.inputs.iter().enumerate() {
             let given = &inputs[binder.provided[i]].1;
-            if given.dtype != slot.ty.dtype {
+            if given.dtype() != slot.ty.dtype {
                 return Err(RunError::DType {
                     kind: TensorRole::Input,
                     name: slot.name.clone(),
                     expected: slot.ty.dtype,
-                    got: given.dtype,
+                    got: given.dtype(),
                 });
             }
             let dims = bound(i);
-            if given.shape != dims {
+            if given.dims() != dims {
                 return Err(RunError::Shape {
                     kind: TensorRole::Input,
                     name: slot.name.clone(),
                     expected: self.describe_input(i, dims),
-                    got: given.shape.to_vec(),
+                    got: given.dims().to_vec(),
                 });
             }
             let expected = dims.iter().product::<usize>() * slot.ty.dtype.size_bytes();
-            if given.bytes.len() != expected {
+            if given.byte_len() != expected {
                 return Err(RunError::Bytes {
                     kind: TensorRole::Input,
                     name: slot.name.clone(),
                     dtype: slot.ty.dtype,
-                    shape: given.shape.to_vec(),
+                    shape: given.dims().to_vec(),
                     expected,
-                    got: given.bytes.len(),
+                    got: given.byte_len(),
                 });
             }
         }
         Ok(())
+    }
+}
+
+/// What binding and checking read of a supplied input: a host tensor, or a backend's
+/// own array.
+pub(crate) trait Given {
+    /// Its element type.
+    fn dtype(&self) -> DType;
+    /// Its dims.
+    fn dims(&self) -> &[usize];
+    /// How many bytes it holds.
+    fn byte_len(&self) -> usize;
+}
+
+impl Given for TensorRef<'_> {
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+    fn dims(&self) -> &[usize] {
+        self.shape
+    }
+    fn byte_len(&self) -> usize {
+        self.bytes.len()
     }
 }
 
@@ -149,10 +172,10 @@ impl Binder {
     }
 
     /// Matches inputs by name into `provided`, then binds every runtime dim into `key`.
-    pub(crate) fn bind(
+    pub(crate) fn bind<G: Given>(
         &mut self,
         signature: &Signature,
-        inputs: &[(&str, TensorRef<'_>)],
+        inputs: &[(&str, G)],
         dims: &[(&str, usize)],
     ) -> Result<(), RunError> {
         self.match_inputs(signature, inputs)?;
@@ -169,7 +192,7 @@ impl Binder {
         }
         for &(s, input, axis) in &signature.symbol_sources {
             let given = &inputs[self.provided[input]].1;
-            let Some(&value) = given.shape.get(axis) else {
+            let Some(&value) = given.dims().get(axis) else {
                 continue; // the rank is wrong; `check_inputs` names it
             };
             match self.values[s] {
@@ -202,10 +225,10 @@ impl Binder {
         Ok(())
     }
 
-    fn match_inputs(
+    fn match_inputs<G>(
         &mut self,
         signature: &Signature,
-        inputs: &[(&str, TensorRef<'_>)],
+        inputs: &[(&str, G)],
     ) -> Result<(), RunError> {
         for (i, slot) in signature.inputs.iter().enumerate() {
             self.provided[i] = inputs

@@ -45,7 +45,7 @@ impl MlxError {
     }
 }
 
-fn check(status: c_int) -> Result<(), MlxError> {
+pub(crate) fn check(status: c_int) -> Result<(), MlxError> {
     if status == 0 {
         Ok(())
     } else {
@@ -236,10 +236,18 @@ impl Array {
         let dtype = self.dtype()?;
         let shape = self.shape()?;
         let n = shape.iter().product::<usize>() * dtype.size_bytes();
+        out.reshape_for(dtype, &shape);
+        // Straight into the tensor where its bytes may hold anything; bools go through
+        // `scratch`, since MLX's bool bytes are only trusted after a check.
+        if let Some(bytes) = out.data_mut().bytes_mut() {
+            // SAFETY: `bytes` has exactly `n` writable bytes; the shim checks the count.
+            return check(unsafe {
+                sys::rlx_mlx_array_read(self.ptr(), bytes.as_mut_ptr().cast(), n)
+            });
+        }
         scratch.resize(n, 0);
         // SAFETY: `scratch` has exactly `n` writable bytes; the shim checks the count.
         check(unsafe { sys::rlx_mlx_array_read(self.ptr(), scratch.as_mut_ptr().cast(), n) })?;
-        out.reshape_for(dtype, &shape);
         out.data_mut().copy_from_bytes(scratch);
         Ok(())
     }
@@ -584,7 +592,14 @@ impl Array {
             let (hi, _) = y.gather(&positions(|t| t.hi)?, axis)?;
             let weights: Vec<f64> = taps.iter().map(|t| t.t).collect();
             let weight_shape = if axis == 2 { vec![out, 1] } else { vec![out] };
-            let t = host_array(HostTensor::from_vec(weights, weight_shape))?.cast(work)?;
+            // Made in the working dtype on the host: a GPU has no float64 to cast from.
+            let t = match work {
+                DType::F64 => host_array(HostTensor::from_vec(weights, weight_shape))?,
+                _ => {
+                    let narrow: Vec<f32> = weights.iter().map(|w| *w as f32).collect();
+                    host_array(HostTensor::from_vec(narrow, weight_shape))?.cast(work)?
+                }
+            };
             let step = hi.binary(BinaryOp::Sub, &lo)?.binary(BinaryOp::Mul, &t)?;
             y = lo.binary(BinaryOp::Add, &step)?;
         }

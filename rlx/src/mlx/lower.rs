@@ -102,6 +102,16 @@ impl Lowering {
 
     /// Builds the graph's outputs from `leaves` (one array per entry of `self.leaves`).
     pub(crate) fn lower(&self, leaves: &[Array]) -> Result<Lowered, RunError> {
+        self.lower_timed(leaves, None)
+    }
+
+    /// [`Lowering::lower`]; with `timings`, each node is also evaluated as soon as it is
+    /// built, and the time of building and evaluating it is recorded (a profile).
+    pub(crate) fn lower_timed(
+        &self,
+        leaves: &[Array],
+        mut timings: Option<&mut Vec<(NodeId, std::time::Duration)>>,
+    ) -> Result<Lowered, RunError> {
         let graph = &*self.graph;
         let mut values: Vec<Option<Array>> = vec![None; graph.len()];
         for (id, leaf) in self.leaves.iter().zip(leaves) {
@@ -119,6 +129,7 @@ impl Lowering {
                 .map(|i| values[i.index()].as_ref().expect("operands come first"))
                 .collect();
             let at = |e: MlxError| node_error(id, node, e);
+            let started = std::time::Instant::now();
             let value = match self.node(id, node, &operands, &mut checks) {
                 Ok(v) => v,
                 Err(NodeFailure::Mlx(e)) => return Err(at(e)),
@@ -127,11 +138,14 @@ impl Lowering {
             if verify {
                 self.verify(id, node, &value)?;
             }
-            if self.eager {
+            if self.eager || timings.is_some() {
                 Array::eval(&[&value]).map_err(|e| eval_error(graph, Some((id, node)), e))?;
                 if let Some(check) = checks.last().filter(|c: &&IndexCheck| c.node == id) {
                     self.verify_indices(check)?;
                 }
+            }
+            if let Some(timings) = timings.as_deref_mut() {
+                timings.push((id, started.elapsed()));
             }
             values[id.index()] = Some(value);
         }

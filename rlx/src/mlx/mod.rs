@@ -29,19 +29,22 @@
 mod array;
 mod codes;
 mod compiled;
+mod device;
 mod lower;
 
 pub use array::{
     Array, MaskArg, MlxError, blas, device_name, live_arrays, set_kernel_fusion, version,
 };
+pub use device::{Device, Precision, tf32_enabled};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use crate::backend::shared::{CustomOps, ParamTable, PlanCache};
-use crate::backend::signature::{Binder, Signature, concrete_shapes};
-use crate::backend::{Backend, CompileError, Executable, RunError, check_compilable};
+use crate::backend::signature::{Binder, Given, Signature, concrete_shapes};
+use crate::backend::{Backend, CompileError, Executable, NodeSite, RunError, check_compilable};
+use crate::backend::{Profile, ProfileStep};
 use crate::ir::{AttrValue, DType, Graph, NodeId, Op};
 use crate::passes;
 use crate::tensor::{HostTensor, TensorRef};
@@ -62,9 +65,10 @@ pub enum MlxMode {
 }
 
 impl Default for MlxMode {
-    /// Compiled on macOS (Metal), lazy elsewhere (see [`MlxMode::Compiled`]).
+    /// Compiled on a GPU (Metal, CUDA), lazy on Linux's CPU backend (see
+    /// [`MlxMode::Compiled`]).
     fn default() -> MlxMode {
-        if cfg!(target_os = "macos") {
+        if cfg!(target_os = "macos") || Device::preferred() == Device::Gpu {
             MlxMode::Compiled
         } else {
             MlxMode::Lazy
@@ -103,28 +107,62 @@ pub trait MlxCustomOp: Send + Sync {
 }
 
 /// The MLX backend. See the [module docs](self).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct MlxBackend {
     mode: MlxMode,
+    device: Device,
+    precision: Precision,
     custom: CustomOps<dyn MlxCustomOp>,
+}
+
+impl Default for MlxBackend {
+    fn default() -> MlxBackend {
+        MlxBackend::new(MlxMode::default())
+    }
 }
 
 impl std::fmt::Debug for MlxBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MlxBackend")
             .field("mode", &self.mode)
+            .field("device", &self.device)
+            .field("precision", &self.precision)
             .field("custom_ops", &self.custom)
             .finish()
     }
 }
 
 impl MlxBackend {
-    /// A backend evaluating in `mode`.
+    /// A backend evaluating in `mode` on [`Device::preferred`] (the GPU when there is one)
+    /// in full float32 ([`Precision::F32`]).
     pub fn new(mode: MlxMode) -> MlxBackend {
         MlxBackend {
             mode,
+            device: Device::preferred(),
+            precision: Precision::default(),
             custom: CustomOps::default(),
         }
+    }
+
+    /// The same backend computing on `device`. Compiling fails with
+    /// [`CompileError::DeviceUnavailable`] when the device is not there, and on a GPU with
+    /// [`CompileError::DeviceDType`] for a graph with float64 nodes (MLX has no float64
+    /// GPU kernels): float64 graphs compile for [`Device::Cpu`].
+    ///
+    /// ```
+    /// use rlx::mlx::{Device, MlxBackend, MlxMode};
+    /// let cpu = MlxBackend::new(MlxMode::Lazy).with_device(Device::Cpu);
+    /// assert_eq!(cpu.device(), Device::Cpu);
+    /// ```
+    pub fn with_device(mut self, device: Device) -> MlxBackend {
+        self.device = device;
+        self
+    }
+
+    /// The same backend computing float32 graphs in `precision`. See [`Precision`].
+    pub fn with_precision(mut self, precision: Precision) -> MlxBackend {
+        self.precision = precision;
+        self
     }
 
     /// The evaluation mode.
@@ -132,10 +170,90 @@ impl MlxBackend {
         self.mode
     }
 
+    /// The device executables compute on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The float precision of executables.
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// Checks the device is there and can run `g` in the chosen precision.
+    fn check_device(&self, g: &Graph) -> Result<(), CompileError> {
+        if !self.device.is_available() {
+            return Err(CompileError::DeviceUnavailable {
+                backend: NAME,
+                device: self.device.name(),
+            });
+        }
+        if self.device != Device::Gpu {
+            return Ok(());
+        }
+        let f64_node = g.iter().find(|(_, n)| {
+            n.ty.dtype == DType::F64 || n.inputs.iter().any(|i| g[*i].ty.dtype == DType::F64)
+        });
+        if let Some((id, node)) = f64_node {
+            return Err(CompileError::DeviceDType {
+                backend: NAME,
+                device: self.device.name(),
+                node: NodeSite::of(id, node),
+                dtype: DType::F64,
+            });
+        }
+        let process = if tf32_enabled() { "tf32" } else { "f32" };
+        let fix = match (self.precision, tf32_enabled()) {
+            (Precision::F32, true) => {
+                "this process runs float32 matrix products in TF32 \
+                 (MLX_ENABLE_TF32=1 at start); start it without that variable, or ask for \
+                 Precision::Tf32"
+            }
+            (Precision::Tf32, false) => {
+                "MLX fixes TF32 per process, and this one runs full \
+                 float32; start it with MLX_ENABLE_TF32=1, or ask for Precision::F32"
+            }
+            _ => return Ok(()),
+        };
+        Err(CompileError::Precision {
+            backend: NAME,
+            asked: precision_name(self.precision),
+            reason: format!("{fix} (process: {process})"),
+        })
+    }
+
     /// Registers the MLX kernel of the custom op `name`.
     pub fn with_custom_op(mut self, name: &str, kernel: Arc<dyn MlxCustomOp>) -> MlxBackend {
         self.custom.insert(name, kernel);
         self
+    }
+}
+
+/// The type of an input given as an MLX array.
+struct ArrayType {
+    dtype: DType,
+    dims: Vec<usize>,
+}
+
+impl Given for ArrayType {
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+    fn dims(&self) -> &[usize] {
+        &self.dims
+    }
+    fn byte_len(&self) -> usize {
+        self.dims.iter().product::<usize>() * self.dtype.size_bytes()
+    }
+}
+
+/// The name of a precision in messages.
+fn precision_name(precision: Precision) -> &'static str {
+    match precision {
+        Precision::F32 => "f32",
+        Precision::Tf32 => "tf32",
+        Precision::F16 => "f16",
+        Precision::BF16 => "bf16",
     }
 }
 
@@ -159,9 +277,45 @@ impl Backend for MlxBackend {
     fn compile(&self, graph: &Graph) -> Result<MlxExecutable, CompileError> {
         check_compilable(self, graph)?;
         let g = passes::standard(graph)?;
+        self.check_device(&g)?;
+        let narrow = match self.precision {
+            Precision::F16 => Some(DType::F16),
+            Precision::BF16 => Some(DType::BF16),
+            Precision::F32 | Precision::Tf32 => None,
+        };
+        let (g, param_casts) = match narrow {
+            None => (g, Vec::new()),
+            Some(dtype) => {
+                let narrowed = passes::pass("compute_in", passes::compute_in(&g, dtype))?;
+                // Weights are offered as declared (float32) and cast once when bound.
+                let casts = narrowed
+                    .params()
+                    .map(|(id, p)| {
+                        let declared = g.param(p.name.as_deref().unwrap_or_default());
+                        let declared = declared.map(|d| g[d].ty.dtype);
+                        (declared != Some(p.ty.dtype)).then_some((id, p.ty.dtype))
+                    })
+                    .collect::<Vec<_>>();
+                (narrowed, casts)
+            }
+        };
 
         let signature = Signature::of(&g);
-        let params = ParamTable::of(&g);
+        let mut params = ParamTable::of(&g);
+        let param_casts: Vec<Option<DType>> = params
+            .specs
+            .iter_mut()
+            .map(|spec| {
+                let cast = param_casts
+                    .iter()
+                    .flatten()
+                    .find(|(id, _)| *id == spec.node);
+                cast.map(|(_, narrow)| {
+                    spec.dtype = DType::F32;
+                    *narrow
+                })
+            })
+            .collect();
         let constants = upload_constants(&g).map_err(|e| CompileError::Backend {
             backend: NAME,
             message: e.message,
@@ -179,6 +333,9 @@ impl Backend for MlxBackend {
             custom: Arc::new(custom),
             graph: Arc::new(g),
             mode: self.mode,
+            device: self.device,
+            exact_halves: narrow.is_none(),
+            param_casts,
             bindings: PlanCache::default(),
             scratch: Vec::new(),
         })
@@ -202,6 +359,12 @@ pub struct MlxExecutable {
     constants: Arc<Constants>,
     custom: Arc<Vec<Option<Arc<dyn MlxCustomOp>>>>,
     mode: MlxMode,
+    device: Device,
+    /// False under [`Precision::F16`] and [`Precision::BF16`]: half ops run MLX's own
+    /// half-precision kernels.
+    exact_halves: bool,
+    /// Per param: the dtype its float32 value is cast to when bound (half precisions).
+    param_casts: Vec<Option<DType>>,
     binder: Binder,
     bindings: PlanCache<BindingPlan>,
     scratch: Vec<u8>,
@@ -212,6 +375,7 @@ impl std::fmt::Debug for MlxExecutable {
         f.debug_struct("MlxExecutable")
             .field("nodes", &self.graph.len())
             .field("mode", &self.mode)
+            .field("device", &self.device)
             .field("bindings", &self.bindings.len())
             .finish_non_exhaustive()
     }
@@ -263,7 +427,12 @@ impl MlxExecutable {
 impl Executable for MlxExecutable {
     fn set_weight(&mut self, name: &str, value: TensorRef<'_>) -> Result<(), RunError> {
         let i = self.params.check(name, &value)?;
-        let array = Array::from_tensor(value).map_err(backend_error)?;
+        let mut array = Array::from_tensor(value).map_err(backend_error)?;
+        if let Some(dtype) = self.param_casts[i] {
+            array = device::on_device(self.device, true, || array.cast(dtype))
+                .and_then(|cast| cast)
+                .map_err(backend_error)?;
+        }
         // Materialize now, so the caller's bytes may go away and runs do not pay for it.
         Array::eval(&[&array]).map_err(backend_error)?;
         self.values[i] = Some(array);
@@ -274,7 +443,61 @@ impl Executable for MlxExecutable {
     fn weight(&self, name: &str) -> Result<HostTensor, RunError> {
         let i = self.params.find_bound(name)?;
         let value = self.values[i].as_ref().expect("a bound param has a value");
-        value.to_host().map_err(backend_error)
+        match self.param_casts[i] {
+            // The value as bound, in the precision it computes in.
+            Some(_) => value.cast(DType::F32).and_then(|v| v.to_host()),
+            None => value.to_host(),
+        }
+        .map_err(backend_error)
+    }
+
+    /// Times each node: every node is built and evaluated on its own (as in
+    /// [`MlxMode::Eager`], whatever the executable's mode), so the figures show where the
+    /// time goes rather than what a fused run costs.
+    fn profile(
+        &mut self,
+        inputs: &[(&str, TensorRef<'_>)],
+        dims: &[(&str, usize)],
+        runs: usize,
+    ) -> Result<Profile, RunError> {
+        let runs = runs.max(1);
+        self.params.all_bound()?;
+        self.binder.bind(&self.signature, inputs, dims)?;
+        let b = self.binding_for()?;
+        let plan = self.bindings.get(b);
+        let shapes = &plan.lowering.shapes;
+        self.signature.check_inputs(&self.binder, inputs, |i| {
+            shapes[self.signature.inputs[i].node.index()].as_slice()
+        })?;
+        let mut leaves: Vec<Array> = self.values.iter().flatten().cloned().collect();
+        for &given in &self.binder.provided {
+            leaves.push(Array::from_tensor(inputs[given].1).map_err(backend_error)?);
+        }
+        Array::eval(&leaves.iter().collect::<Vec<_>>()).map_err(backend_error)?;
+        let mut timings = Vec::new();
+        let started = std::time::Instant::now();
+        for _ in 0..runs {
+            let lowered = device::on_device(self.device, self.exact_halves, || {
+                plan.lowering.lower_timed(&leaves, Some(&mut timings))
+            })
+            .map_err(backend_error)??;
+            for check in &lowered.checks {
+                plan.lowering.verify_indices(check)?;
+            }
+        }
+        let total = started.elapsed();
+        let mut steps: Vec<ProfileStep> = Vec::new();
+        for (node, time) in timings {
+            match steps.iter_mut().find(|s| s.node == Some(node)) {
+                Some(step) => step.time += time,
+                None => steps.push(ProfileStep {
+                    op: self.graph[node].op.name(),
+                    node: Some(node),
+                    time,
+                }),
+            }
+        }
+        Ok(Profile { runs, total, steps })
     }
 
     fn run_into(
@@ -283,6 +506,68 @@ impl Executable for MlxExecutable {
         dims: &[(&str, usize)],
         outputs: &mut Vec<HostTensor>,
     ) -> Result<(), RunError> {
+        let uploaded = inputs
+            .iter()
+            .map(|(_, t)| Array::from_tensor(*t).map_err(backend_error))
+            .collect::<Result<Vec<Array>, RunError>>()?;
+        let results = self.evaluate(inputs, &uploaded, dims)?;
+        outputs.resize_with(results.len(), || HostTensor::zeros(DType::F32, [0]));
+        for (out, array) in outputs.iter_mut().zip(&results) {
+            array
+                .read_into(out, &mut self.scratch)
+                .map_err(backend_error)?;
+        }
+        Ok(())
+    }
+}
+
+impl MlxExecutable {
+    /// Runs on MLX arrays and returns MLX arrays, evaluated: inputs and outputs stay where
+    /// MLX keeps them (on a GPU, device memory), so a pipeline need not copy through host
+    /// memory between runs. Checks and errors are those of [`Executable::run`].
+    ///
+    /// ```no_run
+    /// use rlx::prelude::*;
+    /// use rlx::backend::Backend;
+    /// use rlx::mlx::{Array, MlxBackend, MlxMode};
+    /// use rlx::tensor::HostTensor;
+    ///
+    /// let mut b = GraphBuilder::new();
+    /// let x = b.input("x", DType::F32, [Dim::sym("n")])?;
+    /// let y = b.unary(UnaryOp::Exp, x)?;
+    /// b.output("y", y)?;
+    /// let mut exe = MlxBackend::new(MlxMode::Lazy).compile(&b.finish()?)?;
+    /// let x = Array::from_tensor(HostTensor::from_vec(vec![0.0f32, 1.0], [2])?.view())?;
+    /// let y = exe.run_arrays(&[("x", &x)], &[])?; // stays on the device
+    /// let z = exe.run_arrays(&[("x", &y[0])], &[])?; // exp(exp(x)), no host copy between
+    /// assert_eq!(z[0].to_host()?.shape(), [2]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn run_arrays(
+        &mut self,
+        inputs: &[(&str, &Array)],
+        dims: &[(&str, usize)],
+    ) -> Result<Vec<Array>, RunError> {
+        let described = inputs
+            .iter()
+            .map(|(name, a)| {
+                let dtype = a.dtype().map_err(backend_error)?;
+                let dims = a.shape().map_err(backend_error)?;
+                Ok((*name, ArrayType { dtype, dims }))
+            })
+            .collect::<Result<Vec<_>, RunError>>()?;
+        let arrays: Vec<Array> = inputs.iter().map(|(_, a)| (*a).clone()).collect();
+        self.evaluate(&described, &arrays, dims)
+    }
+
+    /// Binds the inputs (described by `inputs`, their arrays in `arrays`), lowers or calls
+    /// the traced function on this executable's device, and evaluates the outputs.
+    fn evaluate<G: Given>(
+        &mut self,
+        inputs: &[(&str, G)],
+        arrays: &[Array],
+        dims: &[(&str, usize)],
+    ) -> Result<Vec<Array>, RunError> {
         self.params.all_bound()?;
         let mut leaves: Vec<Array> = self.values.iter().flatten().cloned().collect();
         self.binder.bind(&self.signature, inputs, dims)?;
@@ -292,31 +577,26 @@ impl Executable for MlxExecutable {
         self.signature.check_inputs(&self.binder, inputs, |i| {
             shapes[self.signature.inputs[i].node.index()].as_slice()
         })?;
-
         for &given in &self.binder.provided {
-            leaves.push(Array::from_tensor(inputs[given].1).map_err(backend_error)?);
+            leaves.push(arrays[given].clone());
         }
 
         let graph = &*self.graph;
-        let (results, checks) = match &plan.function {
-            Some(f) => f.call(&leaves)?,
-            None => {
-                let lowered = plan.lowering.lower(&leaves)?;
-                (lowered.outputs, lowered.checks)
-            }
-        };
+        let (results, checks) =
+            device::on_device(self.device, self.exact_halves, || match &plan.function {
+                Some(f) => f.call(&leaves),
+                None => plan
+                    .lowering
+                    .lower(&leaves)
+                    .map(|lowered| (lowered.outputs, lowered.checks)),
+            })
+            .map_err(backend_error)??;
         let mut all: Vec<&Array> = results.iter().collect();
         all.extend(checks.iter().map(|c| &c.bad));
         Array::eval(&all).map_err(|e| eval_error(graph, None, e))?;
         for check in &checks {
             plan.lowering.verify_indices(check)?;
         }
-        outputs.resize_with(results.len(), || HostTensor::zeros(DType::F32, [0]));
-        for (out, array) in outputs.iter_mut().zip(&results) {
-            array
-                .read_into(out, &mut self.scratch)
-                .map_err(backend_error)?;
-        }
-        Ok(())
+        Ok(results)
     }
 }

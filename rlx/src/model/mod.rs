@@ -168,6 +168,26 @@ impl Compiled {
         self.executable.as_mut()
     }
 
+    /// The executable as its backend's own type, for that backend's API (`None` for another
+    /// backend's type).
+    ///
+    /// ```
+    /// use rlx::cpu::{CpuBackend, CpuExecutable};
+    /// use rlx::model::Compiled;
+    /// use rlx::prelude::*;
+    ///
+    /// let mut b = GraphBuilder::new();
+    /// let x = b.input("x", DType::F32, [2])?;
+    /// b.output("y", x)?;
+    /// let mut model = Compiled::new(&CpuBackend::default(), b.finish()?, Default::default())?;
+    /// assert!(model.executable_as::<CpuExecutable>().is_some());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn executable_as<E: Executable>(&mut self) -> Option<&mut E> {
+        let any: &mut dyn std::any::Any = self.executable.as_mut();
+        any.downcast_mut::<E>()
+    }
+
     /// Binds the weight `name` (a graph param name, see [`ParamSpec::name`]).
     pub fn set_weight(&mut self, name: &str, value: TensorRef<'_>) -> Result<(), RunError> {
         self.executable.set_weight(name, value)

@@ -9,17 +9,22 @@
 //! - [`fuse_matmul_epilogues`]: folds a matmul's bias add, activation and residual add into
 //!   one [`Op::FusedMatMul`](crate::ir::Op::FusedMatMul) (the CPU backend runs it).
 //!
+//! - [`compute_in`]: computes a float32 graph in float16 or bfloat16 behind a float32
+//!   interface (the MLX backend's half precisions).
+//!
 //! Constant folding needs kernels and lives with each backend.
 
 mod cse;
 mod dce;
 mod fuse;
+mod precision;
 mod rewrite;
 mod simplify;
 
 pub use cse::cse;
 pub use dce::dce;
 pub use fuse::fuse_matmul_epilogues;
+pub use precision::compute_in;
 pub use simplify::simplify;
 
 pub(crate) use rewrite::Rewriter;

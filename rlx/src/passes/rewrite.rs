@@ -38,6 +38,13 @@ impl Rewriter {
         id
     }
 
+    /// Adds a node that stands for no old node; returns its id.
+    pub(crate) fn add(&mut self, node: Node) -> NodeId {
+        let id = NodeId::new(self.nodes.len());
+        self.nodes.push(node);
+        id
+    }
+
     /// Makes `old` stand for an existing new node.
     pub(crate) fn alias(&mut self, old: NodeId, new: NodeId) {
         self.map[old.index()] = Some(new);
@@ -46,6 +53,11 @@ impl Rewriter {
     /// The new nodes so far.
     pub(crate) fn nodes(&self) -> &[Node] {
         &self.nodes
+    }
+
+    /// The graph of the new nodes with these outputs (new ids).
+    pub(crate) fn finish_with(self, outputs: Vec<Output>) -> Result<Graph, VerifyError> {
+        Graph::from_parts(self.nodes, outputs)
     }
 
     pub(crate) fn finish(self, outputs: &[Output]) -> Result<Graph, VerifyError> {

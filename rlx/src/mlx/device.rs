@@ -1,0 +1,160 @@
+//! Where MLX computes: its devices, and the float precision of matrix products on a GPU.
+
+use std::sync::Mutex;
+
+use rlx_mlx_sys as sys;
+
+use super::array::{MlxError, check};
+
+/// A kind of MLX device.
+///
+/// ```
+/// use rlx::mlx::Device;
+/// // The CPU is always there; a GPU when MLX was built for one and the machine has it.
+/// assert!(Device::Cpu.is_available());
+/// let default = Device::preferred();
+/// assert!(default == Device::Gpu || !Device::Gpu.is_available());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Device {
+    /// MLX's CPU backend.
+    Cpu,
+    /// The first GPU (Metal on macOS, CUDA with the `mlx-cuda` build on Linux).
+    Gpu,
+}
+
+impl Device {
+    /// How many devices of this kind MLX can use here: 0 GPUs with a CPU-only MLX, or
+    /// without a GPU or its driver.
+    pub fn count(self) -> usize {
+        let mut count = 0i32;
+        // SAFETY: writes one i32 through a valid pointer.
+        match check(unsafe { sys::rlx_mlx_device_count(code(self), &mut count) }) {
+            Ok(()) => usize::try_from(count).unwrap_or(0),
+            Err(_) => 0,
+        }
+    }
+
+    /// Whether MLX can compute on this device here.
+    pub fn is_available(self) -> bool {
+        self.count() > 0
+    }
+
+    /// The GPU when there is one, else the CPU: what [`MlxBackend`](super::MlxBackend)
+    /// uses unless told otherwise.
+    pub fn preferred() -> Device {
+        if Device::Gpu.is_available() {
+            Device::Gpu
+        } else {
+            Device::Cpu
+        }
+    }
+
+    /// `"cpu"` or `"gpu"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Device::Cpu => "cpu",
+            Device::Gpu => "gpu",
+        }
+    }
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+fn code(device: Device) -> sys::rlx_mlx_device_kind {
+    match device {
+        Device::Cpu => sys::RLX_MLX_DEVICE_CPU,
+        Device::Gpu => sys::RLX_MLX_DEVICE_GPU,
+    }
+}
+
+fn from_code(code: sys::rlx_mlx_device_kind) -> Device {
+    match code {
+        sys::RLX_MLX_DEVICE_GPU => Device::Gpu,
+        _ => Device::Cpu,
+    }
+}
+
+/// How an executable computes float32 graphs.
+///
+/// ```
+/// use rlx::mlx::{MlxBackend, MlxMode, Precision};
+/// let exact = MlxBackend::new(MlxMode::Lazy); // Precision::F32: the numbers of the CPU backend
+/// let fast = MlxBackend::new(MlxMode::Lazy).with_precision(Precision::BF16);
+/// assert_eq!(exact.precision(), Precision::F32);
+/// assert_eq!(fast.precision(), Precision::BF16);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Precision {
+    /// Full float32 everywhere (the default). On an NVIDIA GPU this needs the process to
+    /// run with TF32 off, which RLX arranges unless `MLX_ENABLE_TF32=1` is set.
+    #[default]
+    F32,
+    /// Float32 data, but matrix products, convolutions and attention on an NVIDIA GPU
+    /// round their inputs to TF32 (10 mantissa bits), as cuBLAS's fast mode does: several
+    /// times faster, relative errors around 1e-3. MLX decides this once per process, so
+    /// the process must start with `MLX_ENABLE_TF32=1`. Elsewhere it is plain float32.
+    Tf32,
+    /// float32 graphs computed in float16: weights are cast once when bound, inputs on
+    /// each run, outputs cast back to float32. Relative errors around 1e-3.
+    F16,
+    /// As [`Precision::F16`] in bfloat16 (float32's range, 8 mantissa bits): relative
+    /// errors around 1e-2.
+    BF16,
+}
+
+/// Whether this process runs float32 matrix products on an NVIDIA GPU in TF32: fixed at
+/// start from `MLX_ENABLE_TF32` (RLX's default, when it is unset, is off).
+pub fn tf32_enabled() -> bool {
+    // SAFETY: reads the environment; no pointers involved.
+    unsafe { sys::rlx_mlx_tf32() }
+}
+
+/// MLX builds ops on one process-wide default device. Executables on different devices
+/// may lower concurrently, so each lowering holds this lock while the default is its own.
+static DEVICE_LOCK: Mutex<()> = Mutex::new(());
+
+/// Runs `f` (which builds MLX ops) with `device` as MLX's default device, then restores the
+/// previous default. Ops keep the device they were built on, so evaluation needs no lock.
+/// With `exact_halves` off, ops on half-precision arrays run MLX's half kernels instead of
+/// computing in float32 (see [`Precision::F16`]).
+pub(crate) fn on_device<R>(
+    device: Device,
+    exact_halves: bool,
+    f: impl FnOnce() -> R,
+) -> Result<R, MlxError> {
+    /// Puts the previous settings back, also when `f` panics.
+    struct Restore {
+        device: Option<Device>,
+        exact_halves: bool,
+    }
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            if let Some(device) = self.device {
+                // SAFETY: sets MLX's default device to one it had chosen before.
+                unsafe { sys::rlx_mlx_set_default_device(code(device)) };
+            }
+            // SAFETY: sets a thread-local flag of the shim.
+            unsafe { sys::rlx_mlx_set_exact_halves(self.exact_halves) };
+        }
+    }
+    let _held = DEVICE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut previous = sys::RLX_MLX_DEVICE_CPU;
+    // SAFETY: writes one code through a valid pointer.
+    check(unsafe { sys::rlx_mlx_default_device(&mut previous) })?;
+    let previous = from_code(previous);
+    if previous != device {
+        // SAFETY: sets MLX's default device; no pointers involved.
+        check(unsafe { sys::rlx_mlx_set_default_device(code(device)) })?;
+    }
+    let _restore = Restore {
+        device: (previous != device).then_some(previous),
+        // SAFETY: sets a thread-local flag of the shim.
+        exact_halves: unsafe { sys::rlx_mlx_set_exact_halves(exact_halves) },
+    };
+    Ok(f())
+}

