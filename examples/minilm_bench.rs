@@ -2,16 +2,17 @@
 //!
 //! ```text
 //! cargo run --release --example minilm_bench -- [--backend cpu|mlx] [--precision f32|tf32|f16|bf16]
-//!     [--model-dir DIR] [--shapes 1x16,8x128] [--profile]
+//!     [--mode lazy|compiled|eager] [--model-dir DIR] [--shapes 1x16,8x128] [--runs N] [--profile]
 //! ```
 //!
 //! `--precision` picks the MLX backend's [`Precision`](rlx::mlx::Precision) (TF32 needs
 //! `MLX_ENABLE_TF32=1` in the environment). `--profile` also prints, per shape, the time
-//! per op over 10 runs. Each run takes token ids from host memory and returns embeddings
-//! to host memory.
+//! per op over 10 runs. Each run takes token ids from host memory and returns the
+//! embeddings (not the hidden states) to host memory.
 //!
 //! Prints one line per shape: `minilm backend=cpu batch=N seq=S ms=M sent_per_s=R`, the
-//! median of at least 10 runs (and at least 2 s) after 3 warm-up runs. Compare with
+//! median of at least 10 runs (and at least 2 s), or of exactly `--runs N`, after 3 warm-up
+//! runs. Compare with
 //! `../shared/bench/minilm_bench.py` (ONNX Runtime, PyTorch) in the same session.
 
 use std::error::Error;
@@ -27,6 +28,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut shapes = vec![(1, 16), (1, 128), (8, 128), (32, 128)];
     let mut profile = false;
     let mut precision = "f32".to_string();
+    let mut mode = String::new();
+    let mut runs: Option<usize> = None;
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -46,29 +49,43 @@ fn main() -> Result<(), Box<dyn Error>> {
             }
             "--profile" => profile = true,
             "--precision" => precision = it.next().ok_or("--precision needs f32|tf32|f16|bf16")?,
+            "--mode" => mode = it.next().ok_or("--mode needs lazy|compiled|eager")?,
+            "--runs" => runs = Some(it.next().ok_or("--runs needs a count")?.parse()?),
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
     let files = ModelFiles::locate(model_dir.as_deref())?;
-    let mut model = match (backend.as_str(), precision.as_str()) {
-        (_, "f32") => SentenceEmbedder::on_backend(&backend, &files)?,
+    let mut model = match backend.as_str() {
         #[cfg(feature = "mlx")]
-        ("mlx", p) => {
-            use rlx::mlx::{MlxBackend, Precision};
-            let precision = match p {
+        "mlx" => {
+            use rlx::mlx::{MlxBackend, MlxMode, Precision};
+            let precision = match precision.as_str() {
+                "f32" => Precision::F32,
                 "tf32" => Precision::Tf32,
                 "f16" => Precision::F16,
                 "bf16" => Precision::BF16,
                 other => return Err(format!("unknown precision {other}").into()),
             };
-            SentenceEmbedder::new(&MlxBackend::default().with_precision(precision), &files)?
+            let mode = match mode.as_str() {
+                "" => MlxMode::default(),
+                "lazy" => MlxMode::Lazy,
+                "compiled" => MlxMode::Compiled,
+                "eager" => MlxMode::Eager,
+                other => return Err(format!("unknown mode {other}").into()),
+            };
+            SentenceEmbedder::new(&MlxBackend::new(mode).with_precision(precision), &files)?
         }
-        (b, p) => return Err(format!("--precision {p} needs --backend mlx, not {b}").into()),
+        _ if precision != "f32" || !mode.is_empty() => {
+            return Err("--precision and --mode need --backend mlx".into());
+        }
+        _ => SentenceEmbedder::on_backend(&backend, &files)?,
     };
-    let backend = match precision.as_str() {
-        "f32" => backend,
-        p => format!("{backend}-{p}"),
-    };
+    let backend = [backend.as_str(), mode.as_str(), precision.as_str()]
+        .iter()
+        .filter(|part| !part.is_empty() && **part != "f32")
+        .copied()
+        .collect::<Vec<_>>()
+        .join("-");
 
     let mut state = 0x2545_f491_4f6c_dd1du64;
     for (batch, seq) in shapes {
@@ -88,13 +105,17 @@ fn main() -> Result<(), Box<dyn Error>> {
             lengths: vec![seq; batch],
         };
         for _ in 0..3 {
-            model.run(&inputs)?;
+            model.embeddings(&inputs)?;
         }
         let mut times = Vec::new();
         let started = Instant::now();
-        while times.len() < 10 || started.elapsed() < Duration::from_secs(2) {
+        let enough = |n: usize, elapsed: Duration| match runs {
+            Some(runs) => n >= runs.max(1),
+            None => n >= 10 && elapsed >= Duration::from_secs(2),
+        };
+        while !enough(times.len(), started.elapsed()) {
             let t = Instant::now();
-            model.run(&inputs)?;
+            model.embeddings(&inputs)?;
             times.push(t.elapsed().as_secs_f64() * 1e3);
         }
         times.sort_by(f64::total_cmp);

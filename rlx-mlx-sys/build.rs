@@ -3,12 +3,17 @@
 //! MLX is looked for in this order:
 //! 1. `MLX_DIR`: a prefix holding `include/mlx/mlx.h` and `lib/libmlx.{so,dylib}`;
 //! 2. the pinned wheel under `vendor/mlx/payload`, fetched with `vendor/mlx/fetch.py` when
-//!    missing (set `RLX_MLX_NO_FETCH=1` to forbid the download);
+//!    missing (set `RLX_MLX_NO_FETCH=1` to forbid the download); with the `cuda` feature,
+//!    the pinned CUDA 13 wheel (`mlx-cuda-13`) under `vendor/mlx/payload-cuda13`, with the
+//!    CUDA libraries it loads linked or fetched beside it (see `fetch.py`);
 //! 3. an installed Python `mlx` package (`pip install mlx`), found through `$RLX_PYTHON`
 //!    or `python3`.
 //!
 //! The library directory is published as `DEP_MLX_LIBDIR` so packages that link binaries
 //! can give them an rpath (a `rustc-link-arg` here reaches only this package's binaries).
+//! The CUDA build's libmlx needs the NVIDIA driver's `libcuda.so.1`, which a build machine
+//! may lack: `DEP_MLX_ALLOW_SHLIB_UNDEFINED=1` tells those packages to link with
+//! `--allow-shlib-undefined` (the driver is only needed where the binary runs).
 //!
 //! On Linux the wheel's bundled BLAS is the slow netlib reference; when Debian's OpenBLAS
 //! (`libopenblas0-pthread`) is installed, it is linked ahead of it. `RLX_MLX_OPENBLAS=0`
@@ -21,6 +26,7 @@ use std::process::Command;
 fn main() {
     for var in [
         "MLX_DIR",
+        "RLX_CUDA_LIBS",
         "RLX_MLX_NO_FETCH",
         "RLX_PYTHON",
         "RLX_MLX_OPENBLAS",
@@ -71,6 +77,10 @@ fn main() {
         );
     }
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib.display());
+    if cuda() {
+        println!("cargo:rustc-link-arg=-Wl,--allow-shlib-undefined");
+        println!("cargo:ALLOW_SHLIB_UNDEFINED=1");
+    }
     println!("cargo:LIBDIR={}", lib.display());
     println!("cargo:INCLUDE={}", include.display());
 }
@@ -108,6 +118,11 @@ fn generate_codes() {
     }
     let dest = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("codes.rs");
     std::fs::write(dest, out).expect("OUT_DIR is writable");
+}
+
+/// Whether the `cuda` feature asks for MLX's CUDA build.
+fn cuda() -> bool {
+    env::var_os("CARGO_FEATURE_CUDA").is_some()
 }
 
 fn has_mlx(prefix: &Path) -> bool {
@@ -158,21 +173,26 @@ fn vendored(python: &str) -> Result<PathBuf, String> {
     if !script.is_file() {
         return Err(format!("{} is missing", script.display()));
     }
+    let (variant, payload) = if cuda() {
+        ("cuda13", vendor.join("payload-cuda13"))
+    } else {
+        ("cpu", vendor.join("payload"))
+    };
     println!(
         "cargo:rerun-if-changed={}",
         vendor.join("pin.json").display()
     );
     println!(
         "cargo:rerun-if-changed={}",
-        vendor.join("payload/stamp.json").display()
+        payload.join("stamp.json").display()
     );
-    let payload = vendor.join("payload/mlx");
-    let stamp_ok = vendor.join("payload/stamp.json").is_file() && has_mlx(&payload);
+    let stamp_ok = payload.join("stamp.json").is_file() && has_mlx(&payload.join("mlx"));
     if !stamp_ok && env::var("RLX_MLX_NO_FETCH").is_ok_and(|v| !v.is_empty() && v != "0") {
         return Err("not fetched, and RLX_MLX_NO_FETCH forbids fetching it".to_string());
     }
     let output = Command::new(python)
         .arg(&script)
+        .args(["--variant", variant])
         .output()
         .map_err(|e| format!("cannot run `{python} {}`: {e}", script.display()))?;
     if !output.status.success() {

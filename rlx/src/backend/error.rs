@@ -276,6 +276,14 @@ pub enum RunError {
         /// Outputs the graph has.
         got: usize,
     },
+    /// An output index past the graph's outputs.
+    #[error("output {index} asked for, but the graph has {count} outputs")]
+    UnknownOutput {
+        /// The index given.
+        index: usize,
+        /// How many outputs the graph has.
+        count: usize,
+    },
     /// `set_weight` named no param of the graph.
     #[error("unknown weight {name:?}")]
     UnknownWeight {

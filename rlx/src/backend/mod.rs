@@ -79,6 +79,33 @@ pub(crate) fn check_compilable<B: Backend + ?Sized>(
     Ok(())
 }
 
+/// Moves the outputs at `which` out of `all` (the indices checked first).
+pub(crate) fn pick_outputs(
+    all: &mut [HostTensor],
+    which: &[usize],
+) -> Result<Vec<HostTensor>, RunError> {
+    if let Some(&index) = which.iter().find(|&&i| i >= all.len()) {
+        return Err(RunError::UnknownOutput {
+            index,
+            count: all.len(),
+        });
+    }
+    let mut picked: Vec<HostTensor> = Vec::with_capacity(which.len());
+    for (k, &i) in which.iter().enumerate() {
+        match which[..k].iter().position(|&j| j == i) {
+            Some(earlier) => {
+                let again = picked[earlier].clone();
+                picked.push(again);
+            }
+            None => picked.push(std::mem::replace(
+                &mut all[i],
+                HostTensor::zeros(crate::ir::DType::F32, [0]),
+            )),
+        }
+    }
+    Ok(picked)
+}
+
 /// A compiled graph: weights bound once, then run many times. It is `Any`, so code holding
 /// a `dyn Executable` can reach its backend's own API (see
 /// [`Compiled::executable_as`](crate::model::Compiled::executable_as)).
@@ -102,6 +129,37 @@ pub trait Executable: std::any::Any + Send {
         let mut outputs = Vec::new();
         self.run_into(inputs, dims, &mut outputs)?;
         Ok(outputs)
+    }
+
+    /// Runs the graph and returns only the outputs at `which` (indices in the graph's
+    /// output order), in that order. Backends that keep results off the host (MLX on a GPU)
+    /// then copy only those.
+    ///
+    /// ```
+    /// use rlx::backend::{Backend, Executable};
+    /// use rlx::cpu::CpuBackend;
+    /// use rlx::prelude::*;
+    /// use rlx::tensor::HostTensor;
+    ///
+    /// let mut b = GraphBuilder::new();
+    /// let x = b.input("x", DType::F32, [2])?;
+    /// let y = b.unary(UnaryOp::Neg, x)?;
+    /// b.output("x_again", x)?;
+    /// b.output("y", y)?;
+    /// let mut exe = CpuBackend::default().compile(&b.finish()?)?;
+    /// let x = HostTensor::from_vec(vec![1.0f32, -2.0], [2])?;
+    /// let only_y = exe.run_outputs(&[("x", x.view())], &[], &[1])?;
+    /// assert_eq!(only_y[0].as_slice::<f32>()?, &[-1.0, 2.0]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn run_outputs(
+        &mut self,
+        inputs: &[(&str, TensorRef<'_>)],
+        dims: &[(&str, usize)],
+        which: &[usize],
+    ) -> Result<Vec<HostTensor>, RunError> {
+        let mut all = self.run(inputs, dims)?;
+        pick_outputs(&mut all, which)
     }
 
     /// Like [`Executable::run`], writing into `outputs` and reusing their storage when the

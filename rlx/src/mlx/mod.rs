@@ -3,9 +3,13 @@
 //! `compile` optimizes the graph (simplify, CSE, DCE) and uploads constants. The first run
 //! with a binding of the runtime dims fixes every node's concrete dims; each run then
 //! lowers the graph to lazy MLX arrays and evaluates them, in one of three [`MlxMode`]s.
-//! On Linux MLX runs on its CPU backend (no AVX kernels, one thread per stream, BLAS
-//! through OpenBLAS when installed), so it is here for portability and parity; the
-//! [`crate::cpu`] executor is the fast path there. On macOS the same code runs on Metal.
+//!
+//! Executables compute on a [`Device`]: the GPU when there is one (Metal on macOS, CUDA
+//! with the `mlx-cuda` feature on Linux), else MLX's CPU backend (no AVX kernels, BLAS
+//! through OpenBLAS when installed), which is here for portability and parity; the
+//! [`crate::cpu`] executor is the fast CPU path. A [`Precision`] chooses full float32 (the
+//! default), TF32 matrix products, or half-precision execution of float32 models.
+//! [`MlxExecutable::run_arrays`] keeps inputs and outputs on the device.
 //!
 //! Every MLX failure (a C++ exception, at op construction or at evaluation) comes back as
 //! [`RunError::Backend`] with MLX's message and the node it happened at.
@@ -45,10 +49,11 @@ use crate::backend::shared::{CustomOps, ParamTable, PlanCache};
 use crate::backend::signature::{Binder, Given, Signature, concrete_shapes};
 use crate::backend::{Backend, CompileError, Executable, NodeSite, RunError, check_compilable};
 use crate::backend::{Profile, ProfileStep};
-use crate::ir::{AttrValue, DType, Graph, NodeId, Op};
+use crate::ir::{AttrValue, DType, Graph, NodeId, Op, ReduceOp};
 use crate::passes;
 use crate::tensor::{HostTensor, TensorRef};
 use compiled::Function;
+use lower::IndexCheck;
 use lower::{Constants, Lowering, eval_error, upload_constants};
 
 /// How runs are evaluated.
@@ -227,6 +232,31 @@ impl MlxBackend {
         self.custom.insert(name, kernel);
         self
     }
+}
+
+/// One `u8` scalar, nonzero when some index check failed; `None` without checks.
+fn any_flag(checks: &[IndexCheck]) -> Result<Option<Array>, MlxError> {
+    if checks.len() < 2 {
+        return Ok(checks.first().map(|c| c.bad.clone()));
+    }
+    let flags = checks
+        .iter()
+        .map(|c| c.bad.cast(DType::U8)?.reshape(&[1]))
+        .collect::<Result<Vec<Array>, MlxError>>()?;
+    let flags: Vec<&Array> = flags.iter().collect();
+    Ok(Some(Array::concat(&flags, 0)?.reduce(
+        ReduceOp::Max,
+        &[0],
+        false,
+    )?))
+}
+
+/// Copies host inputs into MLX arrays.
+fn upload(inputs: &[(&str, TensorRef<'_>)]) -> Result<Vec<Array>, RunError> {
+    inputs
+        .iter()
+        .map(|(_, t)| Array::from_tensor(*t).map_err(backend_error))
+        .collect()
 }
 
 /// The type of an input given as an MLX array.
@@ -500,16 +530,33 @@ impl Executable for MlxExecutable {
         Ok(Profile { runs, total, steps })
     }
 
+    fn run_outputs(
+        &mut self,
+        inputs: &[(&str, TensorRef<'_>)],
+        dims: &[(&str, usize)],
+        which: &[usize],
+    ) -> Result<Vec<HostTensor>, RunError> {
+        let uploaded = upload(inputs)?;
+        let results = self.evaluate(inputs, &uploaded, dims)?;
+        which
+            .iter()
+            .map(|&index| {
+                let array = results.get(index).ok_or(RunError::UnknownOutput {
+                    index,
+                    count: results.len(),
+                })?;
+                array.to_host().map_err(backend_error)
+            })
+            .collect()
+    }
+
     fn run_into(
         &mut self,
         inputs: &[(&str, TensorRef<'_>)],
         dims: &[(&str, usize)],
         outputs: &mut Vec<HostTensor>,
     ) -> Result<(), RunError> {
-        let uploaded = inputs
-            .iter()
-            .map(|(_, t)| Array::from_tensor(*t).map_err(backend_error))
-            .collect::<Result<Vec<Array>, RunError>>()?;
+        let uploaded = upload(inputs)?;
         let results = self.evaluate(inputs, &uploaded, dims)?;
         outputs.resize_with(results.len(), || HostTensor::zeros(DType::F32, [0]));
         for (out, array) in outputs.iter_mut().zip(&results) {
@@ -582,20 +629,31 @@ impl MlxExecutable {
         }
 
         let graph = &*self.graph;
-        let (results, checks) =
-            device::on_device(self.device, self.exact_halves, || match &plan.function {
-                Some(f) => f.call(&leaves),
-                None => plan
-                    .lowering
-                    .lower(&leaves)
-                    .map(|lowered| (lowered.outputs, lowered.checks)),
-            })
-            .map_err(backend_error)??;
+        let (results, checks, any_bad) = device::on_device(self.device, self.exact_halves, || {
+            let (results, checks) = match &plan.function {
+                Some(f) => f.call(&leaves)?,
+                None => {
+                    let lowered = plan.lowering.lower(&leaves)?;
+                    (lowered.outputs, lowered.checks)
+                }
+            };
+            let any_bad = any_flag(&checks).map_err(backend_error)?;
+            Ok::<_, RunError>((results, checks, any_bad))
+        })
+        .map_err(backend_error)??;
         let mut all: Vec<&Array> = results.iter().collect();
-        all.extend(checks.iter().map(|c| &c.bad));
+        all.extend(any_bad.iter());
         Array::eval(&all).map_err(|e| eval_error(graph, None, e))?;
-        for check in &checks {
-            plan.lowering.verify_indices(check)?;
+        // One flag read per run (each read waits for the device); the gathers and
+        // scatters are looked at one by one only when some index was out of range.
+        let out_of_range = match &any_bad {
+            Some(flag) => flag.to_host().map_err(backend_error)?.to_f64_vec() != [0.0],
+            None => false,
+        };
+        if out_of_range {
+            for check in &checks {
+                plan.lowering.verify_indices(check)?;
+            }
         }
         Ok(results)
     }

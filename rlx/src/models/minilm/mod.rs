@@ -161,6 +161,28 @@ impl SentenceEmbedder {
         )?)
     }
 
+    /// Runs a tokenized batch and returns only its embeddings `[batch, hidden]`: the
+    /// hidden states stay where the backend keeps them (on a GPU, device memory).
+    pub fn embeddings(&mut self, batch: &Batch) -> Result<HostTensor, EmbedError> {
+        let inputs = [
+            ("input_ids", batch.input_ids.view()),
+            ("attention_mask", batch.attention_mask.view()),
+            ("token_type_ids", batch.token_type_ids.view()),
+        ];
+        let index = self
+            .model
+            .graph()
+            .outputs()
+            .iter()
+            .position(|o| o.name == "embeddings")
+            .expect("the BERT model has an `embeddings` output");
+        let mut outputs = self
+            .model
+            .executable_mut()
+            .run_outputs(&inputs, &[], &[index])?;
+        Ok(outputs.swap_remove(0))
+    }
+
     /// Runs a tokenized batch `runs` times and reports where the time went (see
     /// [`Executable::profile`](crate::backend::Executable::profile)).
     pub fn profile(&mut self, batch: &Batch, runs: usize) -> Result<Profile, EmbedError> {
@@ -194,7 +216,7 @@ impl SentenceEmbedder {
                 .next_multiple_of(PAD_MULTIPLE)
                 .min(self.config.max_position_embeddings)
                 .max(longest);
-            let (_, embeddings) = self.run(&Batch::of(&members, seq)?)?;
+            let embeddings = self.embeddings(&Batch::of(&members, seq)?)?;
             let values = embeddings.as_slice::<f32>()?;
             for (&i, vector) in group.iter().zip(values.chunks(width)) {
                 vectors[i] = vector.to_vec();
