@@ -276,3 +276,41 @@ fn device_arrays_in_and_out_match_host_runs_and_are_checked_the_same_way() {
         ));
     }
 }
+
+#[test]
+fn run_outputs_reads_the_outputs_asked_for_on_every_backend() {
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [Dim::sym("n")]).unwrap();
+    let y = b.unary(UnaryOp::Exp, x).unwrap();
+    let z = b.unary(UnaryOp::Neg, x).unwrap();
+    b.output("y", y).unwrap();
+    b.output("z", z).unwrap();
+    let graph = b.finish().unwrap();
+    let x = HostTensor::from_vec(vec![0.0f32, 1.0, -2.0], [3]).unwrap();
+    let mut cpu = rlx::cpu::CpuBackend::default().compile(&graph).unwrap();
+    let all = cpu.run(&[("x", x.view())], &[]).unwrap();
+    let mut executables: Vec<(String, Box<dyn Executable>)> =
+        vec![("cpu".to_string(), Box::new(cpu))];
+    for mode in MODES {
+        let exe = MlxBackend::new(mode).compile(&graph).unwrap();
+        executables.push((format!("mlx {mode:?}"), Box::new(exe)));
+    }
+    for (name, exe) in &mut executables {
+        let picked = exe
+            .run_outputs(&[("x", x.view())], &[], &[1, 0, 1])
+            .unwrap();
+        assert_eq!(picked.len(), 3, "{name}");
+        assert_eq!(picked[0], all[1], "{name}");
+        assert_eq!(picked[1], all[0], "{name}");
+        assert_eq!(picked[2], all[1], "{name}");
+        assert!(
+            exe.run_outputs(&[("x", x.view())], &[], &[])
+                .unwrap()
+                .is_empty()
+        );
+        match exe.run_outputs(&[("x", x.view())], &[], &[0, 2]) {
+            Err(RunError::UnknownOutput { index: 2, count: 2 }) => {}
+            other => panic!("{name}: expected an unknown output, got {other:?}"),
+        }
+    }
+}

@@ -55,8 +55,9 @@ def sha256_of(path):
 
 # The libraries libmlx (CUDA build) loads, and the wheels' folders its RPATH looks in.
 CUDA_SONAMES = ["libcublasLt.so.13", "libcufft.so.12", "libcusolver.so.12", "libnvrtc.so.13",
-                "libcudnn.so.9", "libnccl.so.2"]
-CUDA_FOLDERS = ["cu13", "cublas", "cuda_nvrtc", "cudnn", "cufft", "cusolver", "nccl"]
+                "libcudnn.so.9", "libnccl.so.2", "libcusparse.so.12", "libnvJitLink.so.13"]
+CUDA_FOLDERS = ["cu13", "cublas", "cuda_nvrtc", "cudnn", "cufft", "cusolver", "nccl",
+                "cusparse", "nvjitlink"]
 
 
 def missing_cuda_libraries(site):
