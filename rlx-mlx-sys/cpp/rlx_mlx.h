@@ -172,10 +172,6 @@ int rlx_mlx_array_info(const rlx_mlx_array* a, rlx_mlx_dtype* dtype, size_t* ndi
 /* Evaluates `a`, makes it row-contiguous and copies exactly `nbytes` bytes out. */
 int rlx_mlx_array_read(const rlx_mlx_array* a, void* dst, size_t nbytes);
 
-/* A copy computed on the default device: on a GPU its result lives in device memory,
- * where uploaded arrays (in memory both sides can reach) do not. */
-int rlx_mlx_array_copy(const rlx_mlx_array* a, rlx_mlx_array** out);
-
 /* ---- evaluation ---- */
 int rlx_mlx_eval(rlx_mlx_array* const* arrays, size_t n);
 int rlx_mlx_async_eval(rlx_mlx_array* const* arrays, size_t n);

@@ -800,10 +800,6 @@ int rlx_mlx_array_read(const rlx_mlx_array* a, void* dst, size_t nbytes) {
   });
 }
 
-int rlx_mlx_array_copy(const rlx_mlx_array* a, rlx_mlx_array** out) {
-  return guard([&] { put(out, mx::copy(get(a))); });
-}
-
 int rlx_mlx_eval(rlx_mlx_array* const* arrays, size_t n) {
   return guard([&] { mx::eval(arrays_of(arrays, n)); });
 }

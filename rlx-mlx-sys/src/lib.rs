@@ -82,7 +82,6 @@ unsafe extern "C" {
         cap: usize,
     ) -> c_int;
     pub fn rlx_mlx_array_read(a: *const Array, dst: *mut c_void, nbytes: usize) -> c_int;
-    pub fn rlx_mlx_array_copy(a: *const Array, out: *mut *mut Array) -> c_int;
 
     pub fn rlx_mlx_eval(arrays: *const *mut Array, n: usize) -> c_int;
     pub fn rlx_mlx_async_eval(arrays: *const *mut Array, n: usize) -> c_int;

@@ -192,15 +192,6 @@ impl Array {
         })
     }
 
-    /// A copy computed on the current device. On a GPU the copy lives in device memory,
-    /// while [`Array::from_tensor`] makes arrays in memory the host can reach too (pages
-    /// that move back whenever the host touches them); weights and constants are moved this
-    /// way once, when bound, so they stay on the device as arrays MLX computes there do.
-    pub fn copy(&self) -> Result<Array, MlxError> {
-        // SAFETY: the handle is live; `out` is a valid slot.
-        make(|out| unsafe { sys::rlx_mlx_array_copy(self.ptr(), out) })
-    }
-
     /// The element type.
     pub fn dtype(&self) -> Result<DType, MlxError> {
         let mut code: sys::rlx_mlx_dtype = 0;

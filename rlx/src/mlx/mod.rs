@@ -346,26 +346,10 @@ impl Backend for MlxBackend {
                 })
             })
             .collect();
-        let backend_failed = |e: MlxError| CompileError::Backend {
+        let constants = upload_constants(&g).map_err(|e| CompileError::Backend {
             backend: NAME,
             message: e.message,
-        };
-        let mut constants = upload_constants(&g).map_err(backend_failed)?;
-        if self.device == Device::Gpu {
-            // Into device memory once, as weights are when bound.
-            let moved = device::on_device(self.device, true, || {
-                constants
-                    .0
-                    .iter()
-                    .map(|c| c.as_ref().map(Array::copy).transpose())
-                    .collect::<Result<Vec<_>, MlxError>>()
-            })
-            .and_then(|moved| moved)
-            .map_err(backend_failed)?;
-            let made: Vec<&Array> = moved.iter().flatten().collect();
-            Array::eval(&made).map_err(backend_failed)?;
-            constants = Constants(moved);
-        }
+        })?;
         let custom = self.custom.per_node(&g);
         let mut leaves: Vec<NodeId> = params.specs.iter().map(|p| p.node).collect();
         leaves.extend(signature.inputs.iter().map(|i| i.node));
@@ -473,16 +457,12 @@ impl MlxExecutable {
 impl Executable for MlxExecutable {
     fn set_weight(&mut self, name: &str, value: TensorRef<'_>) -> Result<(), RunError> {
         let i = self.params.check(name, &value)?;
-        let uploaded = Array::from_tensor(value).map_err(backend_error)?;
-        // On a GPU, weights move into device memory once (a cast or a copy computed there).
-        let cast = self.param_casts[i];
-        let array = match (cast, self.device) {
-            (Some(dtype), _) => device::on_device(self.device, true, || uploaded.cast(dtype)),
-            (None, Device::Gpu) => device::on_device(self.device, true, || uploaded.copy()),
-            (None, Device::Cpu) => Ok(Ok(uploaded)),
+        let mut array = Array::from_tensor(value).map_err(backend_error)?;
+        if let Some(dtype) = self.param_casts[i] {
+            array = device::on_device(self.device, true, || array.cast(dtype))
+                .and_then(|cast| cast)
+                .map_err(backend_error)?;
         }
-        .and_then(|made| made)
-        .map_err(backend_error)?;
         // Materialize now, so the caller's bytes may go away and runs do not pay for it.
         Array::eval(&[&array]).map_err(backend_error)?;
         self.values[i] = Some(array);
