@@ -909,16 +909,6 @@ int rlx_mlx_matmul(const rlx_mlx_array* a, const rlx_mlx_array* b, bool transpos
     mx::array y = up(get(b));
     if (transpose_a) x = mx::swapaxes(x, -1, -2);
     if (transpose_b) y = mx::swapaxes(y, -1, -2);
-    if (!transpose_a && x.ndim() > 2 && y.ndim() == 2 && x.size() > 0) {
-      // [..., M, K] x [K, N] is one [(...*M), K] x [K, N] product: one large GEMM
-      // instead of a batch of small ones against a broadcast weight.
-      mx::Shape shape = x.shape();
-      const int k = shape.back();
-      shape.back() = y.shape(-1);
-      x = mx::reshape(x, {-1, k});
-      put(out, down(mx::reshape(mx::matmul(x, y), shape), dt));
-      return;
-    }
     put(out, down(mx::matmul(x, y), dt));
   });
 }
