@@ -107,8 +107,18 @@ fn wrong_dtype_and_shape() {
     let err = exe
         .run(&[("x", flat.view()), ("z", z(4).view())], &[])
         .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "input \"x\" has rank 1 (shape [6]), expected rank 2"
+    );
+    // A rank mistake is reported as one before any dim is read from the tensor: here the
+    // extra axis would otherwise bind `batch` to 5 and blame `z`.
+    let x3 = HostTensor::from_vec(vec![1.0f32; 15], [5, 3, 1]).unwrap();
+    let err = exe
+        .run(&[("x", x3.view()), ("z", z(4).view())], &[])
+        .unwrap_err();
     assert!(
-        matches!(err, RunError::UnboundSymbol { .. } | RunError::Shape { .. }),
+        matches!(&err, RunError::Rank { name, expected: 2, got, .. } if name == "x" && got == &[5, 3, 1]),
         "{err}"
     );
 }

@@ -154,6 +154,7 @@ impl TensorData {
 
     /// The elements as writable raw bytes, for every dtype whose every byte pattern is a
     /// value (all but bool).
+    #[cfg(feature = "mlx")]
     pub(crate) fn bytes_mut(&mut self) -> Option<&mut [u8]> {
         Some(match self {
             TensorData::Bool(_) => return None,

@@ -204,6 +204,19 @@ pub enum RunError {
         /// Supplied dtype.
         got: DType,
     },
+    /// A tensor has the wrong number of axes. Checked before any dim is bound, so a rank
+    /// mistake is never reported as a conflict between runtime dims.
+    #[error("{kind} {name:?} has rank {} (shape {got:?}), expected rank {expected}", got.len())]
+    Rank {
+        /// An input or a weight.
+        kind: TensorRole,
+        /// The tensor.
+        name: String,
+        /// The declared rank.
+        expected: usize,
+        /// Supplied dims.
+        got: Vec<usize>,
+    },
     /// A tensor has the wrong shape.
     #[error("{kind} {name:?} has shape {got:?}, expected {expected}")]
     Shape {
@@ -275,6 +288,21 @@ pub enum RunError {
         expected: usize,
         /// Outputs the graph has.
         got: usize,
+    },
+    /// A binding of the runtime dims needs more working memory than allowed (a backend's
+    /// memory limit) or than the allocator could provide. Nothing ran.
+    #[error(
+        "these runtime dims need {bytes} bytes of working memory, {}",
+        match limit {
+            Some(limit) => format!("over the limit of {limit}"),
+            None => "which could not be allocated".to_string(),
+        }
+    )]
+    OutOfMemory {
+        /// Bytes the run would need.
+        bytes: usize,
+        /// The limit it exceeds; `None` when the allocation itself failed.
+        limit: Option<usize>,
     },
     /// An output index past the graph's outputs.
     #[error("output {index} asked for, but the graph has {count} outputs")]

@@ -179,6 +179,17 @@ impl Binder {
         dims: &[(&str, usize)],
     ) -> Result<(), RunError> {
         self.match_inputs(signature, inputs)?;
+        for (i, slot) in signature.inputs.iter().enumerate() {
+            let given = &inputs[self.provided[i]].1;
+            if given.dims().len() != slot.ty.shape.rank() {
+                return Err(RunError::Rank {
+                    kind: TensorRole::Input,
+                    name: slot.name.clone(),
+                    expected: slot.ty.shape.rank(),
+                    got: given.dims().to_vec(),
+                });
+            }
+        }
         self.values.fill(None);
         for &(name, value) in dims {
             let Some(s) = signature.symbols.iter().position(|s| s.name() == name) else {

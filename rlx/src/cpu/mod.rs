@@ -44,6 +44,11 @@ pub struct CpuOptions {
     pub reuse_memory: bool,
     /// Fill the arena with NaN before every run, so reads of memory no kernel wrote show up.
     pub poison: bool,
+    /// The most bytes of working memory (the arena) one binding of the runtime dims may
+    /// take; a binding that needs more is refused with [`RunError::OutOfMemory`] when it is
+    /// planned. `None` (the default) refuses only what the allocator cannot provide, also
+    /// with that error rather than an abort.
+    pub memory_limit: Option<usize>,
 }
 
 impl Default for CpuOptions {
@@ -53,6 +58,7 @@ impl Default for CpuOptions {
             optimize: true,
             reuse_memory: true,
             poison: false,
+            memory_limit: None,
         }
     }
 }
@@ -123,7 +129,15 @@ impl Backend for CpuBackend {
         check_compilable(self, graph)?;
         let (program, statics) = Program::new(graph, &self.options, &self.custom)?;
         let mut static_region = AlignedBytes::default();
-        static_region.resize(statics.len());
+        static_region
+            .try_resize(statics.len())
+            .map_err(|_| CompileError::Backend {
+                backend: "cpu",
+                message: format!(
+                    "cannot allocate {} bytes for the weights and constants",
+                    statics.len()
+                ),
+            })?;
         static_region.bytes_mut()[..statics.len()].copy_from_slice(&statics);
         let binder = Binder::new(&program.signature);
         let threads = self.options.threads.max(1);
@@ -163,9 +177,14 @@ struct AlignedBytes {
 }
 
 impl AlignedBytes {
-    fn resize(&mut self, len: usize) {
-        self.blocks.resize(len.div_ceil(64), Block([0; 64]));
+    /// Grows to `len` bytes, or fails without changing anything if the memory is not there.
+    fn try_resize(&mut self, len: usize) -> Result<(), std::collections::TryReserveError> {
+        let blocks = len.div_ceil(64);
+        self.blocks
+            .try_reserve_exact(blocks.saturating_sub(self.blocks.len()))?;
+        self.blocks.resize(blocks, Block([0; 64]));
         self.len = len;
+        Ok(())
     }
 
     fn bytes(&self) -> &[u8] {
@@ -336,8 +355,18 @@ impl CpuExecutable {
         let (program, options, arena) = (&self.program, &self.options, &mut self.arena);
         self.plans.index_for(values, || {
             let plan = Plan::new(program, values, options.threads, options.reuse_memory)?;
+            let refused = RunError::OutOfMemory {
+                bytes: plan.arena_bytes,
+                limit: options.memory_limit,
+            };
+            if options
+                .memory_limit
+                .is_some_and(|limit| plan.arena_bytes > limit)
+            {
+                return Err(refused);
+            }
             if plan.arena_bytes > arena.len {
-                arena.resize(plan.arena_bytes);
+                arena.try_resize(plan.arena_bytes).map_err(|_| refused)?;
             }
             Ok(plan)
         })
