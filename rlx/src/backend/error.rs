@@ -162,6 +162,22 @@ pub enum CompileError {
         /// Why, and what to change.
         reason: String,
     },
+    /// The weights and constants need more memory than allowed (a backend's memory
+    /// limit) or than the allocator could provide (`bytes` is `usize::MAX` when their size
+    /// overflows).
+    #[error(
+        "the weights and constants need {bytes} bytes, {}",
+        match limit {
+            Some(limit) => format!("over the limit of {limit}"),
+            None => "which could not be allocated".to_string(),
+        }
+    )]
+    OutOfMemory {
+        /// Bytes they would need.
+        bytes: usize,
+        /// The limit they exceed; `None` when the allocation itself failed.
+        limit: Option<usize>,
+    },
     /// The worker threads could not be started.
     #[error("cannot start worker threads: {0}")]
     Threads(String),

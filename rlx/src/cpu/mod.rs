@@ -44,10 +44,11 @@ pub struct CpuOptions {
     pub reuse_memory: bool,
     /// Fill the arena with NaN before every run, so reads of memory no kernel wrote show up.
     pub poison: bool,
-    /// The most bytes of working memory (the arena) one binding of the runtime dims may
-    /// take; a binding that needs more is refused with [`RunError::OutOfMemory`] when it is
-    /// planned. `None` (the default) refuses only what the allocator cannot provide, also
-    /// with that error rather than an abort.
+    /// The most bytes the weights and constants may take (else compiling fails with
+    /// [`CompileError::OutOfMemory`]), and, separately, the most working memory (the
+    /// arena) one binding of the runtime dims may take (else that run fails with
+    /// [`RunError::OutOfMemory`] when it is planned). `None` (the default) refuses only
+    /// what the allocator cannot provide, with the same errors rather than an abort.
     pub memory_limit: Option<usize>,
 }
 
@@ -131,12 +132,9 @@ impl Backend for CpuBackend {
         let mut static_region = AlignedBytes::default();
         static_region
             .try_resize(statics.len())
-            .map_err(|_| CompileError::Backend {
-                backend: "cpu",
-                message: format!(
-                    "cannot allocate {} bytes for the weights and constants",
-                    statics.len()
-                ),
+            .map_err(|_| CompileError::OutOfMemory {
+                bytes: statics.len(),
+                limit: None,
             })?;
         static_region.bytes_mut()[..statics.len()].copy_from_slice(&statics);
         let binder = Binder::new(&program.signature);

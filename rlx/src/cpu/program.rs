@@ -161,22 +161,36 @@ impl Program {
         }
         g = passes::pass("legalize", legalize(&g))?;
 
-        // Static region: params and constants, each 64-byte aligned.
+        // Static region: params and constants, each 64-byte aligned. It grows through
+        // `grow`, which refuses sizes over the memory limit or that cannot be allocated.
+        let limit = options.memory_limit;
+        let grow = |statics: &mut Vec<u8>, len: Option<usize>| -> Result<(), CompileError> {
+            let refused = |bytes| CompileError::OutOfMemory { bytes, limit };
+            let len = len.ok_or(refused(usize::MAX))?;
+            if limit.is_some_and(|limit| len > limit) {
+                return Err(refused(len));
+            }
+            statics
+                .try_reserve_exact(len.saturating_sub(statics.len()))
+                .map_err(|_| refused(len))?;
+            statics.resize(len, 0);
+            Ok(())
+        };
         let mut statics: Vec<u8> = Vec::new();
         let mut static_offsets = vec![None; g.len()];
         let mut params = Vec::new();
         for (id, node) in g.iter() {
             let bytes = match &node.op {
-                Op::Param => node.ty.static_bytes().unwrap_or(0),
-                Op::Constant(c) => c.bytes().len(),
+                // A shape whose byte count overflows is refused by `grow`.
+                Op::Param => node.ty.static_bytes(),
+                Op::Constant(c) => Some(c.bytes().len()),
                 _ => continue,
             };
             let offset = statics.len().div_ceil(ALIGN) * ALIGN;
-            statics.resize(offset, 0);
+            grow(&mut statics, bytes.and_then(|b| offset.checked_add(b)))?;
             match &node.op {
-                Op::Constant(c) => statics.extend_from_slice(c.bytes()),
+                Op::Constant(c) => statics[offset..].copy_from_slice(c.bytes()),
                 _ => {
-                    statics.resize(offset + bytes, 0);
                     params.push(ParamSlot {
                         dtype: node.ty.dtype,
                         shape: node.ty.shape.static_dims().unwrap_or_default(),
@@ -229,14 +243,20 @@ impl Program {
                 .iter()
                 .find(|p| p.dims == dims)
                 .map(|p| p.offset);
-            let offset = existing.unwrap_or_else(|| {
-                let offset = statics.len().div_ceil(ALIGN) * ALIGN;
-                let acc = accumulator(node.ty.dtype);
-                let len = packed_b_len(k, n, kernel_shape(acc));
-                statics.resize(offset + len * acc.size_bytes(), 0);
-                slot.packings.push(Packing { offset, dims });
-                offset
-            });
+            let offset = match existing {
+                Some(offset) => offset,
+                None => {
+                    let offset = statics.len().div_ceil(ALIGN) * ALIGN;
+                    let acc = accumulator(node.ty.dtype);
+                    let len = packed_b_len(k, n, kernel_shape(acc));
+                    let end = len
+                        .checked_mul(acc.size_bytes())
+                        .and_then(|b| offset.checked_add(b));
+                    grow(&mut statics, end)?;
+                    slot.packings.push(Packing { offset, dims });
+                    offset
+                }
+            };
             let len = packed_b_len(k, n, kernel_shape(accumulator(node.ty.dtype)));
             packed_b[id.index()] = Some((offset, len));
         }

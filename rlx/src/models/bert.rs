@@ -49,6 +49,10 @@ crate::config_dims!(
     Layers
 );
 
+/// The most encoder layers a config may ask for (the largest BERT-style models have a few
+/// dozen).
+pub const MAX_LAYERS: usize = 4096;
+
 /// The activation between a layer's two feed-forward projections.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
@@ -157,6 +161,15 @@ impl BertConfig {
         {
             return Err(ConfigError::Invalid(format!(
                 "position_embedding_type {kind:?} is not supported (absolute)"
+            )));
+        }
+        // Each layer is a few dozen graph nodes and a `Vec` entry, built before any weight
+        // is sized: a corrupt count must not allocate billions of them. (Weight sizes are
+        // bounded where they are allocated, by the backend.)
+        if raw.num_hidden_layers > MAX_LAYERS {
+            return Err(ConfigError::Invalid(format!(
+                "num_hidden_layers {} is more than {MAX_LAYERS}",
+                raw.num_hidden_layers
             )));
         }
         if raw.num_attention_heads == 0 || !raw.hidden_size.is_multiple_of(raw.num_attention_heads)
