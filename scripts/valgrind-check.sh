@@ -3,7 +3,8 @@
 # valgrind's memcheck (Debian: apt-get install valgrind). A binary fails on any memory
 # error or any definite or indirect leak. Rust's std keeps one `Thread` record per test
 # thread alive at exit, which memcheck lists as "possibly lost"; those are not ours and
-# are not counted.
+# are not counted. The hostile text test is skipped: it runs MiniLM, minutes under
+# valgrind.
 #
 #   scripts/valgrind-check.sh [TEST...]     (default: the list below)
 set -euo pipefail
@@ -11,8 +12,7 @@ cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "valgrind-check: install valgrind first" >&2; exit 2; }
 
 tests=("$@")
-[ ${#tests[@]} -gt 0 ] || tests=(planner no_alloc run_errors mlx_handles mlx mlx_device
-  hostile_inputs hostile_checkpoints)
+[ ${#tests[@]} -gt 0 ] || tests=(planner no_alloc run_errors mlx_handles mlx mlx_device hostile)
 
 # The test binaries, built as `cargo test` builds them; their paths from cargo's report.
 binaries=$(cargo test --no-run --message-format=json "${tests[@]/#/--test=}" 2>/dev/null |
@@ -28,7 +28,7 @@ while read -r name exe; do
   log=$(mktemp)
   if valgrind --error-exitcode=9 --leak-check=full \
       --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect \
-      "$exe" --test-threads=1 >"$log" 2>&1; then
+      "$exe" --test-threads=1 --skip text:: >"$log" 2>&1; then
     verdict=clean
   else
     verdict="FAILED (log: $log)"

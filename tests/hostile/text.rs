@@ -3,8 +3,9 @@
 //! empty and whitespace-only strings, strings far past the token limit) tokenized, and a
 //! sample embedded. The only acceptable outcomes are a correct result (ids within the
 //! vocabulary and the length limit; finite unit-length embeddings) or a typed error: no
-//! panic. The counts are printed (`-- --nocapture`).
+//! panic.
 
+use crate::Rng;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use rlx::cpu::CpuBackend;
@@ -14,20 +15,6 @@ const CASES: usize = 3000;
 /// Every this-many-th string is also embedded (the whole set would be slow).
 const EMBED_EVERY: usize = 15;
 const SEED: u64 = 0x7e57_7e87_2026_1122;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 /// One hostile string from family `family`.
 fn text(family: usize, rng: &mut Rng) -> String {

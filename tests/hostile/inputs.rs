@@ -2,8 +2,9 @@
 //! random names, dtypes, ranks and dims (zero-size axes, runtime dims whose products
 //! overflow), NaN and infinities, on the CPU executor and, with the `mlx` feature, MLX. The
 //! only acceptable outcomes are a correct result or a typed error: no panic. Rank mistakes
-//! must come back as `RunError::Rank`. The counts are printed (`-- --nocapture`).
+//! must come back as `RunError::Rank`.
 
+use crate::Rng;
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -15,20 +16,6 @@ use rlx::tensor::HostTensor;
 
 const CASES: usize = 1500;
 const SEED: u64 = 0x4b07_11e5_2026_1122;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 /// `y = softmax(x·w) * scale` with `x: f32[n, 4]`, `scale: f32[n, 1]`, and `z = sum(ones
 /// broadcast to [n, m])`, where `m` is a runtime dim only `dims` can give.

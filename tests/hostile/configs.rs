@@ -2,8 +2,9 @@
 //! missing, of the wrong type, zero, negative, huge, up to `u64::MAX`; broken JSON), each
 //! parsed and, when it parses, built and compiled for the CPU under a memory limit. The only
 //! acceptable outcomes are a model or a typed error: no panic, no abort, no huge
-//! allocation. The counts are printed (`-- --nocapture`).
+//! allocation.
 
+use crate::Rng;
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -27,20 +28,6 @@ const FIELDS: [&str; 10] = [
     "hidden_act",
     "model_type",
 ];
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 fn valid() -> serde_json::Map<String, serde_json::Value> {
     let text = r#"{"vocab_size": 50, "hidden_size": 16, "num_hidden_layers": 1,

@@ -2,9 +2,9 @@
 //! flips, truncations, rewritten header lengths, dtypes, shapes and offsets, sizes near
 //! `u64::MAX`), each loaded into a compiled model and read tensor by tensor. The only
 //! acceptable outcomes are a correct load or a typed `WeightsError` that bound nothing: no
-//! panic, no abort, no huge allocation. The counts are printed (`cargo test --test hostile_checkpoints --
-//! --nocapture`).
+//! panic, no abort, no huge allocation.
 
+use crate::Rng;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 
@@ -25,24 +25,6 @@ fn tiny_bert() -> BertConfig {
             "layer_norm_eps": 1e-12, "hidden_act": "gelu"}"#,
     )
     .unwrap()
-}
-
-/// xorshift64*: a fixed, dependency-free stream of test choices.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
 }
 
 /// A file's parts: the JSON header and the data after it.
