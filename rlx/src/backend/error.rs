@@ -5,6 +5,14 @@ use std::panic::Location;
 
 use crate::ir::{DType, EvalDimError, InferError, Node, NodeId, Shape, VerifyError};
 
+/// Why memory was refused: over `limit`, or (`None`) not to be had from the allocator.
+fn refusal(limit: Option<usize>) -> String {
+    match limit {
+        Some(limit) => format!("over the limit of {limit}"),
+        None => "which could not be allocated".to_string(),
+    }
+}
+
 /// Which kind of tensor a caller supplied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TensorRole {
@@ -165,13 +173,7 @@ pub enum CompileError {
     /// The weights and constants need more memory than allowed (a backend's memory
     /// limit) or than the allocator could provide (`bytes` is `usize::MAX` when their size
     /// overflows).
-    #[error(
-        "the weights and constants need {bytes} bytes, {}",
-        match limit {
-            Some(limit) => format!("over the limit of {limit}"),
-            None => "which could not be allocated".to_string(),
-        }
-    )]
+    #[error("the weights and constants need {bytes} bytes, {}", refusal(*limit))]
     OutOfMemory {
         /// Bytes they would need.
         bytes: usize,
@@ -307,13 +309,7 @@ pub enum RunError {
     },
     /// A binding of the runtime dims needs more working memory than allowed (a backend's
     /// memory limit) or than the allocator could provide. Nothing ran.
-    #[error(
-        "these runtime dims need {bytes} bytes of working memory, {}",
-        match limit {
-            Some(limit) => format!("over the limit of {limit}"),
-            None => "which could not be allocated".to_string(),
-        }
-    )]
+    #[error("these runtime dims need {bytes} bytes of working memory, {}", refusal(*limit))]
     OutOfMemory {
         /// Bytes the run would need.
         bytes: usize,

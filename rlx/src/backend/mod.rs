@@ -79,17 +79,20 @@ pub(crate) fn check_compilable<B: Backend + ?Sized>(
     Ok(())
 }
 
+/// Checks that every index of `which` names one of `count` outputs.
+pub(crate) fn check_output_indices(which: &[usize], count: usize) -> Result<(), RunError> {
+    match which.iter().find(|&&i| i >= count) {
+        Some(&index) => Err(RunError::UnknownOutput { index, count }),
+        None => Ok(()),
+    }
+}
+
 /// Moves the outputs at `which` out of `all` (the indices checked first).
 pub(crate) fn pick_outputs(
     all: &mut [HostTensor],
     which: &[usize],
 ) -> Result<Vec<HostTensor>, RunError> {
-    if let Some(&index) = which.iter().find(|&&i| i >= all.len()) {
-        return Err(RunError::UnknownOutput {
-            index,
-            count: all.len(),
-        });
-    }
+    check_output_indices(which, all.len())?;
     let mut picked: Vec<HostTensor> = Vec::with_capacity(which.len());
     for (k, &i) in which.iter().enumerate() {
         match which[..k].iter().position(|&j| j == i) {

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use rlx_mlx_sys as sys;
 
 use super::array::{Array, MlxError};
-use super::lower::{IndexCheck, Lowering};
+use super::lower::{IndexCheck, Lowered, Lowering};
 use crate::backend::RunError;
 use crate::ir::NodeId;
 
@@ -86,6 +86,7 @@ unsafe extern "C" fn lower_callback(
             arrays.push(check.bad);
             arrays.push(check.indices);
         }
+        arrays.extend(lowered.any_bad);
         Ok(arrays)
     }));
     let message = match traced {
@@ -122,11 +123,17 @@ unsafe extern "C" fn lower_callback(
     1
 }
 
+/// The traced function's results: the graph's outputs, each index check's flag and
+/// indices, and with any check the run's combined flag.
+fn traced_outputs(outputs: usize, checks: usize) -> usize {
+    outputs + 2 * checks + usize::from(checks > 0)
+}
+
 impl Function {
     pub(crate) fn new(lowering: Arc<Lowering>) -> Result<Function, MlxError> {
         let checks = lowering.index_nodes();
         let n_outputs = lowering.graph.outputs().len();
-        let total = n_outputs + 2 * checks.len();
+        let total = traced_outputs(n_outputs, checks.len());
         let context = Box::into_raw(Box::new(Context {
             lowering,
             error: Mutex::new(None),
@@ -159,9 +166,9 @@ impl Function {
     }
 
     /// Runs the traced graph (tracing it on the first call).
-    pub(crate) fn call(&self, leaves: &[Array]) -> Result<(Vec<Array>, Vec<IndexCheck>), RunError> {
+    pub(crate) fn call(&self, leaves: &[Array]) -> Result<Lowered, RunError> {
         let inputs: Vec<*mut sys::rlx_mlx_array> = leaves.iter().map(Array::ptr).collect();
-        let total = self.n_outputs + 2 * self.checks.len();
+        let total = traced_outputs(self.n_outputs, self.checks.len());
         let mut raw = vec![ptr::null_mut(); total];
         // SAFETY: the function and every input handle are live; `raw` has room for
         // `total` handles, which the shim fills only on success.
@@ -200,6 +207,11 @@ impl Function {
             let indices = arrays.next().expect("sized above")?;
             checks.push(IndexCheck { node, bad, indices });
         }
-        Ok((outputs, checks))
+        let any_bad = arrays.next().transpose()?;
+        Ok(Lowered {
+            outputs,
+            checks,
+            any_bad,
+        })
     }
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::MlxCustomOp;
 use super::array::{Array, MaskArg, MlxError};
 use crate::backend::{NodeSite, RunError};
-use crate::ir::{AttentionMask, BinaryOp, ConstantData, Graph, Node, NodeId, Op};
+use crate::ir::{AttentionMask, BinaryOp, ConstantData, DType, Graph, Node, NodeId, Op, ReduceOp};
 use crate::tensor::TensorRef;
 
 /// Everything fixed once per binding that lowering reads. Shared with the `mlx::compile`
@@ -48,6 +48,26 @@ pub(crate) struct IndexCheck {
 pub(crate) struct Lowered {
     pub outputs: Vec<Array>,
     pub checks: Vec<IndexCheck>,
+    /// A `u8` scalar, nonzero when some index is out of range (`None` without checks):
+    /// one read per run, part of the traced function in compiled mode.
+    pub any_bad: Option<Array>,
+}
+
+/// The flag of [`Lowered::any_bad`] over `checks`.
+fn any_flag(checks: &[IndexCheck]) -> Result<Option<Array>, MlxError> {
+    if checks.len() < 2 {
+        return Ok(checks.first().map(|c| c.bad.clone()));
+    }
+    let flags = checks
+        .iter()
+        .map(|c| c.bad.cast(DType::U8)?.reshape(&[1]))
+        .collect::<Result<Vec<Array>, MlxError>>()?;
+    let flags: Vec<&Array> = flags.iter().collect();
+    Ok(Some(Array::concat(&flags, 0)?.reduce(
+        ReduceOp::Max,
+        &[0],
+        false,
+    )?))
 }
 
 /// `%3 \`matmul\` (built at src/main.rs:4:9)`: a node for error messages.
@@ -159,7 +179,15 @@ impl Lowering {
             })
             .collect();
         self.verified.store(true, Ordering::Relaxed);
-        Ok(Lowered { outputs, checks })
+        let any_bad = any_flag(&checks).map_err(|e| RunError::Backend {
+            backend: super::NAME,
+            message: e.message,
+        })?;
+        Ok(Lowered {
+            outputs,
+            checks,
+            any_bad,
+        })
     }
 
     /// Checks MLX produced the dtype and dims the IR promises.

@@ -48,12 +48,11 @@ use std::sync::atomic::AtomicBool;
 use crate::backend::shared::{CustomOps, ParamTable, PlanCache};
 use crate::backend::signature::{Binder, Given, Signature, concrete_shapes};
 use crate::backend::{Backend, CompileError, Executable, NodeSite, RunError, check_compilable};
-use crate::backend::{Profile, ProfileStep};
-use crate::ir::{AttrValue, DType, Graph, NodeId, Op, ReduceOp};
+use crate::backend::{Profile, ProfileStep, check_output_indices};
+use crate::ir::{AttrValue, DType, Graph, NodeId, Op};
 use crate::passes;
 use crate::tensor::{HostTensor, TensorRef};
 use compiled::Function;
-use lower::IndexCheck;
 use lower::{Constants, Lowering, eval_error, upload_constants};
 
 /// How runs are evaluated.
@@ -207,8 +206,9 @@ impl MlxBackend {
                 dtype: DType::F64,
             });
         }
-        let process = if tf32_enabled() { "tf32" } else { "f32" };
-        let fix = match (self.precision, tf32_enabled()) {
+        let tf32 = tf32_enabled();
+        let process = if tf32 { "tf32" } else { "f32" };
+        let fix = match (self.precision, tf32) {
             (Precision::F32, true) => {
                 "this process runs float32 matrix products in TF32 \
                  (MLX_ENABLE_TF32=1 at start); start it without that variable, or ask for \
@@ -232,23 +232,6 @@ impl MlxBackend {
         self.custom.insert(name, kernel);
         self
     }
-}
-
-/// One `u8` scalar, nonzero when some index check failed; `None` without checks.
-fn any_flag(checks: &[IndexCheck]) -> Result<Option<Array>, MlxError> {
-    if checks.len() < 2 {
-        return Ok(checks.first().map(|c| c.bad.clone()));
-    }
-    let flags = checks
-        .iter()
-        .map(|c| c.bad.cast(DType::U8)?.reshape(&[1]))
-        .collect::<Result<Vec<Array>, MlxError>>()?;
-    let flags: Vec<&Array> = flags.iter().collect();
-    Ok(Some(Array::concat(&flags, 0)?.reduce(
-        ReduceOp::Max,
-        &[0],
-        false,
-    )?))
 }
 
 /// Copies host inputs into MLX arrays.
@@ -313,37 +296,25 @@ impl Backend for MlxBackend {
             Precision::BF16 => Some(DType::BF16),
             Precision::F32 | Precision::Tf32 => None,
         };
-        let (g, param_casts) = match narrow {
-            None => (g, Vec::new()),
-            Some(dtype) => {
-                let narrowed = passes::pass("compute_in", passes::compute_in(&g, dtype))?;
-                // Weights are offered as declared (float32) and cast once when bound.
-                let casts = narrowed
-                    .params()
-                    .map(|(id, p)| {
-                        let declared = g.param(p.name.as_deref().unwrap_or_default());
-                        let declared = declared.map(|d| g[d].ty.dtype);
-                        (declared != Some(p.ty.dtype)).then_some((id, p.ty.dtype))
-                    })
-                    .collect::<Vec<_>>();
-                (narrowed, casts)
-            }
+        let (g, declared) = match narrow {
+            None => (g, None),
+            Some(dtype) => (
+                passes::pass("compute_in", passes::compute_in(&g, dtype))?,
+                Some(g),
+            ),
         };
 
         let signature = Signature::of(&g);
         let mut params = ParamTable::of(&g);
+        // Half precisions narrow float32 params: they are still offered as declared and
+        // cast once when bound.
         let param_casts: Vec<Option<DType>> = params
             .specs
             .iter_mut()
             .map(|spec| {
-                let cast = param_casts
-                    .iter()
-                    .flatten()
-                    .find(|(id, _)| *id == spec.node);
-                cast.map(|(_, narrow)| {
-                    spec.dtype = DType::F32;
-                    *narrow
-                })
+                let declared = declared.as_ref()?;
+                let was = declared[declared.param(&spec.name)?].ty.dtype;
+                (was != spec.dtype).then(|| std::mem::replace(&mut spec.dtype, was))
             })
             .collect();
         let constants = upload_constants(&g).map_err(|e| CompileError::Backend {
@@ -491,18 +462,9 @@ impl Executable for MlxExecutable {
         runs: usize,
     ) -> Result<Profile, RunError> {
         let runs = runs.max(1);
-        self.params.all_bound()?;
-        self.binder.bind(&self.signature, inputs, dims)?;
-        let b = self.binding_for()?;
+        let uploaded = upload(inputs)?;
+        let (b, leaves) = self.bind_leaves(inputs, &uploaded, dims)?;
         let plan = self.bindings.get(b);
-        let shapes = &plan.lowering.shapes;
-        self.signature.check_inputs(&self.binder, inputs, |i| {
-            shapes[self.signature.inputs[i].node.index()].as_slice()
-        })?;
-        let mut leaves: Vec<Array> = self.values.iter().flatten().cloned().collect();
-        for &given in &self.binder.provided {
-            leaves.push(Array::from_tensor(inputs[given].1).map_err(backend_error)?);
-        }
         Array::eval(&leaves.iter().collect::<Vec<_>>()).map_err(backend_error)?;
         let mut timings = Vec::new();
         let started = std::time::Instant::now();
@@ -536,17 +498,12 @@ impl Executable for MlxExecutable {
         dims: &[(&str, usize)],
         which: &[usize],
     ) -> Result<Vec<HostTensor>, RunError> {
+        check_output_indices(which, self.graph.outputs().len())?;
         let uploaded = upload(inputs)?;
         let results = self.evaluate(inputs, &uploaded, dims)?;
         which
             .iter()
-            .map(|&index| {
-                let array = results.get(index).ok_or(RunError::UnknownOutput {
-                    index,
-                    count: results.len(),
-                })?;
-                array.to_host().map_err(backend_error)
-            })
+            .map(|&index| results[index].to_host().map_err(backend_error))
             .collect()
     }
 
@@ -607,6 +564,32 @@ impl MlxExecutable {
         self.evaluate(&described, &arrays, dims)
     }
 
+    /// Binds the runtime dims from `inputs` (their arrays in `arrays`), checks the inputs
+    /// against that binding, and returns its plan with the leaves in call order (the bound
+    /// weights, then the inputs).
+    fn bind_leaves<G: Given>(
+        &mut self,
+        inputs: &[(&str, G)],
+        arrays: &[Array],
+        dims: &[(&str, usize)],
+    ) -> Result<(usize, Vec<Array>), RunError> {
+        self.params.all_bound()?;
+        self.binder.bind(&self.signature, inputs, dims)?;
+        let b = self.binding_for()?;
+        let shapes = &self.bindings.get(b).lowering.shapes;
+        self.signature.check_inputs(&self.binder, inputs, |i| {
+            shapes[self.signature.inputs[i].node.index()].as_slice()
+        })?;
+        let mut leaves: Vec<Array> = self.values.iter().flatten().cloned().collect();
+        leaves.extend(
+            self.binder
+                .provided
+                .iter()
+                .map(|&given| arrays[given].clone()),
+        );
+        Ok((b, leaves))
+    }
+
     /// Binds the inputs (described by `inputs`, their arrays in `arrays`), lowers or calls
     /// the traced function on this executable's device, and evaluates the outputs.
     fn evaluate<G: Given>(
@@ -615,46 +598,28 @@ impl MlxExecutable {
         arrays: &[Array],
         dims: &[(&str, usize)],
     ) -> Result<Vec<Array>, RunError> {
-        self.params.all_bound()?;
-        let mut leaves: Vec<Array> = self.values.iter().flatten().cloned().collect();
-        self.binder.bind(&self.signature, inputs, dims)?;
-        let b = self.binding_for()?;
+        let (b, leaves) = self.bind_leaves(inputs, arrays, dims)?;
         let plan = self.bindings.get(b);
-        let shapes = &plan.lowering.shapes;
-        self.signature.check_inputs(&self.binder, inputs, |i| {
-            shapes[self.signature.inputs[i].node.index()].as_slice()
-        })?;
-        for &given in &self.binder.provided {
-            leaves.push(arrays[given].clone());
-        }
-
         let graph = &*self.graph;
-        let (results, checks, any_bad) = device::on_device(self.device, self.exact_halves, || {
-            let (results, checks) = match &plan.function {
-                Some(f) => f.call(&leaves)?,
-                None => {
-                    let lowered = plan.lowering.lower(&leaves)?;
-                    (lowered.outputs, lowered.checks)
-                }
-            };
-            let any_bad = any_flag(&checks).map_err(backend_error)?;
-            Ok::<_, RunError>((results, checks, any_bad))
+        let lowered = device::on_device(self.device, self.exact_halves, || match &plan.function {
+            Some(f) => f.call(&leaves),
+            None => plan.lowering.lower(&leaves),
         })
         .map_err(backend_error)??;
-        let mut all: Vec<&Array> = results.iter().collect();
-        all.extend(any_bad.iter());
+        let mut all: Vec<&Array> = lowered.outputs.iter().collect();
+        all.extend(&lowered.any_bad);
         Array::eval(&all).map_err(|e| eval_error(graph, None, e))?;
         // One flag read per run (each read waits for the device); the gathers and
         // scatters are looked at one by one only when some index was out of range.
-        let out_of_range = match &any_bad {
+        let out_of_range = match &lowered.any_bad {
             Some(flag) => flag.to_host().map_err(backend_error)?.to_f64_vec() != [0.0],
             None => false,
         };
         if out_of_range {
-            for check in &checks {
+            for check in &lowered.checks {
                 plan.lowering.verify_indices(check)?;
             }
         }
-        Ok(results)
+        Ok(lowered.outputs)
     }
 }
