@@ -62,7 +62,7 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     // 2. Compile for the CPU and bind random weights (uniform in ±1/sqrt(fan_in)).
     let backend = CpuBackend::default();
-    let mut model = Mlp::compile(&backend)?;
+    let model = Mlp::compile(&backend)?;
     let mut rng = Lcg(42);
     model.init_weights(|spec| {
         let shape = spec.static_shape().expect("weights have static shapes");
@@ -76,7 +76,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     // 3. Save them as a checkpoint, then load it into a second compiled copy.
     let path = std::env::temp_dir().join(format!("rlx-03-mlp-{}.safetensors", std::process::id()));
     model.save_safetensors(&path)?;
-    let mut loaded = Mlp::compile(&backend)?;
+    let loaded = Mlp::compile(&backend)?;
     let report = loaded.load_safetensors(&path)?;
     println!(
         "saved {} and loaded {} weights back",

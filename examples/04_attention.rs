@@ -80,7 +80,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         graph.len(),
         graph.params().count()
     );
-    let mut model = Block::compile(&CpuBackend::default(), &cfg)?;
+    let model = Block::compile(&CpuBackend::default(), &cfg)?;
     model.init_weights(|spec| {
         let shape = spec.static_shape().expect("static weights");
         let n: usize = shape.iter().product();

@@ -86,7 +86,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         .collect();
     let x = HostTensor::from_vec(x, [batch, seq, cfg.hidden])?;
 
-    let mut cpu = Classifier::compile(&CpuBackend::default(), &cfg)?;
+    let cpu = Classifier::compile(&CpuBackend::default(), &cfg)?;
     cpu.init_weights(weights)?;
     let reference = cpu.run(&x)?;
     println!(
@@ -112,7 +112,7 @@ fn run_on_mlx(
     );
     for mode in [MlxMode::Eager, MlxMode::Lazy, MlxMode::Compiled] {
         let backend = MlxBackend::new(mode);
-        let mut mlx = Classifier::compile(&backend, cfg)?;
+        let mlx = Classifier::compile(&backend, cfg)?;
         // The same weights: read back from the CPU executable by name.
         for spec in &cpu.manifest().params {
             mlx.set_weight(&spec.name, cpu.weight(&spec.name)?.view())?;

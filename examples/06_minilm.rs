@@ -66,7 +66,7 @@ fn parse_args() -> Result<Args, String> {
 fn main() -> Result<(), Box<dyn Error>> {
     let args = parse_args()?;
     let files = ModelFiles::locate(args.model_dir.as_deref())?;
-    let mut embedder = SentenceEmbedder::on_backend(&args.backend, &files)?;
+    let embedder = SentenceEmbedder::on_backend(&args.backend, &files)?;
     let texts: Vec<&str> = args.sentences.iter().map(String::as_str).collect();
     let vectors = embedder.embed(&texts)?;
 

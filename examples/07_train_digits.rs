@@ -416,7 +416,7 @@ where
     }
 
     // Evaluate with the trained weights in an inference executable of the same graph.
-    let mut eval = backend.compile(&graph)?;
+    let eval = backend.compile(&graph)?;
     for name in ["fc1", "fc2", "fc3"]
         .iter()
         .flat_map(|l| [format!("{l}.weight"), format!("{l}.bias")])

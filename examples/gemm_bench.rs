@@ -48,7 +48,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let w = b.param("b", DType::F32, [k, n])?;
         let c = b.matmul(a, w)?;
         b.output("c", c)?;
-        let mut exe = backend.compile(&b.finish()?)?;
+        let exe = backend.compile(&b.finish()?)?;
         let fill = |len: usize, seed: usize| -> Vec<f32> {
             (0..len)
                 .map(|i| ((i * 7 + seed) % 13) as f32 / 13.0 - 0.5)

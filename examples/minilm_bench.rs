@@ -55,7 +55,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
     }
     let files = ModelFiles::locate(model_dir.as_deref())?;
-    let mut model = match backend.as_str() {
+    let model = match backend.as_str() {
         #[cfg(feature = "mlx")]
         "mlx" => {
             use rlx::mlx::{MlxBackend, MlxMode, Precision};

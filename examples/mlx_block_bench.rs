@@ -121,7 +121,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             let exe = mlx
                 .executable_as::<MlxExecutable>()
                 .ok_or("an MLX model has an MLX executable")?;
-            let mut device_run = || exe.run_arrays(&[("x", &on_device)], &[]).map(drop);
+            let device_run = || exe.run_arrays(&[("x", &on_device)], &[]).map(drop);
             for _ in 0..3 {
                 device_run()?;
             }

@@ -35,7 +35,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     b.output("out", h)?;
     let graph = b.finish()?;
-    let mut exe = CpuBackend::new(CpuOptions::default()).compile(&graph)?;
+    let exe = CpuBackend::new(CpuOptions::default()).compile(&graph)?;
     let x = HostTensor::from_vec((0..64).map(|i| i as f32 / 64.0).collect::<Vec<_>>(), [64])?;
     let y = HostTensor::from_vec(vec![0.5f32; 64], [64])?;
     let inputs = [("x", x.view()), ("y", y.view())];

@@ -83,7 +83,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         started.elapsed()
     );
 
-    let mut exe = CpuBackend::default().compile(&graph)?;
+    let exe = CpuBackend::default().compile(&graph)?;
     let mut params = 0usize;
     for (_, node) in graph.params() {
         let shape: Vec<usize> = node

@@ -47,12 +47,12 @@ where
     let forward = b.finish().unwrap();
     let training = gradients(&forward, "loss", &Wrt::Params).unwrap();
 
-    let mut exe = backend.compile(&training).unwrap();
+    let exe = backend.compile(&training).unwrap();
     let options = LoadOptions {
         allow_unexpected: true,
         ..LoadOptions::default()
     };
-    load_safetensors(&mut exe, &manifest, &files.weights(), &options).unwrap();
+    load_safetensors(&exe, &manifest, &files.weights(), &options).unwrap();
 
     let reference: Value = serde_json::from_str(
         &std::fs::read_to_string(format!("{DATA}/minilm_grads.json")).unwrap(),

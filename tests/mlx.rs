@@ -91,7 +91,7 @@ fn custom_ops_run_on_mlx_and_their_failures_are_typed_in_every_mode() {
     for mode in MODES {
         let backend = MlxBackend::new(mode).with_custom_op("shift", Arc::new(Shift));
         let ok = shift_graph(BTreeMap::from([("shift".into(), AttrValue::Float(1.5))]));
-        let mut exe = backend.compile(&ok).unwrap();
+        let exe = backend.compile(&ok).unwrap();
         let y = exe.run(&[("x", x.view())], &[]).unwrap();
         assert_eq!(
             y[0].as_slice::<f32>().unwrap(),
@@ -119,7 +119,7 @@ fn custom_ops_run_on_mlx_and_their_failures_are_typed_in_every_mode() {
     // caught at the boundary and reported, and the executable stays usable.
     let backend = MlxBackend::new(MlxMode::Compiled).with_custom_op("shift", Arc::new(Shift));
     let panics = shift_graph(BTreeMap::from([("panic".into(), AttrValue::Bool(true))]));
-    let mut exe = backend.compile(&panics).unwrap();
+    let exe = backend.compile(&panics).unwrap();
     let err = exe.run(&[("x", x.view())], &[]).unwrap_err();
     match &err {
         RunError::Backend { backend, message } => {
@@ -161,7 +161,7 @@ fn run_time_input_errors_match_the_cpu_backend() {
     let wrong_dims = HostTensor::zeros(DType::F32, [4, 2]);
     let wrong_dtype = HostTensor::zeros(DType::F64, [4, 3]);
     let weight = HostTensor::zeros(DType::F32, [3, 2]);
-    let run = |exe: &mut dyn Executable| -> Vec<RunError> {
+    let run = |exe: &dyn Executable| -> Vec<RunError> {
         let before = exe.run(&[("x", good.view())], &[]).unwrap_err();
         exe.set_weight("w", weight.view()).unwrap();
         vec![
@@ -198,7 +198,7 @@ fn a_singular_system_is_reported() {
     let a = HostTensor::from_vec(vec![1.0f32, 2.0, 2.0, 4.0], [2, 2]).unwrap();
     let r = HostTensor::from_vec(vec![1.0f32, 1.0], [2, 1]).unwrap();
     for mode in MODES {
-        let mut exe = MlxBackend::new(mode).compile(&g).unwrap();
+        let exe = MlxBackend::new(mode).compile(&g).unwrap();
         let err = exe
             .run(&[("a", a.view()), ("b", r.view())], &[])
             .unwrap_err();
@@ -224,7 +224,7 @@ fn tiny_bert() -> BertConfig {
 #[test]
 fn bert_matches_the_cpu_backend_in_every_mode() {
     let config = tiny_bert();
-    let mut cpu = Bert::compile(&CpuBackend::default(), &config).unwrap();
+    let cpu = Bert::compile(&CpuBackend::default(), &config).unwrap();
     cpu.init_weights(|spec| {
         let shape = spec.static_shape().unwrap();
         let n: usize = shape.iter().product();
@@ -240,7 +240,7 @@ fn bert_matches_the_cpu_backend_in_every_mode() {
     let (hidden, pooled) = cpu.run(&ids, &mask, &types).unwrap();
     rlx::mlx::set_kernel_fusion(true).unwrap();
     for mode in MODES {
-        let mut mlx = Bert::compile(&MlxBackend::new(mode), &config).unwrap();
+        let mlx = Bert::compile(&MlxBackend::new(mode), &config).unwrap();
         for spec in &cpu.manifest().params {
             let name = spec.name.as_str();
             mlx.set_weight(name, cpu.weight(name).unwrap().view())

@@ -34,7 +34,7 @@ fn same_on_both(name: &str, graph: &Graph, a: &HostTensor, b: &HostTensor) {
     let cpu = CpuBackend::default().compile(graph).unwrap();
     let expected = { cpu }.run(&used, &[]).unwrap();
     rlx::mlx::set_kernel_fusion(false).unwrap();
-    let mut mlx = MlxBackend::new(MlxMode::Lazy).compile(graph).unwrap();
+    let mlx = MlxBackend::new(MlxMode::Lazy).compile(graph).unwrap();
     let got = mlx
         .run(&used, &[])
         .unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -36,7 +36,7 @@ fn values(n: usize, seed: usize) -> Vec<f32> {
         .collect()
 }
 
-fn bind(exe: &mut impl Executable) {
+fn bind(exe: &impl Executable) {
     exe.set_weight(
         "w1",
         HostTensor::from_vec(values(16 * 32, 1), [16, 32])
@@ -95,13 +95,13 @@ fn the_backend_reports_its_devices_and_defaults_to_the_gpu_when_there_is_one() {
 #[test]
 fn the_cpu_device_computes_what_the_default_device_computes() {
     let graph = mlp(DType::F32);
-    let mut reference = MlxBackend::new(MlxMode::Lazy).compile(&graph).unwrap();
-    bind(&mut reference);
+    let reference = MlxBackend::new(MlxMode::Lazy).compile(&graph).unwrap();
+    bind(&reference);
     let want = reference.run(&[("x", input(5).view())], &[]).unwrap();
     for mode in MODES {
         let backend = MlxBackend::new(mode).with_device(Device::Cpu);
-        let mut exe = backend.compile(&graph).unwrap();
-        bind(&mut exe);
+        let exe = backend.compile(&graph).unwrap();
+        bind(&exe);
         let got = exe.run(&[("x", input(5).view())], &[]).unwrap();
         // On a GPU the two devices round differently (cuBLAS vs BLAS); on the CPU they are
         // the same kernels.
@@ -151,7 +151,7 @@ fn a_missing_gpu_or_float64_on_a_gpu_is_a_typed_compile_error() {
         other => panic!("expected a device error, got {other:?}"),
     }
     // The CPU device runs it.
-    let mut cpu = MlxBackend::new(MlxMode::Lazy)
+    let cpu = MlxBackend::new(MlxMode::Lazy)
         .with_device(Device::Cpu)
         .compile(&graph)
         .unwrap();
@@ -166,12 +166,12 @@ fn tf32_is_refused_where_the_process_computes_full_float32_on_a_gpu() {
     let graph = mlp(DType::F32);
     let tf32 = MlxBackend::new(MlxMode::Lazy).with_precision(Precision::Tf32);
     // On the CPU device TF32 does not exist: it is plain float32.
-    let mut cpu = tf32
+    let cpu = tf32
         .clone()
         .with_device(Device::Cpu)
         .compile(&graph)
         .unwrap();
-    bind(&mut cpu);
+    bind(&cpu);
     cpu.run(&[("x", input(2).view())], &[]).unwrap();
     if !Device::Gpu.is_available() {
         println!("no GPU here: skipped the GPU precision check");
@@ -195,8 +195,8 @@ fn tf32_is_refused_where_the_process_computes_full_float32_on_a_gpu() {
 #[test]
 fn half_precisions_compute_a_float32_model_within_their_tolerance() {
     let graph = mlp(DType::F32);
-    let mut exact = MlxBackend::new(MlxMode::Lazy).compile(&graph).unwrap();
-    bind(&mut exact);
+    let exact = MlxBackend::new(MlxMode::Lazy).compile(&graph).unwrap();
+    bind(&exact);
     let want = exact.run(&[("x", input(6).view())], &[]).unwrap();
     // Probabilities of 8 classes: absolute error bounds by the format's precision.
     for (precision, dtype, bound) in [
@@ -205,14 +205,14 @@ fn half_precisions_compute_a_float32_model_within_their_tolerance() {
     ] {
         for mode in MODES {
             let backend = MlxBackend::new(mode).with_precision(precision);
-            let mut exe = backend.compile(&graph).unwrap();
+            let exe = backend.compile(&graph).unwrap();
             assert_eq!(
                 exe.graph().nodes()[exe.graph().param("w1").unwrap().index()]
                     .ty
                     .dtype,
                 dtype
             );
-            bind(&mut exe);
+            bind(&exe);
             // Weights are offered and read back as float32 (rounded once, when bound).
             let w1 = exe.weight("w1").unwrap();
             assert_eq!(w1.dtype(), DType::F32);
@@ -245,8 +245,8 @@ fn half_precisions_compute_a_float32_model_within_their_tolerance() {
 fn device_arrays_in_and_out_match_host_runs_and_are_checked_the_same_way() {
     let graph = mlp(DType::F32);
     for mode in MODES {
-        let mut exe = MlxBackend::new(mode).compile(&graph).unwrap();
-        bind(&mut exe);
+        let exe = MlxBackend::new(mode).compile(&graph).unwrap();
+        bind(&exe);
         for batch in [1, 4] {
             let host = exe.run(&[("x", input(batch).view())], &[]).unwrap();
             let x = Array::from_tensor(input(batch).view()).unwrap();
@@ -287,7 +287,7 @@ fn run_outputs_reads_the_outputs_asked_for_on_every_backend() {
     b.output("z", z).unwrap();
     let graph = b.finish().unwrap();
     let x = HostTensor::from_vec(vec![0.0f32, 1.0, -2.0], [3]).unwrap();
-    let mut cpu = rlx::cpu::CpuBackend::default().compile(&graph).unwrap();
+    let cpu = rlx::cpu::CpuBackend::default().compile(&graph).unwrap();
     let all = cpu.run(&[("x", x.view())], &[]).unwrap();
     let mut executables: Vec<(String, Box<dyn Executable>)> =
         vec![("cpu".to_string(), Box::new(cpu))];

@@ -21,7 +21,7 @@ fn every_handle_is_freed() {
     let g = b.finish().unwrap();
     let weights = HostTensor::from_vec((0..12).map(|i| i as f32 / 10.0).collect(), [4, 3]).unwrap();
     for mode in [MlxMode::Eager, MlxMode::Lazy, MlxMode::Compiled] {
-        let mut exe = MlxBackend::new(mode).compile(&g).unwrap();
+        let exe = MlxBackend::new(mode).compile(&g).unwrap();
         exe.set_weight("table", weights.view()).unwrap();
         for n in [2usize, 3, 2] {
             let good = HostTensor::from_vec((0..n as i64).collect(), [n]).unwrap();

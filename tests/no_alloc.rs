@@ -139,7 +139,7 @@ fn graph(hidden: usize) -> Graph {
 
 /// Allocations `(on this thread, on all threads)` in 20 runs after the first.
 fn allocations_per_run(options: CpuOptions, hidden: usize, seq: usize) -> (usize, usize) {
-    let mut exe = CpuBackend::new(options).compile(&graph(hidden)).unwrap();
+    let exe = CpuBackend::new(options).compile(&graph(hidden)).unwrap();
     let table: Vec<f32> = (0..50 * hidden).map(|i| (i % 7) as f32 * 0.1).collect();
     let w: Vec<f32> = (0..hidden * hidden)
         .map(|i| (i % 5) as f32 * 0.01)

@@ -52,7 +52,7 @@ fn product(
         threads,
         ..CpuOptions::default()
     });
-    let mut exe = backend.compile(&g.finish().unwrap()).unwrap();
+    let exe = backend.compile(&g.finish().unwrap()).unwrap();
     let a = values(dtype, &[batch, m, k], 1);
     let mut results = Vec::new();
     for &seed in seeds {

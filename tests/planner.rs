@@ -94,7 +94,7 @@ fn run(
     inputs: &[(String, HostTensor)],
     w: &HostTensor,
 ) -> (Vec<HostTensor>, rlx::cpu::PlanReport) {
-    let mut exe = CpuBackend::new(options).compile(graph).unwrap();
+    let exe = CpuBackend::new(options).compile(graph).unwrap();
     exe.set_weight("w", w.view()).unwrap();
     let views: Vec<_> = inputs.iter().map(|(n, t)| (n.as_str(), t.view())).collect();
     let out = exe.run(&views, &[]).unwrap();

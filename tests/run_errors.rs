@@ -28,7 +28,7 @@ fn model() -> CpuExecutableWithWeights {
 struct CpuExecutableWithWeights(rlx::cpu::CpuExecutable);
 
 impl CpuExecutableWithWeights {
-    fn bound(mut self) -> Self {
+    fn bound(self) -> Self {
         let w = HostTensor::from_vec(vec![1.0f32; 6], [3, 2]).unwrap();
         let b = HostTensor::from_vec(vec![0.5f32; 2], [2]).unwrap();
         self.0.set_weight("w", w.view()).unwrap();
@@ -47,7 +47,7 @@ fn z(n: usize) -> HostTensor {
 
 #[test]
 fn a_good_run_works_and_reads_dims_from_inputs() {
-    let mut exe = model().bound().0;
+    let exe = model().bound().0;
     let out = exe
         .run(&[("x", x(2).view()), ("z", z(4).view())], &[])
         .unwrap();
@@ -63,7 +63,7 @@ fn a_good_run_works_and_reads_dims_from_inputs() {
 
 #[test]
 fn missing_and_unknown_inputs() {
-    let mut exe = model().bound().0;
+    let exe = model().bound().0;
     let err = exe.run(&[("x", x(2).view())], &[]).unwrap_err();
     assert_eq!(err, RunError::MissingInput { name: "z".into() });
     assert_eq!(err.to_string(), "missing input \"z\"");
@@ -81,7 +81,7 @@ fn missing_and_unknown_inputs() {
 
 #[test]
 fn wrong_dtype_and_shape() {
-    let mut exe = model().bound().0;
+    let exe = model().bound().0;
     let xi = HostTensor::from_vec(vec![1i32; 6], [2, 3]).unwrap();
     let err = exe
         .run(&[("x", xi.view()), ("z", z(4).view())], &[])
@@ -131,7 +131,7 @@ fn symbols_unbound_unknown_and_inconsistent() {
         .unwrap();
     let y = b.unary(UnaryOp::Neg, input).unwrap();
     b.output("y", y).unwrap();
-    let mut exe = CpuBackend::default().compile(&b.finish().unwrap()).unwrap();
+    let exe = CpuBackend::default().compile(&b.finish().unwrap()).unwrap();
     let err = exe.run(&[("z", z4().view())], &[]).unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -144,7 +144,7 @@ fn symbols_unbound_unknown_and_inconsistent() {
         "`m` is not a runtime dim of this graph; its dims are [\"n\"]"
     );
 
-    let mut exe = model().bound().0;
+    let exe = model().bound().0;
     let err = exe
         .run(&[("x", x(2).view()), ("z", z(4).view())], &[("batch", 3)])
         .unwrap_err();
@@ -160,7 +160,7 @@ fn z4() -> HostTensor {
 
 #[test]
 fn weights_missing_unknown_and_mismatched() {
-    let mut exe = model().0;
+    let exe = model().0;
     let err = exe
         .run(&[("x", x(2).view()), ("z", z(4).view())], &[])
         .unwrap_err();
@@ -211,7 +211,7 @@ fn bindings_that_break_an_op_name_the_node_and_its_origin() {
     let graph = b.finish().unwrap();
     let origin = graph[head].origin.unwrap();
     assert_eq!(origin.file(), file!());
-    let mut exe = CpuBackend::default().compile(&graph).unwrap();
+    let exe = CpuBackend::default().compile(&graph).unwrap();
     let short = HostTensor::from_vec(vec![0.0f32; 3], [3]).unwrap();
     let err = exe.run(&[("x", short.view())], &[]).unwrap_err();
     let text = err.to_string();
@@ -260,7 +260,7 @@ fn bindings_that_break_an_op_name_the_node_and_its_origin() {
         .unwrap();
     b.output("tail", tail).unwrap();
     b.output("rest", rest).unwrap();
-    let mut exe = CpuBackend::default().compile(&b.finish().unwrap()).unwrap();
+    let exe = CpuBackend::default().compile(&b.finish().unwrap()).unwrap();
     let err = exe.run(&[("x", short.view())], &[]).unwrap_err();
     assert!(matches!(err, RunError::Binding { .. }), "{err}");
     assert!(err.to_string().starts_with("with seq=3: %"), "{err}");
@@ -318,7 +318,7 @@ fn symbolic_params_are_rejected() {
 #[test]
 fn byte_counts_that_do_not_match_the_shape_are_rejected() {
     use rlx::tensor::TensorRef;
-    let mut exe = model().0;
+    let exe = model().0;
     let six = [0u8; 24];
     let short = TensorRef {
         dtype: DType::F32,
@@ -330,7 +330,7 @@ fn byte_counts_that_do_not_match_the_shape_are_rejected() {
         err.to_string(),
         "weight \"w\" has 20 bytes, but f32[3, 2] needs 24"
     );
-    let mut exe = model().bound().0;
+    let exe = model().bound().0;
     let long = [0u8; 100];
     let x = TensorRef {
         dtype: DType::F32,
@@ -359,7 +359,7 @@ fn runtime_dims_too_large_for_memory_are_an_error() {
         )
         .unwrap();
     b.output("y", y).unwrap();
-    let mut exe = CpuBackend::default().compile(&b.finish().unwrap()).unwrap();
+    let exe = CpuBackend::default().compile(&b.finish().unwrap()).unwrap();
     let x = HostTensor::from_vec(vec![1.0f32; 4], [4]).unwrap();
     let err = exe
         .run(&[("x", x.view())], &[("n", 2), ("m", usize::MAX / 2)])

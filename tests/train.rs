@@ -185,7 +185,7 @@ fn cross_entropy_matches_log_sum_exp() {
     .unwrap();
     let logits = [2.0, -1.0, 0.5, 100.0, 99.0, -50.0];
     let labels = [2i64, 1];
-    let mut exe = CpuBackend::default().compile(&graph).unwrap();
+    let exe = CpuBackend::default().compile(&graph).unwrap();
     let lt = HostTensor::from_vec(logits.to_vec(), [2, 3]).unwrap();
     let lb = HostTensor::from_vec(labels.to_vec(), [2]).unwrap();
     let out = exe

@@ -95,7 +95,7 @@ fn typed_graphs_run_on_the_cpu() {
         g.output("best", y.argmax::<1>());
     })
     .unwrap();
-    let mut exe = CpuBackend::default().compile(&graph).unwrap();
+    let exe = CpuBackend::default().compile(&graph).unwrap();
     exe.set_weight(
         "w",
         HostTensor::from_vec(vec![1.0f32, 0.0, 0.0, 0.0, 1.0, 1.0], [2, 3])
@@ -134,7 +134,7 @@ fn norms_embeddings_masks_and_axes_run() {
         g.output("kept", kept);
     })
     .unwrap();
-    let mut exe = CpuBackend::default().compile(&graph).unwrap();
+    let exe = CpuBackend::default().compile(&graph).unwrap();
     let table: Vec<f32> = (0..40).map(|i| (i as f32 * 0.37).sin()).collect();
     exe.set_weight(
         "table",

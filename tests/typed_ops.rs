@@ -23,7 +23,7 @@ fn run(graph: &Graph, inputs: &[(&str, HostTensor)]) -> Vec<HostTensor> {
 }
 
 fn run_on(backend: &CpuBackend, graph: &Graph, inputs: &[(&str, HostTensor)]) -> Vec<HostTensor> {
-    let mut exe = backend.compile(graph).unwrap();
+    let exe = backend.compile(graph).unwrap();
     let views: Vec<_> = inputs.iter().map(|(n, t)| (*n, t.view())).collect();
     exe.run(&views, &[]).unwrap()
 }
@@ -155,7 +155,7 @@ fn conv_and_pool_produce_the_declared_dims() {
         g.output("halves", halves.max_pool1d::<C<1>>(PoolConfig::new([2])));
     })
     .unwrap();
-    let mut exe = CpuBackend::default().compile(&graph).unwrap();
+    let exe = CpuBackend::default().compile(&graph).unwrap();
     // Output channel 0 sums the 3x3 window, channel 1 copies the centre; biases 0 and 100.
     let mut w = vec![1.0f32; 9];
     w.extend([0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0]);
@@ -206,7 +206,7 @@ fn quantized_matmul_dequantizes_per_group() {
         g.output("y", x.quantized_matmul(w, scales, biases, q));
     })
     .unwrap();
-    let mut exe = CpuBackend::default().compile(&graph).unwrap();
+    let exe = CpuBackend::default().compile(&graph).unwrap();
     // Row 0: q = 1 everywhere, w = 0.5 * 1 + 0 = 0.5. Row 1: q = i, w = 1 * i - 1.
     let mut q = vec![1u8; 32];
     q.extend(0..32u8);

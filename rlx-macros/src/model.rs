@@ -562,7 +562,7 @@ fn generate(item: &ItemFn, args: &[Arg], outputs: &[String]) -> syn::Result<Toke
             }
 
             #[doc = #run_doc]
-            pub fn run<'__t>(&mut self, #(#run_params),*) -> ::core::result::Result<#run_return, ::rlx::backend::RunError> {
+            pub fn run<'__t>(&self, #(#run_params),*) -> ::core::result::Result<#run_return, ::rlx::backend::RunError> {
                 #run_result
             }
 
@@ -576,12 +576,6 @@ fn generate(item: &ItemFn, args: &[Arg], outputs: &[String]) -> syn::Result<Toke
             type Target = ::rlx::model::Compiled;
             fn deref(&self) -> &::rlx::model::Compiled {
                 &self.inner
-            }
-        }
-
-        impl ::core::ops::DerefMut for #model {
-            fn deref_mut(&mut self) -> &mut ::rlx::model::Compiled {
-                &mut self.inner
             }
         }
     })

@@ -14,6 +14,7 @@
 #include <exception>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -645,10 +646,19 @@ std::vector<mx::array> arrays_of(rlx_mlx_array* const* xs, size_t n) {
 
 struct rlx_mlx_function {
   std::function<std::vector<mx::array>(const std::vector<mx::array>&)> call;
-  void* userdata;
-  void (*drop)(void*);
-  std::uintptr_t id;
+  void* userdata = nullptr;
+  void (*drop)(void*) = nullptr;
+  // The key of this function's traces. MLX keeps one trace cache per thread; ids are never
+  // reused, so an entry left in some thread's cache can never answer for a later function.
+  std::uintptr_t id = 0;
+  // The cache of every thread that called the function, each erased when it is freed.
+  std::mutex caches_mutex;
+  std::vector<mx::detail::CompileCacheWeakPtr> caches;
 };
+
+namespace {
+std::atomic<std::uintptr_t> next_function_id{1};
+}  // namespace
 
 extern "C" {
 
@@ -819,8 +829,10 @@ int rlx_mlx_compile(rlx_mlx_lower_fn lower, void* userdata, void (*drop)(void*),
       throw std::invalid_argument("[rlx] compile needs a lowering callback and an output");
     }
     // Owned here until compiling succeeds: on failure the caller still owns `userdata`.
-    auto f = std::make_unique<rlx_mlx_function>(rlx_mlx_function{{}, userdata, drop, 0});
-    f->id = reinterpret_cast<std::uintptr_t>(f.get());
+    auto f = std::make_unique<rlx_mlx_function>();
+    f->userdata = userdata;
+    f->drop = drop;
+    f->id = next_function_id.fetch_add(1);
     auto traced = [lower, userdata, n_outputs](const std::vector<mx::array>& inputs) {
       std::vector<rlx_mlx_array*> in;
       in.reserve(inputs.size());
@@ -857,6 +869,14 @@ int rlx_mlx_function_call(rlx_mlx_function* f, rlx_mlx_array* const* inputs, siz
     if (f == nullptr) {
       throw std::invalid_argument("[rlx] function handle is NULL");
     }
+    {
+      auto cache = mx::detail::compile_cache();
+      std::lock_guard<std::mutex> lock(f->caches_mutex);
+      const bool known = std::any_of(f->caches.begin(), f->caches.end(), [&](const auto& c) {
+        return !c.owner_before(cache) && !cache.owner_before(c);
+      });
+      if (!known) f->caches.push_back(cache);
+    }
     std::vector<mx::array> result = f->call(arrays_of(inputs, n_inputs));
     if (result.size() != n_outputs) {
       throw std::runtime_error("[rlx] the compiled function returned " + std::to_string(result.size()) + " outputs, expected " + std::to_string(n_outputs));
@@ -870,7 +890,8 @@ void rlx_mlx_function_free(rlx_mlx_function* f) {
     return;
   }
   try {
-    mx::detail::compile_erase(mx::detail::compile_cache(), f->id);
+    // A cache whose thread has exited is gone already; `compile_erase` skips it.
+    for (const auto& cache : f->caches) mx::detail::compile_erase(cache, f->id);
   } catch (...) {
     // The cache may already be gone at process exit; nothing to release then.
   }

@@ -120,7 +120,7 @@ fn graphs(
     (forward, backward, wrt)
 }
 
-fn run(exe: &mut dyn Executable, given: &[(&str, HostTensor)]) -> Vec<HostTensor> {
+fn run(exe: &dyn Executable, given: &[(&str, HostTensor)]) -> Vec<HostTensor> {
     let views: Vec<(&str, rlx::tensor::TensorRef<'_>)> =
         given.iter().map(|(n, t)| (*n, t.view())).collect();
     exe.run(&views, &[])
@@ -160,12 +160,12 @@ pub fn grad_check(
     given.push(("r", HostTensor::from_vec(r, y_dims).unwrap()));
 
     let cpu = CpuBackend::default();
-    let mut grad_exe = cpu
+    let grad_exe = cpu
         .compile(&backward)
         .unwrap_or_else(|e| panic!("{label}: compile failed: {e}\n{backward}"));
-    let analytic = run(&mut grad_exe, &given);
-    let mut loss_exe = cpu.compile(&forward).unwrap();
-    let mut loss_at = |given: &[(&str, HostTensor)]| run(&mut loss_exe, given)[0].to_f64_vec()[0];
+    let analytic = run(&grad_exe, &given);
+    let loss_exe = cpu.compile(&forward).unwrap();
+    let loss_at = |given: &[(&str, HostTensor)]| run(&loss_exe, given)[0].to_f64_vec()[0];
 
     for (k, name) in wrt.iter().enumerate() {
         let grad = analytic[1 + k].to_f64_vec();
@@ -206,10 +206,10 @@ pub fn grad_check(
             ..CpuOptions::default()
         },
     ] {
-        let mut exe = CpuBackend::new(options.clone())
+        let exe = CpuBackend::new(options.clone())
             .compile(&backward)
             .unwrap_or_else(|e| panic!("{label}: compile failed with {options:?}: {e}"));
-        let got = run(&mut exe, &given);
+        let got = run(&exe, &given);
         for (k, (g, c)) in got.iter().zip(&analytic).enumerate() {
             for (i, (a, b)) in g.to_f64_vec().iter().zip(c.to_f64_vec()).enumerate() {
                 assert!(
@@ -262,10 +262,10 @@ fn mlx_agrees(label: &str, backward: &Graph, given: &[(&str, HostTensor)], cpu: 
     use rlx::mlx::{MlxBackend, MlxMode};
     rlx::mlx::set_kernel_fusion(false).unwrap();
     for mode in [MlxMode::Eager, MlxMode::Lazy, MlxMode::Compiled] {
-        let mut exe = MlxBackend::new(mode)
+        let exe = MlxBackend::new(mode)
             .compile(backward)
             .unwrap_or_else(|e| panic!("{label}: MLX {mode:?} compile failed: {e}"));
-        let got = run(&mut exe, given);
+        let got = run(&exe, given);
         for (k, (g, c)) in got.iter().zip(cpu).enumerate() {
             let scale = c.to_f64_vec().iter().fold(1.0f64, |m, v| m.max(v.abs()));
             for (i, (a, b)) in g.to_f64_vec().iter().zip(c.to_f64_vec()).enumerate() {

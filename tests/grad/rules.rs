@@ -576,7 +576,7 @@ fn stop_gradient_cuts_one_path() {
     b.output("loss", loss).unwrap();
     let graph = b.finish().unwrap();
     let t = gradients(&graph, "loss", &Wrt::Named(vec!["x".into()])).unwrap();
-    let mut exe = rlx::cpu::CpuBackend::default().compile(&t).unwrap();
+    let exe = rlx::cpu::CpuBackend::default().compile(&t).unwrap();
     let xs = rlx::tensor::HostTensor::from_vec(vec![1.0f64, -2.0, 3.0], [3]).unwrap();
     let out = exe.run(&[("x", xs.view())], &[]).unwrap();
     assert_eq!(out[1].to_f64_vec(), [1.0, -2.0, 3.0]);

@@ -75,7 +75,7 @@ fn text(family: usize, rng: &mut Rng) -> String {
 #[test]
 fn hostile_strings_tokenize_and_embed_or_fail_with_a_typed_error() {
     let files = ModelFiles::locate(None).unwrap_or_else(|e| panic!("{e}"));
-    let mut model = SentenceEmbedder::new(&CpuBackend::default(), &files).unwrap();
+    let model = SentenceEmbedder::new(&CpuBackend::default(), &files).unwrap();
     let vocab = model.config().vocab_size as u32;
     let limit = model.tokenizer().max_length();
     let mut rng = Rng(SEED);

@@ -68,7 +68,7 @@ fn mlp_reference(model: &rlx::model::Compiled, x: &HostTensor) -> Vec<f64> {
 
 #[test]
 fn mlp_matches_a_hand_computed_reference_for_any_batch() {
-    let mut model = Mlp::compile(&CpuBackend::default()).unwrap();
+    let model = Mlp::compile(&CpuBackend::default()).unwrap();
     assert_eq!(Mlp::INPUTS, ["x"]);
     assert_eq!(Mlp::OUTPUTS, ["output"]);
     model.init_weights(fill).unwrap();
@@ -100,7 +100,7 @@ fn the_graph_and_manifest_follow_the_signature() {
 
 #[test]
 fn models_compose_and_return_tuples() {
-    let mut model = Classifier::compile(&CpuBackend::default()).unwrap();
+    let model = Classifier::compile(&CpuBackend::default()).unwrap();
     assert_eq!(Classifier::OUTPUTS, ["logits", "probs"]);
     model.init_weights(fill).unwrap();
     model
@@ -129,7 +129,7 @@ fn runtime_dims_are_read_from_inputs_and_conflicts_are_errors() {
         hidden: 4,
         layers: 2,
     };
-    let mut model = Deep::compile(&CpuBackend::default(), &cfg).unwrap();
+    let model = Deep::compile(&CpuBackend::default(), &cfg).unwrap();
     model.init_weights(fill).unwrap();
     let make = |b: usize, s: usize| {
         let v: Vec<f32> = (0..b * s * 4)

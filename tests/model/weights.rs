@@ -76,7 +76,7 @@ fn mlp() -> Mlp {
 #[test]
 fn pytorch_layout_loads_transposed_and_saves_back_identically() {
     let path = write("torch", &mlp_checkpoint());
-    let mut model = mlp();
+    let model = mlp();
     let report = model.load_safetensors(&path).unwrap();
     assert_eq!(report.loaded, 4);
     // fc1.weight[out=1, in=2] in the file is element 1 * 4 + 2 = 6.
@@ -105,7 +105,7 @@ fn split_weights_round_trip_through_a_fused_checkpoint() {
         hidden: 4,
         layers: 2,
     };
-    let mut model = Deep::compile(&CpuBackend::default(), &cfg).unwrap();
+    let model = Deep::compile(&CpuBackend::default(), &cfg).unwrap();
     model.init_weights(fill).unwrap();
     let path = temp("fused");
     model.save_safetensors(&path).unwrap();
@@ -138,7 +138,7 @@ fn split_weights_round_trip_through_a_fused_checkpoint() {
         }
     }
 
-    let mut fresh = Deep::compile(&CpuBackend::default(), &cfg).unwrap();
+    let fresh = Deep::compile(&CpuBackend::default(), &cfg).unwrap();
     fresh.load_safetensors(&path).unwrap();
     for spec in &model.manifest().params {
         assert_eq!(
@@ -159,7 +159,7 @@ fn every_mismatch_is_reported_at_once() {
     bias.dtype = Dtype::F64;
     bias.data = (0..3).flat_map(|i| f64::from(i).to_le_bytes()).collect();
     let path = write("mismatch", &tensors);
-    let mut model = mlp();
+    let model = mlp();
     model.init_weights(fill).unwrap();
     let before = model.weight("fc2.weight").unwrap();
     let err = model.load_safetensors(&path).unwrap_err();
@@ -216,7 +216,7 @@ fn conversion_and_extra_tensors_only_when_asked() {
         .collect();
     tensors.push(("pooler.dense.bias".into(), f32s(&[2], 0.0)));
     let path = write("f16", &tensors);
-    let mut model = mlp();
+    let model = mlp();
     let err = model.load_safetensors(&path).unwrap_err();
     assert!(
         matches!(&err, WeightsError::Mismatch { mismatched, .. } if mismatched.len() == 4),
@@ -238,7 +238,7 @@ fn conversion_and_extra_tensors_only_when_asked() {
 fn corrupt_truncated_and_absent_files_are_typed_errors() {
     let good = write("good", &mlp_checkpoint());
     let bytes = std::fs::read(&good).unwrap();
-    let mut model = mlp();
+    let model = mlp();
 
     let truncated = temp("truncated");
     std::fs::write(&truncated, &bytes[..bytes.len() - 10]).unwrap();
@@ -276,7 +276,7 @@ fn corrupt_truncated_and_absent_files_are_typed_errors() {
 
 #[test]
 fn weights_can_also_be_bound_one_by_one() {
-    let mut model = mlp();
+    let model = mlp();
     let err = model
         .set_weight(
             "fc1.weight",

@@ -83,7 +83,7 @@ pub fn check_on<B: Backend>(
     expected: &[HostTensor],
     scale: f64,
 ) {
-    let mut exe = match backend.compile(graph) {
+    let exe = match backend.compile(graph) {
         Ok(exe) => exe,
         // MLX has no float64 on GPUs; the typed error is the documented outcome there, and
         // the `mlx-cpu` configuration checks the numbers.

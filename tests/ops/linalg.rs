@@ -287,7 +287,7 @@ fn fusion_pass_keeps_results_and_exposed_values() {
     for expose_sum in [false, true] {
         let graph = build(expose_sum);
         let run = |options: CpuOptions| {
-            let mut exe = CpuBackend::new(options).compile(&graph).unwrap();
+            let exe = CpuBackend::new(options).compile(&graph).unwrap();
             exe.set_weight("w", w.view()).unwrap();
             exe.set_weight("bias", bias.view()).unwrap();
             let out = exe.run(&[("x", x.view()), ("r", r.view())], &[]).unwrap();

@@ -275,7 +275,7 @@ fn gather_out_of_range_is_an_error() {
 }
 
 fn gather_out_of_range_on<B: rlx::backend::Backend>(label: &str, backend: &B, g: &rlx::ir::Graph) {
-    let mut exe = backend.compile(g).unwrap();
+    let exe = backend.compile(g).unwrap();
     let t = HostTensor::zeros(DType::F32, [4, 2]);
     for bad in [4i64, -1] {
         let i = HostTensor::from_vec(vec![0i64, bad], [2]).unwrap();

@@ -782,7 +782,7 @@ fn solve_batched_systems() {
         ],
         |bl, i| bl.op(Op::Solve, &[i[0], i[1]]).unwrap(),
     );
-    let mut exe = CpuBackend::default().compile(&g).unwrap();
+    let exe = CpuBackend::default().compile(&g).unwrap();
     let a = HostTensor::from_vec(vec![1.0f64, 2.0, 2.0, 4.0], [2, 2]).unwrap();
     let b = HostTensor::from_vec(vec![1.0f64, 1.0], [2, 1]).unwrap();
     let err = exe
@@ -897,7 +897,7 @@ fn custom_ops_run_registered_kernels_and_report_failures() {
             },
         );
         let backend = CpuBackend::default().with_custom_op("shift", Arc::new(Shift));
-        let mut exe = backend.compile(&g).unwrap();
+        let exe = backend.compile(&g).unwrap();
         let x = HostTensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]).unwrap();
         let result = exe.run(&[("x", x.view())], &[]);
         if expect_ok {
@@ -982,7 +982,7 @@ fn attention_reads_and_writes_split_heads_in_place() {
             let g = bld.finish().unwrap();
             let inputs = [("q", &q), ("k", &k), ("v", &v)];
             check(&g, &inputs, &[], &expected, 4.0);
-            let mut exe = CpuBackend::default().compile(&g).unwrap();
+            let exe = CpuBackend::default().compile(&g).unwrap();
             let views: Vec<_> = inputs.iter().map(|(n, t)| (*n, t.view())).collect();
             let profile = exe.profile(&views, &[], 1).unwrap();
             let ran = profile.steps.iter().filter(|st| st.op == "permute").count();

@@ -316,6 +316,15 @@ pub enum RunError {
         /// The limit it exceeds; `None` when the allocation itself failed.
         limit: Option<usize>,
     },
+    /// Binding weights while runs were in flight needed a second copy of the weights (the
+    /// runs keep the first), and the allocator could not provide it. Nothing changed.
+    #[error(
+        "binding weights while runs are in flight needs a copy of {bytes} bytes, which could not be allocated"
+    )]
+    WeightsOutOfMemory {
+        /// Bytes of the copy.
+        bytes: usize,
+    },
     /// An output index past the graph's outputs.
     #[error("output {index} asked for, but the graph has {count} outputs")]
     UnknownOutput {

@@ -29,7 +29,7 @@ use crate::tensor::{HostTensor, TensorRef};
 /// b.output("y", y)?;
 /// let graph = b.finish()?;
 ///
-/// let mut exe = CpuBackend::default().compile(&graph)?;
+/// let exe = CpuBackend::default().compile(&graph)?;
 /// let x = HostTensor::from_vec(vec![-1.0f32, 2.0, -3.0], [3])?;
 /// let out = exe.run(&[("x", x.view())], &[])?;   // `n` = 3 is read from `x`
 /// assert_eq!(out[0].as_slice::<f32>()?, &[0.0, 2.0, 0.0]);
@@ -109,12 +109,55 @@ pub(crate) fn pick_outputs(
     Ok(picked)
 }
 
-/// A compiled graph: weights bound once, then run many times. It is `Any`, so code holding
-/// a `dyn Executable` can reach its backend's own API (see
-/// [`Compiled::executable_as`](crate::model::Compiled::executable_as)).
-pub trait Executable: std::any::Any + Send {
-    /// Binds the param `name`. Its dtype and shape must match the declaration.
-    fn set_weight(&mut self, name: &str, value: TensorRef<'_>) -> Result<(), RunError>;
+/// A compiled graph: weights bound once, then run many times, from any number of threads
+/// at once.
+///
+/// Every method takes `&self`: runs share the weights and the per-binding plans, and each
+/// call takes its own working memory (on the CPU, an arena from a pool that grows to the
+/// number of runs in flight). Weights may be replaced while other threads run: a run sees
+/// the weights bound when it started, all of them old or all new.
+///
+/// The trait is `Any`, so code holding a `dyn Executable` can reach its backend's own API
+/// (see [`Compiled::executable_as`](crate::model::Compiled::executable_as)).
+///
+/// ```
+/// use std::sync::Arc;
+/// use rlx::backend::{Backend, Executable};
+/// use rlx::cpu::CpuBackend;
+/// use rlx::prelude::*;
+/// use rlx::tensor::HostTensor;
+///
+/// let mut b = GraphBuilder::new();
+/// let x = b.input("x", DType::F32, [Dim::sym("n")])?;
+/// let w = b.param("w", DType::F32, [1])?;
+/// let y = b.binary(BinaryOp::Mul, x, w)?;
+/// b.output("y", y)?;
+/// let exe = Arc::new(CpuBackend::default().compile(&b.finish()?)?);
+/// exe.set_weight("w", HostTensor::from_vec(vec![2.0f32], [1])?.view())?;
+/// let workers: Vec<_> = (1..=4usize)
+///     .map(|n| {
+///         let exe = Arc::clone(&exe);
+///         std::thread::spawn(move || {
+///             let x = HostTensor::from_vec(vec![1.0f32; n], [n]).unwrap();
+///             exe.run(&[("x", x.view())], &[]).unwrap()
+///         })
+///     })
+///     .collect();
+/// for (n, worker) in (1..=4usize).zip(workers) {
+///     assert_eq!(worker.join().unwrap()[0].as_slice::<f32>()?, vec![2.0; n]);
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait Executable: std::any::Any + Send + Sync {
+    /// Binds the params named in `weights`, all of them or none: each value's dtype and
+    /// shape must match its declaration, and on any error nothing changes. Runs in flight
+    /// finish with the weights they started with.
+    fn set_weights(&self, weights: &[(&str, TensorRef<'_>)]) -> Result<(), RunError>;
+
+    /// Binds the param `name`, as [`Executable::set_weights`] does.
+    fn set_weight(&self, name: &str, value: TensorRef<'_>) -> Result<(), RunError> {
+        self.set_weights(&[(name, value)])
+    }
 
     /// A copy of the weight bound as `name`.
     fn weight(&self, name: &str) -> Result<HostTensor, RunError>;
@@ -125,7 +168,7 @@ pub trait Executable: std::any::Any + Send {
     /// symbol name; dims that appear as a whole axis of some input are read from it and
     /// need not be given. Outputs come back in the graph's output order.
     fn run(
-        &mut self,
+        &self,
         inputs: &[(&str, TensorRef<'_>)],
         dims: &[(&str, usize)],
     ) -> Result<Vec<HostTensor>, RunError> {
@@ -149,14 +192,14 @@ pub trait Executable: std::any::Any + Send {
     /// let y = b.unary(UnaryOp::Neg, x)?;
     /// b.output("x_again", x)?;
     /// b.output("y", y)?;
-    /// let mut exe = CpuBackend::default().compile(&b.finish()?)?;
+    /// let exe = CpuBackend::default().compile(&b.finish()?)?;
     /// let x = HostTensor::from_vec(vec![1.0f32, -2.0], [2])?;
     /// let only_y = exe.run_outputs(&[("x", x.view())], &[], &[1])?;
     /// assert_eq!(only_y[0].as_slice::<f32>()?, &[-1.0, 2.0]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     fn run_outputs(
-        &mut self,
+        &self,
         inputs: &[(&str, TensorRef<'_>)],
         dims: &[(&str, usize)],
         which: &[usize],
@@ -168,7 +211,7 @@ pub trait Executable: std::any::Any + Send {
     /// Like [`Executable::run`], writing into `outputs` and reusing their storage when the
     /// dtypes and sizes already match, so repeated runs need no allocation.
     fn run_into(
-        &mut self,
+        &self,
         inputs: &[(&str, TensorRef<'_>)],
         dims: &[(&str, usize)],
         outputs: &mut Vec<HostTensor>,
@@ -178,7 +221,7 @@ pub trait Executable: std::any::Any + Send {
     /// where the time went. Backends that can time their steps (the CPU executor times each
     /// kernel) list them; others report each whole run as one `run` step.
     fn profile(
-        &mut self,
+        &self,
         inputs: &[(&str, TensorRef<'_>)],
         dims: &[(&str, usize)],
         runs: usize,

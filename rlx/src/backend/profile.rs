@@ -29,7 +29,7 @@ pub struct ProfileStep {
 /// let y = b.unary(UnaryOp::Exp, x)?;
 /// let z = b.matmul(y, y)?;
 /// b.output("z", z)?;
-/// let mut exe = CpuBackend::default().compile(&b.finish()?)?;
+/// let exe = CpuBackend::default().compile(&b.finish()?)?;
 /// let x = HostTensor::from_vec(vec![0.5f32; 16], [4, 4])?;
 /// let profile = exe.profile(&[("x", x.view())], &[], 3)?;
 /// let ops: Vec<&str> = profile.by_op().iter().map(|(op, ..)| *op).collect();

@@ -2,7 +2,7 @@
 //! its cache of per-binding plans.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::RunError;
 use super::signature::check_weight;
@@ -144,40 +144,121 @@ impl ParamTable {
     }
 }
 
-/// Plans made per binding of the runtime dims, found by comparing the bound values (few
-/// bindings are live at once, so a list beats hashing).
+/// Plans made per binding of the runtime dims, shared by concurrent runs. Few bindings are
+/// live at once, so a list compared by value beats hashing; a run finds its plan under a
+/// read lock and keeps an `Arc` of it, so a thread making a new plan blocks no one.
 pub(crate) struct PlanCache<P> {
-    entries: Vec<(Vec<usize>, P)>,
+    entries: RwLock<Vec<(Vec<usize>, Arc<P>)>>,
 }
 
 impl<P> Default for PlanCache<P> {
     fn default() -> Self {
         PlanCache {
-            entries: Vec::new(),
+            entries: RwLock::new(Vec::new()),
         }
     }
 }
 
 impl<P> PlanCache<P> {
-    /// The index of the plan for `values`, made by `make` if there is none yet.
-    pub(crate) fn index_for<E>(
-        &mut self,
+    /// The plan for `values`, made by `make` if there is none yet. `make` runs outside the
+    /// lock: two threads may both make a plan for a new binding, and the first one stored
+    /// is the one every later run uses.
+    pub(crate) fn get_or_make<E>(
+        &self,
         values: &[usize],
         make: impl FnOnce() -> Result<P, E>,
-    ) -> Result<usize, E> {
-        if let Some(i) = self.entries.iter().position(|(v, _)| v == values) {
-            return Ok(i);
+    ) -> Result<Arc<P>, E> {
+        let find = |entries: &[(Vec<usize>, Arc<P>)]| {
+            entries
+                .iter()
+                .find(|(v, _)| v == values)
+                .map(|(_, plan)| Arc::clone(plan))
+        };
+        if let Some(plan) = find(&read(&self.entries)) {
+            return Ok(plan);
         }
-        let plan = make()?;
-        self.entries.push((values.to_vec(), plan));
-        Ok(self.entries.len() - 1)
-    }
-
-    pub(crate) fn get(&self, i: usize) -> &P {
-        &self.entries[i].1
+        let plan = Arc::new(make()?);
+        let mut entries = write(&self.entries);
+        if let Some(first) = find(&entries) {
+            return Ok(first);
+        }
+        entries.push((values.to_vec(), Arc::clone(&plan)));
+        Ok(plan)
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.entries.len()
+        read(&self.entries).len()
     }
+}
+
+/// Per-call working state (a CPU arena, a binder's buffers) kept for reuse: a call takes one
+/// (made when none is idle, so the pool grows to the number of calls in flight) and gives
+/// it back when the [`Pooled`] guard drops. After the first calls nothing is allocated.
+pub(crate) struct ScratchPool<S> {
+    idle: Mutex<Vec<S>>,
+}
+
+impl<S> Default for ScratchPool<S> {
+    fn default() -> Self {
+        ScratchPool {
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl<S> ScratchPool<S> {
+    /// An idle scratch, or a new one from `make`.
+    pub(crate) fn take(&self, make: impl FnOnce() -> S) -> Pooled<'_, S> {
+        let idle = lock(&self.idle).pop();
+        Pooled {
+            pool: self,
+            item: Some(idle.unwrap_or_else(make)),
+        }
+    }
+}
+
+/// A scratch taken from a [`ScratchPool`], returned to it on drop.
+pub(crate) struct Pooled<'a, S> {
+    pool: &'a ScratchPool<S>,
+    item: Option<S>,
+}
+
+impl<S> std::ops::Deref for Pooled<'_, S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        self.item.as_ref().expect("held until drop")
+    }
+}
+
+impl<S> std::ops::DerefMut for Pooled<'_, S> {
+    fn deref_mut(&mut self) -> &mut S {
+        self.item.as_mut().expect("held until drop")
+    }
+}
+
+impl<S> Drop for Pooled<'_, S> {
+    fn drop(&mut self) {
+        if let Some(item) = self.item.take() {
+            lock(&self.pool.idle).push(item);
+        }
+    }
+}
+
+// A panic while a lock is held can only come from a bug in our own code (kernels return
+// errors); the state behind these locks is valid between statements, so later calls go on
+// rather than turning one failure into a panic in every thread.
+
+/// Locks `mutex`, ignoring poisoning (see above).
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Reads `lock`, ignoring poisoning (see above).
+pub(crate) fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Writes `lock`, ignoring poisoning (see above).
+pub(crate) fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
 }

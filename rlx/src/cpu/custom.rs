@@ -69,7 +69,7 @@ impl<'a> CustomInputs<'a> {
 /// let y = b.op(Op::Custom { name: "scale".into(), attrs, output: TensorType::new(DType::F32, [3]) }, &[x])?;
 /// b.output("y", y)?;
 /// let backend = CpuBackend::default().with_custom_op("scale", Arc::new(Scale));
-/// let mut exe = backend.compile(&b.finish()?)?;
+/// let exe = backend.compile(&b.finish()?)?;
 /// let x = HostTensor::from_vec(vec![1.0f32, 2.0, 3.0], [3])?;
 /// assert_eq!(exe.run(&[("x", x.view())], &[])?[0].as_slice::<f32>()?, &[2.0, 4.0, 6.0]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())

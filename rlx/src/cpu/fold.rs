@@ -24,7 +24,7 @@ fn evaluate(op: &Op, operands: &[ConstantData]) -> Option<ConstantData> {
         threads: 1,
         ..CpuOptions::default()
     });
-    let mut exe = backend.compile(&graph).ok()?;
+    let exe = backend.compile(&graph).ok()?;
     let out = exe.run(&[], &[]).ok()?.pop()?;
     ConstantData::from_bytes(out.dtype(), out.shape(), out.data().bytes().to_vec()).ok()
 }

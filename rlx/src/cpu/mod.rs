@@ -19,9 +19,9 @@ pub use custom::{CustomInputs, CustomKernel, TensorMut};
 pub use kernels::simd::{Isa, detected_isa, isa};
 pub use plan::PlanReport;
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
-use crate::backend::shared::{CustomOps, ParamTable, PlanCache};
+use crate::backend::shared::{CustomOps, ParamTable, PlanCache, Pooled, ScratchPool, read, write};
 use crate::backend::signature::Binder;
 use crate::backend::{
     Backend, CompileError, Executable, Profile, ProfileStep, RunError, check_compilable,
@@ -77,7 +77,7 @@ impl Default for CpuOptions {
 /// let w = b.param("w", DType::F32, [2, 2])?;
 /// let y = b.matmul(x, w)?;
 /// b.output("y", y)?;
-/// let mut exe = CpuBackend::default().compile(&b.finish()?)?;
+/// let exe = CpuBackend::default().compile(&b.finish()?)?;
 /// exe.set_weight("w", HostTensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2])?.view())?;
 /// let x = HostTensor::from_vec(vec![1.0f32, 1.0], [1, 2])?;
 /// let y = exe.run(&[("x", x.view())], &[])?;
@@ -137,7 +137,6 @@ impl Backend for CpuBackend {
                 limit: None,
             })?;
         static_region.bytes_mut()[..statics.len()].copy_from_slice(&statics);
-        let binder = Binder::new(&program.signature);
         let threads = self.options.threads.max(1);
         // The global pool serves the default; another count gets a pool of its own.
         let pool = if threads > 1 && threads != rayon::current_num_threads() {
@@ -151,13 +150,14 @@ impl Backend for CpuBackend {
         };
         Ok(CpuExecutable {
             pool,
-            params: ParamTable::of(&program.graph),
+            weights: RwLock::new(Weights {
+                statics: Arc::new(static_region),
+                params: ParamTable::of(&program.graph),
+            }),
             program,
             options: self.options.clone(),
-            statics: static_region,
             plans: PlanCache::default(),
-            arena: AlignedBytes::default(),
-            binder,
+            scratch: ScratchPool::default(),
         })
     }
 }
@@ -197,17 +197,32 @@ impl AlignedBytes {
     }
 }
 
+/// The weights and constants of a compiled graph, and which params are bound. Runs hold
+/// an `Arc` of the region they started with, so binding weights while runs are in flight
+/// writes a copy (see [`Executable::set_weights`]); otherwise it writes in place.
+struct Weights {
+    statics: Arc<AlignedBytes>,
+    params: ParamTable,
+}
+
+/// What one run works in: the arena its plan places buffers in, and the binder's buffers.
+struct Scratch {
+    arena: AlignedBytes,
+    binder: Binder,
+}
+
 /// A graph compiled for the CPU. See [`CpuBackend`].
+///
+/// Runs may come from many threads at once ([`Executable`] takes `&self`): they share the
+/// weights and the plans, and each takes an arena of its own from a pool, so memory grows
+/// with the number of runs in flight, one plan's arena each.
 pub struct CpuExecutable {
     program: Program,
     pool: Option<std::sync::Arc<rayon::ThreadPool>>,
     options: CpuOptions,
-    statics: AlignedBytes,
-    params: ParamTable,
+    weights: RwLock<Weights>,
     plans: PlanCache<Plan>,
-    arena: AlignedBytes,
-    // Per-run scratch, sized at compile time so runs do not allocate.
-    binder: Binder,
+    scratch: ScratchPool<Scratch>,
 }
 
 impl std::fmt::Debug for CpuExecutable {
@@ -220,6 +235,20 @@ impl std::fmt::Debug for CpuExecutable {
     }
 }
 
+/// The bytes of an output view, in the run's arena or the static region it ran with.
+fn output_bytes<'a>(
+    view: &thunks::View,
+    dtype: crate::ir::DType,
+    arena: &'a AlignedBytes,
+    statics: &'a AlignedBytes,
+) -> &'a [u8] {
+    let bytes = view.bytes(dtype.size_bytes());
+    match view.region {
+        thunks::Region::Arena => &arena.bytes()[bytes],
+        thunks::Region::Static => &statics.bytes()[bytes],
+    }
+}
+
 impl CpuExecutable {
     /// The optimized graph that runs.
     pub fn graph(&self) -> &Graph {
@@ -227,7 +256,7 @@ impl CpuExecutable {
     }
 
     /// Memory figures of the plan for these runtime dims (made now if needed).
-    pub fn plan_report(&mut self, dims: &[(&str, usize)]) -> Result<PlanReport, RunError> {
+    pub fn plan_report(&self, dims: &[(&str, usize)]) -> Result<PlanReport, RunError> {
         let values = self
             .program
             .signature
@@ -242,12 +271,11 @@ impl CpuExecutable {
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let i = self.plan_for(&values)?;
-        Ok(self.plans.get(i).report.clone())
+        Ok(self.plan_for(&values)?.report.clone())
     }
 
-    /// Runs the graph and lends its outputs to `f` as views into the executor's memory, with
-    /// no copy. The views live until `f` returns; the next run overwrites them.
+    /// Runs the graph and lends its outputs to `f` as views into the run's memory, with no
+    /// copy. The views live until `f` returns; the run's arena then serves later runs.
     ///
     /// ```
     /// use rlx::prelude::*;
@@ -259,71 +287,83 @@ impl CpuExecutable {
     /// let x = b.input("x", DType::F32, [3])?;
     /// let y = b.unary(UnaryOp::Neg, x)?;
     /// b.output("y", y)?;
-    /// let mut exe = CpuBackend::default().compile(&b.finish()?)?;
+    /// let exe = CpuBackend::default().compile(&b.finish()?)?;
     /// let x = HostTensor::from_vec(vec![1.0f32, 2.0, 3.0], [3])?;
     /// let first = exe.run_with(&[("x", x.view())], &[], |outs| outs[0].bytes[..4].to_vec())?;
     /// assert_eq!(f32::from_le_bytes(first.try_into().unwrap()), -1.0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn run_with<R>(
-        &mut self,
+        &self,
         inputs: &[(&str, TensorRef<'_>)],
         dims: &[(&str, usize)],
         f: impl FnOnce(&[TensorRef<'_>]) -> R,
     ) -> Result<R, RunError> {
-        let plan_index = self.execute(inputs, dims, None)?;
-        let plan = self.plans.get(plan_index);
+        let statics = self.bound_statics()?;
+        let mut scratch = self.take_scratch();
+        let plan = self.execute(&mut scratch, &statics, inputs, dims, None)?;
         let views: Vec<TensorRef<'_>> = plan
             .outputs
             .iter()
             .map(|(view, dtype, shape)| TensorRef {
                 dtype: *dtype,
                 shape,
-                bytes: self.output_bytes(view, *dtype),
+                bytes: output_bytes(view, *dtype, &scratch.arena, &statics),
             })
             .collect();
         Ok(f(&views))
     }
 
-    /// The bytes of an output view.
-    fn output_bytes(&self, view: &thunks::View, dtype: crate::ir::DType) -> &[u8] {
-        let bytes = view.bytes(dtype.size_bytes());
-        match view.region {
-            thunks::Region::Arena => &self.arena.bytes()[bytes],
-            thunks::Region::Static => &self.statics.bytes()[bytes],
-        }
+    /// The static region runs start with, once every param is bound.
+    fn bound_statics(&self) -> Result<Arc<AlignedBytes>, RunError> {
+        let weights = read(&self.weights);
+        weights.params.all_bound()?;
+        Ok(Arc::clone(&weights.statics))
     }
 
-    /// Checks inputs, plans if needed and runs every thunk; returns the plan used. With
-    /// `timings`, adds each thunk's time to its entry.
+    fn take_scratch(&self) -> Pooled<'_, Scratch> {
+        self.scratch.take(|| Scratch {
+            arena: AlignedBytes::default(),
+            binder: Binder::new(&self.program.signature),
+        })
+    }
+
+    /// Checks inputs, plans if needed and runs every thunk in `scratch`'s arena against
+    /// `statics`; returns the plan used. With `timings`, adds each thunk's time to its entry.
     fn execute(
-        &mut self,
+        &self,
+        scratch: &mut Scratch,
+        statics: &AlignedBytes,
         inputs: &[(&str, TensorRef<'_>)],
         dims: &[(&str, usize)],
         timings: Option<&mut Vec<std::time::Duration>>,
-    ) -> Result<usize, RunError> {
-        self.params.all_bound()?;
-        self.binder.bind(&self.program.signature, inputs, dims)?;
-        let key = std::mem::take(&mut self.binder.key);
-        let plan_index = self.plan_for(&key);
-        self.binder.key = key;
-        let plan_index = plan_index?;
-        let plan = self.plans.get(plan_index);
+    ) -> Result<Arc<Plan>, RunError> {
+        let Scratch { arena, binder } = scratch;
+        binder.bind(&self.program.signature, inputs, dims)?;
+        let plan = self.plan_for(&binder.key)?;
         self.program
             .signature
-            .check_inputs(&self.binder, inputs, |i| plan.inputs[i].1.as_slice())?;
+            .check_inputs(binder, inputs, |i| plan.inputs[i].1.as_slice())?;
+        if arena.len < plan.arena_bytes {
+            arena
+                .try_resize(plan.arena_bytes)
+                .map_err(|_| RunError::OutOfMemory {
+                    bytes: plan.arena_bytes,
+                    limit: self.options.memory_limit,
+                })?;
+        }
 
-        let arena = &mut self.arena.bytes_mut()[..plan.arena_bytes];
+        let arena = &mut arena.bytes_mut()[..plan.arena_bytes];
         if self.options.poison {
             for chunk in arena.chunks_exact_mut(4) {
                 chunk.copy_from_slice(&f32::NAN.to_le_bytes());
             }
         }
         for (i, (view, _)) in plan.inputs.iter().enumerate() {
-            let bytes = inputs[self.binder.provided[i]].1.bytes;
+            let bytes = inputs[binder.provided[i]].1.bytes;
             arena[view.offset..view.offset + bytes.len()].copy_from_slice(bytes);
         }
-        let memory = Memory::new(arena, self.statics.bytes());
+        let memory = Memory::new(arena, statics.bytes());
         let threads = self.options.threads;
         let run = || {
             with_parallelism(threads > 1, || match timings {
@@ -346,58 +386,107 @@ impl CpuExecutable {
             Some(pool) => pool.install(run)?,
             None => run()?,
         }
-        Ok(plan_index)
+        Ok(plan)
     }
 
-    fn plan_for(&mut self, values: &[usize]) -> Result<usize, RunError> {
-        let (program, options, arena) = (&self.program, &self.options, &mut self.arena);
-        self.plans.index_for(values, || {
-            let plan = Plan::new(program, values, options.threads, options.reuse_memory)?;
-            let refused = RunError::OutOfMemory {
-                bytes: plan.arena_bytes,
-                limit: options.memory_limit,
-            };
+    /// The plan for these runtime-dim values, made (and checked against the memory limit)
+    /// on first use.
+    fn plan_for(&self, values: &[usize]) -> Result<Arc<Plan>, RunError> {
+        let options = &self.options;
+        self.plans.get_or_make(values, || {
+            let plan = Plan::new(&self.program, values, options.threads, options.reuse_memory)?;
             if options
                 .memory_limit
                 .is_some_and(|limit| plan.arena_bytes > limit)
             {
-                return Err(refused);
-            }
-            if plan.arena_bytes > arena.len {
-                arena.try_resize(plan.arena_bytes).map_err(|_| refused)?;
+                return Err(RunError::OutOfMemory {
+                    bytes: plan.arena_bytes,
+                    limit: options.memory_limit,
+                });
             }
             Ok(plan)
         })
     }
+
+    /// Writes already checked `weights` into `statics` and refreshes their packings.
+    fn write_weights(
+        &self,
+        statics: &mut AlignedBytes,
+        params: &ParamTable,
+        weights: &[(&str, TensorRef<'_>)],
+    ) -> Result<(), RunError> {
+        let statics = statics.bytes_mut();
+        for (name, value) in weights {
+            let slot = &self.program.params[params.find(name)?];
+            let at = slot.offset;
+            statics[at..at + value.bytes.len()].copy_from_slice(value.bytes);
+            for packing in &slot.packings {
+                packing.refresh(statics, slot);
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies the outputs of a run with `plan` into `outputs`, reusing their storage.
+    fn copy_outputs(
+        plan: &Plan,
+        arena: &AlignedBytes,
+        statics: &AlignedBytes,
+        outputs: &mut Vec<HostTensor>,
+    ) {
+        if outputs.len() != plan.outputs.len() {
+            outputs.resize_with(plan.outputs.len(), || {
+                HostTensor::zeros(crate::ir::DType::F32, [0])
+            });
+        }
+        for (out, (view, dtype, shape)) in outputs.iter_mut().zip(&plan.outputs) {
+            out.reshape_for(*dtype, shape);
+            out.data_mut()
+                .copy_from_bytes(output_bytes(view, *dtype, arena, statics));
+        }
+    }
 }
 
 impl Executable for CpuExecutable {
-    fn set_weight(&mut self, name: &str, value: TensorRef<'_>) -> Result<(), RunError> {
-        let i = self.params.check(name, &value)?;
-        let slot = &self.program.params[i];
-        let at = slot.offset;
-        let statics = self.statics.bytes_mut();
-        statics[at..at + value.bytes.len()].copy_from_slice(value.bytes);
-        for packing in &slot.packings {
-            packing.refresh(statics, slot);
+    fn set_weights(&self, weights: &[(&str, TensorRef<'_>)]) -> Result<(), RunError> {
+        let mut bound = write(&self.weights);
+        for (name, value) in weights {
+            bound.params.check(name, value)?;
         }
-        self.params.mark_bound(i);
+        let Weights { statics, params } = &mut *bound;
+        match Arc::get_mut(statics) {
+            Some(unique) => self.write_weights(unique, params, weights)?,
+            None => {
+                // Runs in flight read the current region: later runs take a new one.
+                let mut copy = AlignedBytes::default();
+                copy.try_resize(statics.len)
+                    .map_err(|_| RunError::WeightsOutOfMemory { bytes: statics.len })?;
+                copy.bytes_mut().copy_from_slice(statics.bytes());
+                self.write_weights(&mut copy, params, weights)?;
+                *statics = Arc::new(copy);
+            }
+        }
+        for (name, _) in weights {
+            let i = params.find(name)?;
+            params.mark_bound(i);
+        }
         Ok(())
     }
 
     fn weight(&self, name: &str) -> Result<HostTensor, RunError> {
-        let i = self.params.find_bound(name)?;
+        let weights = read(&self.weights);
+        let i = weights.params.find_bound(name)?;
         let slot = &self.program.params[i];
         let len = slot.shape.iter().product::<usize>() * slot.dtype.size_bytes();
         let mut out = HostTensor::zeros(slot.dtype, slot.shape.clone());
         out.data_mut()
-            .copy_from_bytes(&self.statics.bytes()[slot.offset..slot.offset + len]);
+            .copy_from_bytes(&weights.statics.bytes()[slot.offset..slot.offset + len]);
         Ok(out)
     }
 
     /// Times every kernel call: one step per thunk, named after the op of its node.
     fn profile(
-        &mut self,
+        &self,
         inputs: &[(&str, TensorRef<'_>)],
         dims: &[(&str, usize)],
         runs: usize,
@@ -405,17 +494,19 @@ impl Executable for CpuExecutable {
         let runs = runs.max(1);
         let mut timings = Vec::new();
         let mut outputs = Vec::new();
+        let statics = self.bound_statics()?;
+        let mut scratch = self.take_scratch();
         let started = std::time::Instant::now();
-        let mut plan_index = 0;
+        let mut plan = None;
         for _ in 0..runs {
-            plan_index = self.execute(inputs, dims, Some(&mut timings))?;
-            self.copy_outputs(plan_index, &mut outputs);
+            let used = self.execute(&mut scratch, &statics, inputs, dims, Some(&mut timings))?;
+            Self::copy_outputs(&used, &scratch.arena, &statics, &mut outputs);
+            plan = Some(used);
         }
         let total = started.elapsed();
-        let plan = self.plans.get(plan_index);
         let steps = plan
-            .thunk_nodes
             .iter()
+            .flat_map(|plan| plan.thunk_nodes.iter())
             .zip(timings)
             .map(|(node, time)| ProfileStep {
                 op: self.program.graph[*node].op.name(),
@@ -427,31 +518,15 @@ impl Executable for CpuExecutable {
     }
 
     fn run_into(
-        &mut self,
+        &self,
         inputs: &[(&str, TensorRef<'_>)],
         dims: &[(&str, usize)],
         outputs: &mut Vec<HostTensor>,
     ) -> Result<(), RunError> {
-        let plan_index = self.execute(inputs, dims, None)?;
-        self.copy_outputs(plan_index, outputs);
+        let statics = self.bound_statics()?;
+        let mut scratch = self.take_scratch();
+        let plan = self.execute(&mut scratch, &statics, inputs, dims, None)?;
+        Self::copy_outputs(&plan, &scratch.arena, &statics, outputs);
         Ok(())
-    }
-}
-
-impl CpuExecutable {
-    /// Copies the outputs of the last run with plan `plan_index` into `outputs`, reusing
-    /// their storage.
-    fn copy_outputs(&self, plan_index: usize, outputs: &mut Vec<HostTensor>) {
-        let plan = self.plans.get(plan_index);
-        if outputs.len() != plan.outputs.len() {
-            outputs.resize_with(plan.outputs.len(), || {
-                HostTensor::zeros(crate::ir::DType::F32, [0])
-            });
-        }
-        for (out, (view, dtype, shape)) in outputs.iter_mut().zip(&plan.outputs) {
-            out.reshape_for(*dtype, shape);
-            out.data_mut()
-                .copy_from_bytes(self.output_bytes(view, *dtype));
-        }
     }
 }

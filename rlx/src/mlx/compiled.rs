@@ -30,12 +30,18 @@ pub(crate) struct Function {
     n_outputs: usize,
     /// The gathers and scatters, whose index checks follow the outputs.
     checks: Vec<NodeId>,
+    /// Held through each call: a failed trace leaves its typed error in `context` for the
+    /// call that made it to take.
+    calls: Mutex<()>,
 }
 
 // SAFETY: the function handle is a heap object of the shim that MLX may call from any
-// thread; `context` points into a `Box` the function owns, only read through `&` (its
-// mutable part is behind a `Mutex`).
+// thread (MLX keeps a trace cache per thread; the shim records each one under its own
+// lock); `context` points into a `Box` the function owns, only read through `&` (its
+// mutable part is behind a `Mutex`). Calls are serialized by `calls`.
 unsafe impl Send for Function {}
+// SAFETY: as above: `call` is the only method that takes `&self`, and it holds `calls`.
+unsafe impl Sync for Function {}
 
 impl Drop for Function {
     fn drop(&mut self) {
@@ -162,11 +168,13 @@ impl Function {
             context,
             n_outputs,
             checks,
+            calls: Mutex::new(()),
         })
     }
 
     /// Runs the traced graph (tracing it on the first call).
     pub(crate) fn call(&self, leaves: &[Array]) -> Result<Lowered, RunError> {
+        let _one_at_a_time = self.calls.lock().unwrap_or_else(|e| e.into_inner());
         let inputs: Vec<*mut sys::rlx_mlx_array> = leaves.iter().map(Array::ptr).collect();
         let total = traced_outputs(self.n_outputs, self.checks.len());
         let mut raw = vec![ptr::null_mut(); total];

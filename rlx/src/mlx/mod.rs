@@ -24,7 +24,7 @@
 //! let x = b.input("x", DType::F32, [Dim::sym("n")])?;
 //! let y = b.unary(UnaryOp::Relu, x)?;
 //! b.output("y", y)?;
-//! let mut exe = MlxBackend::new(MlxMode::Lazy).compile(&b.finish()?)?;
+//! let exe = MlxBackend::new(MlxMode::Lazy).compile(&b.finish()?)?;
 //! let x = HostTensor::from_vec(vec![-1.0f32, 2.0], [2])?;
 //! assert_eq!(exe.run(&[("x", x.view())], &[])?[0].as_slice::<f32>()?, &[0.0, 2.0]);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -42,10 +42,12 @@ pub use array::{
 pub use device::{Device, Precision, tf32_enabled};
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, RwLock};
 
-use crate::backend::shared::{CustomOps, ParamTable, PlanCache};
+use crate::backend::shared::{
+    CustomOps, ParamTable, PlanCache, Pooled, ScratchPool, lock, read, write,
+};
 use crate::backend::signature::{Binder, Given, Signature, concrete_shapes};
 use crate::backend::{Backend, CompileError, Executable, NodeSite, RunError, check_compilable};
 use crate::backend::{Profile, ProfileStep, check_output_indices};
@@ -325,10 +327,12 @@ impl Backend for MlxBackend {
         let mut leaves: Vec<NodeId> = params.specs.iter().map(|p| p.node).collect();
         leaves.extend(signature.inputs.iter().map(|i| i.node));
         Ok(MlxExecutable {
-            binder: Binder::new(&signature),
+            weights: RwLock::new(BoundWeights {
+                values: vec![None; params.specs.len()],
+                params,
+            }),
+            binding_weights: Mutex::new(()),
             signature,
-            values: vec![None; params.specs.len()],
-            params,
             leaves,
             constants: Arc::new(constants),
             custom: Arc::new(custom),
@@ -338,7 +342,7 @@ impl Backend for MlxBackend {
             exact_halves: narrow.is_none(),
             param_casts,
             bindings: PlanCache::default(),
-            scratch: Vec::new(),
+            scratch: ScratchPool::default(),
         })
     }
 }
@@ -349,13 +353,38 @@ struct BindingPlan {
     function: Option<Function>,
 }
 
+/// A bound weight's array.
+#[derive(Clone)]
+struct Weight(Array);
+
+// SAFETY: a weight's array is evaluated when it is bound (`set_weights`) and never changed
+// afterwards; other threads only clone the handle (an atomic reference count) and build
+// ops that read it, which MLX allows from any thread.
+unsafe impl Sync for Weight {}
+
+/// The params of an executable, and the value bound to each (indexed alike).
+struct BoundWeights {
+    params: ParamTable,
+    values: Vec<Option<Weight>>,
+}
+
+/// What one call works with: the binder's buffers and room for reading results.
+struct CallScratch {
+    binder: Binder,
+    read: Vec<u8>,
+}
+
 /// A graph compiled for MLX. See [`MlxBackend`].
+///
+/// Runs may come from many threads at once ([`Executable`] takes `&self`). Each builds its
+/// ops under a process-wide lock (MLX's default device is one per process) and evaluates
+/// them without it, on its own thread's MLX stream.
 pub struct MlxExecutable {
     graph: Arc<Graph>,
     signature: Signature,
-    params: ParamTable,
-    /// The bound value of each param, indexed like `params`.
-    values: Vec<Option<Array>>,
+    weights: RwLock<BoundWeights>,
+    /// Held through `set_weights`, so concurrent calls apply one after the other.
+    binding_weights: Mutex<()>,
     leaves: Vec<NodeId>,
     constants: Arc<Constants>,
     custom: Arc<Vec<Option<Arc<dyn MlxCustomOp>>>>,
@@ -366,9 +395,8 @@ pub struct MlxExecutable {
     exact_halves: bool,
     /// Per param: the dtype its float32 value is cast to when bound (half precisions).
     param_casts: Vec<Option<DType>>,
-    binder: Binder,
     bindings: PlanCache<BindingPlan>,
-    scratch: Vec<u8>,
+    scratch: ScratchPool<CallScratch>,
 }
 
 impl std::fmt::Debug for MlxExecutable {
@@ -400,22 +428,19 @@ impl MlxExecutable {
         self.mode
     }
 
-    fn binding_for(&mut self) -> Result<usize, RunError> {
-        let (graph, signature) = (&self.graph, &self.signature);
-        let (constants, custom, leaves) = (&self.constants, &self.custom, &self.leaves);
-        let mode = self.mode;
-        self.bindings.index_for(&self.binder.key, || {
-            let shapes = concrete_shapes(graph, signature, &self.binder.key, MAX_RANK, "MLX")?;
+    fn binding_for(&self, values: &[usize]) -> Result<Arc<BindingPlan>, RunError> {
+        self.bindings.get_or_make(values, || {
+            let shapes = concrete_shapes(&self.graph, &self.signature, values, MAX_RANK, "MLX")?;
             let lowering = Arc::new(Lowering {
-                graph: graph.clone(),
+                graph: self.graph.clone(),
                 shapes,
-                constants: constants.clone(),
-                custom: custom.clone(),
-                leaves: leaves.clone(),
-                eager: mode == MlxMode::Eager,
+                constants: self.constants.clone(),
+                custom: self.custom.clone(),
+                leaves: self.leaves.clone(),
+                eager: self.mode == MlxMode::Eager,
                 verified: AtomicBool::new(false),
             });
-            let function = if mode == MlxMode::Compiled {
+            let function = if self.mode == MlxMode::Compiled {
                 Some(Function::new(lowering.clone()).map_err(backend_error)?)
             } else {
                 None
@@ -423,31 +448,57 @@ impl MlxExecutable {
             Ok(BindingPlan { lowering, function })
         })
     }
+
+    fn take_scratch(&self) -> Pooled<'_, CallScratch> {
+        self.scratch.take(|| CallScratch {
+            binder: Binder::new(&self.signature),
+            read: Vec::new(),
+        })
+    }
 }
 
 impl Executable for MlxExecutable {
-    fn set_weight(&mut self, name: &str, value: TensorRef<'_>) -> Result<(), RunError> {
-        let i = self.params.check(name, &value)?;
-        let mut array = Array::from_tensor(value).map_err(backend_error)?;
-        if let Some(dtype) = self.param_casts[i] {
-            array = device::on_device(self.device, true, || array.cast(dtype))
-                .and_then(|cast| cast)
-                .map_err(backend_error)?;
+    fn set_weights(&self, weights: &[(&str, TensorRef<'_>)]) -> Result<(), RunError> {
+        let _one_at_a_time = lock(&self.binding_weights);
+        let mut arrays = Vec::with_capacity(weights.len());
+        {
+            let bound = read(&self.weights);
+            for (name, value) in weights {
+                arrays.push(bound.params.check(name, value)?);
+            }
         }
-        // Materialize now, so the caller's bytes may go away and runs do not pay for it.
-        Array::eval(&[&array]).map_err(backend_error)?;
-        self.values[i] = Some(array);
-        self.params.mark_bound(i);
+        // Uploaded (and cast) without the lock: runs go on meanwhile.
+        let mut made = Vec::with_capacity(weights.len());
+        for ((_, value), i) in weights.iter().zip(arrays) {
+            let mut array = Array::from_tensor(*value).map_err(backend_error)?;
+            if let Some(dtype) = self.param_casts[i] {
+                array = device::on_device(self.device, true, || array.cast(dtype))
+                    .and_then(|cast| cast)
+                    .map_err(backend_error)?;
+            }
+            made.push((i, array));
+        }
+        // Materialized now, so the caller's bytes may go away and runs do not pay for it.
+        Array::eval(&made.iter().map(|(_, a)| a).collect::<Vec<_>>()).map_err(backend_error)?;
+        let mut bound = write(&self.weights);
+        for (i, array) in made {
+            bound.values[i] = Some(Weight(array));
+            bound.params.mark_bound(i);
+        }
         Ok(())
     }
 
     fn weight(&self, name: &str) -> Result<HostTensor, RunError> {
-        let i = self.params.find_bound(name)?;
-        let value = self.values[i].as_ref().expect("a bound param has a value");
-        match self.param_casts[i] {
+        let value = {
+            let bound = read(&self.weights);
+            let i = bound.params.find_bound(name)?;
+            let value = bound.values[i].clone().expect("a bound param has a value");
+            (value, self.param_casts[i])
+        };
+        match value {
             // The value as bound, in the precision it computes in.
-            Some(_) => value.cast(DType::F32).and_then(|v| v.to_host()),
-            None => value.to_host(),
+            (Weight(value), Some(_)) => value.cast(DType::F32).and_then(|v| v.to_host()),
+            (Weight(value), None) => value.to_host(),
         }
         .map_err(backend_error)
     }
@@ -456,15 +507,14 @@ impl Executable for MlxExecutable {
     /// [`MlxMode::Eager`], whatever the executable's mode), so the figures show where the
     /// time goes rather than what a fused run costs.
     fn profile(
-        &mut self,
+        &self,
         inputs: &[(&str, TensorRef<'_>)],
         dims: &[(&str, usize)],
         runs: usize,
     ) -> Result<Profile, RunError> {
         let runs = runs.max(1);
         let uploaded = upload(inputs)?;
-        let (b, leaves) = self.bind_leaves(inputs, &uploaded, dims)?;
-        let plan = self.bindings.get(b);
+        let (plan, leaves) = self.bind_leaves(inputs, &uploaded, dims)?;
         Array::eval(&leaves.iter().collect::<Vec<_>>()).map_err(backend_error)?;
         let mut timings = Vec::new();
         let started = std::time::Instant::now();
@@ -493,7 +543,7 @@ impl Executable for MlxExecutable {
     }
 
     fn run_outputs(
-        &mut self,
+        &self,
         inputs: &[(&str, TensorRef<'_>)],
         dims: &[(&str, usize)],
         which: &[usize],
@@ -508,7 +558,7 @@ impl Executable for MlxExecutable {
     }
 
     fn run_into(
-        &mut self,
+        &self,
         inputs: &[(&str, TensorRef<'_>)],
         dims: &[(&str, usize)],
         outputs: &mut Vec<HostTensor>,
@@ -516,9 +566,10 @@ impl Executable for MlxExecutable {
         let uploaded = upload(inputs)?;
         let results = self.evaluate(inputs, &uploaded, dims)?;
         outputs.resize_with(results.len(), || HostTensor::zeros(DType::F32, [0]));
+        let mut scratch = self.take_scratch();
         for (out, array) in outputs.iter_mut().zip(&results) {
             array
-                .read_into(out, &mut self.scratch)
+                .read_into(out, &mut scratch.read)
                 .map_err(backend_error)?;
         }
         Ok(())
@@ -540,7 +591,7 @@ impl MlxExecutable {
     /// let x = b.input("x", DType::F32, [Dim::sym("n")])?;
     /// let y = b.unary(UnaryOp::Exp, x)?;
     /// b.output("y", y)?;
-    /// let mut exe = MlxBackend::new(MlxMode::Lazy).compile(&b.finish()?)?;
+    /// let exe = MlxBackend::new(MlxMode::Lazy).compile(&b.finish()?)?;
     /// let x = Array::from_tensor(HostTensor::from_vec(vec![0.0f32, 1.0], [2])?.view())?;
     /// let y = exe.run_arrays(&[("x", &x)], &[])?; // stays on the device
     /// let z = exe.run_arrays(&[("x", &y[0])], &[])?; // exp(exp(x)), no host copy between
@@ -548,7 +599,7 @@ impl MlxExecutable {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn run_arrays(
-        &mut self,
+        &self,
         inputs: &[(&str, &Array)],
         dims: &[(&str, usize)],
     ) -> Result<Vec<Array>, RunError> {
@@ -568,38 +619,38 @@ impl MlxExecutable {
     /// against that binding, and returns its plan with the leaves in call order (the bound
     /// weights, then the inputs).
     fn bind_leaves<G: Given>(
-        &mut self,
+        &self,
         inputs: &[(&str, G)],
         arrays: &[Array],
         dims: &[(&str, usize)],
-    ) -> Result<(usize, Vec<Array>), RunError> {
-        self.params.all_bound()?;
-        self.binder.bind(&self.signature, inputs, dims)?;
-        let b = self.binding_for()?;
-        let shapes = &self.bindings.get(b).lowering.shapes;
-        self.signature.check_inputs(&self.binder, inputs, |i| {
+    ) -> Result<(Arc<BindingPlan>, Vec<Array>), RunError> {
+        // The weights as bound now: a concurrent `set_weights` does not reach this run.
+        let mut leaves: Vec<Array> = {
+            let bound = read(&self.weights);
+            bound.params.all_bound()?;
+            bound.values.iter().flatten().map(|w| w.0.clone()).collect()
+        };
+        let mut scratch = self.take_scratch();
+        let binder = &mut scratch.binder;
+        binder.bind(&self.signature, inputs, dims)?;
+        let plan = self.binding_for(&binder.key)?;
+        let shapes = &plan.lowering.shapes;
+        self.signature.check_inputs(binder, inputs, |i| {
             shapes[self.signature.inputs[i].node.index()].as_slice()
         })?;
-        let mut leaves: Vec<Array> = self.values.iter().flatten().cloned().collect();
-        leaves.extend(
-            self.binder
-                .provided
-                .iter()
-                .map(|&given| arrays[given].clone()),
-        );
-        Ok((b, leaves))
+        leaves.extend(binder.provided.iter().map(|&given| arrays[given].clone()));
+        Ok((plan, leaves))
     }
 
     /// Binds the inputs (described by `inputs`, their arrays in `arrays`), lowers or calls
     /// the traced function on this executable's device, and evaluates the outputs.
     fn evaluate<G: Given>(
-        &mut self,
+        &self,
         inputs: &[(&str, G)],
         arrays: &[Array],
         dims: &[(&str, usize)],
     ) -> Result<Vec<Array>, RunError> {
-        let (b, leaves) = self.bind_leaves(inputs, arrays, dims)?;
-        let plan = self.bindings.get(b);
+        let (plan, leaves) = self.bind_leaves(inputs, arrays, dims)?;
         let graph = &*self.graph;
         let lowered = device::on_device(self.device, self.exact_halves, || match &plan.function {
             Some(f) => f.call(&leaves),

@@ -33,7 +33,7 @@
 //!     pub fn manifest() -> Result<Manifest, BuildErrors>;
 //!     pub fn build_with_manifest() -> Result<(Graph, Manifest), BuildErrors>;
 //!     pub fn compile<B: Backend>(backend: &B) -> Result<Mlp, ModelError>;
-//!     pub fn run<'t>(&mut self, x: impl Into<TensorRef<'t>>) -> Result<HostTensor, RunError>;
+//!     pub fn run<'t>(&self, x: impl Into<TensorRef<'t>>) -> Result<HostTensor, RunError>;
 //! }
 //! ```
 //!
@@ -164,8 +164,8 @@ impl Compiled {
     }
 
     /// The backend's executable, for what the typed API does not cover.
-    pub fn executable_mut(&mut self) -> &mut dyn Executable {
-        self.executable.as_mut()
+    pub fn executable(&self) -> &dyn Executable {
+        self.executable.as_ref()
     }
 
     /// The executable as its backend's own type, for that backend's API (`None` for another
@@ -179,17 +179,18 @@ impl Compiled {
     /// let mut b = GraphBuilder::new();
     /// let x = b.input("x", DType::F32, [2])?;
     /// b.output("y", x)?;
-    /// let mut model = Compiled::new(&CpuBackend::default(), b.finish()?, Default::default())?;
+    /// let model = Compiled::new(&CpuBackend::default(), b.finish()?, Default::default())?;
     /// assert!(model.executable_as::<CpuExecutable>().is_some());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn executable_as<E: Executable>(&mut self) -> Option<&mut E> {
-        let any: &mut dyn std::any::Any = self.executable.as_mut();
-        any.downcast_mut::<E>()
+    pub fn executable_as<E: Executable>(&self) -> Option<&E> {
+        let any: &dyn std::any::Any = self.executable.as_ref();
+        any.downcast_ref::<E>()
     }
 
-    /// Binds the weight `name` (a graph param name, see [`ParamSpec::name`]).
-    pub fn set_weight(&mut self, name: &str, value: TensorRef<'_>) -> Result<(), RunError> {
+    /// Binds the weight `name` (a graph param name, see [`ParamSpec::name`]). Runs in
+    /// flight on other threads finish with the weights they started with.
+    pub fn set_weight(&self, name: &str, value: TensorRef<'_>) -> Result<(), RunError> {
         self.executable.set_weight(name, value)
     }
 
@@ -200,7 +201,7 @@ impl Compiled {
 
     /// Binds every weight to what `init` makes for it (tests, examples, fresh models).
     pub fn init_weights(
-        &mut self,
+        &self,
         mut init: impl FnMut(&ParamSpec) -> HostTensor,
     ) -> Result<(), RunError> {
         for spec in &self.manifest.params {
@@ -211,19 +212,20 @@ impl Compiled {
     }
 
     /// Loads every weight from a safetensors file, strictly: every checkpoint tensor must
-    /// be used and match in dtype and dims.
-    pub fn load_safetensors(&mut self, path: impl AsRef<Path>) -> Result<LoadReport, WeightsError> {
+    /// be used and match in dtype and dims. The weights change all at once: a run on
+    /// another thread sees the old weights or the new ones, never a mixture.
+    pub fn load_safetensors(&self, path: impl AsRef<Path>) -> Result<LoadReport, WeightsError> {
         self.load_safetensors_with(path, &LoadOptions::default())
     }
 
     /// Loads every weight from a safetensors file with `options`.
     pub fn load_safetensors_with(
-        &mut self,
+        &self,
         path: impl AsRef<Path>,
         options: &LoadOptions,
     ) -> Result<LoadReport, WeightsError> {
         weights::load_safetensors(
-            self.executable.as_mut(),
+            self.executable.as_ref(),
             &self.manifest,
             path.as_ref(),
             options,
@@ -237,16 +239,13 @@ impl Compiled {
     }
 
     /// Runs with named inputs; outputs come back in the graph's order.
-    pub fn run_named(
-        &mut self,
-        inputs: &[(&str, TensorRef<'_>)],
-    ) -> Result<Vec<HostTensor>, RunError> {
+    pub fn run_named(&self, inputs: &[(&str, TensorRef<'_>)]) -> Result<Vec<HostTensor>, RunError> {
         self.executable.run(inputs, &[])
     }
 
     /// Runs and returns exactly `N` outputs (what the generated `run` calls).
     pub fn run_outputs<const N: usize>(
-        &mut self,
+        &self,
         inputs: &[(&str, TensorRef<'_>)],
     ) -> Result<[HostTensor; N], RunError> {
         let outputs = self.run_named(inputs)?;

@@ -249,7 +249,7 @@ impl Trainer {
         B::Executable: 'static,
     {
         let step = training_graph(graph, loss, &config)?;
-        let mut exe: Box<dyn Executable> = Box::new(backend.compile(&step.graph)?);
+        let exe: Box<dyn Executable> = Box::new(backend.compile(&step.graph)?);
         for (name, dtype, dims) in &step.state {
             let zeros = HostTensor::zeros(*dtype, dims.clone());
             exe.set_weight(name, zeros.view())?;

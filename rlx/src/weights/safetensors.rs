@@ -47,10 +47,12 @@ fn to_file_dtype(dtype: DType) -> Dtype {
 /// Loads the weights of `manifest` from the safetensors file at `path` into `exe`.
 ///
 /// Nothing is bound unless the whole file checks out; the error then lists every missing,
-/// unexpected and mismatched tensor. Tensors that need no layout change or conversion go
-/// from the mapped file to the backend with one copy.
+/// unexpected and mismatched tensor. Every weight is then bound in one
+/// [`Executable::set_weights`], so runs on other threads see the old weights or the new
+/// ones, never a mixture. Tensors that need no layout change or conversion go from the
+/// mapped file to the backend with one copy.
 pub fn load_safetensors(
-    exe: &mut dyn Executable,
+    exe: &dyn Executable,
     manifest: &Manifest,
     path: &Path,
     options: &LoadOptions,
@@ -116,6 +118,8 @@ pub fn load_safetensors(
     }
     report.ignored.sort();
 
+    // Each param's value in the model's layout, all bound at once below.
+    let mut values: Vec<ParamValue> = Vec::with_capacity(manifest.params.len());
     for (f, view) in files.iter().zip(views) {
         let file_dtype = from_file_dtype(view.dtype()).unwrap_or(f.dtype);
         let data: Cow<[u8]> = if file_dtype == f.dtype {
@@ -130,7 +134,7 @@ pub fn load_safetensors(
         for &i in &f.params {
             let spec = &manifest.params[i];
             let mut shape = f.shape.clone();
-            let mut bytes = Cow::Borrowed(&*data);
+            let mut bytes = data.clone();
             if let Some(split) = spec.split {
                 let axis = resolve_axis(split.axis, shape.len()).unwrap_or(0);
                 bytes = Cow::Owned(split_part(
@@ -148,16 +152,37 @@ pub fn load_safetensors(
                 let n = shape.len();
                 shape.swap(n - 2, n - 1);
             }
-            let value = TensorRef {
+            values.push(ParamValue {
+                name: &spec.name,
                 dtype: f.dtype,
-                shape: &shape,
-                bytes: &bytes,
-            };
-            exe.set_weight(&spec.name, value)?;
-            report.loaded += 1;
+                shape,
+                bytes,
+            });
         }
     }
+    let bound: Vec<(&str, TensorRef<'_>)> = values
+        .iter()
+        .map(|v| {
+            let value = TensorRef {
+                dtype: v.dtype,
+                shape: &v.shape,
+                bytes: &v.bytes,
+            };
+            (v.name, value)
+        })
+        .collect();
+    exe.set_weights(&bound)?;
+    report.loaded += bound.len();
     Ok(report)
+}
+
+/// One param's value as loaded, borrowed from the mapped file where no layout change or
+/// conversion was needed.
+struct ParamValue<'a> {
+    name: &'a str,
+    dtype: DType,
+    shape: Vec<usize>,
+    bytes: Cow<'a, [u8]>,
 }
 
 /// Saves the weights of `manifest` bound in `exe` to `path`, in the checkpoint's layout.

