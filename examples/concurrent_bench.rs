@@ -20,7 +20,12 @@ use rlx::models::minilm::{Batch, ModelFiles, SentenceEmbedder};
 use rlx::tensor::HostTensor;
 
 /// Runs per second when `callers` threads call `model.embeddings` in a loop for `time`.
-fn throughput(model: &Arc<SentenceEmbedder>, batch: &Arc<Batch>, callers: usize, time: Duration) -> Result<f64, Box<dyn Error>> {
+fn throughput(
+    model: &Arc<SentenceEmbedder>,
+    batch: &Arc<Batch>,
+    callers: usize,
+    time: Duration,
+) -> Result<f64, Box<dyn Error>> {
     for _ in 0..2 {
         model.embeddings(batch)?;
     }

@@ -54,13 +54,19 @@ fn weights(model: &Compiled, seed: u64) -> Vec<(String, HostTensor)> {
                     ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.2
                 })
                 .collect();
-            (spec.name.clone(), HostTensor::from_vec(values, shape).unwrap())
+            (
+                spec.name.clone(),
+                HostTensor::from_vec(values, shape).unwrap(),
+            )
         })
         .collect()
 }
 
 fn bind(model: &Compiled, weights: &[(String, HostTensor)]) {
-    let views: Vec<(&str, _)> = weights.iter().map(|(n, t)| (n.as_str(), t.view())).collect();
+    let views: Vec<(&str, _)> = weights
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.view()))
+        .collect();
     model.executable().set_weights(&views).unwrap();
 }
 
@@ -112,7 +118,7 @@ fn shared_runs_match_single_threaded(label: &str, model: Arc<Compiled>, toleranc
             std::thread::spawn(move || {
                 for r in 0..RUNS {
                     if t == 0 && r % 4 == 3 {
-                        let bad = HostTensor::from_vec(vec![0.5f32; 6], [2, 3]).unwrap();
+                        let bad = HostTensor::from_vec(vec![0.5f32; 14], [2, 7]).unwrap();
                         let [_, mask, types] = batch(2);
                         let refused = model.run_named(&[
                             ("input_ids", bad.view()),
@@ -138,7 +144,10 @@ fn shared_runs_match_single_threaded(label: &str, model: Arc<Compiled>, toleranc
         worker.join().unwrap();
     }
     let mismatches = mismatches.load(Ordering::Relaxed);
-    assert_eq!(mismatches, 0, "{label}: {mismatches} runs differ from one thread's");
+    assert_eq!(
+        mismatches, 0,
+        "{label}: {mismatches} runs differ from one thread's"
+    );
 }
 
 /// Runs on `THREADS - 1` threads while another swaps between two weight sets as fast as it
@@ -160,11 +169,17 @@ fn swapped_weights_reach_runs_whole(label: &str, model: Arc<Compiled>, tolerance
             while running.load(Ordering::Relaxed) || swaps < 2 {
                 bind(&model, &sets[swaps % 2]);
                 swaps += 1;
+                // A pause lets runs start under each set, not only the one bound longest.
+                std::thread::sleep(std::time::Duration::from_micros(200));
             }
             swaps
         })
     };
-    let seen = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0)]);
+    let seen = Arc::new([
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+    ]);
     let runners: Vec<_> = (0..THREADS - 1)
         .map(|t| {
             let (model, reference, seen) = (
@@ -192,7 +207,10 @@ fn swapped_weights_reach_runs_whole(label: &str, model: Arc<Compiled>, tolerance
     let [a, b, mixed] = [0, 1, 2].map(|i| seen[i].load(Ordering::Relaxed));
     println!("{label}: {swaps} swaps; runs with set A {a}, set B {b}, neither {mixed}");
     assert!(swaps >= 2);
-    assert_eq!(mixed, 0, "{label}: {mixed} runs saw neither weight set whole");
+    assert_eq!(
+        mixed, 0,
+        "{label}: {mixed} runs saw neither weight set whole"
+    );
 }
 
 fn cpu(threads: usize) -> CpuBackend {

@@ -129,6 +129,10 @@ pub enum ModelError {
 }
 
 /// A compiled model: its graph, the manifest of its weights and the backend's executable.
+///
+/// Everything takes `&self`, and it is `Send + Sync`: share one behind an `Arc` to run it
+/// from many threads at once, and bind new weights (a whole checkpoint with
+/// [`Compiled::load_safetensors`]) while those runs go on.
 pub struct Compiled {
     graph: Graph,
     manifest: Manifest,

@@ -80,6 +80,10 @@ pub enum EmbedError {
 }
 
 /// Sentence embeddings with all-MiniLM-L6-v2: tokenize, run BERT, mean-pool, normalise.
+///
+/// It is `Send + Sync` and embeds through `&self`, so a server shares one behind an `Arc`
+/// and calls it from every request thread: the weights are held once, and each call runs
+/// in working memory of its own.
 pub struct SentenceEmbedder {
     model: Bert,
     tokenizer: Tokenizer,
