@@ -1,3 +1,5 @@
 //! Host package of the repository-level `examples/` and `tests/`. Its crate docs are the
 //! README, so the README's example is compiled and run as a doc test.
 #![doc = include_str!("../README.md")]
+
+pub mod fuzz;

@@ -357,6 +357,28 @@ mx::array reduce(rlx_mlx_reduce_op kind, const mx::array& x0, const std::vector<
     const mx::array has_nan = mx::any(mx::isnan(x), axes, keep);
     return mx::where(has_nan, mx::array(std::numeric_limits<float>::quiet_NaN(), y.dtype()), y);
   };
+  // An empty operand never reaches MLX, which refuses max and min over an empty axis and
+  // can loop without end summing some empty arrays on the CPU. The result is filled with
+  // what the CPU gives: sum 0, prod 1, mean NaN (floats) or 0, max and min their identity
+  // (floats) or 0 (an empty result when only other axes are empty).
+  if (x0.size() == 0) {
+    mx::Shape shape;
+    for (int a = 0; a < static_cast<int>(x0.ndim()); ++a) {
+      const bool reduced = std::find(axes.begin(), axes.end(), a) != axes.end();
+      if (!reduced) shape.push_back(x0.shape(a));
+      else if (keep) shape.push_back(1);
+    }
+    const double inf = std::numeric_limits<double>::infinity();
+    double fill = 0.0;
+    switch (kind) {
+      case RLX_MLX_REDUCE_SUM: fill = 0.0; break;
+      case RLX_MLX_REDUCE_PROD: fill = 1.0; break;
+      case RLX_MLX_REDUCE_MEAN: fill = is_float(dt) ? std::numeric_limits<double>::quiet_NaN() : 0.0; break;
+      case RLX_MLX_REDUCE_MAX: fill = is_float(dt) ? -inf : 0.0; break;
+      case RLX_MLX_REDUCE_MIN: fill = is_float(dt) ? inf : 0.0; break;
+    }
+    return mx::full(shape, mx::array(fill, dt));
+  }
   switch (kind) {
     case RLX_MLX_REDUCE_SUM: return down(mx::sum(x, axes, keep), dt);
     case RLX_MLX_REDUCE_MEAN: return down(mx::mean(x, axes, keep), dt);
@@ -943,6 +965,16 @@ int rlx_mlx_arg_reduce(rlx_mlx_arg_reduce_op kind, const rlx_mlx_array* x, int32
                        bool keep_dims, rlx_mlx_array** out) {
   return guard([&] {
     const mx::array& v = get(x);
+    const int rank = static_cast<int>(v.ndim());
+    if (axis >= 0 && axis < rank && v.size() == 0) {
+      // Of an empty array (MLX refuses it): an empty result, or over an empty axis the
+      // first index, 0, as on the CPU.
+      mx::Shape shape = v.shape();
+      if (keep_dims) shape[axis] = 1;
+      else shape.erase(shape.begin() + axis);
+      put(out, mx::zeros(shape, mx::int64));
+      return;
+    }
     switch (kind) {
       case RLX_MLX_ARGMAX: put(out, mx::astype(mx::argmax(v, axis, keep_dims), mx::int64)); return;
       case RLX_MLX_ARGMIN: put(out, mx::astype(mx::argmin(v, axis, keep_dims), mx::int64)); return;
@@ -956,6 +988,10 @@ int rlx_mlx_cumsum(const rlx_mlx_array* x, int32_t axis, bool exclusive, bool re
   return guard([&] {
     const mx::array& v = get(x);
     const mx::Dtype dt = v.dtype();
+    if (v.size() == 0) {
+      put(out, v);  // nothing to sum (and kept away from MLX's CPU reductions, as above)
+      return;
+    }
     put(out, down(mx::cumsum(up(v), axis, reverse, !exclusive, compute_type(dt)), dt));
   });
 }
@@ -963,6 +999,11 @@ int rlx_mlx_cumsum(const rlx_mlx_array* x, int32_t axis, bool exclusive, bool re
 int rlx_mlx_softmax(const rlx_mlx_array* x, int32_t axis, bool log, rlx_mlx_array** out) {
   return guard([&] {
     const mx::array& v = get(x);
+    if (v.size() == 0) {
+      // Nothing to normalize (MLX's logsumexp refuses empty arrays).
+      put(out, v);
+      return;
+    }
     const mx::array u = up(v);
     mx::array y = log ? mx::subtract(u, mx::logsumexp(u, axis, true)) : mx::softmax(u, axis, true);
     put(out, down(y, v.dtype()));

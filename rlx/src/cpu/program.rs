@@ -179,6 +179,9 @@ impl Program {
         let mut statics: Vec<u8> = Vec::new();
         let mut static_offsets = vec![None; g.len()];
         let mut params = Vec::new();
+        // Each param node's slot. (Not found by offset: a zero-size param shares its offset
+        // with the next static.)
+        let mut slot_of = vec![None; g.len()];
         for (id, node) in g.iter() {
             let bytes = match &node.op {
                 // A shape whose byte count overflows is refused by `grow`.
@@ -191,6 +194,7 @@ impl Program {
             match &node.op {
                 Op::Constant(c) => statics[offset..].copy_from_slice(c.bytes()),
                 _ => {
+                    slot_of[id.index()] = Some(params.len());
                     params.push(ParamSlot {
                         dtype: node.ty.dtype,
                         shape: node.ty.shape.static_dims().unwrap_or_default(),
@@ -218,10 +222,7 @@ impl Program {
             if !matches!(b_node.op, Op::Param) || shape.len() != 2 {
                 continue;
             }
-            let Some(slot) = params
-                .iter_mut()
-                .find(|p: &&mut ParamSlot| Some(p.offset) == static_offsets[b.index()])
-            else {
+            let Some(slot) = slot_of[b.index()].map(|i: usize| &mut params[i]) else {
                 continue;
             };
             let (k, n) = if transpose_b {

@@ -300,6 +300,7 @@ impl FloatStore for bf16 {
 /// Integer element types, with the semantics the IR documents.
 pub(crate) trait Int: Copy + Send + Sync + Ord + bytemuck::Pod + 'static {
     const ZERO: Self;
+    const ONE: Self;
     fn add(self, o: Self) -> Self;
     fn sub(self, o: Self) -> Self;
     fn mul(self, o: Self) -> Self;
@@ -316,6 +317,7 @@ macro_rules! signed_int {
     ($($t:ty),*) => {$(
         impl Int for $t {
             const ZERO: Self = 0;
+            const ONE: Self = 1;
             fn add(self, o: Self) -> Self { self.wrapping_add(o) }
             fn sub(self, o: Self) -> Self { self.wrapping_sub(o) }
             fn mul(self, o: Self) -> Self { self.wrapping_mul(o) }
@@ -343,6 +345,7 @@ signed_int!(i8, i32, i64);
 
 impl Int for u8 {
     const ZERO: Self = 0;
+    const ONE: Self = 1;
     fn add(self, o: Self) -> Self {
         self.wrapping_add(o)
     }

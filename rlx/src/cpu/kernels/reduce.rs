@@ -98,13 +98,12 @@ pub(crate) fn reduce_int<T: Int>(op: ReduceOp, s: Axis3, x: &[T], out: &mut [T])
     per_outer(out, s.inner, s.outer * s.len * s.inner, |o, row| {
         let base = o * s.len * s.inner;
         for (i, r) in row.iter_mut().enumerate() {
-            let mut vals = (0..s.len).map(|k| x[base + k * s.inner + i]);
+            let vals = (0..s.len).map(|k| x[base + k * s.inner + i]);
             *r = match op {
                 ReduceOp::Sum | ReduceOp::Mean => vals.fold(T::ZERO, T::add),
-                ReduceOp::Prod => {
-                    let first = vals.next().unwrap_or(T::ZERO);
-                    vals.fold(first, T::mul)
-                }
+                // Over an empty axis: the product's identity, 1, and 0 for max and min
+                // (an integer type has no identity for them).
+                ReduceOp::Prod => vals.fold(T::ONE, T::mul),
                 ReduceOp::Max => vals.max().unwrap_or(T::ZERO),
                 ReduceOp::Min => vals.min().unwrap_or(T::ZERO),
             };

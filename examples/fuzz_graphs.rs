@@ -1,0 +1,117 @@
+//! Differential testing on random graphs, for as long as you like: every case is a random
+//! well-typed graph run on each backend configuration (the CPU with 1 and 2 threads; MLX
+//! eager, lazy and compiled), every node checked against the same op in float64 on the
+//! operands that configuration produced (see `rlx_workspace::fuzz`).
+//!
+//! ```text
+//! cargo run --release --example fuzz_graphs -- --cases 20000 --seed 1 [--steps 10] [--cpu-only]
+//! cargo run --release --example fuzz_graphs -- --show CASE_SEED   # print one case
+//! ```
+//!
+//! Prints each mismatch and failure (already minimised to one op and its operands), then
+//! `fuzz_graphs cases=N mismatches=M failures=F seed=S`.
+
+use std::error::Error;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rlx_workspace::fuzz::{Config, Rng, run_cases};
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let (mut cases, mut seed, mut steps, mut cpu_only) = (1000usize, 1u64, 10usize, false);
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--cases" => cases = it.next().ok_or("--cases needs a count")?.parse()?,
+            "--seed" => seed = it.next().ok_or("--seed needs a number")?.parse()?,
+            "--steps" => steps = it.next().ok_or("--steps needs a count")?.parse()?,
+            "--cpu-only" => cpu_only = true,
+            "--show" => {
+                // Print one case (by its own seed, as reports name it) and stop.
+                let case_seed: u64 = it.next().ok_or("--show needs a case seed")?.parse()?;
+                let case = rlx_workspace::fuzz::generate(case_seed, steps);
+                println!("{}", case.graph);
+                for (name, value) in case.inputs.iter().chain(&case.params) {
+                    println!("{name} {:?} = {:?}", value.shape(), value.to_f64_vec());
+                }
+                println!("dims {:?}", case.dims);
+                return Ok(());
+            }
+            other => return Err(format!("unknown argument {other}").into()),
+        }
+    }
+    #[cfg(feature = "mlx")]
+    rlx::mlx::set_kernel_fusion(false)?;
+    let configs: Vec<Config> = Config::all()
+        .into_iter()
+        .filter(|c| !cpu_only || matches!(c, Config::Cpu { .. }))
+        .collect();
+    let labels: Vec<String> = configs.iter().map(Config::label).collect();
+    eprintln!("configurations: {}", labels.join(", "));
+    let started = Instant::now();
+    // A watchdog: a case running longer than a minute is a hang, reported with its seed.
+    let done = Arc::new(AtomicUsize::new(0));
+    let last = Arc::new(Mutex::new(Instant::now()));
+    {
+        let (done, last) = (Arc::clone(&done), Arc::clone(&last));
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_secs(5));
+                let stalled = last.lock().map(|t| t.elapsed()).unwrap_or_default();
+                if stalled > Duration::from_secs(60) {
+                    let mut seeds = Rng(seed);
+                    let mut case_seed = 0;
+                    for _ in 0..=done.load(Ordering::Relaxed) {
+                        case_seed = seeds.next_u64();
+                    }
+                    println!("FAILURE case seed {case_seed} ran over 60 s (a hang)");
+                    println!(
+                        "fuzz_graphs cases={} mismatches=? failures=1 seed={seed}",
+                        done.load(Ordering::Relaxed) + 1
+                    );
+                    std::process::exit(1);
+                }
+            }
+        });
+    }
+    let (mut shown_mismatches, mut shown_failures) = (0, 0);
+    let report = run_cases(seed, cases, steps, &configs, |report| {
+        done.store(report.cases, Ordering::Relaxed);
+        if let Ok(mut t) = last.lock() {
+            *t = Instant::now();
+        }
+        for m in &report.mismatches[shown_mismatches..] {
+            println!("MISMATCH seed={} config={}: {}", m.seed, m.config, m.detail);
+        }
+        for f in &report.failures[shown_failures..] {
+            println!("FAILURE {f}");
+        }
+        shown_mismatches = report.mismatches.len();
+        shown_failures = report.failures.len();
+        if report.cases % 1000 == 0 {
+            eprintln!(
+                "{} cases, {:.0} s: {} values checked, {} unjudged, {} refused by all",
+                report.cases,
+                started.elapsed().as_secs_f64(),
+                report.checked,
+                report.unjudged,
+                report.refused
+            );
+        }
+    });
+    eprintln!(
+        "{} values checked, {} unjudged, {} cases refused by every configuration, {:.0} s",
+        report.checked,
+        report.unjudged,
+        report.refused,
+        started.elapsed().as_secs_f64()
+    );
+    println!(
+        "fuzz_graphs cases={} mismatches={} failures={} seed={seed}",
+        report.cases,
+        report.mismatches.len(),
+        report.failures.len()
+    );
+    Ok(())
+}

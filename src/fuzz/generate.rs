@@ -1,0 +1,608 @@
+//! Random well-typed graphs: each step proposes an op with random operands and attributes,
+//! and the builder's own inference accepts or rejects it, so every graph is one the IR
+//! admits. Shapes mix static dims (including 0 and 1) with two symbols whose values are
+//! chosen with the case, which also lets index operands and slice bounds be valid.
+
+use rlx::ir::{
+    ArgReduceOp, BinaryOp, CompareOp, ConstantData, DType, Dim, Graph, NodeId, Op, ReduceOp,
+    Scalar, SortOutput, UnaryOp,
+};
+use rlx::prelude::GraphBuilder;
+use rlx::tensor::HostTensor;
+
+/// A deterministic generator (SplitMix64).
+#[derive(Clone, Debug)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    /// True with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        self.uniform(0.0, 1.0) < p
+    }
+
+    /// Uniform in `[lo, hi)`.
+    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len())]
+    }
+}
+
+/// One generated case: a graph whose every computed node is an output, its inputs and
+/// params with values, and the values of its runtime dims.
+#[derive(Clone, Debug)]
+pub struct Case {
+    /// The seed it was generated from.
+    pub seed: u64,
+    /// The graph.
+    pub graph: Graph,
+    /// Values of the graph's inputs.
+    pub inputs: Vec<(String, HostTensor)>,
+    /// Values of the graph's params.
+    pub params: Vec<(String, HostTensor)>,
+    /// Values of the runtime dims.
+    pub dims: Vec<(String, usize)>,
+}
+
+const SYMBOLS: [&str; 2] = ["n", "m"];
+const FLOATS: [DType; 4] = [DType::F32, DType::F32, DType::F16, DType::BF16];
+
+struct Generator {
+    rng: Rng,
+    b: GraphBuilder,
+    /// Value of each symbol in `SYMBOLS`.
+    values: [usize; 2],
+    inputs: Vec<(String, HostTensor)>,
+    params: Vec<(String, HostTensor)>,
+    nodes: Vec<NodeId>,
+    /// The input nodes (not outputs).
+    input_nodes: Vec<NodeId>,
+}
+
+impl Generator {
+    fn concrete(&self, id: NodeId) -> Vec<usize> {
+        let ty = self.b.ty(id).expect("a built node");
+        let values = self.values;
+        ty.shape
+            .dims()
+            .iter()
+            .map(|d| {
+                d.eval(&mut |s: &rlx::ir::Symbol| {
+                    SYMBOLS
+                        .iter()
+                        .position(|n| *n == s.name())
+                        .map(|i| values[i])
+                })
+                .unwrap_or(0)
+            })
+            .collect()
+    }
+
+    fn dtype(&self, id: NodeId) -> DType {
+        self.b.ty(id).expect("a built node").dtype
+    }
+
+    fn dims(&self, id: NodeId) -> Vec<Dim> {
+        self.b.ty(id).expect("a built node").shape.dims().to_vec()
+    }
+
+    fn random_dim(&mut self) -> Dim {
+        match self.rng.below(20) {
+            0 => Dim::from(0),
+            1..=4 => Dim::from(1),
+            5..=7 => Dim::sym(SYMBOLS[0]),
+            8..=9 => Dim::sym(SYMBOLS[1]),
+            _ => Dim::from(2 + self.rng.below(3)),
+        }
+    }
+
+    fn random_dtype(&mut self) -> DType {
+        match self.rng.below(12) {
+            0..=5 => DType::F32,
+            6 => DType::F64,
+            7 => DType::F16,
+            8 => DType::BF16,
+            9 => DType::I32,
+            10 => DType::I64,
+            _ => DType::Bool,
+        }
+    }
+
+    /// Random values for a tensor of `dtype` and `dims`: floats mostly in [-2, 2] with a few
+    /// zeros, infinities, NaNs, tiny and large values; small integers; booleans.
+    fn values(&mut self, dtype: DType, dims: &[usize]) -> HostTensor {
+        let n: usize = dims.iter().product();
+        let v: Vec<f64> = (0..n)
+            .map(|_| {
+                if dtype.is_float() {
+                    match self.rng.below(100) {
+                        0 => 0.0,
+                        1 => f64::INFINITY,
+                        2 => f64::NEG_INFINITY,
+                        3 => f64::NAN,
+                        4 => 1e-30,
+                        5 => -3e3,
+                        _ => self.rng.uniform(-2.0, 2.0),
+                    }
+                } else if dtype == DType::Bool {
+                    f64::from(u8::from(self.rng.chance(0.5)))
+                } else {
+                    self.rng.below(11) as f64 - 5.0
+                }
+            })
+            .collect();
+        tensor(dtype, dims, &v)
+    }
+
+    /// A new input of this dtype and these dims.
+    fn input(&mut self, dtype: DType, dims: Vec<Dim>) -> Option<NodeId> {
+        let name = format!("x{}", self.inputs.len());
+        let id = self.b.input(&name, dtype, dims).ok()?;
+        let concrete = self.concrete(id);
+        let value = self.values(dtype, &concrete);
+        self.inputs.push((name, value));
+        self.input_nodes.push(id);
+        Some(id)
+    }
+
+    /// A new param (static dims only) of this dtype and these dims.
+    fn param(&mut self, dtype: DType, dims: &[usize]) -> Option<NodeId> {
+        let name = format!("w{}", self.params.len());
+        let id = self.b.param(&name, dtype, dims).ok()?;
+        let value = self.values(dtype, dims);
+        self.params.push((name, value));
+        Some(id)
+    }
+
+    /// A random existing node, more often a recent one (chains) than an old one (shared
+    /// subexpressions), for which `accept` holds.
+    fn operand(&mut self, accept: impl Fn(&Generator, NodeId) -> bool) -> Option<NodeId> {
+        for _ in 0..8 {
+            let len = self.nodes.len();
+            let back = self.rng.below(len.min(4)).min(len - 1);
+            let id = if self.rng.chance(0.6) {
+                self.nodes[len - 1 - back]
+            } else {
+                self.nodes[self.rng.below(len)]
+            };
+            if accept(self, id) {
+                return Some(id);
+            }
+        }
+        None
+    }
+
+    fn float_operand(&mut self) -> Option<NodeId> {
+        self.operand(|g, id| g.dtype(id).is_float())
+    }
+
+    /// A second operand for an elementwise op with `a`: `a` itself, another node of its
+    /// dtype, a new input with `a`'s dims or a suffix of them (broadcast), or a scalar.
+    fn partner(&mut self, a: NodeId) -> Option<NodeId> {
+        let dtype = self.dtype(a);
+        let dims = self.dims(a);
+        match self.rng.below(5) {
+            0 => Some(a),
+            1 => self.operand(|g, id| g.dtype(id) == dtype && g.dims(id) == dims),
+            2 => {
+                let keep = self.rng.below(dims.len() + 1);
+                let mut suffix = dims[dims.len() - keep..].to_vec();
+                if let Some(first) = suffix.first_mut().filter(|_| self.rng.chance(0.3)) {
+                    *first = Dim::from(1);
+                }
+                self.input(dtype, suffix)
+            }
+            3 => {
+                let value = if dtype.is_float() {
+                    Scalar::Float(self.rng.uniform(-2.0, 2.0))
+                } else {
+                    Scalar::Int(self.rng.below(7) as i64 - 3)
+                };
+                Some(self.b.scalar(value, dtype))
+            }
+            _ => self.input(dtype, dims),
+        }
+    }
+
+    fn step(&mut self) -> Option<(Op, Vec<NodeId>)> {
+        let rank_of = |g: &Generator, id: NodeId| g.dims(id).len();
+        Some(match self.rng.below(21) {
+            0..=2 => {
+                let kind = self.rng.pick(&UnaryOp::ALL);
+                let x = self.operand(|g, id| kind.domain().admits(g.dtype(id)))?;
+                (Op::Unary(kind), vec![x])
+            }
+            3..=5 => {
+                let kind = self.rng.pick(&BinaryOp::ALL);
+                let a = self.operand(|g, id| kind.domain().admits(g.dtype(id)))?;
+                let b = self.partner(a)?;
+                if self.rng.chance(0.5) {
+                    (Op::Binary(kind), vec![a, b])
+                } else {
+                    (Op::Binary(kind), vec![b, a])
+                }
+            }
+            6 => {
+                let kind = self.rng.pick(&CompareOp::ALL);
+                let a = self.operand(|g, id| kind.domain().admits(g.dtype(id)))?;
+                let b = self.partner(a)?;
+                (Op::Compare(kind), vec![a, b])
+            }
+            7 => {
+                let cond = self.operand(|g, id| g.dtype(id) == DType::Bool)?;
+                let a = self.operand(|g, id| g.dtype(id) != DType::Bool)?;
+                let b = self.partner(a)?;
+                (Op::Where, vec![cond, a, b])
+            }
+            8 => {
+                let x = self.operand(|_, _| true)?;
+                let to = self.random_dtype();
+                (Op::Cast { to }, vec![x])
+            }
+            9 | 10 => self.matmul()?,
+            11 => {
+                let x = self.operand(|g, id| g.dtype(id) != DType::Bool && rank_of(g, id) > 0)?;
+                let rank = rank_of(self, x);
+                let mut axes: Vec<usize> = (0..rank).filter(|_| self.rng.chance(0.5)).collect();
+                if axes.is_empty() {
+                    axes.push(self.rng.below(rank));
+                }
+                let op = self.rng.pick(&ReduceOp::ALL);
+                let keep_dims = self.rng.chance(0.5);
+                (
+                    Op::Reduce {
+                        op,
+                        axes,
+                        keep_dims,
+                    },
+                    vec![x],
+                )
+            }
+            12 => {
+                let x = self.operand(|g, id| g.dtype(id) != DType::Bool && rank_of(g, id) > 0)?;
+                let axis = self.rng.below(rank_of(self, x));
+                let op = self.rng.pick(&ArgReduceOp::ALL);
+                let keep_dims = self.rng.chance(0.5);
+                (
+                    Op::ArgReduce {
+                        op,
+                        axis,
+                        keep_dims,
+                    },
+                    vec![x],
+                )
+            }
+            13 => {
+                let x = self.operand(|g, id| g.dtype(id) != DType::Bool && rank_of(g, id) > 0)?;
+                let axis = self.rng.below(rank_of(self, x));
+                let (exclusive, reverse) = (self.rng.chance(0.3), self.rng.chance(0.3));
+                let op = Op::Cumsum {
+                    axis,
+                    exclusive,
+                    reverse,
+                };
+                (op, vec![x])
+            }
+            14 => {
+                let x = self.operand(|g, id| g.dtype(id).is_float() && rank_of(g, id) > 0)?;
+                let axis = self.rng.below(rank_of(self, x));
+                let log = self.rng.chance(0.4);
+                (Op::Softmax { axis, log }, vec![x])
+            }
+            15 => self.norm()?,
+            16 => self.movement()?,
+            17 => self.movement()?,
+            18 => self.gather()?,
+            19 => {
+                let x = self.operand(|g, id| g.dtype(id) != DType::Bool && rank_of(g, id) > 0)?;
+                let axis = self.rng.below(rank_of(self, x));
+                let size = self.concrete(x)[axis];
+                let output = self.rng.pick(&[SortOutput::Values, SortOutput::Indices]);
+                if self.rng.chance(0.5) && size > 0 {
+                    let k = 1 + self.rng.below(size);
+                    (Op::TopK { k, axis, output }, vec![x])
+                } else {
+                    let descending = self.rng.chance(0.5);
+                    let op = Op::Sort {
+                        axis,
+                        descending,
+                        output,
+                    };
+                    (op, vec![x])
+                }
+            }
+            _ => {
+                let x = self.float_operand()?;
+                let dims = self.dims(x);
+                let y = self.input(self.dtype(x), dims)?;
+                let shared = self.b.add(x, y).ok()?;
+                self.nodes.push(shared);
+                (Op::Binary(BinaryOp::Mul), vec![shared, shared])
+            }
+        })
+    }
+
+    /// A matmul of a float operand with a new input or param of fitting dims.
+    fn matmul(&mut self) -> Option<(Op, Vec<NodeId>)> {
+        let a = self.operand(|g, id| g.dtype(id).is_float() && !g.dims(id).is_empty())?;
+        let dtype = self.dtype(a);
+        let dims = self.dims(a);
+        let transpose_a = dims.len() >= 2 && self.rng.chance(0.3);
+        let k = if transpose_a {
+            dims[dims.len() - 2].clone()
+        } else {
+            dims[dims.len() - 1].clone()
+        };
+        let n = self.random_dim();
+        let transpose_b = self.rng.chance(0.4);
+        let mut b_dims = if transpose_b { vec![n, k] } else { vec![k, n] };
+        // Batch dims of b: none (a weight shared across the batch), or a's own.
+        if dims.len() > 2 && self.rng.chance(0.4) {
+            let mut batch = dims[..dims.len() - 2].to_vec();
+            batch.extend(b_dims);
+            b_dims = batch;
+        }
+        let b = match b_dims
+            .iter()
+            .map(Dim::as_static)
+            .collect::<Option<Vec<_>>>()
+        {
+            Some(fixed) if self.rng.chance(0.5) => self.param(dtype, &fixed)?,
+            _ => self.input(dtype, b_dims)?,
+        };
+        let op = Op::MatMul {
+            transpose_a,
+            transpose_b,
+        };
+        Some((op, vec![a, b]))
+    }
+
+    fn norm(&mut self) -> Option<(Op, Vec<NodeId>)> {
+        let x = self.operand(|g, id| g.dtype(id).is_float() && !g.dims(id).is_empty())?;
+        let dtype = self.dtype(x);
+        let last = self.dims(x).last().cloned()?;
+        let has_weight = self.rng.chance(0.6);
+        let mut operands = vec![x];
+        if has_weight {
+            operands.push(self.input(dtype, vec![last.clone()])?);
+        }
+        Some(if self.rng.chance(0.5) {
+            let has_bias = self.rng.chance(0.6);
+            if has_bias {
+                operands.push(self.input(dtype, vec![last])?);
+            }
+            let op = Op::LayerNorm {
+                eps: 1e-5,
+                has_weight,
+                has_bias,
+            };
+            (op, operands)
+        } else {
+            let op = Op::RmsNorm {
+                eps: 1e-5,
+                has_weight,
+            };
+            (op, operands)
+        })
+    }
+
+    fn movement(&mut self) -> Option<(Op, Vec<NodeId>)> {
+        let x = self.operand(|_, _| true)?;
+        let dims = self.dims(x);
+        let concrete = self.concrete(x);
+        let rank = dims.len();
+        Some(match self.rng.below(6) {
+            0 => {
+                // Merge two adjacent axes, or add a unit axis.
+                let mut to = dims.clone();
+                if rank >= 2 && self.rng.chance(0.6) {
+                    let i = self.rng.below(rank - 1);
+                    let merged = to[i].mul(&to[i + 1]);
+                    to.splice(i..i + 2, [merged]);
+                } else {
+                    to.insert(self.rng.below(rank + 1), Dim::from(1));
+                }
+                (Op::Reshape { shape: to.into() }, vec![x])
+            }
+            1 => {
+                let mut perm: Vec<usize> = (0..rank).collect();
+                for i in (1..rank).rev() {
+                    perm.swap(i, self.rng.below(i + 1));
+                }
+                (Op::Permute { perm }, vec![x])
+            }
+            2 if rank > 0 => {
+                let axis = self.rng.below(rank);
+                let size = concrete[axis] as i64;
+                let start = self.rng.below(size as usize + 1) as i64;
+                let stop = if self.rng.chance(0.5) {
+                    None
+                } else {
+                    Some(start + self.rng.below((size - start) as usize + 1) as i64)
+                };
+                let start = if self.rng.chance(0.3) && size > 0 {
+                    start - size
+                } else {
+                    start
+                };
+                let step = 1 + self.rng.below(2);
+                let op = Op::Slice {
+                    axis,
+                    start,
+                    stop,
+                    step,
+                };
+                (op, vec![x])
+            }
+            3 if rank > 0 => {
+                let axis = self.rng.below(rank);
+                let other = self.operand(|g, id| g.dtype(id) == g.dtype(x) && g.dims(id) == dims);
+                let parts = match other {
+                    Some(y) if self.rng.chance(0.5) => vec![x, y, x],
+                    _ => vec![x, x],
+                };
+                (Op::Concat { axis }, parts)
+            }
+            4 => {
+                let mut to = dims.clone();
+                for d in to.iter_mut() {
+                    if *d == Dim::from(1) && self.rng.chance(0.5) {
+                        *d = self.random_dim();
+                    }
+                }
+                if self.rng.chance(0.5) {
+                    to.insert(0, self.random_dim());
+                }
+                (Op::Broadcast { shape: to.into() }, vec![x])
+            }
+            _ => {
+                let pads = (0..rank)
+                    .map(|_| (self.rng.below(3), self.rng.below(3)))
+                    .collect();
+                let value = match self.dtype(x) {
+                    d if d.is_float() => Scalar::Float(self.rng.uniform(-1.0, 1.0)),
+                    DType::Bool => Scalar::Bool(self.rng.chance(0.5)),
+                    _ => Scalar::Int(self.rng.below(5) as i64 - 2),
+                };
+                (Op::Pad { pads, value }, vec![x])
+            }
+        })
+    }
+
+    /// A gather with valid indices for the case's binding (a constant of i32 or i64).
+    fn gather(&mut self) -> Option<(Op, Vec<NodeId>)> {
+        let x = self.operand(|g, id| !g.dims(id).is_empty())?;
+        let axis = self.rng.below(self.dims(x).len());
+        let size = self.concrete(x)[axis];
+        let count = if size == 0 { 0 } else { self.rng.below(5) };
+        let indices: Vec<i64> = (0..count).map(|_| self.rng.below(size) as i64).collect();
+        let dtype = self.rng.pick(&[DType::I32, DType::I64]);
+        let data = match dtype {
+            DType::I32 => {
+                let narrow: Vec<i32> = indices.iter().map(|&i| i as i32).collect();
+                ConstantData::from_slice(&narrow, [count])
+            }
+            _ => ConstantData::from_slice(&indices, [count]),
+        }
+        .ok()?;
+        let idx = self.b.constant(data);
+        Some((Op::Gather { axis }, vec![x, idx]))
+    }
+}
+
+/// A tensor of `dtype` holding `values` (converted as `as` would).
+pub fn tensor(dtype: DType, dims: &[usize], values: &[f64]) -> HostTensor {
+    let dims = dims.to_vec();
+    let t = match dtype {
+        DType::F32 => HostTensor::from_vec(values.iter().map(|&v| v as f32).collect(), dims),
+        DType::F64 => HostTensor::from_vec(values.to_vec(), dims),
+        DType::F16 => HostTensor::from_vec(
+            values.iter().map(|&v| half::f16::from_f64(v)).collect(),
+            dims,
+        ),
+        DType::BF16 => HostTensor::from_vec(
+            values.iter().map(|&v| half::bf16::from_f64(v)).collect(),
+            dims,
+        ),
+        DType::I32 => HostTensor::from_vec(values.iter().map(|&v| v as i32).collect(), dims),
+        DType::I64 => HostTensor::from_vec(values.iter().map(|&v| v as i64).collect(), dims),
+        DType::I8 => HostTensor::from_vec(values.iter().map(|&v| v as i8).collect(), dims),
+        DType::U8 => HostTensor::from_vec(values.iter().map(|&v| v as u8).collect(), dims),
+        DType::Bool => HostTensor::from_vec(values.iter().map(|&v| v != 0.0).collect(), dims),
+    };
+    t.expect("values fill the dims")
+}
+
+/// The case of `seed`: one to three inputs, then up to `steps` ops; every op node is an
+/// output.
+pub fn generate(seed: u64, steps: usize) -> Case {
+    let mut rng = Rng(seed);
+    let values = [rng.pick(&[0, 1, 1, 2, 3, 3, 4]), rng.pick(&[1, 2, 3, 5])];
+    let mut g = Generator {
+        rng,
+        b: GraphBuilder::new(),
+        values,
+        inputs: Vec::new(),
+        params: Vec::new(),
+        nodes: Vec::new(),
+        input_nodes: Vec::new(),
+    };
+    for _ in 0..1 + g.rng.below(3) {
+        let rank = g.rng.below(4);
+        let dims: Vec<Dim> = (0..rank).map(|_| g.random_dim()).collect();
+        let dtype = if g.rng.chance(0.7) {
+            g.rng.pick(&FLOATS)
+        } else {
+            g.random_dtype()
+        };
+        if let Some(id) = g.input(dtype, dims) {
+            g.nodes.push(id);
+        }
+    }
+    let mut made = 0;
+    for _ in 0..steps * 4 {
+        if made == steps {
+            break;
+        }
+        let Some((op, operands)) = g.step() else {
+            continue;
+        };
+        if let Ok(id) = g.b.op(op, &operands) {
+            g.nodes.push(id);
+            made += 1;
+        }
+    }
+    let mut outputs = 0;
+    let computed: Vec<NodeId> = g
+        .nodes
+        .iter()
+        .copied()
+        .filter(|id| !g.input_nodes.contains(id))
+        .collect();
+    for id in computed {
+        if g.b.output(&format!("v{}", id.index()), id).is_ok() {
+            outputs += 1;
+        }
+    }
+    if outputs == 0 {
+        let first = g.nodes[0];
+        let _ = g.b.output("v_input", first);
+    }
+    let dims: Vec<(String, usize)> = SYMBOLS
+        .iter()
+        .zip(values)
+        .map(|(s, v)| (s.to_string(), v))
+        .collect();
+    let graph = g.b.finish().expect("every node was accepted by inference");
+    // Only the symbols the graph uses may be given.
+    let used: Vec<String> = graph
+        .nodes()
+        .iter()
+        .flat_map(|n| n.ty.shape.dims().iter().flat_map(|d| d.symbols()))
+        .map(|s| s.name().to_string())
+        .collect();
+    let dims: Vec<(String, usize)> = dims.into_iter().filter(|(s, _)| used.contains(s)).collect();
+    Case {
+        seed,
+        graph,
+        inputs: g.inputs,
+        params: g.params,
+        dims,
+    }
+}

@@ -1,0 +1,365 @@
+//! Differential testing on random graphs (issue 17).
+//!
+//! [`generate`] makes a random well-typed graph whose every computed node is an output. Each
+//! [`Config`] (the CPU with one and two threads, MLX in each mode) compiles and runs it, and
+//! every node's value is checked *locally*: the same op, with its attributes bound to the
+//! run's sizes, runs on the CPU in float64 on the operand values that configuration itself
+//! produced, and the two must agree within a tolerance derived from the op, the output
+//! dtype and the operands (see `tolerance`). Checking node by node keeps the bounds tight
+//! (no error propagates from one op to the next, and a comparison or a `floor` sees exactly
+//! the operands the backend saw), and a mismatch comes already minimised: one op, its
+//! operand values and the one-node graph that reproduces it.
+//!
+//! Configurations must also agree on whether a case runs at all: one refusing a graph
+//! another runs, or any panic, is a failure.
+
+mod generate;
+mod tolerance;
+
+pub use generate::{Case, Rng, generate, tensor};
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use rlx::backend::{Backend, Executable};
+use rlx::cpu::{CpuBackend, CpuOptions};
+use rlx::ir::{DType, Graph, NodeId, Op};
+use rlx::prelude::GraphBuilder;
+use rlx::tensor::HostTensor;
+
+/// A backend configuration a case runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Config {
+    /// The CPU executor with this many worker threads.
+    Cpu {
+        /// Worker threads.
+        threads: usize,
+    },
+    /// MLX in this mode on its default device.
+    #[cfg(feature = "mlx")]
+    Mlx(rlx::mlx::MlxMode),
+}
+
+impl Config {
+    /// Every configuration this build has: the CPU with 1 and 2 threads, and with the `mlx`
+    /// feature MLX eager, lazy and compiled.
+    pub fn all() -> Vec<Config> {
+        let mut all = vec![Config::Cpu { threads: 1 }, Config::Cpu { threads: 2 }];
+        #[cfg(feature = "mlx")]
+        {
+            use rlx::mlx::MlxMode;
+            all.extend([MlxMode::Eager, MlxMode::Lazy, MlxMode::Compiled].map(Config::Mlx));
+        }
+        all
+    }
+
+    /// A short name for reports (`cpu-1`, `mlx-lazy`).
+    pub fn label(&self) -> String {
+        match self {
+            Config::Cpu { threads } => format!("cpu-{threads}"),
+            #[cfg(feature = "mlx")]
+            Config::Mlx(mode) => format!("mlx-{}", format!("{mode:?}").to_lowercase()),
+        }
+    }
+
+    fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>, String> {
+        match self {
+            Config::Cpu { threads } => CpuBackend::new(CpuOptions {
+                threads: *threads,
+                ..CpuOptions::default()
+            })
+            .compile(graph)
+            .map(|e| Box::new(e) as Box<dyn Executable>)
+            .map_err(|e| e.to_string()),
+            #[cfg(feature = "mlx")]
+            Config::Mlx(mode) => rlx::mlx::MlxBackend::new(*mode)
+                .compile(graph)
+                .map(|e| Box::new(e) as Box<dyn Executable>)
+                .map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// A node whose value fell outside its tolerance, minimised to that one op.
+#[derive(Clone, Debug)]
+pub struct Mismatch {
+    /// The case's seed.
+    pub seed: u64,
+    /// The configuration that computed it.
+    pub config: String,
+    /// What differed, where, and the one-node reproduction (the op, its operands' types
+    /// and values).
+    pub detail: String,
+}
+
+/// What a run of many cases found.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Cases generated.
+    pub cases: usize,
+    /// Node values checked against float64.
+    pub checked: usize,
+    /// Node values not judged numerically: their operands hold infinities or NaNs, or their
+    /// sizes approach the dtype's range, so no bound applies (their NaN-ness still must
+    /// match).
+    pub unjudged: usize,
+    /// Cases that every configuration refused with a typed error (a slice past a symbolic
+    /// bound, say): consistent, and not compared.
+    pub refused: usize,
+    /// Values outside their tolerance.
+    pub mismatches: Vec<Mismatch>,
+    /// Panics, and configurations that disagree on whether a case runs.
+    pub failures: Vec<String>,
+}
+
+/// Runs `case` on every configuration and checks each node of each run locally.
+pub fn check(case: &Case, configs: &[Config], report: &mut Report) {
+    report.cases += 1;
+    let mut outcomes = Vec::new();
+    for config in configs {
+        let outcome = catch_unwind(AssertUnwindSafe(|| run(case, config)));
+        match outcome {
+            Ok(result) => outcomes.push((config, result)),
+            Err(_) => report.failures.push(format!(
+                "seed {}: {} panicked on\n{}",
+                case.seed,
+                config.label(),
+                case.graph
+            )),
+        }
+    }
+    let ran = outcomes.iter().filter(|(_, r)| r.is_ok()).count();
+    if ran > 0 && ran < outcomes.len() {
+        let each: Vec<String> = outcomes
+            .iter()
+            .map(|(c, r)| match r {
+                Ok(_) => format!("{}: ran", c.label()),
+                Err(e) => format!("{}: {e}", c.label()),
+            })
+            .collect();
+        report.failures.push(format!(
+            "seed {}: configurations disagree ({})\n{}",
+            case.seed,
+            each.join("; "),
+            case.graph
+        ));
+        return;
+    }
+    if ran == 0 {
+        report.refused += 1;
+        return;
+    }
+    for (config, result) in &outcomes {
+        let Ok(values) = result else { continue };
+        for (output, got) in case.graph.outputs().iter().zip(values) {
+            let checked = catch_unwind(AssertUnwindSafe(|| {
+                check_node(case, values, output.node, got)
+            }));
+            match checked {
+                Ok(Ok(Verdict::Agrees)) => report.checked += 1,
+                Ok(Ok(Verdict::Unjudged)) => report.unjudged += 1,
+                Ok(Ok(Verdict::Differs(detail))) => report.mismatches.push(Mismatch {
+                    seed: case.seed,
+                    config: config.label(),
+                    detail,
+                }),
+                Ok(Err(e)) => report.failures.push(format!(
+                    "seed {}: the float64 reference of {} failed: {e}",
+                    case.seed, case.graph[output.node].op
+                )),
+                Err(_) => report.failures.push(format!(
+                    "seed {}: checking {} panicked",
+                    case.seed, case.graph[output.node].op
+                )),
+            }
+        }
+    }
+}
+
+/// Compiles and runs `case` on `config`: every output, or the error as text.
+fn run(case: &Case, config: &Config) -> Result<Vec<HostTensor>, String> {
+    let exe = config.compile(&case.graph)?;
+    let weights: Vec<(&str, _)> = case
+        .params
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.view()))
+        .collect();
+    exe.set_weights(&weights).map_err(|e| e.to_string())?;
+    let inputs: Vec<(&str, _)> = case
+        .inputs
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.view()))
+        .collect();
+    let dims: Vec<(&str, usize)> = case.dims.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+    exe.run(&inputs, &dims).map_err(|e| e.to_string())
+}
+
+enum Verdict {
+    Agrees,
+    Unjudged,
+    Differs(String),
+}
+
+/// The value of `id` in the run that produced `values`: an input, a param, a constant, or
+/// an output of the run.
+fn value_of(case: &Case, values: &[HostTensor], id: NodeId) -> HostTensor {
+    let node = &case.graph[id];
+    let name = node.name.as_deref().unwrap_or_default();
+    match &node.op {
+        Op::Input => case
+            .inputs
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap()
+            .1
+            .clone(),
+        Op::Param => case
+            .params
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap()
+            .1
+            .clone(),
+        Op::Constant(data) => {
+            let v: Vec<f64> = (0..data.len())
+                .map(|i| data.get(i).unwrap().as_f64())
+                .collect();
+            let dims = data.ty().shape.static_dims().unwrap();
+            tensor(data.ty().dtype, &dims, &v)
+        }
+        _ => {
+            let at = case
+                .graph
+                .outputs()
+                .iter()
+                .position(|o| o.node == id)
+                .expect("every computed node is an output");
+            values[at].clone()
+        }
+    }
+}
+
+/// `dtype` widened for the reference: floats become float64.
+fn widen(dtype: DType) -> DType {
+    if dtype.is_float() { DType::F64 } else { dtype }
+}
+
+fn widened(t: &HostTensor) -> HostTensor {
+    if t.dtype().is_float() {
+        HostTensor::from_vec(t.to_f64_vec(), t.shape().to_vec()).unwrap()
+    } else {
+        t.clone()
+    }
+}
+
+/// Checks node `id`'s value `got` against its op run in float64 on the same operands.
+fn check_node(
+    case: &Case,
+    values: &[HostTensor],
+    id: NodeId,
+    got: &HostTensor,
+) -> Result<Verdict, String> {
+    let node = &case.graph[id];
+    let operands: Vec<HostTensor> = node
+        .inputs
+        .iter()
+        .map(|&i| widened(&value_of(case, values, i)))
+        .collect();
+    let op = match node.op.bind_dims(got.shape()) {
+        Op::Cast { to } => Op::Cast { to: widen(to) },
+        // The fill value as the backend stores it: rounded to the operand's dtype.
+        Op::Pad {
+            pads,
+            value: rlx::ir::Scalar::Float(v),
+        } => Op::Pad {
+            pads,
+            value: rlx::ir::Scalar::Float(tensor(got.dtype(), &[1], &[v]).to_f64_vec()[0]),
+        },
+        op => op,
+    };
+    let mut b = GraphBuilder::new();
+    let mut args = Vec::new();
+    for (i, t) in operands.iter().enumerate() {
+        let x = b
+            .input(&format!("a{i}"), t.dtype(), t.shape())
+            .map_err(|e| e.to_string())?;
+        args.push(x);
+    }
+    let y = b.op(op.clone(), &args).map_err(|e| e.to_string())?;
+    b.output("y", y).map_err(|e| e.to_string())?;
+    let graph = b.finish().map_err(|e| e.to_string())?;
+    let exe = CpuBackend::new(CpuOptions {
+        threads: 1,
+        ..CpuOptions::default()
+    })
+    .compile(&graph)
+    .map_err(|e| e.to_string())?;
+    let named: Vec<(String, &HostTensor)> = operands
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (format!("a{i}"), t))
+        .collect();
+    let inputs: Vec<(&str, _)> = named.iter().map(|(n, t)| (n.as_str(), t.view())).collect();
+    let reference = exe.run(&inputs, &[]).map_err(|e| e.to_string())?.remove(0);
+    if reference.shape() != got.shape() {
+        return Ok(Verdict::Differs(format!(
+            "{op}: dims {:?}, float64 gives {:?}",
+            got.shape(),
+            reference.shape()
+        )));
+    }
+    let bound = tolerance::of(&node.op, &operands, got.dtype());
+    let (want, have) = (reference.to_f64_vec(), got.to_f64_vec());
+    let mut unjudged = false;
+    for (k, (&w, &h)) in want.iter().zip(&have).enumerate() {
+        match bound.accepts(w, h) {
+            tolerance::Judgement::Agrees => {}
+            tolerance::Judgement::Unjudged => unjudged = true,
+            tolerance::Judgement::Differs => {
+                let repro: Vec<String> = operands
+                    .iter()
+                    .zip(&node.inputs)
+                    .map(|(t, i)| {
+                        format!(
+                            "  {} {:?} = {:?}",
+                            case.graph[*i].ty.dtype,
+                            t.shape(),
+                            t.to_f64_vec()
+                        )
+                    })
+                    .collect();
+                return Ok(Verdict::Differs(format!(
+                    "{op} -> {}{:?}: element {k} is {h}, float64 gives {w} ({bound})\n\
+                     operands:\n{}",
+                    got.dtype(),
+                    got.shape(),
+                    repro.join("\n")
+                )));
+            }
+        }
+    }
+    Ok(if unjudged {
+        Verdict::Unjudged
+    } else {
+        Verdict::Agrees
+    })
+}
+
+/// Generates and checks cases `first..first + count` (each seed derived from `seed` and the
+/// case number) with graphs of up to `steps` ops, calling `progress` after each.
+pub fn run_cases(
+    seed: u64,
+    count: usize,
+    steps: usize,
+    configs: &[Config],
+    mut progress: impl FnMut(&Report),
+) -> Report {
+    let mut report = Report::default();
+    let mut seeds = Rng(seed);
+    for _ in 0..count {
+        let case_seed = seeds.next_u64();
+        let case = generate(case_seed, steps);
+        check(&case, configs, &mut report);
+        progress(&report);
+    }
+    report
+}

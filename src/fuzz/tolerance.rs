@@ -1,0 +1,241 @@
+//! How far a backend's value may be from the float64 value of the same op on the same
+//! operands.
+//!
+//! The bound is `rel * |want| + abs`, with `u` the unit roundoff of the output dtype (of
+//! float32 for float64 outputs: MLX evaluates transcendentals, norms and attention at f32
+//! precision even for f64 data):
+//! - ops that only move or select values, compare, or cast to an integer: exact;
+//! - one rounding (a cast to a float, `add`, `sub`, `mul`, `div`): `rel = 2u`;
+//! - transcendentals and `pow`: `rel = 64u`, plus `64u * scale` absolute (sin of a large
+//!   argument); `scale` is the largest operand magnitude (at least 1);
+//! - a sum of `n` terms: `2u * n * (n * scale)` (the classic `n u sum|x|` bound, with
+//!   `sum|x| <= n * scale`); a mean divides it by `n`; a product `rel = 4 n u`; a matmul
+//!   over `k` the same with `k * scale^2`; softmax `64u * n * (1 + scale)`;
+//! - layer and RMS norm: the sum bound times the row's amplification
+//!   `1 / sqrt(var + eps)` and the weight's scale.
+//!
+//! Every bound also allows a few smallest normal numbers absolute (flushed subnormals). A
+//! node is *unjudged* (no numeric verdict) when an operand is infinite or NaN, or when its
+//! growth factor nears the dtype's range; NaN must still match NaN whenever it is judged.
+
+use rlx::ir::{BinaryOp, DType, Op, ReduceOp, UnaryOp};
+use rlx::tensor::HostTensor;
+
+/// A verdict on one element.
+pub(crate) enum Judgement {
+    Agrees,
+    Unjudged,
+    Differs,
+}
+
+/// The tolerance of one node.
+pub(crate) struct Bound {
+    exact: bool,
+    rel: f64,
+    abs: f64,
+    /// The largest finite value of the output dtype.
+    max: f64,
+    judged: bool,
+}
+
+impl std::fmt::Display for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.exact {
+            write!(f, "must be exact")
+        } else {
+            write!(f, "bound {:.3e} * |want| + {:.3e}", self.rel, self.abs)
+        }
+    }
+}
+
+impl Bound {
+    pub(crate) fn accepts(&self, want: f64, have: f64) -> Judgement {
+        let verdict = |ok: bool| match (ok, self.judged) {
+            (true, _) => Judgement::Agrees,
+            (false, true) => Judgement::Differs,
+            (false, false) => Judgement::Unjudged,
+        };
+        if want.is_nan() || have.is_nan() {
+            return verdict(want.is_nan() && have.is_nan());
+        }
+        if want == have {
+            return Judgement::Agrees;
+        }
+        if self.exact {
+            return Judgement::Differs;
+        }
+        // Past the dtype's range the backend rounds to infinity where float64 does not.
+        if want.abs() >= 0.5 * self.max {
+            let same_side = have.signum() == want.signum() && have.abs() >= 0.25 * self.max;
+            return verdict(same_side);
+        }
+        if !have.is_finite() {
+            return verdict(false);
+        }
+        verdict((want - have).abs() <= self.rel * want.abs() + self.abs)
+    }
+}
+
+fn largest(dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 => 65504.0,
+        DType::BF16 => 3.38e38,
+        DType::F32 => f32::MAX as f64,
+        _ => f64::MAX,
+    }
+}
+
+fn smallest_normal(dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 => 6.104e-5,
+        DType::BF16 => 1.18e-38,
+        DType::F32 => f32::MIN_POSITIVE as f64,
+        _ => f64::MIN_POSITIVE,
+    }
+}
+
+fn unit(dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 => 2f64.powi(-11),
+        DType::BF16 => 2f64.powi(-8),
+        _ => 2f64.powi(-24),
+    }
+}
+
+/// The tolerance of `op` producing `out` from the (float64-widened) `operands`.
+pub(crate) fn of(op: &Op, operands: &[HostTensor], out: DType) -> Bound {
+    let max = largest(out);
+    let exact = Bound {
+        exact: true,
+        rel: 0.0,
+        abs: 0.0,
+        max,
+        judged: true,
+    };
+    if !out.is_float() {
+        return exact;
+    }
+    let floats: Vec<f64> = operands
+        .iter()
+        .filter(|t| t.dtype().is_float())
+        .flat_map(|t| t.to_f64_vec())
+        .collect();
+    let finite = floats.iter().all(|v| v.is_finite());
+    let scale = floats
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold(1.0f64, |m, v| m.max(v.abs()));
+    let u = unit(out);
+    let tiny = 4.0 * smallest_normal(out);
+    let dims = |i: usize| {
+        operands
+            .get(i)
+            .map(|t| t.shape().to_vec())
+            .unwrap_or_default()
+    };
+    // (rel, abs, growth): growth is how large intermediate values may get.
+    let (rel, abs, growth) = match op {
+        Op::Cast { .. } => (u, tiny, scale),
+        Op::Unary(kind) => match kind {
+            UnaryOp::Neg
+            | UnaryOp::Abs
+            | UnaryOp::Relu
+            | UnaryOp::Sign
+            | UnaryOp::Floor
+            | UnaryOp::Ceil
+            | UnaryOp::Round => return exact,
+            _ => (64.0 * u, 64.0 * u * scale + tiny, scale),
+        },
+        Op::Binary(kind) => match kind {
+            BinaryOp::Max | BinaryOp::Min => return exact,
+            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div => {
+                (2.0 * u, tiny, scale * scale)
+            }
+            BinaryOp::Rem => (2.0 * u, 4.0 * u * scale + tiny, scale),
+            BinaryOp::Pow => (64.0 * u, 64.0 * u + tiny, scale),
+        },
+        Op::Reduce { op, axes, .. } => {
+            let x = dims(0);
+            let n = axes
+                .iter()
+                .map(|&a| x.get(a).copied().unwrap_or(1))
+                .product::<usize>()
+                .max(1) as f64;
+            match op {
+                ReduceOp::Max | ReduceOp::Min => return exact,
+                ReduceOp::Sum => (2.0 * u, 2.0 * u * n * n * scale + tiny, n * scale),
+                ReduceOp::Mean => (2.0 * u, 2.0 * u * n * scale + tiny, n * scale),
+                ReduceOp::Prod => (4.0 * u * n, tiny, scale.powf(n)),
+            }
+        }
+        Op::Cumsum { axis, .. } => {
+            let n = dims(0).get(*axis).copied().unwrap_or(1).max(1) as f64;
+            (2.0 * u, 2.0 * u * n * n * scale + tiny, n * scale)
+        }
+        Op::Softmax { axis, .. } => {
+            let n = dims(0).get(*axis).copied().unwrap_or(1).max(1) as f64;
+            (4.0 * u, 64.0 * u * n * (1.0 + scale) + tiny, scale)
+        }
+        Op::MatMul { transpose_a, .. } => {
+            let a = dims(0);
+            let k = if *transpose_a && a.len() >= 2 {
+                a[a.len() - 2]
+            } else {
+                a.last().copied().unwrap_or(1)
+            }
+            .max(1) as f64;
+            let abs = 2.0 * u * k * k * scale * scale + tiny;
+            (2.0 * u, abs, k * scale * scale)
+        }
+        Op::LayerNorm {
+            eps, has_weight, ..
+        } => norm_bound(operands, *eps, *has_weight, true, u, scale, tiny),
+        Op::RmsNorm { eps, has_weight } => {
+            norm_bound(operands, *eps, *has_weight, false, u, scale, tiny)
+        }
+        _ => return exact,
+    };
+    Bound {
+        exact: false,
+        rel,
+        abs,
+        max,
+        judged: finite && growth.is_finite() && growth < 1e-3 * max,
+    }
+}
+
+/// Layer norm (`centered`) or RMS norm over the last axis.
+fn norm_bound(
+    operands: &[HostTensor],
+    eps: f64,
+    has_weight: bool,
+    centered: bool,
+    u: f64,
+    scale: f64,
+    tiny: f64,
+) -> (f64, f64, f64) {
+    let x = &operands[0];
+    let n = x.shape().last().copied().unwrap_or(1).max(1);
+    let values = x.to_f64_vec();
+    let mut amplification = 0.0f64;
+    for row in values.chunks(n) {
+        let mean = if centered {
+            row.iter().sum::<f64>() / n as f64
+        } else {
+            0.0
+        };
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n as f64;
+        amplification = amplification.max(1.0 / (var + eps).sqrt());
+    }
+    let weight = if has_weight {
+        operands[1]
+            .to_f64_vec()
+            .iter()
+            .fold(1.0f64, |m, v| m.max(v.abs()))
+    } else {
+        1.0
+    };
+    let n = n as f64;
+    let abs = 32.0 * u * n * scale * amplification * weight + 4.0 * u * scale + tiny;
+    (4.0 * u, abs, n * scale * amplification * weight)
+}
