@@ -196,7 +196,9 @@ fn reductions_over_an_empty_axis_give_their_identity_everywhere() {
         axes: vec![0],
         keep_dims: false,
     };
-    let shaped: Vec<(Vec<usize>, Op, Vec<usize>, Vec<f64>)> = vec![
+    // Operand dims, op, result dims, result values.
+    type Shaped = (Vec<usize>, Op, Vec<usize>, Vec<f64>);
+    let shaped: Vec<Shaped> = vec![
         (vec![0, 3], sum(vec![1], false), vec![0], vec![]),
         (vec![3, 0, 2], sum(vec![0, 2], true), vec![1, 0, 1], vec![]),
         (vec![3, 0, 2], sum(vec![1], false), vec![3, 2], vec![0.0; 6]),
