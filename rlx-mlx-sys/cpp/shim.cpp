@@ -395,13 +395,31 @@ mx::array zero_blind_rows(const mx::array& out, const mx::array& ok) {
   return mx::where(seen, out, mx::zeros({}, out.dtype()));
 }
 
-mx::array attention(const mx::array& q, const mx::array& k, const mx::array& v, double scale,
+mx::array attention(const mx::array& q0, const mx::array& k0, const mx::array& v, double scale,
                     rlx_mlx_mask_kind mask_kind, int64_t window, const rlx_mlx_array* mask_h) {
-  const int rank = static_cast<int>(q.ndim());
-  if (rank < 2 || static_cast<int>(k.ndim()) != rank || static_cast<int>(v.ndim()) != rank) {
+  const int rank = static_cast<int>(q0.ndim());
+  if (rank < 2 || static_cast<int>(k0.ndim()) != rank || static_cast<int>(v.ndim()) != rank) {
     throw std::invalid_argument("[rlx] attention needs q, k, v of one rank >= 2");
   }
-  const int sq = q.shape(-2), sk = k.shape(-2), dv = v.shape(-1);
+  const int sq = q0.shape(-2), sk = k0.shape(-2), dv = v.shape(-1);
+  // Empty operands, which MLX's reshapes cannot take: an empty result, or with no keys
+  // zeros (a row with no key to see is zeros in the IR).
+  mx::Shape result_shape = q0.shape();
+  result_shape.back() = dv;
+  const bool empty_result =
+      std::any_of(result_shape.begin(), result_shape.end(), [](int d) { return d == 0; });
+  if (empty_result || sk == 0) {
+    return mx::zeros(result_shape, q0.dtype());
+  }
+  // No features: every score is 0, as with one zero feature.
+  auto one_zero_feature = [](const mx::array& t) {
+    mx::Shape shape = t.shape();
+    shape.back() = 1;
+    return mx::zeros(shape, t.dtype());
+  };
+  const bool featureless = q0.shape(-1) == 0;
+  const mx::array q = featureless ? one_zero_feature(q0) : q0;
+  const mx::array k = featureless ? one_zero_feature(k0) : k0;
   // MLX wants [B, H, S, D]: fold leading batch axes, add missing ones.
   auto four = [&](const mx::array& t) {
     const int s = t.shape(-2), f = t.shape(-1);
@@ -1083,6 +1101,12 @@ int rlx_mlx_scatter_add(const rlx_mlx_array* data, const rlx_mlx_array* indices,
     const mx::array& raw = get(indices);
     std::optional<mx::array> wrong;
     const mx::array idx = mx::flatten(in_range_indices(raw, d.shape(axis), &wrong));
+    if (d.size() == 0 || get(updates).size() == 0) {
+      // Nothing to add (and MLX's CPU scatter divides by zero on empty operands).
+      put(out, d);
+      put(bad, *wrong);
+      return;
+    }
     const int n = idx.shape(0);
     // updates: data[..axis] ++ indices ++ data[axis+1..] -> [n, data[..axis], 1, data[axis+1..]]
     mx::Shape flat(d.shape().begin(), d.shape().begin() + axis);

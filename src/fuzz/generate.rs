@@ -222,7 +222,7 @@ impl Generator {
 
     fn step(&mut self) -> Option<(Op, Vec<NodeId>)> {
         let rank_of = |g: &Generator, id: NodeId| g.dims(id).len();
-        Some(match self.rng.below(21) {
+        Some(match self.rng.below(26) {
             0..=2 => {
                 let kind = self.rng.pick(&UnaryOp::ALL);
                 let x = self.operand(|g, id| kind.domain().admits(g.dtype(id)))?;
@@ -327,6 +327,11 @@ impl Generator {
                     (op, vec![x])
                 }
             }
+            20 => self.attention()?,
+            21 => self.rope()?,
+            22 => self.scatter_add()?,
+            23 => self.conv()?,
+            24 => self.pool()?,
             _ => {
                 let x = self.float_operand()?;
                 let dims = self.dims(x);
@@ -483,6 +488,129 @@ impl Generator {
                 (Op::Pad { pads, value }, vec![x])
             }
         })
+    }
+
+    /// Attention of a float operand (the queries) over new keys and values, with each kind
+    /// of mask.
+    fn attention(&mut self) -> Option<(Op, Vec<NodeId>)> {
+        use rlx::ir::AttentionMask;
+        let q = self.operand(|g, id| {
+            let rank = g.dims(id).len();
+            g.dtype(id).is_float() && (2..=4).contains(&rank)
+        })?;
+        let (dtype, dims) = (self.dtype(q), self.dims(q));
+        let rank = dims.len();
+        let mut k = dims.clone();
+        k[rank - 2] = self.random_dim();
+        // Grouped heads: keys with one head serve every query head.
+        if rank >= 3 && dims[rank - 3].as_static().is_some() && self.rng.chance(0.3) {
+            k[rank - 3] = Dim::from(1);
+        }
+        let mut v = k.clone();
+        v[rank - 1] = self.random_dim();
+        let (seq_q, seq_k) = (dims[rank - 2].clone(), k[rank - 2].clone());
+        let key = self.input(dtype, k)?;
+        let value = self.input(dtype, v)?;
+        let mut operands = vec![q, key, value];
+        let mask = match self.rng.below(4) {
+            0 => AttentionMask::None,
+            1 => AttentionMask::Causal,
+            2 => AttentionMask::SlidingWindow(1 + self.rng.below(3)),
+            _ => {
+                let mask_dtype = if self.rng.chance(0.6) { DType::Bool } else { dtype };
+                operands.push(self.input(mask_dtype, vec![seq_q, seq_k])?);
+                AttentionMask::Tensor
+            }
+        };
+        let scale = self.rng.uniform(0.1, 1.0);
+        Some((Op::Attention { scale, mask }, operands))
+    }
+
+    fn rope(&mut self) -> Option<(Op, Vec<NodeId>)> {
+        let x = self.operand(|g, id| {
+            let dims = g.dims(id);
+            g.dtype(id).is_float()
+                && dims.len() >= 2
+                && dims.last().and_then(Dim::as_static).is_some_and(|n| n >= 2)
+        })?;
+        let features = self.dims(x).last().and_then(Dim::as_static)?;
+        let dims = 2 * (1 + self.rng.below(features / 2));
+        let mut operands = vec![x];
+        if self.rng.chance(0.4) {
+            let offset = self.rng.below(4) as i64;
+            operands.push(self.b.constant(ConstantData::from_slice(&[offset], [0usize; 0]).ok()?));
+        }
+        let op = Op::Rope {
+            dims,
+            base: 10000.0,
+            scale: self.rng.pick(&[1.0, 0.5]),
+            traditional: self.rng.chance(0.5),
+        };
+        Some((op, operands))
+    }
+
+    /// A scatter-add with valid (and sometimes repeated) indices.
+    fn scatter_add(&mut self) -> Option<(Op, Vec<NodeId>)> {
+        let x = self.operand(|g, id| g.dtype(id) != DType::Bool && !g.dims(id).is_empty())?;
+        let dims = self.dims(x);
+        let axis = self.rng.below(dims.len());
+        let size = self.concrete(x)[axis];
+        let count = if size == 0 { 0 } else { 1 + self.rng.below(4) };
+        let indices: Vec<i64> = (0..count).map(|_| self.rng.below(size) as i64).collect();
+        let idx = self.b.constant(ConstantData::from_slice(&indices, [count]).ok()?);
+        let mut updates = dims.clone();
+        updates[axis] = Dim::from(count);
+        let updates = self.input(self.dtype(x), updates)?;
+        Some((Op::ScatterAdd { axis }, vec![x, idx, updates]))
+    }
+
+    /// A 1-D or 2-D convolution of a new channels-first input with a weight.
+    fn conv(&mut self) -> Option<(Op, Vec<NodeId>)> {
+        let dtype = self.rng.pick(&FLOATS);
+        let spatial = 1 + self.rng.below(2);
+        let groups = self.rng.pick(&[1, 1, 2]);
+        let channels = groups * (1 + self.rng.below(2));
+        let out_channels = groups * (1 + self.rng.below(2));
+        let kernel: Vec<usize> = (0..spatial).map(|_| 1 + self.rng.below(3)).collect();
+        let mut x_dims = vec![self.random_dim(), Dim::from(channels)];
+        x_dims.extend((0..spatial).map(|_| Dim::from(3 + self.rng.below(4))));
+        let x = self.input(dtype, x_dims)?;
+        let mut w_dims = vec![out_channels, channels / groups];
+        w_dims.extend(&kernel);
+        let w = self.param(dtype, &w_dims)?;
+        let mut operands = vec![x, w];
+        if self.rng.chance(0.5) {
+            operands.push(self.param(dtype, &[out_channels])?);
+        }
+        let op = Op::Conv {
+            stride: (0..spatial).map(|_| 1 + self.rng.below(2)).collect(),
+            padding: kernel
+                .iter()
+                .map(|k| (self.rng.below(k / 2 + 1), self.rng.below(k / 2 + 1)))
+                .collect(),
+            dilation: (0..spatial).map(|_| 1 + self.rng.below(2)).collect(),
+            groups,
+        };
+        Some((op, operands))
+    }
+
+    fn pool(&mut self) -> Option<(Op, Vec<NodeId>)> {
+        let x = self.operand(|g, id| {
+            let rank = g.dims(id).len();
+            g.dtype(id).is_float() && (3..=4).contains(&rank)
+        })?;
+        let spatial = self.dims(x).len() - 2;
+        let kernel: Vec<usize> = (0..spatial).map(|_| 1 + self.rng.below(3)).collect();
+        let op = Op::Pool {
+            kind: self.rng.pick(&[rlx::ir::PoolKind::Max, rlx::ir::PoolKind::Avg]),
+            stride: (0..spatial).map(|_| 1 + self.rng.below(2)).collect(),
+            padding: kernel
+                .iter()
+                .map(|k| (self.rng.below(k / 2 + 1), self.rng.below(k / 2 + 1)))
+                .collect(),
+            kernel,
+        };
+        Some((op, vec![x]))
     }
 
     /// A gather with valid indices for the case's binding (a constant of i32 or i64).

@@ -344,8 +344,10 @@ fn check_node(
     })
 }
 
-/// Generates and checks cases `first..first + count` (each seed derived from `seed` and the
-/// case number) with graphs of up to `steps` ops, calling `progress` after each.
+/// Generates and checks `count` cases (each seed drawn from a generator seeded with `seed`)
+/// with graphs of up to `steps` ops, calling `progress` after each. With `RLX_FUZZ_TRACE`
+/// set, each case's seed goes to stderr before it runs (to name a case that crashes the
+/// process rather than fail).
 pub fn run_cases(
     seed: u64,
     count: usize,
@@ -355,8 +357,12 @@ pub fn run_cases(
 ) -> Report {
     let mut report = Report::default();
     let mut seeds = Rng(seed);
+    let trace = std::env::var_os("RLX_FUZZ_TRACE").is_some();
     for _ in 0..count {
         let case_seed = seeds.next_u64();
+        if trace {
+            eprintln!("case {} seed {case_seed}", report.cases);
+        }
         let case = generate(case_seed, steps);
         check(&case, configs, &mut report);
         progress(&report);

@@ -12,7 +12,10 @@
 //!   `sum|x| <= n * scale`); a mean divides it by `n`; a product `rel = 4 n u`; a matmul
 //!   over `k` the same with `k * scale^2`; softmax `64u * n * (1 + scale)`;
 //! - layer and RMS norm: the sum bound times the row's amplification
-//!   `1 / sqrt(var + eps)` and the weight's scale.
+//!   `1 / sqrt(var + eps)` and the weight's scale;
+//! - attention: the softmax bound over the keys with scores up to `d * scale^2 * |factor|`,
+//!   times the values' scale; a conv like a matmul over `C/groups * kernel`; rope `8u`;
+//!   scatter-add a sum of its updates; average pooling a mean, max pooling exact.
 //!
 //! Every bound also allows a few smallest normal numbers absolute (flushed subnormals). A
 //! node is *unjudged* (no numeric verdict) when an operand is infinite or NaN, or when its
@@ -187,6 +190,34 @@ pub(crate) fn of(op: &Op, operands: &[HostTensor], out: DType) -> Bound {
             let abs = 2.0 * u * k * k * scale * scale + tiny;
             (2.0 * u, abs, k * scale * scale)
         }
+        Op::Attention { scale: factor, .. } => {
+            // Scores of up to `d * scale^2 * |factor|`, probabilities over `t` keys, then a
+            // weighted sum of values.
+            let (q, k) = (dims(0), dims(1));
+            let d = q.last().copied().unwrap_or(1).max(1) as f64;
+            let t = k.get(k.len().wrapping_sub(2)).copied().unwrap_or(1).max(1) as f64;
+            let scores = factor.abs() * d * scale * scale;
+            let abs = 64.0 * u * t * (1.0 + scores) * scale + tiny;
+            (4.0 * u, abs, scores.max(t * scale))
+        }
+        Op::Rope { .. } => (8.0 * u, 8.0 * u * scale + tiny, scale),
+        Op::ScatterAdd { .. } => {
+            let n = dims(2).iter().product::<usize>().max(1) as f64;
+            (2.0 * u, 2.0 * u * n * scale + tiny, n * scale)
+        }
+        Op::Conv { .. } => {
+            let w = dims(1);
+            let k = w.iter().skip(1).product::<usize>().max(1) as f64;
+            let abs = 2.0 * u * k * (k * scale * scale + scale) + tiny;
+            (2.0 * u, abs, k * scale * scale)
+        }
+        Op::Pool { kind, kernel, .. } => match kind {
+            rlx::ir::PoolKind::Max => return exact,
+            rlx::ir::PoolKind::Avg => {
+                let n = kernel.iter().product::<usize>().max(1) as f64;
+                (2.0 * u, 2.0 * u * n * scale + tiny, n * scale)
+            }
+        },
         Op::LayerNorm {
             eps, has_weight, ..
         } => norm_bound(operands, *eps, *has_weight, true, u, scale, tiny),

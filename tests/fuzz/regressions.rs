@@ -241,3 +241,118 @@ fn reductions_over_an_empty_axis_give_their_identity_everywhere() {
         assert_eq!(got[0].shape(), [2, 0], "{label}");
     }
 }
+
+/// Seed 4, case 24: a scatter-add into `[3, 0]` crashed the process with SIGFPE (MLX's CPU
+/// scatter divides by zero on empty operands), and attention with an empty axis failed
+/// ("[reshape] Cannot infer the shape of an empty array") where the CPU gave zeros.
+#[test]
+fn scatter_add_and_attention_on_empty_operands() {
+    let mut g = GraphBuilder::new();
+    let data = g.input("data", DType::F32, [3, 0]).unwrap();
+    let idx = g
+        .constant(rlx::ir::ConstantData::from_slice(&[1i64, 1, 0], [3]).unwrap());
+    let updates = g.input("updates", DType::F32, [3, 0]).unwrap();
+    let y = g.op(Op::ScatterAdd { axis: 0 }, &[data, idx, updates]).unwrap();
+    g.output("y", y).unwrap();
+    let graph = g.finish().unwrap();
+    for (label, exe) in executables(&graph) {
+        let empty = tensor(DType::F32, &[3, 0], &[]);
+        let got = exe
+            .run(&[("data", empty.view()), ("updates", empty.view())], &[])
+            .unwrap();
+        assert_eq!(got[0].shape(), [3, 0], "{label}");
+    }
+    // q [2, 3, 2] over no keys, and no queries over keys: zeros.
+    for (q, k, out) in [([2, 3, 2], [2, 0, 2], [2, 3, 4]), ([2, 0, 2], [2, 5, 2], [2, 0, 4])] {
+        let mut g = GraphBuilder::new();
+        let qn = g.input("q", DType::F32, q).unwrap();
+        let kn = g.input("k", DType::F32, k).unwrap();
+        let vn = g.input("v", DType::F32, [k[0], k[1], 4]).unwrap();
+        let op = Op::Attention {
+            scale: 0.5,
+            mask: rlx::ir::AttentionMask::None,
+        };
+        let y = g.op(op, &[qn, kn, vn]).unwrap();
+        g.output("y", y).unwrap();
+        let graph = g.finish().unwrap();
+        let n = |d: &[usize]| d.iter().product::<usize>();
+        let (tq, tk) = (tensor(DType::F32, &q, &vec![0.5; n(&q)]), tensor(DType::F32, &k, &vec![0.5; n(&k)]));
+        let tv = tensor(DType::F32, &[k[0], k[1], 4], &vec![1.0; n(&k) * 2]);
+        for (label, exe) in executables(&graph) {
+            let got = exe
+                .run(&[("q", tq.view()), ("k", tk.view()), ("v", tv.view())], &[])
+                .unwrap();
+            assert_eq!(got[0].shape(), out, "{label}");
+            assert!(got[0].to_f64_vec().iter().all(|&v| v == 0.0), "{label}");
+        }
+    }
+}
+
+/// Seed 3276252764907977823 (seed 4): attention with no features (q `[4, 0]`, k `[3, 0]`)
+/// scores every key 0, so each row is the mean of the values; MLX gave zeros after the
+/// first fix above treated any empty operand as "no keys".
+#[test]
+fn attention_without_features_averages_the_values() {
+    let mut g = GraphBuilder::new();
+    let q = g.input("q", DType::F32, [4, 0]).unwrap();
+    let k = g.input("k", DType::F32, [3, 0]).unwrap();
+    let v = g.input("v", DType::F32, [3, 1]).unwrap();
+    let op = Op::Attention {
+        scale: 0.94,
+        mask: rlx::ir::AttentionMask::None,
+    };
+    let y = g.op(op, &[q, k, v]).unwrap();
+    g.output("y", y).unwrap();
+    let graph = g.finish().unwrap();
+    let values = [1.5, -1.75, 0.5];
+    let mean = values.iter().sum::<f64>() / 3.0;
+    for (label, exe) in executables(&graph) {
+        let got = exe
+            .run(
+                &[
+                    ("q", tensor(DType::F32, &[4, 0], &[]).view()),
+                    ("k", tensor(DType::F32, &[3, 0], &[]).view()),
+                    ("v", tensor(DType::F32, &[3, 1], &values).view()),
+                ],
+                &[],
+            )
+            .unwrap();
+        assert_eq!(got[0].shape(), [4, 1], "{label}");
+        for value in got[0].to_f64_vec() {
+            assert!((value - mean).abs() < 1e-6, "{label}: {value}, want {mean}");
+        }
+    }
+}
+
+/// Seed 16088929904140075376 (seed 5): with more queries than keys, a causal or
+/// sliding-window query sits at key position `i + Sk - Sq` (the IR's definition), so the
+/// first `Sq - Sk` queries see no key and give zeros. The CPU clamped the offset at 0 (and
+/// the gradient rule with it), so its first query saw key 0; MLX followed the definition.
+#[test]
+fn causal_queries_before_the_first_key_see_nothing() {
+    use rlx::ir::AttentionMask;
+    for mask in [AttentionMask::Causal, AttentionMask::SlidingWindow(3)] {
+        let mut g = GraphBuilder::new();
+        let q = g.input("q", DType::F32, [3, 2]).unwrap();
+        let k = g.input("k", DType::F32, [1, 2]).unwrap();
+        let v = g.input("v", DType::F32, [1, 2]).unwrap();
+        let y = g.op(Op::Attention { scale: 0.6, mask }, &[q, k, v]).unwrap();
+        g.output("y", y).unwrap();
+        let graph = g.finish().unwrap();
+        for (label, exe) in executables(&graph) {
+            let got = exe
+                .run(
+                    &[
+                        ("q", tensor(DType::F32, &[3, 2], &[0.5; 6]).view()),
+                        ("k", tensor(DType::F32, &[1, 2], &[0.25, -1.0]).view()),
+                        ("v", tensor(DType::F32, &[1, 2], &[-1.5, 2.0]).view()),
+                    ],
+                    &[],
+                )
+                .unwrap();
+            // Queries 0 and 1 sit before key 0; query 2 sees it alone.
+            let want = [0.0, 0.0, 0.0, 0.0, -1.5, 2.0];
+            assert_eq!(got[0].to_f64_vec(), want, "{label} {mask:?}");
+        }
+    }
+}

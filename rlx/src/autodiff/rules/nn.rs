@@ -15,12 +15,11 @@ fn causal_allowed(
 ) -> Result<NodeId, GradError> {
     let qi = e.iota(seq_q.clone())?;
     let ki = e.iota(seq_k.clone())?;
-    // offset = max(Sk − Sq, 0), counted at run time so symbolic lengths work.
+    // Query i sits at key position i + Sk − Sq (negative before the first key: it sees
+    // none), the offset counted at run time so symbolic lengths work.
     let nq = e.count(&Shape::new([seq_q.clone()]), &[0], DType::I64)?;
     let nk = e.count(&Shape::new([seq_k.clone()]), &[0], DType::I64)?;
-    let gap = e.binary(BinaryOp::Sub, nk, nq)?;
-    let zero = e.int(0);
-    let offset = e.binary(BinaryOp::Max, gap, zero)?;
+    let offset = e.binary(BinaryOp::Sub, nk, nq)?;
     let pos = e.add(qi, offset)?;
     let pos = e.reshape(pos, Shape::new([seq_q, Dim::Static(1)]))?;
     let key = e.reshape(ki, Shape::new([Dim::Static(1), seq_k]))?;

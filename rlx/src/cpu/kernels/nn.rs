@@ -274,8 +274,11 @@ impl AttentionDims {
         match self.keys {
             KeyRange::All => (0, self.seq_k),
             KeyRange::Causal { window } => {
-                // Queries align to the end of the keys (decoding with a cache).
-                let pos = i + self.seq_k.saturating_sub(self.seq_q);
+                // Queries align to the end of the keys (decoding with a cache): query `i`
+                // sits at key position `i + Sk - Sq`, and one before the first key sees none.
+                let Some(pos) = (i + self.seq_k).checked_sub(self.seq_q) else {
+                    return (0, 0);
+                };
                 let last = (pos + 1).min(self.seq_k);
                 let first = window.map_or(0, |w| (pos + 1).saturating_sub(w));
                 (first.min(last), last)
