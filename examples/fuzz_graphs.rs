@@ -66,6 +66,14 @@ fn main() -> Result<(), Box<dyn Error>> {
                         case_seed = seeds.next_u64();
                     }
                     println!("FAILURE case seed {case_seed} ran over 60 s (a hang)");
+                    // Where every thread is, when gdb is installed (best effort).
+                    let stacks = std::process::Command::new("gdb")
+                        .args(["-p", &std::process::id().to_string(), "-batch"])
+                        .args(["-ex", "thread apply all bt 12"])
+                        .output();
+                    if let Ok(out) = stacks {
+                        println!("{}", String::from_utf8_lossy(&out.stdout));
+                    }
                     println!(
                         "fuzz_graphs cases={} mismatches=? failures=1 seed={seed}",
                         done.load(Ordering::Relaxed) + 1

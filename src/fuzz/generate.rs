@@ -517,7 +517,11 @@ impl Generator {
             1 => AttentionMask::Causal,
             2 => AttentionMask::SlidingWindow(1 + self.rng.below(3)),
             _ => {
-                let mask_dtype = if self.rng.chance(0.6) { DType::Bool } else { dtype };
+                let mask_dtype = if self.rng.chance(0.6) {
+                    DType::Bool
+                } else {
+                    dtype
+                };
                 operands.push(self.input(mask_dtype, vec![seq_q, seq_k])?);
                 AttentionMask::Tensor
             }
@@ -538,7 +542,10 @@ impl Generator {
         let mut operands = vec![x];
         if self.rng.chance(0.4) {
             let offset = self.rng.below(4) as i64;
-            operands.push(self.b.constant(ConstantData::from_slice(&[offset], [0usize; 0]).ok()?));
+            operands.push(
+                self.b
+                    .constant(ConstantData::from_slice(&[offset], [0usize; 0]).ok()?),
+            );
         }
         let op = Op::Rope {
             dims,
@@ -557,7 +564,9 @@ impl Generator {
         let size = self.concrete(x)[axis];
         let count = if size == 0 { 0 } else { 1 + self.rng.below(4) };
         let indices: Vec<i64> = (0..count).map(|_| self.rng.below(size) as i64).collect();
-        let idx = self.b.constant(ConstantData::from_slice(&indices, [count]).ok()?);
+        let idx = self
+            .b
+            .constant(ConstantData::from_slice(&indices, [count]).ok()?);
         let mut updates = dims.clone();
         updates[axis] = Dim::from(count);
         let updates = self.input(self.dtype(x), updates)?;
@@ -602,7 +611,9 @@ impl Generator {
         let spatial = self.dims(x).len() - 2;
         let kernel: Vec<usize> = (0..spatial).map(|_| 1 + self.rng.below(3)).collect();
         let op = Op::Pool {
-            kind: self.rng.pick(&[rlx::ir::PoolKind::Max, rlx::ir::PoolKind::Avg]),
+            kind: self
+                .rng
+                .pick(&[rlx::ir::PoolKind::Max, rlx::ir::PoolKind::Avg]),
             stride: (0..spatial).map(|_| 1 + self.rng.below(2)).collect(),
             padding: kernel
                 .iter()
@@ -671,9 +682,30 @@ pub fn generate(seed: u64, steps: usize) -> Case {
         nodes: Vec::new(),
         input_nodes: Vec::new(),
     };
+    // One case in eight starts from inputs with large axes, which cross the kernels'
+    // blocking and threading thresholds (GEMM panels, parallel splits above 32k elements).
+    let large = g.rng.chance(0.125);
     for _ in 0..1 + g.rng.below(3) {
         let rank = g.rng.below(4);
-        let dims: Vec<Dim> = (0..rank).map(|_| g.random_dim()).collect();
+        let mut dims: Vec<Dim> = (0..rank).map(|_| g.random_dim()).collect();
+        if large {
+            for d in dims.iter_mut() {
+                if g.rng.chance(0.5) {
+                    *d = Dim::from(g.rng.pick(&[33, 64, 130, 257, 700]));
+                }
+            }
+        }
+        let numel = |d: &[Dim]| {
+            d.iter()
+                .map(|d| d.as_static().unwrap_or(5))
+                .product::<usize>()
+        };
+        while numel(&dims) > 250_000 {
+            let biggest = (0..dims.len())
+                .max_by_key(|&i| dims[i].as_static().unwrap_or(0))
+                .unwrap_or(0);
+            dims[biggest] = Dim::from(3);
+        }
         let dtype = if g.rng.chance(0.7) {
             g.rng.pick(&FLOATS)
         } else {

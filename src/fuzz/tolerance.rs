@@ -79,12 +79,13 @@ impl Bound {
     }
 }
 
+/// The largest finite value an op's result reliably has: for float64 that of float32,
+/// since MLX evaluates transcendentals of f64 data in f32 (documented, ARCHITECTURE).
 fn largest(dtype: DType) -> f64 {
     match dtype {
         DType::F16 => 65504.0,
         DType::BF16 => 3.38e38,
-        DType::F32 => f32::MAX as f64,
-        _ => f64::MAX,
+        _ => f32::MAX as f64,
     }
 }
 
@@ -200,7 +201,17 @@ pub(crate) fn of(op: &Op, operands: &[HostTensor], out: DType) -> Bound {
             let abs = 64.0 * u * t * (1.0 + scores) * scale + tiny;
             (4.0 * u, abs, scores.max(t * scale))
         }
-        Op::Rope { .. } => (8.0 * u, 8.0 * u * scale + tiny, scale),
+        Op::Rope { scale: factor, .. } => {
+            // Angles up to `position * |factor|` carry an f32 rounding each (MLX computes
+            // them in f32), which sin and cos turn into absolute errors.
+            let x = dims(0);
+            let rows = x.get(x.len().wrapping_sub(2)).copied().unwrap_or(1) as f64;
+            let offset = operands.get(1).map_or(0.0, |o| {
+                o.to_f64_vec().first().copied().unwrap_or(0.0).abs()
+            });
+            let angle = (rows + offset) * factor.abs().max(1.0);
+            (8.0 * u, 16.0 * u * scale * (1.0 + angle) + tiny, scale)
+        }
         Op::ScatterAdd { .. } => {
             let n = dims(2).iter().product::<usize>().max(1) as f64;
             (2.0 * u, 2.0 * u * n * scale + tiny, n * scale)

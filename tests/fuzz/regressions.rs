@@ -249,10 +249,11 @@ fn reductions_over_an_empty_axis_give_their_identity_everywhere() {
 fn scatter_add_and_attention_on_empty_operands() {
     let mut g = GraphBuilder::new();
     let data = g.input("data", DType::F32, [3, 0]).unwrap();
-    let idx = g
-        .constant(rlx::ir::ConstantData::from_slice(&[1i64, 1, 0], [3]).unwrap());
+    let idx = g.constant(rlx::ir::ConstantData::from_slice(&[1i64, 1, 0], [3]).unwrap());
     let updates = g.input("updates", DType::F32, [3, 0]).unwrap();
-    let y = g.op(Op::ScatterAdd { axis: 0 }, &[data, idx, updates]).unwrap();
+    let y = g
+        .op(Op::ScatterAdd { axis: 0 }, &[data, idx, updates])
+        .unwrap();
     g.output("y", y).unwrap();
     let graph = g.finish().unwrap();
     for (label, exe) in executables(&graph) {
@@ -263,7 +264,10 @@ fn scatter_add_and_attention_on_empty_operands() {
         assert_eq!(got[0].shape(), [3, 0], "{label}");
     }
     // q [2, 3, 2] over no keys, and no queries over keys: zeros.
-    for (q, k, out) in [([2, 3, 2], [2, 0, 2], [2, 3, 4]), ([2, 0, 2], [2, 5, 2], [2, 0, 4])] {
+    for (q, k, out) in [
+        ([2, 3, 2], [2, 0, 2], [2, 3, 4]),
+        ([2, 0, 2], [2, 5, 2], [2, 0, 4]),
+    ] {
         let mut g = GraphBuilder::new();
         let qn = g.input("q", DType::F32, q).unwrap();
         let kn = g.input("k", DType::F32, k).unwrap();
@@ -276,7 +280,10 @@ fn scatter_add_and_attention_on_empty_operands() {
         g.output("y", y).unwrap();
         let graph = g.finish().unwrap();
         let n = |d: &[usize]| d.iter().product::<usize>();
-        let (tq, tk) = (tensor(DType::F32, &q, &vec![0.5; n(&q)]), tensor(DType::F32, &k, &vec![0.5; n(&k)]));
+        let (tq, tk) = (
+            tensor(DType::F32, &q, &vec![0.5; n(&q)]),
+            tensor(DType::F32, &k, &vec![0.5; n(&k)]),
+        );
         let tv = tensor(DType::F32, &[k[0], k[1], 4], &vec![1.0; n(&k) * 2]);
         for (label, exe) in executables(&graph) {
             let got = exe
@@ -336,7 +343,9 @@ fn causal_queries_before_the_first_key_see_nothing() {
         let q = g.input("q", DType::F32, [3, 2]).unwrap();
         let k = g.input("k", DType::F32, [1, 2]).unwrap();
         let v = g.input("v", DType::F32, [1, 2]).unwrap();
-        let y = g.op(Op::Attention { scale: 0.6, mask }, &[q, k, v]).unwrap();
+        let y = g
+            .op(Op::Attention { scale: 0.6, mask }, &[q, k, v])
+            .unwrap();
         g.output("y", y).unwrap();
         let graph = g.finish().unwrap();
         for (label, exe) in executables(&graph) {
