@@ -16,7 +16,8 @@
 #
 # What runs (each step's output also goes to $RLX_GPU_LOG, default ./gpu-check.log;
 # RLX_GPU_ONLY=tests,block,minilm picks groups):
-#   - the op table (tests/ops), tests/mlx.rs and the MiniLM parity tests on the GPU;
+#   - the op table (tests/ops), tests/mlx.rs, tests/mlx_device.rs, the MiniLM parity tests,
+#     the concurrency stress test and the bounded random-graph run on the GPU;
 #   - mlx_block_bench beside bench/mlx_block.py (MLX's own Python API) when the Python
 #     `mlx` package can be loaded;
 #   - minilm_bench --backend mlx at 32x128, 256x128, 1024x128 in full f32 and in TF32,
@@ -37,7 +38,7 @@ step() {
   return "${PIPESTATUS[0]}"
 }
 
-tests=(ops mlx mlx_device minilm)
+tests=(ops mlx mlx_device minilm concurrency fuzz)
 examples=(mlx_block_bench minilm_bench 05_mlx_backend)
 
 # Builds the test and example binaries and prints their paths, one per line.

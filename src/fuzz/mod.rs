@@ -11,7 +11,8 @@
 //! operand values and the one-node graph that reproduces it.
 //!
 //! Configurations must also agree on whether a case runs at all: one refusing a graph
-//! another runs, or any panic, is a failure.
+//! another runs, or any panic, is a failure. A refusal a backend documents (MLX on a GPU
+//! refuses float64 graphs at compile time) leaves that configuration out of the case.
 
 mod generate;
 mod tolerance;
@@ -20,7 +21,7 @@ pub use generate::{Case, Rng, generate, tensor};
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use rlx::backend::{Backend, Executable};
+use rlx::backend::{Backend, CompileError, Executable};
 use rlx::cpu::{CpuBackend, CpuOptions};
 use rlx::ir::{DType, Graph, NodeId, Op};
 use rlx::prelude::GraphBuilder;
@@ -61,20 +62,18 @@ impl Config {
         }
     }
 
-    fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>, String> {
+    fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>, CompileError> {
         match self {
             Config::Cpu { threads } => CpuBackend::new(CpuOptions {
                 threads: *threads,
                 ..CpuOptions::default()
             })
             .compile(graph)
-            .map(|e| Box::new(e) as Box<dyn Executable>)
-            .map_err(|e| e.to_string()),
+            .map(|e| Box::new(e) as Box<dyn Executable>),
             #[cfg(feature = "mlx")]
             Config::Mlx(mode) => rlx::mlx::MlxBackend::new(*mode)
                 .compile(graph)
-                .map(|e| Box::new(e) as Box<dyn Executable>)
-                .map_err(|e| e.to_string()),
+                .map(|e| Box::new(e) as Box<dyn Executable>),
         }
     }
 }
@@ -118,6 +117,7 @@ pub fn check(case: &Case, configs: &[Config], report: &mut Report) {
     for config in configs {
         let outcome = catch_unwind(AssertUnwindSafe(|| run(case, config)));
         match outcome {
+            Ok(Err(NoValues::Refused)) => {}
             Ok(result) => outcomes.push((config, result)),
             Err(_) => report.failures.push(format!(
                 "seed {}: {} panicked on\n{}",
@@ -175,9 +175,34 @@ pub fn check(case: &Case, configs: &[Config], report: &mut Report) {
     }
 }
 
-/// Compiles and runs `case` on `config`: every output, or the error as text.
-fn run(case: &Case, config: &Config) -> Result<Vec<HostTensor>, String> {
-    let exe = config.compile(&case.graph)?;
+/// Why a configuration gave no values.
+enum NoValues {
+    /// A refusal the backend documents for this graph (float64 on a GPU): the
+    /// configuration sits this case out.
+    Refused,
+    /// Any other error, as text.
+    Error(String),
+}
+
+impl std::fmt::Display for NoValues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoValues::Refused => write!(f, "refused by design"),
+            NoValues::Error(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Compiles and runs `case` on `config`: every output, or why not.
+fn run(case: &Case, config: &Config) -> Result<Vec<HostTensor>, NoValues> {
+    let exe = config.compile(&case.graph).map_err(|e| match e {
+        CompileError::DeviceDType { .. } => NoValues::Refused,
+        e => NoValues::Error(e.to_string()),
+    })?;
+    run_compiled(case, exe.as_ref()).map_err(NoValues::Error)
+}
+
+fn run_compiled(case: &Case, exe: &dyn Executable) -> Result<Vec<HostTensor>, String> {
     let weights: Vec<(&str, _)> = case
         .params
         .iter()
