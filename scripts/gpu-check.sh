@@ -15,9 +15,11 @@
 # load the CUDA build of libmlx at run time through LD_LIBRARY_PATH.
 #
 # What runs (each step's output also goes to $RLX_GPU_LOG, default ./gpu-check.log;
-# RLX_GPU_ONLY=tests,block,minilm picks groups):
+# RLX_GPU_ONLY=tests,fuzz,block,minilm picks groups):
 #   - the op table (tests/ops), tests/mlx.rs, tests/mlx_device.rs, the MiniLM parity tests,
 #     the concurrency stress test and the bounded random-graph run on the GPU;
+#   - fuzz_graphs for $RLX_GPU_FUZZ_CASES (default 5000) random graphs on every
+#     configuration (MLX's on the GPU);
 #   - mlx_block_bench beside bench/mlx_block.py (MLX's own Python API) when the Python
 #     `mlx` package can be loaded;
 #   - minilm_bench --backend mlx at 32x128, 256x128, 1024x128 in full f32 and in TF32,
@@ -39,7 +41,7 @@ step() {
 }
 
 tests=(ops mlx mlx_device minilm concurrency fuzz)
-examples=(mlx_block_bench minilm_bench 05_mlx_backend)
+examples=(mlx_block_bench minilm_bench 05_mlx_backend fuzz_graphs concurrent_bench)
 
 # Builds the test and example binaries and prints their paths, one per line.
 build_binaries() {
@@ -74,9 +76,9 @@ cuda_libs() {
 }
 
 # Runs the tests and benchmarks. $1: folder of binaries; $2: MLX prefix (mlx/lib inside);
-# $3: MiniLM model folder; $4: groups to run (tests, block, minilm; default all).
+# $3: MiniLM model folder; $4: groups to run (tests, fuzz, block, minilm; default all).
 run_all() {
-  local bin=$1 prefix=$2 model=$3 only=${4:-tests,block,minilm} status=0
+  local bin=$1 prefix=$2 model=$3 only=${4:-tests,fuzz,block,minilm} status=0
   export LD_LIBRARY_PATH="$prefix/mlx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export RLX_MINILM_DIR=$model
   step nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
@@ -88,6 +90,9 @@ run_all() {
       [ -n "$exe" ] || { say "no binary for test $t"; status=1; continue; }
       step "$exe" --test-threads=4 || status=1
     done
+  fi
+  if [[ ,$only, == *,fuzz,* ]]; then
+    step "$bin/fuzz_graphs" --cases "${RLX_GPU_FUZZ_CASES:-5000}" --seed 1 || status=1
   fi
   if [[ ,$only, == *,block,* ]]; then
     step "$bin/mlx_block_bench" --runs 50 || status=1
