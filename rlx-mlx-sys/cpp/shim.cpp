@@ -492,8 +492,18 @@ mx::array conv(const mx::array& x, const mx::array& w, const rlx_mlx_array* bias
   const mx::Dtype dt = x.dtype();
   // MLX convolves f32 and halves only: f64 runs in f32 (as MLX's f64 math does elsewhere).
   auto f32 = [](const mx::array& a) { return is_float(a.dtype()) && a.dtype() != mx::float32 ? mx::astype(a, mx::float32) : a; };
-  const mx::array xl = mx::transpose(f32(x), to_last);
+  mx::array xl = mx::transpose(f32(x), to_last);
   const mx::array wl = mx::transpose(f32(w), to_last);
+  if (lo != hi) {
+    // Unequal padding is padded here: MLX 0.32's CUDA convolution computes wrong values
+    // with it (found by fuzz_graphs on an H100: a 1-D conv padded (1, 0)).
+    std::vector<std::pair<int, int>> widths{{0, 0}};
+    for (int i = 0; i < n; ++i) widths.emplace_back(lo[i], hi[i]);
+    widths.emplace_back(0, 0);
+    xl = mx::pad(xl, widths);
+    std::fill(lo.begin(), lo.end(), 0);
+    std::fill(hi.begin(), hi.end(), 0);
+  }
   mx::array y = mx::conv_general(xl, wl, stride, lo, hi, dilation, std::vector<int>{}, groups, false);
   y = mx::transpose(y, to_first);
   if (bias != nullptr) {
@@ -1148,6 +1158,10 @@ int rlx_mlx_rope(const rlx_mlx_array* x, int32_t dims, double base, double scale
                  const rlx_mlx_array* offset, rlx_mlx_array** out) {
   return guard([&] {
     const mx::array& v = get(x);
+    if (v.size() == 0) {
+      put(out, v);  // MLX's CUDA rope launches an empty grid, which CUDA refuses
+      return;
+    }
     const mx::Shape shape = v.shape();
     // MLX rotates [.., L, D] with at least three axes.
     mx::array x3 = v.ndim() < 3 ? mx::reshape(up(v), {1, shape[0], shape[1]}) : up(v);

@@ -400,3 +400,78 @@ fn norms_of_empty_rows_return_at_once() {
         }
     }
 }
+
+/// Seed 16817610220740687070 (the bounded run, on an H100): MLX 0.32's CUDA convolution
+/// gave a wrong value for a 1-D conv padded unequally, `(1, 0)`; the shim now pads such
+/// inputs itself. Checked against the sum worked out here.
+#[test]
+fn conv_with_unequal_padding() {
+    let x = [
+        1.4338, -0.30666, -0.90636, 1.9508, 0.60730, -0.75256, 1.90237, 0.61488, -1.32888,
+        -1.39269, -1.73274, 1.98308, -0.58362, 1.85230, 0.11737,
+    ];
+    let w = [-0.80226, -0.25760, -1.66239];
+    let mut g = GraphBuilder::new();
+    let xn = g.input("x", DType::F32, [3, 1, 5]).unwrap();
+    let wn = g.param("w", DType::F32, [1, 1, 3]).unwrap();
+    let op = Op::Conv {
+        stride: vec![1],
+        padding: vec![(1, 0)],
+        dilation: vec![1],
+        groups: 1,
+    };
+    let y = g.op(op, &[xn, wn]).unwrap();
+    g.output("y", y).unwrap();
+    let graph = g.finish().unwrap();
+    // y[b, 0, t] = sum_j w[j] * xpad[b, t + j], xpad = [0, x[b, 0..5]]
+    let want: Vec<f64> = (0..3)
+        .flat_map(|b| {
+            (0..4).map(move |t| {
+                (0..3)
+                    .map(|j| {
+                        let at = t + j;
+                        let value = if at == 0 { 0.0 } else { x[b * 5 + at - 1] };
+                        w[j] * value
+                    })
+                    .sum()
+            })
+        })
+        .collect();
+    for (label, exe) in executables(&graph) {
+        exe.set_weight("w", tensor(DType::F32, &[1, 1, 3], &w).view())
+            .unwrap();
+        let got = exe
+            .run(&[("x", tensor(DType::F32, &[3, 1, 5], &x).view())], &[])
+            .unwrap();
+        assert_eq!(got[0].shape(), [3, 1, 4], "{label}");
+        for (k, (g, w)) in got[0].to_f64_vec().iter().zip(&want).enumerate() {
+            assert!(
+                (g - w).abs() < 1e-5,
+                "{label}: element {k} is {g}, want {w}"
+            );
+        }
+    }
+}
+
+/// Seed 9147370558249537485 and nine more (on an H100): rope of an empty `[0, 4, 4]` failed
+/// on MLX's GPU ("cudaGraphAddKernelNode ... invalid argument": an empty grid).
+#[test]
+fn rope_of_an_empty_batch() {
+    let mut g = GraphBuilder::new();
+    let x = g.input("x", DType::F32, [0, 4, 4]).unwrap();
+    let op = Op::Rope {
+        dims: 4,
+        base: 10000.0,
+        scale: 1.0,
+        traditional: false,
+    };
+    let y = g.op(op, &[x]).unwrap();
+    g.output("y", y).unwrap();
+    let graph = g.finish().unwrap();
+    for (label, exe) in executables(&graph) {
+        let got = exe
+            .run(&[("x", tensor(DType::F32, &[0, 4, 4], &[]).view())], &[])
+            .unwrap();
+        assert_eq!(got[0].shape(), [0, 4, 4], "{label}");
+    }
+}
