@@ -26,6 +26,7 @@
 #include "mlx/linalg.h"
 #include "mlx/ops.h"
 #include "mlx/transforms.h"
+#include "mlx/utils.h"
 #include "mlx/version.h"
 
 namespace mx = mlx::core;
@@ -981,6 +982,16 @@ int rlx_mlx_matmul(const rlx_mlx_array* a, const rlx_mlx_array* b, bool transpos
     mx::array y = up(get(b));
     if (transpose_a) x = mx::swapaxes(x, -1, -2);
     if (transpose_b) y = mx::swapaxes(y, -1, -2);
+    if (x.size() == 0 || y.size() == 0) {
+      // An empty product (or one over nothing, which is zeros) is made here: MLX's GPU
+      // kernels fail or crash on empty operands.
+      mx::Shape shape = mx::broadcast_shapes(mx::Shape(x.shape().begin(), x.shape().end() - 2),
+                                             mx::Shape(y.shape().begin(), y.shape().end() - 2));
+      shape.push_back(x.shape(-2));
+      shape.push_back(y.shape(-1));
+      put(out, mx::zeros(shape, dt));
+      return;
+    }
     put(out, down(mx::matmul(x, y), dt));
   });
 }

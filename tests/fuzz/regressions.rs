@@ -475,3 +475,53 @@ fn rope_of_an_empty_batch() {
         assert_eq!(got[0].shape(), [0, 4, 4], "{label}");
     }
 }
+
+/// Case 47 of `--seed 1` on an H100 killed the process (SIGSEGV) among several empty
+/// results (a conv of an empty batch, a matmul with an empty batch). MLX now never computes
+/// an empty result (the lowering makes it), and a matmul over an empty contraction is zeros.
+#[test]
+fn empty_results_and_empty_contractions() {
+    let mut g = GraphBuilder::new();
+    let x = g.input("x", DType::F32, [0, 4, 6, 3]).unwrap();
+    let w = g.param("w", DType::F32, [2, 2, 3, 2]).unwrap();
+    let op = Op::Conv {
+        stride: vec![2, 1],
+        padding: vec![(0, 0), (1, 1)],
+        dilation: vec![1, 1],
+        groups: 2,
+    };
+    let conv = g.op(op, &[x, w]).unwrap();
+    let a = g.input("a", DType::F32, [0, 2, 4]).unwrap();
+    let b = g.input("b", DType::F32, [3, 2]).unwrap();
+    let op = Op::MatMul {
+        transpose_a: true,
+        transpose_b: true,
+    };
+    let empty_batch = g.op(op, &[a, b]).unwrap();
+    let c = g.input("c", DType::F32, [2, 0]).unwrap();
+    let d = g.input("d", DType::F32, [0, 3]).unwrap();
+    let over_nothing = g.matmul(c, d).unwrap();
+    g.output("conv", conv).unwrap();
+    g.output("empty_batch", empty_batch).unwrap();
+    g.output("over_nothing", over_nothing).unwrap();
+    let graph = g.finish().unwrap();
+    for (label, exe) in executables(&graph) {
+        exe.set_weight("w", tensor(DType::F32, &[2, 2, 3, 2], &[0.5; 24]).view())
+            .unwrap();
+        let got = exe
+            .run(
+                &[
+                    ("x", tensor(DType::F32, &[0, 4, 6, 3], &[]).view()),
+                    ("a", tensor(DType::F32, &[0, 2, 4], &[]).view()),
+                    ("b", tensor(DType::F32, &[3, 2], &[1.0; 6]).view()),
+                    ("c", tensor(DType::F32, &[2, 0], &[]).view()),
+                    ("d", tensor(DType::F32, &[0, 3], &[]).view()),
+                ],
+                &[],
+            )
+            .unwrap();
+        assert_eq!(got[0].shape(), [0, 2, 2, 4], "{label}");
+        assert_eq!(got[1].shape(), [0, 4, 3], "{label}");
+        assert_eq!(got[2].to_f64_vec(), vec![0.0; 6], "{label}");
+    }
+}

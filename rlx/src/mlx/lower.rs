@@ -150,10 +150,22 @@ impl Lowering {
                 .collect();
             let at = |e: MlxError| node_error(id, node, e);
             let started = std::time::Instant::now();
-            let value = match self.node(id, node, &operands, &mut checks) {
-                Ok(v) => v,
-                Err(NodeFailure::Mlx(e)) => return Err(at(e)),
-                Err(NodeFailure::Run(e)) => return Err(e),
+            let dims = &self.shapes[id.index()];
+            // An empty result is made here, never by MLX's kernels: several of them
+            // (CUDA launches of empty grids, CPU reductions of empty arrays) fail, stall
+            // or crash on empty operands. Gathers and scatters still go through MLX, for
+            // their index checks.
+            let value = if dims.contains(&0)
+                && !matches!(node.op, Op::Gather { .. } | Op::ScatterAdd { .. })
+            {
+                let empty = crate::tensor::HostTensor::zeros(node.ty.dtype, dims.clone());
+                Array::from_tensor(empty.view()).map_err(at)?
+            } else {
+                match self.node(id, node, &operands, &mut checks) {
+                    Ok(v) => v,
+                    Err(NodeFailure::Mlx(e)) => return Err(at(e)),
+                    Err(NodeFailure::Run(e)) => return Err(e),
+                }
             };
             if verify {
                 self.verify(id, node, &value)?;
