@@ -114,6 +114,18 @@ pub fn tf32_enabled() -> bool {
     unsafe { sys::rlx_mlx_tf32() }
 }
 
+/// Held through every call that builds or evaluates on a GPU (see [`gpu_turn`]).
+static GPU_LOCK: Mutex<()> = Mutex::new(());
+
+/// On a GPU, one call at a time: the calls of this process that build or evaluate MLX
+/// arrays on the GPU take turns. MLX 0.32's CUDA backend captures CUDA graphs per stream,
+/// and runs from several threads at once aborted the process ("cudaStreamEndCapture ...
+/// operation failed due to a previous error during capture", inside MLX, on an H100); the
+/// GPU is the parallel resource there anyway. On the CPU device runs stay parallel.
+pub(crate) fn gpu_turn(device: Device) -> Option<std::sync::MutexGuard<'static, ()>> {
+    (device == Device::Gpu).then(|| GPU_LOCK.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
 /// MLX builds ops on one process-wide default device. Executables on different devices
 /// may lower concurrently, so each lowering holds this lock while the default is its own.
 static DEVICE_LOCK: Mutex<()> = Mutex::new(());

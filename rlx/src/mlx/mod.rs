@@ -377,8 +377,9 @@ struct CallScratch {
 /// A graph compiled for MLX. See [`MlxBackend`].
 ///
 /// Runs may come from many threads at once ([`Executable`] takes `&self`). Each builds its
-/// ops under a process-wide lock (MLX's default device is one per process) and evaluates
-/// them without it, on its own thread's MLX stream.
+/// ops under a process-wide lock (MLX's default device is one per process) and, on the CPU
+/// device, evaluates them without it, on its own thread's MLX stream. On a GPU the calls of
+/// the process take turns: MLX 0.32's CUDA backend aborted under concurrent runs.
 pub struct MlxExecutable {
     graph: Arc<Graph>,
     signature: Signature,
@@ -460,6 +461,7 @@ impl MlxExecutable {
 impl Executable for MlxExecutable {
     fn set_weights(&self, weights: &[(&str, TensorRef<'_>)]) -> Result<(), RunError> {
         let _one_at_a_time = lock(&self.binding_weights);
+        let _gpu = device::gpu_turn(self.device);
         let mut arrays = Vec::with_capacity(weights.len());
         {
             let bound = read(&self.weights);
@@ -489,6 +491,7 @@ impl Executable for MlxExecutable {
     }
 
     fn weight(&self, name: &str) -> Result<HostTensor, RunError> {
+        let _gpu = device::gpu_turn(self.device);
         let value = {
             let bound = read(&self.weights);
             let i = bound.params.find_bound(name)?;
@@ -513,6 +516,7 @@ impl Executable for MlxExecutable {
         runs: usize,
     ) -> Result<Profile, RunError> {
         let runs = runs.max(1);
+        let _gpu = device::gpu_turn(self.device);
         let uploaded = upload(inputs)?;
         let (plan, leaves) = self.bind_leaves(inputs, &uploaded, dims)?;
         Array::eval(&leaves.iter().collect::<Vec<_>>()).map_err(backend_error)?;
@@ -549,6 +553,7 @@ impl Executable for MlxExecutable {
         which: &[usize],
     ) -> Result<Vec<HostTensor>, RunError> {
         check_output_indices(which, self.graph.outputs().len())?;
+        let _gpu = device::gpu_turn(self.device);
         let uploaded = upload(inputs)?;
         let results = self.evaluate(inputs, &uploaded, dims)?;
         which
@@ -563,6 +568,7 @@ impl Executable for MlxExecutable {
         dims: &[(&str, usize)],
         outputs: &mut Vec<HostTensor>,
     ) -> Result<(), RunError> {
+        let _gpu = device::gpu_turn(self.device);
         let uploaded = upload(inputs)?;
         let results = self.evaluate(inputs, &uploaded, dims)?;
         outputs.resize_with(results.len(), || HostTensor::zeros(DType::F32, [0]));
@@ -612,6 +618,7 @@ impl MlxExecutable {
             })
             .collect::<Result<Vec<_>, RunError>>()?;
         let arrays: Vec<Array> = inputs.iter().map(|(_, a)| (*a).clone()).collect();
+        let _gpu = device::gpu_turn(self.device);
         self.evaluate(&described, &arrays, dims)
     }
 
