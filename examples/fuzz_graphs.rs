@@ -1,7 +1,8 @@
 //! Differential testing on random graphs, for as long as you like: every case is a random
 //! well-typed graph run on each backend configuration (the CPU with 1 and 2 threads; MLX
 //! eager, lazy and compiled), every node checked against the same op in float64 on the
-//! operands that configuration produced (see `rlx_workspace::fuzz`).
+//! operands that configuration produced, and the same for each case's gradient graph (see
+//! `rlx_workspace::fuzz`).
 //!
 //! ```text
 //! cargo run --release --example fuzz_graphs -- --cases 20000 --seed 1 [--steps 10] [--cpu-only]
@@ -109,8 +110,10 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
     });
     eprintln!(
-        "{} values checked, {} unjudged, {} cases refused by every configuration, {:.0} s",
+        "{} values checked (gradient graphs of {} cases among them), {} unjudged, {} cases \
+         refused by every configuration, {:.0} s",
         report.checked,
+        report.gradients,
         report.unjudged,
         report.refused,
         started.elapsed().as_secs_f64()

@@ -493,6 +493,22 @@ mx::array conv(const mx::array& x, const mx::array& w, const rlx_mlx_array* bias
   const mx::Dtype dt = x.dtype();
   // MLX convolves f32 and halves only: f64 runs in f32 (as MLX's f64 math does elsewhere).
   auto f32 = [](const mx::array& a) { return is_float(a.dtype()) && a.dtype() != mx::float32 ? mx::astype(a, mx::float32) : a; };
+  if (x.size() == 0 || w.size() == 0) {
+    // Nothing to sum (no input channels or no window): the bias alone. MLX's CPU
+    // convolution divides by zero on empty operands. (Empty results never get here.)
+    mx::Shape shape{x.shape(0), w.shape(0)};
+    for (int i = 0; i < n; ++i) {
+      const int span = dilation[i] * (w.shape(2 + i) - 1) + 1;
+      shape.push_back(std::max(0, (x.shape(2 + i) + lo[i] + hi[i] - span) / stride[i] + 1));
+    }
+    mx::array y = mx::zeros(shape, mx::float32);
+    if (bias != nullptr) {
+      mx::Shape bshape{-1};
+      for (int i = 0; i < n; ++i) bshape.push_back(1);
+      y = mx::add(y, mx::reshape(f32(get(bias)), bshape));
+    }
+    return down(y, dt);
+  }
   mx::array xl = mx::transpose(f32(x), to_last);
   const mx::array wl = mx::transpose(f32(w), to_last);
   if (lo != hi) {
@@ -524,6 +540,22 @@ mx::array conv_transpose(const mx::array& x, const mx::array& w, const rlx_mlx_a
   const int n = static_cast<int>(stride.size());
   const mx::Dtype dt = x.dtype();
   auto f32 = [](const mx::array& a) { return is_float(a.dtype()) && a.dtype() != mx::float32 ? mx::astype(a, mx::float32) : a; };
+  if (x.size() == 0 || w.size() == 0) {
+    // As in `conv`: the bias alone, kept from MLX's CPU convolution.
+    mx::Shape shape{x.shape(0), w.shape(1) * groups};
+    for (int i = 0; i < n; ++i) {
+      const int span = dilation[i] * (w.shape(2 + i) - 1) + 1;
+      shape.push_back(std::max(0, (x.shape(2 + i) - 1) * stride[i] + span - crop_lo[i] -
+                                      crop_hi[i] + output_padding[i]));
+    }
+    mx::array y = mx::zeros(shape, mx::float32);
+    if (bias != nullptr) {
+      mx::Shape bshape{-1};
+      for (int i = 0; i < n; ++i) bshape.push_back(1);
+      y = mx::add(y, mx::reshape(f32(get(bias)), bshape));
+    }
+    return down(y, dt);
+  }
   std::vector<int> to_last{0};
   for (int i = 0; i < n; ++i) to_last.push_back(i + 2);
   to_last.push_back(1);

@@ -10,6 +10,8 @@
 //! the operands the backend saw), and a mismatch comes already minimised: one op, its
 //! operand values and the one-node graph that reproduces it.
 //!
+//! Each case's gradient (see [`gradient_case`]) is checked the same way, node by node.
+//!
 //! Configurations must also agree on whether a case runs at all: one refusing a graph
 //! another runs, or any panic, is a failure. A refusal a backend documents (MLX on a GPU
 //! refuses float64 graphs at compile time) leaves that configuration out of the case.
@@ -101,6 +103,8 @@ pub struct Report {
     /// sizes approach the dtype's range, so no bound applies (their NaN-ness still must
     /// match).
     pub unjudged: usize,
+    /// Cases whose gradient graph was checked too (see [`gradient_case`]).
+    pub gradients: usize,
     /// Cases that every configuration refused with a typed error (a slice past a symbolic
     /// bound, say): consistent, and not compared.
     pub refused: usize,
@@ -284,6 +288,21 @@ fn check_node(
     got: &HostTensor,
 ) -> Result<Verdict, String> {
     let node = &case.graph[id];
+    if matches!(node.op, Op::Input | Op::Param | Op::Constant(_)) {
+        // A leaf returned as is (a gradient that is a constant, say): exactly its value.
+        let want = value_of(case, values, id);
+        let same = want.shape() == got.shape()
+            && want
+                .to_f64_vec()
+                .iter()
+                .zip(got.to_f64_vec())
+                .all(|(w, g)| *w == g || (w.is_nan() && g.is_nan()));
+        return Ok(if same {
+            Verdict::Agrees
+        } else {
+            Verdict::Differs(format!("{} returned as {:?}", node.op, got.to_f64_vec()))
+        });
+    }
     let operands: Vec<HostTensor> = node
         .inputs
         .iter()
@@ -369,6 +388,66 @@ fn check_node(
     })
 }
 
+/// The gradient of `case`: a scalar loss (the sum of every float output, in f32) is
+/// differentiated with respect to every float input and param (`autodiff::gradients`), and
+/// every computed node of the resulting graph becomes an output, so the backward pass is
+/// checked node by node like any graph. `None` when the case has no float output or input,
+/// or its loss depends on an op without a derivative.
+pub fn gradient_case(case: &Case) -> Option<Case> {
+    use rlx::autodiff::{Wrt, gradients};
+    let mut b = GraphBuilder::from_graph(case.graph.clone());
+    let mut loss = None;
+    for output in case.graph.outputs() {
+        let ty = &case.graph[output.node].ty;
+        if !ty.dtype.is_float() {
+            continue;
+        }
+        let mut x = output.node;
+        if ty.rank() > 0 {
+            let op = Op::Reduce {
+                op: rlx::ir::ReduceOp::Sum,
+                axes: (0..ty.rank()).collect(),
+                keep_dims: false,
+            };
+            x = b.op(op, &[x]).ok()?;
+        }
+        if ty.dtype != DType::F32 {
+            x = b.cast(x, DType::F32).ok()?;
+        }
+        loss = Some(match loss {
+            None => x,
+            Some(total) => b.add(total, x).ok()?,
+        });
+    }
+    b.output("fuzz_loss", loss?).ok()?;
+    let graph = b.finish().ok()?;
+    let wrt: Vec<String> = graph
+        .nodes()
+        .iter()
+        .filter(|n| matches!(n.op, Op::Input | Op::Param) && n.ty.dtype.is_float())
+        .filter_map(|n| n.name.clone())
+        .collect();
+    if wrt.is_empty() {
+        return None;
+    }
+    let grad = gradients(&graph, "fuzz_loss", &Wrt::Named(wrt)).ok()?;
+    let outputs: Vec<NodeId> = grad.outputs().iter().map(|o| o.node).collect();
+    let mut b = GraphBuilder::from_graph(grad.clone());
+    for (id, node) in grad.iter() {
+        let computed = !matches!(node.op, Op::Input | Op::Param | Op::Constant(_));
+        if computed && !outputs.contains(&id) {
+            b.output(&format!("g{}", id.index()), id).ok()?;
+        }
+    }
+    Some(Case {
+        seed: case.seed,
+        graph: b.finish().ok()?,
+        inputs: case.inputs.clone(),
+        params: case.params.clone(),
+        dims: case.dims.clone(),
+    })
+}
+
 /// Generates and checks `count` cases (each seed drawn from a generator seeded with `seed`)
 /// with graphs of up to `steps` ops, calling `progress` after each. With `RLX_FUZZ_TRACE`
 /// set, each case's seed goes to stderr before it runs (to name a case that crashes the
@@ -390,6 +469,11 @@ pub fn run_cases(
         }
         let case = generate(case_seed, steps);
         check(&case, configs, &mut report);
+        if let Some(backward) = gradient_case(&case) {
+            report.gradients += 1;
+            check(&backward, configs, &mut report);
+            report.cases -= 1;
+        }
         progress(&report);
     }
     report

@@ -180,6 +180,25 @@ pub(crate) fn of(op: &Op, operands: &[HostTensor], out: DType) -> Bound {
             let n = dims(0).get(*axis).copied().unwrap_or(1).max(1) as f64;
             (4.0 * u, 64.0 * u * n * (1.0 + scale) + tiny, scale)
         }
+        Op::ConvTranspose { .. } => {
+            // Each output sums at most `C/groups * kernel` products, as a conv does.
+            let w = dims(1);
+            let k = w.iter().skip(1).product::<usize>().max(1) as f64 * w[0].max(1) as f64;
+            let abs = 2.0 * u * k * (k * scale * scale + scale) + tiny;
+            (2.0 * u, abs, k * scale * scale)
+        }
+        Op::Upsample { .. } => (4.0 * u, 4.0 * u * scale + tiny, scale),
+        Op::FusedMatMul { transpose_a, .. } => {
+            let a = dims(0);
+            let k = if *transpose_a && a.len() >= 2 {
+                a[a.len() - 2]
+            } else {
+                a.last().copied().unwrap_or(1)
+            }
+            .max(1) as f64;
+            let abs = 2.0 * u * k * k * scale * scale + 64.0 * u * scale + tiny;
+            (64.0 * u, abs, k * scale * scale)
+        }
         Op::MatMul { transpose_a, .. } => {
             let a = dims(0);
             let k = if *transpose_a && a.len() >= 2 {

@@ -21,11 +21,12 @@ fn random_graphs_agree_with_float64_on_every_configuration() {
         eprintln!("FAILURE {f}");
     }
     println!(
-        "fuzz_graphs cases={} mismatches={} failures={} seed={SEED} (checked {}, unjudged {}, refused {})",
+        "fuzz_graphs cases={} mismatches={} failures={} seed={SEED} (checked {}, gradients of {} cases, unjudged {}, refused {})",
         report.cases,
         report.mismatches.len(),
         report.failures.len(),
         report.checked,
+        report.gradients,
         report.unjudged,
         report.refused
     );

@@ -525,3 +525,55 @@ fn empty_results_and_empty_contractions() {
         assert_eq!(got[2].to_f64_vec(), vec![0.0; 6], "{label}");
     }
 }
+
+/// The gradient graphs of the bounded run: a convolution whose operands are empty but
+/// whose result is not (a weight gradient over an empty batch, no input channels) killed
+/// the process with SIGFPE in MLX's CPU convolution. It is the bias alone.
+#[test]
+fn convolutions_over_nothing_are_their_bias() {
+    let mut g = GraphBuilder::new();
+    let x = g.input("x", DType::F32, [2, 0, 5]).unwrap();
+    let w = g.input("w", DType::F32, [3, 0, 2]).unwrap();
+    let bias = g.input("bias", DType::F32, [3]).unwrap();
+    let op = Op::Conv {
+        stride: vec![1],
+        padding: vec![(0, 0)],
+        dilation: vec![1],
+        groups: 1,
+    };
+    let y = g.op(op, &[x, w, bias]).unwrap();
+    let xt = g.input("xt", DType::F32, [2, 0, 4]).unwrap();
+    let wt = g.input("wt", DType::F32, [0, 3, 2]).unwrap();
+    let op = Op::ConvTranspose {
+        stride: vec![2],
+        padding: vec![(0, 0)],
+        output_padding: vec![0],
+        dilation: vec![1],
+        groups: 1,
+    };
+    let t = g.op(op, &[xt, wt]).unwrap();
+    g.output("y", y).unwrap();
+    g.output("t", t).unwrap();
+    let graph = g.finish().unwrap();
+    for (label, exe) in executables(&graph) {
+        let got = exe
+            .run(
+                &[
+                    ("x", tensor(DType::F32, &[2, 0, 5], &[]).view()),
+                    ("w", tensor(DType::F32, &[3, 0, 2], &[]).view()),
+                    ("bias", tensor(DType::F32, &[3], &[1.0, -2.0, 0.5]).view()),
+                    ("xt", tensor(DType::F32, &[2, 0, 4], &[]).view()),
+                    ("wt", tensor(DType::F32, &[0, 3, 2], &[]).view()),
+                ],
+                &[],
+            )
+            .unwrap();
+        assert_eq!(got[0].shape(), [2, 3, 4], "{label}");
+        let want: Vec<f64> = (0..2)
+            .flat_map(|_| [1.0, -2.0, 0.5].into_iter().flat_map(|b| [b; 4]))
+            .collect();
+        assert_eq!(got[0].to_f64_vec(), want, "{label}");
+        assert_eq!(got[1].shape(), [2, 3, 8], "{label}");
+        assert!(got[1].to_f64_vec().iter().all(|&v| v == 0.0), "{label}");
+    }
+}
