@@ -700,7 +700,7 @@ pub fn generate(seed: u64, steps: usize) -> Case {
                 .map(|d| d.as_static().unwrap_or(5))
                 .product::<usize>()
         };
-        while numel(&dims) > 250_000 {
+        while numel(&dims) > 60_000 {
             let biggest = (0..dims.len())
                 .max_by_key(|&i| dims[i].as_static().unwrap_or(0))
                 .unwrap_or(0);
