@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use rlx::cpu::{CpuBackend, CpuOptions};
 use rlx::models::minilm::{Batch, ModelFiles, SentenceEmbedder};
-use rlx::tensor::HostTensor;
+use rlx_workspace::bench::{SEED, dense_batch, parse_shapes};
 
 /// Runs per second when `callers` threads call `model.embeddings` in a loop for `time`.
 fn throughput(
@@ -58,13 +58,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         match arg.as_str() {
             "--shapes" => {
                 let list = it.next().ok_or("--shapes needs e.g. 1x16,8x128")?;
-                shapes = list
-                    .split(',')
-                    .map(|s| {
-                        let (b, q) = s.split_once('x').ok_or("shapes look like 8x128")?;
-                        Ok::<_, Box<dyn Error>>((b.parse()?, q.parse()?))
-                    })
-                    .collect::<Result<_, _>>()?;
+                shapes = parse_shapes(&list)?;
             }
             "--seconds" => seconds = it.next().ok_or("--seconds needs a number")?.parse()?,
             other => return Err(format!("unknown argument {other}").into()),
@@ -81,23 +75,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     };
     let (two_threads, one_thread) = (on(2)?, on(1)?);
 
-    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut state = SEED;
     for (batch, seq) in shapes {
-        let n = batch * seq;
-        let ids: Vec<i64> = (0..n)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                1000 + (state % 29000) as i64
-            })
-            .collect();
-        let inputs = Arc::new(Batch {
-            input_ids: HostTensor::from_vec(ids, [batch, seq])?,
-            attention_mask: HostTensor::from_vec(vec![1i64; n], [batch, seq])?,
-            token_type_ids: HostTensor::from_vec(vec![0i64; n], [batch, seq])?,
-            lengths: vec![seq; batch],
-        });
+        let inputs = Arc::new(dense_batch(batch, seq, &mut state)?);
         let one = throughput(&two_threads, &inputs, 1, time)?;
         let two = throughput(&one_thread, &inputs, 2, time)?;
         println!(

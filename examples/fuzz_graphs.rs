@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rlx_workspace::fuzz::{Config, Rng, run_cases};
+use rlx_workspace::fuzz::{Config, run_cases};
+use rlx_workspace::rng::Rng;
 
 fn main() -> Result<(), Box<dyn Error>> {
     let (mut cases, mut seed, mut steps, mut cpu_only) = (1000usize, 1u64, 10usize, false);

@@ -19,8 +19,8 @@ use std::error::Error;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use rlx::models::minilm::{Batch, ModelFiles, SentenceEmbedder};
-use rlx::tensor::HostTensor;
+use rlx::models::minilm::{ModelFiles, SentenceEmbedder};
+use rlx_workspace::bench::{SEED, dense_batch, parse_shapes};
 
 fn main() -> Result<(), Box<dyn Error>> {
     let mut backend = "cpu".to_string();
@@ -39,13 +39,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             }
             "--shapes" => {
                 let list = it.next().ok_or("--shapes needs e.g. 1x16,8x128")?;
-                shapes = list
-                    .split(',')
-                    .map(|s| {
-                        let (b, q) = s.split_once('x').ok_or("shapes look like 8x128")?;
-                        Ok::<_, Box<dyn Error>>((b.parse()?, q.parse()?))
-                    })
-                    .collect::<Result<_, _>>()?;
+                shapes = parse_shapes(&list)?;
             }
             "--profile" => profile = true,
             "--precision" => precision = it.next().ok_or("--precision needs f32|tf32|f16|bf16")?,
@@ -87,23 +81,9 @@ fn main() -> Result<(), Box<dyn Error>> {
         .collect::<Vec<_>>()
         .join("-");
 
-    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut state = SEED;
     for (batch, seq) in shapes {
-        let n = batch * seq;
-        let ids: Vec<i64> = (0..n)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                1000 + (state % 29000) as i64
-            })
-            .collect();
-        let inputs = Batch {
-            input_ids: HostTensor::from_vec(ids, [batch, seq])?,
-            attention_mask: HostTensor::from_vec(vec![1i64; n], [batch, seq])?,
-            token_type_ids: HostTensor::from_vec(vec![0i64; n], [batch, seq])?,
-            lengths: vec![seq; batch],
-        };
+        let inputs = dense_batch(batch, seq, &mut state)?;
         for _ in 0..3 {
             model.embeddings(&inputs)?;
         }

@@ -2,4 +2,7 @@
 //! README, so the README's example is compiled and run as a doc test.
 #![doc = include_str!("../README.md")]
 
+pub mod bench;
 pub mod fuzz;
+pub mod rng;
+pub mod testing;

@@ -10,8 +10,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use rlx::backend::{Backend, RunError};
 use rlx::cpu::{CpuBackend, CpuExecutable, CpuOptions};
 use rlx::model::Compiled;
-use rlx::models::bert::{Bert, BertConfig};
+use rlx::models::bert::Bert;
 use rlx::tensor::HostTensor;
+use rlx_workspace::rng::Rng;
+use rlx_workspace::testing::tiny_bert;
 
 /// Threads running at once, and runs per thread.
 const THREADS: usize = 4;
@@ -19,26 +21,16 @@ const RUNS: usize = 24;
 /// Batch sizes 1..=BATCHES, each with its own sequence length: four plans in use at once.
 const BATCHES: usize = 4;
 
-fn config() -> BertConfig {
-    BertConfig::from_json(
-        r#"{"vocab_size": 50, "hidden_size": 32, "num_hidden_layers": 2,
-            "num_attention_heads": 4, "intermediate_size": 64,
-            "max_position_embeddings": 32, "type_vocab_size": 2,
-            "layer_norm_eps": 1e-12, "hidden_act": "gelu"}"#,
-    )
-    .unwrap()
-}
-
 fn compile<B: Backend>(backend: &B) -> Arc<Compiled>
 where
     B::Executable: 'static,
 {
-    Arc::new(Bert::compile(backend, &config()).unwrap().into_inner())
+    Arc::new(Bert::compile(backend, &tiny_bert()).unwrap().into_inner())
 }
 
-/// A deterministic weight set: small values from a xorshift seeded with `seed`.
+/// A deterministic weight set: values in [-0.1, 0.1) drawn from `seed`.
 fn weights(model: &Compiled, seed: u64) -> Vec<(String, HostTensor)> {
-    let mut state = seed;
+    let mut rng = Rng(seed);
     model
         .manifest()
         .params
@@ -46,14 +38,7 @@ fn weights(model: &Compiled, seed: u64) -> Vec<(String, HostTensor)> {
         .map(|spec| {
             let shape = spec.static_shape().unwrap();
             let n: usize = shape.iter().product();
-            let values = (0..n)
-                .map(|_| {
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.2
-                })
-                .collect();
+            let values = (0..n).map(|_| rng.uniform(-0.1, 0.1) as f32).collect();
             (
                 spec.name.clone(),
                 HostTensor::from_vec(values, shape).unwrap(),

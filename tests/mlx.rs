@@ -12,8 +12,9 @@ use rlx::builder::GraphBuilder;
 use rlx::cpu::CpuBackend;
 use rlx::ir::{AttrValue, BinaryOp, DType, Dim, Graph, Op, TensorType, UnaryOp};
 use rlx::mlx::{Array, MlxBackend, MlxCustomOp, MlxMode};
-use rlx::models::bert::{Bert, BertConfig};
+use rlx::models::bert::Bert;
 use rlx::tensor::HostTensor;
+use rlx_workspace::testing::tiny_bert;
 
 const MODES: [MlxMode; 3] = [MlxMode::Eager, MlxMode::Lazy, MlxMode::Compiled];
 
@@ -207,16 +208,6 @@ fn a_singular_system_is_reported() {
             "{mode:?}: {err:?}"
         );
     }
-}
-
-fn tiny_bert() -> BertConfig {
-    BertConfig::from_json(
-        r#"{"vocab_size": 50, "hidden_size": 32, "num_hidden_layers": 2,
-            "num_attention_heads": 4, "intermediate_size": 64,
-            "max_position_embeddings": 16, "type_vocab_size": 2,
-            "layer_norm_eps": 1e-12, "hidden_act": "gelu"}"#,
-    )
-    .unwrap()
 }
 
 /// A two-layer BERT with random weights: the same outputs on the CPU executor and on MLX

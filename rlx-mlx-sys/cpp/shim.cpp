@@ -481,6 +481,20 @@ mx::array attention(const mx::array& q0, const mx::array& k0, const mx::array& v
   return down(zero_blind_rows(out, seen), dt);
 }
 
+// MLX convolves f32 and halves only: f64 runs in f32 (as MLX's f64 math does elsewhere).
+mx::array f32(const mx::array& a) {
+  return is_float(a.dtype()) && a.dtype() != mx::float32 ? mx::astype(a, mx::float32) : a;
+}
+
+// A convolution's channels-first result `y` (f32), plus the bias `[O]` when there is one,
+// in the operands' dtype `dt`.
+mx::array finish_conv(const mx::array& y, const rlx_mlx_array* bias, mx::Dtype dt) {
+  if (bias == nullptr) return down(y, dt);
+  mx::Shape bshape{-1};
+  for (int i = 2; i < static_cast<int>(y.ndim()); ++i) bshape.push_back(1);
+  return down(mx::add(y, mx::reshape(f32(get(bias)), bshape)), dt);
+}
+
 // Channels first in, channels last for MLX, channels first out.
 mx::array conv(const mx::array& x, const mx::array& w, const rlx_mlx_array* bias,
                std::vector<int> stride, std::vector<int> lo, std::vector<int> hi,
@@ -491,8 +505,6 @@ mx::array conv(const mx::array& x, const mx::array& w, const rlx_mlx_array* bias
   to_last.push_back(1);
   for (int i = 0; i < n; ++i) to_first.push_back(i + 1);
   const mx::Dtype dt = x.dtype();
-  // MLX convolves f32 and halves only: f64 runs in f32 (as MLX's f64 math does elsewhere).
-  auto f32 = [](const mx::array& a) { return is_float(a.dtype()) && a.dtype() != mx::float32 ? mx::astype(a, mx::float32) : a; };
   if (x.size() == 0 || w.size() == 0) {
     // Nothing to sum (no input channels or no window): the bias alone. MLX's CPU
     // convolution divides by zero on empty operands. (Empty results never get here.)
@@ -501,13 +513,7 @@ mx::array conv(const mx::array& x, const mx::array& w, const rlx_mlx_array* bias
       const int span = dilation[i] * (w.shape(2 + i) - 1) + 1;
       shape.push_back(std::max(0, (x.shape(2 + i) + lo[i] + hi[i] - span) / stride[i] + 1));
     }
-    mx::array y = mx::zeros(shape, mx::float32);
-    if (bias != nullptr) {
-      mx::Shape bshape{-1};
-      for (int i = 0; i < n; ++i) bshape.push_back(1);
-      y = mx::add(y, mx::reshape(f32(get(bias)), bshape));
-    }
-    return down(y, dt);
+    return finish_conv(mx::zeros(shape, mx::float32), bias, dt);
   }
   mx::array xl = mx::transpose(f32(x), to_last);
   const mx::array wl = mx::transpose(f32(w), to_last);
@@ -523,12 +529,7 @@ mx::array conv(const mx::array& x, const mx::array& w, const rlx_mlx_array* bias
   }
   mx::array y = mx::conv_general(xl, wl, stride, lo, hi, dilation, std::vector<int>{}, groups, false);
   y = mx::transpose(y, to_first);
-  if (bias != nullptr) {
-    mx::Shape bshape{-1};
-    for (int i = 0; i < n; ++i) bshape.push_back(1);
-    y = mx::add(y, mx::reshape(f32(get(bias)), bshape));
-  }
-  return down(y, dt);
+  return finish_conv(y, bias, dt);
 }
 
 // The adjoint of `conv`: MLX's general convolution of `x` dilated by the stride, padded by
@@ -539,7 +540,6 @@ mx::array conv_transpose(const mx::array& x, const mx::array& w, const rlx_mlx_a
                          std::vector<int> output_padding, std::vector<int> dilation, int groups) {
   const int n = static_cast<int>(stride.size());
   const mx::Dtype dt = x.dtype();
-  auto f32 = [](const mx::array& a) { return is_float(a.dtype()) && a.dtype() != mx::float32 ? mx::astype(a, mx::float32) : a; };
   if (x.size() == 0 || w.size() == 0) {
     // As in `conv`: the bias alone, kept from MLX's CPU convolution.
     mx::Shape shape{x.shape(0), w.shape(1) * groups};
@@ -548,13 +548,7 @@ mx::array conv_transpose(const mx::array& x, const mx::array& w, const rlx_mlx_a
       shape.push_back(std::max(0, (x.shape(2 + i) - 1) * stride[i] + span - crop_lo[i] -
                                       crop_hi[i] + output_padding[i]));
     }
-    mx::array y = mx::zeros(shape, mx::float32);
-    if (bias != nullptr) {
-      mx::Shape bshape{-1};
-      for (int i = 0; i < n; ++i) bshape.push_back(1);
-      y = mx::add(y, mx::reshape(f32(get(bias)), bshape));
-    }
-    return down(y, dt);
+    return finish_conv(mx::zeros(shape, mx::float32), bias, dt);
   }
   std::vector<int> to_last{0};
   for (int i = 0; i < n; ++i) to_last.push_back(i + 2);
@@ -599,12 +593,7 @@ mx::array conv_transpose(const mx::array& x, const mx::array& w, const rlx_mlx_a
   std::vector<int> to_first{0, n + 1};
   for (int i = 0; i < n; ++i) to_first.push_back(i + 1);
   y = mx::transpose(y, to_first);
-  if (bias != nullptr) {
-    mx::Shape bshape{-1};
-    for (int i = 0; i < n; ++i) bshape.push_back(1);
-    y = mx::add(y, mx::reshape(f32(get(bias)), bshape));
-  }
-  return down(y, dt);
+  return finish_conv(y, bias, dt);
 }
 
 // One strided slice per window offset, combined with max or sum.

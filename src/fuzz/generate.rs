@@ -10,39 +10,7 @@ use rlx::ir::{
 use rlx::prelude::GraphBuilder;
 use rlx::tensor::HostTensor;
 
-/// A deterministic generator (SplitMix64).
-#[derive(Clone, Debug)]
-pub struct Rng(pub u64);
-
-impl Rng {
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n` > 0).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-
-    /// True with probability `p`.
-    pub fn chance(&mut self, p: f64) -> bool {
-        self.uniform(0.0, 1.0) < p
-    }
-
-    /// Uniform in `[lo, hi)`.
-    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())]
-    }
-}
+use crate::rng::Rng;
 
 /// One generated case: a graph whose every computed node is an output, its inputs and
 /// params with values, and the values of its runtime dims.
@@ -188,6 +156,13 @@ impl Generator {
         None
     }
 
+    /// An operand of rank at least 1 whose dtype `admits`, and one of its axes.
+    fn axis_of(&mut self, admits: impl Fn(DType) -> bool) -> Option<(NodeId, usize)> {
+        let x = self.operand(|g, id| admits(g.dtype(id)) && !g.dims(id).is_empty())?;
+        let axis = self.rng.below(self.dims(x).len());
+        Some((x, axis))
+    }
+
     fn float_operand(&mut self) -> Option<NodeId> {
         self.operand(|g, id| g.dtype(id).is_float())
     }
@@ -221,7 +196,6 @@ impl Generator {
     }
 
     fn step(&mut self) -> Option<(Op, Vec<NodeId>)> {
-        let rank_of = |g: &Generator, id: NodeId| g.dims(id).len();
         Some(match self.rng.below(26) {
             0..=2 => {
                 let kind = self.rng.pick(&UnaryOp::ALL);
@@ -257,8 +231,9 @@ impl Generator {
             }
             9 | 10 => self.matmul()?,
             11 => {
-                let x = self.operand(|g, id| g.dtype(id) != DType::Bool && rank_of(g, id) > 0)?;
-                let rank = rank_of(self, x);
+                let x =
+                    self.operand(|g, id| g.dtype(id) != DType::Bool && !g.dims(id).is_empty())?;
+                let rank = self.dims(x).len();
                 let mut axes: Vec<usize> = (0..rank).filter(|_| self.rng.chance(0.5)).collect();
                 if axes.is_empty() {
                     axes.push(self.rng.below(rank));
@@ -275,8 +250,7 @@ impl Generator {
                 )
             }
             12 => {
-                let x = self.operand(|g, id| g.dtype(id) != DType::Bool && rank_of(g, id) > 0)?;
-                let axis = self.rng.below(rank_of(self, x));
+                let (x, axis) = self.axis_of(|d| d != DType::Bool)?;
                 let op = self.rng.pick(&ArgReduceOp::ALL);
                 let keep_dims = self.rng.chance(0.5);
                 (
@@ -289,8 +263,7 @@ impl Generator {
                 )
             }
             13 => {
-                let x = self.operand(|g, id| g.dtype(id) != DType::Bool && rank_of(g, id) > 0)?;
-                let axis = self.rng.below(rank_of(self, x));
+                let (x, axis) = self.axis_of(|d| d != DType::Bool)?;
                 let (exclusive, reverse) = (self.rng.chance(0.3), self.rng.chance(0.3));
                 let op = Op::Cumsum {
                     axis,
@@ -300,8 +273,7 @@ impl Generator {
                 (op, vec![x])
             }
             14 => {
-                let x = self.operand(|g, id| g.dtype(id).is_float() && rank_of(g, id) > 0)?;
-                let axis = self.rng.below(rank_of(self, x));
+                let (x, axis) = self.axis_of(DType::is_float)?;
                 let log = self.rng.chance(0.4);
                 (Op::Softmax { axis, log }, vec![x])
             }
@@ -310,8 +282,7 @@ impl Generator {
             17 => self.movement()?,
             18 => self.gather()?,
             19 => {
-                let x = self.operand(|g, id| g.dtype(id) != DType::Bool && rank_of(g, id) > 0)?;
-                let axis = self.rng.below(rank_of(self, x));
+                let (x, axis) = self.axis_of(|d| d != DType::Bool)?;
                 let size = self.concrete(x)[axis];
                 let output = self.rng.pick(&[SortOutput::Values, SortOutput::Indices]);
                 if self.rng.chance(0.5) && size > 0 {

@@ -19,7 +19,9 @@
 mod generate;
 mod tolerance;
 
-pub use generate::{Case, Rng, generate, tensor};
+pub use generate::{Case, generate, tensor};
+
+use crate::rng::Rng;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -114,9 +116,9 @@ pub struct Report {
     pub failures: Vec<String>,
 }
 
-/// Runs `case` on every configuration and checks each node of each run locally.
+/// Runs `case` on every configuration, checks each node of each run locally, and adds
+/// what it found to `report`.
 pub fn check(case: &Case, configs: &[Config], report: &mut Report) {
-    report.cases += 1;
     let mut outcomes = Vec::new();
     for config in configs {
         let outcome = catch_unwind(AssertUnwindSafe(|| run(case, config)));
@@ -472,8 +474,8 @@ pub fn run_cases(
         if let Some(backward) = gradient_case(&case) {
             report.gradients += 1;
             check(&backward, configs, &mut report);
-            report.cases -= 1;
         }
+        report.cases += 1;
         progress(&report);
     }
     report

@@ -119,16 +119,19 @@ pub(crate) fn of(op: &Op, operands: &[HostTensor], out: DType) -> Bound {
     if !out.is_float() {
         return exact;
     }
-    let floats: Vec<f64> = operands
+    // One pass over the float operands: whether all are finite, and the largest finite
+    // magnitude (at least 1).
+    let (finite, scale) = operands
         .iter()
         .filter(|t| t.dtype().is_float())
         .flat_map(|t| t.to_f64_vec())
-        .collect();
-    let finite = floats.iter().all(|v| v.is_finite());
-    let scale = floats
-        .iter()
-        .filter(|v| v.is_finite())
-        .fold(1.0f64, |m, v| m.max(v.abs()));
+        .fold((true, 1.0f64), |(finite, scale), v| {
+            if v.is_finite() {
+                (finite, scale.max(v.abs()))
+            } else {
+                (false, scale)
+            }
+        });
     let u = unit(out);
     let tiny = 4.0 * smallest_normal(out);
     let dims = |i: usize| {
@@ -188,7 +191,7 @@ pub(crate) fn of(op: &Op, operands: &[HostTensor], out: DType) -> Bound {
             (2.0 * u, abs, k * scale * scale)
         }
         Op::Upsample { .. } => (4.0 * u, 4.0 * u * scale + tiny, scale),
-        Op::FusedMatMul { transpose_a, .. } => {
+        Op::MatMul { transpose_a, .. } | Op::FusedMatMul { transpose_a, .. } => {
             let a = dims(0);
             let k = if *transpose_a && a.len() >= 2 {
                 a[a.len() - 2]
@@ -196,19 +199,13 @@ pub(crate) fn of(op: &Op, operands: &[HostTensor], out: DType) -> Bound {
                 a.last().copied().unwrap_or(1)
             }
             .max(1) as f64;
-            let abs = 2.0 * u * k * k * scale * scale + 64.0 * u * scale + tiny;
-            (64.0 * u, abs, k * scale * scale)
-        }
-        Op::MatMul { transpose_a, .. } => {
-            let a = dims(0);
-            let k = if *transpose_a && a.len() >= 2 {
-                a[a.len() - 2]
-            } else {
-                a.last().copied().unwrap_or(1)
-            }
-            .max(1) as f64;
-            let abs = 2.0 * u * k * k * scale * scale + tiny;
-            (2.0 * u, abs, k * scale * scale)
+            let product = 2.0 * u * k * k * scale * scale + tiny;
+            // A fused epilogue (bias, activation, residual) adds a transcendental's error.
+            let (rel, abs) = match op {
+                Op::FusedMatMul { .. } => (64.0 * u, product + 64.0 * u * scale),
+                _ => (2.0 * u, product),
+            };
+            (rel, abs, k * scale * scale)
         }
         Op::Attention { scale: factor, .. } => {
             // Scores of up to `d * scale^2 * |factor|`, probabilities over `t` keys, then a

@@ -185,6 +185,17 @@ impl AlignedBytes {
         Ok(())
     }
 
+    /// A copy, or an error if the memory is not there.
+    fn try_clone(&self) -> Result<AlignedBytes, std::collections::TryReserveError> {
+        let mut blocks = Vec::new();
+        blocks.try_reserve_exact(self.blocks.len())?;
+        blocks.extend_from_slice(&self.blocks);
+        Ok(AlignedBytes {
+            blocks,
+            len: self.len,
+        })
+    }
+
     fn bytes(&self) -> &[u8] {
         // SAFETY: `Block` is 64 plain bytes with no padding (size 64, align 64), so the
         // blocks are `len.div_ceil(64) * 64 >= len` initialized bytes.
@@ -408,21 +419,24 @@ impl CpuExecutable {
         })
     }
 
-    /// Writes already checked `weights` into `statics` and refreshes their packings.
+    /// Writes already checked `weights` into `statics`, refreshes their packings and marks
+    /// them bound.
     fn write_weights(
         &self,
         statics: &mut AlignedBytes,
-        params: &ParamTable,
+        params: &mut ParamTable,
         weights: &[(&str, TensorRef<'_>)],
     ) -> Result<(), RunError> {
         let statics = statics.bytes_mut();
         for (name, value) in weights {
-            let slot = &self.program.params[params.find(name)?];
+            let i = params.find(name)?;
+            let slot = &self.program.params[i];
             let at = slot.offset;
             statics[at..at + value.bytes.len()].copy_from_slice(value.bytes);
             for packing in &slot.packings {
                 packing.refresh(statics, slot);
             }
+            params.mark_bound(i);
         }
         Ok(())
     }
@@ -458,17 +472,12 @@ impl Executable for CpuExecutable {
             Some(unique) => self.write_weights(unique, params, weights)?,
             None => {
                 // Runs in flight read the current region: later runs take a new one.
-                let mut copy = AlignedBytes::default();
-                copy.try_resize(statics.len)
+                let mut copy = statics
+                    .try_clone()
                     .map_err(|_| RunError::WeightsOutOfMemory { bytes: statics.len })?;
-                copy.bytes_mut().copy_from_slice(statics.bytes());
                 self.write_weights(&mut copy, params, weights)?;
                 *statics = Arc::new(copy);
             }
-        }
-        for (name, _) in weights {
-            let i = params.find(name)?;
-            params.mark_bound(i);
         }
         Ok(())
     }

@@ -154,7 +154,8 @@ impl Lowering {
             // An empty result is made here, never by MLX's kernels: several of them
             // (CUDA launches of empty grids, CPU reductions of empty arrays) fail, stall
             // or crash on empty operands. Gathers and scatters still go through MLX, for
-            // their index checks.
+            // their index checks. (The shim's own guards cover what this cannot: empty
+            // operands with non-empty results, and custom ops calling `Array` methods.)
             let value = if dims.contains(&0)
                 && !matches!(node.op, Op::Gather { .. } | Op::ScatterAdd { .. })
             {

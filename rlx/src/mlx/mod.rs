@@ -462,16 +462,16 @@ impl Executable for MlxExecutable {
     fn set_weights(&self, weights: &[(&str, TensorRef<'_>)]) -> Result<(), RunError> {
         let _one_at_a_time = lock(&self.binding_weights);
         let _gpu = device::gpu_turn(self.device);
-        let mut arrays = Vec::with_capacity(weights.len());
-        {
+        let indices = {
             let bound = read(&self.weights);
-            for (name, value) in weights {
-                arrays.push(bound.params.check(name, value)?);
-            }
-        }
+            weights
+                .iter()
+                .map(|(name, value)| bound.params.check(name, value))
+                .collect::<Result<Vec<_>, _>>()?
+        };
         // Uploaded (and cast) without the lock: runs go on meanwhile.
         let mut made = Vec::with_capacity(weights.len());
-        for ((_, value), i) in weights.iter().zip(arrays) {
+        for ((_, value), i) in weights.iter().zip(indices) {
             let mut array = Array::from_tensor(*value).map_err(backend_error)?;
             if let Some(dtype) = self.param_casts[i] {
                 array = device::on_device(self.device, true, || array.cast(dtype))

@@ -89,6 +89,9 @@ pub struct SentenceEmbedder {
     tokenizer: Tokenizer,
     config: BertConfig,
     batch_size: usize,
+    /// The index of the `embeddings` output (past the end, which `run_outputs` refuses
+    /// with a typed error, if the model had none).
+    embeddings_output: usize,
 }
 
 impl SentenceEmbedder {
@@ -107,11 +110,16 @@ impl SentenceEmbedder {
         };
         model.load_safetensors_with(files.weights(), &options)?;
         let tokenizer = Tokenizer::from_file(&files.tokenizer(), MAX_LENGTH)?;
+        let embeddings_output = Bert::OUTPUTS
+            .iter()
+            .position(|name| *name == "embeddings")
+            .unwrap_or(Bert::OUTPUTS.len());
         Ok(SentenceEmbedder {
             model,
             tokenizer,
             config,
             batch_size: BATCH_SIZE,
+            embeddings_output,
         })
     }
 
@@ -173,17 +181,10 @@ impl SentenceEmbedder {
             ("attention_mask", batch.attention_mask.view()),
             ("token_type_ids", batch.token_type_ids.view()),
         ];
-        let index = self
-            .model
-            .graph()
-            .outputs()
-            .iter()
-            .position(|o| o.name == "embeddings")
-            .expect("the BERT model has an `embeddings` output");
-        let mut outputs = self
-            .model
-            .executable()
-            .run_outputs(&inputs, &[], &[index])?;
+        let mut outputs =
+            self.model
+                .executable()
+                .run_outputs(&inputs, &[], &[self.embeddings_output])?;
         Ok(outputs.swap_remove(0))
     }
 

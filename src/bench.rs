@@ -1,0 +1,45 @@
+//! What the MiniLM benchmarks share: their `--shapes` argument and the dense batches they
+//! time.
+
+use rlx::models::minilm::Batch;
+use rlx::tensor::{HostTensor, TensorError};
+
+/// Parses `8x128,1x16` into `(batch, seq)` pairs.
+///
+/// ```
+/// assert_eq!(rlx_workspace::bench::parse_shapes("8x128,1x16").unwrap(), [(8, 128), (1, 16)]);
+/// assert!(rlx_workspace::bench::parse_shapes("8by128").is_err());
+/// ```
+pub fn parse_shapes(list: &str) -> Result<Vec<(usize, usize)>, String> {
+    list.split(',')
+        .map(|s| {
+            let (b, q) = s.split_once('x').ok_or("shapes look like 8x128")?;
+            let number = |t: &str| t.parse().map_err(|e| format!("{t:?} in {s:?}: {e}"));
+            Ok((number(b)?, number(q)?))
+        })
+        .collect()
+}
+
+/// Pseudo-random token ids for benchmarks: `batch × seq` ids in `1000..30000`, every
+/// position attended, one segment. `state` carries on from batch to batch (xorshift64).
+pub fn dense_batch(batch: usize, seq: usize, state: &mut u64) -> Result<Batch, TensorError> {
+    let n = batch * seq;
+    let ids: Vec<i64> = (0..n)
+        .map(|_| {
+            *state ^= *state << 13;
+            *state ^= *state >> 7;
+            *state ^= *state << 17;
+            1000 + (*state % 29000) as i64
+        })
+        .collect();
+    let tensor = |values: Vec<i64>| HostTensor::from_vec(values, [batch, seq]);
+    Ok(Batch {
+        input_ids: tensor(ids)?,
+        attention_mask: tensor(vec![1; n])?,
+        token_type_ids: tensor(vec![0; n])?,
+        lengths: vec![seq; batch],
+    })
+}
+
+/// The first state of [`dense_batch`]'s generator in every benchmark.
+pub const SEED: u64 = 0x2545_f491_4f6c_dd1d;

@@ -1,0 +1,19 @@
+//! Fixtures the integration tests share.
+
+use rlx::models::bert::BertConfig;
+
+/// A two-layer BERT small enough to run thousands of times in a test: hidden size 32,
+/// 4 heads, sequences of up to 16 tokens.
+///
+/// ```
+/// assert_eq!(rlx_workspace::testing::tiny_bert().num_hidden_layers, 2);
+/// ```
+pub fn tiny_bert() -> BertConfig {
+    BertConfig::from_json(
+        r#"{"vocab_size": 50, "hidden_size": 32, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "intermediate_size": 64,
+            "max_position_embeddings": 16, "type_vocab_size": 2,
+            "layer_norm_eps": 1e-12, "hidden_act": "gelu"}"#,
+    )
+    .expect("a valid config")
+}
