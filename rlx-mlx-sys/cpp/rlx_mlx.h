@@ -25,6 +25,7 @@ extern "C" {
 
 typedef struct rlx_mlx_array rlx_mlx_array;
 typedef struct rlx_mlx_function rlx_mlx_function;
+typedef struct rlx_mlx_group rlx_mlx_group;
 
 /* Element types (rlx::ir::DType). */
 typedef enum rlx_mlx_dtype {
@@ -125,6 +126,21 @@ typedef enum rlx_mlx_mask_kind {
   RLX_MLX_MASK_ARRAY = 3,
 } rlx_mlx_mask_kind;
 
+/* How the processes of a distributed group talk (mlx::core::distributed backends). */
+typedef enum rlx_mlx_transport {
+  RLX_MLX_TRANSPORT_RING = 0,
+  RLX_MLX_TRANSPORT_MPI = 1,
+  RLX_MLX_TRANSPORT_NCCL = 2,
+} rlx_mlx_transport;
+
+/* Statuses beyond 0 (success) and 1 (failure, with a message). */
+typedef enum rlx_mlx_status {
+  RLX_MLX_STATUS_OK = 0,
+  RLX_MLX_STATUS_FAILED = 1,
+  /* rlx_mlx_eval_within ran out of time; the arrays are still being evaluated. */
+  RLX_MLX_STATUS_TIMED_OUT = 2,
+} rlx_mlx_status;
+
 /* Kinds of device (mlx::core::Device::DeviceType). */
 typedef enum rlx_mlx_device_kind {
   RLX_MLX_DEVICE_CPU = 0,
@@ -176,6 +192,33 @@ int rlx_mlx_array_read(const rlx_mlx_array* a, void* dst, size_t nbytes);
 int rlx_mlx_eval(rlx_mlx_array* const* arrays, size_t n);
 int rlx_mlx_async_eval(rlx_mlx_array* const* arrays, size_t n);
 int rlx_mlx_synchronize(void);
+/* Like rlx_mlx_eval, but returns RLX_MLX_STATUS_TIMED_OUT once `timeout_ms` milliseconds
+ * have passed with some array not yet computed (a collective whose peer stalls). The arrays
+ * then stay pending; their computation may still finish or fail later. */
+int rlx_mlx_eval_within(rlx_mlx_array* const* arrays, size_t n, int64_t timeout_ms);
+
+/* ---- distributed groups ----
+ * A group is the set of processes one launch started; ops on it are lazy arrays evaluated
+ * like any other (collectives run on the transport's stream). */
+/* Whether this MLX build has `transport`. */
+bool rlx_mlx_transport_available(rlx_mlx_transport transport);
+/* Forms the group the environment describes over `transport` (MLX_RANK and MLX_HOSTFILE
+ * for the ring; NCCL_HOST_IP, NCCL_PORT, MLX_RANK and MLX_WORLD_SIZE for NCCL; the MPI
+ * launcher's for MPI). Fails, never returning a group of one, when none can be formed.
+ * Blocks until every rank has joined: callers bound the wait themselves. */
+int rlx_mlx_group_init(rlx_mlx_transport transport, rlx_mlx_group** out);
+void rlx_mlx_group_free(rlx_mlx_group* g);
+int rlx_mlx_group_rank(const rlx_mlx_group* g, int32_t* rank, int32_t* size);
+/* The sum over every rank of `x` (same shape and dtype on every rank). */
+int rlx_mlx_all_sum(const rlx_mlx_group* g, const rlx_mlx_array* x, rlx_mlx_array** out);
+/* Every rank's `x`, concatenated along axis 0 in rank order. */
+int rlx_mlx_all_gather(const rlx_mlx_group* g, const rlx_mlx_array* x, rlx_mlx_array** out);
+/* Sends `x` to rank `dst`; `out` is the array whose evaluation performs the send. */
+int rlx_mlx_send(const rlx_mlx_group* g, const rlx_mlx_array* x, int32_t dst,
+                 rlx_mlx_array** out);
+/* An array of `shape` and `dtype` whose evaluation receives it from rank `src`. */
+int rlx_mlx_recv(const rlx_mlx_group* g, const int64_t* shape, size_t ndim, rlx_mlx_dtype dtype,
+                 int32_t src, rlx_mlx_array** out);
 
 /* ---- compile ----
  * `lower` is called while MLX traces: it receives borrowed input handles and must write

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -17,11 +18,14 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mlx/allocator.h"
 #include "mlx/compile.h"
 #include "mlx/compile_impl.h"
+#include "mlx/distributed/distributed.h"
+#include "mlx/distributed/ops.h"
 #include "mlx/fast.h"
 #include "mlx/linalg.h"
 #include "mlx/ops.h"
@@ -733,6 +737,33 @@ namespace {
 std::atomic<std::uintptr_t> next_function_id{1};
 }  // namespace
 
+struct rlx_mlx_group {
+  mx::distributed::Group group;
+};
+
+namespace {
+
+const char* transport_name(rlx_mlx_transport transport) {
+  switch (transport) {
+    case RLX_MLX_TRANSPORT_RING:
+      return "ring";
+    case RLX_MLX_TRANSPORT_MPI:
+      return "mpi";
+    case RLX_MLX_TRANSPORT_NCCL:
+      return "nccl";
+  }
+  throw std::invalid_argument("[rlx] unknown transport code");
+}
+
+const mx::distributed::Group& group_of(const rlx_mlx_group* g) {
+  if (g == nullptr) {
+    throw std::invalid_argument("[rlx] a required group handle is NULL");
+  }
+  return g->group;
+}
+
+}  // namespace
+
 extern "C" {
 
 const char* rlx_mlx_last_error(void) { return last_error.c_str(); }
@@ -893,6 +924,95 @@ int rlx_mlx_async_eval(rlx_mlx_array* const* arrays, size_t n) {
 
 int rlx_mlx_synchronize(void) {
   return guard([&] { mx::synchronize(); });
+}
+
+int rlx_mlx_eval_within(rlx_mlx_array* const* arrays, size_t n, int64_t timeout_ms) {
+  bool timed_out = false;
+  const int status = guard([&] {
+    const std::vector<mx::array> xs = arrays_of(arrays, n);
+    mx::async_eval(xs);
+    using clock = std::chrono::steady_clock;
+    const auto deadline = clock::now() + std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));
+    // Yield first (a collective on a fast link is done in microseconds), then sleep in
+    // growing steps up to a millisecond, so a long wait costs no core.
+    int polls = 0;
+    auto pause = std::chrono::microseconds(10);
+    for (const mx::array& x : xs) {
+      while (!x.is_available()) {
+        if (clock::now() >= deadline) {
+          timed_out = true;
+          return;
+        }
+        if (++polls < 2000) {
+          std::this_thread::yield();
+        } else {
+          std::this_thread::sleep_for(pause);
+          pause = std::min(pause * 2, std::chrono::microseconds(1000));
+        }
+      }
+    }
+    // Everything is computed; this rethrows a failure a stream recorded (a lost peer).
+    mx::eval(xs);
+  });
+  if (status == 0 && timed_out) {
+    last_error = "[rlx] evaluation did not finish within " + std::to_string(timeout_ms) + " ms";
+    return RLX_MLX_STATUS_TIMED_OUT;
+  }
+  return status;
+}
+
+bool rlx_mlx_transport_available(rlx_mlx_transport transport) {
+  try {
+    return mx::distributed::is_available(transport_name(transport));
+  } catch (...) {
+    return false;
+  }
+}
+
+int rlx_mlx_group_init(rlx_mlx_transport transport, rlx_mlx_group** out) {
+  return guard([&] {
+    if (out == nullptr) {
+      throw std::invalid_argument("[rlx] output pointer is NULL");
+    }
+    const char* name = transport_name(transport);
+    if (!mx::distributed::is_available(name)) {
+      throw std::runtime_error(std::string("[rlx] this MLX build has no ") + name + " transport");
+    }
+    mx::distributed::Group g = mx::distributed::init(true, name);
+    *out = new rlx_mlx_group{std::move(g)};
+  });
+}
+
+void rlx_mlx_group_free(rlx_mlx_group* g) { delete g; }
+
+int rlx_mlx_group_rank(const rlx_mlx_group* g, int32_t* rank, int32_t* size) {
+  return guard([&] {
+    if (rank == nullptr || size == nullptr) {
+      throw std::invalid_argument("[rlx] output pointer is NULL");
+    }
+    *rank = group_of(g).rank();
+    *size = group_of(g).size();
+  });
+}
+
+int rlx_mlx_all_sum(const rlx_mlx_group* g, const rlx_mlx_array* x, rlx_mlx_array** out) {
+  return guard([&] { put(out, mx::distributed::all_sum(get(x), group_of(g))); });
+}
+
+int rlx_mlx_all_gather(const rlx_mlx_group* g, const rlx_mlx_array* x, rlx_mlx_array** out) {
+  return guard([&] { put(out, mx::distributed::all_gather(get(x), group_of(g))); });
+}
+
+int rlx_mlx_send(const rlx_mlx_group* g, const rlx_mlx_array* x, int32_t dst,
+                 rlx_mlx_array** out) {
+  return guard([&] { put(out, mx::distributed::send(get(x), dst, group_of(g))); });
+}
+
+int rlx_mlx_recv(const rlx_mlx_group* g, const int64_t* shape, size_t ndim, rlx_mlx_dtype dtype,
+                 int32_t src, rlx_mlx_array** out) {
+  return guard([&] {
+    put(out, mx::distributed::recv(shape_of(shape, ndim), dtype_of(dtype), src, group_of(g)));
+  });
 }
 
 int rlx_mlx_compile(rlx_mlx_lower_fn lower, void* userdata, void (*drop)(void*),

@@ -36,6 +36,12 @@ pub struct rlx_mlx_function {
     _private: [u8; 0],
 }
 
+/// A distributed group behind a handle.
+#[repr(C)]
+pub struct rlx_mlx_group {
+    _private: [u8; 0],
+}
+
 // The ABI's enums and their codes, generated from `cpp/rlx_mlx.h` by the build script.
 include!(concat!(env!("OUT_DIR"), "/codes.rs"));
 
@@ -86,6 +92,32 @@ unsafe extern "C" {
     pub fn rlx_mlx_eval(arrays: *const *mut Array, n: usize) -> c_int;
     pub fn rlx_mlx_async_eval(arrays: *const *mut Array, n: usize) -> c_int;
     pub fn rlx_mlx_synchronize() -> c_int;
+    pub fn rlx_mlx_eval_within(arrays: *const *mut Array, n: usize, timeout_ms: i64) -> c_int;
+    pub fn rlx_mlx_transport_available(transport: rlx_mlx_transport) -> bool;
+    pub fn rlx_mlx_group_init(transport: rlx_mlx_transport, out: *mut *mut rlx_mlx_group) -> c_int;
+    pub fn rlx_mlx_group_free(g: *mut rlx_mlx_group);
+    pub fn rlx_mlx_group_rank(g: *const rlx_mlx_group, rank: *mut i32, size: *mut i32) -> c_int;
+    pub fn rlx_mlx_all_sum(g: *const rlx_mlx_group, x: *const Array, out: *mut *mut Array)
+    -> c_int;
+    pub fn rlx_mlx_all_gather(
+        g: *const rlx_mlx_group,
+        x: *const Array,
+        out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_send(
+        g: *const rlx_mlx_group,
+        x: *const Array,
+        dst: i32,
+        out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_recv(
+        g: *const rlx_mlx_group,
+        shape: *const i64,
+        ndim: usize,
+        dtype: rlx_mlx_dtype,
+        src: i32,
+        out: *mut *mut Array,
+    ) -> c_int;
 
     pub fn rlx_mlx_compile(
         lower: rlx_mlx_lower_fn,

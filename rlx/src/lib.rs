@@ -23,6 +23,8 @@ pub mod autodiff;
 pub mod backend;
 pub mod builder;
 pub mod cpu;
+#[cfg(feature = "mlx")]
+pub mod distributed;
 pub mod inspect;
 pub mod ir;
 #[cfg(feature = "mlx")]

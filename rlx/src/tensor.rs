@@ -403,6 +403,22 @@ impl<'a> TensorRef<'a> {
     }
 }
 
+impl TensorRef<'_> {
+    /// An owned copy.
+    ///
+    /// ```
+    /// use rlx::tensor::HostTensor;
+    /// let t = HostTensor::from_vec(vec![1i32, 2, 3], [3])?;
+    /// assert_eq!(t.view().to_host(), t);
+    /// # Ok::<(), rlx::tensor::TensorError>(())
+    /// ```
+    pub fn to_host(&self) -> HostTensor {
+        let mut t = HostTensor::zeros(self.dtype, self.shape);
+        t.data.copy_from_bytes(self.bytes);
+        t
+    }
+}
+
 impl<'a> From<&'a HostTensor> for TensorRef<'a> {
     fn from(t: &'a HostTensor) -> TensorRef<'a> {
         t.view()

@@ -31,7 +31,7 @@
 //! ```
 
 mod array;
-mod codes;
+pub(crate) mod codes;
 mod compiled;
 mod device;
 mod lower;
@@ -39,6 +39,7 @@ mod lower;
 pub use array::{
     Array, MaskArg, MlxError, blas, device_name, live_arrays, set_kernel_fusion, version,
 };
+pub(crate) use device::gpu_turn;
 pub use device::{Device, Precision, tf32_enabled};
 
 use std::collections::BTreeMap;

@@ -41,6 +41,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#[cfg(feature = "mlx")]
+mod data_parallel;
 mod optimizer;
 mod schedule;
 
@@ -52,6 +54,8 @@ use crate::builder::{BuildError, GraphBuilder};
 use crate::ir::{DType, Graph, NodeId, Shape};
 use crate::tensor::{HostTensor, TensorRef};
 use crate::weights::{WeightsError, read_tensors, save_tensors};
+#[cfg(feature = "mlx")]
+pub use data_parallel::{DEFAULT_BUCKET_BYTES, DataParallelTrainer};
 pub use optimizer::{AdamSettings, Optimizer};
 use optimizer::{StepInputs, clip_by_global_norm, update};
 pub use schedule::Schedule;
@@ -91,6 +95,11 @@ impl TrainConfig {
         self
     }
 
+    /// The learning rate of the step after `steps` steps.
+    fn lr_at(&self, steps: u64) -> f64 {
+        self.optimizer.lr() * self.schedule.factor(steps)
+    }
+
     /// With gradient clipping by global norm.
     pub fn clip_grad_norm(mut self, max_norm: f64) -> TrainConfig {
         self.clip_grad_norm = Some(max_norm);
@@ -119,6 +128,16 @@ pub enum TrainError {
     /// The settings are invalid.
     #[error("invalid training settings: {0}")]
     Config(String),
+    /// A collective of data-parallel training failed.
+    #[cfg(feature = "mlx")]
+    #[error(transparent)]
+    Distributed(#[from] crate::distributed::DistributedError),
+    /// Ranks of a data-parallel run hold different weights.
+    #[error("ranks {ranks:?} hold weights that differ from rank 0's")]
+    OutOfSync {
+        /// The ranks that differ from rank 0.
+        ranks: Vec<usize>,
+    },
 }
 
 /// A training step's graph and what its outputs update.
@@ -143,14 +162,6 @@ pub fn training_graph(
     loss: &str,
     config: &TrainConfig,
 ) -> Result<TrainingGraph, TrainError> {
-    config.optimizer.validate().map_err(TrainError::Config)?;
-    if let Some(max) = config.clip_grad_norm
-        && !(max.is_finite() && max > 0.0)
-    {
-        return Err(TrainError::Config(format!(
-            "clip_grad_norm must be positive and finite, got {max}"
-        )));
-    }
     let with_grads = gradients(graph, loss, &Wrt::Params)?;
     // Gradients feed the update; returning them too would copy them out every step.
     let (nodes, outputs) = with_grads.into_parts();
@@ -169,13 +180,43 @@ pub fn training_graph(
         .filter(|(_, n)| n.ty.dtype.is_float())
         .map(|(id, n)| (id, n.name.clone().unwrap_or_default()))
         .collect();
-    let mut grads: Vec<NodeId> = grad_outputs.iter().map(|o| o.node).collect();
+    let grads: Vec<NodeId> = grad_outputs.iter().map(|o| o.node).collect();
+    let scalar_dtype = hyper_dtype(graph);
+    let first = graph.outputs().len();
+    let (updates, state_specs) =
+        append_update(&mut b, &weights, grads, config, scalar_dtype, first)?;
+    Ok(TrainingGraph {
+        graph: b.finish()?,
+        updates,
+        state: state_specs,
+        loss: loss_index,
+        scalar_dtype,
+    })
+}
+
+/// The optimizer's half of a training graph: per-step scalar inputs, clipping of `grads`
+/// (one per weight), the update of every weight and its optimizer state (new params), and
+/// an output `update/<name>` for each, numbered from `first_output`. Returns `(output
+/// index, param name)` of every update and the state params' specs.
+#[allow(clippy::type_complexity)]
+fn append_update(
+    b: &mut GraphBuilder,
+    weights: &[(NodeId, String)],
+    mut grads: Vec<NodeId>,
+    config: &TrainConfig,
+    scalar_dtype: DType,
+    first_output: usize,
+) -> Result<(Vec<(usize, String)>, Vec<(String, DType, Vec<usize>)>), TrainError> {
+    config.optimizer.validate().map_err(TrainError::Config)?;
     if let Some(max) = config.clip_grad_norm {
-        grads = clip_by_global_norm(&mut b, &grads, max)?;
+        if !(max.is_finite() && max > 0.0) {
+            return Err(TrainError::Config(format!(
+                "clip_grad_norm must be positive and finite, got {max}"
+            )));
+        }
+        grads = clip_by_global_norm(b, &grads, max)?;
     }
     let opt = &config.optimizer;
-    // Per-step scalars in f64 when a weight is f64, else f32 (which every device runs).
-    let scalar_dtype = hyper_dtype(graph);
     let lr = b.input(LR_INPUT, scalar_dtype, Shape::scalar())?;
     let bias_corrections = match opt {
         Optimizer::Adam(_) | Optimizer::AdamW(_) => Some((
@@ -192,7 +233,7 @@ pub fn training_graph(
     let mut state_specs = Vec::new();
     let mut new_outputs: Vec<(String, NodeId)> = Vec::new();
     for ((weight, name), grad) in weights.iter().zip(&grads) {
-        let ty = graph[*weight].ty.clone();
+        let ty = b.ty(*weight).expect("the weight is a node").clone();
         let dims = ty.shape.static_dims().ok_or_else(|| {
             TrainError::Config(format!("weight {name:?} has symbolic dims {}", ty.shape))
         })?;
@@ -202,24 +243,17 @@ pub fn training_graph(
             state.push(b.param(&state_name, ty.dtype, ty.shape.clone())?);
             state_specs.push((state_name, ty.dtype, dims.clone()));
         }
-        let (new_weight, new_state) = update(&mut b, opt, &step, *weight, *grad, &state)?;
+        let (new_weight, new_state) = update(b, opt, &step, *weight, *grad, &state)?;
         new_outputs.push((name.clone(), new_weight));
         for (suffix, node) in opt.state_names().iter().zip(new_state) {
             new_outputs.push((format!("optimizer.{name}.{suffix}"), node));
         }
     }
-    let first = graph.outputs().len();
     for (k, (name, node)) in new_outputs.into_iter().enumerate() {
         b.output(&format!("update/{name}"), node)?;
-        updates.push((first + k, name));
+        updates.push((first_output + k, name));
     }
-    Ok(TrainingGraph {
-        graph: b.finish()?,
-        updates,
-        state: state_specs,
-        loss: loss_index,
-        scalar_dtype,
-    })
+    Ok((updates, state_specs))
 }
 
 /// Runs training steps on a compiled [`training_graph`]: binds the weights and the
@@ -233,7 +267,7 @@ pub struct Trainer {
     loss: usize,
     steps: u64,
     outputs: Vec<HostTensor>,
-    scalars: [HostTensor; 3],
+    scalars: StepScalars,
 }
 
 impl Trainer {
@@ -261,7 +295,7 @@ impl Trainer {
             loss: step.loss,
             steps: 0,
             outputs: Vec::new(),
-            scalars: [(); 3].map(|_| HostTensor::zeros(step.scalar_dtype, Vec::new())),
+            scalars: StepScalars::new(step.scalar_dtype),
         })
     }
 
@@ -287,7 +321,7 @@ impl Trainer {
 
     /// The learning rate the next step uses.
     pub fn lr(&self) -> f64 {
-        self.config.optimizer.lr() * self.config.schedule.factor(self.steps)
+        self.config.lr_at(self.steps)
     }
 
     /// The outputs of the last step, in the model graph's output order (the loss
@@ -299,83 +333,24 @@ impl Trainer {
     /// Saves every weight, the optimizer state and the step count (`optimizer.step`, an
     /// `i64` scalar) to a safetensors file, so [`Trainer::load`] resumes exactly here.
     pub fn save(&self, path: &Path) -> Result<(), TrainError> {
-        let mut tensors = Vec::with_capacity(self.updates.len() + 1);
-        for (_, name) in &self.updates {
-            tensors.push((name.clone(), self.exe.weight(name)?));
-        }
-        let step = HostTensor::scalar(i64::try_from(self.steps).unwrap_or(i64::MAX));
-        tensors.push((STEP_KEY.to_string(), step));
-        save_tensors(path, &tensors)?;
-        Ok(())
+        save_state(&*self.exe, &self.updates, self.steps, path)
     }
 
     /// Loads what [`Trainer::save`] wrote: every weight and optimizer state, and the step
     /// count. The file must hold exactly those tensors.
     pub fn load(&mut self, path: &Path) -> Result<(), TrainError> {
-        let mut seen = Vec::new();
-        let mut steps = None;
-        read_tensors(path, &mut |name, value| {
-            if name == STEP_KEY {
-                let bytes: [u8; 8] = value.bytes.try_into().map_err(|_| WeightsError::Format {
-                    path: path.to_path_buf(),
-                    message: format!("{STEP_KEY} is not an i64 scalar"),
-                })?;
-                steps = Some(i64::from_le_bytes(bytes));
-            } else {
-                self.exe.set_weight(name, value)?;
-                seen.push(name.to_string());
-            }
-            Ok(())
+        let exe = &self.exe;
+        self.steps = load_state(&self.updates, path, &mut |name, value| {
+            exe.set_weight(name, value)
         })?;
-        let missing: Vec<&str> = self
-            .updates
-            .iter()
-            .map(|(_, n)| n.as_str())
-            .filter(|n| !seen.iter().any(|s| s == n))
-            .collect();
-        match steps {
-            Some(steps) if missing.is_empty() && steps >= 0 => {
-                self.steps = steps.unsigned_abs();
-                Ok(())
-            }
-            _ => Err(TrainError::Config(format!(
-                "{} is not a saved training state: missing {missing:?}{}",
-                path.display(),
-                if steps.is_none() {
-                    " and the step count"
-                } else {
-                    ""
-                }
-            ))),
-        }
+        Ok(())
     }
 
     /// Runs one step on `batch` (the model's inputs) and returns the loss before the
     /// update.
     pub fn step(&mut self, batch: &[(&str, TensorRef<'_>)]) -> Result<f64, TrainError> {
-        // The learning rate, then Adam's bias corrections `1 − β^t` when the optimizer has them.
-        let t = (self.steps + 1) as i32;
-        let (values, used) = match &self.config.optimizer {
-            Optimizer::Adam(s) | Optimizer::AdamW(s) => {
-                let (b1, b2) = s.betas;
-                ([self.lr(), 1.0 - b1.powi(t), 1.0 - b2.powi(t)], 3)
-            }
-            Optimizer::Sgd { .. } => ([self.lr(), 1.0, 1.0], 1),
-        };
-        for (slot, v) in self.scalars.iter_mut().zip(values) {
-            if let Ok(x) = slot.as_mut_slice::<f64>() {
-                x[0] = v;
-            } else if let Ok(x) = slot.as_mut_slice::<f32>() {
-                x[0] = v as f32;
-            }
-        }
-        let names = [
-            LR_INPUT,
-            BIAS_CORRECTION_INPUTS[0],
-            BIAS_CORRECTION_INPUTS[1],
-        ];
-        let scalars: [(&str, TensorRef<'_>); 3] =
-            std::array::from_fn(|i| (names[i], self.scalars[i].view()));
+        let used = self.scalars.fill(&self.config, self.steps);
+        let scalars = self.scalars.inputs();
         let extra = &scalars[..used];
         // The batch and the step's scalars in one list, on the stack for the usual handful
         // of inputs, so a step allocates nothing on the CPU.
@@ -397,6 +372,105 @@ impl Trainer {
         }
         self.steps += 1;
         Ok(scalar_value(&self.outputs[self.loss]))
+    }
+}
+
+/// Writes the values of `updates`' params, read from `exe`, and the step count.
+fn save_state(
+    exe: &dyn Executable,
+    updates: &[(usize, String)],
+    steps: u64,
+    path: &Path,
+) -> Result<(), TrainError> {
+    let mut tensors = Vec::with_capacity(updates.len() + 1);
+    for (_, name) in updates {
+        tensors.push((name.clone(), exe.weight(name)?));
+    }
+    let step = HostTensor::scalar(i64::try_from(steps).unwrap_or(i64::MAX));
+    tensors.push((STEP_KEY.to_string(), step));
+    save_tensors(path, &tensors)?;
+    Ok(())
+}
+
+/// Reads what [`save_state`] wrote, binding each tensor with `bind`; returns the step
+/// count. Every param of `updates` must be in the file.
+fn load_state(
+    updates: &[(usize, String)],
+    path: &Path,
+    bind: &mut dyn FnMut(&str, TensorRef<'_>) -> Result<(), RunError>,
+) -> Result<u64, TrainError> {
+    let mut seen = Vec::new();
+    let mut steps = None;
+    read_tensors(path, &mut |name, value| {
+        if name == STEP_KEY {
+            let bytes: [u8; 8] = value.bytes.try_into().map_err(|_| WeightsError::Format {
+                path: path.to_path_buf(),
+                message: format!("{STEP_KEY} is not an i64 scalar"),
+            })?;
+            steps = Some(i64::from_le_bytes(bytes));
+        } else {
+            bind(name, value)?;
+            seen.push(name.to_string());
+        }
+        Ok(())
+    })?;
+    let missing: Vec<&str> = updates
+        .iter()
+        .map(|(_, n)| n.as_str())
+        .filter(|n| !seen.iter().any(|s| s == n))
+        .collect();
+    match steps {
+        Some(steps) if missing.is_empty() && steps >= 0 => Ok(steps.unsigned_abs()),
+        _ => Err(TrainError::Config(format!(
+            "{} is not a saved training state: missing {missing:?}{}",
+            path.display(),
+            if steps.is_none() {
+                " and the step count"
+            } else {
+                ""
+            }
+        ))),
+    }
+}
+
+/// The per-step scalar inputs of a training graph (the learning rate, then Adam's bias
+/// corrections), kept between steps so filling them allocates nothing.
+struct StepScalars([HostTensor; 3]);
+
+impl StepScalars {
+    fn new(dtype: DType) -> StepScalars {
+        StepScalars([(); 3].map(|_| HostTensor::zeros(dtype, Vec::new())))
+    }
+
+    /// Sets the values of the step after `steps` steps; returns how many inputs the graph
+    /// has (the first of [`StepScalars::inputs`]).
+    fn fill(&mut self, config: &TrainConfig, steps: u64) -> usize {
+        let t = (steps + 1) as i32;
+        let lr = config.lr_at(steps);
+        let (values, used) = match &config.optimizer {
+            Optimizer::Adam(s) | Optimizer::AdamW(s) => {
+                let (b1, b2) = s.betas;
+                ([lr, 1.0 - b1.powi(t), 1.0 - b2.powi(t)], 3)
+            }
+            Optimizer::Sgd { .. } => ([lr, 1.0, 1.0], 1),
+        };
+        for (slot, v) in self.0.iter_mut().zip(values) {
+            if let Ok(x) = slot.as_mut_slice::<f64>() {
+                x[0] = v;
+            } else if let Ok(x) = slot.as_mut_slice::<f32>() {
+                x[0] = v as f32;
+            }
+        }
+        used
+    }
+
+    fn inputs(&self) -> [(&'static str, TensorRef<'_>); 3] {
+        let names = [
+            LR_INPUT,
+            BIAS_CORRECTION_INPUTS[0],
+            BIAS_CORRECTION_INPUTS[1],
+        ];
+        std::array::from_fn(|i| (names[i], self.0[i].view()))
     }
 }
 
