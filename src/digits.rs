@@ -20,6 +20,9 @@ use sha2::{Digest, Sha256};
 
 use crate::rng::Rng;
 
+/// What the tutorials' fallible steps return.
+pub type Outcome<T> = Result<T, Box<dyn Error>>;
+
 const PACKAGE: &str = "scikit-learn==1.9.1";
 const MEMBER: &str = "sklearn/datasets/data/digits.csv.gz";
 const CSV_SHA256: &str = "6ebb3d2fee246a4e99363262ddf8a00a3c41bee6014c373ed9d9216ba7f651b8";
@@ -254,7 +257,7 @@ pub fn model() -> Result<Graph, Box<dyn Error>> {
 /// `seed`, each weight handed to `bind`.
 pub fn init(
     seed: u64,
-    bind: &mut dyn FnMut(&str, TensorRef<'_>) -> Result<(), Box<dyn Error>>,
+    bind: &mut dyn FnMut(&str, TensorRef<'_>) -> Outcome<()>,
 ) -> Result<(), Box<dyn Error>> {
     let mut rng = Rng(seed);
     // Uniform in `[-bound, bound)` from 24 random bits.
@@ -302,7 +305,7 @@ pub fn accuracy<B: Backend>(
     backend: &B,
     data: &Digits,
     rows: &[usize],
-    weight: &mut dyn FnMut(&str) -> Result<HostTensor, Box<dyn Error>>,
+    weight: &mut dyn FnMut(&str) -> Outcome<HostTensor>,
 ) -> Result<f64, Box<dyn Error>> {
     use rlx::backend::Executable;
     let eval = backend.compile(&model()?)?;

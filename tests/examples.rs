@@ -148,6 +148,42 @@ fn digits_tutorial() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// The 08 tutorial on a loopback ring: the ranks end where one process training on the
+/// whole batches ends, with its accuracy.
+#[cfg(feature = "mlx")]
+#[test]
+fn data_parallel_tutorial() {
+    for ranks in ["2", "4"] {
+        let stdout = run_example("08_data_parallel", &["--ranks", ranks, "--epochs", "2"]);
+        let mut lines = stdout.lines().rev();
+        let last = lines.next().unwrap_or_default();
+        let single = lines
+            .next()
+            .and_then(|l| l.strip_prefix("single_process test_accuracy="))
+            .unwrap_or_else(|| panic!("no single-process line:\n{stdout}"));
+        let field = |key: &str| -> f64 {
+            last.split_whitespace()
+                .find_map(|f| f.strip_prefix(key))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no {key} in {last:?}"))
+        };
+        assert!(
+            last.starts_with(&format!("data_parallel ranks={ranks} backend=cpu ")),
+            "{last}"
+        );
+        // Two epochs of AdamW: f32 rounding (other summation orders), nothing more. Much
+        // longer runs can drift further when a ReLU input sits within rounding of zero.
+        let diff = field("max_weight_diff_vs_single=");
+        assert!(diff <= 1e-5, "{ranks} ranks: {diff}");
+        assert_eq!(
+            field("test_accuracy="),
+            single.parse::<f64>().unwrap(),
+            "{stdout}"
+        );
+        assert!(field("test_accuracy=") >= 0.85, "{stdout}");
+    }
+}
+
 #[test]
 fn minilm_tutorial() {
     let stdout = run_example(

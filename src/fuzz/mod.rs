@@ -48,13 +48,15 @@ impl Config {
     /// Every configuration this build has: the CPU with 1 and 2 threads, and with the `mlx`
     /// feature MLX eager, lazy and compiled.
     pub fn all() -> Vec<Config> {
-        let mut all = vec![Config::Cpu { threads: 1 }, Config::Cpu { threads: 2 }];
+        let cpu = [Config::Cpu { threads: 1 }, Config::Cpu { threads: 2 }];
         #[cfg(feature = "mlx")]
         {
             use rlx::mlx::MlxMode;
-            all.extend([MlxMode::Eager, MlxMode::Lazy, MlxMode::Compiled].map(Config::Mlx));
+            let mlx = [MlxMode::Eager, MlxMode::Lazy, MlxMode::Compiled].map(Config::Mlx);
+            cpu.into_iter().chain(mlx).collect()
         }
-        all
+        #[cfg(not(feature = "mlx"))]
+        cpu.to_vec()
     }
 
     /// A short name for reports (`cpu-1`, `mlx-lazy`).
