@@ -1,7 +1,7 @@
 //! Tutorial 08: data-parallel training over several processes.
 //!
 //! ```text
-//! cargo run --release --example 08_data_parallel -- [--ranks N] [--backend cpu|mlx] [--epochs N] [--seed S] [--data FILE]
+//! cargo run --release --example 08_data_parallel -- [--ranks N] [--backend cpu|mlx] [--transport ring|nccl] [--epochs N] [--seed S] [--data FILE] [--timeout SECONDS]
 //! ```
 //!
 //! The digits MLP of tutorial 07, trained by N processes at once. Each step's batch of 64
@@ -11,9 +11,12 @@
 //! update: [`rlx::train::DataParallelTrainer`].
 //!
 //! **Launching.** Started without a rank in its environment, the example is its own
-//! launcher: it writes a hostfile for a ring over loopback ([`LoopbackRing`]) and starts N
-//! copies of itself with `MLX_RANK` and `MLX_HOSTFILE` set. Started with them (by you, by
-//! a script, on several hosts sharing one hostfile), it is one rank:
+//! launcher ([`LocalLaunch`]): for the ring (the default) it writes a hostfile with a
+//! loopback port per rank and starts N copies of itself with `MLX_RANK` and `MLX_HOSTFILE`
+//! set; for NCCL (`--transport nccl`, one GPU per rank, with `--backend mlx` on MLX's CUDA
+//! build) it sets `NCCL_HOST_IP`, `NCCL_PORT`, `MLX_WORLD_SIZE`, `MLX_RANK` and
+//! `CUDA_VISIBLE_DEVICES`. Started with such variables (by you, by a script, on several
+//! hosts sharing one hostfile), it is one rank:
 //!
 //! ```text
 //! # hosts.json: [["10.0.0.1:5000"], ["10.0.0.2:5000"]]
@@ -30,11 +33,10 @@
 
 use std::error::Error;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rlx::backend::Backend;
-use rlx::distributed::{Group, GroupOptions, LoopbackRing, RANK_ENV, Transport};
+use rlx::distributed::{Group, GroupOptions, LocalLaunch, RANK_ENV, Transport};
 use rlx::train::{DataParallelTrainer, Optimizer, TrainConfig, Trainer};
 use rlx_workspace::digits::{self, Digits};
 
@@ -43,6 +45,7 @@ const BATCH: usize = 64;
 struct Args {
     ranks: usize,
     backend: String,
+    transport: Transport,
     epochs: usize,
     seed: u64,
     data: Option<PathBuf>,
@@ -50,11 +53,12 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let usage = "usage: 08_data_parallel [--ranks N] [--backend cpu|mlx] [--epochs N] [--seed S] \
-                 [--data FILE] [--timeout SECONDS]";
+    let usage = "usage: 08_data_parallel [--ranks N] [--backend cpu|mlx] [--transport ring|nccl] \
+                 [--epochs N] [--seed S] [--data FILE] [--timeout SECONDS]";
     let mut args = Args {
         ranks: 2,
         backend: "cpu".into(),
+        transport: Transport::Ring,
         epochs: 10,
         seed: 2026,
         data: None,
@@ -70,6 +74,13 @@ fn parse_args() -> Result<Args, String> {
         match arg.as_str() {
             "--ranks" => args.ranks = number(value()?)? as usize,
             "--backend" => args.backend = value()?,
+            "--transport" => {
+                args.transport = match value()?.as_str() {
+                    "ring" => Transport::Ring,
+                    "nccl" => Transport::Nccl,
+                    other => return Err(format!("unknown transport {other:?}; {usage}")),
+                }
+            }
             "--epochs" => args.epochs = number(value()?)? as usize,
             "--seed" => args.seed = number(value()?)?,
             "--data" => args.data = Some(value()?.into()),
@@ -86,38 +97,6 @@ fn parse_args() -> Result<Args, String> {
 /// Whether a launcher started this process as one rank of a group.
 fn launched() -> bool {
     std::env::var_os(RANK_ENV).is_some() || Transport::from_env().is_some()
-}
-
-/// Starts `args.ranks` copies of this program on a loopback ring and waits for them all.
-fn launch(args: &Args) -> Result<(), Box<dyn Error>> {
-    let ring = LoopbackRing::new(args.ranks)?;
-    let program = std::env::current_exe()?;
-    let children = (0..args.ranks)
-        .map(|rank| {
-            Command::new(&program)
-                .args(std::env::args().skip(1))
-                .envs(ring.env(rank))
-                // Rank 0 prints the result; the others' stdout would repeat it.
-                .stdout(if rank == 0 {
-                    Stdio::inherit()
-                } else {
-                    Stdio::null()
-                })
-                .spawn()
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut failed = Vec::new();
-    for (rank, mut child) in children.into_iter().enumerate() {
-        let status = child.wait()?;
-        if !status.success() {
-            failed.push(format!("rank {rank}: {status}"));
-        }
-    }
-    if failed.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("ranks failed: {}", failed.join(", ")).into())
-    }
 }
 
 /// `rows` cut into `parts` contiguous shards whose sizes differ by at most one.
@@ -214,7 +193,8 @@ where
 fn main() -> Result<(), Box<dyn Error>> {
     let args = parse_args()?;
     if !launched() && args.ranks > 1 {
-        return launch(&args);
+        // Its own launcher: every rank is a copy of this program, with the same arguments.
+        return Ok(LocalLaunch::new(args.transport, args.ranks)?.run_self()?);
     }
     let data = digits::load(args.data.as_deref())?;
     match args.backend.as_str() {

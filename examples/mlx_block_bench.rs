@@ -16,56 +16,8 @@ use std::error::Error;
 use std::time::Instant;
 
 use rlx::cpu::CpuBackend;
-use rlx::model::Config;
-use rlx::nn::{FeedForward, LayerNorm, SelfAttention};
 use rlx::tensor::HostTensor;
-use rlx::typed::{Sizes, Tensor};
-
-rlx::dims!(Batch, Seq);
-rlx::config_dims!(Hidden, Heads, HeadDim, Ffn);
-
-struct BlockConfig;
-
-impl Config for BlockConfig {
-    fn sizes(&self) -> Sizes {
-        Sizes::new()
-            .with::<Hidden>(384)
-            .with::<Heads>(12)
-            .with::<HeadDim>(32)
-            .with::<Ffn>(1536)
-    }
-}
-
-#[derive(rlx::Params)]
-struct BlockParams<'g> {
-    attention: SelfAttention<'g, Hidden, Heads, HeadDim>,
-    norm1: LayerNorm<'g, Hidden>,
-    ffn: FeedForward<'g, Hidden, Ffn>,
-    norm2: LayerNorm<'g, Hidden>,
-}
-
-#[rlx::model]
-fn block<'g>(
-    #[config] _cfg: &BlockConfig,
-    p: &BlockParams<'g>,
-    x: Tensor<'g, (Batch, Seq, Hidden)>,
-) -> Tensor<'g, (Batch, Seq, Hidden)> {
-    let x = p.norm1.forward(x + p.attention.forward(x), 1e-12);
-    p.norm2.forward(x + p.ffn.forward(x), 1e-12)
-}
-
-fn weights(spec: &rlx::params::ParamSpec) -> HostTensor {
-    let shape = spec.static_shape().expect("static weights");
-    let n: usize = shape.iter().product();
-    let values = if spec.name.ends_with("norm1.weight") || spec.name.ends_with("norm2.weight") {
-        vec![1.0f32; n]
-    } else {
-        (0..n)
-            .map(|i| ((i * 7919 % 997) as f32 / 997.0 - 0.5) * 0.1)
-            .collect()
-    };
-    HostTensor::from_vec(values, shape).expect("length matches the shape")
-}
+use rlx_workspace::block::{Block, BlockConfig, weights};
 
 fn median_ms(model: &mut Block, x: &HostTensor, runs: usize) -> Result<f64, Box<dyn Error>> {
     for _ in 0..3 {

@@ -3,6 +3,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod bench;
+pub mod block;
 pub mod digits;
 pub mod fuzz;
 pub mod rng;

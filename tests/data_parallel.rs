@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use rlx::backend::Backend;
 use rlx::cpu::CpuBackend;
-use rlx::distributed::{DistributedError, Group, GroupOptions, LoopbackRing};
+use rlx::distributed::{DistributedError, Group, GroupOptions, LocalLaunch, Transport};
 use rlx::ir::Graph;
 use rlx::mlx::{Array, MlxBackend, MlxMode};
 use rlx::prelude::*;
@@ -143,7 +143,7 @@ fn group_of_one_collectives_return_their_input() {
 
 #[test]
 fn no_launcher_environment_is_a_typed_error() {
-    if rlx::distributed::Transport::from_env().is_some() {
+    if Transport::from_env().is_some() {
         eprintln!("skipped: this process was started with a launcher's environment");
         return;
     }
@@ -320,17 +320,26 @@ fn kind_of(e: &DistributedError) -> &'static str {
     }
 }
 
-/// Ranks of one ring started as processes, each with its output file.
+/// The transport of the multi-process tests: the ring over loopback, or NCCL between
+/// GPUs with `RLX_DP_TRANSPORT=nccl` (where the compute runs on MLX's GPU too).
+fn transport() -> Transport {
+    match std::env::var("RLX_DP_TRANSPORT").as_deref() {
+        Ok("nccl") => Transport::Nccl,
+        _ => Transport::Ring,
+    }
+}
+
+/// Ranks of one group started as processes, each with its output file.
 struct Ranks {
     children: Vec<(usize, Child)>,
     dir: PathBuf,
-    _ring: LoopbackRing,
+    _launch: LocalLaunch,
 }
 
 impl Ranks {
     /// Starts the ranks `which` of a ring of `size`, in `role`, with extra environment.
     fn start(size: usize, which: &[usize], role: &str, env: &[(&str, &str)]) -> Ranks {
-        let ring = LoopbackRing::new(size).unwrap();
+        let launch = LocalLaunch::new(transport(), size).unwrap();
         static RUNS: AtomicUsize = AtomicUsize::new(0);
         let run = RUNS.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("rlx-dp-{}-{run}", std::process::id()));
@@ -348,7 +357,7 @@ impl Ranks {
                         "--nocapture",
                         "--test-threads=1",
                     ])
-                    .envs(ring.env(rank))
+                    .envs(launch.env(rank))
                     .env("RLX_DP_ROLE", role)
                     .env("RLX_DP_OUT", dir.join(format!("rank{rank}.safetensors")))
                     .envs(env.iter().copied())
@@ -361,7 +370,7 @@ impl Ranks {
         Ranks {
             children,
             dir,
-            _ring: ring,
+            _launch: launch,
         }
     }
 

@@ -24,7 +24,7 @@
 //! use rlx::distributed::{Group, GroupOptions};
 //! use rlx::tensor::HostTensor;
 //!
-//! // Started as rank r of n: MLX_RANK=r MLX_HOSTFILE=hosts.json (see `LoopbackRing`).
+//! // Started as rank r of n: MLX_RANK=r MLX_HOSTFILE=hosts.json (see `LocalLaunch`).
 //! let group = Group::init(&GroupOptions::default())?;
 //! let ones = HostTensor::from_vec(vec![1.0f32; 4], [4])?;
 //! let total = group.all_sum_tensor(ones.view())?;
@@ -34,7 +34,7 @@
 
 mod launch;
 
-pub use launch::{HOSTFILE_ENV, LoopbackRing, RANK_ENV};
+pub use launch::{HOSTFILE_ENV, LocalLaunch, RANK_ENV};
 
 use std::ffi::c_int;
 use std::fmt;
