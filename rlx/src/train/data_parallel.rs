@@ -295,10 +295,13 @@ impl DataParallelTrainer {
                 (1.0 / size, Some(local_loss / size), 0.0)
             }
             Some(w) => {
-                let mine =
-                    HostTensor::from_vec(vec![w, w * local_loss], [2]).map_err(tensor_error)?;
+                // In f32, which every transport sums (NCCL has no f64 on a GPU); sample
+                // counts are exact in f32 up to 2^24.
+                let mine = HostTensor::from_vec(vec![w as f32, (w * local_loss) as f32], [2])
+                    .map_err(tensor_error)?;
                 let sums = self.group.all_sum_tensor(mine.view())?;
-                let sums = sums.as_slice::<f64>().map_err(tensor_error)?;
+                let sums = sums.as_slice::<f32>().map_err(tensor_error)?;
+                let sums = [f64::from(sums[0]), f64::from(sums[1])];
                 if sums[0] <= 0.0 {
                     return Err(TrainError::Config(
                         "every rank passed a weight of 0: the step has no samples".into(),
@@ -329,7 +332,7 @@ impl DataParallelTrainer {
     }
 
     /// Sums `share × gradient` across ranks into `averaged`, in buckets, together with
-    /// `extra` (an f64 scalar) when given; returns the sum of `extra`.
+    /// `extra` (summed in f32) when given; returns the sum of `extra`.
     fn average_gradients(
         &mut self,
         share: f64,
@@ -352,7 +355,7 @@ impl DataParallelTrainer {
             arrays.push(Array::from_tensor(flat.view()).map_err(DistributedError::from)?);
         }
         if let Some(x) = extra {
-            let x = HostTensor::from_vec(vec![x], [1]).map_err(tensor_error)?;
+            let x = HostTensor::from_vec(vec![x as f32], [1]).map_err(tensor_error)?;
             arrays.push(Array::from_tensor(x.view()).map_err(DistributedError::from)?);
         }
         let mut sums = self.group.all_sum_many(&arrays)?;
@@ -360,7 +363,7 @@ impl DataParallelTrainer {
             Some(_) => {
                 let x = sums.pop().expect("the extra value was summed");
                 let x = x.to_host().map_err(DistributedError::from)?;
-                Some(x.as_slice::<f64>().map_err(tensor_error)?[0])
+                Some(f64::from(x.as_slice::<f32>().map_err(tensor_error)?[0]))
             }
             None => None,
         };
