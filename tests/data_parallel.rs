@@ -104,7 +104,10 @@ where
         let a = single.step(&inputs).unwrap();
         let b = dp.step_weighted(&inputs, 24.0).unwrap();
         // The mean loss crosses the group in f32: equal to f32 rounding.
-        assert!((a - b).abs() <= 1e-6 * a.abs(), "loss of step {step}: {a} vs {b}");
+        assert!(
+            (a - b).abs() <= 1e-6 * a.abs(),
+            "loss of step {step}: {a} vs {b}"
+        );
     }
     for (name, _) in WEIGHTS {
         let d = max_diff(&single.weight(name).unwrap(), &dp.weight(name).unwrap());
