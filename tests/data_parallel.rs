@@ -262,7 +262,13 @@ fn run_rank(role: &str, out: &Path) -> Result<String, Box<dyn std::error::Error>
                     std::process::exit(17);
                 }
                 let (x, y) = batch(step, ROWS);
-                let (start, len) = shard(ROWS, size, me);
+                // Every fourth step rank 0 takes the whole batch and the others have no
+                // samples (weight 0).
+                let (start, len) = match (step % 4, me) {
+                    (0, 0) => (0, ROWS),
+                    (0, _) => (0, 0),
+                    _ => shard(ROWS, size, me),
+                };
                 let (x, y) = (rows_of(&x, start, len), rows_of(&y, start, len));
                 trainer.step_weighted(&[("x", x.view()), ("y", y.view())], len as f64)?;
             }

@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, Rw
 
 use super::RunError;
 use super::signature::check_weight;
+#[cfg(feature = "mlx")]
+use super::signature::check_weight_type;
 use crate::ir::{DType, Graph, NodeId, Op};
 use crate::tensor::TensorRef;
 
@@ -114,6 +116,20 @@ impl ParamTable {
         let i = self.find(name)?;
         let spec = &self.specs[i];
         check_weight(name, spec.dtype, &spec.shape, value)?;
+        Ok(i)
+    }
+
+    /// [`ParamTable::check`] for a value known by its dtype and dims (a device array).
+    #[cfg(feature = "mlx")]
+    pub(crate) fn check_type(
+        &self,
+        name: &str,
+        dtype: DType,
+        dims: &[usize],
+    ) -> Result<usize, RunError> {
+        let i = self.find(name)?;
+        let spec = &self.specs[i];
+        check_weight_type(name, spec.dtype, &spec.shape, dtype, dims)?;
         Ok(i)
     }
 

@@ -269,28 +269,40 @@ fn source_text(signature: &Signature, source: Source) -> String {
 }
 
 /// Checks a weight offered for the param `name` declared as `dtype[shape]`.
+/// Checks that a weight `name` of `dtype[shape]` may take a value of `got_dtype[got_shape]`.
+pub(crate) fn check_weight_type(
+    name: &str,
+    dtype: DType,
+    shape: &[usize],
+    got_dtype: DType,
+    got_shape: &[usize],
+) -> Result<(), RunError> {
+    if got_dtype != dtype {
+        return Err(RunError::DType {
+            kind: TensorRole::Weight,
+            name: name.to_string(),
+            expected: dtype,
+            got: got_dtype,
+        });
+    }
+    if got_shape != shape {
+        return Err(RunError::Shape {
+            kind: TensorRole::Weight,
+            name: name.to_string(),
+            expected: format!("{shape:?}"),
+            got: got_shape.to_vec(),
+        });
+    }
+    Ok(())
+}
+
 pub(crate) fn check_weight(
     name: &str,
     dtype: DType,
     shape: &[usize],
     value: &TensorRef<'_>,
 ) -> Result<(), RunError> {
-    if value.dtype != dtype {
-        return Err(RunError::DType {
-            kind: TensorRole::Weight,
-            name: name.to_string(),
-            expected: dtype,
-            got: value.dtype,
-        });
-    }
-    if value.shape != shape {
-        return Err(RunError::Shape {
-            kind: TensorRole::Weight,
-            name: name.to_string(),
-            expected: format!("{shape:?}"),
-            got: value.shape.to_vec(),
-        });
-    }
+    check_weight_type(name, dtype, shape, value.dtype, value.shape)?;
     let expected = shape.iter().product::<usize>() * dtype.size_bytes();
     if value.bytes.len() != expected {
         return Err(RunError::Bytes {

@@ -623,6 +623,56 @@ impl MlxExecutable {
         self.evaluate(&described, &arrays, dims)
     }
 
+    /// Binds weights to MLX arrays, all or none, like [`Executable::set_weights`] but
+    /// without a trip through host memory: an array another run returned (an updated
+    /// weight) stays on the device. Each is evaluated before it is bound.
+    ///
+    /// ```no_run
+    /// use rlx::prelude::*;
+    /// use rlx::backend::{Backend, Executable};
+    /// use rlx::mlx::{Array, MlxBackend, MlxMode};
+    /// use rlx::tensor::HostTensor;
+    ///
+    /// let mut b = GraphBuilder::new();
+    /// let w = b.param("w", DType::F32, [2])?;
+    /// let twice = b.add(w, w)?;
+    /// b.output("twice", twice)?;
+    /// let exe = MlxBackend::new(MlxMode::Lazy).compile(&b.finish()?)?;
+    /// let w = Array::from_tensor(HostTensor::from_vec(vec![1.0f32, 2.0], [2])?.view())?;
+    /// exe.set_weight_arrays(&[("w", &w)])?;
+    /// let out = exe.run_arrays(&[], &[])?;
+    /// exe.set_weight_arrays(&[("w", &out[0])])?; // the result, bound as it is
+    /// assert_eq!(exe.weight("w")?.as_slice::<f32>()?, &[2.0, 4.0]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_weight_arrays(&self, weights: &[(&str, &Array)]) -> Result<(), RunError> {
+        let _one_at_a_time = lock(&self.binding_weights);
+        let _gpu = device::gpu_turn(self.device);
+        let mut made = Vec::with_capacity(weights.len());
+        {
+            let bound = read(&self.weights);
+            for (name, value) in weights {
+                let dtype = value.dtype().map_err(backend_error)?;
+                let dims = value.shape().map_err(backend_error)?;
+                let i = bound.params.check_type(name, dtype, &dims)?;
+                let array = match self.param_casts[i] {
+                    Some(to) => device::on_device(self.device, true, || value.cast(to))
+                        .and_then(|cast| cast)
+                        .map_err(backend_error)?,
+                    None => (*value).clone(),
+                };
+                made.push((i, array));
+            }
+        }
+        Array::eval(&made.iter().map(|(_, a)| a).collect::<Vec<_>>()).map_err(backend_error)?;
+        let mut bound = write(&self.weights);
+        for (i, array) in made {
+            bound.values[i] = Some(Weight(array));
+            bound.params.mark_bound(i);
+        }
+        Ok(())
+    }
+
     /// Binds the runtime dims from `inputs` (their arrays in `arrays`), checks the inputs
     /// against that binding, and returns its plan with the leaves in call order (the bound
     /// weights, then the inputs).

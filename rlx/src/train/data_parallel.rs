@@ -1,6 +1,7 @@
 //! Data-parallel training: every rank of a [`Group`] computes gradients on its shard of the
 //! batch, the gradients are averaged across ranks, and every rank applies the same update.
 
+use std::any::Any;
 use std::path::Path;
 
 use half::{bf16, f16};
@@ -13,8 +14,9 @@ use crate::autodiff::{Wrt, gradients};
 use crate::backend::{Backend, Executable};
 use crate::builder::GraphBuilder;
 use crate::distributed::{DistributedError, Group};
+use crate::ir::BinaryOp;
 use crate::ir::{DType, Graph, NodeId};
-use crate::mlx::Array;
+use crate::mlx::{Array, MlxExecutable};
 use crate::tensor::{HostTensor, TensorData, TensorRef};
 
 /// The default size of a gradient bucket: PyTorch DDP's 25 MiB.
@@ -33,6 +35,10 @@ pub const DEFAULT_BUCKET_BYTES: usize = 25 << 20;
 ///
 /// With shards weighted by their sample counts and a loss that is a mean over samples,
 /// a step equals one [`super::Trainer`] step on the whole batch, up to float rounding.
+///
+/// On the CPU backend the gradients cross host memory (where the collectives read them);
+/// on MLX they, the weights and the optimizer state stay on the device: only the shard,
+/// the per-step scalars and the loss cross.
 ///
 /// ```no_run
 /// use rlx::cpu::CpuBackend;
@@ -73,6 +79,8 @@ pub struct DataParallelTrainer {
     loss: usize,
     /// Indices into `weights`: the gradients summed as one flat tensor.
     buckets: Vec<Vec<usize>>,
+    /// Both graphs run on MLX: gradients and weights stay on the device between them.
+    on_device: bool,
     steps: u64,
     outputs: Vec<HostTensor>,
     updated: Vec<HostTensor>,
@@ -125,6 +133,8 @@ impl DataParallelTrainer {
         let update_graph = b.finish()?;
         let gradients: Box<dyn Executable> = Box::new(backend.compile(&with_grads)?);
         let update: Box<dyn Executable> = Box::new(backend.compile(&update_graph)?);
+        let is_mlx = |e: &dyn Executable| (e as &dyn Any).is::<MlxExecutable>();
+        let on_device = is_mlx(&*gradients) && is_mlx(&*update);
         for (name, dtype, dims) in &state {
             update.set_weight(name, HostTensor::zeros(*dtype, dims.clone()).view())?;
         }
@@ -145,6 +155,7 @@ impl DataParallelTrainer {
             updates,
             loss: loss_index,
             buckets: Vec::new(),
+            on_device,
             steps: 0,
             outputs: Vec::new(),
             updated: Vec::new(),
@@ -244,12 +255,6 @@ impl DataParallelTrainer {
         self.config.lr_at(self.steps)
     }
 
-    /// The model's outputs on this rank's shard in the last step (the loss included),
-    /// followed by the gradients of this shard.
-    pub fn outputs(&self) -> &[HostTensor] {
-        &self.outputs
-    }
-
     /// One step with this rank's shard counted as much as every other rank's (the
     /// gradients' plain mean across ranks); see [`DataParallelTrainer::step_weighted`].
     /// Returns the mean of the ranks' losses.
@@ -280,6 +285,9 @@ impl DataParallelTrainer {
         shard: &[(&str, TensorRef<'_>)],
         weight: Option<f64>,
     ) -> Result<f64, TrainError> {
+        if self.on_device {
+            return self.step_on_device(shard, weight);
+        }
         let local_loss = if weight != Some(0.0) {
             self.gradients.run_into(shard, &[], &mut self.outputs)?;
             scalar_value(&self.outputs[self.loss])
@@ -287,29 +295,7 @@ impl DataParallelTrainer {
             self.outputs.clear();
             0.0
         };
-        // Each rank's gradients are scaled by its share before the sum, so a group of one
-        // (share 1) and power-of-two shares round nothing.
-        let (share, extra, loss) = match weight {
-            None => {
-                let size = self.group.size() as f64;
-                (1.0 / size, Some(local_loss / size), 0.0)
-            }
-            Some(w) => {
-                // In f32, which every transport sums (NCCL has no f64 on a GPU); sample
-                // counts are exact in f32 up to 2^24.
-                let mine = HostTensor::from_vec(vec![w as f32, (w * local_loss) as f32], [2])
-                    .map_err(tensor_error)?;
-                let sums = self.group.all_sum_tensor(mine.view())?;
-                let sums = sums.as_slice::<f32>().map_err(tensor_error)?;
-                let sums = [f64::from(sums[0]), f64::from(sums[1])];
-                if sums[0] <= 0.0 {
-                    return Err(TrainError::Config(
-                        "every rank passed a weight of 0: the step has no samples".into(),
-                    ));
-                }
-                (w / sums[0], None, sums[1] / sums[0])
-            }
-        };
+        let (share, extra, loss) = self.shares(weight, local_loss)?;
         let total = self.average_gradients(share, extra)?.unwrap_or(loss);
         let used = self.scalars.fill(&self.config, self.steps);
         let scalars = self.scalars.inputs();
@@ -327,6 +313,155 @@ impl DataParallelTrainer {
                     .set_weight(name, self.updated[*index].view())?;
             }
         }
+        self.steps += 1;
+        Ok(total)
+    }
+
+    /// This rank's share of the step, the value to sum for the mean loss (when the shares
+    /// are equal), and the mean loss (when they are not, summed here with the weights).
+    /// Each rank's gradients are scaled by its share before the sum, so a group of one
+    /// (share 1) and power-of-two shares round nothing.
+    fn shares(
+        &self,
+        weight: Option<f64>,
+        local_loss: f64,
+    ) -> Result<(f64, Option<f64>, f64), TrainError> {
+        match weight {
+            None => {
+                let size = self.group.size() as f64;
+                Ok((1.0 / size, Some(local_loss / size), 0.0))
+            }
+            Some(w) => {
+                // In f32, which every transport sums (NCCL has no f64 on a GPU); sample
+                // counts are exact in f32 up to 2^24.
+                let mine = HostTensor::from_vec(vec![w as f32, (w * local_loss) as f32], [2])
+                    .map_err(tensor_error)?;
+                let sums = self.group.all_sum_tensor(mine.view())?;
+                let sums = sums.as_slice::<f32>().map_err(tensor_error)?;
+                let (weights, losses) = (f64::from(sums[0]), f64::from(sums[1]));
+                if weights <= 0.0 {
+                    return Err(TrainError::Config(
+                        "every rank passed a weight of 0: the step has no samples".into(),
+                    ));
+                }
+                Ok((w / weights, None, losses / weights))
+            }
+        }
+    }
+
+    /// A step on MLX with gradients, weights and optimizer state kept on the device: the
+    /// gradient run returns arrays, the buckets are built and split by MLX ops, and the
+    /// updated values are bound as arrays. Only the shard, the per-step scalars and the
+    /// loss cross host memory.
+    fn step_on_device(
+        &mut self,
+        shard: &[(&str, TensorRef<'_>)],
+        weight: Option<f64>,
+    ) -> Result<f64, TrainError> {
+        let mlx = |e: DistributedError| TrainError::Distributed(e);
+        let array = |t: TensorRef<'_>| Array::from_tensor(t).map_err(|e| mlx(e.into()));
+        let gradients = as_mlx(&*self.gradients);
+        let outputs = if weight != Some(0.0) {
+            let uploaded = shard
+                .iter()
+                .map(|(name, t)| Ok((*name, array(*t)?)))
+                .collect::<Result<Vec<_>, TrainError>>()?;
+            let inputs: Vec<(&str, &Array)> = uploaded.iter().map(|(n, a)| (*n, a)).collect();
+            Some(gradients.run_arrays(&inputs, &[])?)
+        } else {
+            None
+        };
+        let local_loss = match &outputs {
+            Some(o) => scalar_value(&o[self.loss].to_host().map_err(|e| mlx(e.into()))?),
+            None => 0.0,
+        };
+        let (share, extra, loss) = self.shares(weight, local_loss)?;
+        let mut flats = Vec::with_capacity(self.buckets.len() + 1);
+        for bucket in &self.buckets {
+            let dtype = self.averaged[bucket[0]].1.dtype();
+            let scale = array(scalar_of(dtype, share).view())?;
+            let mut parts = Vec::with_capacity(bucket.len());
+            for &i in bucket {
+                let like = &self.averaged[i].1;
+                let grad = match &outputs {
+                    Some(o) => o[self.weights[i].1].clone(),
+                    // No samples here: this rank contributes zeros.
+                    None => array(HostTensor::zeros(dtype, like.shape()).view())?,
+                };
+                let flat = grad.reshape(&[like.len()]).map_err(|e| mlx(e.into()))?;
+                parts.push(if share == 1.0 {
+                    flat
+                } else {
+                    flat.binary(BinaryOp::Mul, &scale)
+                        .map_err(|e| mlx(e.into()))?
+                });
+            }
+            let parts: Vec<&Array> = parts.iter().collect();
+            flats.push(Array::concat(&parts, 0).map_err(|e| mlx(e.into()))?);
+        }
+        if let Some(x) = extra {
+            flats.push(array(HostTensor::scalar(x as f32).view())?);
+        }
+        let mut sums = self.group.all_sum_many(&flats)?;
+        let total = match extra {
+            Some(_) => {
+                let x = sums.pop().expect("the extra value was summed");
+                f64::from(
+                    x.to_host()
+                        .map_err(|e| mlx(e.into()))?
+                        .as_slice::<f32>()
+                        .map_err(tensor_error)?[0],
+                )
+            }
+            None => loss,
+        };
+        let mut averaged: Vec<Option<Array>> = vec![None; self.averaged.len()];
+        for (bucket, sum) in self.buckets.iter().zip(&sums) {
+            let mut at = 0;
+            for &i in bucket {
+                let like = &self.averaged[i].1;
+                let part = sum
+                    .slice(&[at], &[at + like.len()], &[1])
+                    .and_then(|p| p.reshape(like.shape()))
+                    .map_err(|e| mlx(e.into()))?;
+                averaged[i] = Some(part);
+                at += like.len();
+            }
+        }
+        let used = self.scalars.fill(&self.config, self.steps);
+        let scalars = self
+            .scalars
+            .inputs()
+            .iter()
+            .take(used)
+            .map(|(name, t)| Ok((*name, array(*t)?)))
+            .collect::<Result<Vec<_>, TrainError>>()?;
+        let mut inputs: Vec<(&str, &Array)> = self
+            .averaged
+            .iter()
+            .zip(&averaged)
+            .map(|((name, _), a)| {
+                (
+                    name.as_str(),
+                    a.as_ref().expect("every gradient is in a bucket"),
+                )
+            })
+            .collect();
+        inputs.extend(scalars.iter().map(|(n, a)| (*n, a)));
+        let update = as_mlx(&*self.update);
+        let updated = update.run_arrays(&inputs, &[])?;
+        let all: Vec<(&str, &Array)> = self
+            .updates
+            .iter()
+            .map(|(index, name)| (name.as_str(), &updated[*index]))
+            .collect();
+        update.set_weight_arrays(&all)?;
+        let weights: Vec<(&str, &Array)> = all
+            .iter()
+            .filter(|(name, _)| self.weights.iter().any(|(w, _)| w == name))
+            .copied()
+            .collect();
+        as_mlx(&*self.gradients).set_weight_arrays(&weights)?;
         self.steps += 1;
         Ok(total)
     }
@@ -400,6 +535,23 @@ impl DataParallelTrainer {
             Ok(())
         })?;
         Ok(())
+    }
+}
+
+/// The MLX executable behind `exe` (checked at construction: `on_device`).
+fn as_mlx(exe: &dyn Executable) -> &MlxExecutable {
+    (exe as &dyn Any)
+        .downcast_ref::<MlxExecutable>()
+        .expect("on_device is set only for MLX executables")
+}
+
+/// A scalar `value` of the float `dtype`.
+fn scalar_of(dtype: DType, value: f64) -> HostTensor {
+    match dtype {
+        DType::F64 => HostTensor::scalar(value),
+        DType::F16 => HostTensor::scalar(f16::from_f64(value)),
+        DType::BF16 => HostTensor::scalar(bf16::from_f64(value)),
+        _ => HostTensor::scalar(value as f32),
     }
 }
 
