@@ -314,3 +314,47 @@ fn run_outputs_reads_the_outputs_asked_for_on_every_backend() {
         }
     }
 }
+
+#[test]
+fn weights_bound_from_device_arrays_match_host_binding_and_are_checked_alike() {
+    let graph = mlp(DType::F32);
+    let array = |t: HostTensor| Array::from_tensor(t.view()).unwrap();
+    for mode in MODES {
+        let host = MlxBackend::new(mode).compile(&graph).unwrap();
+        bind(&host);
+        let device = MlxBackend::new(mode).compile(&graph).unwrap();
+        let w1 = array(HostTensor::from_vec(values(16 * 32, 1), [16, 32]).unwrap());
+        let b1 = array(HostTensor::from_vec(values(32, 2), [32]).unwrap());
+        let w2 = array(HostTensor::from_vec(values(32 * 8, 3), [32, 8]).unwrap());
+        device
+            .set_weight_arrays(&[("w1", &w1), ("b1", &b1), ("w2", &w2)])
+            .unwrap();
+        let x = input(3);
+        let x = [("x", x.view())];
+        assert_eq!(
+            device.run(&x, &[]).unwrap(),
+            host.run(&x, &[]).unwrap(),
+            "{mode:?}"
+        );
+        assert_eq!(device.weight("b1").unwrap(), host.weight("b1").unwrap());
+        // All or none: one bad value binds nothing.
+        let ints = array(HostTensor::zeros(DType::I32, [32]));
+        let zeros = array(HostTensor::zeros(DType::F32, [16, 32]));
+        assert!(matches!(
+            device.set_weight_arrays(&[("w1", &zeros), ("b1", &ints)]),
+            Err(RunError::DType {
+                got: DType::I32,
+                ..
+            })
+        ));
+        assert_eq!(device.run(&x, &[]).unwrap(), host.run(&x, &[]).unwrap());
+        assert!(matches!(
+            device.set_weight_arrays(&[("w2", &zeros)]),
+            Err(RunError::Shape { .. })
+        ));
+        assert!(matches!(
+            device.set_weight_arrays(&[("w9", &zeros)]),
+            Err(RunError::UnknownWeight { .. })
+        ));
+    }
+}

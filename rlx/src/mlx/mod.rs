@@ -473,22 +473,10 @@ impl Executable for MlxExecutable {
         // Uploaded (and cast) without the lock: runs go on meanwhile.
         let mut made = Vec::with_capacity(weights.len());
         for ((_, value), i) in weights.iter().zip(indices) {
-            let mut array = Array::from_tensor(*value).map_err(backend_error)?;
-            if let Some(dtype) = self.param_casts[i] {
-                array = device::on_device(self.device, true, || array.cast(dtype))
-                    .and_then(|cast| cast)
-                    .map_err(backend_error)?;
-            }
-            made.push((i, array));
+            let array = Array::from_tensor(*value).map_err(backend_error)?;
+            made.push((i, self.as_stored(i, array)?));
         }
-        // Materialized now, so the caller's bytes may go away and runs do not pay for it.
-        Array::eval(&made.iter().map(|(_, a)| a).collect::<Vec<_>>()).map_err(backend_error)?;
-        let mut bound = write(&self.weights);
-        for (i, array) in made {
-            bound.values[i] = Some(Weight(array));
-            bound.params.mark_bound(i);
-        }
-        Ok(())
+        self.store_weights(made)
     }
 
     fn weight(&self, name: &str) -> Result<HostTensor, RunError> {
@@ -655,15 +643,26 @@ impl MlxExecutable {
                 let dtype = value.dtype().map_err(backend_error)?;
                 let dims = value.shape().map_err(backend_error)?;
                 let i = bound.params.check_type(name, dtype, &dims)?;
-                let array = match self.param_casts[i] {
-                    Some(to) => device::on_device(self.device, true, || value.cast(to))
-                        .and_then(|cast| cast)
-                        .map_err(backend_error)?,
-                    None => (*value).clone(),
-                };
-                made.push((i, array));
+                made.push((i, self.as_stored(i, (*value).clone())?));
             }
         }
+        self.store_weights(made)
+    }
+
+    /// Param `i`'s value in the dtype it computes in (a half-precision copy of an f32
+    /// weight under [`Precision::F16`] or [`Precision::BF16`]).
+    fn as_stored(&self, i: usize, array: Array) -> Result<Array, RunError> {
+        match self.param_casts[i] {
+            Some(dtype) => device::on_device(self.device, true, || array.cast(dtype))
+                .and_then(|cast| cast)
+                .map_err(backend_error),
+            None => Ok(array),
+        }
+    }
+
+    /// Evaluates the new values and binds them, all at once.
+    fn store_weights(&self, made: Vec<(usize, Array)>) -> Result<(), RunError> {
+        // Materialized now, so the caller's bytes may go away and runs do not pay for it.
         Array::eval(&made.iter().map(|(_, a)| a).collect::<Vec<_>>()).map_err(backend_error)?;
         let mut bound = write(&self.weights);
         for (i, array) in made {
