@@ -637,3 +637,45 @@ impl Fingerprint {
         self.0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_group_consecutive_weights_of_one_dtype_up_to_the_limit() {
+        let dtypes = [
+            DType::F32,
+            DType::F32,
+            DType::F32,
+            DType::F16,
+            DType::F16,
+            DType::F32,
+        ];
+        let bytes = [40, 40, 100, 10, 10, 8];
+        let grouped = buckets(6, |i| dtypes[i], |i| bytes[i], 90);
+        // 40+40 fit; 100 is over the limit alone; the f16 pair; the last f32 after them.
+        assert_eq!(grouped, vec![vec![0, 1], vec![2], vec![3, 4], vec![5]]);
+        // A hundred small weights of one dtype take two collectives, not a hundred.
+        let many = buckets(100, |_| DType::F32, |_| 1000, 60_000);
+        assert_eq!(many.len(), 2);
+        assert_eq!(many.iter().map(Vec::len).sum::<usize>(), 100);
+    }
+
+    #[test]
+    fn scaling_rounds_once_and_not_at_all_by_powers_of_two() {
+        let src = TensorData::F32(vec![0.1, -3.0, 7.25]);
+        let mut dst = TensorData::zeros(DType::F32, 5);
+        scaled_copy(&mut dst, 1, &src, 0.25).unwrap();
+        assert!(dst == TensorData::F32(vec![0.0, 0.025, -0.75, 1.8125, 0.0]));
+        let mut one = TensorData::zeros(DType::F32, 3);
+        scaled_copy(&mut one, 0, &src, 1.0).unwrap();
+        assert!(one == src);
+        let third = (0.1f64 * (1.0 / 3.0)) as f32;
+        let mut dst = TensorData::zeros(DType::F32, 1);
+        scaled_copy(&mut dst, 0, &TensorData::F32(vec![0.1]), 1.0 / 3.0).unwrap();
+        assert!(dst == TensorData::F32(vec![third]));
+        let mut mismatch = TensorData::zeros(DType::F64, 3);
+        assert!(scaled_copy(&mut mismatch, 0, &src, 1.0).is_err());
+    }
+}
