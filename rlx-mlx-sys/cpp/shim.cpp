@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -682,6 +683,83 @@ mx::array sort(const mx::array& x, int axis, bool descending, bool indices) {
   return mx::take_along_axis(flipped, order, axis);
 }
 
+// Whether MLX 0.32's CUDA rope would launch with a geometry CUDA refuses ("invalid
+// argument"): it sizes its block by doubling each of (dims / 2, T, B * ceil(N / 4)) in
+// turn up to 1024 threads, so small rotations over many rows put more than 64 threads
+// along z, CUDA's limit there. `x` is [B, .., T, D] as the kernel sees it.
+bool cuda_rope_launch_invalid(const mx::array& x, int dims) {
+  const int64_t B = x.shape(0), T = x.shape(-2);
+  int64_t N = 1;
+  for (int i = 1; i + 2 < static_cast<int>(x.ndim()); ++i) N *= x.shape(i);
+  int64_t extent[3] = {dims / 2, T, B * ((N + 3) / 4)};
+  if (B == 1 && T == 1) {  // MLX's single-position kernel: a 2-D grid
+    extent[1] = N;
+    extent[2] = 1;
+  }
+  int pows[3] = {0, 0, 0};
+  for (int sum = 0;;) {
+    const int before = sum;
+    for (int i = 0; i < 3 && sum < 10; ++i) {
+      if (extent[i] >= (int64_t{1} << (pows[i] + 1))) {
+        ++pows[i];
+        ++sum;
+      }
+    }
+    if (sum == before || sum == 10) break;
+  }
+  const int64_t grid_y = (extent[1] + (1 << pows[1]) - 1) >> pows[1];
+  const int64_t grid_z = (extent[2] + (1 << pows[2]) - 1) >> pows[2];
+  return (1 << pows[2]) > 64 || grid_y > 65535 || grid_z > 65535;
+}
+
+// Rope from elementwise ops, computing the angles as MLX's kernels do (inverse frequency
+// 2^(-(i / (dims / 2)) * log2(base)), angle = scale * (position + offset) * it). `x` is
+// float32 [.., T, D].
+mx::array rope_from_ops(const mx::array& x, int dims, bool traditional, float base, float scale,
+                        const mx::array& offset) {
+  const int nd = static_cast<int>(x.ndim());
+  const int T = x.shape(-2), D = x.shape(-1), half = dims / 2;
+  const mx::array position =
+      mx::multiply(mx::add(mx::astype(mx::arange(T), mx::float32), mx::astype(offset, mx::float32)),
+                   mx::array(scale));
+  const mx::array step = mx::divide(mx::astype(mx::arange(half), mx::float32), mx::array(static_cast<float>(half)));
+  // 2^y as e^(y ln 2).
+  const mx::array inverse =
+      mx::exp(mx::multiply(mx::negative(step), mx::array(std::log2(base) * static_cast<float>(M_LN2))));
+  const mx::array angle = mx::multiply(mx::reshape(position, {T, 1}), mx::reshape(inverse, {1, half}));
+  const mx::array cos = mx::cos(angle), sin = mx::sin(angle);
+  auto last = [&](int start, int stop) {
+    mx::Shape lo(nd, 0), hi = x.shape();
+    lo[nd - 1] = start;
+    hi[nd - 1] = stop;
+    return mx::slice(x, lo, hi);
+  };
+  mx::array rotated = x;
+  if (traditional) {
+    mx::Shape pairs = x.shape();
+    pairs[nd - 1] = half;
+    pairs.push_back(2);
+    const mx::array p = mx::reshape(last(0, dims), pairs);
+    mx::Shape lo(nd + 1, 0), hi = p.shape();
+    hi[nd] = 1;
+    const mx::array x1 = mx::squeeze(mx::slice(p, lo, hi), nd);
+    lo[nd] = 1;
+    hi[nd] = 2;
+    const mx::array x2 = mx::squeeze(mx::slice(p, lo, hi), nd);
+    const mx::array r1 = mx::subtract(mx::multiply(x1, cos), mx::multiply(x2, sin));
+    const mx::array r2 = mx::add(mx::multiply(x1, sin), mx::multiply(x2, cos));
+    mx::Shape flat = x.shape();
+    flat[nd - 1] = dims;
+    rotated = mx::reshape(mx::stack({r1, r2}, nd), flat);
+  } else {
+    const mx::array x1 = last(0, half), x2 = last(half, dims);
+    rotated = mx::concatenate({mx::subtract(mx::multiply(x1, cos), mx::multiply(x2, sin)),
+                               mx::add(mx::multiply(x1, sin), mx::multiply(x2, cos))},
+                              nd - 1);
+  }
+  return dims < D ? mx::concatenate({rotated, last(dims, D)}, nd - 1) : rotated;
+}
+
 mx::array in_range_indices(const mx::array& idx, int size, std::optional<mx::array>* bad) {
   const mx::array below = mx::less(idx, mx::zeros({}, idx.dtype()));
   const mx::array above = mx::greater_equal(idx, mx::array(static_cast<int64_t>(size), idx.dtype()));
@@ -1315,10 +1393,17 @@ int rlx_mlx_rope(const rlx_mlx_array* x, int32_t dims, double base, double scale
       return;
     }
     const mx::Shape shape = v.shape();
-    // MLX rotates [.., L, D] with at least three axes.
-    mx::array x3 = v.ndim() < 3 ? mx::reshape(up(v), {1, shape[0], shape[1]}) : up(v);
+    // MLX rotates [.., L, D] with at least three axes. Its CUDA kernel gives its output the
+    // input's strides, so a broadcast input (a gradient of ones, stride 0) came back
+    // wrong, and some small strided inputs failed to launch: it gets a row-contiguous one.
+    mx::array x3 = mx::contiguous(v.ndim() < 3 ? mx::reshape(up(v), {1, shape[0], shape[1]}) : up(v));
     mx::array off = offset != nullptr ? mx::astype(get(offset), mx::int32) : mx::array(0, mx::int32);
-    mx::array y = mx::fast::rope(x3, dims, traditional, static_cast<float>(base), static_cast<float>(scale), off);
+    const bool on_gpu = mx::default_device() == mx::Device::gpu;
+    mx::array y = on_gpu && cuda_rope_launch_invalid(x3, dims)
+                      ? rope_from_ops(x3, dims, traditional, static_cast<float>(base),
+                                      static_cast<float>(scale), off)
+                      : mx::fast::rope(x3, dims, traditional, static_cast<float>(base),
+                                       static_cast<float>(scale), off);
     put(out, down(mx::reshape(y, shape), v.dtype()));
   });
 }

@@ -577,3 +577,94 @@ fn convolutions_over_nothing_are_their_bias() {
         assert!(got[1].to_f64_vec().iter().all(|&v| v == 0.0), "{label}");
     }
 }
+
+/// Rope worked out in float64: `x` is `[rows, T, D]` row-major, positions `0..T`.
+fn rope_by_hand(
+    x: &[f64],
+    rows: usize,
+    t: usize,
+    d: usize,
+    dims: usize,
+    scale: f64,
+    traditional: bool,
+) -> Vec<f64> {
+    let half = dims / 2;
+    let mut out = x.to_vec();
+    for r in 0..rows {
+        for p in 0..t {
+            let base = (r * t + p) * d;
+            for i in 0..half {
+                let angle = scale * p as f64 * 10000f64.powf(-(i as f64) / half as f64);
+                let (a, b) = if traditional {
+                    (2 * i, 2 * i + 1)
+                } else {
+                    (i, i + half)
+                };
+                let (x1, x2) = (x[base + a], x[base + b]);
+                out[base + a] = x1 * angle.cos() - x2 * angle.sin();
+                out[base + b] = x1 * angle.sin() + x2 * angle.cos();
+            }
+        }
+    }
+    out
+}
+
+/// On an H100, MLX's CUDA rope gave its output the input's strides, so a broadcast input
+/// (the gradient of a sum, scale negated) came back wrong, and it refused to launch
+/// small rotations over many rows (`rope[dims=2]` of `[702, 5, 7]`: more than 64 threads
+/// along z). The shim now hands it a contiguous input, and composes such rotations from
+/// elementwise ops on a GPU.
+#[test]
+fn rope_of_a_broadcast_input_and_of_many_small_rows() {
+    // (input dims, broadcast to, dims, scale, traditional)
+    let cases: [(&[usize], [usize; 3], usize, f64, bool); 4] = [
+        (&[1, 1, 4], [3, 2, 4], 4, -1.0, false),
+        (&[1, 1, 4], [3, 2, 4], 2, -0.5, true),
+        (&[702, 5, 7], [702, 5, 7], 2, 0.5, true),
+        (&[700, 3, 24], [700, 3, 24], 22, 0.5, false),
+    ];
+    for (input, full, dims, scale, traditional) in cases {
+        let mut g = GraphBuilder::new();
+        let x = g.input("x", DType::F32, input).unwrap();
+        let x = if input != full {
+            g.op(Op::Broadcast { shape: full.into() }, &[x]).unwrap()
+        } else {
+            x
+        };
+        let op = Op::Rope {
+            dims,
+            base: 10000.0,
+            scale,
+            traditional,
+        };
+        let y = g.op(op, &[x]).unwrap();
+        g.output("y", y).unwrap();
+        let graph = g.finish().unwrap();
+        let n: usize = input.iter().product();
+        let values: Vec<f64> = (0..n)
+            .map(|i| ((i * 37 % 101) as f64 - 50.0) / 25.0)
+            .collect();
+        let expanded: Vec<f64> = (0..full.iter().product::<usize>())
+            .map(|i| values[i % n])
+            .collect();
+        let want = rope_by_hand(
+            &expanded,
+            full[0],
+            full[1],
+            full[2],
+            dims,
+            scale,
+            traditional,
+        );
+        let x = tensor(DType::F32, input, &values);
+        for (label, exe) in executables(&graph) {
+            let got = exe.run(&[("x", x.view())], &[]).unwrap()[0].to_f64_vec();
+            for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "{label} {full:?} dims {dims}: element {k} is {g}, want {w}"
+                );
+            }
+        }
+    }
+}
