@@ -617,7 +617,8 @@ fn rope_by_hand(
 #[test]
 fn rope_of_a_broadcast_input_and_of_many_small_rows() {
     // (input dims, broadcast to, dims, scale, traditional)
-    let cases: [(&[usize], [usize; 3], usize, f64, bool); 4] = [
+    type Case<'a> = (&'a [usize], [usize; 3], usize, f64, bool);
+    let cases: [Case; 4] = [
         (&[1, 1, 4], [3, 2, 4], 4, -1.0, false),
         (&[1, 1, 4], [3, 2, 4], 2, -0.5, true),
         (&[702, 5, 7], [702, 5, 7], 2, 0.5, true),
