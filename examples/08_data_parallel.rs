@@ -43,7 +43,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rlx::backend::Backend;
-use rlx::distributed::{Group, GroupOptions, LocalLaunch, RANK_ENV, Transport};
+use rlx::distributed::{Group, GroupOptions, LocalLaunch, Transport};
 use rlx::train::{DataParallelTrainer, Optimizer, TrainConfig, Trainer};
 use rlx_workspace::digits::{self, Digits};
 
@@ -101,19 +101,6 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-/// Whether a launcher started this process as one rank of a group.
-fn launched() -> bool {
-    std::env::var_os(RANK_ENV).is_some() || Transport::from_env().is_some()
-}
-
-/// `rows` cut into `parts` contiguous shards whose sizes differ by at most one.
-fn shard(rows: &[usize], parts: usize, index: usize) -> &[usize] {
-    let (base, extra) = (rows.len() / parts, rows.len() % parts);
-    let start = index * base + index.min(extra);
-    let len = base + usize::from(index < extra);
-    &rows[start..start + len]
-}
-
 /// One rank's training; rank 0 also trains the single-process reference and reports.
 fn rank<B: Backend>(backend: &B, args: &Args, data: &Digits) -> Result<(), Box<dyn Error>>
 where
@@ -122,11 +109,7 @@ where
     let options = GroupOptions::default()
         .join_timeout(args.timeout)
         .timeout(args.timeout);
-    let group = if launched() {
-        Group::init(&options)?
-    } else {
-        Group::single() // `--ranks 1`: no launch, no transport
-    };
+    let group = Group::init_if_launched(&options)?; // alone with `--ranks 1`
     let (me, size) = (group.rank(), group.size());
     let transport = group.transport().map_or("none", Transport::name);
     eprintln!("rank {me} of {size} joined over the {transport} transport");
@@ -145,7 +128,7 @@ where
     for epoch in 1..=args.epochs {
         let mut total = 0.0;
         for chunk in train_rows.chunks(BATCH) {
-            let mine = shard(chunk, size, me);
+            let mine = &chunk[trainer.group().shard(chunk.len())];
             let (pixels, labels) = digits::batch(data, mine)?;
             let inputs = [("pixels", pixels.view()), ("labels", labels.view())];
             // Weighted by the shard's size: the step is that of the whole batch.
@@ -199,7 +182,7 @@ where
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args = parse_args()?;
-    if !launched() && args.ranks > 1 {
+    if !rlx::distributed::launched() && args.ranks > 1 {
         // Its own launcher: every rank is a copy of this program, with the same arguments.
         return Ok(LocalLaunch::new(args.transport, args.ranks)?.run_self()?);
     }

@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use rlx::backend::Backend;
 use rlx::builder::GraphBuilder;
-use rlx::distributed::{Group, GroupOptions, LocalLaunch, RANK_ENV, Transport};
+use rlx::distributed::{Group, GroupOptions, LocalLaunch, Transport};
 use rlx::ir::{BinaryOp, DType, ReduceOp};
 use rlx::tensor::HostTensor;
 use rlx::train::{DataParallelTrainer, Optimizer, TrainConfig};
@@ -119,15 +119,10 @@ where
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args = parse_args()?;
-    let launched = std::env::var_os(RANK_ENV).is_some() || Transport::from_env().is_some();
-    if !launched && args.ranks > 1 {
+    if !rlx::distributed::launched() && args.ranks > 1 {
         return Ok(LocalLaunch::new(args.transport, args.ranks)?.run_self()?);
     }
-    let group = if launched {
-        Group::init(&GroupOptions::default())?
-    } else {
-        Group::single()
-    };
+    let group = Group::init_if_launched(&GroupOptions::default())?;
     match args.backend.as_str() {
         "cpu" => bench(&rlx::cpu::CpuBackend::default(), &args, group),
         "mlx" => bench(

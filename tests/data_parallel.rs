@@ -172,15 +172,6 @@ fn rows_of(t: &HostTensor, start: usize, len: usize) -> HostTensor {
     HostTensor::from_vec(v, [len, width]).unwrap()
 }
 
-/// This rank's contiguous shard of `rows` rows: `(start, len)`.
-fn shard(rows: usize, size: usize, rank: usize) -> (usize, usize) {
-    let (base, extra) = (rows / size, rows % size);
-    (
-        rank * base + rank.min(extra),
-        base + usize::from(rank < extra),
-    )
-}
-
 fn options() -> GroupOptions {
     let secs = |name: &str, default: u64| {
         std::env::var(name)
@@ -267,7 +258,10 @@ fn run_rank(role: &str, out: &Path) -> Result<String, Box<dyn std::error::Error>
                 let (start, len) = match (step % 4, me) {
                     (0, 0) => (0, ROWS),
                     (0, _) => (0, 0),
-                    _ => shard(ROWS, size, me),
+                    _ => {
+                        let mine = trainer.group().shard(ROWS);
+                        (mine.start, mine.len())
+                    }
                 };
                 let (x, y) = (rows_of(&x, start, len), rows_of(&y, start, len));
                 trainer.step_weighted(&[("x", x.view()), ("y", y.view())], len as f64)?;

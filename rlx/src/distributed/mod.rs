@@ -49,6 +49,12 @@ use crate::ir::DType;
 use crate::mlx::{Array, Device, MlxError, codes, gpu_turn};
 use crate::tensor::{HostTensor, TensorRef};
 
+/// Whether a launcher started this process as one rank of a group: its environment has a
+/// rank or names a transport ([`Transport::from_env`]).
+pub fn launched() -> bool {
+    std::env::var_os(RANK_ENV).is_some() || Transport::from_env().is_some()
+}
+
 /// How the processes of a group talk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Transport {
@@ -352,6 +358,30 @@ impl Group {
             timeout: options.timeout,
             link: Some(link),
         })
+    }
+
+    /// [`Group::init`] when a launcher started this process as a rank ([`launched`], or
+    /// `options` names a transport), else a group of one: the same program runs alone or
+    /// as one rank of many.
+    pub fn init_if_launched(options: &GroupOptions) -> Result<Group, DistributedError> {
+        if options.transport.is_some() || launched() {
+            Group::init(options)
+        } else {
+            Ok(Group::single())
+        }
+    }
+
+    /// This rank's contiguous share of `len` items (rows of a batch): the ranks' shares
+    /// cover `0..len` in rank order and differ in size by at most one.
+    ///
+    /// ```
+    /// let group = rlx::distributed::Group::single();
+    /// assert_eq!(group.shard(23), 0..23);
+    /// ```
+    pub fn shard(&self, len: usize) -> std::ops::Range<usize> {
+        let (base, extra) = (len / self.size, len % self.size);
+        let start = self.rank * base + self.rank.min(extra);
+        start..start + base + usize::from(self.rank < extra)
     }
 
     /// This process's rank, `0..size`.

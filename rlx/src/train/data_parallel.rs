@@ -76,6 +76,9 @@ pub struct DataParallelTrainer {
     weights: Vec<(String, usize)>,
     /// `(output index, param name)` of the update graph's results.
     updates: Vec<(usize, String)>,
+    /// Per entry of `updates`: whether it is a weight (which the gradient graph has too)
+    /// rather than optimizer state.
+    updates_weight: Vec<bool>,
     loss: usize,
     /// Indices into `weights`: the gradients summed as one flat tensor.
     buckets: Vec<Vec<usize>>,
@@ -112,15 +115,23 @@ impl DataParallelTrainer {
         let mut b = GraphBuilder::new();
         let mut update_weights: Vec<(NodeId, String)> = Vec::new();
         let mut grads = Vec::new();
+        let mut averaged = Vec::new();
         for (_, node) in graph.params().filter(|(_, n)| n.ty.dtype.is_float()) {
             let name = node.name.clone().unwrap_or_default();
             let grad_name = format!("grad/{name}");
             let index = find(&grad_name).ok_or_else(|| {
                 TrainError::Config(format!("the gradient graph has no output {grad_name:?}"))
             })?;
+            let dims = node.ty.shape.static_dims().ok_or_else(|| {
+                TrainError::Config(format!(
+                    "weight {name:?} has symbolic dims {}",
+                    node.ty.shape
+                ))
+            })?;
             weights.push((name.clone(), index));
             update_weights.push((b.param(&name, node.ty.dtype, node.ty.shape.clone())?, name));
             grads.push(b.input(&grad_name, node.ty.dtype, node.ty.shape.clone())?);
+            averaged.push((grad_name, HostTensor::zeros(node.ty.dtype, dims)));
         }
         let (updates, state) = append_update(
             &mut b,
@@ -138,13 +149,9 @@ impl DataParallelTrainer {
         for (name, dtype, dims) in &state {
             update.set_weight(name, HostTensor::zeros(*dtype, dims.clone()).view())?;
         }
-        let averaged = weights
+        let updates_weight = updates
             .iter()
-            .map(|(name, _)| {
-                let ty = &graph[graph.param(name).expect("a param of the graph")].ty;
-                let dims = ty.shape.static_dims().unwrap_or_default();
-                (format!("grad/{name}"), HostTensor::zeros(ty.dtype, dims))
-            })
+            .map(|(_, u)| weights.iter().any(|(w, _)| w == u))
             .collect();
         let mut trainer = DataParallelTrainer {
             group,
@@ -153,6 +160,7 @@ impl DataParallelTrainer {
             update,
             weights,
             updates,
+            updates_weight,
             loss: loss_index,
             buckets: Vec::new(),
             on_device,
@@ -306,13 +314,13 @@ impl DataParallelTrainer {
             .collect();
         inputs.extend_from_slice(&scalars[..used]);
         self.update.run_into(&inputs, &[], &mut self.updated)?;
-        for (index, name) in &self.updates {
-            self.update.set_weight(name, self.updated[*index].view())?;
-            if self.weights.iter().any(|(w, _)| w == name) {
-                self.gradients
-                    .set_weight(name, self.updated[*index].view())?;
-            }
-        }
+        let all: Vec<(&str, TensorRef<'_>)> = self
+            .updates
+            .iter()
+            .map(|(index, name)| (name.as_str(), self.updated[*index].view()))
+            .collect();
+        self.update.set_weights(&all)?;
+        self.gradients.set_weights(&self.weights_of(&all))?;
         self.steps += 1;
         Ok(total)
     }
@@ -358,8 +366,7 @@ impl DataParallelTrainer {
         shard: &[(&str, TensorRef<'_>)],
         weight: Option<f64>,
     ) -> Result<f64, TrainError> {
-        let mlx = |e: DistributedError| TrainError::Distributed(e);
-        let array = |t: TensorRef<'_>| Array::from_tensor(t).map_err(|e| mlx(e.into()));
+        let array = |t: TensorRef<'_>| Array::from_tensor(t).map_err(DistributedError::from);
         let gradients = as_mlx(&*self.gradients);
         let outputs = if weight != Some(0.0) {
             let uploaded = shard
@@ -372,7 +379,7 @@ impl DataParallelTrainer {
             None
         };
         let local_loss = match &outputs {
-            Some(o) => scalar_value(&o[self.loss].to_host().map_err(|e| mlx(e.into()))?),
+            Some(o) => scalar_value(&o[self.loss].to_host().map_err(DistributedError::from)?),
             None => 0.0,
         };
         let (share, extra, loss) = self.shares(weight, local_loss)?;
@@ -388,16 +395,18 @@ impl DataParallelTrainer {
                     // No samples here: this rank contributes zeros.
                     None => array(HostTensor::zeros(dtype, like.shape()).view())?,
                 };
-                let flat = grad.reshape(&[like.len()]).map_err(|e| mlx(e.into()))?;
+                let flat = grad
+                    .reshape(&[like.len()])
+                    .map_err(DistributedError::from)?;
                 parts.push(if share == 1.0 {
                     flat
                 } else {
                     flat.binary(BinaryOp::Mul, &scale)
-                        .map_err(|e| mlx(e.into()))?
+                        .map_err(DistributedError::from)?
                 });
             }
             let parts: Vec<&Array> = parts.iter().collect();
-            flats.push(Array::concat(&parts, 0).map_err(|e| mlx(e.into()))?);
+            flats.push(Array::concat(&parts, 0).map_err(DistributedError::from)?);
         }
         if let Some(x) = extra {
             flats.push(array(HostTensor::scalar(x as f32).view())?);
@@ -408,14 +417,15 @@ impl DataParallelTrainer {
                 let x = sums.pop().expect("the extra value was summed");
                 f64::from(
                     x.to_host()
-                        .map_err(|e| mlx(e.into()))?
+                        .map_err(DistributedError::from)?
                         .as_slice::<f32>()
                         .map_err(tensor_error)?[0],
                 )
             }
             None => loss,
         };
-        let mut averaged: Vec<Option<Array>> = vec![None; self.averaged.len()];
+        // Buckets hold consecutive weights in order, so their parts come out in weight order.
+        let mut averaged = Vec::with_capacity(self.averaged.len());
         for (bucket, sum) in self.buckets.iter().zip(&sums) {
             let mut at = 0;
             for &i in bucket {
@@ -423,8 +433,8 @@ impl DataParallelTrainer {
                 let part = sum
                     .slice(&[at], &[at + like.len()], &[1])
                     .and_then(|p| p.reshape(like.shape()))
-                    .map_err(|e| mlx(e.into()))?;
-                averaged[i] = Some(part);
+                    .map_err(DistributedError::from)?;
+                averaged.push(part);
                 at += like.len();
             }
         }
@@ -440,12 +450,7 @@ impl DataParallelTrainer {
             .averaged
             .iter()
             .zip(&averaged)
-            .map(|((name, _), a)| {
-                (
-                    name.as_str(),
-                    a.as_ref().expect("every gradient is in a bucket"),
-                )
-            })
+            .map(|((name, _), a)| (name.as_str(), a))
             .collect();
         inputs.extend(scalars.iter().map(|(n, a)| (*n, a)));
         let update = as_mlx(&*self.update);
@@ -456,12 +461,7 @@ impl DataParallelTrainer {
             .map(|(index, name)| (name.as_str(), &updated[*index]))
             .collect();
         update.set_weight_arrays(&all)?;
-        let weights: Vec<(&str, &Array)> = all
-            .iter()
-            .filter(|(name, _)| self.weights.iter().any(|(w, _)| w == name))
-            .copied()
-            .collect();
-        as_mlx(&*self.gradients).set_weight_arrays(&weights)?;
+        as_mlx(&*self.gradients).set_weight_arrays(&self.weights_of(&all))?;
         self.steps += 1;
         Ok(total)
     }
@@ -518,6 +518,16 @@ impl DataParallelTrainer {
         Ok(extra)
     }
 
+    /// The weights among `values` (one per entry of `updates`, in order).
+    fn weights_of<T: Copy>(&self, values: &[T]) -> Vec<T> {
+        values
+            .iter()
+            .zip(&self.updates_weight)
+            .filter(|(_, weight)| **weight)
+            .map(|(v, _)| *v)
+            .collect()
+    }
+
     /// Saves every weight, the optimizer state and the step count, in the format of
     /// [`super::Trainer::save`] (either trainer resumes from the other's file).
     pub fn save(&self, path: &Path) -> Result<(), TrainError> {
@@ -560,7 +570,8 @@ fn tensor_error(e: crate::tensor::TensorError) -> TrainError {
 }
 
 /// Groups consecutive weights of one dtype into buckets of at most `limit` bytes (a weight
-/// larger than `limit` gets a bucket of its own). Returns the weights' indices per bucket.
+/// larger than `limit` gets a bucket of its own). Returns the weights' indices per bucket:
+/// every index once, in order.
 fn buckets(
     count: usize,
     dtype: impl Fn(usize) -> DType,
