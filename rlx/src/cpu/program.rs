@@ -19,7 +19,7 @@ impl Packing {
         where
             S::Acc: GemmAcc,
         {
-            let shape = S::Acc::micro_kernel().shape;
+            let shape = S::Acc::micro_kernels().shape;
             let len = packed_b_len(d.k, d.n, shape) * size_of::<S::Acc>();
             pack_b_whole::<S>(
                 d,

@@ -31,7 +31,7 @@ pub(crate) fn conv<S: FloatStore>(
     S::Acc: GemmAcc,
 {
     let w = &c.window;
-    let kernel = S::Acc::micro_kernel();
+    let kernels = S::Acc::micro_kernels();
     let cg = w.channels / c.groups;
     let og = c.out_channels / c.groups;
     let (plane_in, plane_out) = (w.in_hw[0] * w.in_hw[1], w.out_hw[0] * w.out_hw[1]);
@@ -43,7 +43,7 @@ pub(crate) fn conv<S: FloatStore>(
             let wg = &weights[g * og * taps..][..og * taps];
             let dst = &mut out[(n * c.out_channels + g * og) * plane_out..][..og * plane_out];
             in_accumulator(dst, wide.as_deref_mut(), |acc| {
-                gemm(&c.gemm, kernel, wg, col, acc, scratch, None, None);
+                gemm(&c.gemm, kernels, wg, col, acc, scratch, None, None);
             });
             if let Some(bias) = bias {
                 for (o, row) in dst.chunks_mut(plane_out).enumerate() {
@@ -85,7 +85,7 @@ pub(crate) fn conv_transpose<S: FloatStore>(
     S::Acc: GemmAcc,
 {
     let w = &c.window;
-    let kernel = S::Acc::micro_kernel();
+    let kernels = S::Acc::micro_kernels();
     let cg = c.in_channels / c.groups;
     let og = w.channels / c.groups;
     let (plane_in, plane_out) = (w.out_hw[0] * w.out_hw[1], w.in_hw[0] * w.in_hw[1]);
@@ -94,7 +94,7 @@ pub(crate) fn conv_transpose<S: FloatStore>(
         for g in 0..c.groups {
             let image = &x[(n * c.in_channels + g * cg) * plane_in..][..cg * plane_in];
             let wg = &weights[g * cg * taps..][..cg * taps];
-            gemm(&c.gemm, kernel, wg, image, col, scratch, None, None);
+            gemm(&c.gemm, kernels, wg, image, col, scratch, None, None);
             let dst = &mut out[(n * w.channels + g * og) * plane_out..][..og * plane_out];
             in_accumulator(dst, wide.as_deref_mut(), |acc| {
                 for (o, plane) in acc.chunks_mut(plane_out).enumerate() {

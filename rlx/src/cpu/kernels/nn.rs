@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use super::gemm::{GemmAcc, GemmDims, GemmPlan, KernelShape, MR, MicroKernel, gemm};
+use super::gemm::{GemmAcc, GemmDims, GemmPlan, KernelShape, Kernels, gemm};
 use super::layout::{SharedMut, parallel};
 use super::numeric::{FloatStore, Real, lane_max, lane_sum};
 use super::simd::{VectorKernel, vectorized};
@@ -137,7 +137,7 @@ impl AttentionTiling {
         // Equal blocks of at most QUERY_BLOCK rows, split further (down to one kernel
         // height) until every thread has at least two tasks.
         let mut blocks = seq_q.div_ceil(QUERY_BLOCK).max(1);
-        while heads * blocks < 2 * threads && seq_q.div_ceil(blocks + 1) >= MR {
+        while heads * blocks < 2 * threads && seq_q.div_ceil(blocks + 1) >= shape.mr {
             blocks += 1;
         }
         let query_block = seq_q.div_ceil(blocks).max(1);
@@ -225,7 +225,7 @@ pub(crate) fn attention<T: FloatStore>(
     );
     // Tasks write disjoint rows; the parallel section joins before `attention` returns.
     let shared = SharedMut::new(out);
-    let kernel = T::Acc::micro_kernel();
+    let kernels = T::Acc::micro_kernels();
     let per_worker = tasks.div_ceil(tiling.workers);
     let run = |tasks: std::ops::Range<usize>, slot: &mut [T::Acc]| {
         for task in tasks {
@@ -233,7 +233,7 @@ pub(crate) fn attention<T: FloatStore>(
             let q0 = block * tiling.query_block;
             let rows = tiling.query_block.min(d.seq_q - q0);
             let job = QueryBlock { h, q0, rows };
-            let result = attention_block(d, tiling, kernel, job, q, k, v, mask, slot);
+            let result = attention_block(d, tiling, kernels, job, q, k, v, mask, slot);
             for (r, values) in result.chunks_exact(d.value_dim).enumerate() {
                 let at = out_layout.row(h, q0 + r);
                 // SAFETY: row q0+r of head h is this task's alone (tasks partition heads ×
@@ -292,7 +292,7 @@ impl AttentionDims {
 fn attention_block<'s, T: FloatStore>(
     d: &AttentionDims,
     tiling: &AttentionTiling,
-    kernel: MicroKernel<T::Acc>,
+    kernels: Kernels<T::Acc>,
     job: QueryBlock,
     q: &[T],
     k: &[T],
@@ -339,7 +339,7 @@ where
         let probs = &mut probs[..rows * keys];
         gemm(
             &GemmPlan::new(score_dims, 1, tiling.shape),
-            kernel,
+            kernels,
             q_block,
             &k_head[k0 * k_at.row_stride..],
             probs,
@@ -362,7 +362,7 @@ where
         // The rows were rescaled to the new maxima above; add this block's P·V to them.
         gemm(
             &GemmPlan::new(pv_dims, 1, tiling.shape).adding(),
-            kernel,
+            kernels,
             &*probs,
             &v_head[k0 * v_at.row_stride..],
             &mut acc[..rows * dv],

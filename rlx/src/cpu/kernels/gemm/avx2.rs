@@ -1,21 +1,29 @@
 //! The AVX2 + FMA micro-kernel: a 6 x 16 tile of `C` held in twelve 256-bit registers.
 
-use super::{KernelShape, MR, MicroKernel, Tile};
+use super::{KernelShape, Kernels, MicroKernel, Tile};
 
+/// Rows per call.
+const MR: usize = 6;
 /// Columns per call.
 const NR: usize = 16;
 
 /// A 16-wide B panel of 256 rows (16 KiB) stays in L1.
-const SHAPE: KernelShape = KernelShape { nr: NR, kc: 256 };
+const SHAPE: KernelShape = KernelShape {
+    nr: NR,
+    kc: 256,
+    mr: MR,
+    tall_mr: None,
+};
 
-/// The AVX2 kernel if this CPU has AVX2 and FMA.
-pub(crate) fn f32_kernel() -> Option<MicroKernel<f32>> {
+/// The AVX2 kernels if this CPU has AVX2 and FMA.
+pub(crate) fn f32_kernels() -> Option<Kernels<f32>> {
     #[cfg(target_arch = "x86_64")]
     {
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            return Some(MicroKernel {
+            return Some(Kernels {
                 shape: SHAPE,
-                run: entry,
+                regular: MicroKernel { mr: MR, run: entry },
+                tall: None,
             });
         }
     }
@@ -23,10 +31,10 @@ pub(crate) fn f32_kernel() -> Option<MicroKernel<f32>> {
 }
 
 /// # Safety
-/// As [`super::KernelFn`], and the CPU supports AVX2 and FMA (checked by [`f32_kernel`]).
+/// As [`super::KernelFn`], and the CPU supports AVX2 and FMA (checked by [`f32_kernels`]).
 #[cfg(target_arch = "x86_64")]
 unsafe fn entry(kc: usize, a: *const f32, b: *const f32, tile: Tile<f32>) {
-    // SAFETY: `f32_kernel` hands out this entry only after detecting AVX2 and FMA; the
+    // SAFETY: `f32_kernels` hands out this entry only after detecting AVX2 and FMA; the
     // pointer contract is the caller's.
     unsafe { kernel_6x16(kc, a, b, tile) }
 }

@@ -1,25 +1,45 @@
-//! The AVX-512 micro-kernel: a 6 x 32 tile of `C` held in twelve 512-bit registers.
+//! The AVX-512 micro-kernels, over 32-wide panels of B.
 //!
-//! The same register plan as the AVX2 kernel at twice the width: per step of `k`, two
-//! loads of B, six broadcasts of A and twelve fused multiply-adds, so two FMA ports stay
-//! busy with loads to spare. Edge tiles store through masks instead of a bounce buffer.
+//! - Regular, 6 x 32: the tile of `C` in twelve 512-bit registers. The same register plan
+//!   as the AVX2 kernel at twice the width: per step of `k`, two loads of B, six
+//!   broadcasts of A and twelve fused multiply-adds, so two FMA ports stay busy with loads
+//!   to spare. A B panel stays in L1 and serves every row panel of A.
+//! - Tall, 16 x 32, for products of few rows (a small batch times a weight): the tile's
+//!   two 16-column halves one after the other, each in sixteen registers. Each half reads
+//!   its own cache line of every panel row, so a panel comes from memory once for all 16
+//!   rows, where the regular kernel would stream it for its first 6 rows and stall.
+//!
+//! Edge tiles store through masks instead of a bounce buffer.
 
-use super::{KernelShape, MR, MicroKernel, Tile};
+use super::{KernelShape, Kernels, MicroKernel, Tile};
 
+/// Rows per call of the regular kernel.
+const MR: usize = 6;
+/// Rows per call of the tall kernel.
+const TALL_MR: usize = 16;
 /// Columns per call.
 const NR: usize = 32;
 
-/// The shape of this kernel: a 32-wide B panel of 192 rows (24 KiB) stays in L1.
-const SHAPE: KernelShape = KernelShape { nr: NR, kc: 192 };
+/// A 32-wide B panel of 192 rows (24 KiB) stays in L1.
+const SHAPE: KernelShape = KernelShape {
+    nr: NR,
+    kc: 192,
+    mr: MR,
+    tall_mr: Some(TALL_MR),
+};
 
-/// The AVX-512 kernel if this CPU has AVX-512 F and FMA.
-pub(crate) fn f32_kernel() -> Option<MicroKernel<f32>> {
+/// The AVX-512 kernels if this CPU has AVX-512 F and FMA.
+pub(crate) fn f32_kernels() -> Option<Kernels<f32>> {
     #[cfg(target_arch = "x86_64")]
     {
         if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma") {
-            return Some(MicroKernel {
+            return Some(Kernels {
                 shape: SHAPE,
-                run: entry,
+                regular: MicroKernel { mr: MR, run: entry },
+                tall: Some(MicroKernel {
+                    mr: TALL_MR,
+                    run: tall_entry,
+                }),
             });
         }
     }
@@ -27,12 +47,27 @@ pub(crate) fn f32_kernel() -> Option<MicroKernel<f32>> {
 }
 
 /// # Safety
-/// As [`super::KernelFn`], and the CPU supports AVX-512 F (checked by [`f32_kernel`]).
+/// As [`super::KernelFn`], and the CPU supports AVX-512 F (checked by [`f32_kernels`]).
 #[cfg(target_arch = "x86_64")]
 unsafe fn entry(kc: usize, a: *const f32, b: *const f32, tile: Tile<f32>) {
-    // SAFETY: `f32_kernel` hands out this entry only after detecting AVX-512 F and FMA;
+    // SAFETY: `f32_kernels` hands out this entry only after detecting AVX-512 F and FMA;
     // the pointer contract is the caller's.
     unsafe { kernel_6x32(kc, a, b, tile) }
+}
+
+/// # Safety
+/// As [`super::KernelFn`], and the CPU supports AVX-512 F (checked by [`f32_kernels`]).
+#[cfg(target_arch = "x86_64")]
+unsafe fn tall_entry(kc: usize, a: *const f32, b: *const f32, tile: Tile<f32>) {
+    // SAFETY: as `entry`.
+    unsafe { kernel_16x32(kc, a, b, tile) }
+}
+
+/// The store mask of the 16 columns from `from` in a tile `nr` wide.
+#[cfg(target_arch = "x86_64")]
+fn lanes(nr: usize, from: usize) -> u16 {
+    let n = nr.saturating_sub(from).min(16);
+    ((1u32 << n) - 1) as u16
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -88,11 +123,7 @@ unsafe fn kernel_6x32(kc: usize, a: *const f32, b: *const f32, tile: Tile<f32>) 
             bp = bp.add(NR);
         }
         // Column masks for the two 16-wide halves of the tile.
-        let lanes = |from: usize| -> __mmask16 {
-            let n = nr.saturating_sub(from).min(16);
-            ((1u32 << n) - 1) as __mmask16
-        };
-        let (m0, m1) = (lanes(0), lanes(16));
+        let (m0, m1) = (lanes(nr, 0), lanes(nr, 16));
         for (i, row) in acc.iter().enumerate().take(mr) {
             let dst = c.add(i * ldc);
             let (mut lo, mut hi) = (row[0], row[1]);
@@ -102,6 +133,75 @@ unsafe fn kernel_6x32(kc: usize, a: *const f32, b: *const f32, tile: Tile<f32>) 
             }
             _mm512_mask_storeu_ps(dst, m0, lo);
             _mm512_mask_storeu_ps(dst.wrapping_add(16), m1, hi);
+        }
+    }
+}
+
+/// How many steps of `k` ahead the tall kernel fetches B: about a memory latency of work.
+const TALL_PREFETCH_STEPS: usize = 24;
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn kernel_16x32(kc: usize, a: *const f32, b: *const f32, tile: Tile<f32>) {
+    use std::arch::x86_64::*;
+    let Tile {
+        c,
+        ldc,
+        mr,
+        nr,
+        accumulate,
+    } = tile;
+    // SAFETY: `a` holds kc*16 and `b` kc*32 floats (KernelFn contract), so every load below
+    // is in bounds (prefetches may point past them, which is harmless); stores stay inside
+    // the mr x nr tile of `c`: rows below `mr` only, and columns masked to `nr`.
+    unsafe {
+        for half in 0..2 {
+            let col = half * 16;
+            if col >= nr {
+                break;
+            }
+            let mut acc = [_mm512_setzero_ps(); TALL_MR];
+            let (mut ap, mut bp) = (a, b.add(col));
+            macro_rules! step {
+                ($p:expr) => {{
+                    let bv = _mm512_loadu_ps(bp.add($p * NR));
+                    for (i, row) in acc.iter_mut().enumerate() {
+                        let av = _mm512_set1_ps(*ap.add($p * TALL_MR + i));
+                        *row = _mm512_fmadd_ps(av, bv, *row);
+                    }
+                }};
+            }
+            for _ in 0..kc / 4 {
+                for line in 0..4 {
+                    let ahead = bp.wrapping_add((TALL_PREFETCH_STEPS + line) * NR);
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+                    if half == 0 {
+                        // The other half's line of the same row, for the second pass: to
+                        // L2, so it does not push A out of L1.
+                        _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(16).cast());
+                    }
+                }
+                step!(0);
+                step!(1);
+                step!(2);
+                step!(3);
+                ap = ap.add(4 * TALL_MR);
+                bp = bp.add(4 * NR);
+            }
+            for _ in 0..kc % 4 {
+                step!(0);
+                ap = ap.add(TALL_MR);
+                bp = bp.add(NR);
+            }
+            let mask = lanes(nr, col);
+            for (i, row) in acc.iter().enumerate().take(mr) {
+                let dst = c.add(i * ldc + col);
+                let mut v = *row;
+                if accumulate {
+                    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, dst));
+                }
+                _mm512_mask_storeu_ps(dst, mask, v);
+            }
         }
     }
 }

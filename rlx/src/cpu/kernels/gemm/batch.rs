@@ -32,7 +32,7 @@ pub(crate) fn gemm_batch<S: FloatStore>(
 ) where
     S::Acc: GemmAcc,
 {
-    let kernel = S::Acc::micro_kernel();
+    let kernels = S::Acc::micro_kernels();
     let tile = job.plan.dims.m * job.plan.dims.n;
     // One worker's share: consecutive batch entries from `first`, with its own scratch.
     let run =
@@ -47,7 +47,7 @@ pub(crate) fn gemm_batch<S: FloatStore>(
                 });
                 let epilogue = epilogue.as_ref().map(|e| e as &dyn RowEpilogue<S::Acc>);
                 in_accumulator(dst, wide.as_deref_mut(), |c| {
-                    gemm(job.plan, kernel, a, b, c, scratch, job.packed_b, epilogue);
+                    gemm(job.plan, kernels, a, b, c, scratch, job.packed_b, epilogue);
                 });
             }
         };

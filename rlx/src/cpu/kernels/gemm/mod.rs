@@ -2,9 +2,11 @@
 //!
 //! BLIS-style: `B` is packed into `kc x nr` panels, `A` into `MR x kc` panels, and a
 //! register-blocked micro-kernel multiplies one panel pair into an `MR x nr` tile of `C`.
-//! The kernel is chosen at run time for the instruction set in use (AVX-512 6x32, AVX2
-//! 6x16, or portable), and `nr` and `kc` come with it: plans and packed weights are made
-//! for that kernel.
+//! The kernels are chosen at run time for the instruction set in use (AVX-512 6x32 and
+//! 16x32, AVX2 6x16, or portable), and `nr` and `kc` come with them: plans and packed
+//! weights are made for that family. A family may have a tall kernel beside its regular
+//! one; the plan picks the tall one for products with few rows (small batches), where
+//! holding every row of `A` in registers lets each value of `B` come from memory once.
 //! Transposed operands cost nothing: packing reads through the strides. `f16`/`bf16`
 //! operands are widened to `f32` while packing. Work is split over (row block, column range)
 //! tasks on rayon; each worker owns one packed-`A` slot of the scratch, so a run allocates
@@ -26,8 +28,8 @@ use super::numeric::{FloatStore, Real};
 use super::simd::{Isa, isa};
 use crate::ir::DType;
 
-/// Rows of `A` per micro-kernel call (every kernel).
-pub(crate) const MR: usize = 6;
+/// Products with at most this many rows may use a family's tall kernel.
+const TALL_MAX_ROWS: usize = 48;
 /// Rows of `A` packed per block, at most (a 256 x kc block of A stays in L2).
 const MC: usize = 256;
 /// Columns of `B` per block, at most.
@@ -47,50 +49,96 @@ pub(crate) struct Tile<E> {
 /// Multiplies one packed `MR x kc` panel of A by one packed `kc x nr` panel of B into `tile`.
 ///
 /// # Safety
-/// `a` holds `kc * MR` and `b` `kc * nr` readable values (`nr` of the kernel's shape);
-/// `tile.c` is valid for writes of an `mr x nr` block with row stride `ldc`; `mr <= MR`,
-/// `tile.nr` at most the kernel's `nr`.
+/// `a` holds `kc * MR` and `b` `kc * nr` readable values (`MR` the kernel's rows per call,
+/// `nr` its family's panel width); `tile.c` is valid for writes of an `mr x nr` block with
+/// row stride `ldc`; `tile.mr <= MR`, `tile.nr` at most the family's `nr`.
 pub(crate) type KernelFn<E> = unsafe fn(kc: usize, a: *const E, b: *const E, tile: Tile<E>);
 
-/// The blocking a micro-kernel is written for: its panel width and the depth of a block
-/// of `k` (so that one B panel stays in L1).
+/// The blocking a family of micro-kernels is written for: the panel width and the depth
+/// of a block of `k` (so that one B panel stays in L1), which fix how B is packed, and the
+/// rows per call of its kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct KernelShape {
     pub nr: usize,
     pub kc: usize,
+    /// Rows per call of the regular kernel.
+    pub mr: usize,
+    /// Rows per call of the tall kernel, when the family has one.
+    pub tall_mr: Option<usize>,
 }
 
-/// A micro-kernel and its shape.
+impl KernelShape {
+    /// Rows per kernel call for a product of `m` rows: the tall kernel when it covers the
+    /// rows in fewer passes over B without computing more padding rows than the regular
+    /// one would.
+    fn rows_per_call(&self, m: usize) -> usize {
+        match self.tall_mr {
+            Some(tall)
+                if m <= TALL_MAX_ROWS
+                    && m.div_ceil(tall) < m.div_ceil(self.mr)
+                    && m.div_ceil(tall) * tall <= m.div_ceil(self.mr) * self.mr =>
+            {
+                tall
+            }
+            _ => self.mr,
+        }
+    }
+}
+
+/// One micro-kernel: it multiplies `mr`-row panels of A.
 #[derive(Clone, Copy)]
 pub(crate) struct MicroKernel<E> {
-    pub shape: KernelShape,
+    pub mr: usize,
     pub run: KernelFn<E>,
+}
+
+/// The micro-kernels of one instruction set, sharing one packing of B.
+#[derive(Clone, Copy)]
+pub(crate) struct Kernels<E> {
+    pub shape: KernelShape,
+    pub regular: MicroKernel<E>,
+    pub tall: Option<MicroKernel<E>>,
+}
+
+impl<E: Copy> Kernels<E> {
+    /// The kernel a plan was made for.
+    fn for_plan(&self, plan: &GemmPlan) -> MicroKernel<E> {
+        assert_eq!(
+            self.shape, plan.shape,
+            "the plan was made for other kernels"
+        );
+        match self.tall {
+            Some(tall) if tall.mr == plan.mr => tall,
+            _ => self.regular,
+        }
+    }
 }
 
 /// The accumulator types GEMM computes in.
 pub(crate) trait GemmAcc: Real + bytemuck::Pod + Default + FloatStore<Acc = Self> {
-    /// The fastest micro-kernel of the instruction set in use ([`isa`]).
-    fn micro_kernel() -> MicroKernel<Self>;
+    /// The fastest micro-kernels of the instruction set in use ([`isa`]).
+    fn micro_kernels() -> Kernels<Self>;
 }
 
 impl GemmAcc for f32 {
-    fn micro_kernel() -> MicroKernel<f32> {
-        // Chosen once: every product of the process uses the kernel its plans were made for.
-        static CHOSEN: std::sync::OnceLock<MicroKernel<f32>> = std::sync::OnceLock::new();
+    fn micro_kernels() -> Kernels<f32> {
+        // Chosen once: every product of the process uses the kernels its plans were made
+        // for.
+        static CHOSEN: std::sync::OnceLock<Kernels<f32>> = std::sync::OnceLock::new();
         *CHOSEN.get_or_init(|| {
             let vector = match isa() {
-                Isa::Avx512 => avx512::f32_kernel(),
-                Isa::Avx2 => avx2::f32_kernel(),
+                Isa::Avx512 => avx512::f32_kernels(),
+                Isa::Avx2 => avx2::f32_kernels(),
                 Isa::Baseline => None,
             };
-            vector.unwrap_or_else(scalar::kernel::<f32>)
+            vector.unwrap_or_else(scalar::kernels::<f32>)
         })
     }
 }
 
 impl GemmAcc for f64 {
-    fn micro_kernel() -> MicroKernel<f64> {
-        scalar::kernel::<f64>()
+    fn micro_kernels() -> Kernels<f64> {
+        scalar::kernels::<f64>()
     }
 }
 
@@ -118,9 +166,9 @@ pub(crate) fn in_accumulator<S: FloatStore>(
 /// The shape of the micro-kernel products accumulated in `acc` (`f32` or `f64`) use.
 pub(crate) fn kernel_shape(acc: DType) -> KernelShape {
     if acc == DType::F64 {
-        f64::micro_kernel().shape
+        f64::micro_kernels().shape
     } else {
-        f32::micro_kernel().shape
+        f32::micro_kernels().shape
     }
 }
 
@@ -151,15 +199,17 @@ enum Split {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct GemmPlan {
     pub dims: GemmDims,
-    /// The shape of the kernel the product runs with.
+    /// The shape of the kernels the product runs with.
     pub shape: KernelShape,
+    /// Rows per kernel call: the regular or the tall kernel of the shape.
+    mr: usize,
     kc: usize,
     /// Rows of A per packed block: a worker's rows in equal blocks of at most `MC`, so no
     /// thin last block re-reads all of B for a few rows.
     mc: usize,
     nc: usize,
     split: Split,
-    /// Rows or columns per worker (a multiple of `MR` or `nr`).
+    /// Rows or columns per worker (a multiple of `mr` or `nr`).
     chunk: usize,
     /// Workers, each with its own scratch slot.
     pub workers: usize,
@@ -170,6 +220,7 @@ pub(crate) struct GemmPlan {
 impl GemmPlan {
     pub(crate) fn new(dims: GemmDims, threads: usize, shape: KernelShape) -> GemmPlan {
         let nr = shape.nr;
+        let mr = shape.rows_per_call(dims.m);
         let kc = dims.k.clamp(1, shape.kc);
         let flops = dims.m * dims.n * dims.k;
         let wanted = if flops < 1 << 18 { 1 } else { threads.max(1) };
@@ -178,7 +229,7 @@ impl GemmPlan {
         let (split, unit, len) = if dims.n.div_ceil(nr) * nr >= dims.m {
             (Split::Columns, nr, dims.n)
         } else {
-            (Split::Rows, MR, dims.m)
+            (Split::Rows, mr, dims.m)
         };
         let units = len.div_ceil(unit).max(1);
         let workers = wanted.min(units);
@@ -196,10 +247,11 @@ impl GemmPlan {
             dims.m
         };
         let row_blocks = rows.div_ceil(MC).max(1);
-        let mc = rows.div_ceil(row_blocks).div_ceil(MR).max(1) * MR;
+        let mc = rows.div_ceil(row_blocks).div_ceil(mr).max(1) * mr;
         GemmPlan {
             dims,
             shape,
+            mr,
             kc,
             mc,
             nc,
@@ -299,11 +351,29 @@ pub(crate) fn pack_b_whole<S: FloatStore>(
     }
 }
 
-/// Packs rows `i0..i0+mc` and columns `p0..p0+kc` of A into `MR`-tall panels, zero-padded.
+/// Packs rows `i0..i0+mc` and columns `p0..p0+kc` of A into `mr`-tall panels, zero-padded.
+fn pack_a<S: FloatStore>(
+    mr: usize,
+    d: &GemmDims,
+    a: &[S],
+    i0: usize,
+    mc: usize,
+    p0: usize,
+    kc: usize,
+    out: &mut [S::Acc],
+) {
+    match mr {
+        6 => pack_a_panels::<S, 6>(d, a, i0, mc, p0, kc, out),
+        16 => pack_a_panels::<S, 16>(d, a, i0, mc, p0, kc, out),
+        _ => unreachable!("no kernel takes {mr} rows"),
+    }
+}
+
+/// [`pack_a`] for panels of `MR` rows.
 ///
 /// The panel is written in order (one `MR`-long column at a time) while reading `MR` rows
 /// side by side, so stores stream and loads come from a few sequential lines.
-fn pack_a<S: FloatStore>(
+fn pack_a_panels<S: FloatStore, const MR: usize>(
     d: &GemmDims,
     a: &[S],
     i0: usize,
@@ -376,15 +446,15 @@ fn serial<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
             };
             for i0 in rows.clone().step_by(plan.mc) {
                 let mc = plan.mc.min(rows.end - i0);
-                pack_a(&d, a, i0, mc, p0, kc, packed_a);
+                pack_a(plan.mr, &d, a, i0, mc, p0, kc, packed_a);
                 for jp in 0..nc.div_ceil(nr) {
                     let tile_nr = nr.min(nc - jp * nr);
                     let bp = &packed_b[jp * kc * nr..];
-                    for ip in 0..mc.div_ceil(MR) {
-                        let mr = MR.min(mc - ip * MR);
-                        let ap = &packed_a[ip * kc * MR..];
-                        let offset = (i0 + ip * MR) * d.n + j0 + jp * nr;
-                        // SAFETY: the panels hold kc*MR and kc*nr packed values; the tile
+                    for ip in 0..mc.div_ceil(kernel.mr) {
+                        let mr = kernel.mr.min(mc - ip * kernel.mr);
+                        let ap = &packed_a[ip * kc * kernel.mr..];
+                        let offset = (i0 + ip * kernel.mr) * d.n + j0 + jp * nr;
+                        // SAFETY: the panels hold kc*mr and kc*nr packed values; the tile
                         // at `offset` lies inside the m x n output (mr and nr are clipped to
                         // this worker's rows and columns), which no other worker writes.
                         unsafe {
@@ -425,7 +495,7 @@ fn serial<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
     plan: &GemmPlan,
-    kernel: MicroKernel<SA::Acc>,
+    kernels: Kernels<SA::Acc>,
     a: &[SA],
     b: &[SB],
     c: &mut [SA::Acc],
@@ -451,10 +521,7 @@ pub(crate) fn gemm<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
         return;
     }
     assert!(c.len() >= d.m * d.n, "C is too small for the product");
-    assert_eq!(
-        kernel.shape, plan.shape,
-        "the plan was made for another kernel"
-    );
+    let kernel = kernels.for_plan(plan);
     // Workers write disjoint row or column ranges of C; the parallel section joins before
     // `gemm` returns.
     let shared = SharedMut::new(c);
@@ -522,22 +589,23 @@ mod tests {
         let expected = naive(&d, &a, &b);
         let a32: Vec<f32> = a.iter().map(|v| *v as f32).collect();
         let b32: Vec<f32> = b.iter().map(|v| *v as f32).collect();
-        // Every f32 kernel this CPU can run, each with its own plan and packing.
-        let kernels = [
-            Some(scalar::kernel::<f32>()),
-            avx2::f32_kernel(),
-            avx512::f32_kernel(),
+        // Every f32 kernel family this CPU can run, each with its own plan and packing, and
+        // each kernel of a family (the plan picks the tall one for few rows).
+        let families = [
+            Some(scalar::kernels::<f32>()),
+            avx2::f32_kernels(),
+            avx512::f32_kernels(),
         ];
-        for kernel in kernels.into_iter().flatten() {
-            let plan = GemmPlan::new(d, threads, kernel.shape);
+        for kernels in families.into_iter().flatten() {
+            let plan = GemmPlan::new(d, threads, kernels.shape);
             let mut scratch = vec![0f32; plan.scratch_len()];
-            let mut packed = vec![f32::NAN; packed_b_len(k, n, kernel.shape)];
-            pack_b_whole(&d, &b32, kernel.shape, &mut packed);
+            let mut packed = vec![f32::NAN; packed_b_len(k, n, kernels.shape)];
+            pack_b_whole(&d, &b32, kernels.shape, &mut packed);
             for prepacked in [None, Some(packed.as_slice())] {
                 let mut c = vec![f32::NAN; m * n];
                 gemm(
                     &plan,
-                    kernel,
+                    kernels,
                     &a32,
                     &b32,
                     &mut c,
@@ -548,20 +616,30 @@ mod tests {
                 for (x, y) in c.iter().zip(&expected) {
                     assert!(
                         (f64::from(*x) - y).abs() < 1e-3 * (1.0 + y.abs()),
-                        "{m}x{n}x{k} nr {} {x} vs {y}",
-                        kernel.shape.nr
+                        "{m}x{n}x{k} nr {} mr {} {x} vs {y}",
+                        kernels.shape.nr,
+                        plan.mr
                     );
                 }
             }
         }
-        let kernel = f64::micro_kernel();
-        let plan = GemmPlan::new(d, threads, kernel.shape);
+        let kernels = f64::micro_kernels();
+        let plan = GemmPlan::new(d, threads, kernels.shape);
         let mut scratch = vec![0f64; plan.scratch_len()];
-        let mut packed = vec![f64::NAN; packed_b_len(k, n, kernel.shape)];
-        pack_b_whole(&d, &b, kernel.shape, &mut packed);
+        let mut packed = vec![f64::NAN; packed_b_len(k, n, kernels.shape)];
+        pack_b_whole(&d, &b, kernels.shape, &mut packed);
         for prepacked in [None, Some(packed.as_slice())] {
             let mut c = vec![f64::NAN; m * n];
-            gemm(&plan, kernel, &a, &b, &mut c, &mut scratch, prepacked, None);
+            gemm(
+                &plan,
+                kernels,
+                &a,
+                &b,
+                &mut c,
+                &mut scratch,
+                prepacked,
+                None,
+            );
             assert_eq!(c, expected, "prepacked B: {}", prepacked.is_some());
         }
     }
@@ -577,6 +655,9 @@ mod tests {
             (250, 3100, 20),
             (9, 40, 200),
             (14, 33, 193),
+            (16, 70, 400),
+            (32, 64, 200),
+            (45, 33, 385),
             (3, 5, 0),
         ] {
             for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
@@ -584,5 +665,29 @@ mod tests {
             }
         }
         check(130, 70, 40, false, true, 1);
+    }
+
+    #[test]
+    fn tall_kernels_take_few_rows_only() {
+        let shape = KernelShape {
+            nr: 32,
+            kc: 192,
+            mr: 6,
+            tall_mr: Some(16),
+        };
+        // 16 rows: one pass of the tall kernel against three of the regular one.
+        assert_eq!(shape.rows_per_call(16), 16);
+        assert_eq!(shape.rows_per_call(13), 16);
+        assert_eq!(shape.rows_per_call(32), 16);
+        // Fewer padding rows with the regular kernel, or many rows: the regular one.
+        assert_eq!(shape.rows_per_call(6), 6);
+        assert_eq!(shape.rows_per_call(9), 6);
+        assert_eq!(shape.rows_per_call(17), 6);
+        assert_eq!(shape.rows_per_call(512), 6);
+        let no_tall = KernelShape {
+            tall_mr: None,
+            ..shape
+        };
+        assert_eq!(no_tall.rows_per_call(16), 6);
     }
 }

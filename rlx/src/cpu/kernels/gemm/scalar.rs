@@ -1,16 +1,28 @@
 //! Portable micro-kernel: plain loops the compiler vectorizes as it can.
 
-use super::{KernelShape, MR, MicroKernel, Tile};
+use super::{KernelShape, Kernels, MicroKernel, Tile};
 use crate::cpu::kernels::numeric::Real;
 
+/// Rows per call.
+const MR: usize = 6;
 /// Columns per call.
 const NR: usize = 16;
 
-/// The portable kernel for `E`.
-pub(crate) fn kernel<E: Real>() -> MicroKernel<E> {
-    MicroKernel {
-        shape: KernelShape { nr: NR, kc: 256 },
-        run: run::<E>,
+/// The portable kernel for `E` (no tall one: without vector registers it would gain
+/// nothing).
+pub(crate) fn kernels<E: Real>() -> Kernels<E> {
+    Kernels {
+        shape: KernelShape {
+            nr: NR,
+            kc: 256,
+            mr: MR,
+            tall_mr: None,
+        },
+        regular: MicroKernel {
+            mr: MR,
+            run: run::<E>,
+        },
+        tall: None,
     }
 }
 
