@@ -352,6 +352,7 @@ pub(crate) fn pack_b_whole<S: FloatStore>(
 }
 
 /// Packs rows `i0..i0+mc` and columns `p0..p0+kc` of A into `mr`-tall panels, zero-padded.
+#[allow(clippy::too_many_arguments)]
 fn pack_a<S: FloatStore>(
     mr: usize,
     d: &GemmDims,
