@@ -2,7 +2,7 @@
 //! `shared/bench/gemm_bench.py` (numpy), so the two can be compared line by line:
 //!
 //! ```text
-//! cargo run --release --example gemm_bench [-- --threads N]
+//! cargo run --release --example gemm_bench [-- --threads N] [--cases MxKxN,...]
 //! gemm m=2048 n=2048 k=2048 gflops=160.2 impl=rlx
 //! ```
 //!
@@ -37,12 +37,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|t| t.parse())
         .transpose()?
         .unwrap_or_else(rayon::current_num_threads);
+    // `--cases 1024x384x1536,16x384x384` (M x K x N) replaces the default cases.
+    let cases: Vec<(usize, usize, usize)> = match args.iter().position(|a| a == "--cases") {
+        Some(i) => args
+            .get(i + 1)
+            .ok_or("--cases needs MxKxN[,MxKxN...]")?
+            .split(',')
+            .map(|case| {
+                let dims: Vec<usize> = case
+                    .split('x')
+                    .map(str::parse)
+                    .collect::<Result<_, _>>()?;
+                match dims[..] {
+                    [m, k, n] => Ok((m, k, n)),
+                    _ => Err(format!("case {case:?} is not MxKxN").into()),
+                }
+            })
+            .collect::<Result<_, Box<dyn std::error::Error>>>()?,
+        None => CASES.to_vec(),
+    };
     eprintln!("# rlx cpu backend, threads {threads}");
     let backend = CpuBackend::new(CpuOptions {
         threads,
         ..CpuOptions::default()
     });
-    for (m, k, n) in CASES {
+    for (m, k, n) in cases {
         let mut b = GraphBuilder::new();
         let a = b.param("a", DType::F32, [m, k])?;
         let w = b.param("b", DType::F32, [k, n])?;

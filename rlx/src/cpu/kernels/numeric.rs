@@ -255,6 +255,12 @@ pub(crate) trait FloatStore: Copy + Send + Sync + bytemuck::Pod + 'static {
     type Acc: Real + super::linalg::IntoF64;
     fn load(self) -> Self::Acc;
     fn store(v: Self::Acc) -> Self;
+    /// The values themselves as accumulator values, when the storage type is the
+    /// accumulator type (so kernels may read them in place).
+    fn as_acc(values: &[Self]) -> Option<&[Self::Acc]> {
+        let _ = values;
+        None
+    }
 }
 
 impl FloatStore for f32 {
@@ -265,6 +271,9 @@ impl FloatStore for f32 {
     fn store(v: f32) -> f32 {
         v
     }
+    fn as_acc(values: &[f32]) -> Option<&[f32]> {
+        Some(values)
+    }
 }
 
 impl FloatStore for f64 {
@@ -274,6 +283,9 @@ impl FloatStore for f64 {
     }
     fn store(v: f64) -> f64 {
         v
+    }
+    fn as_acc(values: &[f64]) -> Option<&[f64]> {
+        Some(values)
     }
 }
 

@@ -11,7 +11,7 @@
 //!
 //! Edge tiles store through masks instead of a bounce buffer.
 
-use super::{KernelShape, Kernels, MicroKernel, Tile};
+use super::{ARows, KernelShape, Kernels, MicroKernel, Tile};
 
 /// Rows per call of the regular kernel.
 const MR: usize = 6;
@@ -35,10 +35,15 @@ pub(crate) fn f32_kernels() -> Option<Kernels<f32>> {
         if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma") {
             return Some(Kernels {
                 shape: SHAPE,
-                regular: MicroKernel { mr: MR, run: entry },
+                regular: MicroKernel {
+                    mr: MR,
+                    run: entry,
+                    in_place: true,
+                },
                 tall: Some(MicroKernel {
                     mr: TALL_MR,
                     run: tall_entry,
+                    in_place: false,
                 }),
             });
         }
@@ -49,18 +54,25 @@ pub(crate) fn f32_kernels() -> Option<Kernels<f32>> {
 /// # Safety
 /// As [`super::KernelFn`], and the CPU supports AVX-512 F (checked by [`f32_kernels`]).
 #[cfg(target_arch = "x86_64")]
-unsafe fn entry(kc: usize, a: *const f32, b: *const f32, tile: Tile<f32>) {
+unsafe fn entry(kc: usize, a: ARows<f32>, b: *const f32, tile: Tile<f32>) {
     // SAFETY: `f32_kernels` hands out this entry only after detecting AVX-512 F and FMA;
     // the pointer contract is the caller's.
-    unsafe { kernel_6x32(kc, a, b, tile) }
+    unsafe {
+        if a.k_stride == 1 {
+            kernel_6x32::<1>(kc, a, b, tile)
+        } else {
+            kernel_6x32::<MR>(kc, a, b, tile)
+        }
+    }
 }
 
 /// # Safety
 /// As [`super::KernelFn`], and the CPU supports AVX-512 F (checked by [`f32_kernels`]).
 #[cfg(target_arch = "x86_64")]
-unsafe fn tall_entry(kc: usize, a: *const f32, b: *const f32, tile: Tile<f32>) {
+unsafe fn tall_entry(kc: usize, a: ARows<f32>, b: *const f32, tile: Tile<f32>) {
+    debug_assert_eq!(a.k_stride, TALL_MR, "the tall kernel reads packed panels only");
     // SAFETY: as `entry`.
-    unsafe { kernel_16x32(kc, a, b, tile) }
+    unsafe { kernel_16x32(kc, a.ptr, b, tile) }
 }
 
 /// The store mask of the 16 columns from `from` in a tile `nr` wide.
@@ -72,7 +84,8 @@ fn lanes(nr: usize, from: usize) -> u16 {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
-unsafe fn kernel_6x32(kc: usize, a: *const f32, b: *const f32, tile: Tile<f32>) {
+/// `KS` is A's `k_stride`: `MR` for a packed panel, 1 for rows read in place.
+unsafe fn kernel_6x32<const KS: usize>(kc: usize, a: ARows<f32>, b: *const f32, tile: Tile<f32>) {
     use std::arch::x86_64::*;
     let Tile {
         c,
@@ -81,30 +94,43 @@ unsafe fn kernel_6x32(kc: usize, a: *const f32, b: *const f32, tile: Tile<f32>) 
         nr,
         accumulate,
     } = tile;
-    // SAFETY: `a` holds kc*6 and `b` kc*32 floats (KernelFn contract), so every load below
-    // is in bounds; stores stay inside the mr x nr tile of `c`: rows below `mr` only, and
-    // columns masked to `nr`.
+    // SAFETY: `b` holds kc*32 floats and A kc values in each of its first mr rows
+    // (KernelFn contract; rows past mr read row mr - 1 again, or the panel's zero padding),
+    // so every load below is in bounds; stores stay inside the mr x nr tile of `c`: rows
+    // below `mr` only, and columns masked to `nr`.
     unsafe {
+        // A packed panel's rows are adjacent (row_stride 1): constant offsets from one base.
+        debug_assert!(KS == 1 || a.row_stride == 1);
+        let rows: [*const f32; MR] = std::array::from_fn(|i| {
+            if KS == 1 {
+                a.ptr.add(i.min(mr - 1) * a.row_stride)
+            } else {
+                a.ptr.add(i)
+            }
+        });
+        let mut off = 0;
         for i in 0..mr {
             let row = c.add(i * ldc).cast::<i8>();
             _mm_prefetch::<_MM_HINT_T0>(row);
             _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(124.min(4 * nr - 4)));
         }
         let mut acc = [[_mm512_setzero_ps(); 2]; MR];
-        let (mut ap, mut bp) = (a, b);
+        let mut bp = b;
         macro_rules! step {
             ($p:expr) => {{
                 let b0 = _mm512_loadu_ps(bp.add($p * NR));
                 let b1 = _mm512_loadu_ps(bp.add($p * NR + 16));
                 for (i, row) in acc.iter_mut().enumerate() {
-                    let av = _mm512_set1_ps(*ap.add($p * MR + i));
+                    let av = _mm512_set1_ps(*rows[i].add(off + $p * KS));
                     row[0] = _mm512_fmadd_ps(av, b0, row[0]);
                     row[1] = _mm512_fmadd_ps(av, b1, row[1]);
                 }
             }};
         }
         for _ in 0..kc / 4 {
-            _mm_prefetch::<_MM_HINT_T0>(ap.wrapping_add(8 * MR).cast());
+            if KS != 1 {
+                _mm_prefetch::<_MM_HINT_T0>(rows[0].wrapping_add(off + 8 * KS).cast());
+            }
             // B streams from memory when few rows share it (small batches): fetch the
             // eight lines needed eight steps from now.
             for line in 0..8 {
@@ -114,12 +140,12 @@ unsafe fn kernel_6x32(kc: usize, a: *const f32, b: *const f32, tile: Tile<f32>) 
             step!(1);
             step!(2);
             step!(3);
-            ap = ap.add(4 * MR);
+            off += 4 * KS;
             bp = bp.add(4 * NR);
         }
         for _ in 0..kc % 4 {
             step!(0);
-            ap = ap.add(MR);
+            off += KS;
             bp = bp.add(NR);
         }
         // Column masks for the two 16-wide halves of the tile.

@@ -46,13 +46,25 @@ pub(crate) struct Tile<E> {
     pub accumulate: bool,
 }
 
-/// Multiplies one packed `MR x kc` panel of A by one packed `kc x nr` panel of B into `tile`.
+/// Where a micro-kernel reads its rows of A: value `(i, p)` (row `i`, step `p` of `k`) at
+/// `ptr + i * row_stride + p * k_stride`. A packed panel has `row_stride` 1 and `k_stride`
+/// the kernel's rows per call; rows read in place have `k_stride` 1.
+#[derive(Clone, Copy)]
+pub(crate) struct ARows<E> {
+    pub ptr: *const E,
+    pub row_stride: usize,
+    pub k_stride: usize,
+}
+
+/// Multiplies `MR x kc` of A by one packed `kc x nr` panel of B into `tile`.
 ///
 /// # Safety
-/// `a` holds `kc * MR` and `b` `kc * nr` readable values (`MR` the kernel's rows per call,
-/// `nr` its family's panel width); `tile.c` is valid for writes of an `mr x nr` block with
-/// row stride `ldc`; `tile.mr <= MR`, `tile.nr` at most the family's `nr`.
-pub(crate) type KernelFn<E> = unsafe fn(kc: usize, a: *const E, b: *const E, tile: Tile<E>);
+/// `a` is a packed panel (`kc * MR` readable values, `MR` the kernel's rows per call) or,
+/// for kernels that read rows in place, has `kc` readable values in each of its first
+/// `tile.mr` rows; `b` holds `kc * nr` readable values (`nr` the family's panel width);
+/// `tile.c` is valid for writes of an `mr x nr` block with row stride `ldc`;
+/// `tile.mr <= MR`, `tile.nr` at most the family's `nr`.
+pub(crate) type KernelFn<E> = unsafe fn(kc: usize, a: ARows<E>, b: *const E, tile: Tile<E>);
 
 /// The blocking a family of micro-kernels is written for: the panel width and the depth
 /// of a block of `k` (so that one B panel stays in L1), which fix how B is packed, and the
@@ -85,11 +97,14 @@ impl KernelShape {
     }
 }
 
-/// One micro-kernel: it multiplies `mr`-row panels of A.
+/// One micro-kernel: it multiplies `mr` rows of A.
 #[derive(Clone, Copy)]
 pub(crate) struct MicroKernel<E> {
     pub mr: usize,
     pub run: KernelFn<E>,
+    /// Whether `run` also reads rows of A in place (unit column stride), so that a product
+    /// whose A is stored row-major in the accumulator type skips packing A.
+    pub in_place: bool,
 }
 
 /// The micro-kernels of one instruction set, sharing one packing of B.
@@ -431,6 +446,13 @@ fn serial<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
     let nr = plan.shape.nr;
     let panels = d.n.div_ceil(nr);
     let (b_slot, packed_a) = slot.split_at_mut(plan.nc * plan.kc);
+    // Rows of A in the accumulator type with unit column stride are read where they are,
+    // as the kernel reads a packed panel (a packing would only copy them).
+    let in_place: Option<&[SA::Acc]> = if kernel.in_place && d.a_cs == 1 {
+        SA::as_acc(a)
+    } else {
+        None
+    };
     for j0 in cols.clone().step_by(plan.nc) {
         let nc = plan.nc.min(cols.end - j0);
         for p0 in (0..d.k).step_by(plan.kc) {
@@ -447,17 +469,33 @@ fn serial<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
             };
             for i0 in rows.clone().step_by(plan.mc) {
                 let mc = plan.mc.min(rows.end - i0);
-                pack_a(plan.mr, &d, a, i0, mc, p0, kc, packed_a);
+                if in_place.is_none() {
+                    pack_a(plan.mr, &d, a, i0, mc, p0, kc, packed_a);
+                }
                 for jp in 0..nc.div_ceil(nr) {
                     let tile_nr = nr.min(nc - jp * nr);
                     let bp = &packed_b[jp * kc * nr..];
                     for ip in 0..mc.div_ceil(kernel.mr) {
                         let mr = kernel.mr.min(mc - ip * kernel.mr);
-                        let ap = &packed_a[ip * kc * kernel.mr..];
-                        let offset = (i0 + ip * kernel.mr) * d.n + j0 + jp * nr;
-                        // SAFETY: the panels hold kc*mr and kc*nr packed values; the tile
-                        // at `offset` lies inside the m x n output (mr and nr are clipped to
-                        // this worker's rows and columns), which no other worker writes.
+                        let first = i0 + ip * kernel.mr;
+                        let rows = match in_place {
+                            Some(a) => ARows {
+                                ptr: a[first * d.a_rs + p0..].as_ptr(),
+                                row_stride: d.a_rs,
+                                k_stride: 1,
+                            },
+                            None => ARows {
+                                ptr: packed_a[ip * kc * kernel.mr..].as_ptr(),
+                                row_stride: 1,
+                                k_stride: kernel.mr,
+                            },
+                        };
+                        let offset = first * d.n + j0 + jp * nr;
+                        // SAFETY: the packed panels hold kc*mr and kc*nr values, and rows
+                        // read in place are rows first..first+mr of A, each with columns
+                        // p0..p0+kc; the tile at `offset` lies inside the m x n output (mr
+                        // and nr are clipped to this worker's rows and columns), which no
+                        // other worker writes.
                         unsafe {
                             let tile = Tile {
                                 c: c.ptr().add(offset),
@@ -466,7 +504,7 @@ fn serial<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
                                 nr: tile_nr,
                                 accumulate,
                             };
-                            (kernel.run)(kc, ap.as_ptr(), bp.as_ptr(), tile)
+                            (kernel.run)(kc, rows, bp.as_ptr(), tile)
                         };
                     }
                 }

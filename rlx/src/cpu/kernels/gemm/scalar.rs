@@ -1,6 +1,6 @@
 //! Portable micro-kernel: plain loops the compiler vectorizes as it can.
 
-use super::{KernelShape, Kernels, MicroKernel, Tile};
+use super::{ARows, KernelShape, Kernels, MicroKernel, Tile};
 use crate::cpu::kernels::numeric::Real;
 
 /// Rows per call.
@@ -21,6 +21,7 @@ pub(crate) fn kernels<E: Real>() -> Kernels<E> {
         regular: MicroKernel {
             mr: MR,
             run: run::<E>,
+            in_place: true,
         },
         tall: None,
     }
@@ -30,7 +31,7 @@ pub(crate) fn kernels<E: Real>() -> Kernels<E> {
 ///
 /// # Safety
 /// As [`super::KernelFn`].
-unsafe fn run<E: Real>(kc: usize, a: *const E, b: *const E, tile: Tile<E>) {
+unsafe fn run<E: Real>(kc: usize, a: ARows<E>, b: *const E, tile: Tile<E>) {
     let Tile {
         c,
         ldc,
@@ -38,18 +39,17 @@ unsafe fn run<E: Real>(kc: usize, a: *const E, b: *const E, tile: Tile<E>) {
         nr,
         accumulate,
     } = tile;
-    // SAFETY: the caller guarantees `a` holds kc*MR and `b` kc*NR values.
-    let (a, b) = unsafe {
-        (
-            std::slice::from_raw_parts(a, kc * MR),
-            std::slice::from_raw_parts(b, kc * NR),
-        )
-    };
+    // SAFETY: the caller guarantees `b` holds kc*NR values and that A has kc values in each
+    // of its first `mr` rows (rows past `mr` read row `mr - 1` again).
+    let b = unsafe { std::slice::from_raw_parts(b, kc * NR) };
+    let rows: [*const E; MR] =
+        std::array::from_fn(|i| a.ptr.wrapping_add(i.min(mr - 1) * a.row_stride));
     let mut acc = [[E::ZERO; NR]; MR];
     for p in 0..kc {
         let bp = &b[p * NR..(p + 1) * NR];
         for (i, row) in acc.iter_mut().enumerate() {
-            let av = a[p * MR + i];
+            // SAFETY: row i (or mr - 1) has kc values at stride `k_stride`.
+            let av = unsafe { *rows[i].add(p * a.k_stride) };
             for (x, bv) in row.iter_mut().zip(bp) {
                 *x += av * *bv;
             }
