@@ -144,7 +144,10 @@ impl AttentionTiling {
         let key_block = KEY_BLOCK.min(seq_k.max(1));
         let tasks = heads * seq_q.div_ceil(query_block);
         let work = heads * seq_q * seq_k * (head_dim + value_dim);
-        let workers = if work < 1 << 18 {
+        // Split even small attentions (a short sentence's 12 heads): run on one thread,
+        // they leave the other workers idle long enough to fall asleep, and waking them
+        // for the next product costs more than the split.
+        let workers = if work < 1 << 16 {
             1
         } else {
             threads.clamp(1, tasks.max(1))
