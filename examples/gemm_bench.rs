@@ -44,10 +44,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .ok_or("--cases needs MxKxN[,MxKxN...]")?
             .split(',')
             .map(|case| {
-                let dims: Vec<usize> = case
-                    .split('x')
-                    .map(str::parse)
-                    .collect::<Result<_, _>>()?;
+                let dims: Vec<usize> = case.split('x').map(str::parse).collect::<Result<_, _>>()?;
                 match dims[..] {
                     [m, k, n] => Ok((m, k, n)),
                     _ => Err(format!("case {case:?} is not MxKxN").into()),

@@ -4,7 +4,7 @@ use rayon::prelude::*;
 
 use super::gemm::{GemmAcc, GemmDims, GemmPlan, KernelShape, Kernels, gemm};
 use super::layout::{SharedMut, parallel};
-use super::numeric::{FloatStore, Real, lane_max, lane_sum};
+use super::numeric::{FloatStore, Real, lane_max};
 use super::simd::{VectorKernel, vectorized};
 
 /// Which keys each query row may see (resolved from the op's mask kind).
@@ -481,10 +481,7 @@ where
                 p.fill(zero);
                 continue;
             }
-            for s in p.iter_mut() {
-                *s = (*s - new_max).exp();
-            }
-            let sum = lane_sum(p, |v| v);
+            let sum = exp_and_sum(p, new_max);
             // Rescale what earlier key blocks added to this row to the new maximum (nothing
             // was added while the maximum was -inf).
             let alpha = (row_max[r] - new_max).exp();
@@ -497,6 +494,34 @@ where
             row_max[r] = new_max;
         }
     }
+}
+
+/// Replaces each score `s` of a row by `exp(s - max)` and returns their sum, in one pass
+/// over sixteen lanes (one 512-bit vector of f32).
+#[inline(always)]
+fn exp_and_sum<R: Real>(row: &mut [R], max: R) -> R {
+    let mut lanes = [R::ZERO; 16];
+    let mut chunks = row.chunks_exact_mut(16);
+    for c in &mut chunks {
+        for (l, s) in lanes.iter_mut().zip(c.iter_mut()) {
+            *s = (*s - max).exp();
+            *l += *s;
+        }
+    }
+    let mut sum = R::ZERO;
+    for s in chunks.into_remainder() {
+        *s = (*s - max).exp();
+        sum += *s;
+    }
+    // Pairwise, for the same rounding at every vector width.
+    let mut width = 16;
+    while width > 1 {
+        width /= 2;
+        for i in 0..width {
+            lanes[i] += lanes[i + width];
+        }
+    }
+    lanes[0] + sum
 }
 
 /// Rotary embedding parameters.

@@ -70,7 +70,10 @@ unsafe fn entry(kc: usize, a: ARows<f32>, b: *const f32, tile: Tile<f32>) {
 /// As [`super::KernelFn`], and the CPU supports AVX-512 F (checked by [`f32_kernels`]).
 #[cfg(target_arch = "x86_64")]
 unsafe fn tall_entry(kc: usize, a: ARows<f32>, b: *const f32, tile: Tile<f32>) {
-    debug_assert_eq!(a.k_stride, TALL_MR, "the tall kernel reads packed panels only");
+    debug_assert_eq!(
+        a.k_stride, TALL_MR,
+        "the tall kernel reads packed panels only"
+    );
     // SAFETY: as `entry`.
     unsafe { kernel_16x32(kc, a.ptr, b, tile) }
 }
