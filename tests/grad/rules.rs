@@ -83,6 +83,35 @@ fn matmul_every_transpose_with_batch_broadcast() {
     }
 }
 
+/// A fused chain that reads an operand twice, a scalar, and one step from two later ones:
+/// its rule must sum what reaches each.
+#[test]
+fn fused_elementwise_chain() {
+    use rlx::ir::{ElementwiseArg as A, ElementwiseStep as S};
+    let steps = vec![
+        S::Binary(BinaryOp::Mul, A::Operand(0), A::Operand(2)),
+        S::Binary(BinaryOp::Add, A::Step(0), A::Operand(1)),
+        S::Unary(UnaryOp::Tanh, A::Step(1)),
+        S::Binary(BinaryOp::Mul, A::Step(2), A::Operand(0)),
+        S::Unary(UnaryOp::Sigmoid, A::Step(3)),
+        S::Binary(BinaryOp::Sub, A::Step(3), A::Step(4)),
+    ];
+    let inputs = [
+        Input::float("x", &[2, 5]).symbolic(0, "rows"),
+        Input::float("y", &[2, 5]).symbolic(0, "rows"),
+        Input::float("s", &[1, 1]),
+    ];
+    grad_check("fused_elementwise", 360, &inputs, &|g, i| {
+        op(
+            g,
+            Op::FusedElementwise {
+                steps: steps.clone(),
+            },
+            i,
+        )
+    });
+}
+
 #[test]
 fn fused_matmul_epilogues() {
     use rlx::ir::{MatMulEpilogue, UnaryOp};

@@ -387,3 +387,129 @@ fn casts_between_every_pair_of_dtypes() {
     let expected = HostTensor::from_vec(vec![i32::MAX, i32::MIN, 0, 2, -2], [5]).unwrap();
     check(&g, &[("x", &x)], &[], &[expected], 1.0);
 }
+
+/// `Op::FusedElementwise` against the f64 chain on every backend: scalars, an operand read
+/// twice, runtime dims, and sizes across several blocks and threads.
+#[test]
+fn fused_elementwise_chains() {
+    use rlx::ir::{ElementwiseArg as A, ElementwiseStep as S, Op};
+    let mut rng = Rng(16);
+    // tanh(x·0.5 + y) · x, then minus its exp-of-negative: reads x twice, a scalar, and
+    // earlier steps twice.
+    let steps = vec![
+        S::Binary(BinaryOp::Mul, A::Operand(0), A::Operand(2)),
+        S::Binary(BinaryOp::Add, A::Step(0), A::Operand(1)),
+        S::Unary(UnaryOp::Tanh, A::Step(1)),
+        S::Binary(BinaryOp::Mul, A::Step(2), A::Operand(0)),
+        S::Unary(UnaryOp::Neg, A::Step(3)),
+        S::Unary(UnaryOp::Exp, A::Step(4)),
+        S::Binary(BinaryOp::Sub, A::Step(3), A::Step(5)),
+    ];
+    let reference = |x: f64, y: f64, s: f64| {
+        let t = (x * s + y).tanh() * x;
+        t - (-t).exp()
+    };
+    // (shape, runtime dims)
+    type Case = (Vec<usize>, Vec<(usize, &'static str)>);
+    let shapes: [Case; 3] = [
+        (vec![7], vec![]),
+        (vec![3, 129], vec![(0, "rows")]),
+        (vec![200, 300], vec![]),
+    ];
+    for dtype in FLOATS {
+        for (shape, symbols) in &shapes {
+            let x = random(&mut rng, dtype, shape, -2.0, 2.0);
+            let y = random(&mut rng, dtype, shape, -2.0, 2.0);
+            let s = random(&mut rng, dtype, &[1], 0.25, 0.75);
+            let (nx, ny, ns) = (Nd::of(&x), Nd::of(&y), Nd::of(&s));
+            let expected = Nd::new(
+                shape,
+                nx.data
+                    .iter()
+                    .zip(&ny.data)
+                    .map(|(x, y)| reference(*x, *y, ns.data[0]))
+                    .collect(),
+            );
+            let inputs = [
+                ("x", dtype, declared(shape, symbols)),
+                ("y", dtype, declared(shape, symbols)),
+                ("s", dtype, declared(&[1], &[])),
+            ];
+            let op = Op::FusedElementwise {
+                steps: steps.clone(),
+            };
+            let g = graph_of(&inputs, |b, i| b.op(op.clone(), i).unwrap());
+            check(
+                &g,
+                &[("x", &x), ("y", &y), ("s", &s)],
+                &[],
+                &[to_tensor(&expected, dtype)],
+                4.0,
+            );
+        }
+    }
+}
+
+/// The CPU backend fuses an elementwise chain into one kernel with the unfused graph's
+/// results; a value the graph exposes, and half precisions, stay unfused.
+#[test]
+fn elementwise_fusion_keeps_results_and_exposed_values() {
+    use rlx::backend::{Backend, Executable};
+    use rlx::builder::GraphBuilder;
+    use rlx::cpu::{CpuBackend, CpuOptions};
+    let mut rng = Rng(17);
+    let build = |dtype: DType, expose: bool| {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", dtype, [64, 100]).unwrap();
+        let y = b.input("y", dtype, [64, 100]).unwrap();
+        let half = b.scalar(0.5, dtype);
+        let t = b.mul(x, half).unwrap();
+        let t = b.binary(BinaryOp::Sub, t, y).unwrap();
+        if expose {
+            b.output("difference", t).unwrap();
+        }
+        let t = b.unary(UnaryOp::Sigmoid, t).unwrap();
+        let t = b.mul(t, x).unwrap();
+        b.output("out", t).unwrap();
+        b.finish().unwrap()
+    };
+    for dtype in [DType::F32, DType::F64, DType::F16] {
+        let x = random(&mut rng, dtype, &[64, 100], -3.0, 3.0);
+        let y = random(&mut rng, dtype, &[64, 100], -3.0, 3.0);
+        for expose in [false, true] {
+            let graph = build(dtype, expose);
+            let run = |options: CpuOptions| {
+                let exe = CpuBackend::new(options).compile(&graph).unwrap();
+                let out = exe.run(&[("x", x.view()), ("y", y.view())], &[]).unwrap();
+                let profile = exe
+                    .profile(&[("x", x.view()), ("y", y.view())], &[], 1)
+                    .unwrap();
+                (exe.graph().to_string(), out, profile.to_string())
+            };
+            let (fused_text, fused, profile) = run(CpuOptions::default());
+            let (plain_text, plain, _) = run(CpuOptions {
+                optimize: false,
+                ..CpuOptions::default()
+            });
+            let expected = match (dtype, expose) {
+                (DType::F16, _) => None,
+                (_, false) => Some("fused_elementwise[mul, sub, sigmoid, mul]"),
+                (_, true) => Some("fused_elementwise[sigmoid, mul]"),
+            };
+            match expected {
+                Some(expected) => {
+                    assert!(fused_text.contains(expected), "{fused_text}");
+                    assert!(profile.contains("fused_elementwise"), "{profile}");
+                }
+                None => assert!(!fused_text.contains("fused_elementwise"), "{fused_text}"),
+            }
+            assert!(!plain_text.contains("fused_elementwise"));
+            for (f, p) in fused.iter().zip(&plain) {
+                assert_eq!(f.shape(), p.shape());
+                for (a, b) in f.to_f64_vec().iter().zip(p.to_f64_vec()) {
+                    assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{a} vs {b}");
+                }
+            }
+        }
+    }
+}

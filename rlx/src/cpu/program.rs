@@ -158,6 +158,7 @@ impl Program {
             g = passes::standard(&g)?;
             g = super::fold::fold_constants(&g, options)?;
             g = passes::pass("fuse_matmul_epilogues", passes::fuse_matmul_epilogues(&g))?;
+            g = passes::pass("fuse_elementwise", passes::fuse_elementwise(&g))?;
         }
         g = passes::pass("legalize", legalize(&g))?;
 

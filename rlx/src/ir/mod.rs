@@ -23,8 +23,8 @@ pub use kinds::Domain;
 pub use kinds::UpsampleTap;
 pub use node::{Node, NodeId};
 pub use op::{
-    ArgReduceOp, AttentionMask, AttrValue, BinaryOp, CompareOp, MatMulEpilogue, Op, PoolKind,
-    ReduceOp, SortOutput, UnaryOp, UpsampleMode,
+    ArgReduceOp, AttentionMask, AttrValue, BinaryOp, CompareOp, ElementwiseArg, ElementwiseStep,
+    MatMulEpilogue, Op, PoolKind, ReduceOp, SortOutput, UnaryOp, UpsampleMode,
 };
 pub use shape::{Shape, TensorType};
 pub use verify::VerifyError;

@@ -31,6 +31,46 @@ pub enum AttentionMask {
     Tensor,
 }
 
+/// A value one step of an [`Op::FusedElementwise`] reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ElementwiseArg {
+    /// Operand `i` of the fused node.
+    Operand(usize),
+    /// The result of step `i`, an earlier step.
+    Step(usize),
+}
+
+/// One step of an [`Op::FusedElementwise`]: an elementwise float op of earlier values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ElementwiseStep {
+    /// `f(x)`.
+    Unary(UnaryOp, ElementwiseArg),
+    /// `f(a, b)`.
+    Binary(BinaryOp, ElementwiseArg, ElementwiseArg),
+}
+
+impl ElementwiseStep {
+    /// Most operands plus steps one [`Op::FusedElementwise`] may have: a backend keeps a
+    /// block of each in fast memory.
+    pub const MAX_VALUES: usize = 24;
+
+    /// The op's name, as printed.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ElementwiseStep::Unary(kind, _) => kind.name(),
+            ElementwiseStep::Binary(kind, _, _) => kind.name(),
+        }
+    }
+
+    /// The values the step reads.
+    pub fn args(&self) -> Vec<ElementwiseArg> {
+        match *self {
+            ElementwiseStep::Unary(_, x) => vec![x],
+            ElementwiseStep::Binary(_, a, b) => vec![a, b],
+        }
+    }
+}
+
 /// What a [`Op::FusedMatMul`] does to its product before storing it:
 /// `activation(a·b + bias) + residual`, each part optional.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -121,6 +161,15 @@ pub enum Op {
         transpose_b: bool,
         /// What is applied to the product.
         epilogue: MatMulEpilogue,
+    },
+    /// A chain of elementwise float ops evaluated in one pass over memory: each step reads
+    /// the fused node's operands and earlier steps' results, and the last step's is the
+    /// output. Made by [`fuse_elementwise`](crate::passes::fuse_elementwise), not by
+    /// frontends. Operands: one float dtype, each of the output's shape or a scalar (every
+    /// dim a static 1).
+    FusedElementwise {
+        /// The ops, in evaluation order (at least one).
+        steps: Vec<ElementwiseStep>,
     },
     /// Reduction over `axes` (sorted, unique, at least one). Operands: `x`.
     Reduce {
@@ -360,6 +409,7 @@ impl Op {
             Op::Cast { .. } => "cast",
             Op::MatMul { .. } => "matmul",
             Op::FusedMatMul { .. } => "fused_matmul",
+            Op::FusedElementwise { .. } => "fused_elementwise",
             Op::Reduce { op, .. } => op.name(),
             Op::ArgReduce { op, .. } => op.name(),
             Op::Cumsum { .. } => "cumsum",
@@ -440,6 +490,7 @@ impl Op {
             | Op::Cast { .. }
             | Op::MatMul { .. }
             | Op::FusedMatMul { .. }
+            | Op::FusedElementwise { .. }
             | Op::Reduce { .. }
             | Op::ArgReduce { .. }
             | Op::Cumsum { .. }
@@ -482,6 +533,9 @@ impl fmt::Display for Op {
             | Op::StopGradient
             | Op::Solve => {}
             Op::Cast { to } => attrs.push(format!("to={to}")),
+            Op::FusedElementwise { steps } => {
+                attrs.extend(steps.iter().map(|step| step.name().to_string()));
+            }
             Op::MatMul {
                 transpose_a,
                 transpose_b,

@@ -6,7 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::MlxCustomOp;
 use super::array::{Array, MaskArg, MlxError};
 use crate::backend::{NodeSite, RunError};
-use crate::ir::{AttentionMask, BinaryOp, ConstantData, DType, Graph, Node, NodeId, Op, ReduceOp};
+use crate::ir::{
+    AttentionMask, BinaryOp, ConstantData, DType, ElementwiseArg, ElementwiseStep, Graph, Node,
+    NodeId, Op, ReduceOp,
+};
 use crate::tensor::TensorRef;
 
 /// Everything fixed once per binding that lowering reads. Shared with the `mlx::compile`
@@ -235,6 +238,33 @@ impl Lowering {
                 .ok_or_else(|| MlxError::new("constant not uploaded"))?,
             Op::Unary(u) => x[0].unary(*u)?,
             Op::Binary(b) => x[0].binary(*b, x[1])?,
+            Op::FusedElementwise { steps } => {
+                // As its ops: MLX's compiled mode fuses elementwise chains itself.
+                let mut values: Vec<Array> = Vec::with_capacity(steps.len());
+                for step in steps {
+                    let value = {
+                        let arg = |a: ElementwiseArg| -> Result<&Array, MlxError> {
+                            match a {
+                                ElementwiseArg::Operand(i) => x
+                                    .get(i)
+                                    .copied()
+                                    .ok_or_else(|| MlxError::new("fused operand missing")),
+                                ElementwiseArg::Step(s) => values
+                                    .get(s)
+                                    .ok_or_else(|| MlxError::new("fused step missing")),
+                            }
+                        };
+                        match *step {
+                            ElementwiseStep::Unary(kind, a) => arg(a)?.unary(kind)?,
+                            ElementwiseStep::Binary(kind, a, b) => arg(a)?.binary(kind, arg(b)?)?,
+                        }
+                    };
+                    values.push(value);
+                }
+                values
+                    .pop()
+                    .ok_or_else(|| MlxError::new("fused elementwise op without steps"))?
+            }
             Op::Compare(c) => x[0].compare(*c, x[1])?,
             Op::Where => x[0].select(x[1], x[2])?,
             Op::Cast { to } => x[0].cast(*to)?,

@@ -8,6 +8,8 @@
 //!
 //! - [`fuse_matmul_epilogues`]: folds a matmul's bias add, activation and residual add into
 //!   one [`Op::FusedMatMul`](crate::ir::Op::FusedMatMul) (the CPU backend runs it).
+//! - [`fuse_elementwise`]: folds chains of elementwise float ops into one
+//!   [`Op::FusedElementwise`](crate::ir::Op::FusedElementwise) (the CPU backend runs it).
 //!
 //! - [`compute_in`]: computes a float32 graph in float16 or bfloat16 behind a float32
 //!   interface (the MLX backend's half precisions).
@@ -17,6 +19,7 @@
 mod cse;
 mod dce;
 mod fuse;
+mod fuse_elementwise;
 mod precision;
 mod rewrite;
 mod simplify;
@@ -24,6 +27,7 @@ mod simplify;
 pub use cse::cse;
 pub use dce::dce;
 pub use fuse::fuse_matmul_epilogues;
+pub use fuse_elementwise::fuse_elementwise;
 pub use precision::compute_in;
 pub use simplify::simplify;
 

@@ -5,7 +5,61 @@ use std::f64::consts::{FRAC_2_SQRT_PI, PI, SQRT_2};
 use super::Grad;
 use crate::autodiff::GradError;
 use crate::autodiff::emit::Emitter;
-use crate::ir::{BinaryOp, CompareOp, NodeId, Op, UnaryOp};
+use crate::ir::{BinaryOp, CompareOp, ElementwiseArg, ElementwiseStep, NodeId, Op, UnaryOp};
+
+/// A fused chain: its steps are recomputed as their own ops (the primitives' rules need
+/// their values), then differentiated in reverse, summing what reaches each value.
+pub(super) fn fused(
+    e: &mut Emitter<'_>,
+    x: &[NodeId],
+    steps: &[ElementwiseStep],
+    g: NodeId,
+) -> Result<Vec<Grad>, GradError> {
+    let read = |values: &[NodeId], a: ElementwiseArg| match a {
+        ElementwiseArg::Operand(i) => x[i],
+        ElementwiseArg::Step(s) => values[s],
+    };
+    let mut values = Vec::with_capacity(steps.len());
+    for step in steps {
+        let value = match *step {
+            ElementwiseStep::Unary(kind, a) => e.unary(kind, read(&values, a))?,
+            ElementwiseStep::Binary(kind, a, b) => {
+                e.binary(kind, read(&values, a), read(&values, b))?
+            }
+        };
+        values.push(value);
+    }
+    let mut step_grads = vec![Grad::None; steps.len()];
+    if let Some(last) = step_grads.last_mut() {
+        *last = Grad::Some(g);
+    }
+    let mut operand_grads = vec![Grad::None; x.len()];
+    for (s, step) in steps.iter().enumerate().rev() {
+        let grads = match step_grads[s] {
+            Grad::Some(gs) => match *step {
+                ElementwiseStep::Unary(kind, a) => unary(e, kind, read(&values, a), values[s], gs)?,
+                ElementwiseStep::Binary(kind, a, b) => {
+                    binary(e, kind, read(&values, a), read(&values, b), values[s], gs)?
+                }
+            },
+            other => vec![other; step.args().len()],
+        };
+        for (arg, grad) in step.args().into_iter().zip(grads) {
+            let slot = match arg {
+                ElementwiseArg::Operand(i) => &mut operand_grads[i],
+                ElementwiseArg::Step(t) => &mut step_grads[t],
+            };
+            *slot = match (*slot, grad) {
+                (Grad::Some(a), Grad::Some(b)) => Grad::Some(e.add(a, b)?),
+                (Grad::NotYet, _) | (_, Grad::NotYet) => Grad::NotYet,
+                (Grad::Some(a), _) | (_, Grad::Some(a)) => Grad::Some(a),
+                (Grad::Discrete, _) | (_, Grad::Discrete) => Grad::Discrete,
+                (Grad::None, Grad::None) => Grad::None,
+            };
+        }
+    }
+    Ok(operand_grads)
+}
 
 /// `d/dx` of `kind` times `g`, where `y = kind(x)`.
 pub(super) fn unary(

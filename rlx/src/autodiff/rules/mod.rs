@@ -41,6 +41,7 @@ pub(crate) fn vjp(e: &mut Emitter<'_>, id: NodeId, g: NodeId) -> Result<Vec<Grad
         Op::Input | Op::Param | Op::Constant(_) => Ok(Vec::new()),
         Op::Unary(kind) => elementwise::unary(e, *kind, x[0], id, g),
         Op::Binary(kind) => elementwise::binary(e, *kind, x[0], x[1], id, g),
+        Op::FusedElementwise { steps } => elementwise::fused(e, x, steps, g),
         Op::Compare(_) => none(),
         Op::Where => elementwise::select(e, x, g),
         Op::Cast { .. } => elementwise::cast(e, x[0], g),

@@ -3,7 +3,7 @@
 use super::layout::{Strided, for_each_chunk};
 use super::numeric::{FloatStore, Int, Real};
 use super::simd::vectorized;
-use crate::ir::{BinaryOp, CompareOp, UnaryOp};
+use crate::ir::{BinaryOp, CompareOp, ElementwiseArg, ElementwiseStep, UnaryOp};
 
 fn gelu_tanh<R: Real>(x: R) -> R {
     // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
@@ -165,6 +165,28 @@ fn zip2<A: Copy + Sync, O: Send>(
     });
 }
 
+/// The one definition of each float binary op on the CPU: expands `$go!(f)` with `f` the
+/// function of two accumulator values `kind` computes.
+macro_rules! float_binary {
+    ($kind:expr, $acc:ty, $go:ident) => {{
+        use BinaryOp as B;
+        match $kind {
+            B::Add => $go!(|x: $acc, y: $acc| x + y),
+            B::Sub => $go!(|x: $acc, y: $acc| x - y),
+            B::Mul => $go!(|x: $acc, y: $acc| x * y),
+            B::Div => $go!(|x: $acc, y: $acc| x / y),
+            B::Pow => $go!(|x: $acc, y: $acc| x.powf(y)),
+            B::Max => $go!(|x: $acc, y: $acc| x.maximum(y)),
+            B::Min => $go!(|x: $acc, y: $acc| x.minimum(y)),
+            B::Rem => $go!(|x: $acc, y: $acc| {
+                // Floor modulo: the result takes the divisor's sign.
+                let r = x - (x / y).floor() * y;
+                if y.is_nan() || x.is_nan() { x / y } else { r }
+            }),
+        }
+    }};
+}
+
 /// `out = kind(a, b)` for float storage types.
 pub(crate) fn binary_float<T: FloatStore>(
     kind: BinaryOp,
@@ -173,7 +195,6 @@ pub(crate) fn binary_float<T: FloatStore>(
     b: &[T],
     out: &mut [T],
 ) {
-    use BinaryOp as B;
     macro_rules! go {
         ($f:expr) => {{
             let f = $f;
@@ -182,20 +203,97 @@ pub(crate) fn binary_float<T: FloatStore>(
             })
         }};
     }
-    match kind {
-        B::Add => go!(|x, y| x + y),
-        B::Sub => go!(|x, y| x - y),
-        B::Mul => go!(|x, y| x * y),
-        B::Div => go!(|x, y| x / y),
-        B::Pow => go!(|x: T::Acc, y| x.powf(y)),
-        B::Max => go!(|x: T::Acc, y| x.maximum(y)),
-        B::Min => go!(|x: T::Acc, y| x.minimum(y)),
-        B::Rem => go!(|x: T::Acc, y: T::Acc| {
-            // Floor modulo: the result takes the divisor's sign.
-            let r = x - (x / y).floor() * y;
-            if y.is_nan() || x.is_nan() { x / y } else { r }
-        }),
-    }
+    float_binary!(kind, T::Acc, go)
+}
+
+/// Values per block of a fused elementwise kernel: every intermediate of a block stays in
+/// L1.
+const FUSED_BLOCK: usize = 128;
+/// Most operands plus steps a fused elementwise kernel evaluates (its block buffers live on
+/// the stack); type inference refuses more.
+pub(crate) const FUSED_MAX_VALUES: usize = ElementwiseStep::MAX_VALUES;
+
+/// An operand of a fused elementwise kernel.
+#[derive(Clone, Copy)]
+pub(crate) enum FusedOperand<'a, T> {
+    /// A tensor of the output's shape.
+    Full(&'a [T]),
+    /// One value for every element.
+    Scalar(T),
+}
+
+/// `out` = the last of `steps`, evaluated block by block: each block's operands are loaded
+/// into accumulator-type buffers, each step writes its own buffer with the ops' own
+/// definitions (`unary_float_on`, `float_binary!`), and only the result is stored. At most
+/// [`FUSED_MAX_VALUES`] operands plus steps.
+pub(crate) fn fused_float<T: FloatStore>(
+    steps: &[ElementwiseStep],
+    operands: &[FusedOperand<'_, T>],
+    out: &mut [T],
+) where
+    T::Acc: FloatStore<Acc = T::Acc>,
+{
+    assert!(
+        !steps.is_empty() && operands.len() + steps.len() <= FUSED_MAX_VALUES,
+        "fused elementwise kernel with {} operands and {} steps",
+        operands.len(),
+        steps.len()
+    );
+    let zero = <T::Acc as Real>::ZERO;
+    for_each_chunk(out, |start, chunk| {
+        let mut values = [[zero; FUSED_BLOCK]; FUSED_MAX_VALUES];
+        let (loaded, computed) = values.split_at_mut(operands.len());
+        for (buf, operand) in loaded.iter_mut().zip(operands) {
+            if let FusedOperand::Scalar(v) = operand {
+                buf.fill(v.load());
+            }
+        }
+        for (b, block) in chunk.chunks_mut(FUSED_BLOCK).enumerate() {
+            let at = start + b * FUSED_BLOCK;
+            let n = block.len();
+            for (buf, operand) in loaded.iter_mut().zip(operands) {
+                if let FusedOperand::Full(x) = operand {
+                    for (v, s) in buf[..n].iter_mut().zip(&x[at..at + n]) {
+                        *v = s.load();
+                    }
+                }
+            }
+            for (i, step) in steps.iter().enumerate() {
+                let (done, rest) = computed.split_at_mut(i);
+                let dst = &mut rest[0][..n];
+                let arg = |a: ElementwiseArg| -> &[T::Acc] {
+                    match a {
+                        ElementwiseArg::Operand(j) => &loaded[j][..n],
+                        ElementwiseArg::Step(s) => &done[s][..n],
+                    }
+                };
+                match *step {
+                    ElementwiseStep::Unary(kind, x) => unary_float_on::<T::Acc>(
+                        kind,
+                        Target::Copy {
+                            x: arg(x),
+                            out: dst,
+                        },
+                    ),
+                    ElementwiseStep::Binary(kind, x, y) => {
+                        let (x, y) = (arg(x), arg(y));
+                        macro_rules! go {
+                            ($f:expr) => {{
+                                let f = $f;
+                                for ((o, a), b) in dst.iter_mut().zip(x).zip(y) {
+                                    *o = f(*a, *b);
+                                }
+                            }};
+                        }
+                        float_binary!(kind, T::Acc, go)
+                    }
+                }
+            }
+            for (o, v) in block.iter_mut().zip(&computed[steps.len() - 1][..n]) {
+                *o = T::store(*v);
+            }
+        }
+    });
 }
 
 /// `out = kind(a, b)` for integers.

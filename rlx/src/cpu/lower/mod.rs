@@ -111,6 +111,7 @@ pub(crate) fn scratch_requests(
         | Op::Constant(_)
         | Op::Unary(_)
         | Op::Binary(_)
+        | Op::FusedElementwise { .. }
         | Op::Compare(_)
         | Op::Where
         | Op::Cast { .. }
@@ -167,6 +168,16 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             kind: *kind,
             dtype,
             x: views[0],
+            out,
+        })],
+        Op::FusedElementwise { steps } => vec![boxed(thunks::FusedElementwise {
+            steps: steps.clone(),
+            dtype,
+            operands: views
+                .iter()
+                .zip(shapes)
+                .map(|(view, shape)| (*view, numel(shape) == 1 && numel(out_shape) != 1))
+                .collect(),
             out,
         })],
         Op::Binary(kind) => vec![boxed(thunks::Binary {

@@ -6,7 +6,7 @@ use crate::cpu::kernels::cast::{BoolByte, CastFrom};
 use crate::cpu::kernels::elementwise as ew;
 use crate::cpu::kernels::layout::Strided;
 use crate::cpu::kernels::numeric::FloatStore;
-use crate::ir::{BinaryOp, CompareOp, DType, UnaryOp};
+use crate::ir::{BinaryOp, CompareOp, DType, ElementwiseStep, UnaryOp};
 
 /// `out = kind(x)`.
 #[derive(Clone, Debug)]
@@ -37,6 +37,44 @@ impl Kernel for Unary {
                 mem.dst(out)
             ))
         }
+        Ok(())
+    }
+}
+
+/// `out` = a chain of elementwise float ops in one pass (see [`ew::fused_float`]).
+#[derive(Clone, Debug)]
+pub(crate) struct FusedElementwise {
+    pub steps: Vec<ElementwiseStep>,
+    pub dtype: DType,
+    /// Each operand, and whether it is a scalar (else it has the output's shape).
+    pub operands: Vec<(View, bool)>,
+    pub out: View,
+}
+
+impl Kernel for FusedElementwise {
+    fn accesses(&self) -> Accesses {
+        let s = self.dtype.size_bytes();
+        Accesses {
+            writes: vec![(self.out, s)],
+            reads: self.operands.iter().map(|(v, _)| (*v, s)).collect(),
+        }
+    }
+
+    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
+        float_type!(self.dtype, |T| {
+            // A fixed array, so a run allocates nothing.
+            let operands: [ew::FusedOperand<'_, T>; ew::FUSED_MAX_VALUES] =
+                std::array::from_fn(|i| match self.operands.get(i) {
+                    Some(&(view, true)) => ew::FusedOperand::Scalar(mem.src::<T>(view)[0]),
+                    Some(&(view, false)) => ew::FusedOperand::Full(mem.src::<T>(view)),
+                    None => ew::FusedOperand::Full(&[]),
+                });
+            ew::fused_float::<T>(
+                &self.steps,
+                &operands[..self.operands.len()],
+                mem.dst(self.out),
+            )
+        });
         Ok(())
     }
 }

@@ -17,7 +17,7 @@ mod spatial;
 mod view;
 
 pub(crate) use custom::Custom;
-pub(crate) use elementwise::{Binary, Cast, Compare, Select, Unary};
+pub(crate) use elementwise::{Binary, Cast, Compare, FusedElementwise, Select, Unary};
 pub(crate) use linalg::{EpilogueViews, MatMul, QuantizedMatMul, Solve};
 pub(crate) use movement::{Fill, Gather, ScatterAdd, StridedCopy};
 pub(crate) use nn::{Attention, Rope};

@@ -54,6 +54,7 @@ impl Op {
             }
             Op::Unary(kind) => elementwise::unary(*kind, inputs),
             Op::Binary(kind) => elementwise::binary(*kind, inputs),
+            Op::FusedElementwise { steps } => elementwise::fused(steps, inputs),
             Op::Compare(kind) => elementwise::compare(*kind, inputs),
             Op::Where => elementwise::select(inputs),
             Op::Cast { to } => elementwise::cast(*to, inputs),

@@ -1,0 +1,154 @@
+//! Fusion of chains of elementwise float ops into one pass over memory.
+
+use super::Rewriter;
+use crate::ir::{DType, ElementwiseArg, ElementwiseStep, Graph, Node, NodeId, Op, VerifyError};
+
+/// The ops one fused node will compute, over its operands.
+#[derive(Clone, Default)]
+struct Group {
+    operands: Vec<NodeId>,
+    steps: Vec<ElementwiseStep>,
+}
+
+impl Group {
+    /// The argument that reads `node`: an operand slot, reused when `node` already has one.
+    fn operand(&mut self, node: NodeId) -> ElementwiseArg {
+        let slot = match self.operands.iter().position(|o| *o == node) {
+            Some(i) => i,
+            None => {
+                self.operands.push(node);
+                self.operands.len() - 1
+            }
+        };
+        ElementwiseArg::Operand(slot)
+    }
+
+    /// Appends `other`'s steps (its operands becoming this group's) and returns the
+    /// argument that reads its result.
+    fn absorb(&mut self, other: &Group) -> ElementwiseArg {
+        let offset = self.steps.len();
+        let slots: Vec<ElementwiseArg> = other.operands.iter().map(|o| self.operand(*o)).collect();
+        let remap = |a: ElementwiseArg| match a {
+            ElementwiseArg::Operand(i) => slots[i],
+            ElementwiseArg::Step(s) => ElementwiseArg::Step(offset + s),
+        };
+        for step in &other.steps {
+            self.steps.push(match *step {
+                ElementwiseStep::Unary(kind, x) => ElementwiseStep::Unary(kind, remap(x)),
+                ElementwiseStep::Binary(kind, a, b) => {
+                    ElementwiseStep::Binary(kind, remap(a), remap(b))
+                }
+            });
+        }
+        ElementwiseArg::Step(self.steps.len() - 1)
+    }
+
+    fn values(&self) -> usize {
+        self.operands.len() + self.steps.len()
+    }
+}
+
+/// Folds chains of elementwise float ops (unary and binary, `f32` or `f64`) into one
+/// [`Op::FusedElementwise`] each, which a backend evaluates in one pass over memory
+/// instead of one pass per op. An op joins the op that consumes it when it is that op's
+/// only user, is no graph output and has the consumer's shape; operands that stay outside
+/// must have the chain's shape or be scalars. A chain of one op stays as it was, and a
+/// value the graph exposes is still computed. Half precisions are left alone: fused, their
+/// intermediates would skip the rounding to half that the ops define.
+///
+/// ```
+/// use rlx::prelude::*;
+/// let mut b = GraphBuilder::new();
+/// let x = b.input("x", DType::F32, [Dim::sym("n")])?;
+/// let half = b.scalar(0.5, DType::F32);
+/// let y = b.mul(x, half)?;
+/// let y = b.unary(UnaryOp::Tanh, y)?;
+/// let y = b.add(y, x)?;
+/// b.output("y", y)?;
+/// let fused = rlx::passes::fuse_elementwise(&b.finish()?)?;
+/// assert!(fused.to_string().contains("fused_elementwise[mul, tanh, add]"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn fuse_elementwise(graph: &Graph) -> Result<Graph, VerifyError> {
+    let nodes = graph.nodes();
+    let users = graph.users();
+    let mut exposed = vec![false; nodes.len()];
+    for output in graph.outputs() {
+        exposed[output.node.index()] = true;
+    }
+    let mut groups: Vec<Option<Group>> = vec![None; nodes.len()];
+    let mut absorbed = vec![false; nodes.len()];
+    for (id, node) in graph.iter() {
+        if !fusible(graph, node) {
+            continue;
+        }
+        let mut group = Group::default();
+        let mut args = Vec::with_capacity(node.inputs.len());
+        for &input in &node.inputs {
+            let joins = matches!(users[input.index()].as_slice(), [user] if *user == id)
+                && !exposed[input.index()]
+                && graph[input].ty == node.ty
+                && groups[input.index()]
+                    .as_ref()
+                    .is_some_and(|g| group.values() + g.values() + 1 < ElementwiseStep::MAX_VALUES);
+            let arg = match groups[input.index()].as_ref().filter(|_| joins) {
+                Some(inner) => {
+                    absorbed[input.index()] = true;
+                    group.absorb(inner)
+                }
+                None => group.operand(input),
+            };
+            args.push(arg);
+        }
+        group.steps.push(match (&node.op, args.as_slice()) {
+            (Op::Unary(kind), [x]) => ElementwiseStep::Unary(*kind, *x),
+            (Op::Binary(kind), [a, b]) => ElementwiseStep::Binary(*kind, *a, *b),
+            _ => continue,
+        });
+        groups[id.index()] = Some(group);
+    }
+
+    let mut rw = Rewriter::new(nodes.len());
+    for (id, node) in graph.iter() {
+        if absorbed[id.index()] {
+            continue;
+        }
+        match &groups[id.index()] {
+            Some(group) if group.steps.len() > 1 => {
+                rw.push(
+                    id,
+                    Node {
+                        op: Op::FusedElementwise {
+                            steps: group.steps.clone(),
+                        },
+                        inputs: group.operands.iter().map(|o| rw.get(*o)).collect(),
+                        ty: node.ty.clone(),
+                        name: node.name.clone(),
+                        origin: node.origin,
+                    },
+                );
+            }
+            _ => {
+                rw.keep(id, node);
+            }
+        }
+    }
+    rw.finish(graph.outputs())
+}
+
+/// A unary or binary op on `f32` or `f64` whose operands each have its shape or are
+/// scalars.
+fn fusible(graph: &Graph, node: &Node) -> bool {
+    let elementwise = match node.op {
+        Op::Unary(kind) => kind.domain().admits(node.ty.dtype),
+        Op::Binary(kind) => kind.domain().admits(node.ty.dtype),
+        _ => false,
+    };
+    let full_precision = matches!(node.ty.dtype, DType::F32 | DType::F64);
+    elementwise
+        && full_precision
+        && node.inputs.iter().all(|&input| {
+            let ty = &graph[input].ty;
+            ty == &node.ty || ty.dtype == node.ty.dtype && ty.shape.static_numel() == Some(1)
+        })
+}
