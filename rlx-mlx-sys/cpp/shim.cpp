@@ -1251,7 +1251,28 @@ int rlx_mlx_cumsum(const rlx_mlx_array* x, int32_t axis, bool exclusive, bool re
       put(out, v);  // nothing to sum (and kept away from MLX's CPU reductions, as above)
       return;
     }
-    put(out, down(mx::cumsum(up(v), axis, reverse, !exclusive, compute_type(dt)), dt));
+    const bool on_gpu = mx::default_device() == mx::Device::gpu;
+    if (!(on_gpu && exclusive)) {
+      put(out, down(mx::cumsum(up(v), axis, reverse, !exclusive, compute_type(dt)), dt));
+      return;
+    }
+    // MLX 0.32's CUDA exclusive scan gave wrong sums (an f16 [64, 33, 3] reverse scan along
+    // axis 0: 94 where 63 is right). An exclusive scan is the inclusive one shifted by one
+    // position, with the identity where nothing precedes: the same sums in the same order.
+    const mx::array inclusive = mx::cumsum(up(v), axis, reverse, true, compute_type(dt));
+    const int n = inclusive.shape(axis);
+    mx::Shape start(inclusive.ndim(), 0);
+    mx::Shape stop = inclusive.shape();
+    mx::Shape edge = inclusive.shape();
+    edge[axis] = 1;
+    const mx::array zero = mx::zeros(edge, inclusive.dtype());
+    if (reverse) {
+      start[axis] = 1;  // exclusive[i] = inclusive[i + 1]; the last is 0
+      put(out, down(mx::concatenate({mx::slice(inclusive, start, stop), zero}, axis), dt));
+    } else {
+      stop[axis] = n - 1;  // exclusive[i] = inclusive[i - 1]; the first is 0
+      put(out, down(mx::concatenate({zero, mx::slice(inclusive, start, stop)}, axis), dt));
+    }
   });
 }
 

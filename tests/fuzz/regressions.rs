@@ -669,3 +669,49 @@ fn rope_of_a_broadcast_input_and_of_many_small_rows() {
         }
     }
 }
+
+/// Exclusive running sums in both directions, along a strided axis and the last one. MLX
+/// 0.32's CUDA exclusive scan gave an f16 `[64, 33, 3]` reverse sum along axis 0 as 94
+/// where 63 is right; the shim now shifts the inclusive scan on a GPU.
+#[test]
+fn exclusive_cumsum_in_both_directions() {
+    for dtype in [DType::F16, DType::F32] {
+        for (axis, reverse) in [(0, true), (0, false), (2, true), (2, false)] {
+            let dims = [64, 33, 3];
+            let mut g = GraphBuilder::new();
+            let x = g.input("x", dtype, dims).unwrap();
+            let op = Op::Cumsum {
+                axis,
+                exclusive: true,
+                reverse,
+            };
+            let y = g.op(op, &[x]).unwrap();
+            g.output("y", y).unwrap();
+            let graph = g.finish().unwrap();
+            let n: usize = dims.iter().product();
+            let values: Vec<f64> = (0..n).map(|i| (i % 3) as f64).collect();
+            let strides = [dims[1] * dims[2], dims[2], 1];
+            let want: Vec<f64> = (0..n)
+                .map(|i| {
+                    let pos = i / strides[axis] % dims[axis];
+                    let first = i - pos * strides[axis];
+                    let before = |p: usize| if reverse { p > pos } else { p < pos };
+                    (0..dims[axis])
+                        .filter(|p| before(*p))
+                        .map(|p| values[first + p * strides[axis]])
+                        .sum()
+                })
+                .collect();
+            let x = tensor(dtype, &dims, &values);
+            for (label, exe) in executables(&graph) {
+                let got = exe.run(&[("x", x.view())], &[]).unwrap()[0].to_f64_vec();
+                for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(
+                        g, w,
+                        "{label} {dtype:?} axis {axis} reverse {reverse}: element {k}"
+                    );
+                }
+            }
+        }
+    }
+}
