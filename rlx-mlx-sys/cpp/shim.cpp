@@ -501,6 +501,15 @@ mx::array finish_conv(const mx::array& y, const rlx_mlx_array* bias, mx::Dtype d
 }
 
 // Channels first in, channels last for MLX, channels first out.
+// Whether a convolution over these arrays must leave the GPU: MLX 0.32's CUDA allocator
+// places arrays of at most 8 bytes in 8-byte blocks of its small pool, and cuDNN refuses
+// pointers that are not 16-byte aligned (CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER, found by
+// fuzz_graphs on an H100). Such tiny convolutions run on the CPU stream instead.
+bool tiny_conv_on_gpu(std::initializer_list<const mx::array*> arrays) {
+  if (!(mx::default_device() == mx::Device::gpu)) return false;
+  return std::any_of(arrays.begin(), arrays.end(), [](const mx::array* a) { return a->nbytes() <= 8; });
+}
+
 mx::array conv(const mx::array& x, const mx::array& w, const rlx_mlx_array* bias,
                std::vector<int> stride, std::vector<int> lo, std::vector<int> hi,
                std::vector<int> dilation, int groups) {
@@ -533,6 +542,10 @@ mx::array conv(const mx::array& x, const mx::array& w, const rlx_mlx_array* bias
     std::fill(hi.begin(), hi.end(), 0);
   }
   mx::array y = mx::conv_general(xl, wl, stride, lo, hi, dilation, std::vector<int>{}, groups, false);
+  if (tiny_conv_on_gpu({&xl, &wl, &y})) {
+    y = mx::conv_general(xl, wl, stride, lo, hi, dilation, std::vector<int>{}, groups, false,
+                         mx::Device(mx::Device::cpu));
+  }
   y = mx::transpose(y, to_first);
   return finish_conv(y, bias, dt);
 }
@@ -585,6 +598,10 @@ mx::array conv_transpose(const mx::array& x, const mx::array& w, const rlx_mlx_a
   }
   const std::vector<int> ones(n, 1);
   mx::array y = mx::conv_general(xl, wl, ones, lo, hi, dilation, stride, groups, true);
+  if (tiny_conv_on_gpu({&xl, &wl, &y})) {
+    y = mx::conv_general(xl, wl, ones, lo, hi, dilation, stride, groups, true,
+                         mx::Device(mx::Device::cpu));
+  }
   if (std::any_of(cut_lo.begin(), cut_lo.end(), [](int c) { return c > 0; }) ||
       std::any_of(cut_hi.begin(), cut_hi.end(), [](int c) { return c > 0; })) {
     mx::Shape start(y.ndim(), 0);

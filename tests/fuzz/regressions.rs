@@ -715,3 +715,61 @@ fn exclusive_cumsum_in_both_directions() {
         }
     }
 }
+
+/// Seeds 12694337605365524860 and three more (on an H100): a convolution whose result is
+/// two floats (8 bytes) failed on MLX's GPU with CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER:
+/// MLX's CUDA allocator puts arrays of at most 8 bytes in 8-byte blocks, and cuDNN wants
+/// 16-byte alignment. The shim runs such tiny convolutions on the CPU stream, forward and
+/// transposed.
+#[test]
+fn convolutions_of_a_few_bytes() {
+    let x = [0.75, -1.25, 2.0];
+    let w = [0.5, -1.5, 2.5, 0.25];
+    let mut g = GraphBuilder::new();
+    let xn = g.input("x", DType::F32, [1, 1, 3]).unwrap();
+    let wn = g.param("w", DType::F32, [2, 1, 2]).unwrap();
+    let conv = Op::Conv {
+        stride: vec![2],
+        padding: vec![(0, 1)],
+        dilation: vec![2],
+        groups: 1,
+    };
+    let y = g.op(conv, &[xn, wn]).unwrap();
+    g.output("y", y).unwrap();
+    // The adjoint back onto the input's length: [1, 2, 1] -> [1, 1, 3].
+    let back = Op::ConvTranspose {
+        stride: vec![2],
+        padding: vec![(0, 1)],
+        output_padding: vec![1],
+        dilation: vec![2],
+        groups: 1,
+    };
+    let z = g.op(back, &[y, wn]).unwrap();
+    g.output("z", z).unwrap();
+    let graph = g.finish().unwrap();
+    // Padded input [x0, x1, x2, 0]; one output position, taps at 0 and 2.
+    let y_want: Vec<f64> = (0..2)
+        .map(|o| w[o * 2] * x[0] + w[o * 2 + 1] * x[2])
+        .collect();
+    // The transpose scatters each y[o] back through the same taps.
+    let mut z_want = vec![0.0; 3];
+    for o in 0..2 {
+        z_want[0] += w[o * 2] * y_want[o];
+        z_want[2] += w[o * 2 + 1] * y_want[o];
+    }
+    for (label, exe) in executables(&graph) {
+        exe.set_weight("w", tensor(DType::F32, &[2, 1, 2], &w).view())
+            .unwrap();
+        let got = exe
+            .run(&[("x", tensor(DType::F32, &[1, 1, 3], &x).view())], &[])
+            .unwrap();
+        for (out, want) in got.iter().zip([&y_want, &z_want]) {
+            for (k, (g, w)) in out.to_f64_vec().iter().zip(want.iter()).enumerate() {
+                assert!(
+                    (g - w).abs() < 1e-5,
+                    "{label}: element {k} is {g}, want {w}"
+                );
+            }
+        }
+    }
+}
