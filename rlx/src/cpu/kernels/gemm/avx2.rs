@@ -66,15 +66,7 @@ unsafe fn kernel_6x16<const KS: usize>(kc: usize, a: ARows<f32>, b: *const f32, 
     // so every load below is in bounds; stores stay inside the mr x nr tile of `c`, either
     // directly (full tile) or through the local buffer (edge tile).
     unsafe {
-        // A packed panel's rows are adjacent (row_stride 1): constant offsets from one base.
-        debug_assert!(KS == 1 || a.row_stride == 1);
-        let rows: [*const f32; MR] = std::array::from_fn(|i| {
-            if KS == 1 {
-                a.ptr.add(i.min(mr - 1) * a.row_stride)
-            } else {
-                a.ptr.add(i)
-            }
-        });
+        let rows: [*const f32; MR] = a.row_starts(mr, KS != 1);
         let mut off = 0;
         // Start fetching the C tile now so it has arrived when the k-loop ends.
         for i in 0..mr {

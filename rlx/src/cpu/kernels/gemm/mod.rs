@@ -56,6 +56,24 @@ pub(crate) struct ARows<E> {
     pub k_stride: usize,
 }
 
+impl<E> ARows<E> {
+    /// Where each of a kernel's `MR` rows starts, for a tile of `mr` rows. A packed panel's
+    /// rows are adjacent (`packed`, a constant in each kernel, so the offsets fold into the
+    /// loads); rows read in place past `mr` repeat row `mr - 1`, which exists, and are never
+    /// stored. Only addresses are computed here; the kernel's contract covers the reads.
+    #[inline(always)]
+    pub(crate) fn row_starts<const MR: usize>(&self, mr: usize, packed: bool) -> [*const E; MR] {
+        debug_assert!(!packed || (self.row_stride == 1 && self.k_stride == MR));
+        std::array::from_fn(|i| {
+            if packed {
+                self.ptr.wrapping_add(i)
+            } else {
+                self.ptr.wrapping_add(i.min(mr - 1) * self.row_stride)
+            }
+        })
+    }
+}
+
 /// Multiplies `MR x kc` of A by one packed `kc x nr` panel of B into `tile`.
 ///
 /// # Safety

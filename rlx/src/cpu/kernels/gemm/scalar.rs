@@ -42,8 +42,7 @@ unsafe fn run<E: Real>(kc: usize, a: ARows<E>, b: *const E, tile: Tile<E>) {
     // SAFETY: the caller guarantees `b` holds kc*NR values and that A has kc values in each
     // of its first `mr` rows (rows past `mr` read row `mr - 1` again).
     let b = unsafe { std::slice::from_raw_parts(b, kc * NR) };
-    let rows: [*const E; MR] =
-        std::array::from_fn(|i| a.ptr.wrapping_add(i.min(mr - 1) * a.row_stride));
+    let rows: [*const E; MR] = a.row_starts(mr, false);
     let mut acc = [[E::ZERO; NR]; MR];
     for p in 0..kc {
         let bp = &b[p * NR..(p + 1) * NR];
