@@ -41,6 +41,19 @@ pub enum ElementwiseArg {
 }
 
 /// One step of an [`Op::FusedElementwise`]: an elementwise float op of earlier values.
+///
+/// ```
+/// use rlx::ir::{BinaryOp, DType, ElementwiseArg, ElementwiseStep, Op, TensorType, UnaryOp};
+/// // tanh(x * y)
+/// let steps = vec![
+///     ElementwiseStep::Binary(BinaryOp::Mul, ElementwiseArg::Operand(0), ElementwiseArg::Operand(1)),
+///     ElementwiseStep::Unary(UnaryOp::Tanh, ElementwiseArg::Step(0)),
+/// ];
+/// let op = Op::FusedElementwise { steps };
+/// let t = TensorType::new(DType::F32, [4, 8]);
+/// assert_eq!(op.infer(&[t.clone(), t.clone()]).unwrap(), t);
+/// assert_eq!(op.to_string(), "fused_elementwise[mul, tanh]");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ElementwiseStep {
     /// `f(x)`.
