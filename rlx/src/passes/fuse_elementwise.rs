@@ -85,13 +85,15 @@ pub fn fuse_elementwise(graph: &Graph) -> Result<Graph, VerifyError> {
         let mut group = Group::default();
         let mut args = Vec::with_capacity(node.inputs.len());
         for &input in &node.inputs {
-            let joins = matches!(users[input.index()].as_slice(), [user] if *user == id)
-                && !exposed[input.index()]
-                && graph[input].ty == node.ty
-                && groups[input.index()]
-                    .as_ref()
-                    .is_some_and(|g| group.values() + g.values() + 1 < ElementwiseStep::MAX_VALUES);
-            let arg = match groups[input.index()].as_ref().filter(|_| joins) {
+            // The producer's chain joins this one when this op alone reads it, it is no
+            // output, it has this op's type, and both fit in one node.
+            let joining = groups[input.index()].as_ref().filter(|inner| {
+                matches!(users[input.index()].as_slice(), [user] if *user == id)
+                    && !exposed[input.index()]
+                    && graph[input].ty == node.ty
+                    && group.values() + inner.values() + 1 < ElementwiseStep::MAX_VALUES
+            });
+            let arg = match joining {
                 Some(inner) => {
                     absorbed[input.index()] = true;
                     group.absorb(inner)

@@ -8,7 +8,9 @@ use crate::autodiff::emit::Emitter;
 use crate::ir::{BinaryOp, CompareOp, ElementwiseArg, ElementwiseStep, NodeId, Op, UnaryOp};
 
 /// A fused chain: its steps are recomputed as their own ops (the primitives' rules need
-/// their values), then differentiated in reverse, summing what reaches each value.
+/// their values), then differentiated in reverse, summing what reaches each value as
+/// `gradients` does across a graph. An operand no step on the way to the result reads gets
+/// zeros.
 pub(super) fn fused(
     e: &mut Emitter<'_>,
     x: &[NodeId],
@@ -29,36 +31,46 @@ pub(super) fn fused(
         };
         values.push(value);
     }
-    let mut step_grads = vec![Grad::None; steps.len()];
+    let mut step_grads: Vec<Option<NodeId>> = vec![None; steps.len()];
     if let Some(last) = step_grads.last_mut() {
-        *last = Grad::Some(g);
+        *last = Some(g);
     }
-    let mut operand_grads = vec![Grad::None; x.len()];
+    let mut operand_grads: Vec<Option<NodeId>> = vec![None; x.len()];
     for (s, step) in steps.iter().enumerate().rev() {
-        let grads = match step_grads[s] {
-            Grad::Some(gs) => match *step {
-                ElementwiseStep::Unary(kind, a) => unary(e, kind, read(&values, a), values[s], gs)?,
-                ElementwiseStep::Binary(kind, a, b) => {
-                    binary(e, kind, read(&values, a), read(&values, b), values[s], gs)?
-                }
-            },
-            other => vec![other; step.args().len()],
+        let Some(gs) = step_grads[s] else {
+            continue; // nothing on the way to the result reads this step
+        };
+        let grads = match *step {
+            ElementwiseStep::Unary(kind, a) => unary(e, kind, read(&values, a), values[s], gs)?,
+            ElementwiseStep::Binary(kind, a, b) => {
+                binary(e, kind, read(&values, a), read(&values, b), values[s], gs)?
+            }
         };
         for (arg, grad) in step.args().into_iter().zip(grads) {
+            // Float unary and binary rules always give a cotangent; pass anything else on.
+            let Grad::Some(grad) = grad else {
+                return Ok(vec![grad; x.len()]);
+            };
             let slot = match arg {
                 ElementwiseArg::Operand(i) => &mut operand_grads[i],
                 ElementwiseArg::Step(t) => &mut step_grads[t],
             };
-            *slot = match (*slot, grad) {
-                (Grad::Some(a), Grad::Some(b)) => Grad::Some(e.add(a, b)?),
-                (Grad::NotYet, _) | (_, Grad::NotYet) => Grad::NotYet,
-                (Grad::Some(a), _) | (_, Grad::Some(a)) => Grad::Some(a),
-                (Grad::Discrete, _) | (_, Grad::Discrete) => Grad::Discrete,
-                (Grad::None, Grad::None) => Grad::None,
-            };
+            *slot = Some(match *slot {
+                Some(sum) => e.add(sum, grad)?,
+                None => grad,
+            });
         }
     }
-    Ok(operand_grads)
+    operand_grads
+        .into_iter()
+        .zip(x)
+        .map(|(grad, &operand)| {
+            Ok(Grad::Some(match grad {
+                Some(grad) => grad,
+                None => e.zeros_like(operand)?,
+            }))
+        })
+        .collect()
 }
 
 /// `d/dx` of `kind` times `g`, where `y = kind(x)`.

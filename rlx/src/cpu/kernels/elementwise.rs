@@ -209,9 +209,6 @@ pub(crate) fn binary_float<T: FloatStore>(
 /// Values per block of a fused elementwise kernel: every intermediate of a block stays in
 /// L1.
 const FUSED_BLOCK: usize = 128;
-/// Most operands plus steps a fused elementwise kernel evaluates (its block buffers live on
-/// the stack); type inference refuses more.
-pub(crate) const FUSED_MAX_VALUES: usize = ElementwiseStep::MAX_VALUES;
 
 /// An operand of a fused elementwise kernel.
 #[derive(Clone, Copy)]
@@ -225,7 +222,8 @@ pub(crate) enum FusedOperand<'a, T> {
 /// `out` = the last of `steps`, evaluated block by block: each block's operands are loaded
 /// into accumulator-type buffers, each step writes its own buffer with the ops' own
 /// definitions (`unary_float_on`, `float_binary!`), and only the result is stored. At most
-/// [`FUSED_MAX_VALUES`] operands plus steps.
+/// [`ElementwiseStep::MAX_VALUES`] operands plus steps (type inference refuses more; the
+/// block buffers live on the stack).
 pub(crate) fn fused_float<T: FloatStore>(
     steps: &[ElementwiseStep],
     operands: &[FusedOperand<'_, T>],
@@ -234,14 +232,14 @@ pub(crate) fn fused_float<T: FloatStore>(
     T::Acc: FloatStore<Acc = T::Acc>,
 {
     assert!(
-        !steps.is_empty() && operands.len() + steps.len() <= FUSED_MAX_VALUES,
+        !steps.is_empty() && operands.len() + steps.len() <= ElementwiseStep::MAX_VALUES,
         "fused elementwise kernel with {} operands and {} steps",
         operands.len(),
         steps.len()
     );
     let zero = <T::Acc as Real>::ZERO;
     for_each_chunk(out, |start, chunk| {
-        let mut values = [[zero; FUSED_BLOCK]; FUSED_MAX_VALUES];
+        let mut values = [[zero; FUSED_BLOCK]; ElementwiseStep::MAX_VALUES];
         let (loaded, computed) = values.split_at_mut(operands.len());
         for (buf, operand) in loaded.iter_mut().zip(operands) {
             if let FusedOperand::Scalar(v) = operand {

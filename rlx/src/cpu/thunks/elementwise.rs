@@ -63,7 +63,7 @@ impl Kernel for FusedElementwise {
     fn execute(&self, mem: &Memory) -> Result<(), RunError> {
         float_type!(self.dtype, |T| {
             // A fixed array, so a run allocates nothing.
-            let operands: [ew::FusedOperand<'_, T>; ew::FUSED_MAX_VALUES] =
+            let operands: [ew::FusedOperand<'_, T>; ElementwiseStep::MAX_VALUES] =
                 std::array::from_fn(|i| match self.operands.get(i) {
                     Some(&(view, true)) => ew::FusedOperand::Scalar(mem.src::<T>(view)[0]),
                     Some(&(view, false)) => ew::FusedOperand::Full(mem.src::<T>(view)),
