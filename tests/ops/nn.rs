@@ -336,6 +336,15 @@ fn attention_masks_and_grouped_heads() {
                 AttentionMask::SlidingWindow(300),
                 1,
             ),
+            // Grouped heads with a value width other than the key width, queries over
+            // several blocks and keys over several tiles of the fused GPU kernel.
+            (
+                [2, 6, 130, 16],
+                [2, 2, 140, 16],
+                [2, 2, 140, 12],
+                AttentionMask::None,
+                3,
+            ),
         ];
         for (qs, ks, vs, mask, group) in cases {
             let q = random(&mut rng, dtype, &qs, -1.0, 1.0);
