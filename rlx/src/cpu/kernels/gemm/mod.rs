@@ -683,6 +683,25 @@ mod tests {
                         plan.mr
                     );
                 }
+                // The same product added to what C holds.
+                gemm(
+                    &plan.adding(),
+                    kernels,
+                    &a32,
+                    &b32,
+                    &mut c,
+                    &mut scratch,
+                    prepacked,
+                    None,
+                );
+                for (x, y) in c.iter().zip(&expected) {
+                    assert!(
+                        (f64::from(*x) - 2.0 * y).abs() < 2e-3 * (1.0 + y.abs()),
+                        "{m}x{n}x{k} nr {} mr {} adding: {x} vs 2 * {y}",
+                        kernels.shape.nr,
+                        plan.mr
+                    );
+                }
             }
         }
         let kernels = f64::micro_kernels();
