@@ -335,6 +335,7 @@ where
     let first = d.key_range(job.q0).0;
     let last = d.key_range(job.q0 + rows - 1).1;
     let scale = <T::Acc as Real>::from_f64(d.scale);
+    let fused_exp = isa() >= Isa::Avx2;
     for k0 in (first..last).step_by(kb) {
         let keys = kb.min(last - k0);
         let (score_dims, pv_dims) =
@@ -357,6 +358,7 @@ where
             keys,
             scale,
             mask,
+            fused_exp,
             probs: &mut *probs,
             acc: &mut acc[..rows * dv],
             row_max: &mut row_max[..rows],
@@ -401,6 +403,8 @@ struct ScoreRows<'a, T: FloatStore> {
     keys: usize,
     scale: T::Acc,
     mask: MaskValues<'a, T>,
+    /// The ISA has FMA: see [`exp_and_sum`].
+    fused_exp: bool,
     /// `rows x keys` scores in, probabilities out.
     probs: &'a mut [T::Acc],
     acc: &'a mut [T::Acc],
@@ -423,6 +427,7 @@ where
             keys,
             scale,
             mask,
+            fused_exp,
             probs,
             acc,
             row_max,
@@ -472,7 +477,7 @@ where
                 p.fill(zero);
                 continue;
             }
-            let sum = exp_and_sum(p, new_max);
+            let sum = exp_and_sum(p, new_max, fused_exp);
             // Rescale what earlier key blocks added to this row to the new maximum (nothing
             // was added while the maximum was -inf).
             let alpha = (row_max[r] - new_max).exp();
@@ -513,12 +518,13 @@ fn write_and_max<R: Real>(row: &mut [R], value: impl Fn(usize, R) -> R) -> R {
 }
 
 /// Replaces each score `s` of a row by `exp(s - max)` and returns their sum, in one pass
-/// over sixteen lanes (one 512-bit vector of f32). Where the instruction set has FMA the
-/// exponential is [`Real::exp_nonpositive_fused`] (`s - max ≤ 0`), about half the work of
-/// the general one; both are within about 1 ulp of the true value.
+/// over sixteen lanes (one 512-bit vector of f32). With `fused` (the instruction set has
+/// FMA, decided once per attention block) the exponential is
+/// [`Real::exp_nonpositive_fused`] (`s - max ≤ 0`), about half the work of the general
+/// one; both are within about 1 ulp of the true value.
 #[inline(always)]
-fn exp_and_sum<R: Real>(row: &mut [R], max: R) -> R {
-    if isa() >= Isa::Avx2 {
+fn exp_and_sum<R: Real>(row: &mut [R], max: R, fused: bool) -> R {
+    if fused {
         exp_and_sum_with(row, max, |x: R| x.exp_nonpositive_fused())
     } else {
         exp_and_sum_with(row, max, R::exp)

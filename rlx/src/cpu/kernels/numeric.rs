@@ -174,7 +174,7 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
 /// `e^x` for `x ≤ 0` in f32, as [`exp_f32`] computes it but with fused multiply-adds and
 /// one power of two (`n ≥ -126` here, so `2^n` is one normal factor): about half the
 /// instructions, for softmax, which spends most of its time here. Within 1.01 ulp of the
-/// true value for normal results (`exp_nonpositive_f32_fused_within_one_ulp`); below
+/// true value for normal results (`exp_nonpositive_f32_fused_is_accurate`); below
 /// `-87.33` it gives 0 (`-inf` included), NaN stays NaN. Positive `x` are outside its
 /// domain (they come back wrong, never as UB). `mul_add` is one instruction only inside
 /// code compiled with FMA (see [`super::simd::vectorized`]); elsewhere it calls libm.
@@ -463,7 +463,7 @@ mod tests {
     }
 
     #[test]
-    fn exp_nonpositive_f32_fused_within_one_ulp() {
+    fn exp_nonpositive_f32_fused_is_accurate() {
         let mut worst = 0.0f64;
         let mut x = -87.3f32;
         while x <= 0.0 {

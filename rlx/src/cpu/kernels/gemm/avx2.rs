@@ -270,7 +270,14 @@ unsafe fn store_transposed(columns: &[std::arch::x86_64::__m256; 2 * NR], tile: 
     // block are all below `nr`, and narrower blocks go through a local row.
     unsafe {
         for h in 0..2 {
+            if 8 * h >= mr {
+                break;
+            }
             for block in 0..2 {
+                let col = 8 * block;
+                if col >= nr {
+                    break;
+                }
                 let r: [__m256; 8] = std::array::from_fn(|j| columns[2 * (8 * block + j) + h]);
                 // 8 x 8 transpose: rows of `r` are columns of C.
                 let t0 = _mm256_unpacklo_ps(r[0], r[1]);
@@ -299,10 +306,6 @@ unsafe fn store_transposed(columns: &[std::arch::x86_64::__m256; 2 * NR], tile: 
                     _mm256_permute2f128_ps::<0x31>(u2, u6),
                     _mm256_permute2f128_ps::<0x31>(u3, u7),
                 ];
-                let col = 8 * block;
-                if col >= nr {
-                    continue;
-                }
                 let width = (nr - col).min(8);
                 for (i, row) in rows.iter().enumerate() {
                     let at = 8 * h + i;

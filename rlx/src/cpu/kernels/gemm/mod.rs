@@ -665,42 +665,26 @@ mod tests {
             pack_b_whole(&d, &b32, kernels.shape, &mut packed);
             for prepacked in [None, Some(packed.as_slice())] {
                 let mut c = vec![f32::NAN; m * n];
-                gemm(
-                    &plan,
-                    kernels,
-                    &a32,
-                    &b32,
-                    &mut c,
-                    &mut scratch,
-                    prepacked,
-                    None,
-                );
-                for (x, y) in c.iter().zip(&expected) {
-                    assert!(
-                        (f64::from(*x) - y).abs() < 1e-3 * (1.0 + y.abs()),
-                        "{m}x{n}x{k} nr {} mr {} {x} vs {y}",
-                        kernels.shape.nr,
-                        plan.mr
+                // The product, then the same product added to what C holds.
+                for (run, times) in [(plan, 1.0), (plan.adding(), 2.0)] {
+                    gemm(
+                        &run,
+                        kernels,
+                        &a32,
+                        &b32,
+                        &mut c,
+                        &mut scratch,
+                        prepacked,
+                        None,
                     );
-                }
-                // The same product added to what C holds.
-                gemm(
-                    &plan.adding(),
-                    kernels,
-                    &a32,
-                    &b32,
-                    &mut c,
-                    &mut scratch,
-                    prepacked,
-                    None,
-                );
-                for (x, y) in c.iter().zip(&expected) {
-                    assert!(
-                        (f64::from(*x) - 2.0 * y).abs() < 2e-3 * (1.0 + y.abs()),
-                        "{m}x{n}x{k} nr {} mr {} adding: {x} vs 2 * {y}",
-                        kernels.shape.nr,
-                        plan.mr
-                    );
+                    for (x, y) in c.iter().zip(&expected) {
+                        assert!(
+                            (f64::from(*x) - times * y).abs() < times * 1e-3 * (1.0 + y.abs()),
+                            "{m}x{n}x{k} nr {} mr {} {x} vs {times} * {y}",
+                            kernels.shape.nr,
+                            plan.mr
+                        );
+                    }
                 }
             }
         }
