@@ -358,3 +358,237 @@ fn weights_bound_from_device_arrays_match_host_binding_and_are_checked_alike() {
         ));
     }
 }
+
+/// Multi-head attention as transformers build it: `[B, S, H·D]` inputs split into heads by
+/// a reshape and a permute (strided views), the result's heads merged back.
+struct AttentionCase {
+    name: &'static str,
+    batch: usize,
+    sq: usize,
+    sk: usize,
+    heads: usize,
+    kv_heads: usize,
+    dk: usize,
+    dv: usize,
+    mask: rlx::ir::AttentionMask,
+    /// For `AttentionMask::Tensor`: a bool key-padding mask `[B, 1, 1, Sk]`, else an additive
+    /// float mask `[B, H, Sq, Sk]`.
+    bool_mask: bool,
+}
+
+fn attention_graph(c: &AttentionCase) -> Graph {
+    use rlx::ir::{AttentionMask, Op};
+    let mut b = GraphBuilder::new();
+    let split = |b: &mut GraphBuilder, name: &str, s: usize, h: usize, d: usize| {
+        let x = b.input(name, DType::F32, [c.batch, s, h * d]).unwrap();
+        let x = b.reshape(x, [c.batch, s, h, d]).unwrap();
+        b.permute(x, &[0, 2, 1, 3]).unwrap()
+    };
+    let q = split(&mut b, "q", c.sq, c.heads, c.dk);
+    let k = split(&mut b, "k", c.sk, c.kv_heads, c.dk);
+    let v = split(&mut b, "v", c.sk, c.kv_heads, c.dv);
+    let mut operands = vec![q, k, v];
+    if c.mask == AttentionMask::Tensor {
+        let m = if c.bool_mask {
+            b.input("mask", DType::Bool, [c.batch, 1, 1, c.sk])
+        } else {
+            b.input("mask", DType::F32, [c.batch, c.heads, c.sq, c.sk])
+        };
+        operands.push(m.unwrap());
+    }
+    let scale = 1.0 / (c.dk as f64).sqrt();
+    let o = b
+        .op(
+            Op::Attention {
+                scale,
+                mask: c.mask.clone(),
+            },
+            &operands,
+        )
+        .unwrap();
+    let o = b.permute(o, &[0, 2, 1, 3]).unwrap();
+    let o = b.reshape(o, [c.batch, c.sq, c.heads * c.dv]).unwrap();
+    b.output("o", o).unwrap();
+    b.finish().unwrap()
+}
+
+fn attention_inputs(c: &AttentionCase) -> Vec<(&'static str, HostTensor)> {
+    let t = |n: usize, seed: usize, shape: [usize; 3]| {
+        let v: Vec<f32> = values(n, seed).iter().map(|x| x * 4.0).collect();
+        HostTensor::from_vec(v, shape).unwrap()
+    };
+    let mut inputs = vec![
+        (
+            "q",
+            t(
+                c.batch * c.sq * c.heads * c.dk,
+                11,
+                [c.batch, c.sq, c.heads * c.dk],
+            ),
+        ),
+        (
+            "k",
+            t(
+                c.batch * c.sk * c.kv_heads * c.dk,
+                12,
+                [c.batch, c.sk, c.kv_heads * c.dk],
+            ),
+        ),
+        (
+            "v",
+            t(
+                c.batch * c.sk * c.kv_heads * c.dv,
+                13,
+                [c.batch, c.sk, c.kv_heads * c.dv],
+            ),
+        ),
+    ];
+    if c.mask == rlx::ir::AttentionMask::Tensor {
+        let mask = if c.bool_mask {
+            // Batch element b sees its first sk - 5b keys; the last one sees none.
+            let keep: Vec<bool> = (0..c.batch * c.sk)
+                .map(|i| {
+                    let (b, j) = (i / c.sk, i % c.sk);
+                    b + 1 < c.batch && j + 5 * b < c.sk
+                })
+                .collect();
+            HostTensor::from_vec(keep, [c.batch, 1, 1, c.sk]).unwrap()
+        } else {
+            let n = c.batch * c.heads * c.sq * c.sk;
+            let add: Vec<f32> = (0..n)
+                .map(|i| match i % 7 {
+                    0 => f32::NEG_INFINITY,
+                    k => k as f32 * -0.3,
+                })
+                .collect();
+            HostTensor::from_vec(add, [c.batch, c.heads, c.sq, c.sk]).unwrap()
+        };
+        inputs.push(("mask", mask));
+    }
+    inputs
+}
+
+/// On a GPU, float32 attention of at most 64 features runs as one fused kernel that reads
+/// the head views through their strides (`rlx-mlx-sys/cpp/attention.cu`); elsewhere MLX's
+/// own. Either way it must agree with the CPU backend, over every mask kind, grouped heads,
+/// a value width other than the key width, queries other than keys in number, rows with no
+/// visible key, and keys over many of the kernel's tiles.
+#[test]
+fn attention_on_the_default_device_matches_the_cpu_backend() {
+    use rlx::ir::AttentionMask;
+    let case = |name, batch, sq, sk, heads, kv_heads, dk, dv, mask, bool_mask| AttentionCase {
+        name,
+        batch,
+        sq,
+        sk,
+        heads,
+        kv_heads,
+        dk,
+        dv,
+        mask,
+        bool_mask,
+    };
+    let cases = [
+        case(
+            "plain",
+            2,
+            128,
+            128,
+            12,
+            12,
+            32,
+            32,
+            AttentionMask::None,
+            false,
+        ),
+        case(
+            "key padding",
+            3,
+            40,
+            40,
+            4,
+            4,
+            32,
+            32,
+            AttentionMask::Tensor,
+            true,
+        ),
+        case(
+            "additive",
+            2,
+            17,
+            23,
+            3,
+            3,
+            8,
+            8,
+            AttentionMask::Tensor,
+            false,
+        ),
+        case(
+            "causal, grouped",
+            2,
+            70,
+            150,
+            6,
+            2,
+            64,
+            24,
+            AttentionMask::Causal,
+            false,
+        ),
+        case(
+            "window",
+            1,
+            130,
+            130,
+            2,
+            1,
+            16,
+            16,
+            AttentionMask::SlidingWindow(9),
+            false,
+        ),
+        case(
+            "long keys",
+            1,
+            3,
+            700,
+            2,
+            2,
+            5,
+            7,
+            AttentionMask::None,
+            false,
+        ),
+        case(
+            "wide heads",
+            1,
+            9,
+            9,
+            2,
+            2,
+            80,
+            80,
+            AttentionMask::Causal,
+            false,
+        ),
+    ];
+    let device = Device::preferred();
+    println!("attention on MLX's {device:?} against the CPU backend");
+    for c in &cases {
+        let graph = attention_graph(c);
+        let inputs = attention_inputs(c);
+        let named: Vec<(&str, rlx::tensor::TensorRef<'_>)> =
+            inputs.iter().map(|(n, t)| (*n, t.view())).collect();
+        let cpu = rlx::cpu::CpuBackend::default().compile(&graph).unwrap();
+        let want = cpu.run(&named, &[]).unwrap().remove(0);
+        for mode in MODES {
+            let exe = MlxBackend::new(mode).compile(&graph).unwrap();
+            let got = exe.run(&named, &[]).unwrap().remove(0);
+            let diff = max_abs_diff(&got, &want);
+            println!("  {:<16} {mode:?}: max |mlx - cpu| = {diff:.2e}", c.name);
+            assert!(diff <= 2e-5, "{} in {mode:?}: {diff:e}", c.name);
+        }
+    }
+}

@@ -34,6 +34,9 @@
 #include "mlx/utils.h"
 #include "mlx/version.h"
 
+// kAttentionSource: cpp/attention.cu, embedded by build.rs.
+#include "attention_source.h"
+
 namespace mx = mlx::core;
 
 struct rlx_mlx_array {
@@ -402,6 +405,73 @@ mx::array zero_blind_rows(const mx::array& out, const mx::array& ok) {
   return mx::where(seen, out, mx::zeros({}, out.dtype()));
 }
 
+// Attention in one kernel on an NVIDIA GPU (cpp/attention.cu) for float32 [B, H, S, D]
+// operands of at most 64 features, or nothing where it does not apply (another device, a
+// dtype or size it does not take) and MLX's own attention runs instead. `mask_kind` and
+// `mask` are the lowering's: `mask` is bool (true: may attend) or additive float32, of
+// rank <= 4, broadcastable to [B, H, Sq, Sk].
+std::optional<mx::array> fused_attention_gpu(const mx::array& q, const mx::array& k,
+                                             const mx::array& v, float scale,
+                                             rlx_mlx_mask_kind mask_kind, int64_t window,
+                                             const std::optional<mx::array>& mask) {
+  // The kernel keeps a query row and its output in registers: past 64 features each they
+  // would spill, and MLX's GEMM path is the better one.
+  constexpr int max_features = 64;
+  constexpr int grid_axis_limit = 65535;
+  // RLX_MLX_FUSED_ATTENTION=0 turns the kernel off (to compare against MLX's attention).
+  static const bool enabled = [] {
+    const char* flag = std::getenv("RLX_MLX_FUSED_ATTENTION");
+    return flag == nullptr || std::string(flag) != "0";
+  }();
+  if (!enabled || !(mx::default_device() == mx::Device::gpu)) return std::nullopt;
+  if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4) return std::nullopt;
+  if (q.dtype() != mx::float32 || k.dtype() != mx::float32 || v.dtype() != mx::float32) return std::nullopt;
+  const int batch = q.shape(0), hq = q.shape(1), sq = q.shape(2), dk = q.shape(3);
+  const int hk = k.shape(1), dv = v.shape(3);
+  if (dk < 1 || dk > max_features || dv < 1 || dv > max_features) return std::nullopt;
+  if (hk < 1 || hq % hk != 0 || batch > grid_axis_limit || hq > grid_axis_limit) return std::nullopt;
+  if (window < 0 || window > std::numeric_limits<int>::max()) return std::nullopt;
+  int kind = 0;
+  switch (mask_kind) {
+    case RLX_MLX_MASK_NONE: kind = 0; break;
+    case RLX_MLX_MASK_CAUSAL: kind = 1; break;
+    case RLX_MLX_MASK_WINDOW: kind = 2; break;
+    case RLX_MLX_MASK_ARRAY: kind = 3; break;
+  }
+  mx::array m = mx::zeros({1, 1, 1, 1}, mx::bool_);
+  if (kind == 3) {
+    if (!mask || mask->ndim() > 4) return std::nullopt;
+    if (mask->dtype() != mx::bool_ && mask->dtype() != mx::float32) return std::nullopt;
+    mx::Shape shape(4 - mask->ndim(), 1);
+    shape.insert(shape.end(), mask->shape().begin(), mask->shape().end());
+    m = mx::reshape(*mask, shape);
+  }
+  static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
+      "rlx_attention", {"q", "k", "v", "mask", "scale"}, {"out"},
+      R"(
+  auto stride = [&](int i) -> long long { return mask_shape[i] == 1 ? 0 : mask_strides[i]; };
+  rlx_attention::rlx_attention_f32<DK, DV, BQ, BK, MASK, WINDOW, MaskT>(
+      q, k, v, mask, scale, q_shape[1], k_shape[1], q_shape[2], k_shape[2],
+      q_strides[0], q_strides[1], q_strides[2], q_strides[3],
+      k_strides[0], k_strides[1], k_strides[2], k_strides[3],
+      v_strides[0], v_strides[1], v_strides[2], v_strides[3],
+      stride(0), stride(1), stride(2), stride(3), out);
+)",
+      kAttentionSource, /*ensure_row_contiguous=*/false);
+  // Rows per block: one thread a row; short sequences take smaller blocks.
+  const int rows = sq > 64 ? 128 : 64;
+  const int blocks = (sq + rows - 1) / rows;
+  const std::vector<std::pair<std::string, mx::fast::TemplateArg>> template_args{
+      {"DK", dk}, {"DV", dv}, {"BQ", rows}, {"BK", 64}, {"MASK", kind},
+      {"WINDOW", kind == 2 ? static_cast<int>(window) : 0}, {"MaskT", m.dtype()}};
+  const std::vector<mx::array> out =
+      kernel({q, k, v, m, mx::array(scale, mx::float32)}, {{batch, sq, hq, dv}}, {mx::float32},
+             {blocks * rows, hq, batch}, {rows, 1, 1}, template_args, std::nullopt, false, {});
+  // The kernel writes [B, Sq, H, Dv]; the result is its [B, H, Sq, Dv] view, so the head
+  // merge that usually follows is a free view too.
+  return mx::transpose(out.at(0), {0, 2, 1, 3});
+}
+
 mx::array attention(const mx::array& q0, const mx::array& k0, const mx::array& v, double scale,
                     rlx_mlx_mask_kind mask_kind, int64_t window, const rlx_mlx_array* mask_h) {
   const int rank = static_cast<int>(q0.ndim());
@@ -468,8 +538,14 @@ mx::array attention(const mx::array& q0, const mx::array& k0, const mx::array& v
   const auto [ok, additive] = visible();
 
   const mx::Dtype dt = q.dtype();
-  const mx::array q4 = four(up(q)), k4 = four(up(k)), v4 = four(up(v));
   const float s = static_cast<float>(scale);
+  if (rank == 4) {
+    const std::optional<mx::array> mask_arg = additive ? up(*additive) : ok;
+    const std::optional<mx::array> fused =
+        fused_attention_gpu(up(q), up(k), up(v), s, mask_kind, window, mask_kind == RLX_MLX_MASK_ARRAY ? mask_arg : std::nullopt);
+    if (fused) return down(*fused, dt);
+  }
+  const mx::array q4 = four(up(q)), k4 = four(up(k)), v4 = four(up(v));
   if (!ok) {
     return down(mx::reshape(mx::fast::scaled_dot_product_attention(q4, k4, v4, s), out_shape), dt);
   }
