@@ -244,6 +244,10 @@ int rlx_mlx_where(const rlx_mlx_array* cond, const rlx_mlx_array* a, const rlx_m
 int rlx_mlx_cast(const rlx_mlx_array* x, rlx_mlx_dtype dtype, rlx_mlx_array** out);
 int rlx_mlx_matmul(const rlx_mlx_array* a, const rlx_mlx_array* b, bool transpose_a,
                    bool transpose_b, rlx_mlx_array** out);
+/* a·b plus bias [N] added to every row (dtype of a), as one GEMM with a bias epilogue where
+   MLX has one. */
+int rlx_mlx_matmul_bias(const rlx_mlx_array* a, const rlx_mlx_array* b, const rlx_mlx_array* bias,
+                        bool transpose_a, bool transpose_b, rlx_mlx_array** out);
 int rlx_mlx_reduce(rlx_mlx_reduce_op kind, const rlx_mlx_array* x, const int32_t* axes, size_t n_axes,
                    bool keep_dims, rlx_mlx_array** out);
 int rlx_mlx_arg_reduce(rlx_mlx_arg_reduce_op kind, const rlx_mlx_array* x, int32_t axis, bool keep_dims,

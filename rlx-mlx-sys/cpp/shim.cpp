@@ -1286,25 +1286,47 @@ int rlx_mlx_cast(const rlx_mlx_array* x, rlx_mlx_dtype dtype, rlx_mlx_array** ou
   return guard([&] { put(out, cast(get(x), dtype_of(dtype))); });
 }
 
+namespace {
+
+// a·b (either transposed), plus `bias` [N] over every row when given. A float32 product
+// with a bias is one `addmm`, which MLX's CUDA backend runs as a cuBLASLt GEMM with a bias
+// epilogue: the bias costs no pass over the result.
+mx::array product(const rlx_mlx_array* a, const rlx_mlx_array* b, const rlx_mlx_array* bias,
+                  bool transpose_a, bool transpose_b) {
+  const mx::Dtype dt = get(a).dtype();
+  mx::array x = up(get(a));
+  mx::array y = up(get(b));
+  if (transpose_a) x = mx::swapaxes(x, -1, -2);
+  if (transpose_b) y = mx::swapaxes(y, -1, -2);
+  std::optional<mx::array> c;
+  if (bias != nullptr) c = up(get(bias));
+  if (x.size() == 0 || y.size() == 0) {
+    // An empty product (or one over nothing, which is zeros) is made here: MLX's GPU
+    // kernels fail or crash on empty operands.
+    mx::Shape shape = mx::broadcast_shapes(mx::Shape(x.shape().begin(), x.shape().end() - 2),
+                                           mx::Shape(y.shape().begin(), y.shape().end() - 2));
+    shape.push_back(x.shape(-2));
+    shape.push_back(y.shape(-1));
+    const mx::array zeros = mx::zeros(shape, x.dtype());
+    return down(c ? mx::add(zeros, *c) : zeros, dt);
+  }
+  if (!c) return down(mx::matmul(x, y), dt);
+  if (x.dtype() == mx::float32 && c->ndim() == 1) return down(mx::addmm(*c, x, y), dt);
+  return down(mx::add(mx::matmul(x, y), *c), dt);
+}
+
+}  // namespace
+
 int rlx_mlx_matmul(const rlx_mlx_array* a, const rlx_mlx_array* b, bool transpose_a,
                    bool transpose_b, rlx_mlx_array** out) {
+  return guard([&] { put(out, product(a, b, nullptr, transpose_a, transpose_b)); });
+}
+
+int rlx_mlx_matmul_bias(const rlx_mlx_array* a, const rlx_mlx_array* b, const rlx_mlx_array* bias,
+                        bool transpose_a, bool transpose_b, rlx_mlx_array** out) {
   return guard([&] {
-    const mx::Dtype dt = get(a).dtype();
-    mx::array x = up(get(a));
-    mx::array y = up(get(b));
-    if (transpose_a) x = mx::swapaxes(x, -1, -2);
-    if (transpose_b) y = mx::swapaxes(y, -1, -2);
-    if (x.size() == 0 || y.size() == 0) {
-      // An empty product (or one over nothing, which is zeros) is made here: MLX's GPU
-      // kernels fail or crash on empty operands.
-      mx::Shape shape = mx::broadcast_shapes(mx::Shape(x.shape().begin(), x.shape().end() - 2),
-                                             mx::Shape(y.shape().begin(), y.shape().end() - 2));
-      shape.push_back(x.shape(-2));
-      shape.push_back(y.shape(-1));
-      put(out, mx::zeros(shape, dt));
-      return;
-    }
-    put(out, down(mx::matmul(x, y), dt));
+    get(bias);  // required here: NULL is an error, not "no bias"
+    put(out, product(a, b, bias, transpose_a, transpose_b));
   });
 }
 

@@ -163,6 +163,14 @@ unsafe extern "C" {
         transpose_b: bool,
         out: *mut *mut Array,
     ) -> c_int;
+    pub fn rlx_mlx_matmul_bias(
+        a: *const Array,
+        b: *const Array,
+        bias: *const Array,
+        transpose_a: bool,
+        transpose_b: bool,
+        out: *mut *mut Array,
+    ) -> c_int;
     pub fn rlx_mlx_reduce(
         kind: rlx_mlx_reduce_op,
         x: *const Array,

@@ -78,7 +78,41 @@ fn shim_round_trips_catches_mlx_errors_and_frees_every_handle() {
         assert_eq!(rlx_mlx_array_clone(c, &mut copy), 0);
         assert_eq!(last_error(), "");
 
-        for h in [a, b, c, t, wide, copy] {
+        // A product with a bias row: [19, 22; 43, 50] + [0.5, -1].
+        let bias = {
+            let mut out = ptr::null_mut();
+            let values = [0.5f32, -1.0];
+            let shape = [2i64];
+            assert_eq!(
+                rlx_mlx_array_from_bytes(
+                    values.as_ptr().cast(),
+                    8,
+                    shape.as_ptr(),
+                    1,
+                    RLX_MLX_F32,
+                    &mut out
+                ),
+                0
+            );
+            out
+        };
+        let mut biased = ptr::null_mut();
+        assert_eq!(
+            rlx_mlx_matmul_bias(a, b, bias, false, false, &mut biased),
+            0,
+            "{}",
+            last_error()
+        );
+        assert_eq!(rlx_mlx_array_read(biased, got.as_mut_ptr().cast(), 16), 0);
+        assert_eq!(got, [19.5, 21.0, 43.5, 49.0]);
+        let mut no_bias = ptr::null_mut();
+        assert_ne!(
+            rlx_mlx_matmul_bias(a, b, ptr::null(), false, false, &mut no_bias),
+            0
+        );
+        assert!(no_bias.is_null() && last_error().contains("NULL"));
+
+        for h in [a, b, c, t, wide, copy, bias, biased] {
             rlx_mlx_array_free(h);
         }
         rlx_mlx_array_free(ptr::null_mut());

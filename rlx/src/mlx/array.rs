@@ -306,6 +306,27 @@ impl Array {
         })
     }
 
+    /// `self·b` plus `bias` (`[N]`) on every row: one GEMM with a bias epilogue on a GPU.
+    pub fn matmul_bias(
+        &self,
+        b: &Array,
+        bias: &Array,
+        transpose_a: bool,
+        transpose_b: bool,
+    ) -> Result<Array, MlxError> {
+        // SAFETY: the three handles are live; `out` is a valid slot.
+        make(|out| unsafe {
+            sys::rlx_mlx_matmul_bias(
+                self.ptr(),
+                b.ptr(),
+                bias.ptr(),
+                transpose_a,
+                transpose_b,
+                out,
+            )
+        })
+    }
+
     /// A reduction over `axes`.
     pub fn reduce(&self, op: ReduceOp, axes: &[usize], keep_dims: bool) -> Result<Array, MlxError> {
         let kind = codes::reduce(op);

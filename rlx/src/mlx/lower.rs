@@ -277,13 +277,15 @@ impl Lowering {
                 transpose_b,
                 epilogue,
             } => {
-                // MLX fuses elementwise chains itself (compiled mode): the parts run as ops.
-                let mut y = x[0].matmul(x[1], *transpose_a, *transpose_b)?;
+                // The bias goes into the GEMM (a cuBLASLt epilogue on a GPU); MLX fuses the
+                // elementwise rest itself (compiled mode).
                 let mut extra = x[2..].iter();
-                if epilogue.bias {
+                let mut y = if epilogue.bias {
                     let bias = extra.next().ok_or_else(|| MlxError::new("bias missing"))?;
-                    y = y.binary(BinaryOp::Add, bias)?;
-                }
+                    x[0].matmul_bias(x[1], bias, *transpose_a, *transpose_b)?
+                } else {
+                    x[0].matmul(x[1], *transpose_a, *transpose_b)?
+                };
                 if let Some(kind) = epilogue.activation {
                     y = y.unary(kind)?;
                 }
