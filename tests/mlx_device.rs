@@ -401,7 +401,7 @@ fn attention_graph(c: &AttentionCase) -> Graph {
         .op(
             Op::Attention {
                 scale,
-                mask: c.mask.clone(),
+                mask: c.mask,
             },
             &operands,
         )
