@@ -431,6 +431,7 @@ std::optional<mx::array> fused_attention_gpu(const mx::array& q, const mx::array
   if (dk < 1 || dk > max_features || dv < 1 || dv > max_features) return std::nullopt;
   if (hk < 1 || hq % hk != 0 || batch > grid_axis_limit || hq > grid_axis_limit) return std::nullopt;
   if (window < 0 || window > std::numeric_limits<int>::max()) return std::nullopt;
+  // The kernel's MASK_* codes (cpp/attention.cu).
   int kind = 0;
   switch (mask_kind) {
     case RLX_MLX_MASK_NONE: kind = 0; break;
@@ -540,9 +541,11 @@ mx::array attention(const mx::array& q0, const mx::array& k0, const mx::array& v
   const mx::Dtype dt = q.dtype();
   const float s = static_cast<float>(scale);
   if (rank == 4) {
-    const std::optional<mx::array> mask_arg = additive ? up(*additive) : ok;
+    // The kernel reads a mask tensor as given (additive or bool); causal kinds it computes.
+    std::optional<mx::array> mask_arg;
+    if (mask_kind == RLX_MLX_MASK_ARRAY) mask_arg = additive ? up(*additive) : ok;
     const std::optional<mx::array> fused =
-        fused_attention_gpu(up(q), up(k), up(v), s, mask_kind, window, mask_kind == RLX_MLX_MASK_ARRAY ? mask_arg : std::nullopt);
+        fused_attention_gpu(up(q), up(k), up(v), s, mask_kind, window, mask_arg);
     if (fused) return down(*fused, dt);
   }
   const mx::array q4 = four(up(q)), k4 = four(up(k)), v4 = four(up(v));
