@@ -536,18 +536,18 @@ mx::array attention(const mx::array& q0, const mx::array& k0, const mx::array& v
     }
     throw std::invalid_argument("[rlx] unknown attention mask code " + std::to_string(mask_kind));
   };
-  const auto [ok, additive] = visible();
-
   const mx::Dtype dt = q.dtype();
   const float s = static_cast<float>(scale);
   if (rank == 4) {
-    // The kernel reads a mask tensor as given (additive or bool); causal kinds it computes.
+    // The kernel reads a mask tensor as given (bool, or additive in float32) and computes
+    // the causal kinds itself.
     std::optional<mx::array> mask_arg;
-    if (mask_kind == RLX_MLX_MASK_ARRAY) mask_arg = additive ? up(*additive) : ok;
+    if (mask_kind == RLX_MLX_MASK_ARRAY) mask_arg = up(get(mask_h));
     const std::optional<mx::array> fused =
         fused_attention_gpu(up(q), up(k), up(v), s, mask_kind, window, mask_arg);
     if (fused) return down(*fused, dt);
   }
+  const auto [ok, additive] = visible();
   const mx::array q4 = four(up(q)), k4 = four(up(k)), v4 = four(up(v));
   if (!ok) {
     return down(mx::reshape(mx::fast::scaled_dot_product_attention(q4, k4, v4, s), out_shape), dt);
