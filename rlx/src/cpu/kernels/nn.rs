@@ -503,8 +503,7 @@ fn write_and_max<R: Real>(row: &mut [R], value: impl Fn(usize, R) -> R) -> R {
         for (i, (l, s)) in lanes.iter_mut().zip(c.iter_mut()).enumerate() {
             let v = value(at + i, *s);
             *s = v;
-            // Once NaN, a lane stays NaN (`v > NaN` is false). `|`, not `||`: no branch, so
-            // the sixteen lanes stay one vector compare and blend.
+            // Once NaN, a lane stays NaN (`v > NaN` is false).
             let take = (v > *l) | v.is_nan();
             *l = if take { v } else { *l };
         }
@@ -522,7 +521,9 @@ fn write_and_max<R: Real>(row: &mut [R], value: impl Fn(usize, R) -> R) -> R {
 /// [`write_and_max`] with `value(m, s)` reading a mask row `mask` in step with the scores
 /// (a contiguous mask). Zipped slices rather than an index: an indexed read is bounds-checked
 /// per score, which kept the loop scalar (the scale-and-mask pass was a quarter of
-/// single-thread attention on MiniLM's heads).
+/// single-thread attention on MiniLM's heads). It stays a loop of its own: one core shared
+/// with [`write_and_max`] through a per-chunk closure compiled scalar again (attention on
+/// `[8,12,128,32]`, one thread: 6.3 ms against 4.5).
 #[inline(always)]
 fn write_and_max_zip<R: Real, M: Copy>(row: &mut [R], mask: &[M], value: impl Fn(M, R) -> R) -> R {
     debug_assert_eq!(row.len(), mask.len());
