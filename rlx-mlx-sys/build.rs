@@ -70,6 +70,10 @@ fn main() {
 
     println!("cargo:rustc-link-search=native={}", lib.display());
     println!("cargo:rustc-link-lib=dylib=mlx");
+    // dlsym, for the CUDA runtime's entry points (part of libc from glibc 2.34 on).
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        println!("cargo:rustc-link-lib=dylib=dl");
+    }
     if let Some(path) = &openblas
         && let (Some(dir), Some(name)) = (path.parent(), path.file_name())
     {

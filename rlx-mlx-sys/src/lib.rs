@@ -88,6 +88,13 @@ unsafe extern "C" {
         cap: usize,
     ) -> c_int;
     pub fn rlx_mlx_array_read(a: *const Array, dst: *mut c_void, nbytes: usize) -> c_int;
+    pub fn rlx_mlx_arrays_prefetch(
+        arrays: *const *const Array,
+        n: usize,
+        to_gpu: bool,
+        applied: *mut bool,
+    ) -> c_int;
+    pub fn rlx_mlx_k_major(x: *const Array, out: *mut *mut Array) -> c_int;
 
     pub fn rlx_mlx_eval(arrays: *const *mut Array, n: usize) -> c_int;
     pub fn rlx_mlx_async_eval(arrays: *const *mut Array, n: usize) -> c_int;

@@ -112,7 +112,50 @@ fn shim_round_trips_catches_mlx_errors_and_frees_every_handle() {
         );
         assert!(no_bias.is_null() && last_error().contains("NULL"));
 
-        for h in [a, b, c, t, wide, copy, bias, biased] {
+        // K-major storage: the same values (a transposed view of a transposed copy), and
+        // products read it as they read the original.
+        let mut b_k = ptr::null_mut();
+        assert_eq!(rlx_mlx_k_major(b, &mut b_k), 0, "{}", last_error());
+        assert_eq!(rlx_mlx_array_read(b_k, got.as_mut_ptr().cast(), 16), 0);
+        assert_eq!(got, [5.0, 6.0, 7.0, 8.0]);
+        let mut c_k = ptr::null_mut();
+        assert_eq!(rlx_mlx_matmul(a, b_k, false, false, &mut c_k), 0);
+        assert_eq!(rlx_mlx_array_read(c_k, got.as_mut_ptr().cast(), 16), 0);
+        assert_eq!(got, [19.0, 22.0, 43.0, 50.0]);
+        let mut biased_k = ptr::null_mut();
+        assert_eq!(
+            rlx_mlx_matmul_bias(a, b_k, bias, false, false, &mut biased_k),
+            0
+        );
+        assert_eq!(rlx_mlx_array_read(biased_k, got.as_mut_ptr().cast(), 16), 0);
+        assert_eq!(got, [19.5, 21.0, 43.5, 49.0]);
+        let mut vector_k = ptr::null_mut();
+        assert_ne!(rlx_mlx_k_major(bias, &mut vector_k), 0);
+        assert!(vector_k.is_null() && last_error().contains("rank"));
+
+        // Prefetching is a placement: the values stay, and without a CUDA GPU nothing moves.
+        let mut applied = true;
+        let both = [a.cast_const(), b.cast_const()];
+        assert_eq!(
+            rlx_mlx_arrays_prefetch(both.as_ptr(), 2, true, &mut applied),
+            0
+        );
+        assert_eq!(rlx_mlx_array_read(a, got.as_mut_ptr().cast(), 16), 0);
+        assert_eq!(got, [1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(
+            rlx_mlx_arrays_prefetch(both.as_ptr(), 2, false, &mut applied),
+            0
+        );
+        assert_eq!(rlx_mlx_array_read(b, got.as_mut_ptr().cast(), 16), 0);
+        assert_eq!(got, [5.0, 6.0, 7.0, 8.0]);
+        let null = [ptr::null::<rlx_mlx_array>()];
+        assert_ne!(
+            rlx_mlx_arrays_prefetch(null.as_ptr(), 1, true, &mut applied),
+            0
+        );
+        assert!(last_error().contains("NULL"), "{}", last_error());
+
+        for h in [a, b, c, t, wide, copy, bias, biased, b_k, c_k, biased_k] {
             rlx_mlx_array_free(h);
         }
         rlx_mlx_array_free(ptr::null_mut());

@@ -286,6 +286,28 @@ impl Array {
         make(|out| unsafe { sys::rlx_mlx_where(self.ptr(), a.ptr(), b.ptr(), out) })
     }
 
+    /// The same values stored with the last two axes swapped in memory (rank >= 2): what
+    /// a GPU's matrix products prefer for a right operand, whose rows then run along the
+    /// reduced axis. A lazy op, like the others.
+    pub(crate) fn k_major(&self) -> Result<Array, MlxError> {
+        // SAFETY: the handle is live; `out` is a valid slot.
+        make(|out| unsafe { sys::rlx_mlx_k_major(self.ptr(), out) })
+    }
+
+    /// Moves the pages of arrays made from host bytes to the GPU (`to_gpu`) or back to
+    /// host memory, in one bulk copy each (see `rlx_mlx_arrays_prefetch`). Returns whether
+    /// anything moved: only on MLX's CUDA build with a GPU.
+    pub(crate) fn prefetch(arrays: &[Array], to_gpu: bool) -> Result<bool, MlxError> {
+        let handles: Vec<*const sys::rlx_mlx_array> =
+            arrays.iter().map(|a| a.ptr().cast_const()).collect();
+        let mut applied = false;
+        // SAFETY: every handle is live for the call; `applied` is a valid slot.
+        check(unsafe {
+            sys::rlx_mlx_arrays_prefetch(handles.as_ptr(), handles.len(), to_gpu, &mut applied)
+        })?;
+        Ok(applied)
+    }
+
     /// Conversion with Rust `as` semantics.
     pub fn cast(&self, to: DType) -> Result<Array, MlxError> {
         // SAFETY: the handle is live; `out` is a valid slot.

@@ -34,6 +34,7 @@ mod array;
 pub(crate) mod codes;
 mod compiled;
 mod device;
+mod layout;
 mod lower;
 
 pub use array::{
@@ -56,6 +57,7 @@ use crate::ir::{AttrValue, DType, Graph, NodeId, Op};
 use crate::passes;
 use crate::tensor::{HostTensor, TensorRef};
 use compiled::Function;
+use layout::{Uploaded, k_major_params};
 use lower::{Constants, Lowering, eval_error, upload_constants};
 
 /// How runs are evaluated.
@@ -237,12 +239,13 @@ impl MlxBackend {
     }
 }
 
-/// Copies host inputs into MLX arrays.
-fn upload(inputs: &[(&str, TensorRef<'_>)]) -> Result<Vec<Array>, RunError> {
-    inputs
+/// Copies host inputs into MLX arrays for one run on `device`.
+fn upload(inputs: &[(&str, TensorRef<'_>)], device: Device) -> Result<Uploaded, RunError> {
+    let arrays = inputs
         .iter()
         .map(|(_, t)| Array::from_tensor(*t).map_err(backend_error))
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    Uploaded::new(arrays, device == Device::Gpu).map_err(backend_error)
 }
 
 /// The type of an input given as an MLX array.
@@ -327,6 +330,10 @@ impl Backend for MlxBackend {
             message: e.message,
         })?;
         let custom = self.custom.per_node(&g);
+        let k_major = match self.device {
+            Device::Gpu => k_major_params(&g, &params),
+            Device::Cpu => vec![false; params.specs.len()],
+        };
         let mut leaves: Vec<NodeId> = params.specs.iter().map(|p| p.node).collect();
         leaves.extend(signature.inputs.iter().map(|i| i.node));
         Ok(MlxExecutable {
@@ -344,6 +351,7 @@ impl Backend for MlxBackend {
             device: self.device,
             exact_halves: narrow.is_none(),
             param_casts,
+            k_major,
             bindings: PlanCache::default(),
             scratch: ScratchPool::default(),
         })
@@ -399,6 +407,8 @@ pub struct MlxExecutable {
     exact_halves: bool,
     /// Per param: the dtype its float32 value is cast to when bound (half precisions).
     param_casts: Vec<Option<DType>>,
+    /// Per param: stored K-major (see [`layout`]).
+    k_major: Vec<bool>,
     bindings: PlanCache<BindingPlan>,
     scratch: ScratchPool<CallScratch>,
 }
@@ -508,8 +518,8 @@ impl Executable for MlxExecutable {
     ) -> Result<Profile, RunError> {
         let runs = runs.max(1);
         let _gpu = device::gpu_turn(self.device);
-        let uploaded = upload(inputs)?;
-        let (plan, leaves) = self.bind_leaves(inputs, &uploaded, dims)?;
+        let uploaded = upload(inputs, self.device)?;
+        let (plan, leaves) = self.bind_leaves(inputs, &uploaded.arrays, dims)?;
         Array::eval(&leaves.iter().collect::<Vec<_>>()).map_err(backend_error)?;
         let mut timings = Vec::new();
         let started = std::time::Instant::now();
@@ -545,8 +555,8 @@ impl Executable for MlxExecutable {
     ) -> Result<Vec<HostTensor>, RunError> {
         check_output_indices(which, self.graph.outputs().len())?;
         let _gpu = device::gpu_turn(self.device);
-        let uploaded = upload(inputs)?;
-        let results = self.evaluate(inputs, &uploaded, dims)?;
+        let uploaded = upload(inputs, self.device)?;
+        let results = self.evaluate(inputs, &uploaded.arrays, dims)?;
         which
             .iter()
             .map(|&index| results[index].to_host().map_err(backend_error))
@@ -560,8 +570,8 @@ impl Executable for MlxExecutable {
         outputs: &mut Vec<HostTensor>,
     ) -> Result<(), RunError> {
         let _gpu = device::gpu_turn(self.device);
-        let uploaded = upload(inputs)?;
-        let results = self.evaluate(inputs, &uploaded, dims)?;
+        let uploaded = upload(inputs, self.device)?;
+        let results = self.evaluate(inputs, &uploaded.arrays, dims)?;
         outputs.resize_with(results.len(), || HostTensor::zeros(DType::F32, [0]));
         let mut scratch = self.take_scratch();
         for (out, array) in outputs.iter_mut().zip(&results) {
@@ -651,15 +661,23 @@ impl MlxExecutable {
         self.store_weights(made)
     }
 
-    /// Param `i`'s value in the dtype it computes in (a half-precision copy of an f32
-    /// weight under [`Precision::F16`] or [`Precision::BF16`]).
+    /// Param `i`'s value as runs read it: in the dtype it computes in (a half-precision
+    /// copy of an f32 weight under [`Precision::F16`] or [`Precision::BF16`]) and, where
+    /// [`layout`] says so, K-major.
     fn as_stored(&self, i: usize, array: Array) -> Result<Array, RunError> {
-        match self.param_casts[i] {
-            Some(dtype) => device::on_device(self.device, true, || array.cast(dtype))
-                .and_then(|cast| cast)
-                .map_err(backend_error),
-            None => Ok(array),
+        let (cast, k_major) = (self.param_casts[i], self.k_major[i]);
+        if cast.is_none() && !k_major {
+            return Ok(array);
         }
+        device::on_device(self.device, true, || {
+            let array = match cast {
+                Some(dtype) => array.cast(dtype)?,
+                None => array,
+            };
+            if k_major { array.k_major() } else { Ok(array) }
+        })
+        .and_then(|stored| stored)
+        .map_err(backend_error)
     }
 
     /// Evaluates the new values and binds them, all at once.

@@ -1,0 +1,129 @@
+//! Where the bytes of weights and inputs live on a GPU.
+//!
+//! Two placements matter on MLX's CUDA backend (measured on an H100, MiniLM, ARCHITECTURE.md):
+//!
+//! - **Weights that are only ever the right operand of a matrix product** are stored
+//!   K-major: transposed in memory and handed to MLX as a transposed view, so cuBLAS runs
+//!   its "T" layout (the one PyTorch's `[out, in]` weights give). TF32 tensor cores read
+//!   that operand directly; the other layout cost MiniLM's GEMMs 1.7x at 256x128.
+//! - **Host inputs** (token ids, masks) move to the GPU in one bulk copy before their run
+//!   ([`Uploaded`]). MLX keeps arrays made from host bytes in CUDA managed memory, and a
+//!   GPU reading a page still on the host faults and migrates it then: each kernel reading
+//!   MiniLM's ids took 0.1-0.4 ms, against 17 µs for PyTorch's gather of the same rows.
+
+use crate::backend::shared::ParamTable;
+use crate::ir::{Graph, Op};
+
+use super::array::{Array, MlxError};
+
+/// Per param of `params`: whether it is stored K-major, which is when it has rank 2 or more
+/// and every use of it is as the right operand of a (fused) matrix product that reads it
+/// untransposed. A param with any other use keeps MLX's row-major layout, which elementwise
+/// and indexing kernels read fastest.
+pub(crate) fn k_major_params(graph: &Graph, params: &ParamTable) -> Vec<bool> {
+    let users = graph.users();
+    params
+        .specs
+        .iter()
+        .map(|spec| {
+            let uses = &users[spec.node.index()];
+            spec.shape.len() >= 2
+                && !uses.is_empty()
+                && !graph.outputs().iter().any(|o| o.node == spec.node)
+                && uses.iter().all(|&user| {
+                    let node = &graph[user];
+                    let untransposed_rhs = matches!(
+                        node.op,
+                        Op::MatMul {
+                            transpose_b: false,
+                            ..
+                        } | Op::FusedMatMul {
+                            transpose_b: false,
+                            ..
+                        }
+                    );
+                    untransposed_rhs
+                        && node.inputs.get(1) == Some(&spec.node)
+                        && node.inputs.iter().filter(|&&i| i == spec.node).count() == 1
+                })
+        })
+        .collect()
+}
+
+/// Host inputs copied into MLX arrays for one run. With a CUDA GPU their pages move to
+/// the GPU in one bulk copy before the run, and back to host memory when this is dropped,
+/// so the next upload that reuses a buffer writes to host pages instead of faulting them
+/// back one at a time.
+pub(crate) struct Uploaded {
+    pub arrays: Vec<Array>,
+    moved: bool,
+}
+
+impl Uploaded {
+    /// `arrays`, moved to the GPU when `on_gpu` and MLX runs on CUDA.
+    pub(crate) fn new(arrays: Vec<Array>, on_gpu: bool) -> Result<Uploaded, MlxError> {
+        let moved = on_gpu && Array::prefetch(&arrays, true)?;
+        Ok(Uploaded { arrays, moved })
+    }
+}
+
+impl Drop for Uploaded {
+    fn drop(&mut self) {
+        if self.moved {
+            // Only a placement is lost if this fails: managed pages are readable anywhere.
+            let _ = Array::prefetch(&self.arrays, false);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builder::GraphBuilder;
+    use crate::ir::DType;
+
+    #[test]
+    fn only_params_read_solely_as_untransposed_right_operands_go_k_major() {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [2, 3]).unwrap();
+        let rhs = b.param("rhs", DType::F32, [3, 3]).unwrap();
+        let also_added = b.param("also_added", DType::F32, [3, 3]).unwrap();
+        let lhs = b.param("lhs", DType::F32, [3, 3]).unwrap();
+        let stored_t = b.param("stored_t", DType::F32, [3, 3]).unwrap();
+        let bias = b.param("bias", DType::F32, [3]).unwrap();
+        let y = b.matmul(x, rhs).unwrap();
+        let y = b.matmul(y, also_added).unwrap();
+        let y = b.add(y, bias).unwrap();
+        let z = b.add(also_added, lhs).unwrap();
+        let z = b.matmul(lhs, z).unwrap();
+        let w = b
+            .op(
+                Op::MatMul {
+                    transpose_a: false,
+                    transpose_b: true,
+                },
+                &[y, stored_t],
+            )
+            .unwrap();
+        b.output("y", w).unwrap();
+        b.output("z", z).unwrap();
+        let g = b.finish().unwrap();
+        let params = ParamTable::of(&g);
+        let chosen: Vec<(&str, bool)> = params
+            .specs
+            .iter()
+            .map(|s| s.name.as_str())
+            .zip(k_major_params(&g, &params))
+            .collect();
+        assert_eq!(
+            chosen,
+            [
+                ("rhs", true),
+                ("also_added", false),
+                ("lhs", false),
+                ("stored_t", false),
+                ("bias", false),
+            ]
+        );
+    }
+}
