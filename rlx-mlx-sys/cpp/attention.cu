@@ -193,4 +193,283 @@ __device__ __forceinline__ void rlx_attention_f32(
   for (int d = 0; d < DV; ++d) out_row[d] = nan_seen ? quiet_nan() : o[d] * inv;
 }
 
+// ---- The tensor-core kernel: TF32 matrix products (sm_80 and later) ----
+//
+// The same attention with q kᵀ and p v on tensor cores (mma.sync m16n8k8, TF32 inputs,
+// float32 accumulation), flash-attention style: a warp takes 16 query rows, a block four
+// warps; key and value tiles of 64 rows are staged in shared memory (rows padded by 4
+// floats, so the fragment reads hit 32 different banks). SPLIT makes each product three
+// TF32 products of a value's high and low parts (a·b ≈ aₕbₕ + aₕbₗ + aₗbₕ), which keeps
+// float32 accuracy ("3xTF32"); without it one TF32 product each (Precision::Tf32).
+//
+// Fragment layouts (PTX ISA, mma.m16n8k8 .tf32), g = lane / 4, t = lane % 4:
+//   A (16x8, rows):  a0 (g, t)  a1 (g+8, t)  a2 (g, t+4)  a3 (g+8, t+4)
+//   B (8x8, cols):   b0 (k=t, n=g)  b1 (k=t+4, n=g)
+//   C (16x8):        c0 (g, 2t)  c1 (g, 2t+1)  c2 (g+8, 2t)  c3 (g+8, 2t+1)
+// The scores come out in C's layout, and feed p v as A without a shuffle by renaming the
+// keys of each group of eight: A's column t is key 2t and column t+4 is key 2t+1, so
+// value rows are read in that order too.
+
+constexpr int MMA_ROWS = 16;  // query rows per warp
+constexpr int MMA_WARPS = 4;
+constexpr int MMA_BK = 64;    // keys per tile (halved for wide heads)
+constexpr int MMA_THREADS = 32 * MMA_WARPS;
+
+__device__ __forceinline__ unsigned to_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
+// x as TF32 high and low parts (the low part zero without SPLIT).
+template <bool SPLIT>
+__device__ __forceinline__ void split_tf32(float x, unsigned& hi, unsigned& lo) {
+  hi = to_tf32(x);
+  lo = SPLIT ? to_tf32(x - __uint_as_float(hi)) : 0u;
+}
+
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4], unsigned b0,
+                                         unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// c += a·b from both operands' parts: the small terms first, as they are the smaller.
+template <bool SPLIT>
+__device__ __forceinline__ void mma_parts(float (&c)[4], const unsigned (&a_hi)[4],
+                                          const unsigned (&a_lo)[4], unsigned b0_hi,
+                                          unsigned b0_lo, unsigned b1_hi, unsigned b1_lo) {
+  if (SPLIT) {
+    mma_tf32(c, a_lo, b0_hi, b1_hi);
+    mma_tf32(c, a_hi, b0_lo, b1_lo);
+  }
+  mma_tf32(c, a_hi, b0_hi, b1_hi);
+}
+
+// A score under a mask value in the log2 domain the kernel's softmax works in.
+template <typename T>
+__device__ __forceinline__ float masked_log2(T m, float score) {
+  return score + static_cast<float>(m) * 1.4426950408889634f;
+}
+
+template <>
+__device__ __forceinline__ float masked_log2<bool>(bool m, float score) {
+  return m ? score : minus_infinity();
+}
+
+template <int DK, int DV, int MASK, int WINDOW, typename MaskT, bool SPLIT>
+__device__ __forceinline__ void rlx_attention_mma(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const MaskT* __restrict__ mask, const float* __restrict__ scale_at, int hq, int hk,
+    int sq, int sk, long long qb, long long qh, long long qs, long long qd, long long kb,
+    long long kh, long long ks, long long kd, long long vb, long long vh, long long vs,
+    long long vd, long long mb, long long mh, long long mi, long long mj,
+    float* __restrict__ out) {
+  static_assert(DK % 8 == 0 && DV % 8 == 0, "features come in groups of eight");
+  constexpr int BQ = MMA_ROWS * MMA_WARPS;
+  constexpr int KS = DK + 4;  // padded rows: conflict-free fragment reads
+  constexpr int VS = DV + 4;
+  // Tiles of 64 keys, or 32 where 64 would not fit the 48 KiB of static shared memory.
+  constexpr int BK = (KS + VS) * (SPLIT ? 2 : 1) * 4 * MMA_BK <= 48 * 1024 - 512 ? MMA_BK : MMA_BK / 2;
+  // Keys and values as TF32 parts, split once per tile rather than once per warp.
+  __shared__ unsigned k_hi[BK * KS];
+  __shared__ unsigned v_hi[BK * VS];
+  __shared__ unsigned k_lo[SPLIT ? BK * KS : 1];
+  __shared__ unsigned v_lo[SPLIT ? BK * VS : 1];
+  __shared__ MaskT mask_tile[BK];
+
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int b = blockIdx.z;
+  const int h = blockIdx.y;
+  const int row0 = blockIdx.x * BQ;
+  const int kv_head = h / (hq / hk);
+  // The softmax works in base 2 (exp2 is one instruction): scores carry log2(e).
+  const float scale = *scale_at * 1.4426950408889634f;
+  const int offset = sk - sq;
+  const bool mask_per_key = MASK == MASK_ARRAY && mi == 0;
+
+  // This thread's two rows (g and g + 8 of its warp's sixteen).
+  int rows[2];
+  bool live[2];
+  for (int r = 0; r < 2; ++r) {
+    rows[r] = row0 + warp * MMA_ROWS + g + 8 * r;
+    live[r] = rows[r] < sq;
+  }
+
+  int key_begin = 0;
+  int key_end = sk;
+  if (MASK == MASK_CAUSAL || MASK == MASK_WINDOW) {
+    const int last = min(sq, row0 + BQ) - 1;
+    key_end = max(0, min(sk, last + offset + 1));
+  }
+  if (MASK == MASK_WINDOW) key_begin = max(0, row0 + offset - WINDOW + 1);
+
+  // The warp's query rows as A fragments, one per group of eight features.
+  unsigned qa_hi[DK / 8][4], qa_lo[DK / 8][4];
+  {
+    const float* q_head = q + b * qb + h * qh;
+#pragma unroll
+    for (int s = 0; s < DK / 8; ++s) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = i % 2;        // a0, a2: row g; a1, a3: row g + 8
+        const int d = s * 8 + t + 4 * (i / 2);
+        const float x = live[r] ? q_head[rows[r] * qs + d * qd] : 0.f;
+        split_tf32<SPLIT>(x, qa_hi[s][i], qa_lo[s][i]);
+      }
+    }
+  }
+
+  float o[DV / 8][4];
+#pragma unroll
+  for (int n = 0; n < DV / 8; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[n][i] = 0.f;
+  float running_max[2] = {minus_infinity(), minus_infinity()};
+  float running_sum[2] = {0.f, 0.f};  // this thread's share; the quad's add up at the end
+  bool nan_seen[2] = {false, false};
+
+  const float* k_head = k + b * kb + kv_head * kh;
+  const float* v_head = v + b * vb + kv_head * vh;
+  const MaskT* mask_rows[2] = {nullptr, nullptr};
+  if (MASK == MASK_ARRAY) {
+    for (int r = 0; r < 2; ++r) {
+      mask_rows[r] = mask + b * mb + h * mh + static_cast<long long>(live[r] ? rows[r] : 0) * mi;
+    }
+  }
+
+  for (int t0 = key_begin; t0 < key_end; t0 += BK) {
+    const int n = min(BK, key_end - t0);
+    __syncthreads();
+    for (int e = threadIdx.x; e < BK * DK; e += MMA_THREADS) {
+      const int j = e / DK, d = e % DK;
+      const float x = j < n ? k_head[static_cast<long long>(t0 + j) * ks + d * kd] : 0.f;
+      unsigned hi, lo;
+      split_tf32<SPLIT>(x, hi, lo);
+      k_hi[j * KS + d] = hi;
+      if (SPLIT) k_lo[j * KS + d] = lo;
+    }
+    for (int e = threadIdx.x; e < BK * DV; e += MMA_THREADS) {
+      const int j = e / DV, d = e % DV;
+      const float x = j < n ? v_head[static_cast<long long>(t0 + j) * vs + d * vd] : 0.f;
+      unsigned hi, lo;
+      split_tf32<SPLIT>(x, hi, lo);
+      v_hi[j * VS + d] = hi;
+      if (SPLIT) v_lo[j * VS + d] = lo;
+    }
+    if (mask_per_key) {
+      for (int j = threadIdx.x; j < n; j += MMA_THREADS) mask_tile[j] = mask_rows[0][(t0 + j) * mj];
+    }
+    __syncthreads();
+
+    // Scores of the warp's 16 rows against the tile's keys, in C layout.
+    float s[BK / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < BK / 8; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[nt][i] = 0.f;
+      const int at = (nt * 8 + g) * KS + t;
+#pragma unroll
+      for (int st = 0; st < DK / 8; ++st) {
+        const int i0 = at + st * 8, i1 = i0 + 4;
+        mma_parts<SPLIT>(s[nt], qa_hi[st], qa_lo[st], k_hi[i0], SPLIT ? k_lo[i0] : 0u, k_hi[i1],
+                         SPLIT ? k_lo[i1] : 0u);
+      }
+    }
+
+    // Scale, mask, and the tile's maximum per row.
+    float tile_max[2] = {minus_infinity(), minus_infinity()};
+#pragma unroll
+    for (int nt = 0; nt < BK / 8; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = i / 2;
+        const int j = nt * 8 + 2 * t + (i % 2);
+        const int key = t0 + j;
+        float score = s[nt][i] * scale;
+        bool visible = j < n && live[r];
+        if (MASK == MASK_ARRAY && visible) {
+          score = masked_log2<MaskT>(mask_per_key ? mask_tile[j] : mask_rows[r][key * mj], score);
+        }
+        if (MASK == MASK_CAUSAL || MASK == MASK_WINDOW) visible = visible && key <= rows[r] + offset;
+        if (MASK == MASK_WINDOW) visible = visible && key > rows[r] + offset - WINDOW;
+        score = visible ? score : minus_infinity();
+        nan_seen[r] = nan_seen[r] || isnan(score);
+        tile_max[r] = fmaxf(tile_max[r], score);
+        s[nt][i] = score;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+    }
+    // The online softmax: rescale what came before when the maximum grows.
+    float base[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float new_max = fmaxf(running_max[r], tile_max[r]);
+      // Nothing visible so far: no rescale, and exp(-inf - -inf) must not make NaN.
+      const float alpha = new_max == minus_infinity() ? 1.f : exp2f(running_max[r] - new_max);
+      running_sum[r] *= alpha;
+#pragma unroll
+      for (int nt = 0; nt < DV / 8; ++nt) {
+        o[nt][2 * r] *= alpha;
+        o[nt][2 * r + 1] *= alpha;
+      }
+      running_max[r] = new_max;
+      base[r] = new_max == minus_infinity() ? 0.f : new_max;
+    }
+
+    // p v, eight keys at a time: p's C fragments are the A fragments of the renamed keys.
+#pragma unroll
+    for (int kt = 0; kt < BK / 8; ++kt) {
+      float p[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        p[i] = exp2f(s[kt][i] - base[i / 2]);
+        running_sum[i / 2] += p[i];
+      }
+      unsigned pa_hi[4], pa_lo[4];
+      // A order: (g, key 2t), (g+8, key 2t), (g, key 2t+1), (g+8, key 2t+1).
+      split_tf32<SPLIT>(p[0], pa_hi[0], pa_lo[0]);
+      split_tf32<SPLIT>(p[2], pa_hi[1], pa_lo[1]);
+      split_tf32<SPLIT>(p[1], pa_hi[2], pa_lo[2]);
+      split_tf32<SPLIT>(p[3], pa_hi[3], pa_lo[3]);
+      const int at = (kt * 8 + 2 * t) * VS + g;
+#pragma unroll
+      for (int nt = 0; nt < DV / 8; ++nt) {
+        const int i0 = at + nt * 8, i1 = i0 + VS;
+        mma_parts<SPLIT>(o[nt], pa_hi, pa_lo, v_hi[i0], SPLIT ? v_lo[i0] : 0u, v_hi[i1],
+                         SPLIT ? v_lo[i1] : 0u);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    running_sum[r] += __shfl_xor_sync(0xffffffffu, running_sum[r], 1);
+    running_sum[r] += __shfl_xor_sync(0xffffffffu, running_sum[r], 2);
+    bool nan_any = nan_seen[r];
+    nan_any = nan_any || __shfl_xor_sync(0xffffffffu, nan_any, 1);
+    nan_any = nan_any || __shfl_xor_sync(0xffffffffu, nan_any, 2);
+    if (!live[r]) continue;
+    const float inv = running_sum[r] > 0.f ? 1.f / running_sum[r] : 0.f;
+    float* out_row = out + ((static_cast<long long>(b) * sq + rows[r]) * hq + h) * DV;
+#pragma unroll
+    for (int nt = 0; nt < DV / 8; ++nt) {
+      const float x0 = nan_any ? quiet_nan() : o[nt][2 * r] * inv;
+      const float x1 = nan_any ? quiet_nan() : o[nt][2 * r + 1] * inv;
+      out_row[nt * 8 + 2 * t] = x0;
+      out_row[nt * 8 + 2 * t + 1] = x1;
+    }
+  }
+}
+
 }  // namespace rlx_attention

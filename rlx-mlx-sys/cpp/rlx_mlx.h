@@ -187,14 +187,13 @@ int rlx_mlx_array_info(const rlx_mlx_array* a, rlx_mlx_dtype* dtype, size_t* ndi
                        size_t cap);
 /* Evaluates `a`, makes it row-contiguous and copies exactly `nbytes` bytes out. */
 int rlx_mlx_array_read(const rlx_mlx_array* a, void* dst, size_t nbytes);
-/* Moves the pages of arrays made from host bytes to the default GPU (`to_gpu`) or back to
- * host memory. On CUDA, MLX keeps such arrays in managed memory, and a GPU reading a page
- * that still lives on the host faults and migrates it then, one kernel at a time (0.1-0.4
- * ms per kernel reading MiniLM's token ids); one bulk move before the run avoids that.
- * Returns once pages bound for the GPU are there. Sets `applied` to whether anything
- * moved: false without a CUDA GPU with managed memory, or for empty arrays. */
-int rlx_mlx_arrays_prefetch(const rlx_mlx_array* const* arrays, size_t n, bool to_gpu,
-                           bool* applied);
+/* Moves the pages of arrays made from host bytes to the default GPU. On CUDA, MLX keeps
+ * such arrays in managed memory, and a GPU reading a page that still lives on the host
+ * faults and migrates it then, one kernel at a time (0.1-0.4 ms per kernel reading
+ * MiniLM's token ids); one bulk move before the run avoids that. Returns once the pages are
+ * there. Sets `applied` to whether anything moved: false without a CUDA GPU with managed
+ * memory, or for empty arrays. */
+int rlx_mlx_arrays_to_gpu(const rlx_mlx_array* const* arrays, size_t n, bool* applied);
 /* The same values stored with the last two axes swapped in memory: a transposed view of a
  * transposed copy (rank >= 2). Matrix products on a GPU prefer a right operand whose rows
  * run along the reduced axis (cuBLAS's "T" layout, which TF32 tensor cores read directly). */

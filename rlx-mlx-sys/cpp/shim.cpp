@@ -412,6 +412,150 @@ mx::array zero_blind_rows(const mx::array& out, const mx::array& ok) {
 // dtype or size it does not take) and MLX's own attention runs instead. `mask_kind` and
 // `mask` are the lowering's: `mask` is bool (true: may attend) or additive float32, of
 // rank <= 4, broadcastable to [B, H, Sq, Sk].
+// MLX_ENABLE_TF32 as MLX reads it (an integer, 1 when unset).
+bool tf32_from_environment() {
+  const char* value = std::getenv("MLX_ENABLE_TF32");
+  return value == nullptr ? true : std::atoi(value) != 0;
+}
+
+// MLX defaults to TF32 for float32 matmuls on NVIDIA GPUs and reads the variable once, at
+// its first such matmul. RLX's default is full float32 (the numbers every other backend
+// gives), so the variable is set before anything can run, unless the user chose already.
+const bool tf32_default_set = [] {
+  setenv("MLX_ENABLE_TF32", "0", /*overwrite=*/0);
+  return true;
+}();
+
+// MLX's CUDA backend records kernels into CUDA graphs by default, and stream-captures every
+// cuBLAS call into a child graph of its own. Launching directly was faster for RLX's models
+// at every batch measured on an H100 (MiniLM TF32 32x128: 2.66 against 3.87 ms; f32
+// 1024x128: the same), so RLX turns graphs off unless the user chose (ARCHITECTURE.md).
+const bool cuda_graphs_default_set = [] {
+  setenv("MLX_USE_CUDA_GRAPHS", "0", /*overwrite=*/0);
+  return true;
+}();
+
+// ---- the CUDA driver, found at run time ----
+// The shim links no CUDA library, so one binary runs on MLX's CPU and CUDA builds. MLX's
+// CUDA build links the driver (libcuda.so.1; its runtime is linked statically and hidden),
+// so the driver's entry points are looked up in the process when that build is loaded.
+
+using CuResult = int;
+using CuDevicePtr = unsigned long long;
+using CuContext = void*;
+using CuStream = void*;
+struct CuMemLocation {  // CUmemLocation
+  int type;
+  int id;
+};
+constexpr int kCuMemLocationTypeDevice = 1;
+constexpr int kCuDeviceAttributeConcurrentManagedAccess = 89;
+constexpr int kCuDeviceAttributeComputeCapabilityMajor = 75;
+
+struct CudaDriver {
+  CuResult (*device_get)(int*, int);
+  CuResult (*device_get_attribute)(int*, int, int);
+  CuResult (*ctx_get_current)(CuContext*);
+  CuResult (*primary_ctx_retain)(CuContext*, int);
+  CuResult (*ctx_set_current)(CuContext);
+  CuResult (*mem_prefetch)(CuDevicePtr, size_t, CuMemLocation, unsigned, CuStream);
+  CuResult (*stream_synchronize)(CuStream);
+};
+
+template <class F>
+bool find_symbol(F& f, const char* name) {
+  f = reinterpret_cast<F>(dlsym(RTLD_DEFAULT, name));
+  return f != nullptr;
+}
+
+// The driver's entry points, or null without a driver that has them (the _v2 prefetch
+// with a location came with CUDA 12.2).
+const CudaDriver* cuda_driver() {
+  static const std::optional<CudaDriver> driver = []() -> std::optional<CudaDriver> {
+    CuResult (*driver_version)(int*) = nullptr;
+    int version = 0;
+    if (!find_symbol(driver_version, "cuDriverGetVersion") || driver_version(&version) != 0 ||
+        version < 12020) {
+      return std::nullopt;
+    }
+    CudaDriver d{};
+    const bool all = find_symbol(d.device_get, "cuDeviceGet") &&
+                     find_symbol(d.device_get_attribute, "cuDeviceGetAttribute") &&
+                     find_symbol(d.ctx_get_current, "cuCtxGetCurrent") &&
+                     find_symbol(d.primary_ctx_retain, "cuDevicePrimaryCtxRetain") &&
+                     find_symbol(d.ctx_set_current, "cuCtxSetCurrent") &&
+                     find_symbol(d.mem_prefetch, "cuMemPrefetchAsync_v2") &&
+                     find_symbol(d.stream_synchronize, "cuStreamSynchronize");
+    return all ? std::optional<CudaDriver>(d) : std::nullopt;
+  }();
+  return driver ? &*driver : nullptr;
+}
+
+void check_cuda(CuResult status, const char* call) {
+  if (status != 0) {
+    throw std::runtime_error(std::string("[rlx] ") + call + " failed with CUDA error " + std::to_string(status));
+  }
+}
+
+// Moves `n` bytes of managed memory at `p` to the default GPU in one bulk copy (and waits
+// for it when `wait`). Returns false, doing nothing, without a CUDA driver or without a
+// GPU with managed memory.
+bool move_pages_to_gpu(const void* p, size_t n, bool wait) {
+  const CudaDriver* cu = cuda_driver();
+  if (cu == nullptr || n == 0 || !mx::is_available(mx::Device(mx::Device::gpu, 0))) return false;
+  const int ordinal = mx::default_device().type == mx::Device::gpu ? mx::default_device().index : 0;
+  int device = 0;
+  check_cuda(cu->device_get(&device, ordinal), "cuDeviceGet");
+  // Without concurrent managed access (Windows, WSL, Jetson) MLX uses pinned host memory,
+  // which has no pages to move.
+  int managed = 0;
+  check_cuda(cu->device_get_attribute(&managed, kCuDeviceAttributeConcurrentManagedAccess, device),
+             "cuDeviceGetAttribute");
+  if (managed == 0) return false;
+  // Driver calls need a current context on this thread: MLX's is the device's primary one.
+  CuContext context = nullptr;
+  check_cuda(cu->ctx_get_current(&context), "cuCtxGetCurrent");
+  if (context == nullptr) {
+    check_cuda(cu->primary_ctx_retain(&context, device), "cuDevicePrimaryCtxRetain");
+    check_cuda(cu->ctx_set_current(context), "cuCtxSetCurrent");
+  }
+  check_cuda(cu->mem_prefetch(reinterpret_cast<CuDevicePtr>(p), n,
+                              CuMemLocation{kCuMemLocationTypeDevice, device}, 0, nullptr),
+             "cuMemPrefetchAsync");
+  // MLX's streams do not wait for the legacy stream the move runs on.
+  if (wait) check_cuda(cu->stream_synchronize(nullptr), "cuStreamSynchronize");
+  return true;
+}
+
+// The body MLX wraps in a __global__ function: a call of one of cpp/attention.cu's kernels
+// (`name` with its template arguments) on the arrays MLX passes by name.
+std::string attention_call(const std::string& name) {
+  return R"(
+  auto stride = [&](int i) -> long long { return mask_shape[i] == 1 ? 0 : mask_strides[i]; };
+  rlx_attention::)" + name + R"((
+      q, k, v, mask, scale, q_shape[1], k_shape[1], q_shape[2], k_shape[2],
+      q_strides[0], q_strides[1], q_strides[2], q_strides[3],
+      k_strides[0], k_strides[1], k_strides[2], k_strides[3],
+      v_strides[0], v_strides[1], v_strides[2], v_strides[3],
+      stride(0), stride(1), stride(2), stride(3), out);
+)";
+}
+
+// The default GPU's compute capability (major), 0 when the driver cannot say.
+int gpu_compute_major() {
+  static const int major = [] {
+    const CudaDriver* cu = cuda_driver();
+    int device = 0, value = 0;
+    const int ordinal = mx::default_device().type == mx::Device::gpu ? mx::default_device().index : 0;
+    if (cu == nullptr || cu->device_get(&device, ordinal) != 0 ||
+        cu->device_get_attribute(&value, kCuDeviceAttributeComputeCapabilityMajor, device) != 0) {
+      return 0;
+    }
+    return value;
+  }();
+  return major;
+}
+
 std::optional<mx::array> fused_attention_gpu(const mx::array& q, const mx::array& k,
                                              const mx::array& v, float scale,
                                              rlx_mlx_mask_kind mask_kind, int64_t window,
@@ -449,27 +593,38 @@ std::optional<mx::array> fused_attention_gpu(const mx::array& q, const mx::array
     shape.insert(shape.end(), mask->shape().begin(), mask->shape().end());
     m = mx::reshape(*mask, shape);
   }
-  static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
-      "rlx_attention", {"q", "k", "v", "mask", "scale"}, {"out"},
-      R"(
-  auto stride = [&](int i) -> long long { return mask_shape[i] == 1 ? 0 : mask_strides[i]; };
-  rlx_attention::rlx_attention_f32<DK, DV, BQ, BK, MASK, WINDOW, MaskT>(
-      q, k, v, mask, scale, q_shape[1], k_shape[1], q_shape[2], k_shape[2],
-      q_strides[0], q_strides[1], q_strides[2], q_strides[3],
-      k_strides[0], k_strides[1], k_strides[2], k_strides[3],
-      v_strides[0], v_strides[1], v_strides[2], v_strides[3],
-      stride(0), stride(1), stride(2), stride(3), out);
-)",
-      kAttentionSource, /*ensure_row_contiguous=*/false);
-  // Rows per block: one thread a row; short sequences take smaller blocks.
-  const int rows = sq > 64 ? 128 : 64;
-  const int blocks = (sq + rows - 1) / rows;
-  const std::vector<std::pair<std::string, mx::fast::TemplateArg>> template_args{
-      {"DK", dk}, {"DV", dv}, {"BQ", rows}, {"BK", 64}, {"MASK", kind},
-      {"WINDOW", kind == 2 ? static_cast<int>(window) : 0}, {"MaskT", m.dtype()}};
-  const std::vector<mx::array> out =
-      kernel({q, k, v, m, mx::array(scale, mx::float32)}, {{batch, sq, hq, dv}}, {mx::float32},
-             {blocks * rows, hq, batch}, {rows, 1, 1}, template_args, std::nullopt, false, {});
+  // Two kernels (cpp/attention.cu): on tensor cores (sm_80 and later; features in groups
+  // of eight), with TF32 products under Precision::Tf32 and 3xTF32 ones (float32 accuracy)
+  // otherwise; else one thread a query row on the FP32 units.
+  const bool tensor_cores = dk % 8 == 0 && dv % 8 == 0 && gpu_compute_major() >= 8;
+  std::vector<std::pair<std::string, mx::fast::TemplateArg>> template_args{
+      {"DK", dk}, {"DV", dv}, {"MASK", kind}, {"WINDOW", kind == 2 ? static_cast<int>(window) : 0},
+      {"MaskT", m.dtype()}};
+  std::vector<mx::array> out;
+  const std::vector<mx::array> inputs{q, k, v, m, mx::array(scale, mx::float32)};
+  if (tensor_cores) {
+    static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
+        "rlx_attention_mma", {"q", "k", "v", "mask", "scale"}, {"out"},
+        attention_call("rlx_attention_mma<DK, DV, MASK, WINDOW, MaskT, SPLIT>"), kAttentionSource,
+        /*ensure_row_contiguous=*/false);
+    constexpr int rows = 64, threads = 128;  // four warps of sixteen rows
+    template_args.emplace_back("SPLIT", !tf32_from_environment());
+    out = kernel(inputs, {{batch, sq, hq, dv}}, {mx::float32},
+                 {((sq + rows - 1) / rows) * threads, hq, batch}, {threads, 1, 1}, template_args,
+                 std::nullopt, false, {});
+  } else {
+    static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
+        "rlx_attention", {"q", "k", "v", "mask", "scale"}, {"out"},
+        attention_call("rlx_attention_f32<DK, DV, BQ, BK, MASK, WINDOW, MaskT>"), kAttentionSource,
+        /*ensure_row_contiguous=*/false);
+    // Rows per block: one thread a row; short sequences take smaller blocks.
+    const int rows = sq > 64 ? 128 : 64;
+    template_args.emplace_back("BQ", rows);
+    template_args.emplace_back("BK", 64);
+    out = kernel(inputs, {{batch, sq, hq, dv}}, {mx::float32},
+                 {((sq + rows - 1) / rows) * rows, hq, batch}, {rows, 1, 1}, template_args,
+                 std::nullopt, false, {});
+  }
   // The kernel writes [B, Sq, H, Dv]; the result is its [B, H, Sq, Dv] view, so the head
   // merge that usually follows is a free view too.
   return mx::transpose(out.at(0), {0, 2, 1, 3});
@@ -874,91 +1029,6 @@ mx::Device::DeviceType device_type_of(rlx_mlx_device_kind kind) {
   throw std::invalid_argument("[rlx] unknown device code " + std::to_string(kind));
 }
 
-// MLX_ENABLE_TF32 as MLX reads it (an integer, 1 when unset).
-bool tf32_from_environment() {
-  const char* value = std::getenv("MLX_ENABLE_TF32");
-  return value == nullptr ? true : std::atoi(value) != 0;
-}
-
-// MLX defaults to TF32 for float32 matmuls on NVIDIA GPUs and reads the variable once, at
-// its first such matmul. RLX's default is full float32 (the numbers every other backend
-// gives), so the variable is set before anything can run, unless the user chose already.
-const bool tf32_default_set = [] {
-  setenv("MLX_ENABLE_TF32", "0", /*overwrite=*/0);
-  return true;
-}();
-
-// MLX's CUDA backend records kernels into CUDA graphs by default, and stream-captures every
-// cuBLAS call into a child graph of its own. Launching directly was faster for RLX's models
-// at every batch measured on an H100 (MiniLM TF32 32x128: 2.66 against 3.87 ms; f32
-// 1024x128: the same), so RLX turns graphs off unless the user chose (ARCHITECTURE.md).
-const bool cuda_graphs_default_set = [] {
-  setenv("MLX_USE_CUDA_GRAPHS", "0", /*overwrite=*/0);
-  return true;
-}();
-
-// ---- the CUDA driver, found at run time ----
-// The shim links no CUDA library, so one binary runs on MLX's CPU and CUDA builds. MLX's
-// CUDA build links the driver (libcuda.so.1; its runtime is linked statically and hidden),
-// so the driver's entry points are looked up in the process when that build is loaded.
-
-using CuResult = int;
-using CuDevicePtr = unsigned long long;
-using CuContext = void*;
-using CuStream = void*;
-struct CuMemLocation {  // CUmemLocation
-  int type;
-  int id;
-};
-constexpr int kCuMemLocationTypeDevice = 1;
-constexpr int kCuMemLocationTypeHost = 2;
-constexpr int kCuDeviceAttributeConcurrentManagedAccess = 89;
-
-struct CudaDriver {
-  CuResult (*device_get)(int*, int);
-  CuResult (*device_get_attribute)(int*, int, int);
-  CuResult (*ctx_get_current)(CuContext*);
-  CuResult (*primary_ctx_retain)(CuContext*, int);
-  CuResult (*ctx_set_current)(CuContext);
-  CuResult (*mem_prefetch)(CuDevicePtr, size_t, CuMemLocation, unsigned, CuStream);
-  CuResult (*stream_synchronize)(CuStream);
-};
-
-template <class F>
-bool find_symbol(F& f, const char* name) {
-  f = reinterpret_cast<F>(dlsym(RTLD_DEFAULT, name));
-  return f != nullptr;
-}
-
-// The driver's entry points, or null without a driver that has them (the _v2 prefetch
-// with a location came with CUDA 12.2).
-const CudaDriver* cuda_driver() {
-  static const std::optional<CudaDriver> driver = []() -> std::optional<CudaDriver> {
-    CuResult (*driver_version)(int*) = nullptr;
-    int version = 0;
-    if (!find_symbol(driver_version, "cuDriverGetVersion") || driver_version(&version) != 0 ||
-        version < 12020) {
-      return std::nullopt;
-    }
-    CudaDriver d{};
-    const bool all = find_symbol(d.device_get, "cuDeviceGet") &&
-                     find_symbol(d.device_get_attribute, "cuDeviceGetAttribute") &&
-                     find_symbol(d.ctx_get_current, "cuCtxGetCurrent") &&
-                     find_symbol(d.primary_ctx_retain, "cuDevicePrimaryCtxRetain") &&
-                     find_symbol(d.ctx_set_current, "cuCtxSetCurrent") &&
-                     find_symbol(d.mem_prefetch, "cuMemPrefetchAsync_v2") &&
-                     find_symbol(d.stream_synchronize, "cuStreamSynchronize");
-    return all ? std::optional<CudaDriver>(d) : std::nullopt;
-  }();
-  return driver ? &*driver : nullptr;
-}
-
-void check_cuda(CuResult status, const char* call) {
-  if (status != 0) {
-    throw std::runtime_error(std::string("[rlx] ") + call + " failed with CUDA error " + std::to_string(status));
-  }
-}
-
 std::vector<mx::array> arrays_of(rlx_mlx_array* const* xs, size_t n) {
   std::vector<mx::array> v;
   v.reserve(n);
@@ -1141,54 +1211,28 @@ int rlx_mlx_array_info(const rlx_mlx_array* a, rlx_mlx_dtype* dtype, size_t* ndi
   });
 }
 
-int rlx_mlx_arrays_prefetch(const rlx_mlx_array* const* arrays, size_t n, bool to_gpu,
-                           bool* applied) {
+int rlx_mlx_arrays_to_gpu(const rlx_mlx_array* const* arrays, size_t n, bool* applied) {
   return guard([&] {
     if (applied != nullptr) *applied = false;
     if (arrays == nullptr && n > 0) {
-      throw std::invalid_argument("[rlx] prefetch needs the arrays");
+      throw std::invalid_argument("[rlx] to_gpu needs the arrays");
     }
     std::vector<const mx::array*> host_made;
     for (size_t i = 0; i < n; ++i) {
       const mx::array& x = get(arrays[i]);
       if (x.status() != mx::array::Status::available) {
-        throw std::invalid_argument("[rlx] prefetch needs arrays made from host bytes");
+        throw std::invalid_argument("[rlx] to_gpu needs arrays made from host bytes");
       }
       if (x.nbytes() > 0) host_made.push_back(&x);
     }
-    const CudaDriver* cu = cuda_driver();
-    if (cu == nullptr || host_made.empty() || !mx::is_available(mx::Device(mx::Device::gpu, 0))) {
-      return;
-    }
-    const int ordinal = mx::default_device().type == mx::Device::gpu ? mx::default_device().index : 0;
-    int device = 0;
-    check_cuda(cu->device_get(&device, ordinal), "cuDeviceGet");
-    // Without concurrent managed access (Windows, WSL, Jetson) MLX uses pinned host memory,
-    // which has no pages to move.
-    int managed = 0;
-    check_cuda(cu->device_get_attribute(&managed, kCuDeviceAttributeConcurrentManagedAccess, device),
-               "cuDeviceGetAttribute");
-    if (managed == 0) return;
-    // Driver calls need a current context on this thread: MLX's is the device's primary one.
-    CuContext context = nullptr;
-    check_cuda(cu->ctx_get_current(&context), "cuCtxGetCurrent");
-    if (context == nullptr) {
-      check_cuda(cu->primary_ctx_retain(&context, device), "cuDevicePrimaryCtxRetain");
-      check_cuda(cu->ctx_set_current(context), "cuCtxSetCurrent");
-    }
-    const CuMemLocation where = to_gpu ? CuMemLocation{kCuMemLocationTypeDevice, device}
-                                       : CuMemLocation{kCuMemLocationTypeHost, 0};
-    for (const mx::array* x : host_made) {
+    bool moved = false;
+    for (size_t i = 0; i < host_made.size(); ++i) {
       // The pointer of a buffer made from host bytes: managed memory, so reading it moves
-      // nothing.
-      const auto ptr = reinterpret_cast<CuDevicePtr>(x->data<uint8_t>());
-      check_cuda(cu->mem_prefetch(ptr, x->nbytes(), where, 0, nullptr), "cuMemPrefetchAsync");
+      // nothing. The run reads these pages next: wait for the last move.
+      moved = move_pages_to_gpu(host_made[i]->data<uint8_t>(), host_made[i]->nbytes(),
+                                /*wait=*/i + 1 == host_made.size());
     }
-    // MLX's streams do not wait for the legacy stream the copies ran on, so a run waits
-    // here for pages it is about to read. Pages going back to the host need no wait: the
-    // host touching one mid-move only waits for that page.
-    if (to_gpu) check_cuda(cu->stream_synchronize(nullptr), "cuStreamSynchronize");
-    if (applied != nullptr) *applied = true;
+    if (applied != nullptr) *applied = moved;
   });
 }
 

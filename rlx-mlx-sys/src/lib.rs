@@ -88,10 +88,9 @@ unsafe extern "C" {
         cap: usize,
     ) -> c_int;
     pub fn rlx_mlx_array_read(a: *const Array, dst: *mut c_void, nbytes: usize) -> c_int;
-    pub fn rlx_mlx_arrays_prefetch(
+    pub fn rlx_mlx_arrays_to_gpu(
         arrays: *const *const Array,
         n: usize,
-        to_gpu: bool,
         applied: *mut bool,
     ) -> c_int;
     pub fn rlx_mlx_k_major(x: *const Array, out: *mut *mut Array) -> c_int;

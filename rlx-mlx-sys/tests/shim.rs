@@ -133,26 +133,17 @@ fn shim_round_trips_catches_mlx_errors_and_frees_every_handle() {
         assert_ne!(rlx_mlx_k_major(bias, &mut vector_k), 0);
         assert!(vector_k.is_null() && last_error().contains("rank"));
 
-        // Prefetching is a placement: the values stay, and without a CUDA GPU nothing moves.
+        // Moving pages to the GPU is a placement: the values stay, and without a CUDA GPU
+        // nothing moves.
         let mut applied = true;
         let both = [a.cast_const(), b.cast_const()];
-        assert_eq!(
-            rlx_mlx_arrays_prefetch(both.as_ptr(), 2, true, &mut applied),
-            0
-        );
+        assert_eq!(rlx_mlx_arrays_to_gpu(both.as_ptr(), 2, &mut applied), 0);
         assert_eq!(rlx_mlx_array_read(a, got.as_mut_ptr().cast(), 16), 0);
         assert_eq!(got, [1.0, 2.0, 3.0, 4.0]);
-        assert_eq!(
-            rlx_mlx_arrays_prefetch(both.as_ptr(), 2, false, &mut applied),
-            0
-        );
-        assert_eq!(rlx_mlx_array_read(b, got.as_mut_ptr().cast(), 16), 0);
-        assert_eq!(got, [5.0, 6.0, 7.0, 8.0]);
+        assert_eq!(rlx_mlx_arrays_to_gpu(both.as_ptr(), 0, &mut applied), 0);
+        assert!(!applied, "nothing to move");
         let null = [ptr::null::<rlx_mlx_array>()];
-        assert_ne!(
-            rlx_mlx_arrays_prefetch(null.as_ptr(), 1, true, &mut applied),
-            0
-        );
+        assert_ne!(rlx_mlx_arrays_to_gpu(null.as_ptr(), 1, &mut applied), 0);
         assert!(last_error().contains("NULL"), "{}", last_error());
 
         for h in [a, b, c, t, wide, copy, bias, biased, b_k, c_k, biased_k] {

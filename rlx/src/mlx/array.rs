@@ -294,16 +294,16 @@ impl Array {
         make(|out| unsafe { sys::rlx_mlx_k_major(self.ptr(), out) })
     }
 
-    /// Moves the pages of arrays made from host bytes to the GPU (`to_gpu`) or back to
-    /// host memory, in one bulk copy each (see `rlx_mlx_arrays_prefetch`). Returns whether
-    /// anything moved: only on MLX's CUDA build with a GPU.
-    pub(crate) fn prefetch(arrays: &[Array], to_gpu: bool) -> Result<bool, MlxError> {
+    /// Moves the pages of arrays made from host bytes to the GPU in one bulk copy (see
+    /// `rlx_mlx_arrays_to_gpu`). Returns whether anything moved: only on MLX's CUDA build
+    /// with a GPU.
+    pub(crate) fn move_to_gpu(arrays: &[Array]) -> Result<bool, MlxError> {
         let handles: Vec<*const sys::rlx_mlx_array> =
             arrays.iter().map(|a| a.ptr().cast_const()).collect();
         let mut applied = false;
         // SAFETY: every handle is live for the call; `applied` is a valid slot.
         check(unsafe {
-            sys::rlx_mlx_arrays_prefetch(handles.as_ptr(), handles.len(), to_gpu, &mut applied)
+            sys::rlx_mlx_arrays_to_gpu(handles.as_ptr(), handles.len(), &mut applied)
         })?;
         Ok(applied)
     }

@@ -484,9 +484,18 @@ impl Executable for MlxExecutable {
         };
         // Uploaded (and cast) without the lock: runs go on meanwhile.
         let mut made = Vec::with_capacity(weights.len());
+        let mut from_host = Vec::new();
         for ((_, value), i) in weights.iter().zip(indices) {
             let array = Array::from_tensor(*value).map_err(backend_error)?;
-            made.push((i, self.as_stored(i, array)?));
+            let stored = self.as_stored(i, array)?;
+            // Kept as uploaded (not cast or relaid out on the device): host-made memory.
+            if self.param_casts[i].is_none() && !self.k_major[i] {
+                from_host.push(stored.clone());
+            }
+            made.push((i, stored));
+        }
+        if self.device == Device::Gpu {
+            Array::move_to_gpu(&from_host).map_err(backend_error)?;
         }
         self.store_weights(made)
     }
