@@ -7,15 +7,13 @@
 //!   its "T" layout (the one PyTorch's `[out, in]` weights give). TF32 tensor cores read
 //!   that operand directly; the other layout cost MiniLM's GEMMs 1.7x at 256x128.
 //! - **Host inputs and weights** (token ids, masks, embedding tables) move to the GPU in one
-//!   bulk copy: inputs before their run ([`Uploaded`]), weights when bound. MLX keeps arrays
+//!   bulk copy: inputs before their run, weights when bound. MLX keeps arrays
 //!   made from host bytes in CUDA managed memory, and a GPU reading a page still on the host
 //!   faults and migrates it then: each kernel reading MiniLM's ids took 0.1-0.4 ms, its
 //!   embedding gathers 0.2-0.4 ms against PyTorch's 17 µs.
 
 use crate::backend::shared::ParamTable;
 use crate::ir::{Graph, Op};
-
-use super::array::{Array, MlxError};
 
 /// Per param of `params`: whether it is stored K-major, which is when it has rank 2 or more
 /// and every use of it is as the right operand of a (fused) matrix product that reads it
@@ -49,26 +47,6 @@ pub(crate) fn k_major_params(graph: &Graph, params: &ParamTable) -> Vec<bool> {
                 })
         })
         .collect()
-}
-
-/// Host inputs copied into MLX arrays for one run; with a CUDA GPU, their pages are moved
-/// to the GPU in one bulk copy before the run reads them.
-///
-/// They are not moved back afterwards: MLX's buffer cache hands a freed buffer to whatever
-/// asks for its size next, often a kernel's output on the GPU, which then faulted on every
-/// host-resident page (an H100 trace showed a 10 µs select take 137 µs).
-pub(crate) struct Uploaded {
-    pub arrays: Vec<Array>,
-}
-
-impl Uploaded {
-    /// `arrays`, moved to the GPU when `on_gpu` and MLX runs on CUDA.
-    pub(crate) fn new(arrays: Vec<Array>, on_gpu: bool) -> Result<Uploaded, MlxError> {
-        if on_gpu {
-            Array::move_to_gpu(&arrays)?;
-        }
-        Ok(Uploaded { arrays })
-    }
 }
 
 #[cfg(test)]

@@ -57,7 +57,7 @@ use crate::ir::{AttrValue, DType, Graph, NodeId, Op};
 use crate::passes;
 use crate::tensor::{HostTensor, TensorRef};
 use compiled::Function;
-use layout::{Uploaded, k_major_params};
+use layout::k_major_params;
 use lower::{Constants, Lowering, eval_error, upload_constants};
 
 /// How runs are evaluated.
@@ -239,13 +239,20 @@ impl MlxBackend {
     }
 }
 
-/// Copies host inputs into MLX arrays for one run on `device`.
-fn upload(inputs: &[(&str, TensorRef<'_>)], device: Device) -> Result<Uploaded, RunError> {
+/// Copies host inputs into MLX arrays for one run on `device`. On a CUDA GPU their pages
+/// then move to the GPU in one bulk copy ([`layout`]). They are not moved back after the
+/// run: MLX's buffer cache hands a freed buffer to whatever asks for its size next, often a
+/// kernel's output on the GPU, which then faulted on every page left on the host (a 10 µs
+/// select took 137 µs on an H100).
+fn upload(inputs: &[(&str, TensorRef<'_>)], device: Device) -> Result<Vec<Array>, RunError> {
     let arrays = inputs
         .iter()
         .map(|(_, t)| Array::from_tensor(*t).map_err(backend_error))
         .collect::<Result<Vec<_>, _>>()?;
-    Uploaded::new(arrays, device == Device::Gpu).map_err(backend_error)
+    if device == Device::Gpu {
+        Array::move_to_gpu(&arrays).map_err(backend_error)?;
+    }
+    Ok(arrays)
 }
 
 /// The type of an input given as an MLX array.
@@ -528,7 +535,7 @@ impl Executable for MlxExecutable {
         let runs = runs.max(1);
         let _gpu = device::gpu_turn(self.device);
         let uploaded = upload(inputs, self.device)?;
-        let (plan, leaves) = self.bind_leaves(inputs, &uploaded.arrays, dims)?;
+        let (plan, leaves) = self.bind_leaves(inputs, &uploaded, dims)?;
         Array::eval(&leaves.iter().collect::<Vec<_>>()).map_err(backend_error)?;
         let mut timings = Vec::new();
         let started = std::time::Instant::now();
@@ -565,7 +572,7 @@ impl Executable for MlxExecutable {
         check_output_indices(which, self.graph.outputs().len())?;
         let _gpu = device::gpu_turn(self.device);
         let uploaded = upload(inputs, self.device)?;
-        let results = self.evaluate(inputs, &uploaded.arrays, dims)?;
+        let results = self.evaluate(inputs, &uploaded, dims)?;
         which
             .iter()
             .map(|&index| results[index].to_host().map_err(backend_error))
@@ -580,7 +587,7 @@ impl Executable for MlxExecutable {
     ) -> Result<(), RunError> {
         let _gpu = device::gpu_turn(self.device);
         let uploaded = upload(inputs, self.device)?;
-        let results = self.evaluate(inputs, &uploaded.arrays, dims)?;
+        let results = self.evaluate(inputs, &uploaded, dims)?;
         outputs.resize_with(results.len(), || HostTensor::zeros(DType::F32, [0]));
         let mut scratch = self.take_scratch();
         for (out, array) in outputs.iter_mut().zip(&results) {
