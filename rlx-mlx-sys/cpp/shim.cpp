@@ -427,9 +427,10 @@ const bool tf32_default_set = [] {
 }();
 
 // MLX's CUDA backend records kernels into CUDA graphs by default, and stream-captures every
-// cuBLAS call into a child graph of its own. Launching directly was faster for RLX's models
-// at every batch measured on an H100 (MiniLM TF32 32x128: 2.66 against 3.87 ms; f32
-// 1024x128: the same), so RLX turns graphs off unless the user chose (ARCHITECTURE.md).
+// cuBLAS call into a child graph of its own. Launching directly was as fast or faster for
+// MiniLM at every batch measured on an H100 (TF32 32x128: 2.66 against 3.87 ms; f32
+// 1024x128: 88.0 against 87.3), so RLX turns graphs off unless the user chose
+// (ARCHITECTURE.md).
 const bool cuda_graphs_default_set = [] {
   setenv("MLX_USE_CUDA_GRAPHS", "0", /*overwrite=*/0);
   return true;
