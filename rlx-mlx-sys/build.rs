@@ -70,7 +70,7 @@ fn main() {
 
     println!("cargo:rustc-link-search=native={}", lib.display());
     println!("cargo:rustc-link-lib=dylib=mlx");
-    // dlsym, for the CUDA runtime's entry points (part of libc from glibc 2.34 on).
+    // dlsym, for the CUDA driver's entry points (part of libc from glibc 2.34 on).
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
         println!("cargo:rustc-link-lib=dylib=dl");
     }

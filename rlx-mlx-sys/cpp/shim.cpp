@@ -407,11 +407,6 @@ mx::array zero_blind_rows(const mx::array& out, const mx::array& ok) {
   return mx::where(seen, out, mx::zeros({}, out.dtype()));
 }
 
-// Attention in one kernel on an NVIDIA GPU (cpp/attention.cu) for float32 [B, H, S, D]
-// operands of at most 64 features, or nothing where it does not apply (another device, a
-// dtype or size it does not take) and MLX's own attention runs instead. `mask_kind` and
-// `mask` are the lowering's: `mask` is bool (true: may attend) or additive float32, of
-// rank <= 4, broadcastable to [B, H, Sq, Sk].
 // MLX_ENABLE_TF32 as MLX reads it (an integer, 1 when unset).
 bool tf32_from_environment() {
   const char* value = std::getenv("MLX_ENABLE_TF32");
@@ -498,30 +493,53 @@ void check_cuda(CuResult status, const char* call) {
   }
 }
 
-// Moves `n` bytes of managed memory at `p` to the default GPU in one bulk copy (and waits
-// for it when `wait`). Returns false, doing nothing, without a CUDA driver or without a
-// GPU with managed memory.
+// RLX's GPU (MLX's device 0) as the driver sees it, looked up once: null without a driver
+// or a GPU.
+struct CudaGpu {
+  int device;
+  // Concurrent managed access: without it (Windows, WSL, Jetson) MLX uses pinned host
+  // memory, which has no pages to move.
+  bool managed;
+  int compute_major;
+};
+
+const CudaGpu* cuda_gpu() {
+  static const std::optional<CudaGpu> gpu = []() -> std::optional<CudaGpu> {
+    const CudaDriver* cu = cuda_driver();
+    if (cu == nullptr || !mx::is_available(mx::Device(mx::Device::gpu, 0))) return std::nullopt;
+    CudaGpu g{};
+    int managed = 0;
+    if (cu->device_get(&g.device, 0) != 0 ||
+        cu->device_get_attribute(&managed, kCuDeviceAttributeConcurrentManagedAccess, g.device) != 0 ||
+        cu->device_get_attribute(&g.compute_major, kCuDeviceAttributeComputeCapabilityMajor, g.device) != 0) {
+      return std::nullopt;
+    }
+    g.managed = managed != 0;
+    return g;
+  }();
+  return gpu ? &*gpu : nullptr;
+}
+
+// Moves `n` bytes of managed memory at `p` to RLX's GPU in one bulk copy (and waits for it
+// when `wait`). Returns false, doing nothing, without a CUDA GPU with managed memory.
 bool move_pages_to_gpu(const void* p, size_t n, bool wait) {
+  const CudaGpu* gpu = cuda_gpu();
+  if (gpu == nullptr || !gpu->managed || n == 0) return false;
   const CudaDriver* cu = cuda_driver();
-  if (cu == nullptr || n == 0 || !mx::is_available(mx::Device(mx::Device::gpu, 0))) return false;
-  const int ordinal = mx::default_device().type == mx::Device::gpu ? mx::default_device().index : 0;
-  int device = 0;
-  check_cuda(cu->device_get(&device, ordinal), "cuDeviceGet");
-  // Without concurrent managed access (Windows, WSL, Jetson) MLX uses pinned host memory,
-  // which has no pages to move.
-  int managed = 0;
-  check_cuda(cu->device_get_attribute(&managed, kCuDeviceAttributeConcurrentManagedAccess, device),
-             "cuDeviceGetAttribute");
-  if (managed == 0) return false;
-  // Driver calls need a current context on this thread: MLX's is the device's primary one.
-  CuContext context = nullptr;
-  check_cuda(cu->ctx_get_current(&context), "cuCtxGetCurrent");
-  if (context == nullptr) {
-    check_cuda(cu->primary_ctx_retain(&context, device), "cuDevicePrimaryCtxRetain");
-    check_cuda(cu->ctx_set_current(context), "cuCtxSetCurrent");
+  // Driver calls need a current context on the calling thread: MLX's is the device's
+  // primary one. Checked once per thread.
+  thread_local bool context_current = false;
+  if (!context_current) {
+    CuContext context = nullptr;
+    check_cuda(cu->ctx_get_current(&context), "cuCtxGetCurrent");
+    if (context == nullptr) {
+      check_cuda(cu->primary_ctx_retain(&context, gpu->device), "cuDevicePrimaryCtxRetain");
+      check_cuda(cu->ctx_set_current(context), "cuCtxSetCurrent");
+    }
+    context_current = true;
   }
   check_cuda(cu->mem_prefetch(reinterpret_cast<CuDevicePtr>(p), n,
-                              CuMemLocation{kCuMemLocationTypeDevice, device}, 0, nullptr),
+                              CuMemLocation{kCuMemLocationTypeDevice, gpu->device}, 0, nullptr),
              "cuMemPrefetchAsync");
   // MLX's streams do not wait for the legacy stream the move runs on.
   if (wait) check_cuda(cu->stream_synchronize(nullptr), "cuStreamSynchronize");
@@ -542,27 +560,17 @@ std::string attention_call(const std::string& name) {
 )";
 }
 
-// The default GPU's compute capability (major), 0 when the driver cannot say.
-int gpu_compute_major() {
-  static const int major = [] {
-    const CudaDriver* cu = cuda_driver();
-    int device = 0, value = 0;
-    const int ordinal = mx::default_device().type == mx::Device::gpu ? mx::default_device().index : 0;
-    if (cu == nullptr || cu->device_get(&device, ordinal) != 0 ||
-        cu->device_get_attribute(&value, kCuDeviceAttributeComputeCapabilityMajor, device) != 0) {
-      return 0;
-    }
-    return value;
-  }();
-  return major;
-}
-
+// Attention in one kernel on an NVIDIA GPU (cpp/attention.cu) for float32 [B, H, S, D]
+// operands of at most 64 features, or nothing where it does not apply (another device, a
+// dtype or size it does not take) and MLX's own attention runs instead. `mask_kind` and
+// `mask` are the lowering's: `mask` is bool (true: may attend) or additive float32, of
+// rank <= 4, broadcastable to [B, H, Sq, Sk].
 std::optional<mx::array> fused_attention_gpu(const mx::array& q, const mx::array& k,
                                              const mx::array& v, float scale,
                                              rlx_mlx_mask_kind mask_kind, int64_t window,
                                              const std::optional<mx::array>& mask) {
-  // The kernel keeps a query row and its output in registers: past 64 features each they
-  // would spill, and MLX's GEMM path is the better one.
+  // Both kernels keep a query row (or its fragments) and its output in registers: past 64
+  // features each they would spill, and MLX's GEMM path is the better one.
   constexpr int max_features = 64;
   constexpr int grid_axis_limit = 65535;
   // RLX_MLX_FUSED_ATTENTION=0 turns the kernel off (to compare against MLX's attention).
@@ -597,7 +605,8 @@ std::optional<mx::array> fused_attention_gpu(const mx::array& q, const mx::array
   // Two kernels (cpp/attention.cu): on tensor cores (sm_80 and later; features in groups
   // of eight), with TF32 products under Precision::Tf32 and 3xTF32 ones (float32 accuracy)
   // otherwise; else one thread a query row on the FP32 units.
-  const bool tensor_cores = dk % 8 == 0 && dv % 8 == 0 && gpu_compute_major() >= 8;
+  const CudaGpu* gpu = cuda_gpu();
+  const bool tensor_cores = dk % 8 == 0 && dv % 8 == 0 && gpu != nullptr && gpu->compute_major >= 8;
   std::vector<std::pair<std::string, mx::fast::TemplateArg>> template_args{
       {"DK", dk}, {"DV", dv}, {"MASK", kind}, {"WINDOW", kind == 2 ? static_cast<int>(window) : 0},
       {"MaskT", m.dtype()}};

@@ -239,15 +239,18 @@ impl MlxBackend {
     }
 }
 
-/// Copies host inputs into MLX arrays for one run on `device`. On a CUDA GPU their pages
-/// then move to the GPU in one bulk copy ([`layout`]). They are not moved back after the
-/// run: MLX's buffer cache hands a freed buffer to whatever asks for its size next, often a
-/// kernel's output on the GPU, which then faulted on every page left on the host (a 10 µs
-/// select took 137 µs on an H100).
-fn upload(inputs: &[(&str, TensorRef<'_>)], device: Device) -> Result<Vec<Array>, RunError> {
-    let arrays = inputs
-        .iter()
-        .map(|(_, t)| Array::from_tensor(*t).map_err(backend_error))
+/// Copies host tensors (a run's inputs, or weights being bound) into MLX arrays for
+/// `device`. On a CUDA GPU their pages then move to the GPU in one bulk copy ([`layout`]).
+/// They are not moved back: MLX's buffer cache hands a freed buffer to whatever asks for
+/// its size next, often a kernel's output on the GPU, which then faulted on every page left
+/// on the host (a 10 µs select took 137 µs on an H100).
+fn upload<'t>(
+    tensors: impl IntoIterator<Item = TensorRef<'t>>,
+    device: Device,
+) -> Result<Vec<Array>, RunError> {
+    let arrays = tensors
+        .into_iter()
+        .map(|t| Array::from_tensor(t).map_err(backend_error))
         .collect::<Result<Vec<_>, _>>()?;
     if device == Device::Gpu {
         Array::move_to_gpu(&arrays).map_err(backend_error)?;
@@ -490,20 +493,12 @@ impl Executable for MlxExecutable {
                 .collect::<Result<Vec<_>, _>>()?
         };
         // Uploaded (and cast) without the lock: runs go on meanwhile.
-        let mut made = Vec::with_capacity(weights.len());
-        let mut from_host = Vec::new();
-        for ((_, value), i) in weights.iter().zip(indices) {
-            let array = Array::from_tensor(*value).map_err(backend_error)?;
-            let stored = self.as_stored(i, array)?;
-            // Kept as uploaded (not cast or relaid out on the device): host-made memory.
-            if self.param_casts[i].is_none() && !self.k_major[i] {
-                from_host.push(stored.clone());
-            }
-            made.push((i, stored));
-        }
-        if self.device == Device::Gpu {
-            Array::move_to_gpu(&from_host).map_err(backend_error)?;
-        }
+        let uploaded = upload(weights.iter().map(|(_, value)| *value), self.device)?;
+        let made = uploaded
+            .into_iter()
+            .zip(indices)
+            .map(|(array, i)| Ok((i, self.as_stored(i, array)?)))
+            .collect::<Result<Vec<_>, RunError>>()?;
         self.store_weights(made)
     }
 
@@ -534,7 +529,7 @@ impl Executable for MlxExecutable {
     ) -> Result<Profile, RunError> {
         let runs = runs.max(1);
         let _gpu = device::gpu_turn(self.device);
-        let uploaded = upload(inputs, self.device)?;
+        let uploaded = upload(inputs.iter().map(|(_, t)| *t), self.device)?;
         let (plan, leaves) = self.bind_leaves(inputs, &uploaded, dims)?;
         Array::eval(&leaves.iter().collect::<Vec<_>>()).map_err(backend_error)?;
         let mut timings = Vec::new();
@@ -571,7 +566,7 @@ impl Executable for MlxExecutable {
     ) -> Result<Vec<HostTensor>, RunError> {
         check_output_indices(which, self.graph.outputs().len())?;
         let _gpu = device::gpu_turn(self.device);
-        let uploaded = upload(inputs, self.device)?;
+        let uploaded = upload(inputs.iter().map(|(_, t)| *t), self.device)?;
         let results = self.evaluate(inputs, &uploaded, dims)?;
         which
             .iter()
@@ -586,7 +581,7 @@ impl Executable for MlxExecutable {
         outputs: &mut Vec<HostTensor>,
     ) -> Result<(), RunError> {
         let _gpu = device::gpu_turn(self.device);
-        let uploaded = upload(inputs, self.device)?;
+        let uploaded = upload(inputs.iter().map(|(_, t)| *t), self.device)?;
         let results = self.evaluate(inputs, &uploaded, dims)?;
         outputs.resize_with(results.len(), || HostTensor::zeros(DType::F32, [0]));
         let mut scratch = self.take_scratch();
