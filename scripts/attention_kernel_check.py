@@ -33,12 +33,12 @@ def kernel(dk, dv, bq, bk, mask, window, mt, variant):
         else:
             call = "rlx_attention_mma<%d, %d, %d, %d, %s, %s>" % (dk, dv, mask, window, mt, "true" if variant == "mma3" else "false")
         w = src + """
-extern "C" __global__ void %s(const float* q, const float* k, const float* v, const %s* m, const float* sc,
+extern "C" __global__ void BOUNDS %s(const float* q, const float* k, const float* v, const %s* m, const float* sc,
   int hq, int hk, int sq, int sk, long long qb, long long qh, long long qs, long long qd, long long kb, long long kh, long long ks, long long kd,
   long long vb, long long vh, long long vs, long long vd, long long mb, long long mh, long long mi, long long mj, float* out) {
   rlx_attention::%s(q, k, v, m, sc, hq, hk, sq, sk, qb, qh, qs, qd, kb, kh, ks, kd, vb, vh, vs, vd, mb, mh, mi, mj, out);
 }
-""" % (name, mt, call)
+""".replace("BOUNDS", "" if variant == "simt" else "__launch_bounds__(128, 4)") % (name, mt, call)
         _mods[key] = cp.RawModule(code=w, options=("-std=c++17",)).get_function(name)
     return _mods[key]
 

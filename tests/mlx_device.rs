@@ -602,3 +602,64 @@ fn attention_on_the_default_device_matches_the_cpu_backend() {
         }
     }
 }
+
+/// Rows of `table` (a param of `table_shape`, seen as rows of `width` from element
+/// `offset` on) at `ids` of `id_dtype`.
+fn row_gather_graph(table_len: usize, offset: i64, width: usize, id_dtype: DType) -> Graph {
+    use rlx::ir::Op;
+    let mut b = GraphBuilder::new();
+    let flat = b.param("table", DType::F32, [table_len]).unwrap();
+    let rows = (table_len - offset as usize) / width;
+    let stop = offset + (rows * width) as i64;
+    let view = b
+        .op(
+            Op::Slice {
+                axis: 0,
+                start: offset,
+                stop: Some(stop),
+                step: 1,
+            },
+            &[flat],
+        )
+        .unwrap();
+    let table = b.reshape(view, [rows, width]).unwrap();
+    let ids = b
+        .input("ids", id_dtype, [Dim::sym("batch"), Dim::from(5)])
+        .unwrap();
+    let got = b.op(Op::Gather { axis: 0 }, &[table, ids]).unwrap();
+    b.output("rows", got).unwrap();
+    b.finish().unwrap()
+}
+
+#[test]
+fn row_gathers_on_the_default_device_match_the_cpu_backend() {
+    // Widths of four floats (a GPU copies them 16 bytes at a time) and not; a table that
+    // starts one float into its buffer (copied float by float there); both index types.
+    let cases = [
+        ("width 8", 8 * 40, 0, 8, DType::I64),
+        ("width 8, i32 ids", 8 * 40, 0, 8, DType::I32),
+        ("width 6", 6 * 40, 0, 6, DType::I64),
+        ("width 4 from element 1", 4 * 40 + 1, 1, 4, DType::I64),
+    ];
+    for (name, len, offset, width, id_dtype) in cases {
+        let graph = row_gather_graph(len, offset, width, id_dtype);
+        let rows = (len - offset as usize) / width;
+        let table = HostTensor::from_vec(values(len, 9), [len]).unwrap();
+        let ids: Vec<i64> = (0..3 * 5).map(|i| ((i * 7 + 3) % rows) as i64).collect();
+        let ids = match id_dtype {
+            DType::I32 => HostTensor::from_vec(ids.iter().map(|&i| i as i32).collect(), [3, 5]),
+            _ => HostTensor::from_vec(ids, [3, 5]),
+        }
+        .unwrap();
+        let cpu = rlx::cpu::CpuBackend::default().compile(&graph).unwrap();
+        cpu.set_weight("table", table.view()).unwrap();
+        let want = cpu.run(&[("ids", ids.view())], &[]).unwrap();
+        for mode in MODES {
+            let exe = MlxBackend::new(mode).compile(&graph).unwrap();
+            exe.set_weight("table", table.view()).unwrap();
+            let got = exe.run(&[("ids", ids.view())], &[]).unwrap();
+            assert_eq!(got[0].shape(), [3, 5, width], "{name} {mode:?}");
+            assert_eq!(max_abs_diff(&got[0], &want[0]), 0.0, "{name} {mode:?}");
+        }
+    }
+}

@@ -260,6 +260,27 @@ __device__ __forceinline__ float masked_log2<bool>(bool m, float score) {
   return m ? score : minus_infinity();
 }
 
+// Stages keys (or values) t0 .. t0 + n of a head whose rows are `stride` floats apart, with
+// unit feature stride and 16-byte alignment, as TF32 parts in padded shared-memory rows of
+// RS words (zeros past n): one 16-byte load and one or two 16-byte stores per four features.
+template <int D, int RS, bool SPLIT>
+__device__ __forceinline__ void stage_rows_of_four(const float* head, long long stride, int t0,
+                                                   int n, int bk, unsigned* hi_rows,
+                                                   unsigned* lo_rows) {
+  for (int e = threadIdx.x; e < bk * D / 4; e += MMA_THREADS) {
+    const int j = e / (D / 4), d = 4 * (e % (D / 4));
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (j < n) x = *reinterpret_cast<const float4*>(head + static_cast<long long>(t0 + j) * stride + d);
+    uint4 hi, lo;
+    split_tf32<SPLIT>(x.x, hi.x, lo.x);
+    split_tf32<SPLIT>(x.y, hi.y, lo.y);
+    split_tf32<SPLIT>(x.z, hi.z, lo.z);
+    split_tf32<SPLIT>(x.w, hi.w, lo.w);
+    *reinterpret_cast<uint4*>(&hi_rows[j * RS + d]) = hi;
+    if (SPLIT) *reinterpret_cast<uint4*>(&lo_rows[j * RS + d]) = lo;
+  }
+}
+
 template <int DK, int DV, int MASK, int WINDOW, typename MaskT, bool SPLIT>
 __device__ __forceinline__ void rlx_attention_mma(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
@@ -275,10 +296,10 @@ __device__ __forceinline__ void rlx_attention_mma(
   // Tiles of 64 keys, or 32 where 64 would not fit the 48 KiB of static shared memory.
   constexpr int BK = (KS + VS) * (SPLIT ? 2 : 1) * 4 * MMA_BK <= 48 * 1024 - 512 ? MMA_BK : MMA_BK / 2;
   // Keys and values as TF32 parts, split once per tile rather than once per warp.
-  __shared__ unsigned k_hi[BK * KS];
-  __shared__ unsigned v_hi[BK * VS];
-  __shared__ unsigned k_lo[SPLIT ? BK * KS : 1];
-  __shared__ unsigned v_lo[SPLIT ? BK * VS : 1];
+  __shared__ __align__(16) unsigned k_hi[BK * KS];
+  __shared__ __align__(16) unsigned v_hi[BK * VS];
+  __shared__ __align__(16) unsigned k_lo[SPLIT ? BK * KS : 4];
+  __shared__ __align__(16) unsigned v_lo[SPLIT ? BK * VS : 4];
   __shared__ MaskT mask_tile[BK];
 
   const int lane = threadIdx.x % 32;
@@ -337,6 +358,12 @@ __device__ __forceinline__ void rlx_attention_mma(
 
   const float* k_head = k + b * kb + kv_head * kh;
   const float* v_head = v + b * vb + kv_head * vh;
+  // Key and value rows of unit feature stride, 16-byte aligned, go to shared memory four
+  // features at a time: the scalar copy below was the kernel's bottleneck (its index
+  // arithmetic also cost registers): 1.7x slower at MiniLM's shape on an H100.
+  const bool rows_of_four = DK % 4 == 0 && DV % 4 == 0 && kd == 1 && vd == 1 && ks % 4 == 0 &&
+                            vs % 4 == 0 && reinterpret_cast<unsigned long long>(k_head) % 16 == 0 &&
+                            reinterpret_cast<unsigned long long>(v_head) % 16 == 0;
   const MaskT* mask_rows[2] = {nullptr, nullptr};
   if (MASK == MASK_ARRAY) {
     for (int r = 0; r < 2; ++r) {
@@ -347,21 +374,26 @@ __device__ __forceinline__ void rlx_attention_mma(
   for (int t0 = key_begin; t0 < key_end; t0 += BK) {
     const int n = min(BK, key_end - t0);
     __syncthreads();
-    for (int e = threadIdx.x; e < BK * DK; e += MMA_THREADS) {
-      const int j = e / DK, d = e % DK;
-      const float x = j < n ? k_head[static_cast<long long>(t0 + j) * ks + d * kd] : 0.f;
-      unsigned hi, lo;
-      split_tf32<SPLIT>(x, hi, lo);
-      k_hi[j * KS + d] = hi;
-      if (SPLIT) k_lo[j * KS + d] = lo;
-    }
-    for (int e = threadIdx.x; e < BK * DV; e += MMA_THREADS) {
-      const int j = e / DV, d = e % DV;
-      const float x = j < n ? v_head[static_cast<long long>(t0 + j) * vs + d * vd] : 0.f;
-      unsigned hi, lo;
-      split_tf32<SPLIT>(x, hi, lo);
-      v_hi[j * VS + d] = hi;
-      if (SPLIT) v_lo[j * VS + d] = lo;
+    if (rows_of_four) {
+      stage_rows_of_four<DK, KS, SPLIT>(k_head, ks, t0, n, BK, k_hi, k_lo);
+      stage_rows_of_four<DV, VS, SPLIT>(v_head, vs, t0, n, BK, v_hi, v_lo);
+    } else {
+      for (int e = threadIdx.x; e < BK * DK; e += MMA_THREADS) {
+        const int j = e / DK, d = e % DK;
+        const float x = j < n ? k_head[static_cast<long long>(t0 + j) * ks + d * kd] : 0.f;
+        unsigned hi, lo;
+        split_tf32<SPLIT>(x, hi, lo);
+        k_hi[j * KS + d] = hi;
+        if (SPLIT) k_lo[j * KS + d] = lo;
+      }
+      for (int e = threadIdx.x; e < BK * DV; e += MMA_THREADS) {
+        const int j = e / DV, d = e % DV;
+        const float x = j < n ? v_head[static_cast<long long>(t0 + j) * vs + d * vd] : 0.f;
+        unsigned hi, lo;
+        split_tf32<SPLIT>(x, hi, lo);
+        v_hi[j * VS + d] = hi;
+        if (SPLIT) v_lo[j * VS + d] = lo;
+      }
     }
     if (mask_per_key) {
       for (int j = threadIdx.x; j < n; j += MMA_THREADS) mask_tile[j] = mask_rows[0][(t0 + j) * mj];

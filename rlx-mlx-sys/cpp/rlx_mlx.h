@@ -180,20 +180,19 @@ const char* rlx_mlx_blas(void);
 /* ---- arrays ---- */
 void rlx_mlx_array_free(rlx_mlx_array* a);
 int rlx_mlx_array_clone(const rlx_mlx_array* a, rlx_mlx_array** out);
+/* A copy of `nbytes` host bytes as an array for `device`. For a CUDA GPU the copy is in
+ * device memory of RLX's own (MLX's allocator would put it in managed memory, whose pages
+ * GPU kernels fault on, and recycle it into its cache of buffers for GPU results);
+ * elsewhere, and for the CPU, in memory of MLX's allocator. */
 int rlx_mlx_array_from_bytes(const void* data, size_t nbytes, const int64_t* shape,
-                             size_t ndim, rlx_mlx_dtype dtype, rlx_mlx_array** out);
+                             size_t ndim, rlx_mlx_dtype dtype, rlx_mlx_device_kind device,
+                             rlx_mlx_array** out);
 /* dtype, rank, and up to `cap` dims. */
 int rlx_mlx_array_info(const rlx_mlx_array* a, rlx_mlx_dtype* dtype, size_t* ndim, int64_t* dims,
                        size_t cap);
-/* Evaluates `a`, makes it row-contiguous and copies exactly `nbytes` bytes out. */
+/* Evaluates `a`, makes it row-contiguous and copies exactly `nbytes` bytes out (from a
+ * CUDA GPU's memory straight into `dst`). */
 int rlx_mlx_array_read(const rlx_mlx_array* a, void* dst, size_t nbytes);
-/* Moves the pages of arrays made from host bytes to the default GPU. On CUDA, MLX keeps
- * such arrays in managed memory, and a GPU reading a page that still lives on the host
- * faults and migrates it then, one kernel at a time (0.1-0.4 ms per kernel reading
- * MiniLM's token ids); one bulk move before the run avoids that. Returns once the pages are
- * there. Sets `applied` to whether anything moved: false without a CUDA GPU with managed
- * memory, or for empty arrays. */
-int rlx_mlx_arrays_to_gpu(const rlx_mlx_array* const* arrays, size_t n, bool* applied);
 /* The same values stored with the last two axes swapped in memory: a transposed view of a
  * transposed copy (rank >= 2). Matrix products on a GPU prefer a right operand whose rows
  * run along the reduced axis (cuBLAS's "T" layout, which TF32 tensor cores read directly). */

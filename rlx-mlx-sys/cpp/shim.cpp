@@ -440,11 +440,21 @@ using CuResult = int;
 using CuDevicePtr = unsigned long long;
 using CuContext = void*;
 using CuStream = void*;
-struct CuMemLocation {  // CUmemLocation
-  int type;
-  int id;
+using CuMemoryPool = void*;
+struct CuMemPoolProps {  // CUmemPoolProps (v1): fields RLX sets, then zeros
+  int alloc_type;
+  int handle_types;
+  int location_type;
+  int location_id;
+  void* win32_security_attributes;
+  size_t max_size;
+  unsigned short usage;
+  unsigned char reserved[54];
 };
+constexpr int kCuMemAllocationTypePinned = 1;
 constexpr int kCuMemLocationTypeDevice = 1;
+constexpr int kCuMempoolAttrReleaseThreshold = 4;
+constexpr unsigned kCuStreamNonBlocking = 1;
 constexpr int kCuDeviceAttributeConcurrentManagedAccess = 89;
 constexpr int kCuDeviceAttributeComputeCapabilityMajor = 75;
 
@@ -454,8 +464,16 @@ struct CudaDriver {
   CuResult (*ctx_get_current)(CuContext*);
   CuResult (*primary_ctx_retain)(CuContext*, int);
   CuResult (*ctx_set_current)(CuContext);
-  CuResult (*mem_prefetch)(CuDevicePtr, size_t, CuMemLocation, unsigned, CuStream);
+  CuResult (*stream_create)(CuStream*, unsigned);
   CuResult (*stream_synchronize)(CuStream);
+  CuResult (*mem_pool_create)(CuMemoryPool*, const CuMemPoolProps*);
+  CuResult (*mem_pool_set_attribute)(CuMemoryPool, int, void*);
+  CuResult (*mem_alloc_from_pool_async)(CuDevicePtr*, size_t, CuMemoryPool, CuStream);
+  CuResult (*mem_free_async)(CuDevicePtr, CuStream);
+  CuResult (*mem_free)(CuDevicePtr);
+  CuResult (*mem_free_host)(void*);
+  CuResult (*memcpy_htod_async)(CuDevicePtr, const void*, size_t, CuStream);
+  CuResult (*memcpy_dtoh)(void*, CuDevicePtr, size_t);
 };
 
 template <class F>
@@ -464,14 +482,14 @@ bool find_symbol(F& f, const char* name) {
   return f != nullptr;
 }
 
-// The driver's entry points, or null without a driver that has them (the _v2 prefetch
-// with a location came with CUDA 12.2).
+// The driver's entry points, or null without a driver that has them (stream-ordered
+// memory pools came with CUDA 11.2).
 const CudaDriver* cuda_driver() {
   static const std::optional<CudaDriver> driver = []() -> std::optional<CudaDriver> {
     CuResult (*driver_version)(int*) = nullptr;
     int version = 0;
     if (!find_symbol(driver_version, "cuDriverGetVersion") || driver_version(&version) != 0 ||
-        version < 12020) {
+        version < 11020) {
       return std::nullopt;
     }
     CudaDriver d{};
@@ -480,8 +498,16 @@ const CudaDriver* cuda_driver() {
                      find_symbol(d.ctx_get_current, "cuCtxGetCurrent") &&
                      find_symbol(d.primary_ctx_retain, "cuDevicePrimaryCtxRetain") &&
                      find_symbol(d.ctx_set_current, "cuCtxSetCurrent") &&
-                     find_symbol(d.mem_prefetch, "cuMemPrefetchAsync_v2") &&
-                     find_symbol(d.stream_synchronize, "cuStreamSynchronize");
+                     find_symbol(d.stream_create, "cuStreamCreate") &&
+                     find_symbol(d.stream_synchronize, "cuStreamSynchronize") &&
+                     find_symbol(d.mem_pool_create, "cuMemPoolCreate") &&
+                     find_symbol(d.mem_pool_set_attribute, "cuMemPoolSetAttribute") &&
+                     find_symbol(d.mem_alloc_from_pool_async, "cuMemAllocFromPoolAsync") &&
+                     find_symbol(d.mem_free_async, "cuMemFreeAsync") &&
+                     find_symbol(d.mem_free, "cuMemFree_v2") &&
+                     find_symbol(d.mem_free_host, "cuMemFreeHost") &&
+                     find_symbol(d.memcpy_htod_async, "cuMemcpyHtoDAsync_v2") &&
+                     find_symbol(d.memcpy_dtoh, "cuMemcpyDtoH_v2");
     return all ? std::optional<CudaDriver>(d) : std::nullopt;
   }();
   return driver ? &*driver : nullptr;
@@ -494,11 +520,11 @@ void check_cuda(CuResult status, const char* call) {
 }
 
 // RLX's GPU (MLX's device 0) as the driver sees it, looked up once: null without a driver
-// or a GPU.
+// or a GPU, so also on MLX's CPU and Metal builds.
 struct CudaGpu {
   int device;
-  // Concurrent managed access: without it (Windows, WSL, Jetson) MLX uses pinned host
-  // memory, which has no pages to move.
+  // Concurrent managed access: MLX's unified memory is managed memory with it, pinned host
+  // memory without it (Windows, WSL, Jetson).
   bool managed;
   int compute_major;
 };
@@ -520,29 +546,125 @@ const CudaGpu* cuda_gpu() {
   return gpu ? &*gpu : nullptr;
 }
 
-// Moves `n` bytes of managed memory at `p` to RLX's GPU in one bulk copy (and waits for it
-// when `wait`). Returns false, doing nothing, without a CUDA GPU with managed memory.
-bool move_pages_to_gpu(const void* p, size_t n, bool wait) {
-  const CudaGpu* gpu = cuda_gpu();
-  if (gpu == nullptr || !gpu->managed || n == 0) return false;
-  const CudaDriver* cu = cuda_driver();
-  // Driver calls need a current context on the calling thread: MLX's is the device's
-  // primary one. Checked once per thread.
+// Driver calls need a current context on the calling thread: MLX's is the device's primary
+// one. Checked once per thread.
+void make_context_current(const CudaDriver* cu, const CudaGpu* gpu) {
   thread_local bool context_current = false;
-  if (!context_current) {
-    CuContext context = nullptr;
-    check_cuda(cu->ctx_get_current(&context), "cuCtxGetCurrent");
-    if (context == nullptr) {
-      check_cuda(cu->primary_ctx_retain(&context, gpu->device), "cuDevicePrimaryCtxRetain");
-      check_cuda(cu->ctx_set_current(context), "cuCtxSetCurrent");
-    }
-    context_current = true;
+  if (context_current) return;
+  CuContext context = nullptr;
+  check_cuda(cu->ctx_get_current(&context), "cuCtxGetCurrent");
+  if (context == nullptr) {
+    check_cuda(cu->primary_ctx_retain(&context, gpu->device), "cuDevicePrimaryCtxRetain");
+    check_cuda(cu->ctx_set_current(context), "cuCtxSetCurrent");
   }
-  check_cuda(cu->mem_prefetch(reinterpret_cast<CuDevicePtr>(p), n,
-                              CuMemLocation{kCuMemLocationTypeDevice, gpu->device}, 0, nullptr),
-             "cuMemPrefetchAsync");
-  // MLX's streams do not wait for the legacy stream the move runs on.
-  if (wait) check_cuda(cu->stream_synchronize(nullptr), "cuStreamSynchronize");
+  context_current = true;
+}
+
+// What a Buffer of MLX's CUDA build points at (`cu::CudaBuffer`, mlx/backend/cuda/
+// allocator.h, the same from 0.32.1 to the pinned 0.32.4; not in the installed headers).
+// MLX's kernels use `data` as a device pointer; a host read of a buffer with `device >= 0`
+// first replaces it with a unified-memory copy (`device` then -1) and frees the original
+// with cudaFreeAsync.
+struct MlxCudaBuffer {
+  void* data;
+  size_t size;
+  int device;  // -1: unified memory
+};
+
+// Where host bytes go on a CUDA GPU: device memory from a stream-ordered pool of RLX's own,
+// filled on a stream of its own.
+//
+// Why not MLX's allocator: it puts host-made arrays in managed memory, and its buffer cache
+// hands a freed buffer to whatever asks for its size next, device or managed. A GPU kernel
+// that then writes a managed buffer the host touched faults on every page (a 3 us divide
+// took 135 us on an H100), and a host read of a GPU result makes a fresh managed copy each
+// time. Device memory of RLX's own never enters that cache.
+//
+// Why a pool: freed memory is kept (up to the release threshold) for the next run's inputs
+// of the same sizes, instead of being mapped again each run; cudaFreeAsync, which MLX uses
+// on a buffer it moves to unified memory, accepts its pointers.
+struct UploadPool {
+  CuStream stream;
+  CuMemoryPool pool;
+};
+
+constexpr unsigned long long kUploadPoolKeep = 256ull << 20;
+
+const UploadPool& upload_pool(const CudaDriver* cu, const CudaGpu* gpu) {
+  static const UploadPool made = [&] {
+    UploadPool p{};
+    check_cuda(cu->stream_create(&p.stream, kCuStreamNonBlocking), "cuStreamCreate");
+    CuMemPoolProps props{};
+    props.alloc_type = kCuMemAllocationTypePinned;
+    props.location_type = kCuMemLocationTypeDevice;
+    props.location_id = gpu->device;
+    check_cuda(cu->mem_pool_create(&p.pool, &props), "cuMemPoolCreate");
+    unsigned long long keep = kUploadPoolKeep;
+    check_cuda(cu->mem_pool_set_attribute(p.pool, kCuMempoolAttrReleaseThreshold, &keep),
+               "cuMemPoolSetAttribute");
+    return p;
+  }();
+  return made;
+}
+
+// The deleter of arrays made by `device_array`. MLX calls it once nothing refers to the
+// buffer any more, which is after every kernel that read it has finished (MLX keeps a
+// kernel's inputs alive until then), so the memory goes back to the pool at once.
+void free_device_array(mx::allocator::Buffer buffer) {
+  auto* record = static_cast<MlxCudaBuffer*>(buffer.ptr());
+  if (record == nullptr) return;
+  const CudaDriver* cu = cuda_driver();
+  const CudaGpu* gpu = cuda_gpu();
+  // A failure here has no caller to report to (MLX may call this from its own thread, or at
+  // exit after the driver has shut down): the memory then goes with the process.
+  try {
+    make_context_current(cu, gpu);
+    const CuDevicePtr p = reinterpret_cast<CuDevicePtr>(record->data);
+    if (record->device >= 0) {
+      cu->mem_free_async(p, upload_pool(cu, gpu).stream);
+    } else if (gpu->managed) {
+      cu->mem_free(p);  // MLX moved it to managed memory
+    } else {
+      cu->mem_free_host(record->data);  // or to pinned host memory
+    }
+  } catch (...) {
+  }
+  delete record;
+}
+
+// Host bytes as an array in device memory of RLX's CUDA GPU; none without one.
+std::optional<mx::array> device_array(const void* data, size_t nbytes, mx::Shape shape,
+                                      mx::Dtype dtype) {
+  const CudaGpu* gpu = cuda_gpu();
+  if (gpu == nullptr || nbytes == 0) return std::nullopt;
+  const CudaDriver* cu = cuda_driver();
+  make_context_current(cu, gpu);
+  const UploadPool& up = upload_pool(cu, gpu);
+  CuDevicePtr p = 0;
+  check_cuda(cu->mem_alloc_from_pool_async(&p, nbytes, up.pool, up.stream), "cuMemAllocFromPoolAsync");
+  // Owned by the array from here on, so an error below frees it.
+  mx::array a(mx::allocator::Data(mx::allocator::Buffer(new MlxCudaBuffer{reinterpret_cast<void*>(p), nbytes, gpu->device}),
+                                  free_device_array),
+              std::move(shape), dtype);
+  check_cuda(cu->memcpy_htod_async(p, data, nbytes, up.stream), "cuMemcpyHtoDAsync");
+  // MLX's streams do not wait for this one: the bytes are there before the array is used.
+  check_cuda(cu->stream_synchronize(up.stream), "cuStreamSynchronize");
+  return a;
+}
+
+// Copies an evaluated, row-contiguous array held in device memory straight to `dst`; false
+// (copying nothing) for any other array. MLX's own read (`data()`) would first move the
+// buffer to a fresh unified-memory allocation, on every read.
+bool copy_from_device(const mx::array& x, void* dst, size_t nbytes) {
+  const CudaGpu* gpu = cuda_gpu();
+  if (gpu == nullptr) return false;
+  const auto* record = static_cast<const MlxCudaBuffer*>(x.buffer().ptr());
+  if (record == nullptr || record->device < 0) return false;
+  const CudaDriver* cu = cuda_driver();
+  make_context_current(cu, gpu);
+  // Evaluating waited for the kernels that wrote it.
+  check_cuda(cu->memcpy_dtoh(dst, reinterpret_cast<CuDevicePtr>(record->data) + x.offset(), nbytes),
+             "cuMemcpyDtoH");
   return true;
 }
 
@@ -613,9 +735,18 @@ std::optional<mx::array> fused_attention_gpu(const mx::array& q, const mx::array
   std::vector<mx::array> out;
   const std::vector<mx::array> inputs{q, k, v, m, mx::array(scale, mx::float32)};
   if (tensor_cores) {
+    // MLX writes the __global__ function itself and has no way to give it launch bounds,
+    // so the header, the last text before that function, makes the `__global__` NVRTC
+    // defines carry them. Four blocks of 128 threads per SM cap registers at 128 (147
+    // unbounded, so three blocks): 257-272 against 292-313 us for 3xTF32 at [256, 12, 128,
+    // 32] on an H100, with a few bytes spilled.
+    static const std::string header = std::string(kAttentionSource) + R"(
+#undef __global__
+#define __global__ __location__(global) __launch_bounds__(128, 4)
+)";
     static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
         "rlx_attention_mma", {"q", "k", "v", "mask", "scale"}, {"out"},
-        attention_call("rlx_attention_mma<DK, DV, MASK, WINDOW, MaskT, SPLIT>"), kAttentionSource,
+        attention_call("rlx_attention_mma<DK, DV, MASK, WINDOW, MaskT, SPLIT>"), header,
         /*ensure_row_contiguous=*/false);
     constexpr int rows = 64, threads = 128;  // four warps of sixteen rows
     template_args.emplace_back("SPLIT", !tf32_from_environment());
@@ -638,6 +769,44 @@ std::optional<mx::array> fused_attention_gpu(const mx::array& q, const mx::array
   // The kernel writes [B, Sq, H, Dv]; the result is its [B, H, Sq, Dv] view, so the head
   // merge that usually follows is a free view too.
   return mx::transpose(out.at(0), {0, 2, 1, 3});
+}
+
+// Rows of a float32 [rows, width] table by index on an NVIDIA GPU, four floats a thread, or
+// nothing where it does not apply (another device or dtype, a width not a multiple of four)
+// and MLX's take runs instead. MLX's gather moves one element a thread through general
+// index arithmetic: 98 us where PyTorch's embedding lookup takes 17, for MiniLM's word
+// embeddings at 256x128 on an H100. `idx` holds indices already clamped into range.
+std::optional<mx::array> take_rows_gpu(const mx::array& table, const mx::array& idx) {
+  if (cuda_gpu() == nullptr || !(mx::default_device() == mx::Device::gpu)) return std::nullopt;
+  if (table.ndim() != 2 || table.dtype() != mx::float32) return std::nullopt;
+  const int width = table.shape(1);
+  const int64_t n = static_cast<int64_t>(idx.size());
+  if (width == 0 || width % 4 != 0 || n == 0) return std::nullopt;
+  const int64_t threads = n * (width / 4);
+  if (threads > std::numeric_limits<int32_t>::max() - 256) return std::nullopt;
+  // A row-contiguous view may start anywhere: the 16-byte copies need both ends aligned,
+  // else each thread copies its four floats one by one.
+  static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
+      "rlx_take_rows", {"table", "idx"}, {"out"}, R"(
+  const long long e = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= static_cast<long long>(idx_shape[0]) * QUADS) return;
+  const long long from = static_cast<long long>(idx[e / QUADS]) * QUADS + e % QUADS;
+  if (reinterpret_cast<unsigned long long>(table) % 16 == 0 &&
+      reinterpret_cast<unsigned long long>(out) % 16 == 0) {
+    reinterpret_cast<float4*>(out)[e] = reinterpret_cast<const float4*>(table)[from];
+  } else {
+    for (int i = 0; i < 4; ++i) out[4 * e + i] = table[4 * from + i];
+  }
+)",
+      "", /*ensure_row_contiguous=*/true);
+  constexpr int block = 256;
+  const int grid = static_cast<int>((threads + block - 1) / block) * block;
+  std::vector<mx::array> out =
+      kernel({table, mx::flatten(idx)}, {{static_cast<int>(n), width}}, {mx::float32},
+             {grid, 1, 1}, {block, 1, 1}, {{"QUADS", width / 4}}, std::nullopt, false, {});
+  mx::Shape shape = idx.shape();
+  shape.push_back(width);
+  return mx::reshape(out.at(0), shape);
 }
 
 mx::array attention(const mx::array& q0, const mx::array& k0, const mx::array& v, double scale,
@@ -1190,7 +1359,7 @@ int rlx_mlx_array_clone(const rlx_mlx_array* a, rlx_mlx_array** out) {
 }
 
 int rlx_mlx_array_from_bytes(const void* data, size_t nbytes, const int64_t* shape, size_t ndim,
-                             rlx_mlx_dtype dtype, rlx_mlx_array** out) {
+                             rlx_mlx_dtype dtype, rlx_mlx_device_kind device, rlx_mlx_array** out) {
   return guard([&] {
     const mx::Dtype dt = dtype_of(dtype);
     const mx::Shape s = shape_of(shape, ndim);
@@ -1199,8 +1368,15 @@ int rlx_mlx_array_from_bytes(const void* data, size_t nbytes, const int64_t* sha
     if (count * dt.size() != nbytes) {
       throw std::invalid_argument("[rlx] " + std::to_string(nbytes) + " bytes do not fill the array");
     }
-    // One copy, straight into memory of MLX's allocator (on CUDA, memory the GPU can
-    // read): wrapping a host buffer makes MLX copy it again on devices that cannot use it.
+    device_type_of(device);  // a valid code
+    if (device == RLX_MLX_DEVICE_GPU) {
+      if (std::optional<mx::array> a = device_array(data, nbytes, s, dt)) {
+        put(out, std::move(*a));
+        return;
+      }
+    }
+    // One copy, straight into memory of MLX's allocator (on CUDA, unified memory): wrapping
+    // a host buffer makes MLX copy it again on devices that cannot use it.
     mx::array a(mx::allocator::malloc(nbytes), s, dt);
     if (nbytes > 0) {
       std::memcpy(a.data<uint8_t>(), data, nbytes);
@@ -1218,31 +1394,6 @@ int rlx_mlx_array_info(const rlx_mlx_array* a, rlx_mlx_dtype* dtype, size_t* ndi
     for (size_t i = 0; i < x.ndim() && i < cap && dims != nullptr; ++i) {
       dims[i] = x.shape(static_cast<int>(i));
     }
-  });
-}
-
-int rlx_mlx_arrays_to_gpu(const rlx_mlx_array* const* arrays, size_t n, bool* applied) {
-  return guard([&] {
-    if (applied != nullptr) *applied = false;
-    if (arrays == nullptr && n > 0) {
-      throw std::invalid_argument("[rlx] to_gpu needs the arrays");
-    }
-    std::vector<const mx::array*> host_made;
-    for (size_t i = 0; i < n; ++i) {
-      const mx::array& x = get(arrays[i]);
-      if (x.status() != mx::array::Status::available) {
-        throw std::invalid_argument("[rlx] to_gpu needs arrays made from host bytes");
-      }
-      if (x.nbytes() > 0) host_made.push_back(&x);
-    }
-    bool moved = false;
-    for (size_t i = 0; i < host_made.size(); ++i) {
-      // The pointer of a buffer made from host bytes: managed memory, so reading it moves
-      // nothing. The run reads these pages next: wait for the last move.
-      moved = move_pages_to_gpu(host_made[i]->data<uint8_t>(), host_made[i]->nbytes(),
-                                /*wait=*/i + 1 == host_made.size());
-    }
-    if (applied != nullptr) *applied = moved;
   });
 }
 
@@ -1271,7 +1422,7 @@ int rlx_mlx_array_read(const rlx_mlx_array* a, void* dst, size_t nbytes) {
     if (x.nbytes() != nbytes) {
       throw std::invalid_argument("[rlx] reading " + std::to_string(nbytes) + " bytes from an array of " + std::to_string(x.nbytes()));
     }
-    if (nbytes > 0) {
+    if (nbytes > 0 && !copy_from_device(x, dst, nbytes)) {
       std::memcpy(dst, x.data<uint8_t>(), nbytes);
     }
   });
@@ -1664,8 +1815,8 @@ int rlx_mlx_gather(const rlx_mlx_array* data, const rlx_mlx_array* indices, int3
     const mx::array& d = get(data);
     std::optional<mx::array> wrong;
     const mx::array idx = in_range_indices(get(indices), d.shape(axis), &wrong);
-    mx::array y = mx::take(d, idx, axis);
-    put(out, y);
+    std::optional<mx::array> rows = axis == 0 ? take_rows_gpu(d, idx) : std::nullopt;
+    put(out, rows ? *rows : mx::take(d, idx, axis));
     put(bad, *wrong);
   });
 }

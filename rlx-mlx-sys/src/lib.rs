@@ -78,6 +78,7 @@ unsafe extern "C" {
         shape: *const i64,
         ndim: usize,
         dtype: rlx_mlx_dtype,
+        device: rlx_mlx_device_kind,
         out: *mut *mut Array,
     ) -> c_int;
     pub fn rlx_mlx_array_info(
@@ -88,11 +89,6 @@ unsafe extern "C" {
         cap: usize,
     ) -> c_int;
     pub fn rlx_mlx_array_read(a: *const Array, dst: *mut c_void, nbytes: usize) -> c_int;
-    pub fn rlx_mlx_arrays_to_gpu(
-        arrays: *const *const Array,
-        n: usize,
-        applied: *mut bool,
-    ) -> c_int;
     pub fn rlx_mlx_k_major(x: *const Array, out: *mut *mut Array) -> c_int;
 
     pub fn rlx_mlx_eval(arrays: *const *mut Array, n: usize) -> c_int;

@@ -14,6 +14,16 @@ fn last_error() -> String {
 }
 
 fn matrix(values: &[f32], rows: i64, cols: i64) -> *mut rlx_mlx_array {
+    matrix_for(values, rows, cols, RLX_MLX_DEVICE_CPU)
+}
+
+/// A matrix made from host bytes for `device`.
+fn matrix_for(
+    values: &[f32],
+    rows: i64,
+    cols: i64,
+    device: rlx_mlx_device_kind,
+) -> *mut rlx_mlx_array {
     let mut out = ptr::null_mut();
     let shape = [rows, cols];
     // SAFETY: `values` holds rows*cols f32s; `shape` has 2 dims; `out` is a valid slot.
@@ -24,6 +34,7 @@ fn matrix(values: &[f32], rows: i64, cols: i64) -> *mut rlx_mlx_array {
             shape.as_ptr(),
             2,
             RLX_MLX_F32,
+            device,
             &mut out,
         )
     };
@@ -90,6 +101,7 @@ fn shim_round_trips_catches_mlx_errors_and_frees_every_handle() {
                     shape.as_ptr(),
                     1,
                     RLX_MLX_F32,
+                    RLX_MLX_DEVICE_CPU,
                     &mut out
                 ),
                 0
@@ -133,18 +145,34 @@ fn shim_round_trips_catches_mlx_errors_and_frees_every_handle() {
         assert_ne!(rlx_mlx_k_major(bias, &mut vector_k), 0);
         assert!(vector_k.is_null() && last_error().contains("rank"));
 
-        // Moving pages to the GPU is a placement: the values stay, and without a CUDA GPU
-        // nothing moves.
-        let mut applied = true;
-        let both = [a.cast_const(), b.cast_const()];
-        assert_eq!(rlx_mlx_arrays_to_gpu(both.as_ptr(), 2, &mut applied), 0);
-        assert_eq!(rlx_mlx_array_read(a, got.as_mut_ptr().cast(), 16), 0);
+        // Host bytes made for the GPU (device memory on a CUDA GPU; MLX's memory where
+        // there is none) hold the same values and compute the same products; an unknown
+        // device code is an error.
+        let a_gpu = matrix_for(&[1.0, 2.0, 3.0, 4.0], 2, 2, RLX_MLX_DEVICE_GPU);
+        assert_eq!(rlx_mlx_array_read(a_gpu, got.as_mut_ptr().cast(), 16), 0);
         assert_eq!(got, [1.0, 2.0, 3.0, 4.0]);
-        assert_eq!(rlx_mlx_arrays_to_gpu(both.as_ptr(), 0, &mut applied), 0);
-        assert!(!applied, "nothing to move");
-        let null = [ptr::null::<rlx_mlx_array>()];
-        assert_ne!(rlx_mlx_arrays_to_gpu(null.as_ptr(), 1, &mut applied), 0);
-        assert!(last_error().contains("NULL"), "{}", last_error());
+        let mut c_gpu = ptr::null_mut();
+        assert_eq!(rlx_mlx_matmul(a_gpu, b, false, false, &mut c_gpu), 0);
+        assert_eq!(rlx_mlx_array_read(c_gpu, got.as_mut_ptr().cast(), 16), 0);
+        assert_eq!(got, [19.0, 22.0, 43.0, 50.0]);
+        let mut bad_device = ptr::null_mut();
+        let one = [1.0f32];
+        let shape = [1i64];
+        assert_ne!(
+            rlx_mlx_array_from_bytes(
+                one.as_ptr().cast(),
+                4,
+                shape.as_ptr(),
+                1,
+                RLX_MLX_F32,
+                7,
+                &mut bad_device
+            ),
+            0
+        );
+        assert!(bad_device.is_null());
+        rlx_mlx_array_free(a_gpu);
+        rlx_mlx_array_free(c_gpu);
 
         for h in [a, b, c, t, wide, copy, bias, biased, b_k, c_k, biased_k] {
             rlx_mlx_array_free(h);

@@ -33,6 +33,12 @@ namespace {
 struct Interval {
   uint64_t start;
   uint64_t end;
+  int name;  // index into `names`
+};
+
+struct GapSite {
+  uint64_t count = 0;
+  uint64_t nanos = 0;
 };
 
 struct KernelTotal {
@@ -50,6 +56,14 @@ std::mutex lock;
 std::vector<Interval> intervals;
 std::map<std::string, KernelTotal> kernels;
 std::map<std::string, CopyTotal> copies;
+std::vector<std::string> names;
+std::map<std::string, int> name_ids;
+
+int name_id(const std::string& name) {
+  auto [it, fresh] = name_ids.emplace(name, static_cast<int>(names.size()));
+  if (fresh) names.push_back(name);
+  return it->second;
+}
 uint64_t dropped = 0;
 bool reported = false;
 
@@ -95,13 +109,14 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
         record->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
       auto* k = reinterpret_cast<CUpti_ActivityKernel10*>(record);
-      intervals.push_back({k->start, k->end});
-      auto& total = kernels[short_name(k->name)];
+      const std::string name = short_name(k->name);
+      intervals.push_back({k->start, k->end, name_id(name)});
+      auto& total = kernels[name];
       total.count++;
       total.nanos += k->end - k->start;
     } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
       auto* c = reinterpret_cast<CUpti_ActivityMemcpy6*>(record);
-      intervals.push_back({c->start, c->end});
+      intervals.push_back({c->start, c->end, name_id(std::string("copy ") + copy_kind(c->copyKind))});
       auto& total = copies[copy_kind(c->copyKind)];
       total.count++;
       total.bytes += c->bytes;
@@ -132,8 +147,12 @@ void report() {
   const uint64_t bounds[] = {2000, 10000, 100000, 1000000, UINT64_MAX};
   const char* labels[] = {"< 2 us", "2-10 us", "10-100 us", "0.1-1 ms", ">= 1 ms"};
   uint64_t gap_count[5] = {}, gap_nanos[5] = {};
+  // Where the host kept the GPU waiting: gaps of 10 us to 5 ms by the work on either side
+  // (longer ones are set-up and the pauses between a benchmark's phases).
+  std::map<std::pair<int, int>, GapSite> sites;
   if (!intervals.empty()) {
     uint64_t cur_start = intervals[0].start, cur_end = intervals[0].end;
+    int last = intervals[0].name;
     for (size_t i = 1; i < intervals.size(); i++) {
       const auto& iv = intervals[i];
       if (iv.start > cur_end) {
@@ -146,11 +165,17 @@ void report() {
             break;
           }
         }
+        if (gap >= 10000 && gap < 5000000) {
+          auto& site = sites[{last, iv.name}];
+          site.count++;
+          site.nanos += gap;
+        }
         cur_start = iv.start;
         cur_end = iv.end;
       } else {
         cur_end = std::max(cur_end, iv.end);
       }
+      if (iv.end >= cur_end) last = iv.name;
     }
     busy += cur_end - cur_start;
     span = cur_end - intervals[0].start;
@@ -179,6 +204,16 @@ void report() {
   }
   std::fprintf(out, "kernel-trace: all kernels %.3f ms in %zu names\n", kernel_total / 1e6,
                rows.size());
+  std::vector<std::pair<std::pair<int, int>, GapSite>> gaps(sites.begin(), sites.end());
+  std::sort(gaps.begin(), gaps.end(),
+            [](const auto& a, const auto& b) { return a.second.nanos > b.second.nanos; });
+  std::fprintf(out, "kernel-trace: idle 10 us - 5 ms by site (count, total ms, mean us: after -> before)\n");
+  for (size_t i = 0; i < gaps.size() && i < 12; i++) {
+    const auto& [where, g] = gaps[i];
+    std::fprintf(out, "kernel-trace:   %llu, %.3f ms, %.1f us: %.60s -> %.60s\n",
+                 (unsigned long long)g.count, g.nanos / 1e6, g.nanos / 1e3 / g.count,
+                 names[where.first].c_str(), names[where.second].c_str());
+  }
   for (const auto& [kind, t] : copies) {
     std::fprintf(out, "kernel-trace: copies %s: %llu, %.1f MB, %.3f ms\n", kind.c_str(),
                  (unsigned long long)t.count, t.bytes / 1e6, t.nanos / 1e6);

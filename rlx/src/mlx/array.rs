@@ -10,6 +10,7 @@ use std::ptr::{self, NonNull};
 use rlx_mlx_sys as sys;
 
 use super::codes;
+use super::device::{self, Device};
 use crate::ir::{
     ArgReduceOp, BinaryOp, CompareOp, DType, PoolKind, ReduceOp, SortOutput, UnaryOp, UpsampleMode,
     UpsampleTap,
@@ -176,8 +177,14 @@ impl Array {
         raw
     }
 
-    /// A copy of host data.
+    /// A copy of host data, for MLX's preferred device ([`Device::preferred`]): on a CUDA
+    /// GPU it is copied to device memory, where the GPU's kernels read it fastest.
     pub fn from_tensor(t: TensorRef<'_>) -> Result<Array, MlxError> {
+        Array::from_tensor_on(t, Device::preferred())
+    }
+
+    /// A copy of host data for `device`.
+    pub(crate) fn from_tensor_on(t: TensorRef<'_>, device: Device) -> Result<Array, MlxError> {
         let shape = dims_i64(t.shape);
         // SAFETY: `bytes` and `shape` are live slices with the lengths passed.
         make(|out| unsafe {
@@ -187,6 +194,7 @@ impl Array {
                 shape.as_ptr(),
                 shape.len(),
                 codes::dtype(t.dtype),
+                device::code(device),
                 out,
             )
         })
@@ -292,20 +300,6 @@ impl Array {
     pub(crate) fn k_major(&self) -> Result<Array, MlxError> {
         // SAFETY: the handle is live; `out` is a valid slot.
         make(|out| unsafe { sys::rlx_mlx_k_major(self.ptr(), out) })
-    }
-
-    /// Moves the pages of arrays made from host bytes to the GPU in one bulk copy (see
-    /// `rlx_mlx_arrays_to_gpu`). Returns whether anything moved: only on MLX's CUDA build
-    /// with a GPU.
-    pub(crate) fn move_to_gpu(arrays: &[Array]) -> Result<bool, MlxError> {
-        let handles: Vec<*const sys::rlx_mlx_array> =
-            arrays.iter().map(|a| a.ptr().cast_const()).collect();
-        let mut applied = false;
-        // SAFETY: every handle is live for the call; `applied` is a valid slot.
-        check(unsafe {
-            sys::rlx_mlx_arrays_to_gpu(handles.as_ptr(), handles.len(), &mut applied)
-        })?;
-        Ok(applied)
     }
 
     /// Conversion with Rust `as` semantics.

@@ -65,7 +65,7 @@ impl std::fmt::Display for Device {
     }
 }
 
-fn code(device: Device) -> sys::rlx_mlx_device_kind {
+pub(crate) fn code(device: Device) -> sys::rlx_mlx_device_kind {
     match device {
         Device::Cpu => sys::RLX_MLX_DEVICE_CPU,
         Device::Gpu => sys::RLX_MLX_DEVICE_GPU,

@@ -6,11 +6,12 @@
 //!   K-major: transposed in memory and handed to MLX as a transposed view, so cuBLAS runs
 //!   its "T" layout (the one PyTorch's `[out, in]` weights give). TF32 tensor cores read
 //!   that operand directly; the other layout cost MiniLM's GEMMs 1.7x at 256x128.
-//! - **Host inputs and weights** (token ids, masks, embedding tables) move to the GPU in one
-//!   bulk copy: inputs before their run, weights when bound. MLX keeps arrays
-//!   made from host bytes in CUDA managed memory, and a GPU reading a page still on the host
-//!   faults and migrates it then: each kernel reading MiniLM's ids took 0.1-0.4 ms, its
-//!   embedding gathers 0.2-0.4 ms against PyTorch's 17 µs.
+//! - **Host inputs and weights** (token ids, masks, embedding tables) are copied into
+//!   device memory of RLX's own, not MLX's allocator (`rlx_mlx_array_from_bytes`). MLX keeps
+//!   arrays made from host bytes in CUDA managed memory and recycles freed buffers into the
+//!   cache its GPU kernels take outputs from; a kernel touching a page that lives on the
+//!   host faults and migrates it then. That cost MiniLM 0.1-0.4 ms per kernel reading its
+//!   ids, and up to 135 us for a 3 us divide whose output landed in such a buffer.
 
 use crate::backend::shared::ParamTable;
 use crate::ir::{Graph, Op};

@@ -240,22 +240,15 @@ impl MlxBackend {
 }
 
 /// Copies host tensors (a run's inputs, or weights being bound) into MLX arrays for
-/// `device`. On a CUDA GPU their pages then move to the GPU in one bulk copy ([`layout`]).
-/// They are not moved back: MLX's buffer cache hands a freed buffer to whatever asks for
-/// its size next, often a kernel's output on the GPU, which then faulted on every page left
-/// on the host (a 10 µs select took 137 µs on an H100).
+/// `device`: on a CUDA GPU, into device memory (see `rlx_mlx_array_from_bytes`).
 fn upload<'t>(
     tensors: impl IntoIterator<Item = TensorRef<'t>>,
     device: Device,
 ) -> Result<Vec<Array>, RunError> {
-    let arrays = tensors
+    tensors
         .into_iter()
-        .map(|t| Array::from_tensor(t).map_err(backend_error))
-        .collect::<Result<Vec<_>, _>>()?;
-    if device == Device::Gpu {
-        Array::move_to_gpu(&arrays).map_err(backend_error)?;
-    }
-    Ok(arrays)
+        .map(|t| Array::from_tensor_on(t, device).map_err(backend_error))
+        .collect()
 }
 
 /// The type of an input given as an MLX array.
