@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::MlxCustomOp;
 use super::array::{Array, MaskArg, MlxError};
+use super::device::Device;
 use crate::backend::{NodeSite, RunError};
 use crate::ir::{
     AttentionMask, BinaryOp, ConstantData, DType, ElementwiseArg, ElementwiseStep, Graph, Node,
@@ -26,6 +27,8 @@ pub(crate) struct Lowering {
     pub leaves: Vec<NodeId>,
     /// Evaluate every node as soon as it is built (eager mode).
     pub eager: bool,
+    /// Where the arrays the lowering makes from host bytes are put.
+    pub device: Device,
     /// A lowering has checked every node's dtype and dims against the graph; they are
     /// the same for every run of this binding, so later runs skip the check.
     pub verified: AtomicBool,
@@ -163,7 +166,7 @@ impl Lowering {
                 && !matches!(node.op, Op::Gather { .. } | Op::ScatterAdd { .. })
             {
                 let empty = crate::tensor::HostTensor::zeros(node.ty.dtype, dims.clone());
-                Array::from_tensor(empty.view()).map_err(at)?
+                Array::from_tensor_on(empty.view(), self.device).map_err(at)?
             } else {
                 match self.node(id, node, &operands, &mut checks) {
                     Ok(v) => v,
@@ -350,11 +353,14 @@ impl Lowering {
             Op::Pad { pads, value } => {
                 let dtype = node.ty.dtype;
                 let bytes = value.to_bytes(dtype);
-                let fill = Array::from_tensor(TensorRef {
-                    dtype,
-                    shape: &[],
-                    bytes: &bytes,
-                })?;
+                let fill = Array::from_tensor_on(
+                    TensorRef {
+                        dtype,
+                        shape: &[],
+                        bytes: &bytes,
+                    },
+                    self.device,
+                )?;
                 x[0].pad(pads, &fill)?
             }
             Op::Gather { axis } | Op::ScatterAdd { axis } => {
@@ -485,24 +491,27 @@ impl Lowering {
     }
 }
 
-/// Uploads the constants of `graph`, indexed by node.
-pub(crate) fn upload_constants(graph: &Graph) -> Result<Constants, MlxError> {
+/// Uploads the constants of `graph` for `device`, indexed by node.
+pub(crate) fn upload_constants(graph: &Graph, device: Device) -> Result<Constants, MlxError> {
     graph
         .nodes()
         .iter()
         .map(|n| match &n.op {
-            Op::Constant(c) => constant(c).map(Some),
+            Op::Constant(c) => constant(c, device).map(Some),
             _ => Ok(None),
         })
         .collect::<Result<Vec<_>, _>>()
         .map(Constants)
 }
 
-fn constant(c: &ConstantData) -> Result<Array, MlxError> {
+fn constant(c: &ConstantData, device: Device) -> Result<Array, MlxError> {
     let dims = c.ty().shape.static_dims().unwrap_or_default();
-    Array::from_tensor(TensorRef {
-        dtype: c.ty().dtype,
-        shape: &dims,
-        bytes: c.bytes(),
-    })
+    Array::from_tensor_on(
+        TensorRef {
+            dtype: c.ty().dtype,
+            shape: &dims,
+            bytes: c.bytes(),
+        },
+        device,
+    )
 }

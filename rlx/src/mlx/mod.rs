@@ -328,7 +328,7 @@ impl Backend for MlxBackend {
                 (was != spec.dtype).then(|| std::mem::replace(&mut spec.dtype, was))
             })
             .collect();
-        let constants = upload_constants(&g).map_err(|e| CompileError::Backend {
+        let constants = upload_constants(&g, self.device).map_err(|e| CompileError::Backend {
             backend: NAME,
             message: e.message,
         })?;
@@ -455,6 +455,7 @@ impl MlxExecutable {
                 custom: self.custom.clone(),
                 leaves: self.leaves.clone(),
                 eager: self.mode == MlxMode::Eager,
+                device: self.device,
                 verified: AtomicBool::new(false),
             });
             let function = if self.mode == MlxMode::Compiled {
