@@ -781,7 +781,9 @@ std::optional<mx::array> take_rows_gpu(const mx::array& table, const mx::array& 
   if (table.ndim() != 2 || table.dtype() != mx::float32) return std::nullopt;
   const int width = table.shape(1);
   const int64_t n = static_cast<int64_t>(idx.size());
-  if (width == 0 || width % 4 != 0 || n == 0) return std::nullopt;
+  // An empty table has no row to clamp a bad index to (MLX's take and the run's index
+  // check deal with it).
+  if (table.shape(0) == 0 || width == 0 || width % 4 != 0 || n == 0) return std::nullopt;
   const int64_t threads = n * (width / 4);
   if (threads > std::numeric_limits<int32_t>::max() - 256) return std::nullopt;
   // A row-contiguous view may start anywhere: the 16-byte copies need both ends aligned,
