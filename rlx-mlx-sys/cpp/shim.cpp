@@ -700,7 +700,9 @@ std::optional<mx::array> fused_attention_gpu(const mx::array& q, const mx::array
     const char* flag = std::getenv("RLX_MLX_FUSED_ATTENTION");
     return flag == nullptr || std::string(flag) != "0";
   }();
-  if (!enabled || !(mx::default_device() == mx::Device::gpu)) return std::nullopt;
+  // The kernels are CUDA: on Metal (also a GPU to MLX) MLX's own attention runs.
+  const CudaGpu* gpu = cuda_gpu();
+  if (!enabled || gpu == nullptr || !(mx::default_device() == mx::Device::gpu)) return std::nullopt;
   if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4) return std::nullopt;
   if (q.dtype() != mx::float32 || k.dtype() != mx::float32 || v.dtype() != mx::float32) return std::nullopt;
   const int batch = q.shape(0), hq = q.shape(1), sq = q.shape(2), dk = q.shape(3);
@@ -727,8 +729,7 @@ std::optional<mx::array> fused_attention_gpu(const mx::array& q, const mx::array
   // Two kernels (cpp/attention.cu): on tensor cores (sm_80 and later; features in groups
   // of eight), with TF32 products under Precision::Tf32 and 3xTF32 ones (float32 accuracy)
   // otherwise; else one thread a query row on the FP32 units.
-  const CudaGpu* gpu = cuda_gpu();
-  const bool tensor_cores = dk % 8 == 0 && dv % 8 == 0 && gpu != nullptr && gpu->compute_major >= 8;
+  const bool tensor_cores = dk % 8 == 0 && dv % 8 == 0 && gpu->compute_major >= 8;
   std::vector<std::pair<std::string, mx::fast::TemplateArg>> template_args{
       {"DK", dk}, {"DV", dv}, {"MASK", kind}, {"WINDOW", kind == 2 ? static_cast<int>(window) : 0},
       {"MaskT", m.dtype()}};
