@@ -603,8 +603,8 @@ fn attention_on_the_default_device_matches_the_cpu_backend() {
     }
 }
 
-/// Rows of `table` (a param of `table_shape`, seen as rows of `width` from element
-/// `offset` on) at `ids` of `id_dtype`.
+/// Rows of `table` (a flat param of `table_len` floats, seen as rows of `width` from
+/// element `offset` on) at `ids` of `id_dtype`.
 fn row_gather_graph(table_len: usize, offset: i64, width: usize, id_dtype: DType) -> Graph {
     use rlx::ir::Op;
     let mut b = GraphBuilder::new();

@@ -522,6 +522,7 @@ void check_cuda(CuResult status, const char* call) {
 // RLX's GPU (MLX's device 0) as the driver sees it, looked up once: null without a driver
 // or a GPU, so also on MLX's CPU and Metal builds.
 struct CudaGpu {
+  const CudaDriver* cu;
   int device;
   // Concurrent managed access: MLX's unified memory is managed memory with it, pinned host
   // memory without it (Windows, WSL, Jetson).
@@ -534,6 +535,7 @@ const CudaGpu* cuda_gpu() {
     const CudaDriver* cu = cuda_driver();
     if (cu == nullptr || !mx::is_available(mx::Device(mx::Device::gpu, 0))) return std::nullopt;
     CudaGpu g{};
+    g.cu = cu;
     int managed = 0;
     if (cu->device_get(&g.device, 0) != 0 ||
         cu->device_get_attribute(&managed, kCuDeviceAttributeConcurrentManagedAccess, g.device) != 0 ||
@@ -548,16 +550,23 @@ const CudaGpu* cuda_gpu() {
 
 // Driver calls need a current context on the calling thread: MLX's is the device's primary
 // one. Checked once per thread.
-void make_context_current(const CudaDriver* cu, const CudaGpu* gpu) {
+void make_context_current(const CudaGpu& gpu) {
   thread_local bool context_current = false;
   if (context_current) return;
   CuContext context = nullptr;
-  check_cuda(cu->ctx_get_current(&context), "cuCtxGetCurrent");
+  check_cuda(gpu.cu->ctx_get_current(&context), "cuCtxGetCurrent");
   if (context == nullptr) {
-    check_cuda(cu->primary_ctx_retain(&context, gpu->device), "cuDevicePrimaryCtxRetain");
-    check_cuda(cu->ctx_set_current(context), "cuCtxSetCurrent");
+    check_cuda(gpu.cu->primary_ctx_retain(&context, gpu.device), "cuDevicePrimaryCtxRetain");
+    check_cuda(gpu.cu->ctx_set_current(context), "cuCtxSetCurrent");
   }
   context_current = true;
+}
+
+// The CUDA GPU when ops are being built for it (MLX's default device is the GPU and that
+// GPU is CUDA, not Metal): where RLX's own CUDA kernels may replace MLX's ops.
+const CudaGpu* building_for_cuda_gpu() {
+  const CudaGpu* gpu = cuda_gpu();
+  return gpu != nullptr && mx::default_device() == mx::Device::gpu ? gpu : nullptr;
 }
 
 // What a Buffer of MLX's CUDA build points at (`cu::CudaBuffer`, mlx/backend/cuda/
@@ -590,14 +599,16 @@ struct UploadPool {
 
 constexpr unsigned long long kUploadPoolKeep = 256ull << 20;
 
-const UploadPool& upload_pool(const CudaDriver* cu, const CudaGpu* gpu) {
+// Made at first use, by a thread with the context current.
+const UploadPool& upload_pool(const CudaGpu& gpu) {
   static const UploadPool made = [&] {
+    const CudaDriver* cu = gpu.cu;
     UploadPool p{};
     check_cuda(cu->stream_create(&p.stream, kCuStreamNonBlocking), "cuStreamCreate");
     CuMemPoolProps props{};
     props.alloc_type = kCuMemAllocationTypePinned;
     props.location_type = kCuMemLocationTypeDevice;
-    props.location_id = gpu->device;
+    props.location_id = gpu.device;
     check_cuda(cu->mem_pool_create(&p.pool, &props), "cuMemPoolCreate");
     unsigned long long keep = kUploadPoolKeep;
     check_cuda(cu->mem_pool_set_attribute(p.pool, kCuMempoolAttrReleaseThreshold, &keep),
@@ -613,19 +624,20 @@ const UploadPool& upload_pool(const CudaDriver* cu, const CudaGpu* gpu) {
 void free_device_array(mx::allocator::Buffer buffer) {
   auto* record = static_cast<MlxCudaBuffer*>(buffer.ptr());
   if (record == nullptr) return;
-  const CudaDriver* cu = cuda_driver();
   const CudaGpu* gpu = cuda_gpu();
   // A failure here has no caller to report to (MLX may call this from its own thread, or at
   // exit after the driver has shut down): the memory then goes with the process.
   try {
-    make_context_current(cu, gpu);
+    // Only `device_array` makes these, and only with a GPU.
+    if (gpu == nullptr) throw std::logic_error("no CUDA GPU");
+    make_context_current(*gpu);
     const CuDevicePtr p = reinterpret_cast<CuDevicePtr>(record->data);
     if (record->device >= 0) {
-      cu->mem_free_async(p, upload_pool(cu, gpu).stream);
+      gpu->cu->mem_free_async(p, upload_pool(*gpu).stream);
     } else if (gpu->managed) {
-      cu->mem_free(p);  // MLX moved it to managed memory
+      gpu->cu->mem_free(p);  // MLX moved it to managed memory
     } else {
-      cu->mem_free_host(record->data);  // or to pinned host memory
+      gpu->cu->mem_free_host(record->data);  // or to pinned host memory
     }
   } catch (...) {
   }
@@ -637,9 +649,9 @@ std::optional<mx::array> device_array(const void* data, size_t nbytes, mx::Shape
                                       mx::Dtype dtype) {
   const CudaGpu* gpu = cuda_gpu();
   if (gpu == nullptr || nbytes == 0) return std::nullopt;
-  const CudaDriver* cu = cuda_driver();
-  make_context_current(cu, gpu);
-  const UploadPool& up = upload_pool(cu, gpu);
+  const CudaDriver* cu = gpu->cu;
+  make_context_current(*gpu);
+  const UploadPool& up = upload_pool(*gpu);
   CuDevicePtr p = 0;
   check_cuda(cu->mem_alloc_from_pool_async(&p, nbytes, up.pool, up.stream), "cuMemAllocFromPoolAsync");
   // Owned by the array from here on, so an error below frees it.
@@ -660,10 +672,9 @@ bool copy_from_device(const mx::array& x, void* dst, size_t nbytes) {
   if (gpu == nullptr) return false;
   const auto* record = static_cast<const MlxCudaBuffer*>(x.buffer().ptr());
   if (record == nullptr || record->device < 0) return false;
-  const CudaDriver* cu = cuda_driver();
-  make_context_current(cu, gpu);
+  make_context_current(*gpu);
   // Evaluating waited for the kernels that wrote it.
-  check_cuda(cu->memcpy_dtoh(dst, reinterpret_cast<CuDevicePtr>(record->data) + x.offset(), nbytes),
+  check_cuda(gpu->cu->memcpy_dtoh(dst, reinterpret_cast<CuDevicePtr>(record->data) + x.offset(), nbytes),
              "cuMemcpyDtoH");
   return true;
 }
@@ -701,8 +712,8 @@ std::optional<mx::array> fused_attention_gpu(const mx::array& q, const mx::array
     return flag == nullptr || std::string(flag) != "0";
   }();
   // The kernels are CUDA: on Metal (also a GPU to MLX) MLX's own attention runs.
-  const CudaGpu* gpu = cuda_gpu();
-  if (!enabled || gpu == nullptr || !(mx::default_device() == mx::Device::gpu)) return std::nullopt;
+  const CudaGpu* gpu = building_for_cuda_gpu();
+  if (!enabled || gpu == nullptr) return std::nullopt;
   if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4) return std::nullopt;
   if (q.dtype() != mx::float32 || k.dtype() != mx::float32 || v.dtype() != mx::float32) return std::nullopt;
   const int batch = q.shape(0), hq = q.shape(1), sq = q.shape(2), dk = q.shape(3);
@@ -778,7 +789,7 @@ std::optional<mx::array> fused_attention_gpu(const mx::array& q, const mx::array
 // index arithmetic: 98 us where PyTorch's embedding lookup takes 17, for MiniLM's word
 // embeddings at 256x128 on an H100. `idx` holds indices already clamped into range.
 std::optional<mx::array> take_rows_gpu(const mx::array& table, const mx::array& idx) {
-  if (cuda_gpu() == nullptr || !(mx::default_device() == mx::Device::gpu)) return std::nullopt;
+  if (building_for_cuda_gpu() == nullptr) return std::nullopt;
   if (table.ndim() != 2 || table.dtype() != mx::float32) return std::nullopt;
   const int width = table.shape(1);
   const int64_t n = static_cast<int64_t>(idx.size());

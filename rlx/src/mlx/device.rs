@@ -1,6 +1,6 @@
 //! Where MLX computes: its devices, and the float precision of matrix products on a GPU.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use rlx_mlx_sys as sys;
 
@@ -43,11 +43,16 @@ impl Device {
     /// The GPU when there is one, else the CPU: what [`MlxBackend`](super::MlxBackend)
     /// uses unless told otherwise.
     pub fn preferred() -> Device {
-        if Device::Gpu.is_available() {
-            Device::Gpu
-        } else {
-            Device::Cpu
-        }
+        // The devices a process has do not change: asked once (arrays made from host data
+        // ask on every call).
+        static PREFERRED: OnceLock<Device> = OnceLock::new();
+        *PREFERRED.get_or_init(|| {
+            if Device::Gpu.is_available() {
+                Device::Gpu
+            } else {
+                Device::Cpu
+            }
+        })
     }
 
     /// `"cpu"` or `"gpu"`.

@@ -241,13 +241,10 @@ impl MlxBackend {
 
 /// Copies host tensors (a run's inputs, or weights being bound) into MLX arrays for
 /// `device`: on a CUDA GPU, into device memory (see `rlx_mlx_array_from_bytes`).
-fn upload<'t>(
-    tensors: impl IntoIterator<Item = TensorRef<'t>>,
-    device: Device,
-) -> Result<Vec<Array>, RunError> {
+fn upload(tensors: &[(&str, TensorRef<'_>)], device: Device) -> Result<Vec<Array>, RunError> {
     tensors
-        .into_iter()
-        .map(|t| Array::from_tensor_on(t, device).map_err(backend_error))
+        .iter()
+        .map(|(_, t)| Array::from_tensor_on(*t, device).map_err(backend_error))
         .collect()
 }
 
@@ -487,7 +484,7 @@ impl Executable for MlxExecutable {
                 .collect::<Result<Vec<_>, _>>()?
         };
         // Uploaded (and cast) without the lock: runs go on meanwhile.
-        let uploaded = upload(weights.iter().map(|(_, value)| *value), self.device)?;
+        let uploaded = upload(weights, self.device)?;
         let made = uploaded
             .into_iter()
             .zip(indices)
@@ -523,7 +520,7 @@ impl Executable for MlxExecutable {
     ) -> Result<Profile, RunError> {
         let runs = runs.max(1);
         let _gpu = device::gpu_turn(self.device);
-        let uploaded = upload(inputs.iter().map(|(_, t)| *t), self.device)?;
+        let uploaded = upload(inputs, self.device)?;
         let (plan, leaves) = self.bind_leaves(inputs, &uploaded, dims)?;
         Array::eval(&leaves.iter().collect::<Vec<_>>()).map_err(backend_error)?;
         let mut timings = Vec::new();
@@ -560,7 +557,7 @@ impl Executable for MlxExecutable {
     ) -> Result<Vec<HostTensor>, RunError> {
         check_output_indices(which, self.graph.outputs().len())?;
         let _gpu = device::gpu_turn(self.device);
-        let uploaded = upload(inputs.iter().map(|(_, t)| *t), self.device)?;
+        let uploaded = upload(inputs, self.device)?;
         let results = self.evaluate(inputs, &uploaded, dims)?;
         which
             .iter()
@@ -575,7 +572,7 @@ impl Executable for MlxExecutable {
         outputs: &mut Vec<HostTensor>,
     ) -> Result<(), RunError> {
         let _gpu = device::gpu_turn(self.device);
-        let uploaded = upload(inputs.iter().map(|(_, t)| *t), self.device)?;
+        let uploaded = upload(inputs, self.device)?;
         let results = self.evaluate(inputs, &uploaded, dims)?;
         outputs.resize_with(results.len(), || HostTensor::zeros(DType::F32, [0]));
         let mut scratch = self.take_scratch();
