@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ONNX Runtime beside `examples/concurrent_bench.rs`: MiniLM runs per second with one
+"""ONNX Runtime beside `examples/bench/concurrent_bench.rs`: MiniLM runs per second with one
 session on two intra-op threads called from one thread, and with one session on one
 intra-op thread called from two threads at once (ORT releases the GIL inside `run`).
 

@@ -6,8 +6,8 @@
 //!
 //! An MLP 64 → 256 → 256 → 10 (ReLU) learns scikit-learn's handwritten digits (1797 images
 //! of 8×8 pixels): cross-entropy loss, AdamW (lr 1e-3, weight decay 0.01), batches of 64.
-//! The model and its loss are ordinary typed RLX code (`rlx_workspace::digits::model`, in
-//! `src/digits.rs`, shared with tutorial 08); [`rlx::train::Trainer`] turns them into one
+//! The model and its loss are ordinary typed RLX code (`rlx_testkit::digits::model`, in
+//! `testkit/digits.rs`, shared with tutorial 08); [`rlx::train::Trainer`] turns them into one
 //! compiled graph per step — forward, backward and the optimizer's update — and the same
 //! code trains on the CPU or on MLX.
 //!
@@ -30,7 +30,7 @@ use std::path::PathBuf;
 
 use rlx::backend::Backend;
 use rlx::train::{Optimizer, TrainConfig, Trainer};
-use rlx_workspace::digits::{self, Digits};
+use rlx_testkit::digits::{self, Digits};
 
 const BATCH: usize = 64;
 

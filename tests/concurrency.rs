@@ -12,8 +12,8 @@ use rlx::cpu::{CpuBackend, CpuExecutable, CpuOptions};
 use rlx::model::Compiled;
 use rlx::models::bert::Bert;
 use rlx::tensor::HostTensor;
-use rlx_workspace::rng::Rng;
-use rlx_workspace::testing::tiny_bert;
+use rlx_testkit::rng::Rng;
+use rlx_testkit::testing::tiny_bert;
 
 /// Threads running at once, and runs per thread.
 const THREADS: usize = 4;

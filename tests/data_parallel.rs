@@ -14,7 +14,7 @@ use rlx::mlx::{Array, MlxBackend, MlxMode};
 use rlx::prelude::*;
 use rlx::tensor::HostTensor;
 use rlx::train::{DataParallelTrainer, Optimizer, TrainConfig, TrainError, Trainer};
-use rlx_workspace::rng::Rng;
+use rlx_testkit::rng::Rng;
 
 /// A two-layer MLP regressor with a mean squared error: `x: f32[batch, 8]`, `y: f32[batch, 2]`.
 fn mlp() -> Graph {

@@ -5,9 +5,8 @@
 use rlx::backend::Backend;
 use rlx::cpu::CpuBackend;
 use rlx::models::minilm::{ModelFiles, SentenceEmbedder};
+use rlx_testkit::testing::data_dir;
 use safetensors::SafeTensors;
-
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/minilm");
 
 struct Reference {
     sentences: Vec<String>,
@@ -19,9 +18,9 @@ struct Reference {
 }
 
 fn reference() -> Reference {
-    let text = std::fs::read_to_string(format!("{DATA}/public_sentences.json")).unwrap();
+    let text = std::fs::read_to_string(data_dir().join("minilm/public_sentences.json")).unwrap();
     let sentences: Vec<String> = serde_json::from_str(&text).unwrap();
-    let bytes = std::fs::read(format!("{DATA}/public_reference.safetensors")).unwrap();
+    let bytes = std::fs::read(data_dir().join("minilm/public_reference.safetensors")).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let i64s = |name: &str| -> Vec<i64> {
         st.tensor(name)

@@ -12,10 +12,9 @@ use rlx::models::bert::{Bert, BertConfig};
 use rlx::models::minilm::ModelFiles;
 use rlx::tensor::HostTensor;
 use rlx::weights::{LoadOptions, load_safetensors};
+use rlx_testkit::testing::data_dir;
 use safetensors::SafeTensors;
 use serde_json::Value;
-
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data");
 
 /// Runs the gradient graph on `backend` and compares every weight's gradient with
 /// PyTorch's: each norm within `1e-5` relative plus `1e-6`, each sampled entry within
@@ -55,10 +54,10 @@ where
     load_safetensors(&exe, &manifest, &files.weights(), &options).unwrap();
 
     let reference: Value = serde_json::from_str(
-        &std::fs::read_to_string(format!("{DATA}/minilm_grads.json")).unwrap(),
+        &std::fs::read_to_string(data_dir().join("minilm_grads.json")).unwrap(),
     )
     .unwrap();
-    let bytes = std::fs::read(format!("{DATA}/minilm/public_reference.safetensors")).unwrap();
+    let bytes = std::fs::read(data_dir().join("minilm/public_reference.safetensors")).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let i64s = |name: &str| -> Vec<i64> {
         st.tensor(name)

@@ -14,7 +14,7 @@ use rlx::ir::{AttrValue, BinaryOp, DType, Dim, Graph, Op, TensorType, UnaryOp};
 use rlx::mlx::{Array, MlxBackend, MlxCustomOp, MlxMode};
 use rlx::models::bert::Bert;
 use rlx::tensor::HostTensor;
-use rlx_workspace::testing::tiny_bert;
+use rlx_testkit::testing::tiny_bert;
 
 const MODES: [MlxMode; 3] = [MlxMode::Eager, MlxMode::Lazy, MlxMode::Compiled];
 

@@ -5,7 +5,7 @@ use rlx::backend::{Backend, Executable};
 use rlx::cpu::{CpuBackend, CpuOptions};
 use rlx::ir::{DType, Op};
 use rlx::prelude::GraphBuilder;
-use rlx_workspace::fuzz::tensor;
+use rlx_testkit::fuzz::tensor;
 
 fn executables(graph: &rlx::ir::Graph) -> Vec<(String, Box<dyn Executable>)> {
     let mut all: Vec<(String, Box<dyn Executable>)> = Vec::new();

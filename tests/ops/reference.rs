@@ -3,7 +3,7 @@
 use rlx::ir::DType;
 use rlx::tensor::{HostTensor, TensorData};
 
-pub use rlx_workspace::rng::Rng;
+pub use rlx_testkit::rng::Rng;
 
 /// A row-major array of f64.
 #[derive(Clone, Debug, PartialEq)]

@@ -11,6 +11,7 @@ pub(crate) mod signature;
 
 pub use error::{BindingFailure, CompileError, NodeSite, RunError, TensorRole};
 pub use profile::{Profile, ProfileStep};
+pub use shared::DEFAULT_PLAN_CACHE;
 
 use crate::ir::{Graph, Op};
 use crate::tensor::{HostTensor, TensorRef};
@@ -207,6 +208,31 @@ pub trait Executable: std::any::Any + Send + Sync {
         let mut all = self.run(inputs, dims)?;
         pick_outputs(&mut all, which)
     }
+
+    /// How many per-binding plans the executable holds now. Each distinct binding of the
+    /// runtime dims gets a plan on its first run; the cache keeps the most recently used
+    /// ones, up to the backend's limit ([`CpuOptions::plan_cache`](crate::cpu::CpuOptions),
+    /// `MlxBackend::with_plan_cache`; [`DEFAULT_PLAN_CACHE`] unless set).
+    ///
+    /// ```
+    /// use rlx::backend::{Backend, Executable};
+    /// use rlx::cpu::{CpuBackend, CpuOptions};
+    /// use rlx::prelude::*;
+    /// use rlx::tensor::HostTensor;
+    ///
+    /// let mut b = GraphBuilder::new();
+    /// let x = b.input("x", DType::F32, [Dim::sym("n")])?;
+    /// let y = b.unary(UnaryOp::Exp, x)?;
+    /// b.output("y", y)?;
+    /// let options = CpuOptions { plan_cache: 2, ..CpuOptions::default() };
+    /// let exe = CpuBackend::new(options).compile(&b.finish()?)?;
+    /// for n in 1..=5 {
+    ///     exe.run(&[("x", HostTensor::zeros(DType::F32, [n]).view())], &[])?;
+    /// }
+    /// assert_eq!(exe.cached_plans(), 2); // the plans of n = 4 and n = 5
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn cached_plans(&self) -> usize;
 
     /// Like [`Executable::run`], writing into `outputs` and reusing their storage when the
     /// dtypes and sizes already match, so repeated runs need no allocation.

@@ -2,6 +2,7 @@
 //! its cache of per-binding plans.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::RunError;
@@ -160,22 +161,44 @@ impl ParamTable {
     }
 }
 
-/// Plans made per binding of the runtime dims, shared by concurrent runs. Few bindings are
-/// live at once, so a list compared by value beats hashing; a run finds its plan under a
-/// read lock and keeps an `Arc` of it, so a thread making a new plan blocks no one.
+/// How many per-binding plans an executable keeps when its backend is not told otherwise.
+///
+/// A plan holds the concrete shapes, the memory plan and the lowered kernels of one binding
+/// of the runtime dims (a few kilobytes to a few hundred for a large model), not the working
+/// memory itself, so a count bounds it well. A workload whose lengths vary run to run (text
+/// generation, a server's mixed batches) stays within it, paying a replan only when a
+/// binding returns after 32 others have been used since.
+pub const DEFAULT_PLAN_CACHE: usize = 32;
+
+/// Plans made per binding of the runtime dims, shared by concurrent runs and bounded: when
+/// a new binding would exceed `capacity`, the least recently used plan is dropped (runs still
+/// holding it keep their `Arc`). Few bindings are live at once, so a list compared by value
+/// beats hashing; a run finds its plan under a read lock (recording the use in an atomic
+/// stamp) and keeps an `Arc` of it, so a thread making a new plan blocks no one.
 pub(crate) struct PlanCache<P> {
-    entries: RwLock<Vec<(Vec<usize>, Arc<P>)>>,
+    entries: RwLock<Vec<CachedPlan<P>>>,
+    capacity: usize,
+    /// The use counter whose values stamp each lookup.
+    clock: AtomicU64,
 }
 
-impl<P> Default for PlanCache<P> {
-    fn default() -> Self {
-        PlanCache {
-            entries: RwLock::new(Vec::new()),
-        }
-    }
+struct CachedPlan<P> {
+    key: Vec<usize>,
+    plan: Arc<P>,
+    /// The clock's value at the last use: the smallest is the least recently used.
+    used: AtomicU64,
 }
 
 impl<P> PlanCache<P> {
+    /// An empty cache keeping at most `capacity` plans (at least one).
+    pub(crate) fn new(capacity: usize) -> PlanCache<P> {
+        PlanCache {
+            entries: RwLock::new(Vec::new()),
+            capacity: capacity.max(1),
+            clock: AtomicU64::new(0),
+        }
+    }
+
     /// The plan for `values`, made by `make` if there is none yet. `make` runs outside the
     /// lock: two threads may both make a plan for a new binding, and the first one stored
     /// is the one every later run uses.
@@ -184,11 +207,11 @@ impl<P> PlanCache<P> {
         values: &[usize],
         make: impl FnOnce() -> Result<P, E>,
     ) -> Result<Arc<P>, E> {
-        let find = |entries: &[(Vec<usize>, Arc<P>)]| {
-            entries
-                .iter()
-                .find(|(v, _)| v == values)
-                .map(|(_, plan)| Arc::clone(plan))
+        let find = |entries: &[CachedPlan<P>]| {
+            entries.iter().find(|e| e.key == values).map(|e| {
+                e.used.store(self.tick(), Ordering::Relaxed);
+                Arc::clone(&e.plan)
+            })
         };
         if let Some(plan) = find(&read(&self.entries)) {
             return Ok(plan);
@@ -198,10 +221,29 @@ impl<P> PlanCache<P> {
         if let Some(first) = find(&entries) {
             return Ok(first);
         }
-        entries.push((values.to_vec(), Arc::clone(&plan)));
+        if entries.len() >= self.capacity {
+            let oldest = entries
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, e)| e.used.load(Ordering::Relaxed))
+                .map(|(i, _)| i);
+            if let Some(i) = oldest {
+                entries.swap_remove(i);
+            }
+        }
+        entries.push(CachedPlan {
+            key: values.to_vec(),
+            plan: Arc::clone(&plan),
+            used: AtomicU64::new(self.tick()),
+        });
         Ok(plan)
     }
 
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Plans held now (at most the capacity).
     pub(crate) fn len(&self) -> usize {
         read(&self.entries).len()
     }
@@ -277,4 +319,46 @@ pub(crate) fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
 /// Writes `lock`, ignoring poisoning (see above).
 pub(crate) fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     lock.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PlanCache;
+
+    /// Looks `key` up, counting the plans made.
+    fn get(cache: &PlanCache<usize>, key: usize, made: &mut usize) -> usize {
+        let plan = cache.get_or_make::<()>(&[key], || {
+            *made += 1;
+            Ok(key * 10)
+        });
+        *plan.unwrap()
+    }
+
+    #[test]
+    fn the_least_recently_used_plan_goes_first() {
+        let cache = PlanCache::new(2);
+        let mut made = 0;
+        assert_eq!(get(&cache, 1, &mut made), 10);
+        assert_eq!(get(&cache, 2, &mut made), 20);
+        assert_eq!(get(&cache, 1, &mut made), 10); // 1 is now the more recent
+        assert_eq!(made, 2);
+        assert_eq!(get(&cache, 3, &mut made), 30); // evicts 2
+        assert_eq!((cache.len(), made), (2, 3));
+        assert_eq!(get(&cache, 1, &mut made), 10);
+        assert_eq!(made, 3, "1 was kept");
+        assert_eq!(get(&cache, 2, &mut made), 20);
+        assert_eq!(made, 4, "2 was made again");
+        assert_eq!(cache.len(), 2);
+    }
+
+    #[test]
+    fn a_failed_make_stores_nothing_and_capacity_is_at_least_one() {
+        let cache = PlanCache::<usize>::new(0);
+        assert!(cache.get_or_make(&[1], || Err("no")).is_err());
+        assert_eq!(cache.len(), 0);
+        let mut made = 0;
+        get(&cache, 1, &mut made);
+        get(&cache, 2, &mut made);
+        assert_eq!((cache.len(), made), (1, 2));
+    }
 }

@@ -50,6 +50,10 @@ pub struct CpuOptions {
     /// [`RunError::OutOfMemory`] when it is planned). `None` (the default) refuses only
     /// what the allocator cannot provide, with the same errors rather than an abort.
     pub memory_limit: Option<usize>,
+    /// The most per-binding plans an executable keeps (at least one); past it, the least
+    /// recently used is dropped and made again if its binding returns. Defaults to
+    /// [`DEFAULT_PLAN_CACHE`](crate::backend::DEFAULT_PLAN_CACHE).
+    pub plan_cache: usize,
 }
 
 impl Default for CpuOptions {
@@ -60,6 +64,7 @@ impl Default for CpuOptions {
             reuse_memory: true,
             poison: false,
             memory_limit: None,
+            plan_cache: crate::backend::DEFAULT_PLAN_CACHE,
         }
     }
 }
@@ -156,7 +161,7 @@ impl Backend for CpuBackend {
             }),
             program,
             options: self.options.clone(),
-            plans: PlanCache::default(),
+            plans: PlanCache::new(self.options.plan_cache),
             scratch: ScratchPool::default(),
         })
     }
@@ -467,6 +472,10 @@ impl CpuExecutable {
 }
 
 impl Executable for CpuExecutable {
+    fn cached_plans(&self) -> usize {
+        self.plans.len()
+    }
+
     fn set_weights(&self, weights: &[(&str, TensorRef<'_>)]) -> Result<(), RunError> {
         let mut bound = write(&self.weights);
         for (name, value) in weights {

@@ -11,6 +11,7 @@ mod infer;
 mod kinds;
 mod node;
 mod op;
+mod op_kind;
 mod shape;
 mod verify;
 
@@ -26,5 +27,6 @@ pub use op::{
     ArgReduceOp, AttentionMask, AttrValue, BinaryOp, CompareOp, ElementwiseArg, ElementwiseStep,
     MatMulEpilogue, Op, PoolKind, ReduceOp, SortOutput, UnaryOp, UpsampleMode,
 };
+pub use op_kind::OpKind;
 pub use shape::{Shape, TensorType};
 pub use verify::VerifyError;

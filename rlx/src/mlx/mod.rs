@@ -121,6 +121,7 @@ pub struct MlxBackend {
     mode: MlxMode,
     device: Device,
     precision: Precision,
+    plan_cache: usize,
     custom: CustomOps<dyn MlxCustomOp>,
 }
 
@@ -136,6 +137,7 @@ impl std::fmt::Debug for MlxBackend {
             .field("mode", &self.mode)
             .field("device", &self.device)
             .field("precision", &self.precision)
+            .field("plan_cache", &self.plan_cache)
             .field("custom_ops", &self.custom)
             .finish()
     }
@@ -149,6 +151,7 @@ impl MlxBackend {
             mode,
             device: Device::preferred(),
             precision: Precision::default(),
+            plan_cache: crate::backend::DEFAULT_PLAN_CACHE,
             custom: CustomOps::default(),
         }
     }
@@ -172,6 +175,26 @@ impl MlxBackend {
     pub fn with_precision(mut self, precision: Precision) -> MlxBackend {
         self.precision = precision;
         self
+    }
+
+    /// The same backend with executables keeping at most `plans` per-binding plans (lowered
+    /// graphs, and in compiled mode traced functions), at least one; past it the least
+    /// recently used is dropped. Defaults to
+    /// [`DEFAULT_PLAN_CACHE`](crate::backend::DEFAULT_PLAN_CACHE).
+    ///
+    /// ```
+    /// use rlx::mlx::{MlxBackend, MlxMode};
+    /// let backend = MlxBackend::new(MlxMode::Compiled).with_plan_cache(4);
+    /// assert_eq!(backend.plan_cache(), 4);
+    /// ```
+    pub fn with_plan_cache(mut self, plans: usize) -> MlxBackend {
+        self.plan_cache = plans.max(1);
+        self
+    }
+
+    /// The most per-binding plans an executable keeps.
+    pub fn plan_cache(&self) -> usize {
+        self.plan_cache
     }
 
     /// The evaluation mode.
@@ -352,7 +375,7 @@ impl Backend for MlxBackend {
             exact_halves: narrow.is_none(),
             param_casts,
             k_major,
-            bindings: PlanCache::default(),
+            bindings: PlanCache::new(self.plan_cache),
             scratch: ScratchPool::default(),
         })
     }
@@ -473,6 +496,10 @@ impl MlxExecutable {
 }
 
 impl Executable for MlxExecutable {
+    fn cached_plans(&self) -> usize {
+        self.bindings.len()
+    }
+
     fn set_weights(&self, weights: &[(&str, TensorRef<'_>)]) -> Result<(), RunError> {
         let _one_at_a_time = lock(&self.binding_weights);
         let _gpu = device::gpu_turn(self.device);

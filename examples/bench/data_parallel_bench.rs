@@ -1,4 +1,4 @@
-//! Throughput of data-parallel training: one BERT encoder block (`rlx_workspace::block`,
+//! Throughput of data-parallel training: one BERT encoder block (`rlx_testkit::block`,
 //! hidden 384, 12 heads, FFN 1536) trained with AdamW on a mean-squared-error loss, on 1
 //! or more ranks, each with its own batch (weak scaling: the global batch grows with the
 //! ranks).
@@ -22,7 +22,7 @@ use rlx::distributed::{Group, GroupOptions, LocalLaunch, Transport};
 use rlx::ir::{BinaryOp, DType, ReduceOp};
 use rlx::tensor::HostTensor;
 use rlx::train::{DataParallelTrainer, Optimizer, TrainConfig};
-use rlx_workspace::block::{Block, BlockConfig, weights};
+use rlx_testkit::block::{Block, BlockConfig, weights};
 
 struct Args {
     ranks: usize,

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use rlx::cpu::{CpuBackend, CpuOptions};
 use rlx::models::minilm::{Batch, ModelFiles, SentenceEmbedder};
-use rlx_workspace::bench::{SEED, dense_batch, parse_shapes};
+use rlx_testkit::bench::{SEED, dense_batch, parse_shapes};
 
 /// Runs per second when `callers` threads call `model.embeddings` in a loop for `time`.
 fn throughput(

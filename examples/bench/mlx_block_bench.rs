@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use rlx::cpu::CpuBackend;
 use rlx::tensor::HostTensor;
-use rlx_workspace::block::{Block, BlockConfig, weights};
+use rlx_testkit::block::{Block, BlockConfig, weights};
 
 fn median_ms(model: &mut Block, x: &HostTensor, runs: usize) -> Result<f64, Box<dyn Error>> {
     for _ in 0..3 {

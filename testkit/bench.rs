@@ -7,8 +7,8 @@ use rlx::tensor::{HostTensor, TensorError};
 /// Parses `8x128,1x16` into `(batch, seq)` pairs.
 ///
 /// ```
-/// assert_eq!(rlx_workspace::bench::parse_shapes("8x128,1x16").unwrap(), [(8, 128), (1, 16)]);
-/// assert!(rlx_workspace::bench::parse_shapes("8by128").is_err());
+/// assert_eq!(rlx_testkit::bench::parse_shapes("8x128,1x16").unwrap(), [(8, 128), (1, 16)]);
+/// assert!(rlx_testkit::bench::parse_shapes("8by128").is_err());
 /// ```
 pub fn parse_shapes(list: &str) -> Result<Vec<(usize, usize)>, String> {
     list.split(',')

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rlx::models::minilm::{ModelFiles, SentenceEmbedder};
-use rlx_workspace::bench::{SEED, dense_batch, parse_shapes};
+use rlx_testkit::bench::{SEED, dense_batch, parse_shapes};
 
 fn main() -> Result<(), Box<dyn Error>> {
     let mut backend = "cpu".to_string();

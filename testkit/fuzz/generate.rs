@@ -138,6 +138,14 @@ impl Generator {
         Some(id)
     }
 
+    /// A new param of this dtype and these dims holding `values` (rounded to the dtype).
+    fn param_with(&mut self, dtype: DType, dims: &[usize], values: &[f64]) -> Option<NodeId> {
+        let name = format!("w{}", self.params.len());
+        let id = self.b.param(&name, dtype, dims).ok()?;
+        self.params.push((name, tensor(dtype, dims, values)));
+        Some(id)
+    }
+
     /// A random existing node, more often a recent one (chains) than an old one (shared
     /// subexpressions), for which `accept` holds.
     fn operand(&mut self, accept: impl Fn(&Generator, NodeId) -> bool) -> Option<NodeId> {
@@ -196,7 +204,7 @@ impl Generator {
     }
 
     fn step(&mut self) -> Option<(Op, Vec<NodeId>)> {
-        Some(match self.rng.below(26) {
+        Some(match self.rng.below(27) {
             0..=2 => {
                 let kind = self.rng.pick(&UnaryOp::ALL);
                 let x = self.operand(|g, id| kind.domain().admits(g.dtype(id)))?;
@@ -301,8 +309,19 @@ impl Generator {
             20 => self.attention()?,
             21 => self.rope()?,
             22 => self.scatter_add()?,
-            23 => self.conv()?,
-            24 => self.pool()?,
+            23 => match self.rng.below(3) {
+                0 | 1 => self.conv()?,
+                _ => self.conv_transpose()?,
+            },
+            24 => match self.rng.below(3) {
+                0 | 1 => self.pool()?,
+                _ => self.upsample()?,
+            },
+            25 => match self.rng.below(3) {
+                0 => self.solve()?,
+                1 => self.quantized_matmul()?,
+                _ => (Op::StopGradient, vec![self.operand(|_, _| true)?]),
+            },
             _ => {
                 let x = self.float_operand()?;
                 let dims = self.dims(x);
@@ -572,6 +591,119 @@ impl Generator {
             groups,
         };
         Some((op, operands))
+    }
+
+    /// A 1-D or 2-D transposed convolution of a new channels-first input with a weight in
+    /// PyTorch's `[C, O/groups, *kernel]` layout.
+    fn conv_transpose(&mut self) -> Option<(Op, Vec<NodeId>)> {
+        let dtype = self.rng.pick(&FLOATS);
+        let spatial = 1 + self.rng.below(2);
+        let groups = self.rng.pick(&[1, 1, 2]);
+        let channels = groups * (1 + self.rng.below(2));
+        let out_channels = groups * (1 + self.rng.below(2));
+        let kernel: Vec<usize> = (0..spatial).map(|_| 1 + self.rng.below(3)).collect();
+        let mut x_dims = vec![self.random_dim(), Dim::from(channels)];
+        x_dims.extend((0..spatial).map(|_| Dim::from(1 + self.rng.below(4))));
+        let x = self.input(dtype, x_dims)?;
+        let mut w_dims = vec![channels, out_channels / groups];
+        w_dims.extend(&kernel);
+        let w = self.param(dtype, &w_dims)?;
+        let mut operands = vec![x, w];
+        if self.rng.chance(0.5) {
+            operands.push(self.param(dtype, &[out_channels])?);
+        }
+        let stride: Vec<usize> = (0..spatial).map(|_| 1 + self.rng.below(3)).collect();
+        let dilation: Vec<usize> = (0..spatial).map(|_| 1 + self.rng.below(2)).collect();
+        let output_padding = stride
+            .iter()
+            .zip(&dilation)
+            .map(|(s, d)| self.rng.below(*s.max(d)))
+            .collect();
+        let op = Op::ConvTranspose {
+            stride,
+            padding: kernel
+                .iter()
+                .map(|k| (self.rng.below(k / 2 + 1), self.rng.below(k / 2 + 1)))
+                .collect(),
+            output_padding,
+            dilation,
+            groups,
+        };
+        Some((op, operands))
+    }
+
+    /// A resize of a rank-4 float operand's last two axes, each mode, to sizes below,
+    /// equal to and above the input's.
+    fn upsample(&mut self) -> Option<(Op, Vec<NodeId>)> {
+        let x = self.operand(|g, id| g.dtype(id).is_float() && g.dims(id).len() == 4)?;
+        let mode = self.rng.pick(&rlx::ir::UpsampleMode::ALL);
+        let size = [1 + self.rng.below(6), 1 + self.rng.below(6)];
+        Some((
+            Op::Upsample {
+                mode,
+                size: size.into(),
+            },
+            vec![x],
+        ))
+    }
+
+    /// A solve with a well-conditioned matrix (a param: random values plus a dominant
+    /// diagonal, so the float64 reference and every backend factor it without a zero
+    /// pivot) and a right-hand side of fitting dims.
+    fn solve(&mut self) -> Option<(Op, Vec<NodeId>)> {
+        let dtype = self.rng.pick(&[DType::F32, DType::F32, DType::F64]);
+        let n = 1 + self.rng.below(4);
+        let batch: Vec<usize> = (0..self.rng.below(2))
+            .map(|_| 1 + self.rng.below(3))
+            .collect();
+        let mut a_dims = batch.clone();
+        a_dims.extend([n, n]);
+        let count: usize = a_dims.iter().product();
+        let values: Vec<f64> = (0..count)
+            .map(|i| {
+                let (row, col) = ((i / n) % n, i % n);
+                let diagonal = if row == col { 3.0 * n as f64 } else { 0.0 };
+                self.rng.uniform(-1.0, 1.0) + diagonal
+            })
+            .collect();
+        let a = self.param_with(dtype, &a_dims, &values)?;
+        let mut b_dims: Vec<Dim> = batch.iter().map(|&d| Dim::from(d)).collect();
+        b_dims.extend([Dim::from(n), self.random_dim()]);
+        let b = self.input(dtype, b_dims)?;
+        Some((Op::Solve, vec![a, b]))
+    }
+
+    /// A group-wise affine quantized matmul: a float operand's last axis (a multiple of
+    /// the group size, made so when it is not) times a new packed weight with its scales
+    /// and biases.
+    fn quantized_matmul(&mut self) -> Option<(Op, Vec<NodeId>)> {
+        let dtype = self
+            .rng
+            .pick(&[DType::F32, DType::F32, DType::F16, DType::BF16]);
+        let bits = self.rng.pick(&[4u8, 8]);
+        let group_size = self.rng.pick(&[32, 64, 128]);
+        let k = group_size * (1 + self.rng.below(2));
+        let n = 1 + self.rng.below(5);
+        let mut x_dims: Vec<Dim> = (0..self.rng.below(3)).map(|_| self.random_dim()).collect();
+        x_dims.push(Dim::from(k));
+        let x = self.input(dtype, x_dims)?;
+        let packed: Vec<f64> = (0..n * k * usize::from(bits) / 8)
+            .map(|_| self.rng.below(256) as f64)
+            .collect();
+        let w = self.param_with(DType::U8, &[n, k * usize::from(bits) / 8], &packed)?;
+        let groups = k / group_size;
+        let scales: Vec<f64> = (0..n * groups)
+            .map(|_| self.rng.uniform(-0.1, 0.1))
+            .collect();
+        let biases: Vec<f64> = (0..n * groups)
+            .map(|_| self.rng.uniform(-1.0, 1.0))
+            .collect();
+        let scales = self.param_with(dtype, &[n, groups], &scales)?;
+        let biases = self.param_with(dtype, &[n, groups], &biases)?;
+        Some((
+            Op::QuantizedMatMul { bits, group_size },
+            vec![x, w, scales, biases],
+        ))
     }
 
     fn pool(&mut self) -> Option<(Op, Vec<NodeId>)> {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use rlx::models::minilm::{ModelFiles, SentenceEmbedder};
 
-const SENTENCES: &str = include_str!("../tests/data/minilm/public_sentences.json");
+const SENTENCES: &str = include_str!("../../tests/data/minilm/public_sentences.json");
 const TOTAL: usize = 512;
 const BATCH: usize = 32;
 

@@ -4,7 +4,7 @@
 /// SplitMix64, seeded with its field.
 ///
 /// ```
-/// use rlx_workspace::rng::Rng;
+/// use rlx_testkit::rng::Rng;
 /// let mut a = Rng(7);
 /// let mut b = Rng(7);
 /// assert_eq!(a.next_u64(), b.next_u64());

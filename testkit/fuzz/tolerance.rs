@@ -16,6 +16,11 @@
 //! - attention: the softmax bound over the keys with scores up to `d * scale^2 * |factor|`,
 //!   times the values' scale; a conv like a matmul over `C/groups * kernel`; rope `8u`;
 //!   scatter-add a sum of its updates; average pooling a mean, max pooling exact.
+//! - solve: `16 n u cond(a)` relative to the solution's bound `|a⁻¹| |b|` (a singular
+//!   matrix is unjudged); a quantized matmul like a matmul over the dequantized weights;
+//!   a fused elementwise chain a transcendental's bound per step.
+//!
+//! The match over ops has no catch-all: a new op states its tolerance here.
 //!
 //! Every bound also allows a few smallest normal numbers absolute (flushed subnormals). A
 //! node is *unjudged* (no numeric verdict) when an operand is infinite or NaN, or when its
@@ -251,7 +256,49 @@ pub(crate) fn of(op: &Op, operands: &[HostTensor], out: DType) -> Bound {
         Op::RmsNorm { eps, has_weight } => {
             norm_bound(operands, *eps, *has_weight, false, u, scale, tiny)
         }
-        _ => return exact,
+        Op::Solve => solve_bound(operands, u, tiny),
+        Op::QuantizedMatMul { bits, .. } => {
+            // A sum over `k` products of an activation and a dequantized weight
+            // `scale * q + bias`, with `q` below `2^bits`.
+            let k = dims(0).last().copied().unwrap_or(1).max(1) as f64;
+            let largest = |i: usize| {
+                operands.get(i).map_or(0.0, |t| {
+                    t.to_f64_vec().iter().fold(0.0f64, |m, v| m.max(v.abs()))
+                })
+            };
+            let weight = largest(2) * f64::from((1u32 << bits) - 1) + largest(3);
+            let terms = k * largest(0).max(1.0) * weight.max(1.0);
+            (2.0 * u, 4.0 * u * k * terms + tiny, terms)
+        }
+        Op::FusedElementwise { steps } => {
+            // Each step may be a transcendental of the last one's result.
+            let n = steps.len() as f64;
+            (
+                64.0 * u * n,
+                64.0 * u * n * scale + tiny,
+                scale.powf(n.min(4.0)),
+            )
+        }
+        // Ops that move, select or compare values, or produce indices: exact.
+        Op::Input
+        | Op::Param
+        | Op::Constant(_)
+        | Op::Compare(_)
+        | Op::Where
+        | Op::ArgReduce { .. }
+        | Op::StopGradient
+        | Op::Reshape { .. }
+        | Op::Permute { .. }
+        | Op::Slice { .. }
+        | Op::Concat { .. }
+        | Op::Broadcast { .. }
+        | Op::Pad { .. }
+        | Op::Gather { .. }
+        | Op::TopK { .. }
+        | Op::Sort { .. } => return exact,
+        // A custom op's kernels are the user's; the random graphs make none, and one met
+        // here must match its float64 run exactly.
+        Op::Custom { .. } => return exact,
     };
     Bound {
         exact: false,
@@ -296,4 +343,67 @@ fn norm_bound(
     let n = n as f64;
     let abs = 32.0 * u * n * scale * amplification * weight + 4.0 * u * scale + tiny;
     (4.0 * u, abs, n * scale * amplification * weight)
+}
+
+/// A batched solve `a x = b`: LU with partial pivoting is backward stable, so the forward
+/// error is about `n u cond(a) |x|`. `cond` is the infinity-norm condition number,
+/// computed from an inverse in float64, and `|x|` is bounded by `|a⁻¹|∞ |b|max`. A
+/// singular or non-finite matrix leaves the node unjudged (infinite growth).
+fn solve_bound(operands: &[HostTensor], u: f64, tiny: f64) -> (f64, f64, f64) {
+    let (a, b) = (&operands[0], &operands[1]);
+    let n = a.shape().last().copied().unwrap_or(1).max(1);
+    let b_max = b
+        .to_f64_vec()
+        .iter()
+        .fold(0.0f64, |m, v| m.max(v.abs()))
+        .max(1.0);
+    let (mut cond, mut x_max) = (1.0f64, 0.0f64);
+    for matrix in a.to_f64_vec().chunks(n * n) {
+        let Some(inverse) = invert(matrix, n) else {
+            return (0.0, 0.0, f64::INFINITY);
+        };
+        let norm = |m: &[f64]| {
+            m.chunks(n)
+                .map(|row| row.iter().map(|v| v.abs()).sum::<f64>())
+                .fold(0.0f64, f64::max)
+        };
+        let inverse_norm = norm(&inverse);
+        cond = cond.max(norm(matrix) * inverse_norm);
+        x_max = x_max.max(inverse_norm * b_max);
+    }
+    let error = 16.0 * n as f64 * u * cond;
+    (error, error * x_max + tiny, cond * x_max)
+}
+
+/// The inverse of the row-major `n x n` `matrix` by Gauss-Jordan elimination with partial
+/// pivoting in float64, or `None` when a pivot is zero or not finite.
+fn invert(matrix: &[f64], n: usize) -> Option<Vec<f64>> {
+    let mut a = matrix.to_vec();
+    let mut inv: Vec<f64> = (0..n * n)
+        .map(|i| if i / n == i % n { 1.0 } else { 0.0 })
+        .collect();
+    for col in 0..n {
+        let pivot =
+            (col..n).max_by(|&i, &j| a[i * n + col].abs().total_cmp(&a[j * n + col].abs()))?;
+        let p = a[pivot * n + col];
+        if p == 0.0 || !p.is_finite() {
+            return None;
+        }
+        for j in 0..n {
+            a.swap(col * n + j, pivot * n + j);
+            inv.swap(col * n + j, pivot * n + j);
+        }
+        for j in 0..n {
+            a[col * n + j] /= p;
+            inv[col * n + j] /= p;
+        }
+        for row in (0..n).filter(|&r| r != col) {
+            let f = a[row * n + col];
+            for j in 0..n {
+                a[row * n + j] -= f * a[col * n + j];
+                inv[row * n + j] -= f * inv[col * n + j];
+            }
+        }
+    }
+    Some(inv)
 }

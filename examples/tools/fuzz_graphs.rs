@@ -2,7 +2,7 @@
 //! well-typed graph run on each backend configuration (the CPU with 1 and 2 threads; MLX
 //! eager, lazy and compiled), every node checked against the same op in float64 on the
 //! operands that configuration produced, and the same for each case's gradient graph (see
-//! `rlx_workspace::fuzz`).
+//! `rlx_testkit::fuzz`).
 //!
 //! ```text
 //! cargo run --release --example fuzz_graphs -- --cases 20000 --seed 1 [--steps 10] [--cpu-only]
@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rlx_workspace::fuzz::{Config, run_cases};
-use rlx_workspace::rng::Rng;
+use rlx_testkit::fuzz::{Config, run_cases};
+use rlx_testkit::rng::Rng;
 
 fn main() -> Result<(), Box<dyn Error>> {
     let (mut cases, mut seed, mut steps, mut cpu_only) = (1000usize, 1u64, 10usize, false);
@@ -32,7 +32,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             "--show" => {
                 // Print one case (by its own seed, as reports name it) and stop.
                 let case_seed: u64 = it.next().ok_or("--show needs a case seed")?.parse()?;
-                let case = rlx_workspace::fuzz::generate(case_seed, steps);
+                let case = rlx_testkit::fuzz::generate(case_seed, steps);
                 println!("{}", case.graph);
                 for (name, value) in case.inputs.iter().chain(&case.params) {
                     println!("{name} {:?} = {:?}", value.shape(), value.to_f64_vec());
