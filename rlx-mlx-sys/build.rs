@@ -33,9 +33,9 @@ fn main() {
     ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
-    println!("cargo:rerun-if-changed=cpp/shim.cpp");
-    println!("cargo:rerun-if-changed=cpp/rlx_mlx.h");
-    println!("cargo:rerun-if-changed=cpp/attention.cu");
+    // The folder: a file added to or removed from the shim rebuilds it too.
+    println!("cargo:rerun-if-changed=cpp");
+    let sources = shim_sources();
 
     generate_codes();
     let kernel_sources = embed_kernel_sources();
@@ -58,7 +58,7 @@ fn main() {
         .flag(format!("-isystem{}", include.display()))
         .include("cpp")
         .include(&kernel_sources)
-        .file("cpp/shim.cpp")
+        .files(&sources)
         .warnings(true)
         // A switch over one of the ABI's enums that misses a code is an error, not a
         // warning: every code must be handled by name.
@@ -90,6 +90,17 @@ fn main() {
     }
     println!("cargo:LIBDIR={}", lib.display());
     println!("cargo:INCLUDE={}", include.display());
+}
+
+/// The shim's C++ files (`cpp/*.cpp`, one per concern), in a fixed order.
+fn shim_sources() -> Vec<PathBuf> {
+    let mut sources: Vec<PathBuf> = std::fs::read_dir("cpp")
+        .expect("cpp/ is readable")
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "cpp"))
+        .collect();
+    sources.sort();
+    sources
 }
 
 /// Writes `$OUT_DIR/codes.rs`: one Rust type per `typedef enum` of `cpp/rlx_mlx.h` and one

@@ -1,0 +1,157 @@
+// RLX's own CUDA kernels, compiled at first use by MLX's NVRTC path
+// (mx::fast::cuda_kernel): attention (cpp/attention.cu) and row gathers. Each returns
+// nothing where it does not apply, and MLX's own op runs instead.
+#include "shim_internal.h"
+
+// kAttentionSource: cpp/attention.cu, embedded by build.rs.
+#include "attention_source.h"
+
+namespace rlx {
+
+
+// The body MLX wraps in a __global__ function: a call of one of cpp/attention.cu's kernels
+// (`name` with its template arguments) on the arrays MLX passes by name.
+std::string attention_call(const std::string& name) {
+  return R"(
+  auto stride = [&](int i) -> long long { return mask_shape[i] == 1 ? 0 : mask_strides[i]; };
+  rlx_attention::)" + name + R"((
+      q, k, v, mask, scale, q_shape[1], k_shape[1], q_shape[2], k_shape[2],
+      q_strides[0], q_strides[1], q_strides[2], q_strides[3],
+      k_strides[0], k_strides[1], k_strides[2], k_strides[3],
+      v_strides[0], v_strides[1], v_strides[2], v_strides[3],
+      stride(0), stride(1), stride(2), stride(3), out);
+)";
+}
+
+// Attention in one kernel on an NVIDIA GPU (cpp/attention.cu) for float32 [B, H, S, D]
+// operands of at most 64 features, or nothing where it does not apply (another device, a
+// dtype or size it does not take) and MLX's own attention runs instead. `mask_kind` and
+// `mask` are the lowering's: `mask` is bool (true: may attend) or additive float32, of
+// rank <= 4, broadcastable to [B, H, Sq, Sk].
+std::optional<mx::array> fused_attention_gpu(const mx::array& q, const mx::array& k,
+                                             const mx::array& v, float scale,
+                                             rlx_mlx_mask_kind mask_kind, int64_t window,
+                                             const std::optional<mx::array>& mask) {
+  // Both kernels keep a query row (or its fragments) and its output in registers: past 64
+  // features each they would spill, and MLX's GEMM path is the better one.
+  constexpr int max_features = 64;
+  constexpr int grid_axis_limit = 65535;
+  // RLX_MLX_FUSED_ATTENTION=0 turns the kernel off (to compare against MLX's attention).
+  static const bool enabled = [] {
+    const char* flag = std::getenv("RLX_MLX_FUSED_ATTENTION");
+    return flag == nullptr || std::string(flag) != "0";
+  }();
+  // The kernels are CUDA: on Metal (also a GPU to MLX) MLX's own attention runs.
+  const int compute_major = cuda_build_compute_major();
+  if (!enabled || compute_major == 0) return std::nullopt;
+  if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4) return std::nullopt;
+  if (q.dtype() != mx::float32 || k.dtype() != mx::float32 || v.dtype() != mx::float32) return std::nullopt;
+  const int batch = q.shape(0), hq = q.shape(1), sq = q.shape(2), dk = q.shape(3);
+  const int hk = k.shape(1), dv = v.shape(3);
+  if (dk < 1 || dk > max_features || dv < 1 || dv > max_features) return std::nullopt;
+  if (hk < 1 || hq % hk != 0 || batch > grid_axis_limit || hq > grid_axis_limit) return std::nullopt;
+  if (window < 0 || window > std::numeric_limits<int>::max()) return std::nullopt;
+  // The kernel's MASK_* codes (cpp/attention.cu).
+  int kind = 0;
+  switch (mask_kind) {
+    case RLX_MLX_MASK_NONE: kind = 0; break;
+    case RLX_MLX_MASK_CAUSAL: kind = 1; break;
+    case RLX_MLX_MASK_WINDOW: kind = 2; break;
+    case RLX_MLX_MASK_ARRAY: kind = 3; break;
+  }
+  mx::array m = mx::zeros({1, 1, 1, 1}, mx::bool_);
+  if (kind == 3) {
+    if (!mask || mask->ndim() > 4) return std::nullopt;
+    if (mask->dtype() != mx::bool_ && mask->dtype() != mx::float32) return std::nullopt;
+    mx::Shape shape(4 - mask->ndim(), 1);
+    shape.insert(shape.end(), mask->shape().begin(), mask->shape().end());
+    m = mx::reshape(*mask, shape);
+  }
+  // Two kernels (cpp/attention.cu): on tensor cores (sm_80 and later; features in groups
+  // of eight), with TF32 products under Precision::Tf32 and 3xTF32 ones (float32 accuracy)
+  // otherwise; else one thread a query row on the FP32 units.
+  const bool tensor_cores = dk % 8 == 0 && dv % 8 == 0 && compute_major >= 8;
+  std::vector<std::pair<std::string, mx::fast::TemplateArg>> template_args{
+      {"DK", dk}, {"DV", dv}, {"MASK", kind}, {"WINDOW", kind == 2 ? static_cast<int>(window) : 0},
+      {"MaskT", m.dtype()}};
+  std::vector<mx::array> out;
+  const std::vector<mx::array> inputs{q, k, v, m, mx::array(scale, mx::float32)};
+  if (tensor_cores) {
+    // MLX writes the __global__ function itself and has no way to give it launch bounds,
+    // so the header, the last text before that function, makes the `__global__` NVRTC
+    // defines carry them. Four blocks of 128 threads per SM cap registers at 128 (147
+    // unbounded, so three blocks): 257-272 against 292-313 us for 3xTF32 at [256, 12, 128,
+    // 32] on an H100, with a few bytes spilled.
+    static const std::string header = std::string(kAttentionSource) + R"(
+#undef __global__
+#define __global__ __location__(global) __launch_bounds__(128, 4)
+)";
+    static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
+        "rlx_attention_mma", {"q", "k", "v", "mask", "scale"}, {"out"},
+        attention_call("rlx_attention_mma<DK, DV, MASK, WINDOW, MaskT, SPLIT>"), header,
+        /*ensure_row_contiguous=*/false);
+    constexpr int rows = 64, threads = 128;  // four warps of sixteen rows
+    template_args.emplace_back("SPLIT", !tf32_from_environment());
+    out = kernel(inputs, {{batch, sq, hq, dv}}, {mx::float32},
+                 {((sq + rows - 1) / rows) * threads, hq, batch}, {threads, 1, 1}, template_args,
+                 std::nullopt, false, {});
+  } else {
+    static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
+        "rlx_attention", {"q", "k", "v", "mask", "scale"}, {"out"},
+        attention_call("rlx_attention_f32<DK, DV, BQ, BK, MASK, WINDOW, MaskT>"), kAttentionSource,
+        /*ensure_row_contiguous=*/false);
+    // Rows per block: one thread a row; short sequences take smaller blocks.
+    const int rows = sq > 64 ? 128 : 64;
+    template_args.emplace_back("BQ", rows);
+    template_args.emplace_back("BK", 64);
+    out = kernel(inputs, {{batch, sq, hq, dv}}, {mx::float32},
+                 {((sq + rows - 1) / rows) * rows, hq, batch}, {rows, 1, 1}, template_args,
+                 std::nullopt, false, {});
+  }
+  // The kernel writes [B, Sq, H, Dv]; the result is its [B, H, Sq, Dv] view, so the head
+  // merge that usually follows is a free view too.
+  return mx::transpose(out.at(0), {0, 2, 1, 3});
+}
+
+// Rows of a float32 [rows, width] table by index on an NVIDIA GPU, four floats a thread, or
+// nothing where it does not apply (another device or dtype, a width not a multiple of four)
+// and MLX's take runs instead. MLX's gather moves one element a thread through general
+// index arithmetic: 98 us where PyTorch's embedding lookup takes 17, for MiniLM's word
+// embeddings at 256x128 on an H100. `idx` holds indices already clamped into range.
+std::optional<mx::array> take_rows_gpu(const mx::array& table, const mx::array& idx) {
+  if (cuda_build_compute_major() == 0) return std::nullopt;
+  if (table.ndim() != 2 || table.dtype() != mx::float32) return std::nullopt;
+  const int width = table.shape(1);
+  const int64_t n = static_cast<int64_t>(idx.size());
+  // An empty table has no row to clamp a bad index to (MLX's take and the run's index
+  // check deal with it).
+  if (table.shape(0) == 0 || width == 0 || width % 4 != 0 || n == 0) return std::nullopt;
+  const int64_t threads = n * (width / 4);
+  if (threads > std::numeric_limits<int32_t>::max() - 256) return std::nullopt;
+  // A row-contiguous view may start anywhere: the 16-byte copies need both ends aligned,
+  // else each thread copies its four floats one by one.
+  static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
+      "rlx_take_rows", {"table", "idx"}, {"out"}, R"(
+  const long long e = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= static_cast<long long>(idx_shape[0]) * QUADS) return;
+  const long long from = static_cast<long long>(idx[e / QUADS]) * QUADS + e % QUADS;
+  if (reinterpret_cast<unsigned long long>(table) % 16 == 0 &&
+      reinterpret_cast<unsigned long long>(out) % 16 == 0) {
+    reinterpret_cast<float4*>(out)[e] = reinterpret_cast<const float4*>(table)[from];
+  } else {
+    for (int i = 0; i < 4; ++i) out[4 * e + i] = table[4 * from + i];
+  }
+)",
+      "", /*ensure_row_contiguous=*/true);
+  constexpr int block = 256;
+  const int grid = static_cast<int>((threads + block - 1) / block) * block;
+  std::vector<mx::array> out =
+      kernel({table, mx::flatten(idx)}, {{static_cast<int>(n), width}}, {mx::float32},
+             {grid, 1, 1}, {block, 1, 1}, {{"QUADS", width / 4}}, std::nullopt, false, {});
+  mx::Shape shape = idx.shape();
+  shape.push_back(width);
+  return mx::reshape(out.at(0), shape);
+}
+
+
+}  // namespace rlx

@@ -1,0 +1,146 @@
+// Ops that move, select and order values: reshape, permute, slice, concat, broadcast, pad,
+// gather and scatter-add (indices clamped in range, with a flag for any that were not),
+// sort and top-k (stable, ties in index order both ways).
+#include "shim_internal.h"
+
+namespace rlx {
+
+// Stable, with ties in index order for both directions.
+bool wants_indices(rlx_mlx_sort_output output) {
+  switch (output) {
+    case RLX_MLX_SORT_VALUES: return false;
+    case RLX_MLX_SORT_INDICES: return true;
+  }
+  throw std::invalid_argument("[rlx] unknown sort output code " + std::to_string(output));
+}
+
+mx::array sort(const mx::array& x, int axis, bool descending, bool indices) {
+  if (axis < 0) axis += x.ndim();
+  const int n = x.shape(axis);
+  if (!descending) {
+    return indices ? mx::astype(mx::argsort(x, axis), mx::int64) : mx::sort(x, axis);
+  }
+  // Sort the reversed axis ascending, then reverse again: descending values whose ties
+  // keep their original order.
+  const mx::array flipped = mx::flip(x, axis);
+  const mx::array order = mx::flip(mx::argsort(flipped, axis), axis);
+  if (indices) {
+    return mx::subtract(mx::array(static_cast<int64_t>(n - 1), mx::int64), mx::astype(order, mx::int64));
+  }
+  return mx::take_along_axis(flipped, order, axis);
+}
+
+
+mx::array in_range_indices(const mx::array& idx, int size, std::optional<mx::array>* bad) {
+  const mx::array below = mx::less(idx, mx::zeros({}, idx.dtype()));
+  const mx::array above = mx::greater_equal(idx, mx::array(static_cast<int64_t>(size), idx.dtype()));
+  const mx::array wrong = mx::logical_or(below, above);
+  *bad = mx::any(wrong);
+  return mx::where(wrong, mx::zeros({}, idx.dtype()), idx);
+}
+
+}  // namespace rlx
+
+using namespace rlx;
+
+extern "C" {
+
+int rlx_mlx_reshape(const rlx_mlx_array* x, const int64_t* shape, size_t ndim, rlx_mlx_array** out) {
+  return guard([&] { put(out, mx::reshape(get(x), shape_of(shape, ndim))); });
+}
+
+int rlx_mlx_permute(const rlx_mlx_array* x, const int32_t* perm, size_t ndim, rlx_mlx_array** out) {
+  return guard([&] { put(out, mx::transpose(get(x), ints_of(perm, ndim))); });
+}
+
+int rlx_mlx_slice(const rlx_mlx_array* x, const int64_t* start, const int64_t* stop,
+                  const int64_t* step, size_t ndim, rlx_mlx_array** out) {
+  return guard([&] {
+    put(out, mx::slice(get(x), shape_of(start, ndim), shape_of(stop, ndim), shape_of(step, ndim)));
+  });
+}
+
+int rlx_mlx_concat(rlx_mlx_array* const* xs, size_t n, int32_t axis, rlx_mlx_array** out) {
+  return guard([&] { put(out, mx::concatenate(arrays_of(xs, n), axis)); });
+}
+
+int rlx_mlx_broadcast(const rlx_mlx_array* x, const int64_t* shape, size_t ndim, rlx_mlx_array** out) {
+  return guard([&] { put(out, mx::broadcast_to(get(x), shape_of(shape, ndim))); });
+}
+
+int rlx_mlx_pad(const rlx_mlx_array* x, const int64_t* low, const int64_t* high, size_t ndim,
+                const rlx_mlx_array* value, rlx_mlx_array** out) {
+  return guard([&] {
+    std::vector<int> axes;
+    for (size_t i = 0; i < ndim; ++i) axes.push_back(static_cast<int>(i));
+    put(out, mx::pad(get(x), axes, shape_of(low, ndim), shape_of(high, ndim), get(value)));
+  });
+}
+
+int rlx_mlx_gather(const rlx_mlx_array* data, const rlx_mlx_array* indices, int32_t axis,
+                   rlx_mlx_array** out, rlx_mlx_array** bad) {
+  return guard([&] {
+    const mx::array& d = get(data);
+    std::optional<mx::array> wrong;
+    const mx::array idx = in_range_indices(get(indices), d.shape(axis), &wrong);
+    std::optional<mx::array> rows = axis == 0 ? take_rows_gpu(d, idx) : std::nullopt;
+    put(out, rows ? *rows : mx::take(d, idx, axis));
+    put(bad, *wrong);
+  });
+}
+
+int rlx_mlx_scatter_add(const rlx_mlx_array* data, const rlx_mlx_array* indices,
+                        const rlx_mlx_array* updates, int32_t axis, rlx_mlx_array** out,
+                        rlx_mlx_array** bad) {
+  return guard([&] {
+    const mx::array& d = get(data);
+    const mx::array& raw = get(indices);
+    std::optional<mx::array> wrong;
+    const mx::array idx = mx::flatten(in_range_indices(raw, d.shape(axis), &wrong));
+    if (d.size() == 0 || get(updates).size() == 0) {
+      // Nothing to add (and MLX's CPU scatter divides by zero on empty operands).
+      put(out, d);
+      put(bad, *wrong);
+      return;
+    }
+    const int n = idx.shape(0);
+    // updates: data[..axis] ++ indices ++ data[axis+1..] -> [n, data[..axis], 1, data[axis+1..]]
+    mx::Shape flat(d.shape().begin(), d.shape().begin() + axis);
+    flat.push_back(n);
+    flat.insert(flat.end(), d.shape().begin() + axis + 1, d.shape().end());
+    mx::array u = mx::reshape(get(updates), flat);
+    u = mx::moveaxis(u, axis, 0);
+    u = mx::expand_dims(u, axis + 1);
+    const mx::Dtype dt = d.dtype();
+    // MLX's GPU scatter has no 64-bit integers: those run on the CPU stream (memory is
+    // shared, so only the scatter moves).
+    const bool wide_int = dt == mx::int64 || dt == mx::uint64;
+    const mx::StreamOrDevice where_ = wide_int && mx::default_device() == mx::Device::gpu
+        ? mx::StreamOrDevice(mx::Device(mx::Device::cpu))
+        : mx::StreamOrDevice{};
+    mx::array y = mx::scatter_add(up(d), std::vector<mx::array>{idx}, up(u), std::vector<int>{axis}, where_);
+    put(out, down(y, dt));
+    put(bad, *wrong);
+  });
+}
+
+
+int rlx_mlx_sort(const rlx_mlx_array* x, int32_t axis, bool descending,
+                 rlx_mlx_sort_output output, rlx_mlx_array** out) {
+  return guard([&] { put(out, sort(get(x), axis, descending, wants_indices(output))); });
+}
+
+int rlx_mlx_topk(const rlx_mlx_array* x, int32_t k, int32_t axis, rlx_mlx_sort_output output,
+                 rlx_mlx_array** out) {
+  return guard([&] {
+    const mx::array& v = get(x);
+    const mx::array sorted = sort(v, axis, true, wants_indices(output));
+    mx::Shape start(v.ndim(), 0), stop(sorted.shape());
+    const int a = axis < 0 ? axis + static_cast<int>(v.ndim()) : axis;
+    stop[a] = k;
+    put(out, mx::slice(sorted, start, stop));
+  });
+}
+
+
+}  // extern "C"
