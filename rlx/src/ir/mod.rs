@@ -6,6 +6,7 @@ mod constant;
 mod dim;
 mod dtype;
 mod error;
+mod fused;
 mod graph;
 mod infer;
 mod kinds;

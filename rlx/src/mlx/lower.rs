@@ -4,8 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::MlxCustomOp;
-use super::array::{Array, MaskArg, MlxError};
+use super::array::{Array, MlxError};
 use super::device::Device;
+use super::ops::MaskArg;
 use crate::backend::{NodeSite, RunError};
 use crate::ir::{
     AttentionMask, BinaryOp, ConstantData, DType, ElementwiseArg, ElementwiseStep, Graph, Node,
