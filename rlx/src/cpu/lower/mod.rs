@@ -1,13 +1,15 @@
 //! Lowering: one node with concrete shapes and planned views becomes a few thunks.
 
 mod geometry;
+mod scratch;
+
+use scratch::attention_tiling;
+pub(crate) use scratch::scratch_requests;
 
 use super::kernels::gemm::{GemmPlan, kernel_shape};
 use super::kernels::layout::{Strided, contiguous_strides};
 use super::kernels::linalg::QuantDims;
-use super::kernels::nn::{
-    AttentionDims, AttentionTiling, HeadLayout, KeyRange, MaskLayout, RopeDims,
-};
+use super::kernels::nn::{AttentionDims, HeadLayout, KeyRange, MaskLayout, RopeDims};
 use super::kernels::numeric::accumulator;
 use super::kernels::reduce::NormKind;
 use super::thunks::{self, Thunk, View};
@@ -35,107 +37,6 @@ pub(crate) struct LowerInput<'a> {
     /// For an attention: which of q, k, v and the output are stored `[.., S, H, D]` (the
     /// plan dropped the permute that would have made them `[.., H, S, D]`).
     pub sequence_major: [bool; 4],
-}
-
-/// How an attention of these query, key and output shapes is blocked.
-fn attention_tiling(
-    dtype: DType,
-    q: &[usize],
-    k: &[usize],
-    out: &[usize],
-    threads: usize,
-) -> AttentionTiling {
-    let rank = q.len();
-    AttentionTiling::new(
-        numel(&q[..rank - 2]),
-        q[rank - 2],
-        k[rank - 2],
-        q[rank - 1],
-        out[rank - 1],
-        threads,
-        kernel_shape(accumulator(dtype)),
-    )
-}
-
-/// Scratch buffers `(dtype, elements)` the node needs while it runs.
-pub(crate) fn scratch_requests(
-    node: &Node,
-    operands: &[&[usize]],
-    out: &[usize],
-    threads: usize,
-) -> Vec<(DType, usize)> {
-    let dtype = node.ty.dtype;
-    // f16/bf16 products land in f32 before they are narrowed.
-    let half = matches!(dtype, DType::F16 | DType::BF16);
-    if numel(out) == 0 {
-        return Vec::new();
-    }
-    match &node.op {
-        Op::MatMul {
-            transpose_a,
-            transpose_b,
-        }
-        | Op::FusedMatMul {
-            transpose_a,
-            transpose_b,
-            ..
-        } => {
-            let (dims, batches) =
-                matmul_layout(*transpose_a, *transpose_b, operands[0], operands[1], out);
-            let plan = GemmPlan::new(dims, threads, kernel_shape(accumulator(dtype)));
-            let workers = batch_workers(&plan, batches.len(), threads);
-            let mut requests = vec![(accumulator(dtype), workers * plan.scratch_len())];
-            if half {
-                requests.push((DType::F32, workers * dims.m * dims.n));
-            }
-            requests
-        }
-        Op::TopK { axis, .. } | Op::Sort { axis, .. } => vec![(DType::I32, operands[0][*axis])],
-        Op::Attention { .. } => {
-            let tiling = attention_tiling(dtype, operands[0], operands[1], out, threads);
-            vec![(accumulator(dtype), tiling.workers * tiling.slot_len)]
-        }
-        Op::Conv { .. } | Op::ConvTranspose { .. } => {
-            conv_geometry(&node.op, dtype, operands[0], operands[1], out, threads)
-                .map(|(_, scratch)| scratch)
-                .unwrap_or_default()
-        }
-        Op::Solve => {
-            let a = operands[0];
-            let n = a[a.len() - 1];
-            let k = operands[1][a.len() - 1];
-            vec![(DType::F64, n * n + n * k)]
-        }
-        Op::Input
-        | Op::Param
-        | Op::Constant(_)
-        | Op::Unary(_)
-        | Op::Binary(_)
-        | Op::FusedElementwise { .. }
-        | Op::Compare(_)
-        | Op::Where
-        | Op::Cast { .. }
-        | Op::Reduce { .. }
-        | Op::ArgReduce { .. }
-        | Op::Cumsum { .. }
-        | Op::Softmax { .. }
-        | Op::LayerNorm { .. }
-        | Op::RmsNorm { .. }
-        | Op::Reshape { .. }
-        | Op::StopGradient
-        | Op::Permute { .. }
-        | Op::Slice { .. }
-        | Op::Concat { .. }
-        | Op::Broadcast { .. }
-        | Op::Pad { .. }
-        | Op::Gather { .. }
-        | Op::ScatterAdd { .. }
-        | Op::Rope { .. }
-        | Op::Pool { .. }
-        | Op::Upsample { .. }
-        | Op::QuantizedMatMul { .. }
-        | Op::Custom { .. } => Vec::new(),
-    }
 }
 
 /// The thunks computing `input.node`. Empty outputs need none; reshapes are views.
