@@ -773,3 +773,50 @@ fn convolutions_of_a_few_bytes() {
         }
     }
 }
+
+/// Seed 8192229049504613960 as found on an H100: MLX 0.32's CUDA quantized matmul failed
+/// on an activation vector ("SmallVector out of range"); the shim now passes it as one
+/// row. Here: `x = [1, 2, …]` (rank 1, 64 values) times a 4-bit weight of two rows whose
+/// every packed byte is `0x21` (values 1 and 2 alternating), scale 0.5, bias -1 for row 0
+/// and 0 for row 1: the rows dequantize to `(-0.5, 0, -0.5, 0, …)` and `(0.5, 1, 0.5, 1, …)`.
+#[test]
+fn a_quantized_matmul_of_a_vector() {
+    for dtype in [DType::F32, DType::F16] {
+        let mut g = GraphBuilder::new();
+        let x = g.input("x", dtype, [64]).unwrap();
+        let w = g.param("w", DType::U8, [2, 32]).unwrap();
+        let scales = g.param("scales", dtype, [2, 2]).unwrap();
+        let biases = g.param("biases", dtype, [2, 2]).unwrap();
+        let op = Op::QuantizedMatMul {
+            bits: 4,
+            group_size: 32,
+        };
+        let y = g.op(op, &[x, w, scales, biases]).unwrap();
+        g.output("y", y).unwrap();
+        let graph = g.finish().unwrap();
+        let xs: Vec<f64> = (1..=64).map(f64::from).collect();
+        let dequant = |row: usize, i: usize| {
+            let q = if i % 2 == 0 { 1.0 } else { 2.0 };
+            0.5 * q - if row == 0 { 1.0 } else { 0.0 }
+        };
+        let want: Vec<f64> = (0..2)
+            .map(|r| (0..64).map(|i| xs[i] * dequant(r, i)).sum())
+            .collect();
+        for (name, exe) in executables(&graph) {
+            exe.set_weights(&[
+                ("w", tensor(DType::U8, &[2, 32], &[33.0; 64]).view()),
+                ("scales", tensor(dtype, &[2, 2], &[0.5; 4]).view()),
+                (
+                    "biases",
+                    tensor(dtype, &[2, 2], &[-1.0, -1.0, 0.0, 0.0]).view(),
+                ),
+            ])
+            .unwrap();
+            let got = exe
+                .run(&[("x", tensor(dtype, &[64], &xs).view())], &[])
+                .unwrap();
+            assert_eq!(got[0].shape(), [2], "{name} {dtype}");
+            assert_eq!(got[0].to_f64_vec(), want, "{name} {dtype}");
+        }
+    }
+}
