@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::*;
 
-/// The MLX backend. See the [module docs](self).
+/// The MLX backend. See the [module docs](crate::mlx).
 #[derive(Clone)]
 pub struct MlxBackend {
     mode: MlxMode,
