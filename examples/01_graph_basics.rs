@@ -17,6 +17,7 @@
 //! It prints the graph, shows how a shape error is reported, and writes Graphviz DOT
 //! (render it with `dot -Tsvg graph.dot -o graph.svg`).
 
+use rlx::ir::{ArgReduce, MatMul};
 use rlx::prelude::*;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -33,10 +34,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let b2 = b.param("fc2.bias", DType::F32, [4])?;
 
     // 2. Ops. `transpose_b` reads the [out, in] weights in place: no transposed copy.
-    let linear = Op::MatMul {
+    let linear = Op::MatMul(MatMul {
         transpose_a: false,
         transpose_b: true,
-    };
+    });
     let h = b.op(linear.clone(), &[x, w1])?; // [batch, 32]
     let h = b.add(h, b1)?; // [32] broadcasts over the batch
     let h = b.unary(UnaryOp::Gelu, h)?;
@@ -44,11 +45,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let logits = b.add(logits, b2)?;
     let probs = b.softmax(logits, 1)?;
     let class = b.op(
-        Op::ArgReduce {
+        Op::ArgReduce(ArgReduce {
             op: ArgReduceOp::ArgMax,
             axis: 1,
             keep_dims: false,
-        },
+        }),
         &[probs],
     )?;
 

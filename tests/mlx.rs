@@ -75,11 +75,11 @@ fn shift_graph(attrs: BTreeMap<String, AttrValue>) -> Graph {
     let x = b
         .input("x", DType::F32, [Dim::sym("n"), Dim::from(2)])
         .unwrap();
-    let op = Op::Custom {
+    let op = Op::Custom(rlx::ir::Custom {
         name: "shift".into(),
         attrs,
         output: TensorType::new(DType::F32, [Dim::sym("n"), Dim::from(2)]),
-    };
+    });
     let y = b.op(op, &[x]).unwrap();
     let y = b.unary(UnaryOp::Neg, y).unwrap();
     b.output("y", y).unwrap();

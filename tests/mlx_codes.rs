@@ -6,6 +6,7 @@
 use rlx::backend::{Backend, Executable};
 use rlx::builder::GraphBuilder;
 use rlx::cpu::CpuBackend;
+use rlx::ir::{ArgReduce, Pool, Reduce, Sort, TopK};
 use rlx::ir::{
     ArgReduceOp, BinaryOp, CompareOp, DType, Graph, NodeId, Op, PoolKind, ReduceOp, SortOutput,
     UnaryOp,
@@ -84,11 +85,11 @@ fn every_reduction_kind_matches_the_cpu_by_name() {
         let op = ReduceOp::from_name(kind.name()).unwrap();
         let g = graph(|g, x, _| {
             g.op(
-                Op::Reduce {
+                Op::Reduce(Reduce {
                     op,
                     axes: vec![1],
                     keep_dims: false,
-                },
+                }),
                 &[x],
             )
             .unwrap()
@@ -99,11 +100,11 @@ fn every_reduction_kind_matches_the_cpu_by_name() {
         let op = ArgReduceOp::from_name(kind.name()).unwrap();
         let g = graph(|g, x, _| {
             g.op(
-                Op::ArgReduce {
+                Op::ArgReduce(ArgReduce {
                     op,
                     axis: 1,
                     keep_dims: false,
-                },
+                }),
                 &[x],
             )
             .unwrap()
@@ -115,11 +116,11 @@ fn every_reduction_kind_matches_the_cpu_by_name() {
         for descending in [false, true] {
             let g = graph(|g, x, _| {
                 g.op(
-                    Op::Sort {
+                    Op::Sort(Sort {
                         axis: 1,
                         descending,
                         output,
-                    },
+                    }),
                     &[x],
                 )
                 .unwrap()
@@ -127,11 +128,11 @@ fn every_reduction_kind_matches_the_cpu_by_name() {
             same_on_both(&format!("sort {}", kind.name()), &g, &a, &b);
             let g = graph(|g, x, _| {
                 g.op(
-                    Op::TopK {
+                    Op::TopK(TopK {
                         k: 2,
                         axis: 1,
                         output,
-                    },
+                    }),
                     &[x],
                 )
                 .unwrap()
@@ -150,12 +151,12 @@ fn every_pool_kind_matches_the_cpu_by_name() {
         let a = b.input("a", DType::F32, [1, 2, 5, 5]).unwrap();
         let y = b
             .op(
-                Op::Pool {
+                Op::Pool(Pool {
                     kind,
                     kernel: vec![3, 2],
                     stride: vec![2, 1],
                     padding: vec![(1, 1), (0, 1)],
-                },
+                }),
                 &[a],
             )
             .unwrap();

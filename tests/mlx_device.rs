@@ -6,6 +6,7 @@
 
 use rlx::backend::{Backend, CompileError, Executable, RunError};
 use rlx::builder::GraphBuilder;
+use rlx::ir::{Attention, Gather, Slice};
 use rlx::ir::{DType, Dim, Graph, UnaryOp};
 use rlx::mlx::{Array, Device, MlxBackend, MlxMode, Precision};
 use rlx::tensor::HostTensor;
@@ -399,10 +400,10 @@ fn attention_graph(c: &AttentionCase) -> Graph {
     let scale = 1.0 / (c.dk as f64).sqrt();
     let o = b
         .op(
-            Op::Attention {
+            Op::Attention(Attention {
                 scale,
                 mask: c.mask,
-            },
+            }),
             &operands,
         )
         .unwrap();
@@ -613,12 +614,12 @@ fn row_gather_graph(table_len: usize, offset: i64, width: usize, id_dtype: DType
     let stop = offset + (rows * width) as i64;
     let view = b
         .op(
-            Op::Slice {
+            Op::Slice(Slice {
                 axis: 0,
                 start: offset,
                 stop: Some(stop),
                 step: 1,
-            },
+            }),
             &[flat],
         )
         .unwrap();
@@ -626,7 +627,7 @@ fn row_gather_graph(table_len: usize, offset: i64, width: usize, id_dtype: DType
     let ids = b
         .input("ids", id_dtype, [Dim::sym("batch"), Dim::from(5)])
         .unwrap();
-    let got = b.op(Op::Gather { axis: 0 }, &[table, ids]).unwrap();
+    let got = b.op(Op::Gather(Gather { axis: 0 }), &[table, ids]).unwrap();
     b.output("rows", got).unwrap();
     b.finish().unwrap()
 }

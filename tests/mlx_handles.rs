@@ -4,6 +4,7 @@
 
 use rlx::backend::{Backend, Executable};
 use rlx::builder::GraphBuilder;
+use rlx::ir::Gather;
 use rlx::ir::{BinaryOp, DType, Dim, Op, UnaryOp};
 use rlx::mlx::{Array, MlxBackend, MlxMode, live_arrays};
 use rlx::tensor::HostTensor;
@@ -14,7 +15,7 @@ fn every_handle_is_freed() {
     let mut b = GraphBuilder::new();
     let table = b.param("table", DType::F32, [4, 3]).unwrap();
     let ids = b.input("ids", DType::I64, [Dim::sym("n")]).unwrap();
-    let rows = b.op(Op::Gather { axis: 0 }, &[table, ids]).unwrap();
+    let rows = b.op(Op::Gather(Gather { axis: 0 }), &[table, ids]).unwrap();
     let e = b.unary(UnaryOp::Exp, rows).unwrap();
     let y = b.binary(BinaryOp::Mul, e, rows).unwrap();
     b.output("y", y).unwrap();

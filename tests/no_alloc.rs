@@ -2,6 +2,7 @@
 //! training step (`rlx::train::Trainer::step`): proven with a
 //! counting global allocator. (One test in this binary, so nothing else allocates meanwhile.)
 
+use rlx::ir::{ArgReduce, Cumsum, Gather, LayerNorm, MatMul, Pad, Slice};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -58,13 +59,13 @@ fn graph(hidden: usize) -> Graph {
     let table = b.param("table", DType::F32, [50, hidden]).unwrap();
     let w = b.param("w", DType::F32, [hidden, hidden]).unwrap();
     let gamma = b.param("gamma", DType::F32, [hidden]).unwrap();
-    let x = b.op(Op::Gather { axis: 0 }, &[table, ids]).unwrap();
+    let x = b.op(Op::Gather(Gather { axis: 0 }), &[table, ids]).unwrap();
     let h = b
         .op(
-            Op::MatMul {
+            Op::MatMul(MatMul {
                 transpose_a: false,
                 transpose_b: true,
-            },
+            }),
             &[x, w],
         )
         .unwrap();
@@ -72,11 +73,11 @@ fn graph(hidden: usize) -> Graph {
     let h = b.unary(UnaryOp::Gelu, h).unwrap();
     let h = b
         .op(
-            Op::LayerNorm {
+            Op::LayerNorm(LayerNorm {
                 eps: 1e-5,
                 has_weight: true,
                 has_bias: false,
-            },
+            }),
             &[h, gamma],
         )
         .unwrap();
@@ -85,21 +86,21 @@ fn graph(hidden: usize) -> Graph {
     let c = b.concat(&[t, t], 1).unwrap();
     let s = b
         .op(
-            Op::Slice {
+            Op::Slice(Slice {
                 axis: 1,
                 start: 1,
                 stop: None,
                 step: 1,
-            },
+            }),
             &[c],
         )
         .unwrap();
     let s = b
         .op(
-            Op::Pad {
+            Op::Pad(Pad {
                 pads: vec![(0, 0), (0, 1)],
                 value: Scalar::Float(0.0),
-            },
+            }),
             &[s],
         )
         .unwrap();
@@ -109,11 +110,11 @@ fn graph(hidden: usize) -> Graph {
     let total = b.reduce(ReduceOp::Sum, r, &[0, 2], false).unwrap();
     let best = b
         .op(
-            Op::ArgReduce {
+            Op::ArgReduce(ArgReduce {
                 op: ArgReduceOp::ArgMax,
                 axis: 1,
                 keep_dims: false,
-            },
+            }),
             &[p],
         )
         .unwrap();
@@ -123,11 +124,11 @@ fn graph(hidden: usize) -> Graph {
     let kept = b.select(mask, total, zero).unwrap();
     let kept = b
         .op(
-            Op::Cumsum {
+            Op::Cumsum(Cumsum {
                 axis: 0,
                 exclusive: false,
                 reverse: false,
-            },
+            }),
             &[kept],
         )
         .unwrap();

@@ -4,6 +4,7 @@
 
 use rlx::backend::{Backend, Executable};
 use rlx::cpu::{CpuBackend, CpuOptions};
+use rlx::ir::MatMul;
 use rlx::ir::{DType, Op};
 use rlx::prelude::*;
 use rlx::tensor::HostTensor;
@@ -42,10 +43,10 @@ fn product(
     } else {
         g.input("b", dtype, b_shape).unwrap()
     };
-    let op = Op::MatMul {
+    let op = Op::MatMul(MatMul {
         transpose_a: false,
         transpose_b,
-    };
+    });
     let c = g.op(op, &[a, b]).unwrap();
     g.output("c", c).unwrap();
     let backend = CpuBackend::new(CpuOptions {

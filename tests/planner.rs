@@ -9,6 +9,7 @@ mod reference;
 use rlx::backend::{Backend, Executable};
 use rlx::cpu::{CpuBackend, CpuOptions};
 use rlx::ir::{BinaryOp, Dim, NodeId, Op, ReduceOp, UnaryOp};
+use rlx::ir::{LayerNorm, Slice};
 use rlx::prelude::*;
 use rlx::tensor::HostTensor;
 
@@ -45,12 +46,12 @@ fn random_graph(rng: &mut Rng) -> Graph {
                 let c = b.concat(&[x, y], 1).unwrap();
                 let start = rng.int(0, WIDTH as i64);
                 b.op(
-                    Op::Slice {
+                    Op::Slice(Slice {
                         axis: 1,
                         start,
                         stop: Some(start + WIDTH as i64),
                         step: 1,
-                    },
+                    }),
                     &[c],
                 )
                 .unwrap()
@@ -69,11 +70,11 @@ fn random_graph(rng: &mut Rng) -> Graph {
             }
             _ => b
                 .op(
-                    Op::LayerNorm {
+                    Op::LayerNorm(LayerNorm {
                         eps: 1e-5,
                         has_weight: false,
                         has_bias: false,
-                    },
+                    }),
                     &[x],
                 )
                 .unwrap(),

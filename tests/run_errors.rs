@@ -2,6 +2,7 @@
 
 use rlx::backend::{Backend, CompileError, Executable, RunError};
 use rlx::cpu::CpuBackend;
+use rlx::ir::{Attention, Broadcast, Custom, Slice};
 use rlx::ir::{AttentionMask, Dim, Op, Shape};
 use rlx::prelude::*;
 use rlx::tensor::HostTensor;
@@ -198,12 +199,12 @@ fn bindings_that_break_an_op_name_the_node_and_its_origin() {
     let x = b.input("x", DType::F32, [Dim::sym("seq")]).unwrap();
     let head = b
         .op(
-            Op::Slice {
+            Op::Slice(Slice {
                 axis: 0,
                 start: 0,
                 stop: Some(5),
                 step: 1,
-            },
+            }),
             &[x],
         )
         .unwrap();
@@ -238,23 +239,23 @@ fn bindings_that_break_an_op_name_the_node_and_its_origin() {
     let x = b.input("x", DType::F32, [Dim::sym("seq")]).unwrap();
     let tail = b
         .op(
-            Op::Slice {
+            Op::Slice(Slice {
                 axis: 0,
                 start: -4,
                 stop: None,
                 step: 1,
-            },
+            }),
             &[x],
         )
         .unwrap();
     let rest = b
         .op(
-            Op::Slice {
+            Op::Slice(Slice {
                 axis: 0,
                 start: 4,
                 stop: None,
                 step: 1,
-            },
+            }),
             &[x],
         )
         .unwrap();
@@ -272,20 +273,20 @@ fn unsupported_ops_are_listed_at_compile_time() {
     let q = b.input("q", DType::F32, [2, 4, 8]).unwrap();
     let a = b
         .op(
-            Op::Attention {
+            Op::Attention(Attention {
                 scale: 0.5,
                 mask: AttentionMask::Causal,
-            },
+            }),
             &[q, q, q],
         )
         .unwrap();
     let c = b
         .op(
-            Op::Custom {
+            Op::Custom(Custom {
                 name: "my_op".into(),
                 attrs: Default::default(),
                 output: rlx::ir::TensorType::new(DType::F32, Shape::from([2])),
-            },
+            }),
             &[a],
         )
         .unwrap();
@@ -352,9 +353,9 @@ fn runtime_dims_too_large_for_memory_are_an_error() {
         .unwrap();
     let y = b
         .op(
-            Op::Broadcast {
+            Op::Broadcast(Broadcast {
                 shape: Shape::new([Dim::sym("m"), Dim::sym("n").mul(&Dim::from(2))]),
-            },
+            }),
             &[x],
         )
         .unwrap();

@@ -17,6 +17,7 @@
 //! # Ok::<(), BuildError>(())
 //! ```
 
+use crate::ir::{Cast, Concat, MatMul, Permute, Reduce, Reshape};
 use std::collections::HashSet;
 use std::fmt;
 use std::panic::Location;
@@ -129,7 +130,7 @@ impl std::error::Error for BuildError {
 /// let x = b.input("x", DType::F32, [Dim::sym("batch"), Dim::from(8)])?;
 /// let w = b.param("w", DType::F32, [8, 4])?;
 /// let h = b.matmul(x, w)?;
-/// let y = b.op(Op::Softmax { axis: 1, log: false }, &[h])?;
+/// let y = b.op(Op::Softmax(rlx::ir::Softmax { axis: 1, log: false }), &[h])?;
 /// b.output("probs", y)?;
 /// let graph = b.finish()?;
 /// assert_eq!(graph[y].ty.to_string(), "f32[batch,4]");
@@ -346,17 +347,17 @@ impl GraphBuilder {
     /// `x` converted to `to`.
     #[track_caller]
     pub fn cast(&mut self, x: NodeId, to: DType) -> Result<NodeId, BuildError> {
-        self.op(Op::Cast { to }, &[x])
+        self.op(Op::Cast(Cast { to }), &[x])
     }
 
     /// `a @ b` (batched, broadcasting batch dims).
     #[track_caller]
     pub fn matmul(&mut self, a: NodeId, b: NodeId) -> Result<NodeId, BuildError> {
         self.op(
-            Op::MatMul {
+            Op::MatMul(MatMul {
                 transpose_a: false,
                 transpose_b: false,
-            },
+            }),
             &[a, b],
         )
     }
@@ -371,11 +372,11 @@ impl GraphBuilder {
         keep_dims: bool,
     ) -> Result<NodeId, BuildError> {
         self.op(
-            Op::Reduce {
+            Op::Reduce(Reduce {
                 op,
                 axes: axes.to_vec(),
                 keep_dims,
-            },
+            }),
             &[x],
         )
     }
@@ -383,16 +384,16 @@ impl GraphBuilder {
     /// Softmax of `x` along `axis`.
     #[track_caller]
     pub fn softmax(&mut self, x: NodeId, axis: usize) -> Result<NodeId, BuildError> {
-        self.op(Op::Softmax { axis, log: false }, &[x])
+        self.op(Op::Softmax(crate::ir::Softmax { axis, log: false }), &[x])
     }
 
     /// `x` with new dims.
     #[track_caller]
     pub fn reshape(&mut self, x: NodeId, shape: impl Into<Shape>) -> Result<NodeId, BuildError> {
         self.op(
-            Op::Reshape {
+            Op::Reshape(Reshape {
                 shape: shape.into(),
-            },
+            }),
             &[x],
         )
     }
@@ -401,9 +402,9 @@ impl GraphBuilder {
     #[track_caller]
     pub fn permute(&mut self, x: NodeId, perm: &[usize]) -> Result<NodeId, BuildError> {
         self.op(
-            Op::Permute {
+            Op::Permute(Permute {
                 perm: perm.to_vec(),
-            },
+            }),
             &[x],
         )
     }
@@ -424,7 +425,7 @@ impl GraphBuilder {
     /// Concatenation of `xs` along `axis`.
     #[track_caller]
     pub fn concat(&mut self, xs: &[NodeId], axis: usize) -> Result<NodeId, BuildError> {
-        self.op(Op::Concat { axis }, xs)
+        self.op(Op::Concat(Concat { axis }), xs)
     }
 
     /// Declares `node` as the output `name`.

@@ -32,6 +32,7 @@ pub mod mlx;
 pub mod model;
 pub mod models;
 pub mod nn;
+mod ops;
 pub mod params;
 pub mod passes;
 pub mod prelude;

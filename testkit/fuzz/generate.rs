@@ -4,6 +4,11 @@
 //! chosen with the case, which also lets index operands and slice bounds be valid.
 
 use rlx::ir::{
+    ArgReduce, Broadcast, Cast, Concat, Conv, ConvTranspose, Cumsum, Gather, LayerNorm, MatMul,
+    Pad, Permute, Pool, QuantizedMatMul, Reduce, Reshape, RmsNorm, Rope, ScatterAdd, Slice,
+    Softmax, Sort, TopK, Upsample,
+};
+use rlx::ir::{
     ArgReduceOp, BinaryOp, CompareOp, ConstantData, DType, Dim, Graph, NodeId, Op, ReduceOp,
     Scalar, SortOutput, UnaryOp,
 };
@@ -235,7 +240,7 @@ impl Generator {
             8 => {
                 let x = self.operand(|_, _| true)?;
                 let to = self.random_dtype();
-                (Op::Cast { to }, vec![x])
+                (Op::Cast(Cast { to }), vec![x])
             }
             9 | 10 => self.matmul()?,
             11 => {
@@ -249,11 +254,11 @@ impl Generator {
                 let op = self.rng.pick(&ReduceOp::ALL);
                 let keep_dims = self.rng.chance(0.5);
                 (
-                    Op::Reduce {
+                    Op::Reduce(Reduce {
                         op,
                         axes,
                         keep_dims,
-                    },
+                    }),
                     vec![x],
                 )
             }
@@ -262,28 +267,28 @@ impl Generator {
                 let op = self.rng.pick(&ArgReduceOp::ALL);
                 let keep_dims = self.rng.chance(0.5);
                 (
-                    Op::ArgReduce {
+                    Op::ArgReduce(ArgReduce {
                         op,
                         axis,
                         keep_dims,
-                    },
+                    }),
                     vec![x],
                 )
             }
             13 => {
                 let (x, axis) = self.axis_of(|d| d != DType::Bool)?;
                 let (exclusive, reverse) = (self.rng.chance(0.3), self.rng.chance(0.3));
-                let op = Op::Cumsum {
+                let op = Op::Cumsum(Cumsum {
                     axis,
                     exclusive,
                     reverse,
-                };
+                });
                 (op, vec![x])
             }
             14 => {
                 let (x, axis) = self.axis_of(DType::is_float)?;
                 let log = self.rng.chance(0.4);
-                (Op::Softmax { axis, log }, vec![x])
+                (Op::Softmax(Softmax { axis, log }), vec![x])
             }
             15 => self.norm()?,
             16 => self.movement()?,
@@ -295,14 +300,14 @@ impl Generator {
                 let output = self.rng.pick(&[SortOutput::Values, SortOutput::Indices]);
                 if self.rng.chance(0.5) && size > 0 {
                     let k = 1 + self.rng.below(size);
-                    (Op::TopK { k, axis, output }, vec![x])
+                    (Op::TopK(TopK { k, axis, output }), vec![x])
                 } else {
                     let descending = self.rng.chance(0.5);
-                    let op = Op::Sort {
+                    let op = Op::Sort(Sort {
                         axis,
                         descending,
                         output,
-                    };
+                    });
                     (op, vec![x])
                 }
             }
@@ -361,10 +366,10 @@ impl Generator {
             Some(fixed) if self.rng.chance(0.5) => self.param(dtype, &fixed)?,
             _ => self.input(dtype, b_dims)?,
         };
-        let op = Op::MatMul {
+        let op = Op::MatMul(MatMul {
             transpose_a,
             transpose_b,
-        };
+        });
         Some((op, vec![a, b]))
     }
 
@@ -382,17 +387,17 @@ impl Generator {
             if has_bias {
                 operands.push(self.input(dtype, vec![last])?);
             }
-            let op = Op::LayerNorm {
+            let op = Op::LayerNorm(LayerNorm {
                 eps: 1e-5,
                 has_weight,
                 has_bias,
-            };
+            });
             (op, operands)
         } else {
-            let op = Op::RmsNorm {
+            let op = Op::RmsNorm(RmsNorm {
                 eps: 1e-5,
                 has_weight,
-            };
+            });
             (op, operands)
         })
     }
@@ -413,14 +418,14 @@ impl Generator {
                 } else {
                     to.insert(self.rng.below(rank + 1), Dim::from(1));
                 }
-                (Op::Reshape { shape: to.into() }, vec![x])
+                (Op::Reshape(Reshape { shape: to.into() }), vec![x])
             }
             1 => {
                 let mut perm: Vec<usize> = (0..rank).collect();
                 for i in (1..rank).rev() {
                     perm.swap(i, self.rng.below(i + 1));
                 }
-                (Op::Permute { perm }, vec![x])
+                (Op::Permute(Permute { perm }), vec![x])
             }
             2 if rank > 0 => {
                 let axis = self.rng.below(rank);
@@ -437,12 +442,12 @@ impl Generator {
                     start
                 };
                 let step = 1 + self.rng.below(2);
-                let op = Op::Slice {
+                let op = Op::Slice(Slice {
                     axis,
                     start,
                     stop,
                     step,
-                };
+                });
                 (op, vec![x])
             }
             3 if rank > 0 => {
@@ -452,7 +457,7 @@ impl Generator {
                     Some(y) if self.rng.chance(0.5) => vec![x, y, x],
                     _ => vec![x, x],
                 };
-                (Op::Concat { axis }, parts)
+                (Op::Concat(Concat { axis }), parts)
             }
             4 => {
                 let mut to = dims.clone();
@@ -464,7 +469,7 @@ impl Generator {
                 if self.rng.chance(0.5) {
                     to.insert(0, self.random_dim());
                 }
-                (Op::Broadcast { shape: to.into() }, vec![x])
+                (Op::Broadcast(Broadcast { shape: to.into() }), vec![x])
             }
             _ => {
                 let pads = (0..rank)
@@ -475,7 +480,7 @@ impl Generator {
                     DType::Bool => Scalar::Bool(self.rng.chance(0.5)),
                     _ => Scalar::Int(self.rng.below(5) as i64 - 2),
                 };
-                (Op::Pad { pads, value }, vec![x])
+                (Op::Pad(Pad { pads, value }), vec![x])
             }
         })
     }
@@ -517,7 +522,7 @@ impl Generator {
             }
         };
         let scale = self.rng.uniform(0.1, 1.0);
-        Some((Op::Attention { scale, mask }, operands))
+        Some((Op::Attention(rlx::ir::Attention { scale, mask }), operands))
     }
 
     fn rope(&mut self) -> Option<(Op, Vec<NodeId>)> {
@@ -537,12 +542,12 @@ impl Generator {
                     .constant(ConstantData::from_slice(&[offset], [0usize; 0]).ok()?),
             );
         }
-        let op = Op::Rope {
+        let op = Op::Rope(Rope {
             dims,
             base: 10000.0,
             scale: self.rng.pick(&[1.0, 0.5]),
             traditional: self.rng.chance(0.5),
-        };
+        });
         Some((op, operands))
     }
 
@@ -560,7 +565,7 @@ impl Generator {
         let mut updates = dims.clone();
         updates[axis] = Dim::from(count);
         let updates = self.input(self.dtype(x), updates)?;
-        Some((Op::ScatterAdd { axis }, vec![x, idx, updates]))
+        Some((Op::ScatterAdd(ScatterAdd { axis }), vec![x, idx, updates]))
     }
 
     /// A 1-D or 2-D convolution of a new channels-first input with a weight.
@@ -581,7 +586,7 @@ impl Generator {
         if self.rng.chance(0.5) {
             operands.push(self.param(dtype, &[out_channels])?);
         }
-        let op = Op::Conv {
+        let op = Op::Conv(Conv {
             stride: (0..spatial).map(|_| 1 + self.rng.below(2)).collect(),
             padding: kernel
                 .iter()
@@ -589,7 +594,7 @@ impl Generator {
                 .collect(),
             dilation: (0..spatial).map(|_| 1 + self.rng.below(2)).collect(),
             groups,
-        };
+        });
         Some((op, operands))
     }
 
@@ -619,7 +624,7 @@ impl Generator {
             .zip(&dilation)
             .map(|(s, d)| self.rng.below(*s.max(d)))
             .collect();
-        let op = Op::ConvTranspose {
+        let op = Op::ConvTranspose(ConvTranspose {
             stride,
             padding: kernel
                 .iter()
@@ -628,7 +633,7 @@ impl Generator {
             output_padding,
             dilation,
             groups,
-        };
+        });
         Some((op, operands))
     }
 
@@ -639,10 +644,10 @@ impl Generator {
         let mode = self.rng.pick(&rlx::ir::UpsampleMode::ALL);
         let size = [1 + self.rng.below(6), 1 + self.rng.below(6)];
         Some((
-            Op::Upsample {
+            Op::Upsample(Upsample {
                 mode,
                 size: size.into(),
-            },
+            }),
             vec![x],
         ))
     }
@@ -701,7 +706,7 @@ impl Generator {
         let scales = self.param_with(dtype, &[n, groups], &scales)?;
         let biases = self.param_with(dtype, &[n, groups], &biases)?;
         Some((
-            Op::QuantizedMatMul { bits, group_size },
+            Op::QuantizedMatMul(QuantizedMatMul { bits, group_size }),
             vec![x, w, scales, biases],
         ))
     }
@@ -713,7 +718,7 @@ impl Generator {
         })?;
         let spatial = self.dims(x).len() - 2;
         let kernel: Vec<usize> = (0..spatial).map(|_| 1 + self.rng.below(3)).collect();
-        let op = Op::Pool {
+        let op = Op::Pool(Pool {
             kind: self
                 .rng
                 .pick(&[rlx::ir::PoolKind::Max, rlx::ir::PoolKind::Avg]),
@@ -723,7 +728,7 @@ impl Generator {
                 .map(|k| (self.rng.below(k / 2 + 1), self.rng.below(k / 2 + 1)))
                 .collect(),
             kernel,
-        };
+        });
         Some((op, vec![x]))
     }
 
@@ -744,7 +749,7 @@ impl Generator {
         }
         .ok()?;
         let idx = self.b.constant(data);
-        Some((Op::Gather { axis }, vec![x, idx]))
+        Some((Op::Gather(Gather { axis }), vec![x, idx]))
     }
 }
 

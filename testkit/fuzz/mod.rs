@@ -22,6 +22,7 @@ mod tolerance;
 pub use generate::{Case, generate, tensor};
 
 use crate::rng::Rng;
+use rlx::ir::{Cast, Pad, Reduce};
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -313,15 +314,15 @@ fn check_node(
         .map(|&i| widened(&value_of(case, values, i)))
         .collect();
     let op = match node.op.bind_dims(got.shape()) {
-        Op::Cast { to } => Op::Cast { to: widen(to) },
+        Op::Cast(Cast { to }) => Op::Cast(Cast { to: widen(to) }),
         // The fill value as the backend stores it: rounded to the operand's dtype.
-        Op::Pad {
+        Op::Pad(Pad {
             pads,
             value: rlx::ir::Scalar::Float(v),
-        } => Op::Pad {
+        }) => Op::Pad(Pad {
             pads,
             value: rlx::ir::Scalar::Float(tensor(got.dtype(), &[1], &[v]).to_f64_vec()[0]),
-        },
+        }),
         op => op,
     };
     let mut b = GraphBuilder::new();
@@ -408,11 +409,11 @@ pub fn gradient_case(case: &Case) -> Option<Case> {
         }
         let mut x = output.node;
         if ty.rank() > 0 {
-            let op = Op::Reduce {
+            let op = Op::Reduce(Reduce {
                 op: rlx::ir::ReduceOp::Sum,
                 axes: (0..ty.rank()).collect(),
                 keep_dims: false,
-            };
+            });
             x = b.op(op, &[x]).ok()?;
         }
         if ty.dtype != DType::F32 {

@@ -26,6 +26,10 @@
 //! node is *unjudged* (no numeric verdict) when an operand is infinite or NaN, or when its
 //! growth factor nears the dtype's range; NaN must still match NaN whenever it is judged.
 
+use rlx::ir::{
+    Attention, Cumsum, FusedElementwise, FusedMatMul, LayerNorm, MatMul, Pool, QuantizedMatMul,
+    Reduce, RmsNorm, Rope, Softmax,
+};
 use rlx::ir::{BinaryOp, DType, Op, ReduceOp, UnaryOp};
 use rlx::tensor::HostTensor;
 
@@ -147,7 +151,7 @@ pub(crate) fn of(op: &Op, operands: &[HostTensor], out: DType) -> Bound {
     };
     // (rel, abs, growth): growth is how large intermediate values may get.
     let (rel, abs, growth) = match op {
-        Op::Cast { .. } => (u, tiny, scale),
+        Op::Cast(_) => (u, tiny, scale),
         Op::Unary(kind) => match kind {
             UnaryOp::Neg
             | UnaryOp::Abs
@@ -166,7 +170,7 @@ pub(crate) fn of(op: &Op, operands: &[HostTensor], out: DType) -> Bound {
             BinaryOp::Rem => (2.0 * u, 4.0 * u * scale + tiny, scale),
             BinaryOp::Pow => (64.0 * u, 64.0 * u + tiny, scale),
         },
-        Op::Reduce { op, axes, .. } => {
+        Op::Reduce(Reduce { op, axes, .. }) => {
             let x = dims(0);
             let n = axes
                 .iter()
@@ -180,23 +184,24 @@ pub(crate) fn of(op: &Op, operands: &[HostTensor], out: DType) -> Bound {
                 ReduceOp::Prod => (4.0 * u * n, tiny, scale.powf(n)),
             }
         }
-        Op::Cumsum { axis, .. } => {
+        Op::Cumsum(Cumsum { axis, .. }) => {
             let n = dims(0).get(*axis).copied().unwrap_or(1).max(1) as f64;
             (2.0 * u, 2.0 * u * n * n * scale + tiny, n * scale)
         }
-        Op::Softmax { axis, .. } => {
+        Op::Softmax(Softmax { axis, .. }) => {
             let n = dims(0).get(*axis).copied().unwrap_or(1).max(1) as f64;
             (4.0 * u, 64.0 * u * n * (1.0 + scale) + tiny, scale)
         }
-        Op::ConvTranspose { .. } => {
+        Op::ConvTranspose(_) => {
             // Each output sums at most `C/groups * kernel` products, as a conv does.
             let w = dims(1);
             let k = w.iter().skip(1).product::<usize>().max(1) as f64 * w[0].max(1) as f64;
             let abs = 2.0 * u * k * (k * scale * scale + scale) + tiny;
             (2.0 * u, abs, k * scale * scale)
         }
-        Op::Upsample { .. } => (4.0 * u, 4.0 * u * scale + tiny, scale),
-        Op::MatMul { transpose_a, .. } | Op::FusedMatMul { transpose_a, .. } => {
+        Op::Upsample(_) => (4.0 * u, 4.0 * u * scale + tiny, scale),
+        Op::MatMul(MatMul { transpose_a, .. })
+        | Op::FusedMatMul(FusedMatMul { transpose_a, .. }) => {
             let a = dims(0);
             let k = if *transpose_a && a.len() >= 2 {
                 a[a.len() - 2]
@@ -207,12 +212,12 @@ pub(crate) fn of(op: &Op, operands: &[HostTensor], out: DType) -> Bound {
             let product = 2.0 * u * k * k * scale * scale + tiny;
             // A fused epilogue (bias, activation, residual) adds a transcendental's error.
             let (rel, abs) = match op {
-                Op::FusedMatMul { .. } => (64.0 * u, product + 64.0 * u * scale),
+                Op::FusedMatMul(_) => (64.0 * u, product + 64.0 * u * scale),
                 _ => (2.0 * u, product),
             };
             (rel, abs, k * scale * scale)
         }
-        Op::Attention { scale: factor, .. } => {
+        Op::Attention(Attention { scale: factor, .. }) => {
             // Scores of up to `d * scale^2 * |factor|`, probabilities over `t` keys, then a
             // weighted sum of values.
             let (q, k) = (dims(0), dims(1));
@@ -222,7 +227,7 @@ pub(crate) fn of(op: &Op, operands: &[HostTensor], out: DType) -> Bound {
             let abs = 64.0 * u * t * (1.0 + scores) * scale + tiny;
             (4.0 * u, abs, scores.max(t * scale))
         }
-        Op::Rope { scale: factor, .. } => {
+        Op::Rope(Rope { scale: factor, .. }) => {
             // Angles up to `position * |factor|` carry an f32 rounding each (MLX computes
             // them in f32), which sin and cos turn into absolute errors.
             let x = dims(0);
@@ -233,31 +238,31 @@ pub(crate) fn of(op: &Op, operands: &[HostTensor], out: DType) -> Bound {
             let angle = (rows + offset) * factor.abs().max(1.0);
             (8.0 * u, 16.0 * u * scale * (1.0 + angle) + tiny, scale)
         }
-        Op::ScatterAdd { .. } => {
+        Op::ScatterAdd(_) => {
             let n = dims(2).iter().product::<usize>().max(1) as f64;
             (2.0 * u, 2.0 * u * n * scale + tiny, n * scale)
         }
-        Op::Conv { .. } => {
+        Op::Conv(_) => {
             let w = dims(1);
             let k = w.iter().skip(1).product::<usize>().max(1) as f64;
             let abs = 2.0 * u * k * (k * scale * scale + scale) + tiny;
             (2.0 * u, abs, k * scale * scale)
         }
-        Op::Pool { kind, kernel, .. } => match kind {
+        Op::Pool(Pool { kind, kernel, .. }) => match kind {
             rlx::ir::PoolKind::Max => return exact,
             rlx::ir::PoolKind::Avg => {
                 let n = kernel.iter().product::<usize>().max(1) as f64;
                 (2.0 * u, 2.0 * u * n * scale + tiny, n * scale)
             }
         },
-        Op::LayerNorm {
+        Op::LayerNorm(LayerNorm {
             eps, has_weight, ..
-        } => norm_bound(operands, *eps, *has_weight, true, u, scale, tiny),
-        Op::RmsNorm { eps, has_weight } => {
+        }) => norm_bound(operands, *eps, *has_weight, true, u, scale, tiny),
+        Op::RmsNorm(RmsNorm { eps, has_weight }) => {
             norm_bound(operands, *eps, *has_weight, false, u, scale, tiny)
         }
         Op::Solve => solve_bound(operands, u, tiny),
-        Op::QuantizedMatMul { bits, .. } => {
+        Op::QuantizedMatMul(QuantizedMatMul { bits, .. }) => {
             // A sum over `k` products of an activation and a dequantized weight
             // `scale * q + bias`, with `q` below `2^bits`.
             let k = dims(0).last().copied().unwrap_or(1).max(1) as f64;
@@ -270,7 +275,7 @@ pub(crate) fn of(op: &Op, operands: &[HostTensor], out: DType) -> Bound {
             let terms = k * largest(0).max(1.0) * weight.max(1.0);
             (2.0 * u, 4.0 * u * k * terms + tiny, terms)
         }
-        Op::FusedElementwise { steps } => {
+        Op::FusedElementwise(FusedElementwise { steps }) => {
             // Each step may be a transcendental of the last one's result.
             let n = steps.len() as f64;
             (
@@ -285,20 +290,20 @@ pub(crate) fn of(op: &Op, operands: &[HostTensor], out: DType) -> Bound {
         | Op::Constant(_)
         | Op::Compare(_)
         | Op::Where
-        | Op::ArgReduce { .. }
+        | Op::ArgReduce(_)
         | Op::StopGradient
-        | Op::Reshape { .. }
-        | Op::Permute { .. }
-        | Op::Slice { .. }
-        | Op::Concat { .. }
-        | Op::Broadcast { .. }
-        | Op::Pad { .. }
-        | Op::Gather { .. }
-        | Op::TopK { .. }
-        | Op::Sort { .. } => return exact,
+        | Op::Reshape(_)
+        | Op::Permute(_)
+        | Op::Slice(_)
+        | Op::Concat(_)
+        | Op::Broadcast(_)
+        | Op::Pad(_)
+        | Op::Gather(_)
+        | Op::TopK(_)
+        | Op::Sort(_) => return exact,
         // A custom op's kernels are the user's; the random graphs make none, and one met
         // here must match its float64 run exactly.
-        Op::Custom { .. } => return exact,
+        Op::Custom(_) => return exact,
     };
     Bound {
         exact: false,

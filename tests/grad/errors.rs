@@ -2,6 +2,7 @@
 
 use rlx::autodiff::{GradError, Wrt, gradients};
 use rlx::builder::GraphBuilder;
+use rlx::ir::{ArgReduce, QuantizedMatMul};
 use rlx::ir::{ArgReduceOp, CompareOp, DType, Dim, Graph, Op, ReduceOp};
 
 fn sum_all(b: &mut GraphBuilder, x: rlx::ir::NodeId, rank: usize) -> rlx::ir::NodeId {
@@ -13,11 +14,11 @@ fn sum_all(b: &mut GraphBuilder, x: rlx::ir::NodeId, rank: usize) -> rlx::ir::No
 fn an_argmax_on_the_path_is_named_with_its_line() {
     let mut b = GraphBuilder::new();
     let w = b.param("w", DType::F32, [4, 3]).unwrap();
-    let argmax = Op::ArgReduce {
+    let argmax = Op::ArgReduce(ArgReduce {
         op: ArgReduceOp::ArgMax,
         axis: 1,
         keep_dims: false,
-    };
+    });
     let (line, arg) = (line!(), b.op(argmax, &[w]).unwrap());
     let f = b.cast(arg, DType::F32).unwrap();
     let loss = sum_all(&mut b, f, 1);
@@ -99,10 +100,10 @@ fn quantized_weights_take_no_gradient() {
     let scales = b.param("scales", DType::F32, [8, 1]).unwrap();
     let offsets = b.param("offsets", DType::F32, [8, 1]).unwrap();
     let bias = b.param("bias", DType::F32, [8]).unwrap();
-    let q = Op::QuantizedMatMul {
+    let q = Op::QuantizedMatMul(QuantizedMatMul {
         bits: 4,
         group_size: 64,
-    };
+    });
     let y = b.op(q, &[x, w, scales, offsets]).unwrap();
     let y = b.add(y, bias).unwrap();
     let loss = sum_all(&mut b, y, 2);

@@ -1,6 +1,10 @@
 //! One or more cases per differentiable op.
 
 use rlx::builder::GraphBuilder;
+use rlx::ir::{
+    Attention, Broadcast, Conv, ConvTranspose, Cumsum, FusedElementwise, FusedMatMul, Gather,
+    LayerNorm, MatMul, Pad, Pool, RmsNorm, Rope, ScatterAdd, Slice, Softmax, Sort, TopK, Upsample,
+};
 use rlx::ir::{BinaryOp, CompareOp, DType, Dim, NodeId, Op, ReduceOp, Scalar, Shape, UnaryOp};
 
 use crate::harness::{Input, grad_check};
@@ -74,10 +78,10 @@ fn matmul_every_transpose_with_batch_broadcast() {
         let b = Input::float("b", &b_dims);
         let label = format!("matmul ta={ta} tb={tb}");
         grad_check(&label, 300 + seed as u64, &[a, b], &|g, i| {
-            let m = Op::MatMul {
+            let m = Op::MatMul(MatMul {
                 transpose_a: ta,
                 transpose_b: tb,
-            };
+            });
             op(g, m, &[i[0], i[1]])
         });
     }
@@ -104,9 +108,9 @@ fn fused_elementwise_chain() {
     grad_check("fused_elementwise", 360, &inputs, &|g, i| {
         op(
             g,
-            Op::FusedElementwise {
+            Op::FusedElementwise(FusedElementwise {
                 steps: steps.clone(),
-            },
+            }),
             i,
         )
     });
@@ -145,11 +149,11 @@ fn fused_matmul_epilogues() {
         }
         let label = format!("fused_matmul {epilogue:?}");
         grad_check(&label, 350 + seed as u64, &inputs, &|g, i| {
-            let m = Op::FusedMatMul {
+            let m = Op::FusedMatMul(FusedMatMul {
                 transpose_a: false,
                 transpose_b: true,
                 epilogue,
-            };
+            });
             op(g, m, i)
         });
     }
@@ -210,11 +214,11 @@ fn cumsum_every_direction() {
         let x = Input::float("x", &[3, 5]);
         let label = format!("cumsum exclusive={exclusive} reverse={reverse}");
         grad_check(&label, 600 + seed as u64, &[x], &|g, i| {
-            let c = Op::Cumsum {
+            let c = Op::Cumsum(Cumsum {
                 axis: 1,
                 exclusive,
                 reverse,
-            };
+            });
             op(g, c, &[i[0]])
         });
     }
@@ -227,7 +231,7 @@ fn softmax_and_log_softmax() {
             .range(-2.0, 2.0)
             .symbolic(0, "batch");
         grad_check(&format!("softmax log={log}"), 700, &[x], &|g, i| {
-            op(g, Op::Softmax { axis: 1, log }, &[i[0]])
+            op(g, Op::Softmax(Softmax { axis: 1, log }), &[i[0]])
         });
     }
 }
@@ -240,20 +244,20 @@ fn layer_and_rms_norm() {
     let w = Input::float("w", &[6]).range(0.5, 1.5);
     let bias = Input::float("bias", &[6]);
     grad_check("layer_norm", 800, &[x, w, bias], &|g, i| {
-        let ln = Op::LayerNorm {
+        let ln = Op::LayerNorm(LayerNorm {
             eps: 1e-5,
             has_weight: true,
             has_bias: true,
-        };
+        });
         op(g, ln, &[i[0], i[1], i[2]])
     });
     let x = Input::float("x", &[4, 5]).range(-2.0, 2.0);
     grad_check("layer_norm without affine", 801, &[x], &|g, i| {
-        let ln = Op::LayerNorm {
+        let ln = Op::LayerNorm(LayerNorm {
             eps: 1e-5,
             has_weight: false,
             has_bias: false,
-        };
+        });
         op(g, ln, &[i[0]])
     });
     let x = Input::float("x", &[3, 6])
@@ -261,10 +265,10 @@ fn layer_and_rms_norm() {
         .symbolic(0, "batch");
     let w = Input::float("w", &[6]).range(0.5, 1.5);
     grad_check("rms_norm", 802, &[x, w], &|g, i| {
-        let rms = Op::RmsNorm {
+        let rms = Op::RmsNorm(RmsNorm {
             eps: 1e-6,
             has_weight: true,
-        };
+        });
         op(g, rms, &[i[0], i[1]])
     });
 }
@@ -284,9 +288,9 @@ fn movement() {
     grad_check("broadcast", 902, &[x], &|g, i| {
         op(
             g,
-            Op::Broadcast {
+            Op::Broadcast(Broadcast {
                 shape: Shape::from([2, 3, 4]),
-            },
+            }),
             &[i[0]],
         )
     });
@@ -302,23 +306,23 @@ fn movement() {
         let x = Input::float("x", &[3, 7]);
         let label = format!("slice {start}:{stop:?}:{step}");
         grad_check(&label, 910 + seed as u64, &[x], &|g, i| {
-            let s = Op::Slice {
+            let s = Op::Slice(Slice {
                 axis: 1,
                 start,
                 stop,
                 step,
-            };
+            });
             op(g, s, &[i[0]])
         });
     }
     let x = Input::float("x", &[5, 3]).symbolic(0, "seq");
     grad_check("slice of a symbolic axis", 920, &[x], &|g, i| {
-        let s = Op::Slice {
+        let s = Op::Slice(Slice {
             axis: 0,
             start: 1,
             stop: Some(-1),
             step: 1,
-        };
+        });
         op(g, s, &[i[0]])
     });
     let a = Input::float("a", &[2, 3]);
@@ -340,22 +344,26 @@ fn movement() {
     });
     let x = Input::float("x", &[2, 3]);
     grad_check("pad", 940, &[x], &|g, i| {
-        let p = Op::Pad {
+        let p = Op::Pad(Pad {
             pads: vec![(1, 0), (2, 1)],
             value: Scalar::Float(0.5),
-        };
+        });
         op(g, p, &[i[0]])
     });
     let data = Input::float("data", &[5, 3]);
     let idx = Input::indices("idx", &[2, 2], vec![4, 0, 4, 2]);
     grad_check("gather with repeats", 950, &[data, idx], &|g, i| {
-        op(g, Op::Gather { axis: 0 }, &[i[0], i[1]])
+        op(g, Op::Gather(Gather { axis: 0 }), &[i[0], i[1]])
     });
     let data = Input::float("data", &[3, 4]);
     let idx = Input::indices("idx", &[3], vec![1, 1, 3]);
     let updates = Input::float("updates", &[3, 3]);
     grad_check("scatter_add", 960, &[data, idx, updates], &|g, i| {
-        op(g, Op::ScatterAdd { axis: 1 }, &[i[0], i[1], i[2]])
+        op(
+            g,
+            Op::ScatterAdd(ScatterAdd { axis: 1 }),
+            &[i[0], i[1], i[2]],
+        )
     });
 }
 
@@ -389,7 +397,7 @@ fn attention_every_mask_with_grouped_heads() {
         }
         let label = format!("attention {mask:?}");
         grad_check(&label, 1000 + seed as u64, &inputs, &|g, i| {
-            op(g, Op::Attention { scale: 0.4, mask }, i)
+            op(g, Op::Attention(Attention { scale: 0.4, mask }), i)
         });
     }
     // A boolean mask with one fully masked row.
@@ -406,10 +414,10 @@ fn attention_every_mask_with_grouped_heads() {
         let keep = g.compare(CompareOp::Gt, i[3], half).unwrap();
         op(
             g,
-            Op::Attention {
+            Op::Attention(Attention {
                 scale: 0.5,
                 mask: AttentionMask::Tensor,
-            },
+            }),
             &[i[0], i[1], i[2], keep],
         )
     });
@@ -423,10 +431,10 @@ fn attention_every_mask_with_grouped_heads() {
         &|g, i| {
             op(
                 g,
-                Op::Attention {
+                Op::Attention(Attention {
                     scale: 0.5,
                     mask: AttentionMask::Causal,
-                },
+                }),
                 i,
             )
         },
@@ -439,24 +447,24 @@ fn rope_both_layouts() {
         let x = Input::float("x", &[2, 3, 8]);
         let label = format!("rope traditional={traditional}");
         grad_check(&label, 1100 + seed as u64, &[x], &|g, i| {
-            let r = Op::Rope {
+            let r = Op::Rope(Rope {
                 dims: 6,
                 base: 100.0,
                 scale: 1.0,
                 traditional,
-            };
+            });
             op(g, r, &[i[0]])
         });
     }
     let x = Input::float("x", &[1, 4, 4]);
     let offset = Input::indices("offset", &[], vec![3]);
     grad_check("rope with an offset", 1102, &[x, offset], &|g, i| {
-        let r = Op::Rope {
+        let r = Op::Rope(Rope {
             dims: 4,
             base: 10.0,
             scale: 0.5,
             traditional: false,
-        };
+        });
         op(g, r, &[i[0], i[1]])
     });
 }
@@ -507,12 +515,12 @@ fn conv_and_its_transpose() {
         if bias {
             inputs.push(Input::float("b", &[ws[0]]));
         }
-        let conv = Op::Conv {
+        let conv = Op::Conv(Conv {
             stride: stride.clone(),
             padding: padding.clone(),
             dilation: dilation.clone(),
             groups,
-        };
+        });
         grad_check(
             &format!("conv {conv}"),
             1200 + seed as u64,
@@ -531,13 +539,13 @@ fn conv_and_its_transpose() {
             inputs.push(Input::float("b", &[tw[1] * groups]));
         }
         let output_padding: Vec<usize> = stride.iter().map(|s| s - 1).collect();
-        let t = Op::ConvTranspose {
+        let t = Op::ConvTranspose(ConvTranspose {
             stride: stride.clone(),
             padding: padding.clone(),
             output_padding,
             dilation: dilation.clone(),
             groups,
-        };
+        });
         grad_check(&format!("{t}"), 1210 + seed as u64, &inputs, &|g, i| {
             op(g, t.clone(), i)
         });
@@ -549,22 +557,22 @@ fn pooling_both_kinds() {
     use rlx::ir::PoolKind;
     for (seed, kind) in [PoolKind::Avg, PoolKind::Max].into_iter().enumerate() {
         let x = Input::float("x", &[2, 3, 5, 6]);
-        let p = Op::Pool {
+        let p = Op::Pool(Pool {
             kind,
             kernel: vec![3, 2],
             stride: vec![2, 2],
             padding: vec![(1, 1), (0, 1)],
-        };
+        });
         grad_check(&format!("{p}"), 1300 + seed as u64, &[x], &|g, i| {
             op(g, p.clone(), i)
         });
         let x = Input::float("x", &[1, 2, 7]);
-        let p = Op::Pool {
+        let p = Op::Pool(Pool {
             kind,
             kernel: vec![3],
             stride: vec![1],
             padding: vec![(1, 1)],
-        };
+        });
         grad_check(
             &format!("{p} 1-D overlapping"),
             1310 + seed as u64,
@@ -580,10 +588,10 @@ fn upsampling_every_mode() {
     for (seed, mode) in UpsampleMode::ALL.into_iter().enumerate() {
         for size in [[7, 4], [2, 9]] {
             let x = Input::float("x", &[2, 2, 3, 5]);
-            let u = Op::Upsample {
+            let u = Op::Upsample(Upsample {
                 mode,
                 size: Shape::from(size),
-            };
+            });
             grad_check(&format!("{u}"), 1400 + seed as u64, &[x], &|g, i| {
                 op(g, u.clone(), i)
             });
@@ -616,11 +624,11 @@ fn sorted_and_top_k_values() {
     use rlx::ir::SortOutput;
     let x = Input::float("x", &[3, 6, 2]);
     grad_check("topk values", 1500, &[x], &|g, i| {
-        let t = Op::TopK {
+        let t = Op::TopK(TopK {
             k: 3,
             axis: 1,
             output: SortOutput::Values,
-        };
+        });
         op(g, t, &[i[0]])
     });
     for (seed, (axis, descending)) in [(0, true), (2, false)].into_iter().enumerate() {
@@ -630,11 +638,11 @@ fn sorted_and_top_k_values() {
             1510 + seed as u64,
             &[x],
             &|g, i| {
-                let s = Op::Sort {
+                let s = Op::Sort(Sort {
                     axis,
                     descending,
                     output: SortOutput::Values,
-                };
+                });
                 op(g, s, &[i[0]])
             },
         );

@@ -5,6 +5,7 @@
 //! must come back as `RunError::Rank`.
 
 use crate::Rng;
+use rlx::ir::Broadcast;
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -34,9 +35,9 @@ fn graph() -> Graph {
     let e = b.unary(UnaryOp::Exp, scale).unwrap();
     let wide = b
         .op(
-            Op::Broadcast {
+            Op::Broadcast(Broadcast {
                 shape: Shape::new([n, Dim::sym("m")]),
-            },
+            }),
             &[e],
         )
         .unwrap();

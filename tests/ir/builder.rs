@@ -1,4 +1,5 @@
 use rlx::builder::BuildErrorKind;
+use rlx::ir::Gather;
 use rlx::ir::{InferError, NodeId, VerifyError};
 use rlx::prelude::*;
 
@@ -141,7 +142,7 @@ fn graph_accessors() {
     let ids = b.input("ids", DType::I64, shape("[batch,seq]")).unwrap();
     let mask = b.input("mask", DType::Bool, shape("[batch,seq]")).unwrap();
     let table = b.param("embeddings", DType::F32, [100, 8]).unwrap();
-    let e = b.op(Op::Gather { axis: 0 }, &[table, ids]).unwrap();
+    let e = b.op(Op::Gather(Gather { axis: 0 }), &[table, ids]).unwrap();
     let zero = b.scalar(0.0, DType::F32);
     let mask = b.reshape(mask, shape("[batch,seq,1]")).unwrap();
     let e = b.select(mask, e, zero).unwrap();

@@ -1,4 +1,5 @@
 use rlx::ir::{BinaryOp, CompareOp, DType, Op, UnaryOp};
+use rlx::ir::{Cast, FusedElementwise};
 
 use crate::support::{err, ok};
 
@@ -179,11 +180,11 @@ fn cast_changes_only_dtype() {
     for to in DType::ALL {
         for from in DType::ALL {
             let input = format!("{from}[batch,2]");
-            ok(&Op::Cast { to }, &[&input], &format!("{to}[batch,2]"));
+            ok(&Op::Cast(Cast { to }), &[&input], &format!("{to}[batch,2]"));
         }
     }
     err(
-        &Op::Cast { to: DType::F32 },
+        &Op::Cast(Cast { to: DType::F32 }),
         &[],
         "expected 1 operands, got 0",
     );
@@ -192,7 +193,7 @@ fn cast_changes_only_dtype() {
 #[test]
 fn fused_elementwise() {
     use rlx::ir::{ElementwiseArg as A, ElementwiseStep as S};
-    let fused = |steps: Vec<S>| Op::FusedElementwise { steps };
+    let fused = |steps: Vec<S>| Op::FusedElementwise(FusedElementwise { steps });
     let chain = fused(vec![
         S::Binary(BinaryOp::Mul, A::Operand(0), A::Operand(1)),
         S::Unary(UnaryOp::Tanh, A::Step(0)),

@@ -1,3 +1,7 @@
+use rlx::ir::{
+    ArgReduce, Attention, Broadcast, Concat, Conv, Cumsum, Gather, LayerNorm, MatMul, Pad, Permute,
+    Pool, QuantizedMatMul, Reduce, Reshape, RmsNorm, Rope, ScatterAdd, Slice, Softmax, Sort, TopK,
+};
 use std::process::Command;
 
 use rlx::ir::{ConstantData, Scalar};
@@ -14,10 +18,10 @@ fn sample() -> Graph {
     let b1 = b.param("fc1.bias", DType::F32, [8]).unwrap();
     let h = b
         .op(
-            Op::MatMul {
+            Op::MatMul(MatMul {
                 transpose_a: false,
                 transpose_b: true,
-            },
+            }),
             &[x, w1],
         )
         .unwrap();
@@ -37,31 +41,31 @@ fn sample() -> Graph {
     let probs = b.softmax(h, 1).unwrap();
     let wide = b
         .op(
-            Op::Pad {
+            Op::Pad(Pad {
                 pads: vec![(0, 0), (1, 1)],
                 value: Scalar::Float(0.0),
-            },
+            }),
             &[probs],
         )
         .unwrap();
     let picked = b
         .op(
-            Op::Slice {
+            Op::Slice(Slice {
                 axis: 1,
                 start: 1,
                 stop: Some(-1),
                 step: 1,
-            },
+            }),
             &[wide],
         )
         .unwrap();
     let best = b
         .op(
-            Op::ArgReduce {
+            Op::ArgReduce(ArgReduce {
                 op: ArgReduceOp::ArgMax,
                 axis: 1,
                 keep_dims: false,
-            },
+            }),
             &[picked],
         )
         .unwrap();
@@ -99,118 +103,127 @@ return probs=%16, class=%17
 fn every_op_prints_its_attributes() {
     let cases: Vec<(Op, &str)> = vec![
         (
-            Op::Reduce {
+            Op::Reduce(Reduce {
                 op: ReduceOp::Max,
                 axes: vec![1, 2],
                 keep_dims: true,
-            },
+            }),
             "reduce_max[axes=[1, 2], keep_dims]",
         ),
         (
-            Op::Cumsum {
+            Op::Cumsum(Cumsum {
                 axis: 0,
                 exclusive: true,
                 reverse: true,
-            },
+            }),
             "cumsum[axis=0, exclusive, reverse]",
         ),
-        (Op::Softmax { axis: 2, log: true }, "log_softmax[axis=2]"),
         (
-            Op::LayerNorm {
+            Op::Softmax(Softmax { axis: 2, log: true }),
+            "log_softmax[axis=2]",
+        ),
+        (
+            Op::LayerNorm(LayerNorm {
                 eps: 1e-12,
                 has_weight: true,
                 has_bias: false,
-            },
+            }),
             "layer_norm[eps=1e-12, no_bias]",
         ),
         (
-            Op::RmsNorm {
+            Op::RmsNorm(RmsNorm {
                 eps: 1e-6,
                 has_weight: true,
-            },
+            }),
             "rms_norm[eps=1e-6]",
         ),
         (
-            Op::Reshape {
+            Op::Reshape(Reshape {
                 shape: shape("[batch,2,3]"),
-            },
+            }),
             "reshape[shape=[batch,2,3]]",
         ),
-        (Op::Permute { perm: vec![1, 0] }, "permute[perm=[1, 0]]"),
         (
-            Op::Slice {
+            Op::Permute(Permute { perm: vec![1, 0] }),
+            "permute[perm=[1, 0]]",
+        ),
+        (
+            Op::Slice(Slice {
                 axis: 0,
                 start: 0,
                 stop: None,
                 step: 2,
-            },
+            }),
             "slice[axis=0, 0::2]",
         ),
-        (Op::Concat { axis: 1 }, "concat[axis=1]"),
+        (Op::Concat(Concat { axis: 1 }), "concat[axis=1]"),
         (
-            Op::Broadcast {
+            Op::Broadcast(Broadcast {
                 shape: shape("[4,3]"),
-            },
+            }),
             "broadcast[shape=[4,3]]",
         ),
-        (Op::Gather { axis: 0 }, "gather[axis=0]"),
-        (Op::ScatterAdd { axis: 1 }, "scatter_add[axis=1]"),
+        (Op::Gather(Gather { axis: 0 }), "gather[axis=0]"),
         (
-            Op::Attention {
+            Op::ScatterAdd(ScatterAdd { axis: 1 }),
+            "scatter_add[axis=1]",
+        ),
+        (
+            Op::Attention(Attention {
                 scale: 0.125,
                 mask: AttentionMask::SlidingWindow(4),
-            },
+            }),
             "attention[scale=0.125, window=4]",
         ),
         (
-            Op::Rope {
+            Op::Rope(Rope {
                 dims: 64,
                 base: 10000.0,
                 scale: 1.0,
                 traditional: true,
-            },
+            }),
             "rope[dims=64, base=10000, traditional]",
         ),
         (
-            Op::Conv {
+            Op::Conv(Conv {
                 stride: vec![2, 2],
                 padding: vec![(1, 1), (1, 1)],
                 dilation: vec![1, 1],
                 groups: 4,
-            },
+            }),
             "conv[stride=[2, 2], padding=[(1, 1), (1, 1)], groups=4]",
         ),
         (
-            Op::Pool {
+            Op::Pool(Pool {
                 kind: PoolKind::Avg,
                 kernel: vec![2],
                 stride: vec![2],
                 padding: vec![(0, 0)],
-            },
+            }),
             "avg_pool[kernel=[2], stride=[2], padding=[(0, 0)]]",
         ),
         (
-            Op::TopK {
+            Op::TopK(TopK {
                 k: 5,
                 axis: 1,
                 output: SortOutput::Indices,
-            },
+            }),
             "topk[k=5, axis=1, indices]",
         ),
         (
-            Op::Sort {
+            Op::Sort(Sort {
                 axis: 0,
                 descending: true,
                 output: SortOutput::Indices,
-            },
+            }),
             "argsort[axis=0, descending]",
         ),
         (Op::Solve, "solve"),
         (
-            Op::QuantizedMatMul {
+            Op::QuantizedMatMul(QuantizedMatMul {
                 bits: 4,
                 group_size: 64,
-            },
+            }),
             "quantized_matmul[bits=4, group_size=64]",
         ),
         (Op::Compare(CompareOp::Le), "le"),

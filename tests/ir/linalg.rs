@@ -1,12 +1,13 @@
 use rlx::ir::Op;
+use rlx::ir::{FusedMatMul, MatMul, QuantizedMatMul};
 
 use crate::support::{err, ok};
 
 fn mm(transpose_a: bool, transpose_b: bool) -> Op {
-    Op::MatMul {
+    Op::MatMul(MatMul {
         transpose_a,
         transpose_b,
-    }
+    })
 }
 
 #[test]
@@ -133,7 +134,7 @@ fn solve() {
 
 #[test]
 fn quantized_matmul() {
-    let q = |bits, group_size| Op::QuantizedMatMul { bits, group_size };
+    let q = |bits, group_size| Op::QuantizedMatMul(QuantizedMatMul { bits, group_size });
     ok(
         &q(4, 64),
         &["f32[batch,256]", "u8[512,128]", "f32[512,4]", "f32[512,4]"],
@@ -191,14 +192,16 @@ fn quantized_matmul() {
 #[test]
 fn fused_matmul() {
     use rlx::ir::{MatMulEpilogue, UnaryOp};
-    let fused = |bias, activation, residual| Op::FusedMatMul {
-        transpose_a: false,
-        transpose_b: true,
-        epilogue: MatMulEpilogue {
-            bias,
-            activation,
-            residual,
-        },
+    let fused = |bias, activation, residual| {
+        Op::FusedMatMul(FusedMatMul {
+            transpose_a: false,
+            transpose_b: true,
+            epilogue: MatMulEpilogue {
+                bias,
+                activation,
+                residual,
+            },
+        })
     };
     let all = fused(true, Some(UnaryOp::Gelu), true);
     ok(

@@ -1,9 +1,10 @@
+use rlx::ir::{Broadcast, Concat, Gather, Pad, Permute, Reshape, ScatterAdd, Slice};
 use rlx::ir::{DType, Dim, Op, Scalar, Shape, TensorType};
 
 use crate::support::{err, ok, shape, ty};
 
 fn reshape(to: Shape) -> Op {
-    Op::Reshape { shape: to }
+    Op::Reshape(Reshape { shape: to })
 }
 
 fn d(name: &str) -> Dim {
@@ -59,8 +60,10 @@ fn reshape_errors() {
 
 #[test]
 fn permute() {
-    let p = |perm: &[usize]| Op::Permute {
-        perm: perm.to_vec(),
+    let p = |perm: &[usize]| {
+        Op::Permute(Permute {
+            perm: perm.to_vec(),
+        })
     };
     ok(
         &p(&[0, 2, 1, 3]),
@@ -87,12 +90,12 @@ fn permute() {
 }
 
 fn slice(axis: usize, start: i64, stop: Option<i64>, step: usize) -> Op {
-    Op::Slice {
+    Op::Slice(Slice {
         axis,
         start,
         stop,
         step,
-    }
+    })
 }
 
 #[test]
@@ -176,7 +179,7 @@ fn slice_errors() {
 
 #[test]
 fn concat() {
-    let c = |axis| Op::Concat { axis };
+    let c = |axis| Op::Concat(Concat { axis });
     ok(&c(0), &["f32[2,3]", "f32[4,3]"], "f32[6,3]");
     ok(
         &c(1),
@@ -209,7 +212,7 @@ fn concat() {
 
 #[test]
 fn broadcast() {
-    let b = |to: &str| Op::Broadcast { shape: shape(to) };
+    let b = |to: &str| Op::Broadcast(Broadcast { shape: shape(to) });
     ok(&b("[batch,seq,384]"), &["f32[384]"], "f32[batch,seq,384]");
     ok(
         &b("[batch,12,seq,seq]"),
@@ -236,9 +239,11 @@ fn broadcast() {
 
 #[test]
 fn pad() {
-    let p = |pads: &[(usize, usize)]| Op::Pad {
-        pads: pads.to_vec(),
-        value: Scalar::Float(0.0),
+    let p = |pads: &[(usize, usize)]| {
+        Op::Pad(Pad {
+            pads: pads.to_vec(),
+            value: Scalar::Float(0.0),
+        })
     };
     ok(&p(&[(0, 0), (1, 2)]), &["f32[3,4]"], "f32[3,7]");
     ok(
@@ -256,7 +261,7 @@ fn pad() {
 
 #[test]
 fn gather() {
-    let g = |axis| Op::Gather { axis };
+    let g = |axis| Op::Gather(Gather { axis });
     // Embedding lookup.
     ok(
         &g(0),
@@ -294,7 +299,7 @@ fn gather() {
 
 #[test]
 fn scatter_add() {
-    let s = |axis| Op::ScatterAdd { axis };
+    let s = |axis| Op::ScatterAdd(ScatterAdd { axis });
     ok(
         &s(0),
         &["f32[30522,384]", "i64[batch,seq]", "f32[batch,seq,384]"],

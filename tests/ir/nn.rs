@@ -1,3 +1,4 @@
+use rlx::ir::{Attention, Conv, ConvTranspose, Custom, Pool, Rope, Upsample};
 use std::collections::BTreeMap;
 
 use rlx::ir::{AttentionMask, AttrValue, ConstantData, DType, Op, PoolKind, TensorType};
@@ -5,7 +6,7 @@ use rlx::ir::{AttentionMask, AttrValue, ConstantData, DType, Op, PoolKind, Tenso
 use crate::support::{err, ok, ty};
 
 fn attn(mask: AttentionMask) -> Op {
-    Op::Attention { scale: 0.125, mask }
+    Op::Attention(Attention { scale: 0.125, mask })
 }
 
 #[test]
@@ -122,22 +123,22 @@ fn attention_errors() {
         "a sliding window must hold at least 1 position",
     );
     err(
-        &Op::Attention {
+        &Op::Attention(Attention {
             scale: f64::INFINITY,
             mask: AttentionMask::None,
-        },
+        }),
         &["f32[4,4]", "f32[4,4]", "f32[4,4]"],
         "scale must be finite, got inf",
     );
 }
 
 fn rope(dims: usize) -> Op {
-    Op::Rope {
+    Op::Rope(Rope {
         dims,
         base: 10000.0,
         scale: 1.0,
         traditional: false,
-    }
+    })
 }
 
 #[test]
@@ -184,12 +185,12 @@ fn rope_shapes_and_errors() {
         "operand 0 has dtype i32, expected a float dtype",
     );
     err(
-        &Op::Rope {
+        &Op::Rope(Rope {
             dims: 8,
             base: 0.0,
             scale: 1.0,
             traditional: true,
-        },
+        }),
         &["f32[4,64]"],
         "base must be finite and positive, got 0",
     );
@@ -197,12 +198,12 @@ fn rope_shapes_and_errors() {
 }
 
 fn conv(stride: &[usize], padding: &[(usize, usize)], dilation: &[usize], groups: usize) -> Op {
-    Op::Conv {
+    Op::Conv(Conv {
         stride: stride.to_vec(),
         padding: padding.to_vec(),
         dilation: dilation.to_vec(),
         groups,
-    }
+    })
 }
 
 #[test]
@@ -307,12 +308,12 @@ fn conv_errors() {
 }
 
 fn pool(kind: PoolKind, kernel: &[usize], stride: &[usize], padding: &[(usize, usize)]) -> Op {
-    Op::Pool {
+    Op::Pool(Pool {
         kind,
         kernel: kernel.to_vec(),
         stride: stride.to_vec(),
         padding: padding.to_vec(),
-    }
+    })
 }
 
 #[test]
@@ -368,11 +369,11 @@ fn pool_shapes_and_errors() {
 
 #[test]
 fn custom_op_declares_its_output() {
-    let op = Op::Custom {
+    let op = Op::Custom(Custom {
         name: "my_fused_gate".into(),
         attrs: BTreeMap::from([("alpha".into(), AttrValue::Float(0.5))]),
         output: ty("f16[batch,7]"),
-    };
+    });
     ok(&op, &["f32[batch,3]", "i64[2]"], "f16[batch,7]");
     ok(&op, &[], "f16[batch,7]");
     assert_eq!(
@@ -410,13 +411,13 @@ fn conv_t(
     dilation: &[usize],
     groups: usize,
 ) -> Op {
-    Op::ConvTranspose {
+    Op::ConvTranspose(ConvTranspose {
         stride: stride.to_vec(),
         padding: padding.to_vec(),
         output_padding: output_padding.to_vec(),
         dilation: dilation.to_vec(),
         groups,
-    }
+    })
 }
 
 #[test]
@@ -492,9 +493,11 @@ fn conv_transpose_errors() {
 fn upsample_shapes_and_errors() {
     use rlx::ir::{Dim, Shape, UpsampleMode};
     for mode in UpsampleMode::ALL {
-        let to = |h: Dim, w: Dim| Op::Upsample {
-            mode,
-            size: Shape::new([h, w]),
+        let to = |h: Dim, w: Dim| {
+            Op::Upsample(Upsample {
+                mode,
+                size: Shape::new([h, w]),
+            })
         };
         ok(
             &to(Dim::Static(64), Dim::Static(48)),
@@ -533,10 +536,10 @@ fn upsample_shapes_and_errors() {
             "operand 0 has dtype i32, expected a float dtype",
         );
     }
-    let three = Op::Upsample {
+    let three = Op::Upsample(Upsample {
         mode: UpsampleMode::Nearest,
         size: Shape::from([2, 2, 2]),
-    };
+    });
     err(
         &three,
         &["f32[1,3,4,4]"],

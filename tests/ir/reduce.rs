@@ -1,13 +1,14 @@
+use rlx::ir::{ArgReduce, Cumsum, LayerNorm, Reduce, RmsNorm, Softmax, Sort, TopK};
 use rlx::ir::{ArgReduceOp, Op, ReduceOp, SortOutput};
 
 use crate::support::{err, ok};
 
 fn reduce(op: ReduceOp, axes: &[usize], keep_dims: bool) -> Op {
-    Op::Reduce {
+    Op::Reduce(Reduce {
         op,
         axes: axes.to_vec(),
         keep_dims,
-    }
+    })
 }
 
 #[test]
@@ -70,10 +71,12 @@ fn reductions() {
 #[test]
 fn arg_reductions() {
     for op in [ArgReduceOp::ArgMax, ArgReduceOp::ArgMin] {
-        let arg = |axis, keep_dims| Op::ArgReduce {
-            op,
-            axis,
-            keep_dims,
+        let arg = |axis, keep_dims| {
+            Op::ArgReduce(ArgReduce {
+                op,
+                axis,
+                keep_dims,
+            })
         };
         ok(&arg(1, false), &["f32[batch,10]"], "i64[batch]");
         ok(&arg(1, true), &["i32[batch,10]"], "i64[batch,1]");
@@ -92,10 +95,12 @@ fn arg_reductions() {
 
 #[test]
 fn cumsum() {
-    let op = |axis| Op::Cumsum {
-        axis,
-        exclusive: false,
-        reverse: true,
+    let op = |axis| {
+        Op::Cumsum(Cumsum {
+            axis,
+            exclusive: false,
+            reverse: true,
+        })
     };
     ok(&op(1), &["i32[batch,seq]"], "i32[batch,seq]");
     ok(&op(0), &["f32[7]"], "f32[7]");
@@ -110,7 +115,7 @@ fn cumsum() {
 #[test]
 fn softmax() {
     for log in [false, true] {
-        let op = |axis| Op::Softmax { axis, log };
+        let op = |axis| Op::Softmax(Softmax { axis, log });
         ok(&op(3), &["f32[b,h,seq,seq]"], "f32[b,h,seq,seq]");
         err(
             &op(4),
@@ -128,10 +133,12 @@ fn softmax() {
 
 #[test]
 fn layer_norm() {
-    let ln = |has_weight, has_bias| Op::LayerNorm {
-        eps: 1e-12,
-        has_weight,
-        has_bias,
+    let ln = |has_weight, has_bias| {
+        Op::LayerNorm(LayerNorm {
+            eps: 1e-12,
+            has_weight,
+            has_bias,
+        })
     };
     ok(
         &ln(true, true),
@@ -172,11 +179,11 @@ fn layer_norm() {
         "operand 0 has dtype i32, expected a float dtype",
     );
     err(
-        &Op::LayerNorm {
+        &Op::LayerNorm(LayerNorm {
             eps: -1.0,
             has_weight: false,
             has_bias: false,
-        },
+        }),
         &["f32[4]"],
         "eps must be finite and non-negative, got -1",
     );
@@ -184,9 +191,11 @@ fn layer_norm() {
 
 #[test]
 fn rms_norm() {
-    let rms = |has_weight| Op::RmsNorm {
-        eps: 1e-6,
-        has_weight,
+    let rms = |has_weight| {
+        Op::RmsNorm(RmsNorm {
+            eps: 1e-6,
+            has_weight,
+        })
     };
     ok(
         &rms(true),
@@ -205,10 +214,10 @@ fn rms_norm() {
         "normalized features and affine parameter size 4 and 3 differ",
     );
     err(
-        &Op::RmsNorm {
+        &Op::RmsNorm(RmsNorm {
             eps: f64::NAN,
             has_weight: false,
-        },
+        }),
         &["f32[4]"],
         "eps must be finite and non-negative, got NaN",
     );
@@ -222,7 +231,7 @@ fn topk_and_sort() {
         } else {
             "i64"
         };
-        let topk = |k, axis| Op::TopK { k, axis, output };
+        let topk = |k, axis| Op::TopK(TopK { k, axis, output });
         ok(&topk(5, 1), &["f32[batch,100]"], &format!("{out}[batch,5]"));
         // A symbolic axis is checked against k when its size is bound.
         ok(
@@ -247,10 +256,12 @@ fn topk_and_sort() {
             "operand 0 has dtype bool, expected a numeric dtype (not bool)",
         );
 
-        let sort = |axis| Op::Sort {
-            axis,
-            descending: true,
-            output,
+        let sort = |axis| {
+            Op::Sort(Sort {
+                axis,
+                descending: true,
+                output,
+            })
         };
         ok(&sort(0), &["f32[seq,3]"], &format!("{out}[seq,3]"));
         err(
@@ -265,11 +276,11 @@ fn topk_and_sort() {
         );
     }
     ok(
-        &Op::Sort {
+        &Op::Sort(Sort {
             axis: 0,
             descending: false,
             output: SortOutput::Values,
-        },
+        }),
         &["i32[5]"],
         "i32[5]",
     );

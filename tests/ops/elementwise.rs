@@ -1,3 +1,4 @@
+use rlx::ir::FusedElementwise;
 use rlx::ir::{BinaryOp, CompareOp, DType, UnaryOp};
 use rlx::tensor::HostTensor;
 
@@ -435,9 +436,9 @@ fn fused_elementwise_chains() {
                 ("y", dtype, declared(shape, symbols)),
                 ("s", dtype, declared(&[1], &[])),
             ];
-            let op = Op::FusedElementwise {
+            let op = Op::FusedElementwise(FusedElementwise {
                 steps: steps.clone(),
-            };
+            });
             let g = graph_of(&inputs, |b, i| b.op(op.clone(), i).unwrap());
             check(
                 &g,

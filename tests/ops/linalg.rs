@@ -1,4 +1,5 @@
 use rlx::ir::{DType, Op};
+use rlx::ir::{FusedMatMul, MatMul};
 
 use crate::harness::{check, declared, graph_of};
 use crate::reference::{FLOATS, Nd, Rng, indices, random, to_tensor};
@@ -99,10 +100,10 @@ fn matmul_shapes_transposes_and_batches() {
         for (sa, ya, sb, ta, tb) in &cases {
             let a = random(&mut rng, dtype, sa, -1.0, 1.0);
             let b = random(&mut rng, dtype, sb, -1.0, 1.0);
-            let op = Op::MatMul {
+            let op = Op::MatMul(MatMul {
                 transpose_a: *ta,
                 transpose_b: *tb,
-            };
+            });
             let g = graph_of(
                 &[
                     ("a", dtype, declared(sa, ya)),
@@ -235,11 +236,11 @@ fn fused_matmul_epilogues() {
                 inputs.push(("residual", dtype, declared(&out_shape, ya)));
                 values.push(residual);
             }
-            let op = Op::FusedMatMul {
+            let op = Op::FusedMatMul(FusedMatMul {
                 transpose_a: false,
                 transpose_b: *tb,
                 epilogue: *ep,
-            };
+            });
             let g = graph_of(&inputs, |bld, i| bld.op(op.clone(), i).unwrap());
             let k = sa[sa.len() - 1];
             let named: Vec<(&str, &rlx::tensor::HostTensor)> =

@@ -1,5 +1,6 @@
 use rlx::backend::{Executable, RunError};
 use rlx::ir::{DType, Dim, Op, Scalar, Shape};
+use rlx::ir::{Gather, Pad, Slice};
 use rlx::tensor::HostTensor;
 
 use crate::harness::{check, declared, graph_of};
@@ -99,12 +100,12 @@ fn slices() {
             let symbols: &[(usize, &str)] = if step == 1 { &[(1, "s")] } else { &[] };
             let g = graph_of(&[("x", dtype, declared(&[3, 6, 2], symbols))], |b, i| {
                 b.op(
-                    Op::Slice {
+                    Op::Slice(Slice {
                         axis,
                         start,
                         stop,
                         step,
-                    },
+                    }),
                     &[i[0]],
                 )
                 .unwrap()
@@ -165,9 +166,9 @@ fn concat_broadcast_and_pad() {
         // Broadcast a column to a runtime number of rows given in `dims`.
         let g = graph_of(&[("b", dtype, declared(&[2, 1], &[]))], |bld, i| {
             bld.op(
-                Op::Broadcast {
+                Op::Broadcast(rlx::ir::Broadcast {
                     shape: Shape::new([Dim::sym("n"), Dim::from(2), Dim::from(5)]),
-                },
+                }),
                 &[i[0]],
             )
             .unwrap()
@@ -188,10 +189,10 @@ fn concat_broadcast_and_pad() {
         };
         let g = graph_of(&[("a", dtype, declared(&[2, 3], &[]))], |bld, i| {
             bld.op(
-                Op::Pad {
+                Op::Pad(Pad {
                     pads: vec![(1, 0), (2, 1)],
                     value,
-                },
+                }),
                 &[i[0]],
             )
             .unwrap()
@@ -219,7 +220,7 @@ fn gather_embeddings_and_along_inner_axes() {
                     ("t", dtype, declared(&[10, 4], &[])),
                     ("ids", index, declared(&[2, 3], &[(0, "b"), (1, "s")])),
                 ],
-                |b, i| b.op(Op::Gather { axis: 0 }, &[i[0], i[1]]).unwrap(),
+                |b, i| b.op(Op::Gather(Gather { axis: 0 }), &[i[0], i[1]]).unwrap(),
             );
             let (nt, ni) = (Nd::of(&table), Nd::of(&ids));
             let expected = gather_ref(
@@ -242,7 +243,7 @@ fn gather_embeddings_and_along_inner_axes() {
                     ("t", dtype, declared(&[10, 4], &[])),
                     ("i", index, declared(&[5], &[])),
                 ],
-                |b, i| b.op(Op::Gather { axis: 1 }, &[i[0], i[1]]).unwrap(),
+                |b, i| b.op(Op::Gather(Gather { axis: 1 }), &[i[0], i[1]]).unwrap(),
             );
             let ni = Nd::of(&idx);
             let expected = gather_ref(
@@ -269,7 +270,7 @@ fn gather_out_of_range_is_an_error() {
             ("t", DType::F32, declared(&[4, 2], &[])),
             ("i", DType::I64, declared(&[2], &[])),
         ],
-        |b, i| b.op(Op::Gather { axis: 0 }, &[i[0], i[1]]).unwrap(),
+        |b, i| b.op(Op::Gather(Gather { axis: 0 }), &[i[0], i[1]]).unwrap(),
     );
     crate::on_every_backend!(label, backend => { gather_out_of_range_on(label, &backend, &g) });
 }

@@ -1,3 +1,4 @@
+use rlx::ir::{Attention, Conv, Custom, Pool, QuantizedMatMul, Rope, ScatterAdd, Sort, TopK};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -25,7 +26,10 @@ fn scatter_add_accumulates_repeated_indices() {
                     ("i", DType::I64, declared(&[4], &[])),
                     ("u", dtype, declared(&upd_shape, &[])),
                 ],
-                |b, i| b.op(Op::ScatterAdd { axis }, &[i[0], i[1], i[2]]).unwrap(),
+                |b, i| {
+                    b.op(Op::ScatterAdd(ScatterAdd { axis }), &[i[0], i[1], i[2]])
+                        .unwrap()
+                },
             );
             let mut expected = Nd::of(&data);
             let (nu, ni) = (Nd::of(&updates), Nd::of(&idx));
@@ -74,51 +78,51 @@ fn sort_argsort_and_topk() {
             };
             for (op, keep, descending) in [
                 (
-                    Op::Sort {
+                    Op::Sort(Sort {
                         axis,
                         descending: false,
                         output: SortOutput::Values,
-                    },
+                    }),
                     None,
                     false,
                 ),
                 (
-                    Op::Sort {
+                    Op::Sort(Sort {
                         axis,
                         descending: true,
                         output: SortOutput::Indices,
-                    },
+                    }),
                     None,
                     true,
                 ),
                 (
-                    Op::TopK {
+                    Op::TopK(TopK {
                         k: 3,
                         axis,
                         output: SortOutput::Values,
-                    },
+                    }),
                     Some(3),
                     true,
                 ),
                 (
-                    Op::TopK {
+                    Op::TopK(TopK {
                         k: 2,
                         axis,
                         output: SortOutput::Indices,
-                    },
+                    }),
                     Some(2),
                     true,
                 ),
             ] {
                 let want_indices = matches!(
                     op,
-                    Op::Sort {
+                    Op::Sort(Sort {
                         output: SortOutput::Indices,
                         ..
-                    } | Op::TopK {
+                    }) | Op::TopK(TopK {
                         output: SortOutput::Indices,
                         ..
-                    }
+                    })
                 );
                 let g = graph_of(&[("x", dtype, declared(&[4, 6], &[]))], |b, i| {
                     b.op(op.clone(), &[i[0]]).unwrap()
@@ -153,12 +157,12 @@ fn rope_both_layouts_with_offsets() {
         for traditional in [false, true] {
             for (dims, offset) in [(8usize, None), (4, Some(5i64))] {
                 let x = random(&mut rng, dtype, &[2, 3, 8], -1.0, 1.0);
-                let op = Op::Rope {
+                let op = Op::Rope(Rope {
                     dims,
                     base: 10000.0,
                     scale: 0.5,
                     traditional,
-                };
+                });
                 let mut inputs = vec![("x", dtype, declared(&[2, 3, 8], &[(1, "s")]))];
                 if offset.is_some() {
                     inputs.push(("off", DType::I64, declared(&[], &[])));
@@ -350,7 +354,7 @@ fn attention_masks_and_grouped_heads() {
             let q = random(&mut rng, dtype, &qs, -1.0, 1.0);
             let k = random(&mut rng, dtype, &ks, -1.0, 1.0);
             let v = random(&mut rng, dtype, &vs, -1.0, 1.0);
-            let op = Op::Attention { scale: 0.35, mask };
+            let op = Op::Attention(Attention { scale: 0.35, mask });
             let g = graph_of(
                 &[
                     ("q", dtype, declared(&qs, &[(0, "b")])),
@@ -388,10 +392,10 @@ fn attention_masks_and_grouped_heads() {
         );
         let additive = random(&mut rng, dtype, &[4, 4], -1.0, 1.0);
         for (mask_t, mshape) in [(&pad, ms.to_vec()), (&additive, vec![4, 4])] {
-            let op = Op::Attention {
+            let op = Op::Attention(Attention {
                 scale: 0.35,
                 mask: AttentionMask::Tensor,
-            };
+            });
             let g = graph_of(
                 &[
                     ("q", dtype, declared(&qs, &[])),
@@ -430,10 +434,10 @@ fn attention_masks_and_grouped_heads() {
             random(&mut rng, dtype, &[1, 2, 4, 4], -1.0, 1.0),
             random(&mut rng, dtype, &[1, 2, 4, 4], -1.0, 1.0),
         );
-        let op = Op::Attention {
+        let op = Op::Attention(Attention {
             scale: 0.5,
             mask: AttentionMask::Tensor,
-        };
+        });
         let g = graph_of(
             &[
                 ("q", dtype, declared(&qs2, &[])),
@@ -583,12 +587,12 @@ fn conv_1d_and_2d_with_groups() {
             let x = random(&mut rng, dtype, &xs, -1.0, 1.0);
             let w = random(&mut rng, dtype, &ws, -1.0, 1.0);
             let bias = random(&mut rng, dtype, &[ws[0]], -1.0, 1.0);
-            let op = Op::Conv {
+            let op = Op::Conv(Conv {
                 stride: stride.clone(),
                 padding: padding.clone(),
                 dilation: dilation.clone(),
                 groups,
-            };
+            });
             let mut inputs = vec![
                 ("x", dtype, declared(&xs, &[(0, "n")])),
                 ("w", dtype, declared(&ws, &[])),
@@ -677,12 +681,12 @@ fn max_and_avg_pooling() {
                 (vec![1, 2, 9], vec![3], vec![2], vec![(1, 1)]),
             ] {
                 let x = random(&mut rng, dtype, &xs, -1.0, 1.0);
-                let op = Op::Pool {
+                let op = Op::Pool(Pool {
                     kind,
                     kernel: kernel.clone(),
                     stride: stride.clone(),
                     padding: padding.clone(),
-                };
+                });
                 let g = graph_of(&[("x", dtype, declared(&xs, &[]))], |b, i| {
                     b.op(op.clone(), i).unwrap()
                 });
@@ -830,10 +834,10 @@ fn quantized_matmul_4_and_8_bits() {
                 ],
                 |b, i| {
                     b.op(
-                        Op::QuantizedMatMul {
+                        Op::QuantizedMatMul(QuantizedMatMul {
                             bits,
                             group_size: group,
-                        },
+                        }),
                         i,
                     )
                     .unwrap()
@@ -893,11 +897,11 @@ impl CustomKernel for Shift {
 fn custom_ops_run_registered_kernels_and_report_failures() {
     for (shift, expect_ok) in [(1.5, true), (-1.0, false)] {
         let attrs = BTreeMap::from([("shift".to_string(), AttrValue::Float(shift))]);
-        let op = Op::Custom {
+        let op = Op::Custom(Custom {
             name: "shift".into(),
             attrs,
             output: TensorType::new(DType::F32, declared(&[2, 2], &[(0, "n")])),
-        };
+        });
         let g = graph_of(
             &[("x", DType::F32, declared(&[2, 2], &[(0, "n")]))],
             |b, i| {
@@ -972,10 +976,10 @@ fn attention_reads_and_writes_split_heads_in_place() {
                 .iter()
                 .map(|i| bld.permute(*i, &perm).unwrap())
                 .collect();
-            let op = Op::Attention {
+            let op = Op::Attention(Attention {
                 scale: 0.4,
                 mask: AttentionMask::Causal,
-            };
+            });
             let a = bld.op(op, &p).unwrap();
             let y = bld.permute(a, &perm).unwrap();
             bld.output("y", y).unwrap();

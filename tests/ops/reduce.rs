@@ -1,3 +1,4 @@
+use rlx::ir::{ArgReduce, Cumsum, LayerNorm, RmsNorm, Softmax};
 use rlx::ir::{ArgReduceOp, DType, Op, ReduceOp};
 
 use crate::harness::{check, declared, graph_of};
@@ -110,11 +111,11 @@ fn argmax_and_argmin() {
                         &[("x", dtype, declared(&[3, 4, 5], &[(0, "n")]))],
                         |b, i| {
                             b.op(
-                                Op::ArgReduce {
+                                Op::ArgReduce(ArgReduce {
                                     op,
                                     axis,
                                     keep_dims,
-                                },
+                                }),
                                 &[i[0]],
                             )
                             .unwrap()
@@ -155,11 +156,11 @@ fn cumsum_variants() {
                 let x = random(&mut rng, dtype, &[4, 6], 0.0, 9.0);
                 let g = graph_of(&[("x", dtype, declared(&[4, 6], &[(1, "n")]))], |b, i| {
                     b.op(
-                        Op::Cumsum {
+                        Op::Cumsum(Cumsum {
                             axis,
                             exclusive,
                             reverse,
-                        },
+                        }),
                         &[i[0]],
                     )
                     .unwrap()
@@ -201,7 +202,7 @@ fn softmax_and_log_softmax() {
                 let x = random(&mut rng, dtype, &[3, 4, 5], -4.0, 4.0);
                 let g = graph_of(
                     &[("x", dtype, declared(&[3, 4, 5], &[(0, "b")]))],
-                    |b, i| b.op(Op::Softmax { axis, log }, &[i[0]]).unwrap(),
+                    |b, i| b.op(Op::Softmax(Softmax { axis, log }), &[i[0]]).unwrap(),
                 );
                 let nd = Nd::of(&x);
                 let data = indices(&nd.shape)
@@ -255,13 +256,13 @@ fn layer_norm_and_rms_norm() {
                 inputs.push(("bias", dtype, declared(&[features], &[])));
             }
             let op = if rms {
-                Op::RmsNorm { eps, has_weight }
+                Op::RmsNorm(RmsNorm { eps, has_weight })
             } else {
-                Op::LayerNorm {
+                Op::LayerNorm(LayerNorm {
                     eps,
                     has_weight,
                     has_bias,
-                }
+                })
             };
             let g = graph_of(&inputs, |b, i| b.op(op.clone(), i).unwrap());
             let (xv, wv, bv) = (x.to_f64_vec(), w.to_f64_vec(), bias.to_f64_vec());

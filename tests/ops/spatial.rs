@@ -1,6 +1,7 @@
 //! Transposed convolution, upsampling, and the group and batch norm composites.
 
 use half::{bf16, f16};
+use rlx::ir::{ConvTranspose, Upsample};
 use rlx::ir::{DType, Graph, Op, UpsampleMode};
 use rlx::typed::{Const, Float, Tensor, build};
 
@@ -124,13 +125,13 @@ fn conv_transpose_1d_and_2d() {
             let w = random(&mut rng, dtype, &case.w, -1.0, 1.0);
             let out_channels = case.w[1] * case.groups;
             let bias = random(&mut rng, dtype, &[out_channels], -1.0, 1.0);
-            let op = Op::ConvTranspose {
+            let op = Op::ConvTranspose(ConvTranspose {
                 stride: case.stride.clone(),
                 padding: case.padding.clone(),
                 output_padding: case.output_padding.clone(),
                 dilation: case.dilation.clone(),
                 groups: case.groups,
-            };
+            });
             let mut inputs = vec![
                 ("x", dtype, declared(&case.x, &[(0, "n")])),
                 ("w", dtype, declared(&case.w, &[])),
@@ -199,10 +200,10 @@ fn upsample_nearest_and_bilinear() {
             for size in [[8, 10], [7, 3], [1, 1], [4, 5]] {
                 let xs = [2, 3, 4, 5];
                 let x = random(&mut rng, dtype, &xs, -1.0, 1.0);
-                let op = Op::Upsample {
+                let op = Op::Upsample(Upsample {
                     mode,
                     size: size.into(),
-                };
+                });
                 let g = graph_of(&[("x", dtype, declared(&xs, &[(0, "n")]))], |b, i| {
                     b.op(op.clone(), i).unwrap()
                 });

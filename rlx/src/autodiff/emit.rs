@@ -2,6 +2,7 @@
 //! appended with their types inferred (and checked) as the builder does, each carrying the
 //! origin of the forward node whose rule made it.
 
+use crate::ir::{Broadcast, Cumsum, Reduce, Reshape};
 use std::panic::Location;
 
 use super::GradError;
@@ -141,14 +142,14 @@ impl<'f> Emitter<'f> {
         if self.shape(x) == shape {
             return Ok(x);
         }
-        self.op(Op::Reshape { shape }, &[x])
+        self.op(Op::Reshape(Reshape { shape }), &[x])
     }
 
     pub fn broadcast(&mut self, x: NodeId, shape: Shape) -> Result<NodeId, GradError> {
         if self.shape(x) == shape {
             return Ok(x);
         }
-        self.op(Op::Broadcast { shape }, &[x])
+        self.op(Op::Broadcast(Broadcast { shape }), &[x])
     }
 
     pub fn reduce(
@@ -162,11 +163,11 @@ impl<'f> Emitter<'f> {
             return Ok(x);
         }
         self.op(
-            Op::Reduce {
+            Op::Reduce(Reduce {
                 op,
                 axes,
                 keep_dims,
-            },
+            }),
             &[x],
         )
     }
@@ -218,11 +219,11 @@ impl<'f> Emitter<'f> {
     pub fn iota(&mut self, len: Dim) -> Result<NodeId, GradError> {
         let one = self.constant(ConstantData::scalar(Scalar::Int(1), DType::I64));
         let ones = self.broadcast(one, Shape::new([len]))?;
-        let cumsum = Op::Cumsum {
+        let cumsum = Op::Cumsum(Cumsum {
             axis: 0,
             exclusive: true,
             reverse: false,
-        };
+        });
         self.op(cumsum, &[ones])
     }
 

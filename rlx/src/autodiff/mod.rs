@@ -39,7 +39,8 @@ use std::collections::HashSet;
 
 use crate::backend::NodeSite;
 use crate::ir::{ConstantData, Graph, NodeId, Output, Scalar};
-use emit::Emitter;
+pub(crate) use emit::Emitter;
+pub(crate) use rules::Grad;
 
 /// Which leaves [`gradients`] differentiates with respect to.
 #[derive(Clone, Debug, PartialEq, Eq)]

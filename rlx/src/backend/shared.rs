@@ -1,6 +1,7 @@
 //! What every backend keeps the same way: its custom-op registry, its table of params and
 //! its cache of per-binding plans.
 
+use crate::ir::Custom;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -47,7 +48,7 @@ impl<K: ?Sized> CustomOps<K> {
     /// Whether the backend can run `op`: every built-in op, and custom ops registered here.
     pub(crate) fn supports(&self, op: &Op) -> bool {
         match op {
-            Op::Custom { name, .. } => self.kernels.contains_key(name),
+            Op::Custom(Custom { name, .. }) => self.kernels.contains_key(name),
             _ => true,
         }
     }
@@ -58,7 +59,7 @@ impl<K: ?Sized> CustomOps<K> {
             .nodes()
             .iter()
             .map(|n| match &n.op {
-                Op::Custom { name, .. } => self.kernels.get(name).cloned(),
+                Op::Custom(Custom { name, .. }) => self.kernels.get(name).cloned(),
                 _ => None,
             })
             .collect()

@@ -66,7 +66,7 @@ impl<'a> CustomInputs<'a> {
 /// let mut b = GraphBuilder::new();
 /// let x = b.input("x", DType::F32, [3])?;
 /// let attrs = BTreeMap::from([("factor".to_string(), AttrValue::Float(2.0))]);
-/// let y = b.op(Op::Custom { name: "scale".into(), attrs, output: TensorType::new(DType::F32, [3]) }, &[x])?;
+/// let y = b.op(Op::Custom(rlx::ir::Custom { name: "scale".into(), attrs, output: TensorType::new(DType::F32, [3]) }), &[x])?;
 /// b.output("y", y)?;
 /// let backend = CpuBackend::default().with_custom_op("scale", Arc::new(Scale));
 /// let exe = backend.compile(&b.finish()?)?;

@@ -69,7 +69,7 @@ impl Plan {
                 Op::Param | Op::Constant(_) => Storage::Static(
                     program.static_offsets[id.index()].expect("statics are laid out"),
                 ),
-                Op::Reshape { .. } | Op::StopGradient => storage[node.inputs[0].index()],
+                Op::Reshape(_) | Op::StopGradient => storage[node.inputs[0].index()],
                 _ if elided[id.index()] => storage[node.inputs[0].index()],
                 op => {
                     let start = if *op == Op::Input { 0 } else { id.index() };

@@ -9,6 +9,7 @@ use crate::backend::CompileError;
 use crate::backend::shared::CustomOps;
 use crate::backend::signature::Signature;
 use crate::ir::{DType, Graph, Node, NodeId, Op};
+use crate::ir::{FusedMatMul, MatMul, Permute, Reduce, Reshape};
 use crate::passes::{self, Rewriter};
 
 impl Packing {
@@ -87,11 +88,11 @@ pub(crate) struct Program {
 fn legalize(graph: &Graph) -> Result<Graph, crate::ir::VerifyError> {
     let mut rw = Rewriter::new(graph.len());
     for (id, node) in graph.iter() {
-        let Op::Reduce {
+        let Op::Reduce(Reduce {
             op,
             axes,
             keep_dims,
-        } = &node.op
+        }) = &node.op
         else {
             rw.keep(id, node);
             continue;
@@ -109,11 +110,11 @@ fn legalize(graph: &Graph) -> Result<Graph, crate::ir::VerifyError> {
         }
         let mut current = rw.get(node.inputs[0]);
         for block in blocks.iter().rev() {
-            let step = Op::Reduce {
+            let step = Op::Reduce(Reduce {
                 op: *op,
                 axes: block.clone(),
                 keep_dims: true,
-            };
+            });
             let ty = step
                 .infer(&[rw.nodes()[current.index()].ty.clone()])
                 .expect("a sub-reduction of a valid reduction is valid");
@@ -129,9 +130,9 @@ fn legalize(graph: &Graph) -> Result<Graph, crate::ir::VerifyError> {
             );
         }
         if !keep_dims {
-            let reshape = Op::Reshape {
+            let reshape = Op::Reshape(Reshape {
                 shape: node.ty.shape.clone(),
-            };
+            });
             rw.push(
                 id,
                 Node {
@@ -211,7 +212,8 @@ impl Program {
         // per weight and orientation, shared by the matmuls that agree on it).
         let mut packed_b = vec![None; g.len()];
         for (id, node) in g.iter() {
-            let (Op::MatMul { transpose_b, .. } | Op::FusedMatMul { transpose_b, .. }) = node.op
+            let (Op::MatMul(MatMul { transpose_b, .. })
+            | Op::FusedMatMul(FusedMatMul { transpose_b, .. })) = node.op
             else {
                 continue;
             };
@@ -288,7 +290,7 @@ impl Program {
 
 /// True if `op` swaps the heads and sequence axes of a `[.., H, S, D]` value.
 fn swaps_heads_and_sequence(op: &Op) -> bool {
-    let Op::Permute { perm } = op else {
+    let Op::Permute(Permute { perm }) = op else {
         return false;
     };
     let r = perm.len();
@@ -313,7 +315,7 @@ fn head_permutes(graph: &Graph) -> (Vec<bool>, Vec<[bool; 4]>) {
     let mut elided = vec![false; graph.len()];
     let mut sequence_major = vec![[false; 4]; graph.len()];
     for (id, node) in graph.iter() {
-        if !matches!(node.op, Op::Attention { .. }) || !node.ty.dtype.is_float() {
+        if !matches!(node.op, Op::Attention(_)) || !node.ty.dtype.is_float() {
             continue;
         }
         for (i, operand) in node.inputs.iter().enumerate().take(3) {

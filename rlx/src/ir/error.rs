@@ -113,7 +113,7 @@ fn differ(a: &Dim, b: &Dim) -> &'static str {
 /// Shorthand for [`InferError::Attribute`] with a formatted message.
 macro_rules! attr_err {
     ($($arg:tt)*) => {
-        $crate::ir::error::InferError::Attribute(format!($($arg)*))
+        $crate::ir::InferError::Attribute(format!($($arg)*))
     };
 }
 pub(crate) use attr_err;

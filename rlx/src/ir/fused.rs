@@ -23,7 +23,7 @@ pub enum ElementwiseArg {
 ///     ElementwiseStep::Binary(BinaryOp::Mul, ElementwiseArg::Operand(0), ElementwiseArg::Operand(1)),
 ///     ElementwiseStep::Unary(UnaryOp::Tanh, ElementwiseArg::Step(0)),
 /// ];
-/// let op = Op::FusedElementwise { steps };
+/// let op = Op::FusedElementwise(rlx::ir::FusedElementwise { steps });
 /// let t = TensorType::new(DType::F32, [4, 8]);
 /// assert_eq!(op.infer(&[t.clone(), t.clone()]).unwrap(), t);
 /// assert_eq!(op.to_string(), "fused_elementwise[mul, tanh]");

@@ -8,7 +8,6 @@ mod dtype;
 mod error;
 mod fused;
 mod graph;
-mod infer;
 mod kinds;
 mod node;
 mod op;
@@ -16,10 +15,16 @@ mod op_kind;
 mod shape;
 mod verify;
 
+pub use crate::ops::{
+    ArgReduce, Attention, Broadcast, Cast, Concat, Conv, ConvTranspose, Cumsum, Custom,
+    FusedElementwise, FusedMatMul, Gather, LayerNorm, MatMul, Pad, Permute, Pool, QuantizedMatMul,
+    Reduce, Reshape, RmsNorm, Rope, ScatterAdd, Slice, Softmax, Sort, TopK, Upsample,
+};
 pub use constant::{ConstantData, ConstantError, Scalar};
 pub use dim::{Dim, DimExpr, EvalDimError, Symbol};
 pub use dtype::{DType, Element};
 pub use error::InferError;
+pub(crate) use error::attr_err;
 pub use graph::{Graph, Output};
 pub use kinds::Domain;
 pub use kinds::UpsampleTap;

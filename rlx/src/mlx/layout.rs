@@ -14,6 +14,7 @@
 //!   ids, and up to 135 us for a 3 us divide whose output landed in such a buffer.
 
 use crate::backend::shared::ParamTable;
+use crate::ir::{FusedMatMul, MatMul};
 use crate::ir::{Graph, Op};
 
 /// Per param of `params`: whether it is stored K-major, which is when it has rank 2 or more
@@ -34,13 +35,13 @@ pub(crate) fn k_major_params(graph: &Graph, params: &ParamTable) -> Vec<bool> {
                     let node = &graph[user];
                     let untransposed_rhs = matches!(
                         node.op,
-                        Op::MatMul {
+                        Op::MatMul(MatMul {
                             transpose_b: false,
                             ..
-                        } | Op::FusedMatMul {
+                        }) | Op::FusedMatMul(FusedMatMul {
                             transpose_b: false,
                             ..
-                        }
+                        })
                     );
                     untransposed_rhs
                         && node.inputs.get(1) == Some(&spec.node)
@@ -72,10 +73,10 @@ mod tests {
         let z = b.matmul(lhs, z).unwrap();
         let w = b
             .op(
-                Op::MatMul {
+                Op::MatMul(MatMul {
                     transpose_a: false,
                     transpose_b: true,
-                },
+                }),
                 &[y, stored_t],
             )
             .unwrap();

@@ -1,5 +1,10 @@
 //! Lowering a graph, with its runtime dims bound, to lazy MLX arrays.
 
+use crate::ir::{
+    ArgReduce, Attention, Cast, Concat, Conv, ConvTranspose, Cumsum, FusedElementwise, FusedMatMul,
+    Gather, LayerNorm, MatMul, Pad, Permute, Pool, QuantizedMatMul, Reduce, RmsNorm, Rope,
+    ScatterAdd, Slice, Softmax, Sort, TopK, Upsample,
+};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -122,7 +127,7 @@ impl Lowering {
     pub(crate) fn index_nodes(&self) -> Vec<NodeId> {
         self.graph
             .iter()
-            .filter(|(_, n)| matches!(n.op, Op::Gather { .. } | Op::ScatterAdd { .. }))
+            .filter(|(_, n)| matches!(n.op, Op::Gather(_) | Op::ScatterAdd(_)))
             .map(|(id, _)| id)
             .collect()
     }
@@ -163,18 +168,17 @@ impl Lowering {
             // or crash on empty operands. Gathers and scatters still go through MLX, for
             // their index checks. (The shim's own guards cover what this cannot: empty
             // operands with non-empty results, and custom ops calling `Array` methods.)
-            let value = if dims.contains(&0)
-                && !matches!(node.op, Op::Gather { .. } | Op::ScatterAdd { .. })
-            {
-                let empty = crate::tensor::HostTensor::zeros(node.ty.dtype, dims.clone());
-                Array::from_tensor_on(empty.view(), self.device).map_err(at)?
-            } else {
-                match self.node(id, node, &operands, &mut checks) {
-                    Ok(v) => v,
-                    Err(NodeFailure::Mlx(e)) => return Err(at(e)),
-                    Err(NodeFailure::Run(e)) => return Err(e),
-                }
-            };
+            let value =
+                if dims.contains(&0) && !matches!(node.op, Op::Gather(_) | Op::ScatterAdd(_)) {
+                    let empty = crate::tensor::HostTensor::zeros(node.ty.dtype, dims.clone());
+                    Array::from_tensor_on(empty.view(), self.device).map_err(at)?
+                } else {
+                    match self.node(id, node, &operands, &mut checks) {
+                        Ok(v) => v,
+                        Err(NodeFailure::Mlx(e)) => return Err(at(e)),
+                        Err(NodeFailure::Run(e)) => return Err(e),
+                    }
+                };
             if verify {
                 self.verify(id, node, &value)?;
             }
@@ -242,7 +246,7 @@ impl Lowering {
                 .ok_or_else(|| MlxError::new("constant not uploaded"))?,
             Op::Unary(u) => x[0].unary(*u)?,
             Op::Binary(b) => x[0].binary(*b, x[1])?,
-            Op::FusedElementwise { steps } => {
+            Op::FusedElementwise(FusedElementwise { steps }) => {
                 // As its ops: MLX's compiled mode fuses elementwise chains itself.
                 let mut values: Vec<Array> = Vec::with_capacity(steps.len());
                 for step in steps {
@@ -271,16 +275,16 @@ impl Lowering {
             }
             Op::Compare(c) => x[0].compare(*c, x[1])?,
             Op::Where => x[0].select(x[1], x[2])?,
-            Op::Cast { to } => x[0].cast(*to)?,
-            Op::MatMul {
+            Op::Cast(Cast { to }) => x[0].cast(*to)?,
+            Op::MatMul(MatMul {
                 transpose_a,
                 transpose_b,
-            } => x[0].matmul(x[1], *transpose_a, *transpose_b)?,
-            Op::FusedMatMul {
+            }) => x[0].matmul(x[1], *transpose_a, *transpose_b)?,
+            Op::FusedMatMul(FusedMatMul {
                 transpose_a,
                 transpose_b,
                 epilogue,
-            } => {
+            }) => {
                 // The bias goes into the GEMM (a cuBLASLt epilogue on a GPU); MLX fuses the
                 // elementwise rest itself (compiled mode).
                 let mut extra = x[2..].iter();
@@ -301,38 +305,40 @@ impl Lowering {
                 }
                 y
             }
-            Op::Reduce {
+            Op::Reduce(Reduce {
                 op,
                 axes,
                 keep_dims,
-            } => x[0].reduce(*op, axes, *keep_dims)?,
-            Op::ArgReduce {
+            }) => x[0].reduce(*op, axes, *keep_dims)?,
+            Op::ArgReduce(ArgReduce {
                 op,
                 axis,
                 keep_dims,
-            } => x[0].arg_reduce(*op, *axis, *keep_dims)?,
-            Op::Cumsum {
+            }) => x[0].arg_reduce(*op, *axis, *keep_dims)?,
+            Op::Cumsum(Cumsum {
                 axis,
                 exclusive,
                 reverse,
-            } => x[0].cumsum(*axis, *exclusive, *reverse)?,
-            Op::Softmax { axis, log } => x[0].softmax(*axis, *log)?,
-            Op::LayerNorm {
+            }) => x[0].cumsum(*axis, *exclusive, *reverse)?,
+            Op::Softmax(Softmax { axis, log }) => x[0].softmax(*axis, *log)?,
+            Op::LayerNorm(LayerNorm {
                 eps,
                 has_weight,
                 has_bias,
-            } => {
+            }) => {
                 let w = has_weight.then(|| x[1]);
                 let b = has_bias.then(|| x[if *has_weight { 2 } else { 1 }]);
                 x[0].layer_norm(w, b, *eps)?
             }
-            Op::RmsNorm { eps, has_weight } => x[0].rms_norm(has_weight.then(|| x[1]), *eps)?,
-            Op::Reshape { .. } => x[0].reshape(shape)?,
+            Op::RmsNorm(RmsNorm { eps, has_weight }) => {
+                x[0].rms_norm(has_weight.then(|| x[1]), *eps)?
+            }
+            Op::Reshape(_) => x[0].reshape(shape)?,
             Op::StopGradient => x[0].clone(),
-            Op::Permute { perm } => x[0].permute(perm)?,
-            Op::Slice {
+            Op::Permute(Permute { perm }) => x[0].permute(perm)?,
+            Op::Slice(Slice {
                 axis, start, step, ..
-            } => {
+            }) => {
                 let input = &self.shapes[node.inputs[0].index()];
                 let len = input[*axis] as i64;
                 let first = if *start < 0 { start + len } else { *start } as usize;
@@ -349,9 +355,9 @@ impl Lowering {
                 steps[*axis] = *step;
                 x[0].slice(&starts, &stops, &steps)?
             }
-            Op::Concat { axis } => Array::concat(x, *axis)?,
-            Op::Broadcast { .. } => x[0].broadcast(shape)?,
-            Op::Pad { pads, value } => {
+            Op::Concat(Concat { axis }) => Array::concat(x, *axis)?,
+            Op::Broadcast(_) => x[0].broadcast(shape)?,
+            Op::Pad(Pad { pads, value }) => {
                 let dtype = node.ty.dtype;
                 let bytes = value.to_bytes(dtype);
                 let fill = Array::from_tensor_on(
@@ -364,7 +370,7 @@ impl Lowering {
                 )?;
                 x[0].pad(pads, &fill)?
             }
-            Op::Gather { axis } | Op::ScatterAdd { axis } => {
+            Op::Gather(Gather { axis }) | Op::ScatterAdd(ScatterAdd { axis }) => {
                 let (out, bad) = match x.get(2) {
                     Some(updates) => x[0].scatter_add(x[1], updates, *axis)?,
                     None => x[0].gather(x[1], *axis)?,
@@ -376,7 +382,7 @@ impl Lowering {
                 });
                 out
             }
-            Op::Attention { scale, mask } => {
+            Op::Attention(Attention { scale, mask }) => {
                 let mask = match mask {
                     AttentionMask::None => MaskArg::None,
                     AttentionMask::Causal => MaskArg::Causal,
@@ -385,31 +391,31 @@ impl Lowering {
                 };
                 x[0].attention(x[1], x[2], *scale, mask)?
             }
-            Op::Rope {
+            Op::Rope(Rope {
                 dims,
                 base,
                 scale,
                 traditional,
-            } => x[0].rope(*dims, *base, *scale, *traditional, x.get(1).copied())?,
-            Op::Conv {
+            }) => x[0].rope(*dims, *base, *scale, *traditional, x.get(1).copied())?,
+            Op::Conv(Conv {
                 stride,
                 padding,
                 dilation,
                 groups,
-            } => x[0].conv(x[1], x.get(2).copied(), stride, padding, dilation, *groups)?,
-            Op::Pool {
+            }) => x[0].conv(x[1], x.get(2).copied(), stride, padding, dilation, *groups)?,
+            Op::Pool(Pool {
                 kind,
                 kernel,
                 stride,
                 padding,
-            } => x[0].pool(*kind, kernel, stride, padding)?,
-            Op::ConvTranspose {
+            }) => x[0].pool(*kind, kernel, stride, padding)?,
+            Op::ConvTranspose(ConvTranspose {
                 stride,
                 padding,
                 output_padding,
                 dilation,
                 groups,
-            } => x[0].conv_transpose(
+            }) => x[0].conv_transpose(
                 x[1],
                 x.get(2).copied(),
                 stride,
@@ -418,22 +424,22 @@ impl Lowering {
                 dilation,
                 *groups,
             )?,
-            Op::Upsample { mode, .. } => x[0].upsample(*mode, [shape[2], shape[3]])?,
-            Op::TopK { k, axis, output } => x[0].topk(*k, *axis, *output)?,
-            Op::Sort {
+            Op::Upsample(Upsample { mode, .. }) => x[0].upsample(*mode, [shape[2], shape[3]])?,
+            Op::TopK(TopK { k, axis, output }) => x[0].topk(*k, *axis, *output)?,
+            Op::Sort(Sort {
                 axis,
                 descending,
                 output,
-            } => x[0].sort(*axis, *descending, *output)?,
+            }) => x[0].sort(*axis, *descending, *output)?,
             Op::Solve => x[0].solve(x[1])?,
-            Op::QuantizedMatMul { bits, group_size } => {
+            Op::QuantizedMatMul(QuantizedMatMul { bits, group_size }) => {
                 x[0].quantized_matmul(x[1], x[2], x[3], *bits, *group_size)?
             }
-            Op::Custom {
+            Op::Custom(crate::ir::Custom {
                 name,
                 attrs,
                 output,
-            } => {
+            }) => {
                 let kernel = self.custom[id.index()]
                     .as_ref()
                     .ok_or_else(|| MlxError::new(format!("no MLX kernel for {name:?}")))?;
@@ -467,7 +473,7 @@ impl Lowering {
     pub(crate) fn verify_indices(&self, check: &IndexCheck) -> Result<(), RunError> {
         let node = &self.graph[check.node];
         let at = |e: MlxError| node_error(check.node, node, e);
-        let (Op::Gather { axis } | Op::ScatterAdd { axis }) = node.op else {
+        let (Op::Gather(Gather { axis }) | Op::ScatterAdd(ScatterAdd { axis })) = node.op else {
             return Err(at(MlxError::new(
                 "an index check on an op that indexes nothing",
             )));

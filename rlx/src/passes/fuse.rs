@@ -2,6 +2,7 @@
 
 use super::Rewriter;
 use crate::ir::{BinaryOp, Graph, MatMulEpilogue, Node, NodeId, Op, VerifyError};
+use crate::ir::{FusedMatMul, MatMul};
 
 /// One matmul and the consumers folded into it.
 struct Chain {
@@ -43,10 +44,10 @@ pub fn fuse_matmul_epilogues(graph: &Graph) -> Result<Graph, VerifyError> {
     let mut absorbed = vec![false; nodes.len()];
     let mut chains: Vec<Option<Chain>> = (0..nodes.len()).map(|_| None).collect();
     for (id, node) in graph.iter() {
-        let Op::MatMul {
+        let Op::MatMul(MatMul {
             transpose_a,
             transpose_b,
-        } = node.op
+        }) = node.op
         else {
             continue;
         };
@@ -117,11 +118,11 @@ pub fn fuse_matmul_epilogues(graph: &Graph) -> Result<Graph, VerifyError> {
         rw.push(
             id,
             Node {
-                op: Op::FusedMatMul {
+                op: Op::FusedMatMul(FusedMatMul {
                     transpose_a: chain.transpose_a,
                     transpose_b: chain.transpose_b,
                     epilogue: chain.epilogue,
-                },
+                }),
                 inputs: chain.inputs.iter().map(|i| rw.get(*i)).collect(),
                 ty: node.ty.clone(),
                 name: node.name.clone(),

@@ -1,6 +1,7 @@
 //! Fusion of chains of elementwise float ops into one pass over memory.
 
 use super::Rewriter;
+use crate::ir::FusedElementwise;
 use crate::ir::{DType, ElementwiseArg, ElementwiseStep, Graph, Node, NodeId, Op, VerifyError};
 
 /// The ops one fused node will compute, over its operands.
@@ -120,9 +121,9 @@ pub fn fuse_elementwise(graph: &Graph) -> Result<Graph, VerifyError> {
                 rw.push(
                     id,
                     Node {
-                        op: Op::FusedElementwise {
+                        op: Op::FusedElementwise(FusedElementwise {
                             steps: group.steps.clone(),
-                        },
+                        }),
                         inputs: group.operands.iter().map(|o| rw.get(*o)).collect(),
                         ty: node.ty.clone(),
                         name: node.name.clone(),

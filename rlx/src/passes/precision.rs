@@ -1,6 +1,7 @@
 //! Computing a float32 graph in a narrower float type.
 
 use super::Rewriter;
+use crate::ir::Cast;
 use crate::ir::{DType, Graph, Node, NodeId, Op, Output, TensorType, VerifyError};
 
 /// Rewrites `graph` so that everything it computes in float32 is computed in `dtype` (a
@@ -44,8 +45,8 @@ pub fn compute_in(graph: &Graph, dtype: DType) -> Result<Graph, VerifyError> {
                 for input in &mut node.inputs {
                     *input = rw.get(*input);
                 }
-                if let Op::Cast { to: DType::F32 } = node.op {
-                    node.op = Op::Cast { to: dtype };
+                if let Op::Cast(Cast { to: DType::F32 }) = node.op {
+                    node.op = Op::Cast(Cast { to: dtype });
                 }
                 if is_f32 {
                     node.ty = narrow(&node.ty);
@@ -76,7 +77,7 @@ pub fn compute_in(graph: &Graph, dtype: DType) -> Result<Graph, VerifyError> {
 /// A cast of `operand` (with `like`'s shape and origin) to `to`.
 fn cast_node(operand: NodeId, like: &Node, to: DType) -> Node {
     Node {
-        op: Op::Cast { to },
+        op: Op::Cast(Cast { to }),
         inputs: vec![operand],
         ty: TensorType::new(to, like.ty.shape.clone()),
         name: None,

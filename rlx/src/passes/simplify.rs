@@ -2,6 +2,7 @@
 
 use super::Rewriter;
 use crate::ir::{Graph, Node, Op, VerifyError};
+use crate::ir::{Pad, Permute, Slice};
 
 /// True if `node` returns its only operand unchanged.
 fn is_identity(graph: &Graph, node: &Node) -> bool {
@@ -11,16 +12,16 @@ fn is_identity(graph: &Graph, node: &Node) -> bool {
     let operand = &graph[*first].ty;
     let same_type = *operand == node.ty;
     match &node.op {
-        Op::Reshape { .. } | Op::Broadcast { .. } | Op::Cast { .. } | Op::StopGradient => same_type,
-        Op::Permute { perm } => perm.iter().enumerate().all(|(i, p)| i == *p),
-        Op::Slice {
+        Op::Reshape(_) | Op::Broadcast(_) | Op::Cast(_) | Op::StopGradient => same_type,
+        Op::Permute(Permute { perm }) => perm.iter().enumerate().all(|(i, p)| i == *p),
+        Op::Slice(Slice {
             start: 0,
             stop: None,
             step: 1,
             ..
-        } => true,
-        Op::Concat { .. } => node.inputs.len() == 1,
-        Op::Pad { pads, .. } => pads.iter().all(|p| *p == (0, 0)),
+        }) => true,
+        Op::Concat(_) => node.inputs.len() == 1,
+        Op::Pad(Pad { pads, .. }) => pads.iter().all(|p| *p == (0, 0)),
         _ => false,
     }
 }

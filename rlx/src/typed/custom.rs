@@ -57,14 +57,14 @@ impl<'g> Scope<'g> {
         let Some(shape) = self.shape(S::DIMS) else {
             return Tensor::from_id(self, None);
         };
-        let op = Op::Custom {
+        let op = Op::Custom(crate::ir::Custom {
             name: name.to_string(),
             attrs: attrs
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.clone()))
                 .collect::<BTreeMap<_, _>>(),
             output: TensorType::new(E::DTYPE, shape),
-        };
+        });
         let ids: Vec<Option<NodeId>> = operands.iter().map(|o| o.id).collect();
         Tensor::from_id(self, self.apply(op, &ids))
     }

@@ -6,6 +6,7 @@ use super::dim::Dim;
 use super::element::{Element, Float};
 use super::shape::Shape;
 use super::tensor::{LastDim, Tensor};
+use crate::ir::{MatMul, Permute, QuantizedMatMul};
 use crate::ir::{NodeId, Op};
 
 /// The right operand's inner dim (`Self`) is the left operand's (`K`).
@@ -26,10 +27,10 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
     /// is fixed by the typed method that calls this.
     #[track_caller]
     fn product<S2: Shape>(self, rhs: Option<NodeId>, transpose_b: bool) -> Tensor<'g, S2, E> {
-        let op = Op::MatMul {
+        let op = Op::MatMul(MatMul {
             transpose_a: false,
             transpose_b,
-        };
+        });
         self.then(op, &[rhs])
     }
 }
@@ -51,7 +52,7 @@ impl<'g, M: Dim, K: Dim, E: Float> Tensor<'g, (M, K), E> {
     /// The transpose.
     #[track_caller]
     pub fn t(self) -> Tensor<'g, (K, M), E> {
-        self.then(Op::Permute { perm: vec![1, 0] }, &[])
+        self.then(Op::Permute(Permute { perm: vec![1, 0] }), &[])
     }
 }
 
@@ -173,10 +174,10 @@ impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
     where
         S: LastDim<K>,
     {
-        let op = Op::QuantizedMatMul {
+        let op = Op::QuantizedMatMul(QuantizedMatMul {
             bits: quantization.bits,
             group_size: quantization.group_size,
-        };
+        });
         self.then(op, &[weight.id(), scales.id(), biases.id()])
     }
 }

@@ -6,6 +6,7 @@ use super::movement::Index;
 use super::shape::Shape;
 use super::tensor::Tensor;
 use crate::ir::{self, BinaryOp, CompareOp, Op, ReduceOp, Scalar, UnaryOp};
+use crate::ir::{Broadcast, Cast, Cumsum, Reduce, Reshape, Softmax};
 
 impl<'g, B: Dim, C: Dim, E: Float> Tensor<'g, (B, C), E> {
     /// Mean cross-entropy of these logits `(B, C)` against class labels `(B,)` in `0..C`,
@@ -30,40 +31,40 @@ impl<'g, B: Dim, C: Dim, E: Float> Tensor<'g, (B, C), E> {
             return Tensor::from_id(scope, None);
         };
         let (batch, classes) = (ty.shape[0].clone(), ty.shape[1].clone());
-        let logp = scope.apply(Op::Softmax { axis: 1, log: true }, &[self.id()]);
+        let logp = scope.apply(Op::Softmax(Softmax { axis: 1, log: true }), &[self.id()]);
         // 0..C in the labels' dtype: an exclusive running sum of ones.
         let one = scope.scalar(Scalar::Int(1), I::DTYPE);
         let ones = scope.apply(
-            Op::Broadcast {
+            Op::Broadcast(Broadcast {
                 shape: ir::Shape::new([classes]),
-            },
+            }),
             &[one],
         );
-        let cumsum = Op::Cumsum {
+        let cumsum = Op::Cumsum(Cumsum {
             axis: 0,
             exclusive: true,
             reverse: false,
-        };
+        });
         let class_ids = scope.apply(cumsum, &[ones]);
         let column = ir::Shape::new([batch, ir::Dim::Static(1)]);
-        let labels = scope.apply(Op::Reshape { shape: column }, &[labels.id()]);
+        let labels = scope.apply(Op::Reshape(Reshape { shape: column }), &[labels.id()]);
         let hit = scope.apply(Op::Compare(CompareOp::Eq), &[labels, class_ids]);
-        let one_hot = scope.apply(Op::Cast { to: E::DTYPE }, &[hit]);
+        let one_hot = scope.apply(Op::Cast(Cast { to: E::DTYPE }), &[hit]);
         let picked = scope.apply(Op::Binary(BinaryOp::Mul), &[one_hot, logp]);
         let per_row = scope.apply(
-            Op::Reduce {
+            Op::Reduce(Reduce {
                 op: ReduceOp::Sum,
                 axes: vec![1],
                 keep_dims: false,
-            },
+            }),
             &[picked],
         );
         let mean = scope.apply(
-            Op::Reduce {
+            Op::Reduce(Reduce {
                 op: ReduceOp::Mean,
                 axes: vec![0],
                 keep_dims: false,
-            },
+            }),
             &[per_row],
         );
         Tensor::from_id(scope, scope.apply(Op::Unary(UnaryOp::Neg), &[mean]))
@@ -91,11 +92,11 @@ impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
         let id = if S::RANK == 0 {
             square
         } else {
-            let mean = Op::Reduce {
+            let mean = Op::Reduce(Reduce {
                 op: ReduceOp::Mean,
                 axes: (0..S::RANK).collect(),
                 keep_dims: false,
-            };
+            });
             scope.apply(mean, &[square])
         };
         Tensor::from_id(scope, id)

@@ -12,6 +12,7 @@ use super::dim::{Dim, DimKind, describe};
 use super::element::{Element, Numeric};
 use super::shape::{Axis, Shape};
 use super::tensor::Tensor;
+use crate::ir::{Broadcast, Concat, Gather, Pad, Permute, Reshape, ScatterAdd, Slice};
 use crate::ir::{Dim as IrDim, NodeId, Op, Scalar};
 
 impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
@@ -48,9 +49,9 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
         if unknown == 0 {
             let shape: Vec<IrDim> = dims.into_iter().flatten().collect();
             return self.then(
-                Op::Reshape {
+                Op::Reshape(Reshape {
                     shape: shape.into(),
-                },
+                }),
                 &[],
             );
         }
@@ -75,9 +76,9 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
             .map(|d| d.unwrap_or_else(|| inferred.clone()))
             .collect();
         self.then(
-            Op::Reshape {
+            Op::Reshape(Reshape {
                 shape: shape.into(),
-            },
+            }),
             &[],
         )
     }
@@ -87,7 +88,7 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
     #[track_caller]
     pub fn broadcast<S2: Shape>(self) -> Tensor<'g, S2, E> {
         match self.scope().shape(S2::DIMS) {
-            Some(shape) => self.then(Op::Broadcast { shape }, &[]),
+            Some(shape) => self.then(Op::Broadcast(Broadcast { shape }), &[]),
             None => Tensor::from_id(self.scope(), None),
         }
     }
@@ -102,7 +103,7 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
     {
         let mut perm: Vec<usize> = (0..S::RANK).collect();
         perm.swap(A, B);
-        self.then(Op::Permute { perm }, &[])
+        self.then(Op::Permute(Permute { perm }), &[])
     }
 
     /// `L` entries of axis `I` starting at `start` (`L` a static dim). Bounds are checked when
@@ -122,12 +123,12 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
             return Tensor::from_id(self.scope(), None);
         };
         self.then(
-            Op::Slice {
+            Op::Slice(Slice {
                 axis: I,
                 start: start as i64,
                 stop: Some((start + len) as i64),
                 step: 1,
-            },
+            }),
             &[],
         )
     }
@@ -156,12 +157,12 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
     where
         S: Replace<I, L>,
     {
-        let op = Op::Slice {
+        let op = Op::Slice(Slice {
             axis: I,
             start,
             stop,
             step,
-        };
+        });
         self.declared("slice", op, &[])
     }
 
@@ -191,10 +192,10 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
     {
         let mut pads = vec![(0, 0); S::RANK];
         pads[I] = (before, after);
-        let op = Op::Pad {
+        let op = Op::Pad(Pad {
             pads,
             value: value.into(),
-        };
+        });
         self.declared("pad", op, &[])
     }
 
@@ -221,7 +222,7 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
     where
         S: Joins<I, R>,
     {
-        self.declared("concat", Op::Concat { axis: I }, &[other.id()])
+        self.declared("concat", Op::Concat(Concat { axis: I }), &[other.id()])
     }
 
     /// The entries of axis `I` at `indices` (`numpy.take`); repeated indices repeat entries.
@@ -245,7 +246,7 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
     where
         S: Replace<I, N>,
     {
-        self.then(Op::Gather { axis: I }, &[indices.id()])
+        self.then(Op::Gather(Gather { axis: I }), &[indices.id()])
     }
 }
 
@@ -273,7 +274,10 @@ impl<'g, S: Shape, E: Numeric> Tensor<'g, S, E> {
     where
         S: Replace<I, N>,
     {
-        self.then(Op::ScatterAdd { axis: I }, &[indices.id(), updates.id()])
+        self.then(
+            Op::ScatterAdd(ScatterAdd { axis: I }),
+            &[indices.id(), updates.id()],
+        )
     }
 }
 
@@ -284,7 +288,7 @@ impl<'g, V: Dim, D: Dim, E: Element> Tensor<'g, (V, D), E> {
         self,
         ids: Tensor<'g, S, I>,
     ) -> Tensor<'g, <S as AppendDim<D>>::Out, E> {
-        self.then(Op::Gather { axis: 0 }, &[ids.id()])
+        self.then(Op::Gather(Gather { axis: 0 }), &[ids.id()])
     }
 }
 
@@ -346,7 +350,7 @@ impl<'g, A: Dim, B: Dim, E: Element> Tensor<'g, (A, B), E> {
     where
         (A, B): Permute2<P0, P1>,
     {
-        self.then(Op::Permute { perm: vec![P0, P1] }, &[])
+        self.then(Op::Permute(Permute { perm: vec![P0, P1] }), &[])
     }
 }
 
@@ -361,9 +365,9 @@ impl<'g, A: Dim, B: Dim, C: Dim, E: Element> Tensor<'g, (A, B, C), E> {
         (A, B, C): Permute3<P0, P1, P2>,
     {
         self.then(
-            Op::Permute {
+            Op::Permute(Permute {
                 perm: vec![P0, P1, P2],
-            },
+            }),
             &[],
         )
     }
@@ -391,9 +395,9 @@ impl<'g, A: Dim, B: Dim, C: Dim, D: Dim, E: Element> Tensor<'g, (A, B, C, D), E>
         (A, B, C, D): Permute4<P0, P1, P2, P3>,
     {
         self.then(
-            Op::Permute {
+            Op::Permute(Permute {
                 perm: vec![P0, P1, P2, P3],
-            },
+            }),
             &[],
         )
     }

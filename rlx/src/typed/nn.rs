@@ -10,6 +10,7 @@ use super::movement::Index;
 use super::shape::Shape;
 use super::tensor::{LastDim, Tensor};
 use crate::ir::{self, AttentionMask, BinaryOp, NodeId, Op, Scalar, UnaryOp};
+use crate::ir::{LayerNorm, Reshape, RmsNorm};
 
 impl<'g, B: Dim, H: Dim, Q: Dim, D: Dim, E: Float> Tensor<'g, (B, H, Q, D), E> {
     /// Scaled dot-product attention of these queries over `keys` and `values`, every query
@@ -62,7 +63,10 @@ impl<'g, B: Dim, H: Dim, Q: Dim, D: Dim, E: Float> Tensor<'g, (B, H, Q, D), E> {
         scale: f64,
         operands: &[Option<NodeId>],
     ) -> Tensor<'g, S2, E> {
-        self.then(Op::Attention { scale, mask }, operands)
+        self.then(
+            Op::Attention(crate::ir::Attention { scale, mask }),
+            operands,
+        )
     }
 }
 
@@ -78,11 +82,11 @@ impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
     where
         S: LastDim<N>,
     {
-        let op = Op::LayerNorm {
+        let op = Op::LayerNorm(LayerNorm {
             eps,
             has_weight: true,
             has_bias: true,
-        };
+        });
         self.then(op, &[weight.id(), bias.id()])
     }
 
@@ -93,10 +97,10 @@ impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
         S: LastDim<N>,
     {
         self.then(
-            Op::RmsNorm {
+            Op::RmsNorm(RmsNorm {
                 eps,
                 has_weight: true,
-            },
+            }),
             &[weight.id()],
         )
     }
@@ -161,17 +165,17 @@ impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
         };
         let rest = ir::Dim::product(std::iter::once(&per_group).chain(&dims[2..]));
         let grouped = ir::Shape::new([dims[0].clone(), ir::Dim::Static(groups), rest]);
-        let x = scope.apply(Op::Reshape { shape: grouped }, &[self.id()]);
-        let plain = Op::LayerNorm {
+        let x = scope.apply(Op::Reshape(Reshape { shape: grouped }), &[self.id()]);
+        let plain = Op::LayerNorm(LayerNorm {
             eps,
             has_weight: false,
             has_bias: false,
-        };
+        });
         let normed = scope.apply(plain, &[x]);
         let normed = scope.apply(
-            Op::Reshape {
+            Op::Reshape(Reshape {
                 shape: ty.shape.clone(),
-            },
+            }),
             &[normed],
         );
         self.affine(normed, weight.id(), bias.id())
@@ -225,7 +229,7 @@ impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
             let ty = scope.ty(p?)?;
             let mut dims = vec![ty.shape[0].clone()];
             dims.resize(S::RANK - 1, ir::Dim::Static(1));
-            scope.apply(Op::Reshape { shape: dims.into() }, &[p])
+            scope.apply(Op::Reshape(Reshape { shape: dims.into() }), &[p])
         };
         let scaled = scope.apply(Op::Binary(BinaryOp::Mul), &[x, per_channel(scale)]);
         let id = scope.apply(Op::Binary(BinaryOp::Add), &[scaled, per_channel(shift)]);
@@ -265,12 +269,12 @@ impl Rope {
     }
 
     fn op(self) -> Op {
-        Op::Rope {
+        Op::Rope(crate::ir::Rope {
             dims: self.dims,
             base: self.base,
             scale: self.scale,
             traditional: self.traditional,
-        }
+        })
     }
 }
 

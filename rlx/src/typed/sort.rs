@@ -6,6 +6,7 @@ use super::movement::Replace;
 use super::shape::{HasAxis, Shape};
 use super::tensor::Tensor;
 use crate::ir::{Op, SortOutput};
+use crate::ir::{Sort, TopK};
 
 impl<'g, S: Shape, E: Numeric> Tensor<'g, S, E> {
     /// The `K` largest entries along axis `I`, largest first, ties in index order. `K` is a
@@ -46,7 +47,7 @@ impl<'g, S: Shape, E: Numeric> Tensor<'g, S, E> {
     ) -> Tensor<'g, S2, E2> {
         let scope = self.scope();
         match scope.static_size("topk", self.id(), K::KIND, "count") {
-            Some(k) => self.then(Op::TopK { k, axis, output }, &[]),
+            Some(k) => self.then(Op::TopK(TopK { k, axis, output }), &[]),
             None => Tensor::from_id(scope, None),
         }
     }
@@ -57,11 +58,11 @@ impl<'g, S: Shape, E: Numeric> Tensor<'g, S, E> {
     where
         S: HasAxis<I>,
     {
-        let op = Op::Sort {
+        let op = Op::Sort(Sort {
             axis: I,
             descending,
             output: SortOutput::Values,
-        };
+        });
         self.then(op, &[])
     }
 
@@ -71,11 +72,11 @@ impl<'g, S: Shape, E: Numeric> Tensor<'g, S, E> {
     where
         S: HasAxis<I>,
     {
-        let op = Op::Sort {
+        let op = Op::Sort(Sort {
             axis: I,
             descending,
             output: SortOutput::Indices,
-        };
+        });
         self.then(op, &[])
     }
 }

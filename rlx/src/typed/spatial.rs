@@ -9,6 +9,7 @@ use super::element::Float;
 use super::shape::Shape;
 use super::tensor::Tensor;
 use crate::ir::{self, NodeId, Op, PoolKind, UpsampleMode};
+use crate::ir::{Conv, Pool};
 
 /// Convolution settings per spatial axis, for `conv1d` (`D = 1`) and `conv2d` (`D = 2`).
 ///
@@ -56,12 +57,12 @@ impl<const D: usize> ConvConfig<D> {
     }
 
     fn op(self, groups: usize) -> Op {
-        Op::Conv {
+        Op::Conv(Conv {
             stride: self.stride.to_vec(),
             padding: self.padding.to_vec(),
             dilation: self.dilation.to_vec(),
             groups,
-        }
+        })
     }
 }
 
@@ -105,12 +106,12 @@ impl<const D: usize> PoolConfig<D> {
     }
 
     fn op(self, kind: PoolKind) -> Op {
-        Op::Pool {
+        Op::Pool(Pool {
             kind,
             kernel: self.kernel.to_vec(),
             stride: self.stride.to_vec(),
             padding: self.padding.to_vec(),
-        }
+        })
     }
 }
 
@@ -171,13 +172,13 @@ impl<const D: usize> ConvTransposeConfig<D> {
     }
 
     fn op(self, groups: usize) -> Op {
-        Op::ConvTranspose {
+        Op::ConvTranspose(crate::ir::ConvTranspose {
             stride: self.stride.to_vec(),
             padding: self.padding.to_vec(),
             output_padding: self.output_padding.to_vec(),
             dilation: self.dilation.to_vec(),
             groups,
-        }
+        })
     }
 }
 
@@ -423,10 +424,10 @@ impl<'g, N: Dim, C: Dim, H: Dim, W: Dim, E: Float> Tensor<'g, (N, C, H, W), E> {
             return Tensor::from_id(scope, None);
         };
         self.then(
-            Op::Upsample {
+            Op::Upsample(crate::ir::Upsample {
                 mode,
                 size: [h, w].into(),
-            },
+            }),
             &[],
         )
     }
@@ -464,10 +465,10 @@ impl<'g, N: Dim, C: Dim, H: Dim, W: Dim, E: Float> Tensor<'g, (N, C, H, W), E> {
         let size: Vec<ir::Dim> = (0..2)
             .map(|i| ty.shape[2 + i].mul(&ir::Dim::Static(factor[i])))
             .collect();
-        let op = Op::Upsample {
+        let op = Op::Upsample(crate::ir::Upsample {
             mode,
             size: size.into(),
-        };
+        });
         self.declared("upsample2d_by", op, &[])
     }
 }

@@ -3,6 +3,7 @@
 //! Every method is a thin generic shell over one non-generic call into the [`Scope`], so
 //! models compile quickly however many shapes they use.
 
+use crate::ir::{ArgReduce, Cast, Cumsum, Reduce};
 use std::marker::PhantomData;
 use std::ops::{Add, Div, Mul, Neg, Rem, Sub};
 
@@ -79,7 +80,7 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
     /// The same data with element type `E2`.
     #[track_caller]
     pub fn cast<E2: Element>(self) -> Tensor<'g, S, E2> {
-        self.then(Op::Cast { to: E2::DTYPE }, &[])
+        self.then(Op::Cast(Cast { to: E2::DTYPE }), &[])
     }
 
     #[track_caller]
@@ -150,10 +151,10 @@ impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
         S: HasAxis<I>,
     {
         self.then(
-            Op::Softmax {
+            Op::Softmax(crate::ir::Softmax {
                 axis: I,
                 log: false,
-            },
+            }),
             &[],
         )
     }
@@ -164,7 +165,7 @@ impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
     where
         S: HasAxis<I>,
     {
-        self.then(Op::Softmax { axis: I, log: true }, &[])
+        self.then(Op::Softmax(crate::ir::Softmax { axis: I, log: true }), &[])
     }
 
     /// `self ^ rhs` elementwise, `rhs` broadcast along the trailing dims.
@@ -199,11 +200,11 @@ impl<'g, S: Shape, E: Numeric> Tensor<'g, S, E> {
     #[track_caller]
     fn reduce<S2: Shape>(self, op: ReduceOp, axis: usize, keep_dims: bool) -> Tensor<'g, S2, E> {
         self.then(
-            Op::Reduce {
+            Op::Reduce(Reduce {
                 op,
                 axes: vec![axis],
                 keep_dims,
-            },
+            }),
             &[],
         )
     }
@@ -224,11 +225,11 @@ impl<'g, S: Shape, E: Numeric> Tensor<'g, S, E> {
         S: HasAxis<I>,
     {
         self.then(
-            Op::Cumsum {
+            Op::Cumsum(Cumsum {
                 axis: I,
                 exclusive: false,
                 reverse: false,
-            },
+            }),
             &[],
         )
     }
@@ -307,11 +308,11 @@ impl<'g, S: Shape, E: Numeric> Tensor<'g, S, E> {
 
     #[track_caller]
     fn arg_reduce<S2: Shape>(self, op: ArgReduceOp, axis: usize) -> Tensor<'g, S2, i64> {
-        let op = Op::ArgReduce {
+        let op = Op::ArgReduce(ArgReduce {
             op,
             axis,
             keep_dims: false,
-        };
+        });
         self.then(op, &[])
     }
 

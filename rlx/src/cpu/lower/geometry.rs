@@ -8,6 +8,7 @@ use crate::cpu::kernels::numeric::accumulator;
 use crate::cpu::kernels::reduce::Axis3;
 use crate::cpu::kernels::spatial::{Resize, Window};
 use crate::cpu::thunks::ConvDirection;
+use crate::ir::{Conv, ConvTranspose};
 use crate::ir::{DType, Op, UpsampleMode};
 
 /// The window geometry of a conv or pool over `[N, C, *spatial]` (1-D as height 1).
@@ -53,12 +54,12 @@ pub(super) fn conv_geometry(
     let acc = accumulator(dtype);
     let half = matches!(dtype, DType::F16 | DType::BF16);
     let (direction, col, wide) = match op {
-        Op::Conv {
+        Op::Conv(Conv {
             stride,
             padding,
             dilation,
             groups,
-        } => {
+        }) => {
             let win = window(x, out, &w[2..], stride, padding, dilation);
             let taps = w[1] * win.kernel[0] * win.kernel[1];
             let pixels = win.out_hw[0] * win.out_hw[1];
@@ -82,13 +83,13 @@ pub(super) fn conv_geometry(
             let col = (dtype, taps * pixels);
             (ConvDirection::Forward(shape), col, og * pixels)
         }
-        Op::ConvTranspose {
+        Op::ConvTranspose(ConvTranspose {
             stride,
             padding,
             dilation,
             groups,
             ..
-        } => {
+        }) => {
             // The window of the conv this is the adjoint of: from the output to `x`.
             let win = window(out, x, &w[2..], stride, padding, dilation);
             let cg = w[0] / groups;

@@ -3,6 +3,7 @@
 mod geometry;
 mod scratch;
 
+use crate::ir::{Concat, FusedMatMul, LayerNorm, Pad, Permute, RmsNorm, Slice, TopK};
 use scratch::attention_tiling;
 pub(crate) use scratch::scratch_requests;
 
@@ -62,25 +63,25 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
     let operand_dtype = |i: usize| operand_dtypes[i];
     let site = NodeSite::of(id, node);
     match &node.op {
-        Op::Input | Op::Param | Op::Constant(_) | Op::Reshape { .. } | Op::StopGradient => {
-            Vec::new()
-        }
+        Op::Input | Op::Param | Op::Constant(_) | Op::Reshape(_) | Op::StopGradient => Vec::new(),
         Op::Unary(kind) => vec![boxed(thunks::Unary {
             kind: *kind,
             dtype,
             x: views[0],
             out,
         })],
-        Op::FusedElementwise { steps } => vec![boxed(thunks::FusedElementwise {
-            steps: steps.clone(),
-            dtype,
-            operands: views
-                .iter()
-                .zip(shapes)
-                .map(|(view, shape)| (*view, numel(shape) == 1 && numel(out_shape) != 1))
-                .collect(),
-            out,
-        })],
+        Op::FusedElementwise(crate::ir::FusedElementwise { steps }) => {
+            vec![boxed(thunks::FusedElementwise {
+                steps: steps.clone(),
+                dtype,
+                operands: views
+                    .iter()
+                    .zip(shapes)
+                    .map(|(view, shape)| (*view, numel(shape) == 1 && numel(out_shape) != 1))
+                    .collect(),
+                out,
+            })]
+        }
         Op::Binary(kind) => vec![boxed(thunks::Binary {
             kind: *kind,
             dtype,
@@ -105,26 +106,26 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             b: views[2],
             out,
         })],
-        Op::Cast { to } => vec![boxed(thunks::Cast {
+        Op::Cast(crate::ir::Cast { to }) => vec![boxed(thunks::Cast {
             from: operand_dtype(0),
             to: *to,
             x: views[0],
             out,
         })],
-        Op::MatMul {
+        Op::MatMul(crate::ir::MatMul {
             transpose_a,
             transpose_b,
-        }
-        | Op::FusedMatMul {
+        })
+        | Op::FusedMatMul(FusedMatMul {
             transpose_a,
             transpose_b,
             ..
-        } => {
+        }) => {
             let (dims, batches) =
                 matmul_layout(*transpose_a, *transpose_b, shapes[0], shapes[1], out_shape);
             let plan = GemmPlan::new(dims, threads, kernel_shape(accumulator(dtype)));
             let epilogue = match &node.op {
-                Op::FusedMatMul { epilogue, .. } => {
+                Op::FusedMatMul(FusedMatMul { epilogue, .. }) => {
                     let mut extra = views[2..].iter().copied();
                     Some(thunks::EpilogueViews {
                         bias: epilogue.bias.then(|| extra.next()).flatten(),
@@ -148,7 +149,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 epilogue,
             })]
         }
-        Op::Reduce { op, axes, .. } => {
+        Op::Reduce(crate::ir::Reduce { op, axes, .. }) => {
             let (first, last) = (axes[0], axes[axes.len() - 1]);
             debug_assert_eq!(
                 last - first + 1,
@@ -163,18 +164,18 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 out,
             })]
         }
-        Op::ArgReduce { op, axis, .. } => vec![boxed(thunks::ArgReduce {
+        Op::ArgReduce(crate::ir::ArgReduce { op, axis, .. }) => vec![boxed(thunks::ArgReduce {
             op: *op,
             dtype: operand_dtype(0),
             shape: axis3(shapes[0], *axis, *axis),
             x: views[0],
             out,
         })],
-        Op::Cumsum {
+        Op::Cumsum(crate::ir::Cumsum {
             axis,
             exclusive,
             reverse,
-        } => vec![boxed(thunks::Cumsum {
+        }) => vec![boxed(thunks::Cumsum {
             dtype,
             shape: axis3(shapes[0], *axis, *axis),
             exclusive: *exclusive,
@@ -182,18 +183,18 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             x: views[0],
             out,
         })],
-        Op::Softmax { axis, log } => vec![boxed(thunks::Softmax {
+        Op::Softmax(crate::ir::Softmax { axis, log }) => vec![boxed(thunks::Softmax {
             log: *log,
             dtype,
             shape: axis3(shapes[0], *axis, *axis),
             x: views[0],
             out,
         })],
-        Op::LayerNorm {
+        Op::LayerNorm(LayerNorm {
             eps,
             has_weight,
             has_bias,
-        } => {
+        }) => {
             let weight = has_weight.then(|| views[1]);
             let bias = has_bias.then(|| views[1 + usize::from(*has_weight)]);
             vec![norm(
@@ -207,7 +208,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 out,
             )]
         }
-        Op::RmsNorm { eps, has_weight } => {
+        Op::RmsNorm(RmsNorm { eps, has_weight }) => {
             let weight = has_weight.then(|| views[1]);
             vec![norm(
                 NormKind::Rms,
@@ -220,7 +221,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 out,
             )]
         }
-        Op::Permute { perm } => {
+        Op::Permute(Permute { perm }) => {
             let src = contiguous_strides(shapes[0]);
             let layout = Strided {
                 dims: out_shape.to_vec(),
@@ -231,9 +232,9 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             };
             vec![copy(dtype, layout, 0, 0, views[0], out)]
         }
-        Op::Slice {
+        Op::Slice(Slice {
             axis, start, step, ..
-        } => {
+        }) => {
             let size = shapes[0][*axis] as i64;
             let first = if *start < 0 { size + start } else { *start } as usize;
             let mut src = contiguous_strides(shapes[0]);
@@ -245,11 +246,11 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             };
             vec![copy(dtype, layout, 0, src_at, views[0], out)]
         }
-        Op::Broadcast { .. } => {
+        Op::Broadcast(_) => {
             let layout = Strided::broadcast(out_shape, [out_shape, shapes[0]]);
             vec![copy(dtype, layout, 0, 0, views[0], out)]
         }
-        Op::Concat { axis } => {
+        Op::Concat(Concat { axis }) => {
             let dst = contiguous_strides(out_shape);
             let mut offset = 0;
             let mut thunks = Vec::new();
@@ -265,7 +266,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             }
             thunks
         }
-        Op::Pad { pads, value } => {
+        Op::Pad(Pad { pads, value }) => {
             let dst = contiguous_strides(out_shape);
             let mut pattern = [0u8; 8];
             let bytes = value.to_bytes(dtype);
@@ -289,7 +290,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             }
             thunks
         }
-        Op::Gather { axis } => {
+        Op::Gather(crate::ir::Gather { axis }) => {
             let s = axis3(shapes[0], *axis, *axis);
             vec![boxed(thunks::Gather {
                 dtype,
@@ -303,7 +304,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 at: site,
             })]
         }
-        Op::ScatterAdd { axis } => {
+        Op::ScatterAdd(crate::ir::ScatterAdd { axis }) => {
             let s = axis3(shapes[0], *axis, *axis);
             let layout = Strided {
                 dims: vec![out.len],
@@ -324,7 +325,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 }),
             ]
         }
-        Op::TopK { k, axis, output } => {
+        Op::TopK(TopK { k, axis, output }) => {
             vec![sort(
                 operand_dtype(0),
                 shapes[0],
@@ -337,11 +338,11 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 scratch[0],
             )]
         }
-        Op::Sort {
+        Op::Sort(crate::ir::Sort {
             axis,
             descending,
             output,
-        } => {
+        }) => {
             let keep = shapes[0][*axis];
             vec![sort(
                 operand_dtype(0),
@@ -355,12 +356,12 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 scratch[0],
             )]
         }
-        Op::Rope {
+        Op::Rope(crate::ir::Rope {
             dims,
             base,
             scale,
             traditional,
-        } => {
+        }) => {
             let rank = out_shape.len();
             vec![boxed(thunks::Rope {
                 dtype,
@@ -378,7 +379,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 out,
             })]
         }
-        Op::Attention { scale, mask } => {
+        Op::Attention(crate::ir::Attention { scale, mask }) => {
             let (q, k) = (shapes[0], shapes[1]);
             let rank = q.len();
             let heads = numel(&q[..rank - 2]);
@@ -456,12 +457,12 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 scratch: scratch[0],
             })]
         }
-        Op::Pool {
+        Op::Pool(crate::ir::Pool {
             kind,
             kernel,
             stride,
             padding,
-        } => {
+        }) => {
             let ones = vec![1; kernel.len()];
             vec![boxed(thunks::Pool {
                 dtype,
@@ -471,7 +472,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 out,
             })]
         }
-        Op::Conv { .. } | Op::ConvTranspose { .. } => {
+        Op::Conv(_) | Op::ConvTranspose(_) => {
             let geometry = conv_geometry(&node.op, dtype, shapes[0], shapes[1], out_shape, threads);
             let (direction, _) = geometry.expect("a conv node has a conv geometry");
             vec![boxed(thunks::Conv {
@@ -486,7 +487,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 wide_out: scratch.get(2).copied(),
             })]
         }
-        Op::Upsample { mode, .. } => vec![boxed(thunks::Upsample {
+        Op::Upsample(crate::ir::Upsample { mode, .. }) => vec![boxed(thunks::Upsample {
             dtype,
             resize: resize(*mode, shapes[0], out_shape),
             x: views[0],
@@ -508,7 +509,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 at: site,
             })]
         }
-        Op::QuantizedMatMul { bits, group_size } => {
+        Op::QuantizedMatMul(crate::ir::QuantizedMatMul { bits, group_size }) => {
             let x = shapes[0];
             let k = x[x.len() - 1];
             vec![boxed(thunks::QuantizedMatMul {
@@ -527,7 +528,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 out,
             })]
         }
-        Op::Custom { name, attrs, .. } => vec![boxed(thunks::Custom {
+        Op::Custom(crate::ir::Custom { name, attrs, .. }) => vec![boxed(thunks::Custom {
             name: name.clone(),
             kernel: custom.expect("compile checks the registry"),
             attrs: attrs.clone(),

@@ -6,6 +6,7 @@ use crate::cpu::kernels::gemm::{GemmPlan, kernel_shape};
 use crate::cpu::kernels::nn::AttentionTiling;
 use crate::cpu::kernels::numeric::accumulator;
 use crate::ir::{DType, Node, Op};
+use crate::ir::{FusedMatMul, MatMul, Sort, TopK};
 
 /// How an attention of these query, key and output shapes is blocked.
 pub(super) fn attention_tiling(
@@ -41,15 +42,15 @@ pub(crate) fn scratch_requests(
         return Vec::new();
     }
     match &node.op {
-        Op::MatMul {
+        Op::MatMul(MatMul {
             transpose_a,
             transpose_b,
-        }
-        | Op::FusedMatMul {
+        })
+        | Op::FusedMatMul(FusedMatMul {
             transpose_a,
             transpose_b,
             ..
-        } => {
+        }) => {
             let (dims, batches) =
                 matmul_layout(*transpose_a, *transpose_b, operands[0], operands[1], out);
             let plan = GemmPlan::new(dims, threads, kernel_shape(accumulator(dtype)));
@@ -60,12 +61,14 @@ pub(crate) fn scratch_requests(
             }
             requests
         }
-        Op::TopK { axis, .. } | Op::Sort { axis, .. } => vec![(DType::I32, operands[0][*axis])],
-        Op::Attention { .. } => {
+        Op::TopK(TopK { axis, .. }) | Op::Sort(Sort { axis, .. }) => {
+            vec![(DType::I32, operands[0][*axis])]
+        }
+        Op::Attention(_) => {
             let tiling = attention_tiling(dtype, operands[0], operands[1], out, threads);
             vec![(accumulator(dtype), tiling.workers * tiling.slot_len)]
         }
-        Op::Conv { .. } | Op::ConvTranspose { .. } => {
+        Op::Conv(_) | Op::ConvTranspose(_) => {
             conv_geometry(&node.op, dtype, operands[0], operands[1], out, threads)
                 .map(|(_, scratch)| scratch)
                 .unwrap_or_default()
@@ -81,29 +84,29 @@ pub(crate) fn scratch_requests(
         | Op::Constant(_)
         | Op::Unary(_)
         | Op::Binary(_)
-        | Op::FusedElementwise { .. }
+        | Op::FusedElementwise(_)
         | Op::Compare(_)
         | Op::Where
-        | Op::Cast { .. }
-        | Op::Reduce { .. }
-        | Op::ArgReduce { .. }
-        | Op::Cumsum { .. }
-        | Op::Softmax { .. }
-        | Op::LayerNorm { .. }
-        | Op::RmsNorm { .. }
-        | Op::Reshape { .. }
+        | Op::Cast(_)
+        | Op::Reduce(_)
+        | Op::ArgReduce(_)
+        | Op::Cumsum(_)
+        | Op::Softmax(_)
+        | Op::LayerNorm(_)
+        | Op::RmsNorm(_)
+        | Op::Reshape(_)
         | Op::StopGradient
-        | Op::Permute { .. }
-        | Op::Slice { .. }
-        | Op::Concat { .. }
-        | Op::Broadcast { .. }
-        | Op::Pad { .. }
-        | Op::Gather { .. }
-        | Op::ScatterAdd { .. }
-        | Op::Rope { .. }
-        | Op::Pool { .. }
-        | Op::Upsample { .. }
-        | Op::QuantizedMatMul { .. }
-        | Op::Custom { .. } => Vec::new(),
+        | Op::Permute(_)
+        | Op::Slice(_)
+        | Op::Concat(_)
+        | Op::Broadcast(_)
+        | Op::Pad(_)
+        | Op::Gather(_)
+        | Op::ScatterAdd(_)
+        | Op::Rope(_)
+        | Op::Pool(_)
+        | Op::Upsample(_)
+        | Op::QuantizedMatMul(_)
+        | Op::Custom(_) => Vec::new(),
     }
 }

@@ -2,13 +2,14 @@
 //! op that runs the windows the other way, so the rules are written with the spatial ops
 //! themselves.
 
-use super::Grad;
+use crate::autodiff::Emitter;
+use crate::autodiff::Grad;
 use crate::autodiff::GradError;
-use crate::autodiff::emit::Emitter;
+use crate::ir::{Cast, Conv, ConvTranspose, Pad, Permute, ScatterAdd, Slice};
 use crate::ir::{ConstantData, Dim, NodeId, Op, PoolKind, ReduceOp, Shape, UpsampleMode};
 
 /// A conv's window attributes.
-pub(super) struct Window<'a> {
+pub(crate) struct Window<'a> {
     pub stride: &'a [usize],
     pub padding: &'a [(usize, usize)],
     pub dilation: &'a [usize],
@@ -57,13 +58,13 @@ fn back_to_input(
         };
         output_padding.push(pad);
     }
-    let op = Op::ConvTranspose {
+    let op = Op::ConvTranspose(ConvTranspose {
         stride: win.stride.to_vec(),
         padding: win.padding.to_vec(),
         output_padding,
         dilation: win.dilation.to_vec(),
         groups: win.groups,
-    };
+    });
     e.op(op, &[g, w])
 }
 
@@ -91,18 +92,18 @@ fn weight_grad(
     let xg = e.reshape(x, Shape::new(split))?;
     let mut perm = vec![2, 1, 0];
     perm.extend(3..rank + 1);
-    let xg = e.op(Op::Permute { perm }, &[xg])?;
+    let xg = e.op(Op::Permute(Permute { perm }), &[xg])?;
     let mut merged = vec![per_group.clone(), Dim::Static(groups).mul(&xs[0])];
     merged.extend_from_slice(&xs.dims()[2..]);
     let xg = e.reshape(xg, Shape::new(merged))?;
     // g: [N, O, *Lo] -> [O, N, *Lo]
-    let gt = e.op(Op::Permute { perm: swap01(rank) }, &[g])?;
-    let op = Op::Conv {
+    let gt = e.op(Op::Permute(Permute { perm: swap01(rank) }), &[g])?;
+    let op = Op::Conv(Conv {
         stride: win.dilation.to_vec(),
         padding: win.padding.to_vec(),
         dilation: win.stride.to_vec(),
         groups,
-    };
+    });
     let full = e.op(op, &[xg, gt])?;
     // [C/G, O, *K'] with K' >= K: keep the first K taps, then [O, C/G, *K].
     let mut cut = full;
@@ -110,16 +111,16 @@ fn weight_grad(
     for (a, k) in kernel.iter().enumerate() {
         if &fs[2 + a] != k {
             let k = k.as_static().ok_or(GradError::NotYet { at: e.site() })?;
-            let slice = Op::Slice {
+            let slice = Op::Slice(Slice {
                 axis: 2 + a,
                 start: 0,
                 stop: Some(k as i64),
                 step: 1,
-            };
+            });
             cut = e.op(slice, &[cut])?;
         }
     }
-    e.op(Op::Permute { perm: swap01(rank) }, &[cut])
+    e.op(Op::Permute(Permute { perm: swap01(rank) }), &[cut])
 }
 
 /// A bias's gradient: `g` summed over everything but the channels.
@@ -129,7 +130,7 @@ fn bias_grad(e: &mut Emitter<'_>, g: NodeId) -> Result<NodeId, GradError> {
     e.reduce(ReduceOp::Sum, g, axes, false)
 }
 
-pub(super) fn conv(
+pub(crate) fn conv(
     e: &mut Emitter<'_>,
     x: &[NodeId],
     win: &Window<'_>,
@@ -149,7 +150,7 @@ pub(super) fn conv(
 /// The transpose's input gradient is the conv of `g` (cut to the input's length when an
 /// output padding of a stride or more left extra positions); its weight gradient is the
 /// conv weight gradient with the roles of input and output swapped.
-pub(super) fn conv_transpose(
+pub(crate) fn conv_transpose(
     e: &mut Emitter<'_>,
     x: &[NodeId],
     win: &Window<'_>,
@@ -157,23 +158,23 @@ pub(super) fn conv_transpose(
 ) -> Result<Vec<Grad>, GradError> {
     let xs = e.shape(x[0]);
     let ws = e.shape(x[1]);
-    let op = Op::Conv {
+    let op = Op::Conv(Conv {
         stride: win.stride.to_vec(),
         padding: win.padding.to_vec(),
         dilation: win.dilation.to_vec(),
         groups: win.groups,
-    };
+    });
     let mut dx = e.op(op, &[g, x[1]])?;
     for a in 0..win.stride.len() {
         let got = e.shape(dx)[2 + a].clone();
         if got != xs[2 + a] {
             let want = statics(e, &[xs[2 + a].clone()])?[0];
-            let slice = Op::Slice {
+            let slice = Op::Slice(Slice {
                 axis: 2 + a,
                 start: 0,
                 stop: Some(want as i64),
                 step: 1,
-            };
+            });
             dx = e.op(slice, &[dx])?;
         }
     }
@@ -190,7 +191,7 @@ pub(super) fn conv_transpose(
 /// kernel. Max pooling sends it to the window's first position holding the maximum,
 /// moved back per kernel tap with a one-hot transposed conv.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn pool(
+pub(crate) fn pool(
     e: &mut Emitter<'_>,
     x: NodeId,
     y: NodeId,
@@ -224,7 +225,7 @@ pub(super) fn pool(
         let w = if dtype == crate::ir::DType::F64 {
             w
         } else {
-            e.op(Op::Cast { to: dtype }, &[w])?
+            e.op(Op::Cast(Cast { to: dtype }), &[w])?
         };
         back_to_input(e, value, w, &win, &xs.dims()[2..])
     };
@@ -238,10 +239,10 @@ pub(super) fn pool(
             let mut pads = vec![(0, 0); 2];
             pads.extend_from_slice(padding);
             let padded = e.op(
-                Op::Pad {
+                Op::Pad(Pad {
                     pads,
                     value: crate::ir::Scalar::Float(f64::NEG_INFINITY),
-                },
+                }),
                 &[x],
             )?;
             let out = statics(e, &e.shape(y).dims()[2..])?;
@@ -258,12 +259,12 @@ pub(super) fn pool(
                 for a in 0..kernel.len() {
                     let start = offsets[a];
                     let stop = start + (out[a].max(1) - 1) * stride[a] + 1;
-                    let slice = Op::Slice {
+                    let slice = Op::Slice(Slice {
                         axis: rank - kernel.len() + a,
                         start: start as i64,
                         stop: Some(stop as i64),
                         step: stride[a],
-                    };
+                    });
                     view = e.op(slice, &[view])?;
                 }
                 let hit = e.op(Op::Compare(crate::ir::CompareOp::Eq), &[view, y])?;
@@ -302,7 +303,7 @@ fn e_false(e: &mut Emitter<'_>) -> Result<NodeId, GradError> {
 /// Each output position of an upsampling read two input positions per axis with weights
 /// `1 − t` and `t`; the adjoint adds the gradient back there: two scatter-adds per axis,
 /// the last axis first.
-pub(super) fn upsample(
+pub(crate) fn upsample(
     e: &mut Emitter<'_>,
     x: NodeId,
     mode: UpsampleMode,
@@ -334,7 +335,7 @@ pub(super) fn upsample(
             if dtype == crate::ir::DType::F64 {
                 Ok(c)
             } else {
-                e.op(Op::Cast { to: dtype }, &[c])
+                e.op(Op::Cast(Cast { to: dtype }), &[c])
             }
         };
         let lo = indices(e, |t| t.lo);
@@ -343,8 +344,8 @@ pub(super) fn upsample(
         let w_hi = weight(e, |t| t)?;
         let part_lo = e.mul(grad, w_lo)?;
         let part_hi = e.mul(grad, w_hi)?;
-        let first = e.op(Op::ScatterAdd { axis }, &[zeros, lo, part_lo])?;
-        grad = e.op(Op::ScatterAdd { axis }, &[first, hi, part_hi])?;
+        let first = e.op(Op::ScatterAdd(ScatterAdd { axis }), &[zeros, lo, part_lo])?;
+        grad = e.op(Op::ScatterAdd(ScatterAdd { axis }), &[first, hi, part_hi])?;
     }
     Ok(vec![Grad::Some(grad)])
 }

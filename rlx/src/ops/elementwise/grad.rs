@@ -1,17 +1,18 @@
 //! Unary and binary math, `where` and casts.
 
+use crate::ir::Cast;
 use std::f64::consts::{FRAC_2_SQRT_PI, PI, SQRT_2};
 
-use super::Grad;
+use crate::autodiff::Emitter;
+use crate::autodiff::Grad;
 use crate::autodiff::GradError;
-use crate::autodiff::emit::Emitter;
 use crate::ir::{BinaryOp, CompareOp, ElementwiseArg, ElementwiseStep, NodeId, Op, UnaryOp};
 
 /// A fused chain: its steps are recomputed as their own ops (the primitives' rules need
 /// their values), then differentiated in reverse, summing what reaches each value as
 /// `gradients` does across a graph. An operand no step on the way to the result reads gets
 /// zeros.
-pub(super) fn fused(
+pub(crate) fn fused(
     e: &mut Emitter<'_>,
     x: &[NodeId],
     steps: &[ElementwiseStep],
@@ -74,7 +75,7 @@ pub(super) fn fused(
 }
 
 /// `d/dx` of `kind` times `g`, where `y = kind(x)`.
-pub(super) fn unary(
+pub(crate) fn unary(
     e: &mut Emitter<'_>,
     kind: UnaryOp,
     x: NodeId,
@@ -197,7 +198,7 @@ pub(super) fn unary(
 }
 
 /// The cotangents of `a` and `b` for `y = a kind b`, summed back over broadcasting.
-pub(super) fn binary(
+pub(crate) fn binary(
     e: &mut Emitter<'_>,
     kind: BinaryOp,
     a: NodeId,
@@ -238,8 +239,8 @@ pub(super) fn binary(
             };
             let a_wins = e.op(Op::Compare(wins), &[a, b])?;
             let tie = e.op(Op::Compare(CompareOp::Eq), &[a, b])?;
-            let one = e.op(Op::Cast { to: dtype }, &[a_wins])?;
-            let half = e.op(Op::Cast { to: dtype }, &[tie])?;
+            let one = e.op(Op::Cast(Cast { to: dtype }), &[a_wins])?;
+            let half = e.op(Op::Cast(Cast { to: dtype }), &[tie])?;
             let half = e.scale(half, 0.5)?;
             let share = e.add(one, half)?;
             let ga = e.mul(g, share)?;
@@ -260,7 +261,7 @@ pub(super) fn binary(
 }
 
 /// `where(cond, a, b)`: the condition selects; each branch gets `g` where it was chosen.
-pub(super) fn select(e: &mut Emitter<'_>, x: &[NodeId], g: NodeId) -> Result<Vec<Grad>, GradError> {
+pub(crate) fn select(e: &mut Emitter<'_>, x: &[NodeId], g: NodeId) -> Result<Vec<Grad>, GradError> {
     let (cond, a, b) = (x[0], x[1], x[2]);
     let zero = e.scalar(0.0, e.dtype(g));
     let ga = e.op(Op::Where, &[cond, g, zero])?;
@@ -272,7 +273,7 @@ pub(super) fn select(e: &mut Emitter<'_>, x: &[NodeId], g: NodeId) -> Result<Vec
 
 /// Casts between floats pass the gradient back in the operand's dtype; from an integer
 /// or `bool` there is none.
-pub(super) fn cast(e: &mut Emitter<'_>, x: NodeId, g: NodeId) -> Result<Vec<Grad>, GradError> {
+pub(crate) fn cast(e: &mut Emitter<'_>, x: NodeId, g: NodeId) -> Result<Vec<Grad>, GradError> {
     let from = e.dtype(x);
     if !from.is_float() {
         return Ok(vec![Grad::None]);
@@ -280,7 +281,7 @@ pub(super) fn cast(e: &mut Emitter<'_>, x: NodeId, g: NodeId) -> Result<Vec<Grad
     let back = if from == e.dtype(g) {
         g
     } else {
-        e.op(Op::Cast { to: from }, &[g])?
+        e.op(Op::Cast(Cast { to: from }), &[g])?
     };
     Ok(vec![Grad::Some(back)])
 }

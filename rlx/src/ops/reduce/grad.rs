@@ -1,8 +1,9 @@
 //! Reductions, cumulative sums, softmax and the normalizations.
 
-use super::Grad;
+use crate::autodiff::Emitter;
+use crate::autodiff::Grad;
 use crate::autodiff::GradError;
-use crate::autodiff::emit::Emitter;
+use crate::ir::{Cast, Cumsum, Permute};
 use crate::ir::{CompareOp, Dim, NodeId, Op, ReduceOp, Shape, UnaryOp};
 
 /// `shape` with `axes` kept as size 1.
@@ -16,7 +17,7 @@ fn kept(shape: &Shape, axes: &[usize]) -> Shape {
     }))
 }
 
-pub(super) fn reduce(
+pub(crate) fn reduce(
     e: &mut Emitter<'_>,
     op: ReduceOp,
     x: NodeId,
@@ -39,7 +40,7 @@ pub(super) fn reduce(
             // Split evenly between the elements equal to the extreme.
             let y_keep = e.reshape(y, keep)?;
             let hit = e.op(Op::Compare(CompareOp::Eq), &[x, y_keep])?;
-            let hit = e.op(Op::Cast { to: dtype }, &[hit])?;
+            let hit = e.op(Op::Cast(Cast { to: dtype }), &[hit])?;
             let ties = e.reduce(ReduceOp::Sum, hit, axes.to_vec(), true)?;
             let share = e.div(hit, ties)?;
             e.mul(spread, share)?
@@ -54,7 +55,7 @@ pub(super) fn reduce(
             let others = e.div(y_keep, x)?;
             let nonzero = e.op(Op::Where, &[is_zero, one, x])?;
             let nonzero_prod = e.reduce(ReduceOp::Prod, nonzero, axes.to_vec(), true)?;
-            let zeros = e.op(Op::Cast { to: dtype }, &[is_zero])?;
+            let zeros = e.op(Op::Cast(Cast { to: dtype }), &[is_zero])?;
             let zeros = e.reduce(ReduceOp::Sum, zeros, axes.to_vec(), true)?;
             let single = e.op(Op::Compare(CompareOp::Eq), &[zeros, one])?;
             let at_zero = e.keep_where(single, nonzero_prod)?;
@@ -66,23 +67,23 @@ pub(super) fn reduce(
 }
 
 /// A cumulative sum's adjoint is the cumulative sum the other way.
-pub(super) fn cumsum(
+pub(crate) fn cumsum(
     e: &mut Emitter<'_>,
     axis: usize,
     exclusive: bool,
     reverse: bool,
     g: NodeId,
 ) -> Result<Vec<Grad>, GradError> {
-    let op = Op::Cumsum {
+    let op = Op::Cumsum(Cumsum {
         axis,
         exclusive,
         reverse: !reverse,
-    };
+    });
     Ok(vec![Grad::Some(e.op(op, &[g])?)])
 }
 
 /// softmax: `y·(g − Σ g·y)`; log-softmax: `g − exp(y)·Σ g`.
-pub(super) fn softmax(
+pub(crate) fn softmax(
     e: &mut Emitter<'_>,
     axis: usize,
     log: bool,
@@ -110,7 +111,7 @@ fn leading(e: &Emitter<'_>, x: NodeId) -> Vec<usize> {
 
 /// `y = x̂·w + b` with `x̂ = (x − μ)·r`, `r = 1/sqrt(var + eps)` over the last axis:
 /// `gx = r·(gx̂ − mean(gx̂) − x̂·mean(gx̂·x̂))` with `gx̂ = g·w`.
-pub(super) fn layer_norm(
+pub(crate) fn layer_norm(
     e: &mut Emitter<'_>,
     x: &[NodeId],
     eps: f64,
@@ -150,7 +151,7 @@ pub(super) fn layer_norm(
 
 /// `y = x·r·w` with `r = 1/sqrt(mean(x²) + eps)`: `gx = r·(gx̂ − x·r²·mean(gx̂·x))` with
 /// `gx̂ = g·w`.
-pub(super) fn rms_norm(
+pub(crate) fn rms_norm(
     e: &mut Emitter<'_>,
     x: &[NodeId],
     eps: f64,
@@ -184,7 +185,7 @@ pub(super) fn rms_norm(
 /// gradient goes back there, through a one-hot of those indices along the axis (`k × n`
 /// per row: fine for the sizes sorting is used at; a take-along-axis op would make it
 /// linear).
-pub(super) fn select_back(
+pub(crate) fn select_back(
     e: &mut Emitter<'_>,
     x: NodeId,
     indices_op: Op,
@@ -200,7 +201,7 @@ pub(super) fn select_back(
         if axis == last {
             Ok(t)
         } else {
-            e.op(Op::Permute { perm: perm.clone() }, &[t])
+            e.op(Op::Permute(Permute { perm: perm.clone() }), &[t])
         }
     };
     let indices = e.op(indices_op, &[x])?;
@@ -213,7 +214,7 @@ pub(super) fn select_back(
     let indices = e.reshape(indices, Shape::new(column.clone()))?;
     let hit = e.op(Op::Compare(CompareOp::Eq), &[indices, iota])?;
     let dtype = e.dtype(g);
-    let one_hot = e.op(Op::Cast { to: dtype }, &[hit])?;
+    let one_hot = e.op(Op::Cast(Cast { to: dtype }), &[hit])?;
     let g_col = e.reshape(g_last, Shape::new(column))?;
     let spread = e.mul(one_hot, g_col)?;
     let back = e.reduce(ReduceOp::Sum, spread, vec![rank - 1], false)?;

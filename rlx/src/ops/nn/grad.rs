@@ -1,9 +1,10 @@
 //! Attention and rotary embeddings.
 
-use super::Grad;
+use crate::autodiff::Emitter;
+use crate::autodiff::Grad;
 use crate::autodiff::GradError;
-use crate::autodiff::emit::Emitter;
 use crate::ir::{AttentionMask, BinaryOp, CompareOp, DType, Dim, NodeId, Op, ReduceOp, Shape};
+use crate::ir::{MatMul, Rope, Softmax};
 
 /// Which keys each query may see under a causal or sliding-window mask, as `bool [Sq, Sk]`:
 /// queries align to the end of the keys, as the forward kernels do.
@@ -74,7 +75,7 @@ fn sum_heads(
 /// Recomputes the attention probabilities `P` (zero rows where every key is masked), then
 /// `dV = Pᵀ·g`, `dS = P ⊙ (g·Vᵀ − rowsum(…⊙P))`, `dQ = scale·dS·K`, `dK = scale·dSᵀ·Q`;
 /// grouped heads sum back onto their key/value head. An additive mask gets `dS`.
-pub(super) fn attention(
+pub(crate) fn attention(
     e: &mut Emitter<'_>,
     x: &[NodeId],
     scale: f64,
@@ -97,10 +98,10 @@ pub(super) fn attention(
     let dtype = e.dtype(q);
     let matmul = |e: &mut Emitter<'_>, a, b, ta, tb| {
         e.op(
-            Op::MatMul {
+            Op::MatMul(MatMul {
                 transpose_a: ta,
                 transpose_b: tb,
-            },
+            }),
             &[a, b],
         )
     };
@@ -131,10 +132,10 @@ pub(super) fn attention(
         scores = e.op(Op::Where, &[allowed, scores, blocked])?;
     }
     let p = e.op(
-        Op::Softmax {
+        Op::Softmax(Softmax {
             axis: r - 1,
             log: false,
-        },
+        }),
         &[scores],
     )?;
     // A fully masked row is NaN here (−∞ − −∞); the forward pass gives it zeros.
@@ -170,7 +171,7 @@ pub(super) fn attention(
 }
 
 /// A rotation's adjoint is the opposite rotation: the same op with the angles negated.
-pub(super) fn rope(
+pub(crate) fn rope(
     e: &mut Emitter<'_>,
     x: &[NodeId],
     dims: usize,
@@ -179,12 +180,12 @@ pub(super) fn rope(
     traditional: bool,
     g: NodeId,
 ) -> Result<Vec<Grad>, GradError> {
-    let back = Op::Rope {
+    let back = Op::Rope(Rope {
         dims,
         base,
         scale: -scale,
         traditional,
-    };
+    });
     let mut operands = vec![g];
     operands.extend(x.get(1).copied());
     let grad = e.op(back, &operands)?;

@@ -1,11 +1,13 @@
 //! Ops that move or select data without arithmetic on it.
 
-use super::{arity, check_axis, min_rank, require_index, require_numeric, same_dim, same_dtype};
-use crate::ir::dim::Dim;
-use crate::ir::error::{InferError, attr_err};
-use crate::ir::shape::{Shape, TensorType};
+use crate::ir::Dim;
+use crate::ir::{InferError, attr_err};
+use crate::ir::{Shape, TensorType};
+use crate::ops::check::{
+    arity, check_axis, min_rank, require_index, require_numeric, same_dim, same_dtype,
+};
 
-pub(super) fn reshape(shape: &Shape, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+pub(crate) fn reshape(shape: &Shape, inputs: &[TensorType]) -> Result<TensorType, InferError> {
     arity(inputs, 1, "1")?;
     let from = &inputs[0].shape;
     let (from_numel, to_numel) = (from.numel(), shape.numel());
@@ -20,7 +22,7 @@ pub(super) fn reshape(shape: &Shape, inputs: &[TensorType]) -> Result<TensorType
     Ok(TensorType::new(inputs[0].dtype, shape.clone()))
 }
 
-pub(super) fn permute(perm: &[usize], inputs: &[TensorType]) -> Result<TensorType, InferError> {
+pub(crate) fn permute(perm: &[usize], inputs: &[TensorType]) -> Result<TensorType, InferError> {
     arity(inputs, 1, "1")?;
     let shape = &inputs[0].shape;
     let mut seen = vec![false; shape.rank()];
@@ -54,7 +56,7 @@ fn slice_index(index: i64, size: &Dim, what: &str) -> Result<Dim, InferError> {
     }
 }
 
-pub(super) fn slice(
+pub(crate) fn slice(
     axis: usize,
     start: i64,
     stop: Option<i64>,
@@ -89,7 +91,7 @@ pub(super) fn slice(
     Ok(TensorType::new(inputs[0].dtype, dims))
 }
 
-pub(super) fn concat(axis: usize, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+pub(crate) fn concat(axis: usize, inputs: &[TensorType]) -> Result<TensorType, InferError> {
     if inputs.is_empty() {
         return Err(InferError::Arity {
             expected: "at least 1",
@@ -126,7 +128,7 @@ pub(super) fn concat(axis: usize, inputs: &[TensorType]) -> Result<TensorType, I
     Ok(TensorType::new(inputs[0].dtype, dims))
 }
 
-pub(super) fn broadcast(shape: &Shape, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+pub(crate) fn broadcast(shape: &Shape, inputs: &[TensorType]) -> Result<TensorType, InferError> {
     arity(inputs, 1, "1")?;
     let from = &inputs[0].shape;
     if from.rank() > shape.rank() {
@@ -149,7 +151,7 @@ pub(super) fn broadcast(shape: &Shape, inputs: &[TensorType]) -> Result<TensorTy
     Ok(TensorType::new(inputs[0].dtype, shape.clone()))
 }
 
-pub(super) fn pad(
+pub(crate) fn pad(
     pads: &[(usize, usize)],
     inputs: &[TensorType],
 ) -> Result<TensorType, InferError> {
@@ -183,7 +185,7 @@ fn gathered_shape(data: &Shape, indices: &Shape, axis: usize) -> Shape {
     Shape::new(dims)
 }
 
-pub(super) fn gather(axis: usize, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+pub(crate) fn gather(axis: usize, inputs: &[TensorType]) -> Result<TensorType, InferError> {
     arity(inputs, 2, "2 (data, indices)")?;
     require_index(inputs, 1)?;
     min_rank(inputs, 0, 1)?;
@@ -194,7 +196,7 @@ pub(super) fn gather(axis: usize, inputs: &[TensorType]) -> Result<TensorType, I
     ))
 }
 
-pub(super) fn scatter_add(axis: usize, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+pub(crate) fn scatter_add(axis: usize, inputs: &[TensorType]) -> Result<TensorType, InferError> {
     arity(inputs, 3, "3 (data, indices, updates)")?;
     require_numeric(inputs, 0)?;
     require_index(inputs, 1)?;
@@ -212,7 +214,7 @@ pub(super) fn scatter_add(axis: usize, inputs: &[TensorType]) -> Result<TensorTy
     Ok(inputs[0].clone())
 }
 
-pub(super) fn identity(inputs: &[TensorType]) -> Result<TensorType, InferError> {
+pub(crate) fn identity(inputs: &[TensorType]) -> Result<TensorType, InferError> {
     arity(inputs, 1, "1")?;
     Ok(inputs[0].clone())
 }

@@ -1,14 +1,14 @@
 //! Unary, binary, comparison, `where` and cast.
 
-use super::{arity, broadcast_shapes, require, require_domain, same_dtype};
-use crate::ir::dim::Dim;
-use crate::ir::dtype::DType;
-use crate::ir::error::{InferError, attr_err};
-use crate::ir::kinds::Domain;
-use crate::ir::op::{BinaryOp, CompareOp, ElementwiseArg, ElementwiseStep, UnaryOp};
-use crate::ir::shape::TensorType;
+use crate::ir::DType;
+use crate::ir::Dim;
+use crate::ir::Domain;
+use crate::ir::TensorType;
+use crate::ir::{BinaryOp, CompareOp, ElementwiseArg, ElementwiseStep, UnaryOp};
+use crate::ir::{InferError, attr_err};
+use crate::ops::check::{arity, broadcast_shapes, require, require_domain, same_dtype};
 
-pub(super) fn unary(kind: UnaryOp, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+pub(crate) fn unary(kind: UnaryOp, inputs: &[TensorType]) -> Result<TensorType, InferError> {
     arity(inputs, 1, "1")?;
     require_domain(inputs, 0, kind.domain())?;
     Ok(inputs[0].clone())
@@ -19,7 +19,7 @@ fn broadcast_pair(inputs: &[TensorType]) -> Result<crate::ir::Shape, InferError>
     broadcast_shapes(&inputs[0].shape, &inputs[1].shape)
 }
 
-pub(super) fn binary(kind: BinaryOp, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+pub(crate) fn binary(kind: BinaryOp, inputs: &[TensorType]) -> Result<TensorType, InferError> {
     arity(inputs, 2, "2")?;
     require_domain(inputs, 0, kind.domain())?;
     let shape = broadcast_pair(inputs)?;
@@ -28,7 +28,7 @@ pub(super) fn binary(kind: BinaryOp, inputs: &[TensorType]) -> Result<TensorType
 
 /// A fused chain: one float dtype, operands of one shape or scalars, steps that read only
 /// operands and earlier steps.
-pub(super) fn fused(
+pub(crate) fn fused(
     steps: &[ElementwiseStep],
     inputs: &[TensorType],
 ) -> Result<TensorType, InferError> {
@@ -93,14 +93,14 @@ pub(super) fn fused(
     Ok(TensorType::new(inputs[0].dtype, shape))
 }
 
-pub(super) fn compare(kind: CompareOp, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+pub(crate) fn compare(kind: CompareOp, inputs: &[TensorType]) -> Result<TensorType, InferError> {
     arity(inputs, 2, "2")?;
     require_domain(inputs, 0, kind.domain())?;
     let shape = broadcast_pair(inputs)?;
     Ok(TensorType::new(DType::Bool, shape))
 }
 
-pub(super) fn select(inputs: &[TensorType]) -> Result<TensorType, InferError> {
+pub(crate) fn select(inputs: &[TensorType]) -> Result<TensorType, InferError> {
     arity(inputs, 3, "3")?;
     require(inputs, 0, |d| d == DType::Bool, "bool")?;
     same_dtype(inputs, 1, 2)?;
@@ -109,7 +109,7 @@ pub(super) fn select(inputs: &[TensorType]) -> Result<TensorType, InferError> {
     Ok(TensorType::new(inputs[1].dtype, shape))
 }
 
-pub(super) fn cast(to: DType, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+pub(crate) fn cast(to: DType, inputs: &[TensorType]) -> Result<TensorType, InferError> {
     arity(inputs, 1, "1")?;
     Ok(TensorType::new(to, inputs[0].shape.clone()))
 }

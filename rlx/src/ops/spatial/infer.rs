@@ -1,9 +1,9 @@
 //! Windows over spatial axes: convolution, its transpose, pooling and upsampling.
 
-use super::{arity, arity_range, exact_rank, require_float, same_dim, same_dtype};
-use crate::ir::dim::Dim;
-use crate::ir::error::{InferError, attr_err};
-use crate::ir::shape::{Shape, TensorType};
+use crate::ir::Dim;
+use crate::ir::{InferError, attr_err};
+use crate::ir::{Shape, TensorType};
+use crate::ops::check::{arity, arity_range, exact_rank, require_float, same_dim, same_dtype};
 
 /// Output length of a sliding window: `(size + pads - span) / stride + 1`.
 fn window_len(
@@ -60,7 +60,7 @@ fn spatial_rank(
     Ok(s)
 }
 
-pub(super) fn conv(
+pub(crate) fn conv(
     stride: &[usize],
     padding: &[(usize, usize)],
     dilation: &[usize],
@@ -144,7 +144,7 @@ fn kernel_size(w: &Shape, axis: usize) -> Result<usize, InferError> {
     })
 }
 
-pub(super) fn conv_transpose(
+pub(crate) fn conv_transpose(
     stride: &[usize],
     padding: &[(usize, usize)],
     output_padding: &[usize],
@@ -207,7 +207,7 @@ pub(super) fn conv_transpose(
     Ok(TensorType::new(inputs[0].dtype, dims))
 }
 
-pub(super) fn pool(
+pub(crate) fn pool(
     kernel: &[usize],
     stride: &[usize],
     padding: &[(usize, usize)],
@@ -248,7 +248,7 @@ pub(super) fn pool(
     Ok(TensorType::new(inputs[0].dtype, dims))
 }
 
-pub(super) fn upsample(size: &Shape, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+pub(crate) fn upsample(size: &Shape, inputs: &[TensorType]) -> Result<TensorType, InferError> {
     arity(inputs, 1, "1")?;
     require_float(inputs, 0)?;
     exact_rank(inputs, 0, 4)?;

@@ -1,9 +1,10 @@
 //! Matrix products and linear solves.
 
-use super::Grad;
+use crate::autodiff::Emitter;
+use crate::autodiff::Grad;
 use crate::autodiff::GradError;
-use crate::autodiff::emit::Emitter;
 use crate::ir::{BinaryOp, Dim, MatMulEpilogue, NodeId, Op, Shape};
+use crate::ir::{MatMul, Permute};
 
 fn matmul_op(
     e: &mut Emitter<'_>,
@@ -13,10 +14,10 @@ fn matmul_op(
     transpose_b: bool,
 ) -> Result<NodeId, GradError> {
     e.op(
-        Op::MatMul {
+        Op::MatMul(MatMul {
             transpose_a,
             transpose_b,
-        },
+        }),
         &[a, b],
     )
 }
@@ -24,7 +25,7 @@ fn matmul_op(
 /// `y = act(a·b + bias) + residual`: the residual takes `g`; the pre-activation value is
 /// recomputed to take the activation's rule, and its cotangent flows to the bias (summed
 /// over rows) and to the product as for [`matmul`].
-pub(super) fn fused_matmul(
+pub(crate) fn fused_matmul(
     e: &mut Emitter<'_>,
     x: &[NodeId],
     transpose_a: bool,
@@ -41,7 +42,7 @@ pub(super) fn fused_matmul(
                 z = e.op(Op::Binary(BinaryOp::Add), &[z, b])?;
             }
             let y = e.op(Op::Unary(kind), &[z])?;
-            super::elementwise::unary(e, kind, z, y, g)?[0]
+            crate::ops::elementwise::unary_grad(e, kind, z, y, g)?[0]
         }
     };
     let mut grads = match pre_activation {
@@ -64,7 +65,7 @@ pub(super) fn fused_matmul(
 /// `y = A'·B'` with `A' = aᵀ` if `transpose_a` (likewise `b`): `gA' = g·B'ᵀ`,
 /// `gB' = A'ᵀ·g`, each expressed with transpose flags so no transposed copy is made, then
 /// summed over broadcast batch dims.
-pub(super) fn matmul(
+pub(crate) fn matmul(
     e: &mut Emitter<'_>,
     a: NodeId,
     b: NodeId,
@@ -104,7 +105,7 @@ pub(super) fn matmul(
 }
 
 /// `x = A⁻¹·B`: `gB = A⁻ᵀ·g`, `gA = −gB·xᵀ`.
-pub(super) fn solve(
+pub(crate) fn solve(
     e: &mut Emitter<'_>,
     a: NodeId,
     b: NodeId,
@@ -114,7 +115,7 @@ pub(super) fn solve(
     let rank = e.shape(a).rank();
     let mut perm: Vec<usize> = (0..rank).collect();
     perm.swap(rank - 2, rank - 1);
-    let at = e.op(Op::Permute { perm }, &[a])?;
+    let at = e.op(Op::Permute(Permute { perm }), &[a])?;
     let gb = e.op(Op::Solve, &[at, g])?;
     let outer = matmul_op(e, gb, x, false, true)?;
     let ga = e.neg(outer)?;

@@ -1,15 +1,16 @@
 //! Reshapes, permutations, slices, concatenation, padding, gather and scatter-add.
 
-use super::Grad;
+use crate::autodiff::Emitter;
+use crate::autodiff::Grad;
 use crate::autodiff::GradError;
-use crate::autodiff::emit::Emitter;
+use crate::ir::{Concat, Gather, Pad, Permute, ScatterAdd, Slice};
 use crate::ir::{DType, Dim, NodeId, Op, Scalar, Shape};
 
-pub(super) fn reshape(e: &mut Emitter<'_>, x: NodeId, g: NodeId) -> Result<Vec<Grad>, GradError> {
+pub(crate) fn reshape(e: &mut Emitter<'_>, x: NodeId, g: NodeId) -> Result<Vec<Grad>, GradError> {
     Ok(vec![Grad::Some(e.reshape(g, e.shape(x))?)])
 }
 
-pub(super) fn permute(
+pub(crate) fn permute(
     e: &mut Emitter<'_>,
     perm: &[usize],
     g: NodeId,
@@ -18,7 +19,9 @@ pub(super) fn permute(
     for (to, &from) in perm.iter().enumerate() {
         inverse[from] = to;
     }
-    Ok(vec![Grad::Some(e.op(Op::Permute { perm: inverse }, &[g])?)])
+    Ok(vec![Grad::Some(
+        e.op(Op::Permute(Permute { perm: inverse }), &[g])?,
+    )])
 }
 
 /// `shape` with axis `axis` set to `dim`.
@@ -30,7 +33,7 @@ fn with_axis(shape: &Shape, axis: usize, dim: Dim) -> Shape {
 
 /// The slice's gradient is `g` put back in place: spread out by the step (zeros between),
 /// with zeros before and after, so symbolic axis lengths work.
-pub(super) fn slice(
+pub(crate) fn slice(
     e: &mut Emitter<'_>,
     x: NodeId,
     axis: usize,
@@ -66,20 +69,20 @@ pub(super) fn slice(
         let mut pads = vec![(0, 0); gs.rank() + 1];
         pads[axis + 1] = (0, step - 1);
         let padded = e.op(
-            Op::Pad {
+            Op::Pad(Pad {
                 pads,
                 value: Scalar::Float(0.0),
-            },
+            }),
             &[spread],
         )?;
         let flat = with_axis(&gs, axis, count.mul(&Dim::Static(step)));
         let flat = e.reshape(padded, flat)?;
-        let trim = Op::Slice {
+        let trim = Op::Slice(Slice {
             axis,
             start: 0,
             stop: Some(-((step - 1) as i64)),
             step: 1,
-        };
+        });
         part = e.op(trim, &[flat])?;
     }
     let span = e.shape(part)[axis].clone();
@@ -99,14 +102,14 @@ pub(super) fn slice(
     let grad = if pieces.len() == 1 {
         part
     } else {
-        e.op(Op::Concat { axis }, &pieces)?
+        e.op(Op::Concat(Concat { axis }), &pieces)?
     };
     Ok(vec![Grad::Some(grad)])
 }
 
 /// Each operand gets its slice of `g`, addressed from the front or, when the sizes before
 /// it are symbolic, from the back.
-pub(super) fn concat(
+pub(crate) fn concat(
     e: &mut Emitter<'_>,
     x: &[NodeId],
     axis: usize,
@@ -126,19 +129,19 @@ pub(super) fn concat(
         };
         let part = match bounds {
             Some((start, stop)) => {
-                let op = Op::Slice {
+                let op = Op::Slice(Slice {
                     axis,
                     start,
                     stop,
                     step: 1,
-                };
+                });
                 e.op(op, &[g])?
             }
             // Symbolic sizes on both sides: gather positions `before + 0..size`, counted
             // at run time.
             None => {
                 let positions = offset_iota(e, &sizes[..i], sizes[i].clone())?;
-                e.op(Op::Gather { axis }, &[g, positions])?
+                e.op(Op::Gather(Gather { axis }), &[g, positions])?
             }
         };
         grads.push(Grad::Some(part));
@@ -166,7 +169,7 @@ fn total(dims: &[Dim]) -> Dim {
 }
 
 /// Padding's gradient is the interior of `g`.
-pub(super) fn pad(
+pub(crate) fn pad(
     e: &mut Emitter<'_>,
     pads: &[(usize, usize)],
     g: NodeId,
@@ -176,19 +179,19 @@ pub(super) fn pad(
         if before == 0 && after == 0 {
             continue;
         }
-        let op = Op::Slice {
+        let op = Op::Slice(Slice {
             axis,
             start: before as i64,
             stop: (after > 0).then(|| -(after as i64)),
             step: 1,
-        };
+        });
         grad = e.op(op, &[grad])?;
     }
     Ok(vec![Grad::Some(grad)])
 }
 
 /// Gathered rows send their gradient back to where they came from (summed over repeats).
-pub(super) fn gather(
+pub(crate) fn gather(
     e: &mut Emitter<'_>,
     data: NodeId,
     indices: NodeId,
@@ -196,17 +199,17 @@ pub(super) fn gather(
     g: NodeId,
 ) -> Result<Vec<Grad>, GradError> {
     let zeros = e.zeros_like(data)?;
-    let grad = e.op(Op::ScatterAdd { axis }, &[zeros, indices, g])?;
+    let grad = e.op(Op::ScatterAdd(ScatterAdd { axis }), &[zeros, indices, g])?;
     Ok(vec![Grad::Some(grad), Grad::Discrete])
 }
 
 /// `data` passes `g` through; each update receives `g` at the position it was added to.
-pub(super) fn scatter_add(
+pub(crate) fn scatter_add(
     e: &mut Emitter<'_>,
     indices: NodeId,
     axis: usize,
     g: NodeId,
 ) -> Result<Vec<Grad>, GradError> {
-    let updates = e.op(Op::Gather { axis }, &[g, indices])?;
+    let updates = e.op(Op::Gather(Gather { axis }), &[g, indices])?;
     Ok(vec![Grad::Some(g), Grad::Discrete, Grad::Some(updates)])
 }

@@ -1,14 +1,14 @@
 //! Reductions, scans, normalizations and sorting along axes.
 
-use super::{
+use crate::ir::DType;
+use crate::ir::Dim;
+use crate::ir::{InferError, attr_err};
+use crate::ir::{ReduceOp, SortOutput};
+use crate::ir::{Shape, TensorType};
+use crate::ops::check::{
     arity, check_axis, exact_rank, min_rank, require_domain, require_float, require_numeric,
     same_dim, same_dtype,
 };
-use crate::ir::dim::Dim;
-use crate::ir::dtype::DType;
-use crate::ir::error::{InferError, attr_err};
-use crate::ir::op::{ReduceOp, SortOutput};
-use crate::ir::shape::{Shape, TensorType};
 
 fn reduced_shape(shape: &Shape, axes: &[usize], keep_dims: bool) -> Shape {
     let mut dims = Vec::with_capacity(shape.rank());
@@ -22,7 +22,7 @@ fn reduced_shape(shape: &Shape, axes: &[usize], keep_dims: bool) -> Shape {
     Shape::new(dims)
 }
 
-pub(super) fn reduce(
+pub(crate) fn reduce(
     op: ReduceOp,
     axes: &[usize],
     keep_dims: bool,
@@ -45,7 +45,7 @@ pub(super) fn reduce(
     ))
 }
 
-pub(super) fn arg_reduce(
+pub(crate) fn arg_reduce(
     axis: usize,
     keep_dims: bool,
     inputs: &[TensorType],
@@ -59,14 +59,14 @@ pub(super) fn arg_reduce(
     ))
 }
 
-pub(super) fn cumsum(axis: usize, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+pub(crate) fn cumsum(axis: usize, inputs: &[TensorType]) -> Result<TensorType, InferError> {
     arity(inputs, 1, "1")?;
     require_numeric(inputs, 0)?;
     check_axis(axis, inputs[0].rank())?;
     Ok(inputs[0].clone())
 }
 
-pub(super) fn softmax(axis: usize, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+pub(crate) fn softmax(axis: usize, inputs: &[TensorType]) -> Result<TensorType, InferError> {
     arity(inputs, 1, "1")?;
     require_float(inputs, 0)?;
     check_axis(axis, inputs[0].rank())?;
@@ -74,7 +74,7 @@ pub(super) fn softmax(axis: usize, inputs: &[TensorType]) -> Result<TensorType, 
 }
 
 /// Layer-norm and RMS-norm: `x` then optional per-feature `weight` and `bias`.
-pub(super) fn norm(
+pub(crate) fn norm(
     eps: f64,
     has_weight: bool,
     has_bias: bool,
@@ -107,7 +107,7 @@ pub(super) fn norm(
     Ok(inputs[0].clone())
 }
 
-pub(super) fn topk(
+pub(crate) fn topk(
     k: usize,
     axis: usize,
     output: SortOutput,
@@ -129,7 +129,7 @@ pub(super) fn topk(
     Ok(TensorType::new(sorted_dtype(inputs, output), dims))
 }
 
-pub(super) fn sort(
+pub(crate) fn sort(
     axis: usize,
     output: SortOutput,
     inputs: &[TensorType],

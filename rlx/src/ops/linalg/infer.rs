@@ -1,13 +1,13 @@
 //! Matrix products and solves.
 
-use super::{
+use crate::ir::DType;
+use crate::ir::Dim;
+use crate::ir::MatMulEpilogue;
+use crate::ir::{InferError, attr_err};
+use crate::ir::{Shape, TensorType};
+use crate::ops::check::{
     arity, broadcast_shapes, exact_rank, min_rank, require, require_float, same_dim, same_dtype,
 };
-use crate::ir::dim::Dim;
-use crate::ir::dtype::DType;
-use crate::ir::error::{InferError, attr_err};
-use crate::ir::op::MatMulEpilogue;
-use crate::ir::shape::{Shape, TensorType};
 
 /// The batch dims and the last two dims of a rank ≥ 2 shape.
 fn split_matrix(shape: &Shape) -> (Shape, Dim, Dim) {
@@ -19,7 +19,7 @@ fn split_matrix(shape: &Shape) -> (Shape, Dim, Dim) {
     )
 }
 
-pub(super) fn matmul(
+pub(crate) fn matmul(
     transpose_a: bool,
     transpose_b: bool,
     inputs: &[TensorType],
@@ -39,7 +39,7 @@ pub(super) fn matmul(
     Ok(TensorType::new(inputs[0].dtype, dims))
 }
 
-pub(super) fn fused_matmul(
+pub(crate) fn fused_matmul(
     transpose_a: bool,
     transpose_b: bool,
     epilogue: &MatMulEpilogue,
@@ -65,7 +65,7 @@ pub(super) fn fused_matmul(
         next += 1;
     }
     if let Some(kind) = epilogue.activation {
-        super::elementwise::unary(kind, std::slice::from_ref(&out))?;
+        crate::ops::elementwise::infer::unary(kind, std::slice::from_ref(&out))?;
     }
     if epilogue.residual {
         same_dtype(inputs, 0, next)?;
@@ -79,7 +79,7 @@ pub(super) fn fused_matmul(
     Ok(out)
 }
 
-pub(super) fn solve(inputs: &[TensorType]) -> Result<TensorType, InferError> {
+pub(crate) fn solve(inputs: &[TensorType]) -> Result<TensorType, InferError> {
     arity(inputs, 2, "2")?;
     require_float(inputs, 0)?;
     same_dtype(inputs, 0, 1)?;
@@ -101,7 +101,7 @@ pub(super) fn solve(inputs: &[TensorType]) -> Result<TensorType, InferError> {
     Ok(inputs[1].clone())
 }
 
-pub(super) fn quantized_matmul(
+pub(crate) fn quantized_matmul(
     bits: u8,
     group_size: usize,
     inputs: &[TensorType],

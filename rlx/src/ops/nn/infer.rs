@@ -1,14 +1,14 @@
 //! Attention and rotary embeddings.
 
-use super::{
+use crate::ir::AttentionMask;
+use crate::ir::{InferError, attr_err};
+use crate::ir::{Shape, TensorType};
+use crate::ops::check::{
     arity, arity_range, broadcast_shapes, exact_rank, min_rank, require_float, require_index,
     same_dim, same_dtype,
 };
-use crate::ir::error::{InferError, attr_err};
-use crate::ir::op::AttentionMask;
-use crate::ir::shape::{Shape, TensorType};
 
-pub(super) fn attention(
+pub(crate) fn attention(
     scale: f64,
     mask: AttentionMask,
     inputs: &[TensorType],
@@ -77,7 +77,7 @@ pub(super) fn attention(
     Ok(TensorType::new(inputs[0].dtype, out))
 }
 
-pub(super) fn rope(
+pub(crate) fn rope(
     dims: usize,
     base: f64,
     scale: f64,

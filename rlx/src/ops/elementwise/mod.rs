@@ -1,0 +1,195 @@
+//! Elementwise ops: unary and binary math, comparisons, `where`, casts, and the fused
+//! chains the CPU lowering makes of them.
+
+mod grad;
+pub(crate) mod infer;
+
+pub(crate) use grad::unary as unary_grad;
+
+use super::Primitive;
+use crate::autodiff::{Emitter, Grad, GradError};
+use crate::ir::{
+    BinaryOp, CompareOp, DType, ElementwiseStep, InferError, NodeId, Op, TensorType, UnaryOp,
+};
+
+/// Conversion to another dtype (Rust `as` semantics). Operands: `x`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cast {
+    /// Target dtype.
+    pub to: DType,
+}
+
+/// A chain of elementwise float ops evaluated in one pass over memory: each step reads
+/// the fused node's operands and earlier steps' results, and the last step's is the
+/// output. Made by [`fuse_elementwise`](crate::passes::fuse_elementwise), not by
+/// frontends. Operands: one float dtype, each of the output's shape or a scalar (every
+/// dim a static 1).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FusedElementwise {
+    /// The ops, in evaluation order (at least one).
+    pub steps: Vec<ElementwiseStep>,
+}
+
+/// `cond ? a : b` ([`Op::Where`]).
+pub(crate) struct Where;
+
+impl Primitive for UnaryOp {
+    fn name(&self) -> &'static str {
+        UnaryOp::name(*self)
+    }
+
+    fn attrs(&self, _: &mut Vec<String>) {}
+
+    fn bind_dims(&self, _: &[usize]) -> Op {
+        Op::Unary(*self)
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+        infer::unary(*self, inputs)
+    }
+
+    fn vjp(
+        &self,
+        e: &mut Emitter<'_>,
+        y: NodeId,
+        x: &[NodeId],
+        g: NodeId,
+    ) -> Result<Vec<Grad>, GradError> {
+        grad::unary(e, *self, x[0], y, g)
+    }
+}
+
+impl Primitive for BinaryOp {
+    fn name(&self) -> &'static str {
+        BinaryOp::name(*self)
+    }
+
+    fn attrs(&self, _: &mut Vec<String>) {}
+
+    fn bind_dims(&self, _: &[usize]) -> Op {
+        Op::Binary(*self)
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+        infer::binary(*self, inputs)
+    }
+
+    fn vjp(
+        &self,
+        e: &mut Emitter<'_>,
+        y: NodeId,
+        x: &[NodeId],
+        g: NodeId,
+    ) -> Result<Vec<Grad>, GradError> {
+        grad::binary(e, *self, x[0], x[1], y, g)
+    }
+}
+
+impl Primitive for CompareOp {
+    fn name(&self) -> &'static str {
+        CompareOp::name(*self)
+    }
+
+    fn attrs(&self, _: &mut Vec<String>) {}
+
+    fn bind_dims(&self, _: &[usize]) -> Op {
+        Op::Compare(*self)
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+        infer::compare(*self, inputs)
+    }
+
+    /// Its result is `bool`: the driver gives its operands nothing before asking.
+    fn vjp(
+        &self,
+        _: &mut Emitter<'_>,
+        _: NodeId,
+        x: &[NodeId],
+        _: NodeId,
+    ) -> Result<Vec<Grad>, GradError> {
+        Ok(vec![Grad::None; x.len()])
+    }
+}
+
+impl Primitive for Where {
+    fn name(&self) -> &'static str {
+        "where"
+    }
+
+    fn attrs(&self, _: &mut Vec<String>) {}
+
+    fn bind_dims(&self, _: &[usize]) -> Op {
+        Op::Where
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+        infer::select(inputs)
+    }
+
+    fn vjp(
+        &self,
+        e: &mut Emitter<'_>,
+        _: NodeId,
+        x: &[NodeId],
+        g: NodeId,
+    ) -> Result<Vec<Grad>, GradError> {
+        grad::select(e, x, g)
+    }
+}
+
+impl Primitive for Cast {
+    fn name(&self) -> &'static str {
+        "cast"
+    }
+
+    fn attrs(&self, out: &mut Vec<String>) {
+        out.push(format!("to={}", self.to));
+    }
+
+    fn bind_dims(&self, _: &[usize]) -> Op {
+        Op::Cast(self.clone())
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+        infer::cast(self.to, inputs)
+    }
+
+    fn vjp(
+        &self,
+        e: &mut Emitter<'_>,
+        _: NodeId,
+        x: &[NodeId],
+        g: NodeId,
+    ) -> Result<Vec<Grad>, GradError> {
+        grad::cast(e, x[0], g)
+    }
+}
+
+impl Primitive for FusedElementwise {
+    fn name(&self) -> &'static str {
+        "fused_elementwise"
+    }
+
+    fn attrs(&self, out: &mut Vec<String>) {
+        out.extend(self.steps.iter().map(|step| step.name().to_string()));
+    }
+
+    fn bind_dims(&self, _: &[usize]) -> Op {
+        Op::FusedElementwise(self.clone())
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+        infer::fused(&self.steps, inputs)
+    }
+
+    fn vjp(
+        &self,
+        e: &mut Emitter<'_>,
+        _: NodeId,
+        x: &[NodeId],
+        g: NodeId,
+    ) -> Result<Vec<Grad>, GradError> {
+        grad::fused(e, x, &self.steps, g)
+    }
+}

@@ -1,0 +1,78 @@
+//! The leaves: inputs and params (typed by their declaration) and constants (typed by their
+//! data). They take no operands and pass no gradient on.
+
+use super::Primitive;
+use super::check::arity;
+use crate::autodiff::{Emitter, Grad, GradError};
+use crate::ir::{ConstantData, InferError, NodeId, Op, TensorType, attr_err};
+
+/// A graph input ([`Op::Input`]).
+pub(crate) struct Input;
+
+/// A weight ([`Op::Param`]).
+pub(crate) struct Param;
+
+/// What inputs and params share: no operands, a declared type, no gradient rule (the
+/// driver collects their cotangents).
+macro_rules! declared_leaf {
+    ($leaf:ident, $name:literal, $op:expr) => {
+        impl Primitive for $leaf {
+            fn name(&self) -> &'static str {
+                $name
+            }
+
+            fn attrs(&self, _: &mut Vec<String>) {}
+
+            fn bind_dims(&self, _: &[usize]) -> Op {
+                $op
+            }
+
+            fn infer(&self, _: &[TensorType]) -> Result<TensorType, InferError> {
+                Err(attr_err!(
+                    "{} nodes take their type from their declaration, not from operands",
+                    $name
+                ))
+            }
+
+            fn vjp(
+                &self,
+                _: &mut Emitter<'_>,
+                _: NodeId,
+                _: &[NodeId],
+                _: NodeId,
+            ) -> Result<Vec<Grad>, GradError> {
+                Ok(Vec::new())
+            }
+        }
+    };
+}
+
+declared_leaf!(Input, "input", Op::Input);
+declared_leaf!(Param, "param", Op::Param);
+
+impl Primitive for ConstantData {
+    fn name(&self) -> &'static str {
+        "const"
+    }
+
+    fn attrs(&self, _: &mut Vec<String>) {}
+
+    fn bind_dims(&self, _: &[usize]) -> Op {
+        Op::Constant(self.clone())
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+        arity(inputs, 0, "0")?;
+        Ok(self.ty().clone())
+    }
+
+    fn vjp(
+        &self,
+        _: &mut Emitter<'_>,
+        _: NodeId,
+        _: &[NodeId],
+        _: NodeId,
+    ) -> Result<Vec<Grad>, GradError> {
+        Ok(Vec::new())
+    }
+}

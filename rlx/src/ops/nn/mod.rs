@@ -1,0 +1,103 @@
+//! Attention and rotary position embedding.
+
+mod grad;
+mod infer;
+
+use super::Primitive;
+use crate::autodiff::{Emitter, Grad, GradError};
+use crate::ir::{AttentionMask, InferError, NodeId, Op, TensorType};
+
+/// Scaled dot-product attention `softmax(q kᵀ · scale + mask) v`. Operands: `q`
+/// `[.., Sq, D]`, `k` `[.., Sk, D]`, `v` `[.., Sk, Dv]`, then the mask for
+/// [`AttentionMask::Tensor`]. With rank ≥ 3 the axis before the sequence is heads: `q`
+/// may have a multiple of `k`'s heads (grouped-query attention).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Attention {
+    /// Multiplies the scores, typically `1/sqrt(D)`.
+    pub scale: f64,
+    /// Masking.
+    pub mask: AttentionMask,
+}
+
+/// Rotary position embedding on the first `dims` features of the last axis; positions
+/// run along the second-to-last axis starting at the optional `offset`. Operands: `x`
+/// (float, rank ≥ 2), then `offset` (`i32`/`i64` scalar) when present.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rope {
+    /// Features rotated (even, at most the last dim).
+    pub dims: usize,
+    /// Frequency base, e.g. 10000.
+    pub base: f64,
+    /// Positions are multiplied by this.
+    pub scale: f64,
+    /// Rotate adjacent pairs `(2i, 2i+1)` instead of the two halves.
+    pub traditional: bool,
+}
+
+impl Primitive for Attention {
+    fn name(&self) -> &'static str {
+        "attention"
+    }
+
+    fn attrs(&self, out: &mut Vec<String>) {
+        out.push(format!("scale={}", self.scale));
+        match self.mask {
+            AttentionMask::None => {}
+            AttentionMask::Causal => out.push("causal".into()),
+            AttentionMask::SlidingWindow(w) => out.push(format!("window={w}")),
+            AttentionMask::Tensor => out.push("mask".into()),
+        }
+    }
+
+    fn bind_dims(&self, _: &[usize]) -> Op {
+        Op::Attention(self.clone())
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+        infer::attention(self.scale, self.mask, inputs)
+    }
+
+    fn vjp(
+        &self,
+        e: &mut Emitter<'_>,
+        _: NodeId,
+        x: &[NodeId],
+        g: NodeId,
+    ) -> Result<Vec<Grad>, GradError> {
+        grad::attention(e, x, self.scale, self.mask, g)
+    }
+}
+
+impl Primitive for Rope {
+    fn name(&self) -> &'static str {
+        "rope"
+    }
+
+    fn attrs(&self, out: &mut Vec<String>) {
+        out.push(format!("dims={}, base={}", self.dims, self.base));
+        if self.scale != 1.0 {
+            out.push(format!("scale={}", self.scale));
+        }
+        if self.traditional {
+            out.push("traditional".into());
+        }
+    }
+
+    fn bind_dims(&self, _: &[usize]) -> Op {
+        Op::Rope(self.clone())
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+        infer::rope(self.dims, self.base, self.scale, inputs)
+    }
+
+    fn vjp(
+        &self,
+        e: &mut Emitter<'_>,
+        _: NodeId,
+        x: &[NodeId],
+        g: NodeId,
+    ) -> Result<Vec<Grad>, GradError> {
+        grad::rope(e, x, self.dims, self.base, self.scale, self.traditional, g)
+    }
+}

@@ -1,0 +1,244 @@
+//! Convolutions, pooling and resizing over channels-first spatial axes.
+
+mod grad;
+mod infer;
+
+use super::Primitive;
+use crate::autodiff::{Emitter, Grad, GradError};
+use crate::ir::{InferError, NodeId, Op, PoolKind, Shape, TensorType, UpsampleMode};
+use grad::Window;
+
+/// 1-D or 2-D convolution, channels first. Operands: `x` `[N, C, *spatial]`,
+/// `w` `[O, C/groups, *kernel]`, then `bias` `[O]` when present.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Conv {
+    /// Stride per spatial axis.
+    pub stride: Vec<usize>,
+    /// `(before, after)` zero padding per spatial axis.
+    pub padding: Vec<(usize, usize)>,
+    /// Dilation per spatial axis.
+    pub dilation: Vec<usize>,
+    /// Channel groups; divides `C` and `O`.
+    pub groups: usize,
+}
+
+/// 1-D or 2-D transposed convolution (the adjoint of [`Op::Conv`]), channels first.
+/// Operands: `x` `[N, C, *spatial]`, `w` `[C, O/groups, *kernel]` (PyTorch's layout),
+/// then `bias` `[O]` when present. Input position `i` and tap `k` add into output
+/// position `i·stride + k·dilation − padding.0`; each output axis has
+/// `(in − 1)·stride + dilation·(kernel − 1) + 1 + output_padding − padding.0 − padding.1`
+/// positions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConvTranspose {
+    /// Stride per spatial axis.
+    pub stride: Vec<usize>,
+    /// `(before, after)` positions cropped from the full output per spatial axis.
+    pub padding: Vec<(usize, usize)>,
+    /// Positions added after the end per spatial axis (less than stride or dilation):
+    /// picks one of the input sizes a strided conv maps to the same output size.
+    pub output_padding: Vec<usize>,
+    /// Dilation per spatial axis.
+    pub dilation: Vec<usize>,
+    /// Channel groups; divides `C` and `O`.
+    pub groups: usize,
+}
+
+/// 1-D or 2-D pooling, channels first. Operands: `x` `[N, C, *spatial]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pool {
+    /// Function.
+    pub kind: PoolKind,
+    /// Window per spatial axis.
+    pub kernel: Vec<usize>,
+    /// Stride per spatial axis.
+    pub stride: Vec<usize>,
+    /// `(before, after)` padding per spatial axis, at most half the window.
+    pub padding: Vec<(usize, usize)>,
+}
+
+/// 2-D resizing of the last two axes to `size`, channels first. Operands: `x`
+/// `[N, C, H, W]` (float).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Upsample {
+    /// How output positions read input positions.
+    pub mode: UpsampleMode,
+    /// Output `[H, W]`, each at least 1.
+    pub size: Shape,
+}
+
+/// Stride, padding, dilation (when not all 1) and groups (when not 1), as printed.
+fn window_attrs(
+    out: &mut Vec<String>,
+    stride: &[usize],
+    padding: &[(usize, usize)],
+    dilation: &[usize],
+    groups: usize,
+) {
+    out.push(format!("stride={stride:?}"));
+    out.push(format!("padding={padding:?}"));
+    if dilation.iter().any(|d| *d != 1) {
+        out.push(format!("dilation={dilation:?}"));
+    }
+    if groups != 1 {
+        out.push(format!("groups={groups}"));
+    }
+}
+
+impl Primitive for Conv {
+    fn name(&self) -> &'static str {
+        "conv"
+    }
+
+    fn attrs(&self, out: &mut Vec<String>) {
+        window_attrs(
+            out,
+            &self.stride,
+            &self.padding,
+            &self.dilation,
+            self.groups,
+        );
+    }
+
+    fn bind_dims(&self, _: &[usize]) -> Op {
+        Op::Conv(self.clone())
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+        infer::conv(
+            &self.stride,
+            &self.padding,
+            &self.dilation,
+            self.groups,
+            inputs,
+        )
+    }
+
+    fn vjp(
+        &self,
+        e: &mut Emitter<'_>,
+        _: NodeId,
+        x: &[NodeId],
+        g: NodeId,
+    ) -> Result<Vec<Grad>, GradError> {
+        let win = Window {
+            stride: &self.stride,
+            padding: &self.padding,
+            dilation: &self.dilation,
+            groups: self.groups,
+        };
+        grad::conv(e, x, &win, g)
+    }
+}
+
+impl Primitive for ConvTranspose {
+    fn name(&self) -> &'static str {
+        "conv_transpose"
+    }
+
+    fn attrs(&self, out: &mut Vec<String>) {
+        out.push(format!("stride={:?}", self.stride));
+        out.push(format!("padding={:?}", self.padding));
+        if self.output_padding.iter().any(|p| *p != 0) {
+            out.push(format!("output_padding={:?}", self.output_padding));
+        }
+        if self.dilation.iter().any(|d| *d != 1) {
+            out.push(format!("dilation={:?}", self.dilation));
+        }
+        if self.groups != 1 {
+            out.push(format!("groups={}", self.groups));
+        }
+    }
+
+    fn bind_dims(&self, _: &[usize]) -> Op {
+        Op::ConvTranspose(self.clone())
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+        infer::conv_transpose(
+            &self.stride,
+            &self.padding,
+            &self.output_padding,
+            &self.dilation,
+            self.groups,
+            inputs,
+        )
+    }
+
+    fn vjp(
+        &self,
+        e: &mut Emitter<'_>,
+        _: NodeId,
+        x: &[NodeId],
+        g: NodeId,
+    ) -> Result<Vec<Grad>, GradError> {
+        let win = Window {
+            stride: &self.stride,
+            padding: &self.padding,
+            dilation: &self.dilation,
+            groups: self.groups,
+        };
+        grad::conv_transpose(e, x, &win, g)
+    }
+}
+
+impl Primitive for Pool {
+    fn name(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    fn attrs(&self, out: &mut Vec<String>) {
+        out.push(format!("kernel={:?}", self.kernel));
+        out.push(format!("stride={:?}", self.stride));
+        out.push(format!("padding={:?}", self.padding));
+    }
+
+    fn bind_dims(&self, _: &[usize]) -> Op {
+        Op::Pool(self.clone())
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+        infer::pool(&self.kernel, &self.stride, &self.padding, inputs)
+    }
+
+    fn vjp(
+        &self,
+        e: &mut Emitter<'_>,
+        y: NodeId,
+        x: &[NodeId],
+        g: NodeId,
+    ) -> Result<Vec<Grad>, GradError> {
+        let (kernel, stride, padding) = (&self.kernel, &self.stride, &self.padding);
+        grad::pool(e, x[0], y, self.kind, kernel, stride, padding, g)
+    }
+}
+
+impl Primitive for Upsample {
+    fn name(&self) -> &'static str {
+        self.mode.name()
+    }
+
+    fn attrs(&self, out: &mut Vec<String>) {
+        out.push(format!("size={}", self.size));
+    }
+
+    fn bind_dims(&self, out: &[usize]) -> Op {
+        Op::Upsample(Upsample {
+            mode: self.mode,
+            size: Shape::from(&out[out.len().saturating_sub(2)..]),
+        })
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+        infer::upsample(&self.size, inputs)
+    }
+
+    fn vjp(
+        &self,
+        e: &mut Emitter<'_>,
+        _: NodeId,
+        x: &[NodeId],
+        g: NodeId,
+    ) -> Result<Vec<Grad>, GradError> {
+        grad::upsample(e, x[0], self.mode, g)
+    }
+}
