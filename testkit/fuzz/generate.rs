@@ -17,6 +17,14 @@ use rlx::tensor::HostTensor;
 
 use crate::rng::Rng;
 
+/// What [`Generator::conv_operands`] makes.
+struct ConvOperands {
+    operands: Vec<NodeId>,
+    spatial: usize,
+    groups: usize,
+    kernel: Vec<usize>,
+}
+
 /// One generated case: a graph whose every computed node is an output, its inputs and
 /// params with values, and the values of its runtime dims.
 #[derive(Clone, Debug)]
@@ -568,24 +576,48 @@ impl Generator {
         Some((Op::ScatterAdd(ScatterAdd { axis }), vec![x, idx, updates]))
     }
 
-    /// A 1-D or 2-D convolution of a new channels-first input with a weight.
-    fn conv(&mut self) -> Option<(Op, Vec<NodeId>)> {
+    /// A new channels-first input of one or two spatial axes and a weight, with a bias half
+    /// the time, for a convolution (weight `[O, C/groups, *kernel]`) or a transposed one
+    /// (`[C, O/groups, *kernel]`, inputs from 1 long): the operands, spatial axes, groups
+    /// and kernel.
+    fn conv_operands(&mut self, transposed: bool) -> Option<ConvOperands> {
         let dtype = self.rng.pick(&FLOATS);
         let spatial = 1 + self.rng.below(2);
         let groups = self.rng.pick(&[1, 1, 2]);
         let channels = groups * (1 + self.rng.below(2));
         let out_channels = groups * (1 + self.rng.below(2));
         let kernel: Vec<usize> = (0..spatial).map(|_| 1 + self.rng.below(3)).collect();
+        let shortest = if transposed { 1 } else { 3 };
         let mut x_dims = vec![self.random_dim(), Dim::from(channels)];
-        x_dims.extend((0..spatial).map(|_| Dim::from(3 + self.rng.below(4))));
+        x_dims.extend((0..spatial).map(|_| Dim::from(shortest + self.rng.below(4))));
         let x = self.input(dtype, x_dims)?;
-        let mut w_dims = vec![out_channels, channels / groups];
+        let mut w_dims = if transposed {
+            vec![channels, out_channels / groups]
+        } else {
+            vec![out_channels, channels / groups]
+        };
         w_dims.extend(&kernel);
         let w = self.param(dtype, &w_dims)?;
         let mut operands = vec![x, w];
         if self.rng.chance(0.5) {
             operands.push(self.param(dtype, &[out_channels])?);
         }
+        Some(ConvOperands {
+            operands,
+            spatial,
+            groups,
+            kernel,
+        })
+    }
+
+    /// A 1-D or 2-D convolution of a new channels-first input with a weight.
+    fn conv(&mut self) -> Option<(Op, Vec<NodeId>)> {
+        let ConvOperands {
+            operands,
+            spatial,
+            groups,
+            kernel,
+        } = self.conv_operands(false)?;
         let op = Op::Conv(Conv {
             stride: (0..spatial).map(|_| 1 + self.rng.below(2)).collect(),
             padding: kernel
@@ -601,22 +633,12 @@ impl Generator {
     /// A 1-D or 2-D transposed convolution of a new channels-first input with a weight in
     /// PyTorch's `[C, O/groups, *kernel]` layout.
     fn conv_transpose(&mut self) -> Option<(Op, Vec<NodeId>)> {
-        let dtype = self.rng.pick(&FLOATS);
-        let spatial = 1 + self.rng.below(2);
-        let groups = self.rng.pick(&[1, 1, 2]);
-        let channels = groups * (1 + self.rng.below(2));
-        let out_channels = groups * (1 + self.rng.below(2));
-        let kernel: Vec<usize> = (0..spatial).map(|_| 1 + self.rng.below(3)).collect();
-        let mut x_dims = vec![self.random_dim(), Dim::from(channels)];
-        x_dims.extend((0..spatial).map(|_| Dim::from(1 + self.rng.below(4))));
-        let x = self.input(dtype, x_dims)?;
-        let mut w_dims = vec![channels, out_channels / groups];
-        w_dims.extend(&kernel);
-        let w = self.param(dtype, &w_dims)?;
-        let mut operands = vec![x, w];
-        if self.rng.chance(0.5) {
-            operands.push(self.param(dtype, &[out_channels])?);
-        }
+        let ConvOperands {
+            operands,
+            spatial,
+            groups,
+            kernel,
+        } = self.conv_operands(true)?;
         let stride: Vec<usize> = (0..spatial).map(|_| 1 + self.rng.below(3)).collect();
         let dilation: Vec<usize> = (0..spatial).map(|_| 1 + self.rng.below(2)).collect();
         let output_padding = stride
