@@ -5,7 +5,7 @@
 //! every node's value is checked *locally*: the same op, with its attributes bound to the
 //! run's sizes, runs on the CPU in float64 on the operand values that configuration itself
 //! produced, and the two must agree within a tolerance derived from the op, the output
-//! dtype and the operands (see `tolerance`). Checking node by node keeps the bounds tight
+//! dtype and the operands (each op's own, [`Op::tolerance`]). Checking node by node keeps the bounds tight
 //! (no error propagates from one op to the next, and a comparison or a `floor` sees exactly
 //! the operands the backend saw), and a mismatch comes already minimised: one op, its
 //! operand values and the one-node graph that reproduces it.
@@ -17,7 +17,6 @@
 //! refuses float64 graphs at compile time) leaves that configuration out of the case.
 
 mod generate;
-mod tolerance;
 
 pub use generate::{Case, generate, tensor};
 
@@ -28,7 +27,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use rlx::backend::{Backend, CompileError, Executable};
 use rlx::cpu::{CpuBackend, CpuOptions};
-use rlx::ir::{DType, Graph, NodeId, Op};
+use rlx::ir::{DType, Graph, Judgement, NodeId, Op};
 use rlx::prelude::GraphBuilder;
 use rlx::tensor::HostTensor;
 
@@ -356,14 +355,14 @@ fn check_node(
             reference.shape()
         )));
     }
-    let bound = tolerance::of(&node.op, &operands, got.dtype());
+    let bound = node.op.tolerance(&operands, got.dtype());
     let (want, have) = (reference.to_f64_vec(), got.to_f64_vec());
     let mut unjudged = false;
     for (k, (&w, &h)) in want.iter().zip(&have).enumerate() {
         match bound.accepts(w, h) {
-            tolerance::Judgement::Agrees => {}
-            tolerance::Judgement::Unjudged => unjudged = true,
-            tolerance::Judgement::Differs => {
+            Judgement::Agrees => {}
+            Judgement::Unjudged => unjudged = true,
+            Judgement::Differs => {
                 let repro: Vec<String> = operands
                     .iter()
                     .zip(&node.inputs)

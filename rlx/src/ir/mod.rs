@@ -17,8 +17,9 @@ mod verify;
 
 pub use crate::ops::{
     ArgReduce, Attention, Broadcast, Cast, Concat, Conv, ConvTranspose, Cumsum, Custom,
-    FusedElementwise, FusedMatMul, Gather, LayerNorm, MatMul, Pad, Permute, Pool, QuantizedMatMul,
-    Reduce, Reshape, RmsNorm, Rope, ScatterAdd, Slice, Softmax, Sort, TopK, Upsample,
+    FusedElementwise, FusedMatMul, Gather, Judgement, LayerNorm, MatMul, Pad, Permute, Pool,
+    QuantizedMatMul, Reduce, Reshape, RmsNorm, Rope, ScatterAdd, Slice, Softmax, Sort, Tolerance,
+    TopK, Upsample,
 };
 pub use constant::{ConstantData, ConstantError, Scalar};
 pub use dim::{Dim, DimExpr, EvalDimError, Symbol};

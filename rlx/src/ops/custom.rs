@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::Primitive;
+use super::tolerance::{Bound, Operands};
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::ir::{AttrValue, InferError, NodeId, Op, Shape, TensorType, attr_err};
 
@@ -52,5 +53,11 @@ impl Primitive for Custom {
         _: NodeId,
     ) -> Result<Vec<Grad>, GradError> {
         Err(GradError::NotYet { at: e.site() })
+    }
+
+    fn tolerance(&self, _: &Operands<'_>) -> Bound {
+        // A custom op's kernels are the user's; one met by the random graphs must match its
+        // float64 run exactly.
+        Bound::Exact
     }
 }

@@ -3,6 +3,7 @@
 
 use super::Primitive;
 use super::check::arity;
+use super::tolerance::{Bound, Operands};
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::ir::{ConstantData, InferError, NodeId, Op, TensorType, attr_err};
 
@@ -43,6 +44,10 @@ macro_rules! declared_leaf {
             ) -> Result<Vec<Grad>, GradError> {
                 Ok(Vec::new())
             }
+
+            fn tolerance(&self, _: &Operands<'_>) -> Bound {
+                Bound::Exact
+            }
         }
     };
 }
@@ -74,5 +79,9 @@ impl Primitive for ConstantData {
         _: NodeId,
     ) -> Result<Vec<Grad>, GradError> {
         Ok(Vec::new())
+    }
+
+    fn tolerance(&self, _: &Operands<'_>) -> Bound {
+        Bound::Exact
     }
 }

@@ -1,7 +1,7 @@
 //! Every op of the IR in one place per op family: the attribute struct each [`Op`] variant
 //! holds, and the [`Primitive`] trait that states the op's meaning (name, printing, dim
-//! binding, shape and dtype inference in `infer.rs`, gradient in `grad.rs`). Backends keep
-//! their lowerings in their own trees.
+//! binding, shape and dtype inference in `infer.rs`, gradient in `grad.rs`, the tolerance
+//! of its values against float64). Backends keep their lowerings in their own trees.
 //!
 //! Dtype rules, chosen to avoid silent surprises:
 //! - no implicit promotion: operands combined elementwise, in matmul, in concat and in norms
@@ -26,6 +26,7 @@ mod movement;
 mod nn;
 mod reduce;
 mod spatial;
+mod tolerance;
 
 pub use custom::Custom;
 pub use elementwise::{Cast, FusedElementwise};
@@ -34,9 +35,11 @@ pub use movement::{Broadcast, Concat, Gather, Pad, Permute, Reshape, ScatterAdd,
 pub use nn::{Attention, Rope};
 pub use reduce::{ArgReduce, Cumsum, LayerNorm, Reduce, RmsNorm, Softmax, Sort, TopK};
 pub use spatial::{Conv, ConvTranspose, Pool, Upsample};
+pub use tolerance::{Judgement, Tolerance};
 
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::ir::{InferError, NodeId, Op, TensorType};
+use tolerance::{Bound, Operands};
 
 /// What every op states about itself. No method has a default, so an op whose struct lacks
 /// one does not compile; [`Op::primitive`] dispatches to it with an exhaustive match.
@@ -63,6 +66,10 @@ pub(crate) trait Primitive {
         x: &[NodeId],
         g: NodeId,
     ) -> Result<Vec<Grad>, GradError>;
+
+    /// How far a backend's value may be from the float64 value of this op on the same
+    /// operands (see [`Op::tolerance`]).
+    fn tolerance(&self, x: &Operands<'_>) -> Bound;
 }
 
 /// `Op::Variant(Struct)` for each op with attributes: `From` and the dispatch arm.

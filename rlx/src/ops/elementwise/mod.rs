@@ -7,6 +7,7 @@ pub(crate) mod infer;
 pub(crate) use grad::unary as unary_grad;
 
 use super::Primitive;
+use super::tolerance::{Bound, Operands};
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::ir::{
     BinaryOp, CompareOp, DType, ElementwiseStep, InferError, NodeId, Op, TensorType, UnaryOp,
@@ -57,6 +58,19 @@ impl Primitive for UnaryOp {
     ) -> Result<Vec<Grad>, GradError> {
         grad::unary(e, *self, x[0], y, g)
     }
+
+    fn tolerance(&self, x: &Operands<'_>) -> Bound {
+        match self {
+            UnaryOp::Neg
+            | UnaryOp::Abs
+            | UnaryOp::Relu
+            | UnaryOp::Sign
+            | UnaryOp::Floor
+            | UnaryOp::Ceil
+            | UnaryOp::Round => Bound::Exact,
+            _ => x.transcendental(),
+        }
+    }
 }
 
 impl Primitive for BinaryOp {
@@ -82,6 +96,29 @@ impl Primitive for BinaryOp {
         g: NodeId,
     ) -> Result<Vec<Grad>, GradError> {
         grad::binary(e, *self, x[0], x[1], y, g)
+    }
+
+    fn tolerance(&self, x: &Operands<'_>) -> Bound {
+        let (u, scale, tiny) = (x.u, x.scale, x.tiny);
+        match self {
+            BinaryOp::Max | BinaryOp::Min => Bound::Exact,
+            // One rounding.
+            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div => Bound::Within {
+                rel: 2.0 * u,
+                abs: tiny,
+                growth: scale * scale,
+            },
+            BinaryOp::Rem => Bound::Within {
+                rel: 2.0 * u,
+                abs: 4.0 * u * scale + tiny,
+                growth: scale,
+            },
+            BinaryOp::Pow => Bound::Within {
+                rel: 64.0 * u,
+                abs: 64.0 * u + tiny,
+                growth: scale,
+            },
+        }
     }
 }
 
@@ -110,6 +147,10 @@ impl Primitive for CompareOp {
     ) -> Result<Vec<Grad>, GradError> {
         Ok(vec![Grad::None; x.len()])
     }
+
+    fn tolerance(&self, _: &Operands<'_>) -> Bound {
+        Bound::Exact
+    }
 }
 
 impl Primitive for Where {
@@ -135,6 +176,10 @@ impl Primitive for Where {
         g: NodeId,
     ) -> Result<Vec<Grad>, GradError> {
         grad::select(e, x, g)
+    }
+
+    fn tolerance(&self, _: &Operands<'_>) -> Bound {
+        Bound::Exact
     }
 }
 
@@ -164,6 +209,15 @@ impl Primitive for Cast {
     ) -> Result<Vec<Grad>, GradError> {
         grad::cast(e, x[0], g)
     }
+
+    fn tolerance(&self, x: &Operands<'_>) -> Bound {
+        // One rounding to a float (a cast to an integer has an integer output: exact).
+        Bound::Within {
+            rel: x.u,
+            abs: x.tiny,
+            growth: x.scale,
+        }
+    }
 }
 
 impl Primitive for FusedElementwise {
@@ -191,5 +245,15 @@ impl Primitive for FusedElementwise {
         g: NodeId,
     ) -> Result<Vec<Grad>, GradError> {
         grad::fused(e, x, &self.steps, g)
+    }
+
+    fn tolerance(&self, x: &Operands<'_>) -> Bound {
+        // Each step may be a transcendental of the last one's result.
+        let n = self.steps.len() as f64;
+        Bound::Within {
+            rel: 64.0 * x.u * n,
+            abs: 64.0 * x.u * n * x.scale + x.tiny,
+            growth: x.scale.powf(n.min(4.0)),
+        }
     }
 }

@@ -4,6 +4,7 @@ mod grad;
 mod infer;
 
 use super::Primitive;
+use super::tolerance::{Bound, Operands};
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::ir::{InferError, MatMulEpilogue, NodeId, Op, TensorType};
 
@@ -85,6 +86,15 @@ impl Primitive for MatMul {
     ) -> Result<Vec<Grad>, GradError> {
         grad::matmul(e, x[0], x[1], self.transpose_a, self.transpose_b, g)
     }
+
+    fn tolerance(&self, x: &Operands<'_>) -> Bound {
+        let (abs, growth) = product_bound(x, self.transpose_a);
+        Bound::Within {
+            rel: 2.0 * x.u,
+            abs,
+            growth,
+        }
+    }
 }
 
 impl Primitive for FusedMatMul {
@@ -122,6 +132,16 @@ impl Primitive for FusedMatMul {
     ) -> Result<Vec<Grad>, GradError> {
         grad::fused_matmul(e, x, self.transpose_a, self.transpose_b, &self.epilogue, g)
     }
+
+    fn tolerance(&self, x: &Operands<'_>) -> Bound {
+        // A fused epilogue (bias, activation, residual) adds a transcendental's error.
+        let (abs, growth) = product_bound(x, self.transpose_a);
+        Bound::Within {
+            rel: 64.0 * x.u,
+            abs: abs + 64.0 * x.u * x.scale,
+            growth,
+        }
+    }
 }
 
 impl Primitive for QuantizedMatMul {
@@ -155,6 +175,19 @@ impl Primitive for QuantizedMatMul {
     ) -> Result<Vec<Grad>, GradError> {
         Ok(vec![Grad::NotYet, Grad::None, Grad::None, Grad::None])
     }
+
+    fn tolerance(&self, x: &Operands<'_>) -> Bound {
+        // A sum over `k` products of an activation and a dequantized weight
+        // `scale * q + bias`, with `q` below `2^bits`.
+        let k = x.dims(0).last().copied().unwrap_or(1).max(1) as f64;
+        let weight = x.largest(2) * f64::from((1u32 << self.bits) - 1) + x.largest(3);
+        let terms = k * x.largest(0).max(1.0) * weight.max(1.0);
+        Bound::Within {
+            rel: 2.0 * x.u,
+            abs: 4.0 * x.u * k * terms + x.tiny,
+            growth: terms,
+        }
+    }
 }
 
 impl Primitive for Solve {
@@ -181,4 +214,92 @@ impl Primitive for Solve {
     ) -> Result<Vec<Grad>, GradError> {
         grad::solve(e, x[0], x[1], y, g)
     }
+
+    fn tolerance(&self, x: &Operands<'_>) -> Bound {
+        solve_bound(x)
+    }
+}
+
+/// A product over `k` terms of two operands up to `scale`.
+fn product_bound(x: &Operands<'_>, transpose_a: bool) -> (f64, f64) {
+    let a = x.dims(0);
+    let k = if transpose_a && a.len() >= 2 {
+        a[a.len() - 2]
+    } else {
+        a.last().copied().unwrap_or(1)
+    }
+    .max(1) as f64;
+    let abs = 2.0 * x.u * k * k * x.scale * x.scale + x.tiny;
+    (abs, k * x.scale * x.scale)
+}
+
+/// LU with partial pivoting is backward stable, so the forward error is about
+/// `n u cond(a) |x|`: `cond` the infinity-norm condition number from an inverse in
+/// float64, `|x|` bounded by `|a⁻¹|∞ |b|max`. A singular or non-finite matrix leaves the
+/// node unjudged (infinite growth).
+fn solve_bound(x: &Operands<'_>) -> Bound {
+    let (a, b) = (&x.values[0], &x.values[1]);
+    let n = a.shape().last().copied().unwrap_or(1).max(1);
+    let b_max = b
+        .to_f64_vec()
+        .iter()
+        .fold(0.0f64, |m, v| m.max(v.abs()))
+        .max(1.0);
+    let (mut cond, mut x_max) = (1.0f64, 0.0f64);
+    for matrix in a.to_f64_vec().chunks(n * n) {
+        let Some(inverse) = invert(matrix, n) else {
+            return Bound::Within {
+                rel: 0.0,
+                abs: 0.0,
+                growth: f64::INFINITY,
+            };
+        };
+        let norm = |m: &[f64]| {
+            m.chunks(n)
+                .map(|row| row.iter().map(|v| v.abs()).sum::<f64>())
+                .fold(0.0f64, f64::max)
+        };
+        let inverse_norm = norm(&inverse);
+        cond = cond.max(norm(matrix) * inverse_norm);
+        x_max = x_max.max(inverse_norm * b_max);
+    }
+    let error = 16.0 * n as f64 * x.u * cond;
+    Bound::Within {
+        rel: error,
+        abs: error * x_max + x.tiny,
+        growth: cond * x_max,
+    }
+}
+
+/// The inverse of the row-major `n x n` `matrix` by Gauss-Jordan elimination with partial
+/// pivoting in float64, or `None` when a pivot is zero or not finite.
+fn invert(matrix: &[f64], n: usize) -> Option<Vec<f64>> {
+    let mut a = matrix.to_vec();
+    let mut inv: Vec<f64> = (0..n * n)
+        .map(|i| if i / n == i % n { 1.0 } else { 0.0 })
+        .collect();
+    for col in 0..n {
+        let pivot =
+            (col..n).max_by(|&i, &j| a[i * n + col].abs().total_cmp(&a[j * n + col].abs()))?;
+        let p = a[pivot * n + col];
+        if p == 0.0 || !p.is_finite() {
+            return None;
+        }
+        for j in 0..n {
+            a.swap(col * n + j, pivot * n + j);
+            inv.swap(col * n + j, pivot * n + j);
+        }
+        for j in 0..n {
+            a[col * n + j] /= p;
+            inv[col * n + j] /= p;
+        }
+        for row in (0..n).filter(|&r| r != col) {
+            let f = a[row * n + col];
+            for j in 0..n {
+                a[row * n + j] -= f * a[col * n + j];
+                inv[row * n + j] -= f * inv[col * n + j];
+            }
+        }
+    }
+    Some(inv)
 }

@@ -5,6 +5,7 @@ mod grad;
 mod infer;
 
 use super::Primitive;
+use super::tolerance::{Bound, Operands};
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::ir::{InferError, NodeId, Op, Scalar, Shape, TensorType};
 
@@ -113,6 +114,10 @@ impl Primitive for StopGradient {
     ) -> Result<Vec<Grad>, GradError> {
         Ok(vec![Grad::Discrete])
     }
+
+    fn tolerance(&self, _: &Operands<'_>) -> Bound {
+        Bound::Exact
+    }
 }
 
 impl Primitive for Reshape {
@@ -143,6 +148,10 @@ impl Primitive for Reshape {
     ) -> Result<Vec<Grad>, GradError> {
         grad::reshape(e, x[0], g)
     }
+
+    fn tolerance(&self, _: &Operands<'_>) -> Bound {
+        Bound::Exact
+    }
 }
 
 impl Primitive for Permute {
@@ -170,6 +179,10 @@ impl Primitive for Permute {
         g: NodeId,
     ) -> Result<Vec<Grad>, GradError> {
         grad::permute(e, &self.perm, g)
+    }
+
+    fn tolerance(&self, _: &Operands<'_>) -> Bound {
+        Bound::Exact
     }
 }
 
@@ -205,6 +218,10 @@ impl Primitive for Slice {
     ) -> Result<Vec<Grad>, GradError> {
         grad::slice(e, x[0], self.axis, self.start, self.stop, self.step, g)
     }
+
+    fn tolerance(&self, _: &Operands<'_>) -> Bound {
+        Bound::Exact
+    }
 }
 
 impl Primitive for Concat {
@@ -230,6 +247,10 @@ impl Primitive for Concat {
         g: NodeId,
     ) -> Result<Vec<Grad>, GradError> {
         grad::concat(e, x, self.axis, g)
+    }
+
+    fn tolerance(&self, _: &Operands<'_>) -> Bound {
+        Bound::Exact
     }
 }
 
@@ -262,6 +283,10 @@ impl Primitive for Broadcast {
         let shape = e.shape(x[0]);
         Ok(vec![Grad::Some(e.unbroadcast(g, &shape)?)])
     }
+
+    fn tolerance(&self, _: &Operands<'_>) -> Bound {
+        Bound::Exact
+    }
 }
 
 impl Primitive for Pad {
@@ -292,6 +317,10 @@ impl Primitive for Pad {
     ) -> Result<Vec<Grad>, GradError> {
         grad::pad(e, &self.pads, g)
     }
+
+    fn tolerance(&self, _: &Operands<'_>) -> Bound {
+        Bound::Exact
+    }
 }
 
 impl Primitive for Gather {
@@ -318,6 +347,10 @@ impl Primitive for Gather {
     ) -> Result<Vec<Grad>, GradError> {
         grad::gather(e, x[0], x[1], self.axis, g)
     }
+
+    fn tolerance(&self, _: &Operands<'_>) -> Bound {
+        Bound::Exact
+    }
 }
 
 impl Primitive for ScatterAdd {
@@ -343,5 +376,15 @@ impl Primitive for ScatterAdd {
         g: NodeId,
     ) -> Result<Vec<Grad>, GradError> {
         grad::scatter_add(e, x[1], self.axis, g)
+    }
+
+    fn tolerance(&self, x: &Operands<'_>) -> Bound {
+        // A sum of each position's updates.
+        let n = x.dims(2).iter().product::<usize>().max(1) as f64;
+        Bound::Within {
+            rel: 2.0 * x.u,
+            abs: 2.0 * x.u * n * x.scale + x.tiny,
+            growth: n * x.scale,
+        }
     }
 }

@@ -4,6 +4,7 @@ mod grad;
 mod infer;
 
 use super::Primitive;
+use super::tolerance::{Bound, Operands};
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::ir::{AttentionMask, InferError, NodeId, Op, TensorType};
 
@@ -66,6 +67,20 @@ impl Primitive for Attention {
     ) -> Result<Vec<Grad>, GradError> {
         grad::attention(e, x, self.scale, self.mask, g)
     }
+
+    fn tolerance(&self, x: &Operands<'_>) -> Bound {
+        // Scores of up to `d * scale^2 * |factor|`, probabilities over `t` keys, then a
+        // weighted sum of values.
+        let (q, k) = (x.dims(0), x.dims(1));
+        let d = q.last().copied().unwrap_or(1).max(1) as f64;
+        let t = k.get(k.len().wrapping_sub(2)).copied().unwrap_or(1).max(1) as f64;
+        let scores = self.scale.abs() * d * x.scale * x.scale;
+        Bound::Within {
+            rel: 4.0 * x.u,
+            abs: 64.0 * x.u * t * (1.0 + scores) * x.scale + x.tiny,
+            growth: scores.max(t * x.scale),
+        }
+    }
 }
 
 impl Primitive for Rope {
@@ -99,5 +114,21 @@ impl Primitive for Rope {
         g: NodeId,
     ) -> Result<Vec<Grad>, GradError> {
         grad::rope(e, x, self.dims, self.base, self.scale, self.traditional, g)
+    }
+
+    fn tolerance(&self, x: &Operands<'_>) -> Bound {
+        // Angles up to `position * |factor|` carry an f32 rounding each (MLX computes them
+        // in f32), which sin and cos turn into absolute errors.
+        let dims = x.dims(0);
+        let rows = dims.get(dims.len().wrapping_sub(2)).copied().unwrap_or(1) as f64;
+        let offset = x.values.get(1).map_or(0.0, |o| {
+            o.to_f64_vec().first().copied().unwrap_or(0.0).abs()
+        });
+        let angle = (rows + offset) * self.scale.abs().max(1.0);
+        Bound::Within {
+            rel: 8.0 * x.u,
+            abs: 16.0 * x.u * x.scale * (1.0 + angle) + x.tiny,
+            growth: x.scale,
+        }
     }
 }

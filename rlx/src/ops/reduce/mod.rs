@@ -4,6 +4,7 @@ mod grad;
 mod infer;
 
 use super::Primitive;
+use super::tolerance::{Bound, Operands};
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::ir::{ArgReduceOp, InferError, NodeId, Op, ReduceOp, SortOutput, TensorType};
 
@@ -128,6 +129,31 @@ impl Primitive for Reduce {
     ) -> Result<Vec<Grad>, GradError> {
         grad::reduce(e, self.op, x[0], &self.axes, y, g)
     }
+
+    fn tolerance(&self, x: &Operands<'_>) -> Bound {
+        let dims = x.dims(0);
+        let n = self
+            .axes
+            .iter()
+            .map(|&a| dims.get(a).copied().unwrap_or(1))
+            .product::<usize>()
+            .max(1) as f64;
+        let (u, scale) = (x.u, x.scale);
+        match self.op {
+            ReduceOp::Max | ReduceOp::Min => Bound::Exact,
+            ReduceOp::Sum => x.sum(n),
+            ReduceOp::Mean => Bound::Within {
+                rel: 2.0 * u,
+                abs: 2.0 * u * n * scale + x.tiny,
+                growth: n * scale,
+            },
+            ReduceOp::Prod => Bound::Within {
+                rel: 4.0 * u * n,
+                abs: x.tiny,
+                growth: scale.powf(n),
+            },
+        }
+    }
 }
 
 impl Primitive for ArgReduce {
@@ -157,6 +183,10 @@ impl Primitive for ArgReduce {
         _: NodeId,
     ) -> Result<Vec<Grad>, GradError> {
         Ok(vec![Grad::None; x.len()])
+    }
+
+    fn tolerance(&self, _: &Operands<'_>) -> Bound {
+        Bound::Exact
     }
 }
 
@@ -188,6 +218,10 @@ impl Primitive for Cumsum {
     ) -> Result<Vec<Grad>, GradError> {
         grad::cumsum(e, self.axis, self.exclusive, self.reverse, g)
     }
+
+    fn tolerance(&self, x: &Operands<'_>) -> Bound {
+        x.sum(axis_len(x, self.axis))
+    }
 }
 
 impl Primitive for Softmax {
@@ -215,6 +249,15 @@ impl Primitive for Softmax {
         g: NodeId,
     ) -> Result<Vec<Grad>, GradError> {
         grad::softmax(e, self.axis, self.log, y, g)
+    }
+
+    fn tolerance(&self, x: &Operands<'_>) -> Bound {
+        let n = axis_len(x, self.axis);
+        Bound::Within {
+            rel: 4.0 * x.u,
+            abs: 64.0 * x.u * n * (1.0 + x.scale) + x.tiny,
+            growth: x.scale,
+        }
     }
 }
 
@@ -246,6 +289,10 @@ impl Primitive for LayerNorm {
     ) -> Result<Vec<Grad>, GradError> {
         grad::layer_norm(e, x, self.eps, self.has_weight, self.has_bias, g)
     }
+
+    fn tolerance(&self, x: &Operands<'_>) -> Bound {
+        norm_bound(x, self.eps, self.has_weight, true)
+    }
 }
 
 impl Primitive for RmsNorm {
@@ -274,6 +321,10 @@ impl Primitive for RmsNorm {
         g: NodeId,
     ) -> Result<Vec<Grad>, GradError> {
         grad::rms_norm(e, x, self.eps, self.has_weight, g)
+    }
+
+    fn tolerance(&self, x: &Operands<'_>) -> Bound {
+        norm_bound(x, self.eps, self.has_weight, false)
     }
 }
 
@@ -308,6 +359,10 @@ impl Primitive for TopK {
             ..self.clone()
         });
         grad::select_back(e, x[0], indices, self.axis, g)
+    }
+
+    fn tolerance(&self, _: &Operands<'_>) -> Bound {
+        Bound::Exact
     }
 }
 
@@ -345,5 +400,42 @@ impl Primitive for Sort {
             ..self.clone()
         });
         grad::select_back(e, x[0], indices, self.axis, g)
+    }
+
+    fn tolerance(&self, _: &Operands<'_>) -> Bound {
+        Bound::Exact
+    }
+}
+
+/// The length of operand 0's `axis` (at least 1).
+fn axis_len(x: &Operands<'_>, axis: usize) -> f64 {
+    x.dims(0).get(axis).copied().unwrap_or(1).max(1) as f64
+}
+
+/// Layer norm (`centered`) or RMS norm over the last axis: the sum bound times the rows'
+/// largest amplification `1 / sqrt(var + eps)` and the weight's scale.
+fn norm_bound(x: &Operands<'_>, eps: f64, has_weight: bool, centered: bool) -> Bound {
+    let values = &x.values[0];
+    let n = values.shape().last().copied().unwrap_or(1).max(1);
+    let mut amplification = 0.0f64;
+    for row in values.to_f64_vec().chunks(n) {
+        let mean = if centered {
+            row.iter().sum::<f64>() / n as f64
+        } else {
+            0.0
+        };
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n as f64;
+        amplification = amplification.max(1.0 / (var + eps).sqrt());
+    }
+    let weight = if has_weight {
+        x.largest(1).max(1.0)
+    } else {
+        1.0
+    };
+    let (n, u, scale) = (n as f64, x.u, x.scale);
+    Bound::Within {
+        rel: 4.0 * u,
+        abs: 32.0 * u * n * scale * amplification * weight + 4.0 * u * scale + x.tiny,
+        growth: n * scale * amplification * weight,
     }
 }

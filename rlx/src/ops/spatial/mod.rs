@@ -4,6 +4,7 @@ mod grad;
 mod infer;
 
 use super::Primitive;
+use super::tolerance::{Bound, Operands};
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::ir::{InferError, NodeId, Op, PoolKind, Shape, TensorType, UpsampleMode};
 use grad::Window;
@@ -128,6 +129,12 @@ impl Primitive for Conv {
         };
         grad::conv(e, x, &win, g)
     }
+
+    fn tolerance(&self, x: &Operands<'_>) -> Bound {
+        // `C/groups * kernel` products per output.
+        let w = x.dims(1);
+        conv_bound(x, w.iter().skip(1).product::<usize>().max(1) as f64)
+    }
 }
 
 impl Primitive for ConvTranspose {
@@ -179,6 +186,13 @@ impl Primitive for ConvTranspose {
         };
         grad::conv_transpose(e, x, &win, g)
     }
+
+    fn tolerance(&self, x: &Operands<'_>) -> Bound {
+        // At most `C/groups * kernel` products per output, as a conv.
+        let w = x.dims(1);
+        let k = w.iter().skip(1).product::<usize>().max(1) as f64 * w[0].max(1) as f64;
+        conv_bound(x, k)
+    }
 }
 
 impl Primitive for Pool {
@@ -210,6 +224,20 @@ impl Primitive for Pool {
         let (kernel, stride, padding) = (&self.kernel, &self.stride, &self.padding);
         grad::pool(e, x[0], y, self.kind, kernel, stride, padding, g)
     }
+
+    fn tolerance(&self, x: &Operands<'_>) -> Bound {
+        match self.kind {
+            PoolKind::Max => Bound::Exact,
+            PoolKind::Avg => {
+                let n = self.kernel.iter().product::<usize>().max(1) as f64;
+                Bound::Within {
+                    rel: 2.0 * x.u,
+                    abs: 2.0 * x.u * n * x.scale + x.tiny,
+                    growth: n * x.scale,
+                }
+            }
+        }
+    }
 }
 
 impl Primitive for Upsample {
@@ -240,5 +268,23 @@ impl Primitive for Upsample {
         g: NodeId,
     ) -> Result<Vec<Grad>, GradError> {
         grad::upsample(e, x[0], self.mode, g)
+    }
+
+    fn tolerance(&self, x: &Operands<'_>) -> Bound {
+        Bound::Within {
+            rel: 4.0 * x.u,
+            abs: 4.0 * x.u * x.scale + x.tiny,
+            growth: x.scale,
+        }
+    }
+}
+
+/// A convolution's output sums `k` products of operands up to `scale`.
+fn conv_bound(x: &Operands<'_>, k: f64) -> Bound {
+    let s = x.scale;
+    Bound::Within {
+        rel: 2.0 * x.u,
+        abs: 2.0 * x.u * k * (k * s * s + s) + x.tiny,
+        growth: k * s * s,
     }
 }
