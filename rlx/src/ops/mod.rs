@@ -24,7 +24,10 @@ mod leaf;
 mod linalg;
 mod movement;
 mod nn;
+mod norm;
 mod reduce;
+mod softmax;
+mod sort;
 mod spatial;
 mod tolerance;
 
@@ -33,7 +36,10 @@ pub use elementwise::{Cast, FusedElementwise};
 pub use linalg::{FusedMatMul, MatMul, QuantizedMatMul};
 pub use movement::{Broadcast, Concat, Gather, Pad, Permute, Reshape, ScatterAdd, Slice};
 pub use nn::{Attention, Rope};
-pub use reduce::{ArgReduce, Cumsum, LayerNorm, Reduce, RmsNorm, Softmax, Sort, TopK};
+pub use norm::{LayerNorm, RmsNorm};
+pub use reduce::{ArgReduce, Cumsum, Reduce};
+pub use softmax::Softmax;
+pub use sort::{Sort, TopK};
 pub use spatial::{Conv, ConvTranspose, Pool, Upsample};
 pub use tolerance::{Judgement, Tolerance};
 
@@ -180,5 +186,12 @@ impl Op {
     /// ```
     pub fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
         self.primitive().infer(inputs)
+    }
+}
+
+/// Pushes the printed attribute `name` when `on`.
+pub(crate) fn flag(out: &mut Vec<String>, on: bool, name: &str) {
+    if on {
+        out.push(name.into());
     }
 }

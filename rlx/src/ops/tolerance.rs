@@ -131,6 +131,11 @@ impl Operands<'_> {
             .unwrap_or_default()
     }
 
+    /// The length of operand 0's `axis` (at least 1).
+    pub fn axis_len(&self, axis: usize) -> f64 {
+        self.dims(0).get(axis).copied().unwrap_or(1).max(1) as f64
+    }
+
     /// The largest magnitude of operand `i` (0 when there is none).
     pub fn largest(&self, i: usize) -> f64 {
         self.values.get(i).map_or(0.0, |t| {

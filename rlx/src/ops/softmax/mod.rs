@@ -1,0 +1,55 @@
+//! Softmax and log-softmax along an axis.
+
+mod grad;
+mod infer;
+
+use super::Primitive;
+use super::tolerance::{Bound, Operands};
+use crate::autodiff::{Emitter, Grad, GradError};
+use crate::ir::{InferError, NodeId, Op, TensorType};
+
+/// Softmax (or log-softmax) along an axis. Operands: `x` (float).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Softmax {
+    /// Axis normalized.
+    pub axis: usize,
+    /// Produce log-softmax.
+    pub log: bool,
+}
+
+impl Primitive for Softmax {
+    fn name(&self) -> &'static str {
+        if self.log { "log_softmax" } else { "softmax" }
+    }
+
+    fn attrs(&self, out: &mut Vec<String>) {
+        out.push(format!("axis={}", self.axis));
+    }
+
+    fn bind_dims(&self, _: &[usize]) -> Op {
+        Op::Softmax(self.clone())
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+        infer::softmax(self.axis, inputs)
+    }
+
+    fn vjp(
+        &self,
+        e: &mut Emitter<'_>,
+        y: NodeId,
+        _: &[NodeId],
+        g: NodeId,
+    ) -> Result<Vec<Grad>, GradError> {
+        grad::softmax(e, self.axis, self.log, y, g)
+    }
+
+    fn tolerance(&self, x: &Operands<'_>) -> Bound {
+        let n = x.axis_len(self.axis);
+        Bound::Within {
+            rel: 4.0 * x.u,
+            abs: 64.0 * x.u * n * (1.0 + x.scale) + x.tiny,
+            growth: x.scale,
+        }
+    }
+}
