@@ -1,4 +1,4 @@
-//! The gradients of layer and RMS norm (the pre-normalization values recomputed).
+//! The gradients of layer and RMS norm, which recompute the normalized values from the input.
 
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::ir::{NodeId, ReduceOp, UnaryOp};
