@@ -175,18 +175,20 @@ pub const DEFAULT_PLAN_CACHE: usize = 32;
 /// a new binding would exceed `capacity`, the least recently used plan is dropped (runs still
 /// holding it keep their `Arc`). Few bindings are live at once, so a list compared by value
 /// beats hashing; a run finds its plan under a read lock (recording the use in an atomic
-/// stamp) and keeps an `Arc` of it, so a thread making a new plan blocks no one.
+/// stamp, written only when it changes) and keeps an `Arc` of it, so a thread making a new
+/// plan blocks no one.
 pub(crate) struct PlanCache<P> {
     entries: RwLock<Vec<CachedPlan<P>>>,
     capacity: usize,
-    /// The use counter whose values stamp each lookup.
+    /// Advanced by each insert; its value stamps each use.
     clock: AtomicU64,
 }
 
 struct CachedPlan<P> {
     key: Vec<usize>,
     plan: Arc<P>,
-    /// The clock's value at the last use: the smallest is the least recently used.
+    /// The clock's value at the last use: the smallest is the least recently used (ties,
+    /// plans used since the same insert, go either way).
     used: AtomicU64,
 }
 
@@ -208,9 +210,15 @@ impl<P> PlanCache<P> {
         values: &[usize],
         make: impl FnOnce() -> Result<P, E>,
     ) -> Result<Arc<P>, E> {
+        // A hit stamps the entry with the clock's current value (newer than every plan
+        // inserted before it) and writes only when that changes the stamp, so runs of one
+        // binding from many threads share a read-only entry: two relaxed loads per run.
         let find = |entries: &[CachedPlan<P>]| {
             entries.iter().find(|e| e.key == values).map(|e| {
-                e.used.store(self.tick(), Ordering::Relaxed);
+                let now = self.clock.load(Ordering::Relaxed);
+                if e.used.load(Ordering::Relaxed) != now {
+                    e.used.store(now, Ordering::Relaxed);
+                }
                 Arc::clone(&e.plan)
             })
         };
@@ -232,16 +240,14 @@ impl<P> PlanCache<P> {
                 entries.swap_remove(i);
             }
         }
+        // Inserts advance the clock, so later hits stamp newer than this plan.
+        let stamp = self.clock.fetch_add(1, Ordering::Relaxed);
         entries.push(CachedPlan {
             key: values.to_vec(),
             plan: Arc::clone(&plan),
-            used: AtomicU64::new(self.tick()),
+            used: AtomicU64::new(stamp),
         });
         Ok(plan)
-    }
-
-    fn tick(&self) -> u64 {
-        self.clock.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Plans held now (at most the capacity).

@@ -238,7 +238,14 @@ fn product_bound(x: &Operands<'_>, transpose_a: bool) -> (f64, f64) {
 /// float64, `|x|` bounded by `|a⁻¹|∞ |b|max`. A singular or non-finite matrix leaves the
 /// node unjudged (infinite growth).
 fn solve_bound(x: &Operands<'_>) -> Bound {
-    let (a, b) = (&x.values[0], &x.values[1]);
+    let unjudged = Bound::Within {
+        rel: 0.0,
+        abs: 0.0,
+        growth: f64::INFINITY,
+    };
+    let (Some(a), Some(b)) = (x.values.first(), x.values.get(1)) else {
+        return unjudged;
+    };
     let n = a.shape().last().copied().unwrap_or(1).max(1);
     let b_max = b
         .to_f64_vec()
@@ -248,11 +255,7 @@ fn solve_bound(x: &Operands<'_>) -> Bound {
     let (mut cond, mut x_max) = (1.0f64, 0.0f64);
     for matrix in a.to_f64_vec().chunks(n * n) {
         let Some(inverse) = invert(matrix, n) else {
-            return Bound::Within {
-                rel: 0.0,
-                abs: 0.0,
-                growth: f64::INFINITY,
-            };
+            return unjudged;
         };
         let norm = |m: &[f64]| {
             m.chunks(n)
@@ -271,35 +274,15 @@ fn solve_bound(x: &Operands<'_>) -> Bound {
     }
 }
 
-/// The inverse of the row-major `n x n` `matrix` by Gauss-Jordan elimination with partial
-/// pivoting in float64, or `None` when a pivot is zero or not finite.
+/// The inverse of the row-major `n x n` `matrix` (the solve of `matrix · X = I`, by the CPU
+/// kernel's LU with partial pivoting in float64), or `None` when it is singular or not
+/// finite.
 fn invert(matrix: &[f64], n: usize) -> Option<Vec<f64>> {
-    let mut a = matrix.to_vec();
-    let mut inv: Vec<f64> = (0..n * n)
+    let identity: Vec<f64> = (0..n * n)
         .map(|i| if i / n == i % n { 1.0 } else { 0.0 })
         .collect();
-    for col in 0..n {
-        let pivot =
-            (col..n).max_by(|&i, &j| a[i * n + col].abs().total_cmp(&a[j * n + col].abs()))?;
-        let p = a[pivot * n + col];
-        if p == 0.0 || !p.is_finite() {
-            return None;
-        }
-        for j in 0..n {
-            a.swap(col * n + j, pivot * n + j);
-            inv.swap(col * n + j, pivot * n + j);
-        }
-        for j in 0..n {
-            a[col * n + j] /= p;
-            inv[col * n + j] /= p;
-        }
-        for row in (0..n).filter(|&r| r != col) {
-            let f = a[row * n + col];
-            for j in 0..n {
-                a[row * n + j] -= f * a[col * n + j];
-                inv[row * n + j] -= f * inv[col * n + j];
-            }
-        }
-    }
-    Some(inv)
+    let mut inverse = vec![0.0; n * n];
+    let mut work = vec![0.0; 2 * n * n];
+    crate::cpu::kernels::linalg::solve(1, n, n, matrix, &identity, &mut inverse, &mut work).ok()?;
+    Some(inverse)
 }

@@ -190,7 +190,8 @@ impl Primitive for ConvTranspose {
     fn tolerance(&self, x: &Operands<'_>) -> Bound {
         // At most `C/groups * kernel` products per output, as a conv.
         let w = x.dims(1);
-        let k = w.iter().skip(1).product::<usize>().max(1) as f64 * w[0].max(1) as f64;
+        let (first, rest) = w.split_first().map_or((1, &[][..]), |(f, r)| (*f, r));
+        let k = rest.iter().product::<usize>().max(1) as f64 * first.max(1) as f64;
         conv_bound(x, k)
     }
 }
