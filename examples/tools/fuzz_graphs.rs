@@ -1,7 +1,7 @@
 //! Differential testing on random graphs, for as long as you like: every case is a random
 //! well-typed graph run on each backend configuration (the CPU with 1 and 2 threads; MLX
-//! eager, lazy and compiled), every node checked against the same op in float64 on the
-//! operands that configuration produced, and the same for each case's gradient graph (see
+//! eager, lazy and compiled), every node checked against the op's float64 reference on
+//! the operands that configuration produced, and the same for each case's gradient graph (see
 //! `rlx_testkit::fuzz`).
 //!
 //! ```text

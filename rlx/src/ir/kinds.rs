@@ -120,7 +120,7 @@ op_kinds! {
         Tanh => "tanh" (Float),
         /// `1 / (1 + e^-x)`.
         Sigmoid => "sigmoid" (Float),
-        /// `max(x, 0)`.
+        /// `max(x, 0)`; NaN gives 0.
         Relu => "relu" (Numeric),
         /// GELU with the exact erf formulation.
         Gelu => "gelu" (Float),

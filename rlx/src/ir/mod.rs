@@ -18,8 +18,8 @@ mod verify;
 pub use crate::ops::{
     ArgReduce, Attention, Broadcast, Cast, Concat, Conv, ConvTranspose, Cumsum, Custom,
     FusedElementwise, FusedMatMul, Gather, Judgement, LayerNorm, MatMul, Pad, Permute, Pool,
-    QuantizedMatMul, Reduce, Reshape, RmsNorm, Rope, ScatterAdd, Slice, Softmax, Sort, Tolerance,
-    TopK, Upsample,
+    QuantizedMatMul, Reduce, ReferenceError, Reshape, RmsNorm, Rope, ScatterAdd, Slice, Softmax,
+    Sort, Tolerance, TopK, Upsample, evaluate_reference,
 };
 pub use constant::{ConstantData, ConstantError, Scalar};
 pub use dim::{Dim, DimExpr, EvalDimError, Symbol};

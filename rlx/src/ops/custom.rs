@@ -2,8 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use super::Primitive;
+use super::array::{Array, Out};
 use super::tolerance::{Bound, Operands};
+use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::ir::{AttrValue, InferError, NodeId, Op, Shape, TensorType, attr_err};
 
@@ -59,5 +60,12 @@ impl Primitive for Custom {
         // A custom op's kernels are the user's; one met by the random graphs must match its
         // float64 run exactly.
         Bound::Exact
+    }
+
+    /// A custom op is known only by its kernels.
+    fn reference(&self, _: &[Array], _: &Out) -> Result<Array, ReferenceError> {
+        Err(ReferenceError::NoReference {
+            op: self.name.clone(),
+        })
     }
 }

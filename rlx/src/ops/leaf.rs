@@ -1,9 +1,10 @@
 //! The leaves: inputs and params (typed by their declaration) and constants (typed by their
 //! data). They take no operands and pass no gradient on.
 
-use super::Primitive;
+use super::array::{Array, Out};
 use super::check::arity;
 use super::tolerance::{Bound, Operands};
+use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::ir::{ConstantData, InferError, NodeId, Op, TensorType, attr_err};
 
@@ -48,6 +49,10 @@ macro_rules! declared_leaf {
             fn tolerance(&self, _: &Operands<'_>) -> Bound {
                 Bound::Exact
             }
+
+            fn reference(&self, _: &[Array], _: &Out) -> Result<Array, ReferenceError> {
+                Err(ReferenceError::Leaf { op: $name })
+            }
         }
     };
 }
@@ -83,5 +88,10 @@ impl Primitive for ConstantData {
 
     fn tolerance(&self, _: &Operands<'_>) -> Bound {
         Bound::Exact
+    }
+
+    fn reference(&self, _: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        let values = (0..self.len()).map(|i| self.get(i).map_or(f64::NAN, |v| v.as_f64()));
+        Ok(out.from_data(values.collect()))
     }
 }

@@ -1,7 +1,7 @@
 //! Every op of the IR in one place per op family: the attribute struct each [`Op`] variant
 //! holds, and the [`Primitive`] trait that states the op's meaning (name, printing, dim
-//! binding, shape and dtype inference in `infer.rs`, gradient in `grad.rs`, the tolerance
-//! of its values against float64). Backends keep their lowerings in their own trees.
+//! binding, shape and dtype inference in `infer.rs`, gradient in `grad.rs`, its float64
+//! value in `reference.rs`, the tolerance of a backend's values against that). Backends keep their lowerings in their own trees.
 //!
 //! Dtype rules, chosen to avoid silent surprises:
 //! - no implicit promotion: operands combined elementwise, in matmul, in concat and in norms
@@ -17,9 +17,11 @@
 //! 1 stretches; a symbolic dim never silently broadcasts. Dims must be provably equal (see
 //! [`Dim`](crate::ir::Dim)): `batch` vs `384` is an error, not a run-time check.
 
+mod array;
 mod check;
 mod custom;
 mod elementwise;
+mod evaluate;
 mod leaf;
 mod linalg;
 mod movement;
@@ -33,6 +35,7 @@ mod tolerance;
 
 pub use custom::Custom;
 pub use elementwise::{Cast, FusedElementwise};
+pub use evaluate::{ReferenceError, evaluate_reference};
 pub use linalg::{FusedMatMul, MatMul, QuantizedMatMul};
 pub use movement::{Broadcast, Concat, Gather, Pad, Permute, Reshape, ScatterAdd, Slice};
 pub use nn::{Attention, Rope};
@@ -45,6 +48,7 @@ pub use tolerance::{Judgement, Tolerance};
 
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::ir::{InferError, NodeId, Op, TensorType};
+use array::{Array, Out};
 use tolerance::{Bound, Operands};
 
 /// What every op states about itself. No method has a default, so an op whose struct lacks
@@ -76,6 +80,11 @@ pub(crate) trait Primitive {
     /// How far a backend's value may be from the float64 value of this op on the same
     /// operands (see [`Op::tolerance`]).
     fn tolerance(&self, x: &Operands<'_>) -> Bound;
+
+    /// Its value in float64 on the operand values `x`, a result of `out`'s dtype and dims
+    /// (what [`Primitive::infer`] gave for these operands, attribute dims bound). The
+    /// operands passed inference, so their shapes fit; index operands still need checks.
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError>;
 }
 
 /// `Op::Variant(Struct)` for each op with attributes: `From` and the dispatch arm.

@@ -24,8 +24,9 @@
 //! `Primitive::tolerance` has no default: a new op states its bound with its other rules.
 //!
 //! Every bound also allows a few smallest normal numbers absolute (flushed subnormals). A
-//! node is *unjudged* (no numeric verdict) when an operand is infinite or NaN, or when its
-//! growth factor nears the dtype's range; NaN must still match NaN whenever it is judged.
+//! node is *unjudged* (no numeric verdict) when an operand is infinite or NaN, when its
+//! growth factor nears the dtype's range, or when an integer operand is past 2^53 (where
+//! float64 no longer holds every integer); NaN must still match NaN whenever it is judged.
 
 use crate::ir::{DType, Op};
 use crate::tensor::HostTensor;
@@ -90,7 +91,7 @@ impl Tolerance {
             return Judgement::Agrees;
         }
         if self.exact {
-            return Judgement::Differs;
+            return verdict(false);
         }
         // Past the dtype's range the backend rounds to infinity where float64 does not.
         if want.abs() >= 0.5 * self.max {
@@ -191,6 +192,9 @@ fn unit(dtype: DType) -> f64 {
     }
 }
 
+/// Integers below this magnitude are exact in float64 (2^53).
+const EXACT_INTEGERS: f64 = 9_007_199_254_740_992.0;
+
 impl Op {
     /// How far a backend's value of this op on `operands` (as float64) may be from the
     /// float64 value of the same op on the same operands, for an output of dtype `out`:
@@ -205,7 +209,17 @@ impl Op {
             judged: true,
         };
         if !out.is_float() {
-            return exact;
+            // Integers past 2^53 have no float64 of their own, so the reference cannot
+            // say where wrapping arithmetic on them lands.
+            let representable = operands
+                .iter()
+                .filter(|t| !t.dtype().is_float())
+                .flat_map(|t| t.to_f64_vec())
+                .all(|v| v.abs() < EXACT_INTEGERS);
+            return Tolerance {
+                judged: representable,
+                ..exact
+            };
         }
         // One pass over the float operands: whether all are finite, and the largest finite
         // magnitude (at least 1).

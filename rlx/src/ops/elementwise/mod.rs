@@ -3,11 +3,13 @@
 
 mod grad;
 pub(crate) mod infer;
+pub(crate) mod reference;
 
 pub(crate) use grad::unary as unary_grad;
 
-use super::Primitive;
+use super::array::{Array, Out};
 use super::tolerance::{Bound, Operands};
+use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::ir::{
     BinaryOp, CompareOp, DType, ElementwiseStep, InferError, NodeId, Op, TensorType, UnaryOp,
@@ -71,6 +73,10 @@ impl Primitive for UnaryOp {
             _ => x.transcendental(),
         }
     }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(reference::unary(*self, x, out))
+    }
 }
 
 impl Primitive for BinaryOp {
@@ -120,6 +126,10 @@ impl Primitive for BinaryOp {
             },
         }
     }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(reference::binary(*self, x, out))
+    }
 }
 
 impl Primitive for CompareOp {
@@ -151,6 +161,10 @@ impl Primitive for CompareOp {
     fn tolerance(&self, _: &Operands<'_>) -> Bound {
         Bound::Exact
     }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(reference::compare(*self, x, out))
+    }
 }
 
 impl Primitive for Where {
@@ -180,6 +194,10 @@ impl Primitive for Where {
 
     fn tolerance(&self, _: &Operands<'_>) -> Bound {
         Bound::Exact
+    }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(reference::select(x, out))
     }
 }
 
@@ -218,6 +236,10 @@ impl Primitive for Cast {
             growth: x.scale,
         }
     }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(reference::cast(self.to, x, out))
+    }
 }
 
 impl Primitive for FusedElementwise {
@@ -255,5 +277,9 @@ impl Primitive for FusedElementwise {
             abs: 64.0 * x.u * n * x.scale + x.tiny,
             growth: x.scale.powf(n.min(4.0)),
         }
+    }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(reference::fused(&self.steps, x, out))
     }
 }

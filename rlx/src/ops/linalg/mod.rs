@@ -2,9 +2,11 @@
 
 mod grad;
 mod infer;
+mod reference;
 
-use super::Primitive;
+use super::array::{Array, Out};
 use super::tolerance::{Bound, Operands};
+use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::ir::{InferError, MatMulEpilogue, NodeId, Op, TensorType};
 
@@ -95,6 +97,15 @@ impl Primitive for MatMul {
             growth,
         }
     }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(reference::matmul(
+            self.transpose_a,
+            self.transpose_b,
+            x,
+            out,
+        ))
+    }
 }
 
 impl Primitive for FusedMatMul {
@@ -142,6 +153,11 @@ impl Primitive for FusedMatMul {
             growth,
         }
     }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        let (ta, tb) = (self.transpose_a, self.transpose_b);
+        Ok(reference::fused_matmul(ta, tb, &self.epilogue, x, out))
+    }
 }
 
 impl Primitive for QuantizedMatMul {
@@ -188,6 +204,15 @@ impl Primitive for QuantizedMatMul {
             growth: terms,
         }
     }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(reference::quantized_matmul(
+            self.bits,
+            self.group_size,
+            x,
+            out,
+        ))
+    }
 }
 
 impl Primitive for Solve {
@@ -217,6 +242,10 @@ impl Primitive for Solve {
 
     fn tolerance(&self, x: &Operands<'_>) -> Bound {
         solve_bound(x)
+    }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(reference::solve(x, out))
     }
 }
 

@@ -3,9 +3,11 @@
 
 mod grad;
 mod infer;
+mod reference;
 
-use super::Primitive;
+use super::array::{Array, Out};
 use super::tolerance::{Bound, Operands};
+use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::ir::{InferError, NodeId, Op, Scalar, Shape, TensorType};
 
@@ -118,6 +120,10 @@ impl Primitive for StopGradient {
     fn tolerance(&self, _: &Operands<'_>) -> Bound {
         Bound::Exact
     }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(out.from_data(x[0].data.clone()))
+    }
 }
 
 impl Primitive for Reshape {
@@ -152,6 +158,10 @@ impl Primitive for Reshape {
     fn tolerance(&self, _: &Operands<'_>) -> Bound {
         Bound::Exact
     }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(out.from_data(x[0].data.clone()))
+    }
 }
 
 impl Primitive for Permute {
@@ -183,6 +193,10 @@ impl Primitive for Permute {
 
     fn tolerance(&self, _: &Operands<'_>) -> Bound {
         Bound::Exact
+    }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(reference::permute(&self.perm, &x[0], out))
     }
 }
 
@@ -222,6 +236,12 @@ impl Primitive for Slice {
     fn tolerance(&self, _: &Operands<'_>) -> Bound {
         Bound::Exact
     }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(reference::slice(
+            self.axis, self.start, self.step, &x[0], out,
+        ))
+    }
 }
 
 impl Primitive for Concat {
@@ -251,6 +271,10 @@ impl Primitive for Concat {
 
     fn tolerance(&self, _: &Operands<'_>) -> Bound {
         Bound::Exact
+    }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(reference::concat(self.axis, x, out))
     }
 }
 
@@ -287,6 +311,10 @@ impl Primitive for Broadcast {
     fn tolerance(&self, _: &Operands<'_>) -> Bound {
         Bound::Exact
     }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(reference::broadcast(&x[0], out))
+    }
 }
 
 impl Primitive for Pad {
@@ -321,6 +349,10 @@ impl Primitive for Pad {
     fn tolerance(&self, _: &Operands<'_>) -> Bound {
         Bound::Exact
     }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(reference::pad(&self.pads, self.value, &x[0], out))
+    }
 }
 
 impl Primitive for Gather {
@@ -350,6 +382,10 @@ impl Primitive for Gather {
 
     fn tolerance(&self, _: &Operands<'_>) -> Bound {
         Bound::Exact
+    }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        reference::gather(self.axis, x, out)
     }
 }
 
@@ -386,5 +422,9 @@ impl Primitive for ScatterAdd {
             abs: 2.0 * x.u * n * x.scale + x.tiny,
             growth: n * x.scale,
         }
+    }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        reference::scatter_add(self.axis, x, out)
     }
 }

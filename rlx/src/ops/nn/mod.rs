@@ -2,9 +2,11 @@
 
 mod grad;
 mod infer;
+mod reference;
 
-use super::Primitive;
+use super::array::{Array, Out};
 use super::tolerance::{Bound, Operands};
+use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::ir::{AttentionMask, InferError, NodeId, Op, TensorType};
 
@@ -81,6 +83,10 @@ impl Primitive for Attention {
             growth: scores.max(t * x.scale),
         }
     }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(reference::attention(self.scale, self.mask, x, out))
+    }
 }
 
 impl Primitive for Rope {
@@ -130,5 +136,16 @@ impl Primitive for Rope {
             abs: 16.0 * x.u * x.scale * (1.0 + angle) + x.tiny,
             growth: x.scale,
         }
+    }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(reference::rope(
+            self.dims,
+            self.base,
+            self.scale,
+            self.traditional,
+            x,
+            out,
+        ))
     }
 }

@@ -2,9 +2,11 @@
 
 mod grad;
 mod infer;
+mod reference;
 
+use super::array::{Array, Out};
 use super::tolerance::{Bound, Operands};
-use super::{Primitive, flag};
+use super::{Primitive, ReferenceError, flag};
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::ir::{InferError, NodeId, Op, TensorType};
 
@@ -62,6 +64,16 @@ impl Primitive for LayerNorm {
     fn tolerance(&self, x: &Operands<'_>) -> Bound {
         norm_bound(x, self.eps, self.has_weight, true)
     }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        let weight = x.get(1).filter(|_| self.has_weight);
+        let bias = x
+            .get(1 + usize::from(self.has_weight))
+            .filter(|_| self.has_bias);
+        Ok(reference::normalize(
+            true, self.eps, &x[0], weight, bias, out,
+        ))
+    }
 }
 
 impl Primitive for RmsNorm {
@@ -94,6 +106,13 @@ impl Primitive for RmsNorm {
 
     fn tolerance(&self, x: &Operands<'_>) -> Bound {
         norm_bound(x, self.eps, self.has_weight, false)
+    }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        let weight = x.get(1).filter(|_| self.has_weight);
+        Ok(reference::normalize(
+            false, self.eps, &x[0], weight, None, out,
+        ))
     }
 }
 

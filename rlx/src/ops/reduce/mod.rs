@@ -2,9 +2,11 @@
 
 mod grad;
 mod infer;
+mod reference;
 
+use super::array::{Array, Out};
 use super::tolerance::{Bound, Operands};
-use super::{Primitive, flag};
+use super::{Primitive, ReferenceError, flag};
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::ir::{ArgReduceOp, InferError, NodeId, Op, ReduceOp, TensorType};
 
@@ -93,6 +95,16 @@ impl Primitive for Reduce {
             },
         }
     }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(reference::reduce(
+            self.op,
+            &self.axes,
+            self.keep_dims,
+            &x[0],
+            out,
+        ))
+    }
 }
 
 impl Primitive for ArgReduce {
@@ -127,6 +139,16 @@ impl Primitive for ArgReduce {
     fn tolerance(&self, _: &Operands<'_>) -> Bound {
         Bound::Exact
     }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(reference::arg_reduce(
+            self.op,
+            self.axis,
+            self.keep_dims,
+            &x[0],
+            out,
+        ))
+    }
 }
 
 impl Primitive for Cumsum {
@@ -160,5 +182,15 @@ impl Primitive for Cumsum {
 
     fn tolerance(&self, x: &Operands<'_>) -> Bound {
         x.sum(x.axis_len(self.axis))
+    }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(reference::cumsum(
+            self.axis,
+            self.exclusive,
+            self.reverse,
+            &x[0],
+            out,
+        ))
     }
 }

@@ -2,9 +2,11 @@
 
 mod grad;
 mod infer;
+mod reference;
 
-use super::Primitive;
+use super::array::{Array, Out};
 use super::tolerance::{Bound, Operands};
+use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::ir::{InferError, NodeId, Op, TensorType};
 
@@ -51,5 +53,9 @@ impl Primitive for Softmax {
             abs: 64.0 * x.u * n * (1.0 + x.scale) + x.tiny,
             growth: x.scale,
         }
+    }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(reference::softmax(self.axis, self.log, &x[0], out))
     }
 }

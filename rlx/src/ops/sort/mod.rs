@@ -2,9 +2,11 @@
 
 mod grad;
 mod infer;
+mod reference;
 
+use super::array::{Array, Out};
 use super::tolerance::{Bound, Operands};
-use super::{Primitive, flag};
+use super::{Primitive, ReferenceError, flag};
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::ir::{InferError, NodeId, Op, SortOutput, TensorType};
 
@@ -67,6 +69,10 @@ impl Primitive for TopK {
     fn tolerance(&self, _: &Operands<'_>) -> Bound {
         Bound::Exact
     }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(reference::sorted(self.axis, true, self.output, &x[0], out))
+    }
 }
 
 impl Primitive for Sort {
@@ -107,5 +113,15 @@ impl Primitive for Sort {
 
     fn tolerance(&self, _: &Operands<'_>) -> Bound {
         Bound::Exact
+    }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(reference::sorted(
+            self.axis,
+            self.descending,
+            self.output,
+            &x[0],
+            out,
+        ))
     }
 }

@@ -2,19 +2,12 @@
 //! op that runs the windows the other way, so the rules are written with the spatial ops
 //! themselves.
 
+use super::Window;
 use crate::autodiff::Emitter;
 use crate::autodiff::Grad;
 use crate::autodiff::GradError;
 use crate::ir::{Cast, Conv, ConvTranspose, Pad, Permute, ScatterAdd, Slice};
 use crate::ir::{ConstantData, Dim, NodeId, Op, PoolKind, ReduceOp, Shape, UpsampleMode};
-
-/// A conv's window attributes.
-pub(crate) struct Window<'a> {
-    pub stride: &'a [usize],
-    pub padding: &'a [(usize, usize)],
-    pub dilation: &'a [usize],
-    pub groups: usize,
-}
 
 fn statics(e: &Emitter<'_>, dims: &[Dim]) -> Result<Vec<usize>, GradError> {
     dims.iter()

@@ -2,12 +2,13 @@
 
 mod grad;
 mod infer;
+mod reference;
 
-use super::Primitive;
+use super::array::{Array, Out};
 use super::tolerance::{Bound, Operands};
+use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::ir::{InferError, NodeId, Op, PoolKind, Shape, TensorType, UpsampleMode};
-use grad::Window;
 
 /// 1-D or 2-D convolution, channels first. Operands: `x` `[N, C, *spatial]`,
 /// `w` `[O, C/groups, *kernel]`, then `bias` `[O]` when present.
@@ -85,6 +86,15 @@ fn window_attrs(
     }
 }
 
+/// How a convolution's window slides: per spatial axis its stride, `(before, after)`
+/// padding and dilation; and the channel groups (pooling: dilation 1, one group).
+pub(crate) struct Window<'a> {
+    pub stride: &'a [usize],
+    pub padding: &'a [(usize, usize)],
+    pub dilation: &'a [usize],
+    pub groups: usize,
+}
+
 impl Primitive for Conv {
     fn name(&self) -> &'static str {
         "conv"
@@ -134,6 +144,16 @@ impl Primitive for Conv {
         // `C/groups * kernel` products per output.
         let w = x.dims(1);
         conv_bound(x, w.iter().skip(1).product::<usize>().max(1) as f64)
+    }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        let win = Window {
+            stride: &self.stride,
+            padding: &self.padding,
+            dilation: &self.dilation,
+            groups: self.groups,
+        };
+        Ok(reference::conv(&win, x, out))
     }
 }
 
@@ -194,6 +214,16 @@ impl Primitive for ConvTranspose {
         let k = rest.iter().product::<usize>().max(1) as f64 * first.max(1) as f64;
         conv_bound(x, k)
     }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        let win = Window {
+            stride: &self.stride,
+            padding: &self.padding,
+            dilation: &self.dilation,
+            groups: self.groups,
+        };
+        Ok(reference::conv_transpose(&win, x, out))
+    }
 }
 
 impl Primitive for Pool {
@@ -239,6 +269,13 @@ impl Primitive for Pool {
             }
         }
     }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        let (kernel, stride, padding) = (&self.kernel, &self.stride, &self.padding);
+        Ok(reference::pool(
+            self.kind, kernel, stride, padding, &x[0], out,
+        ))
+    }
 }
 
 impl Primitive for Upsample {
@@ -277,6 +314,10 @@ impl Primitive for Upsample {
             abs: 4.0 * x.u * x.scale + x.tiny,
             growth: x.scale,
         }
+    }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(reference::upsample(self.mode, &x[0], out))
     }
 }
 
