@@ -1,5 +1,6 @@
-//! Checks a gradient graph against central finite differences in f64, and every MLX mode
-//! against the CPU.
+//! Checks a gradient graph against central finite differences in f64 (both evaluated by
+//! the ops' float64 reference), the CPU configurations against the reference, and every
+//! MLX mode against the CPU.
 
 use rlx::autodiff::{Wrt, gradients};
 use rlx::backend::{Backend, Executable};
@@ -127,8 +128,8 @@ fn run(exe: &dyn Executable, given: &[(&str, HostTensor)]) -> Vec<HostTensor> {
         .unwrap_or_else(|e| panic!("run failed: {e}"))
 }
 
-/// Checks the gradient of `Σ build(inputs)·r` against central differences (f64, CPU), then
-/// the same gradient graph on every MLX mode against the CPU's result.
+/// Checks the gradient of `Σ build(inputs)·r` against central differences (the float64
+/// reference), the CPU against the reference, then every MLX mode against the CPU.
 #[track_caller]
 pub fn grad_check(
     label: &str,
@@ -159,16 +160,17 @@ pub fn grad_check(
     let r: Vec<f64> = (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect();
     given.push(("r", HostTensor::from_vec(r, y_dims).unwrap()));
 
-    let cpu = CpuBackend::default();
-    let grad_exe = cpu
-        .compile(&backward)
-        .unwrap_or_else(|e| panic!("{label}: compile failed: {e}\n{backward}"));
-    let analytic = run(&grad_exe, &given);
-    let loss_exe = cpu.compile(&forward).unwrap();
-    let loss_at = |given: &[(&str, HostTensor)]| run(&loss_exe, given)[0].to_f64_vec()[0];
-
+    // The rule itself: the gradient graph evaluated by the ops' float64 reference against
+    // central differences of the forward graph's reference value.
+    let reference = |graph: &Graph, given: &[(&str, HostTensor)]| {
+        let named: Vec<(&str, &HostTensor)> = given.iter().map(|(n, t)| (*n, t)).collect();
+        rlx::ir::evaluate_reference(graph, &named, &[], &[])
+            .unwrap_or_else(|e| panic!("{label}: reference failed: {e}\n{graph}"))
+    };
+    let exact = reference(&backward, &given);
+    let loss_at = |given: &[(&str, HostTensor)]| reference(&forward, given)[0].to_f64_vec()[0];
     for (k, name) in wrt.iter().enumerate() {
-        let grad = analytic[1 + k].to_f64_vec();
+        let grad = exact[1 + k].to_f64_vec();
         let slot = given.iter().position(|(n, _)| n == name).unwrap();
         let base = given[slot].1.clone();
         let values = base.to_f64_vec();
@@ -190,6 +192,21 @@ pub fn grad_check(
             );
         }
         given[slot].1 = base;
+    }
+
+    // The CPU runs the gradient graph to the reference's values.
+    let cpu = CpuBackend::default();
+    let grad_exe = cpu
+        .compile(&backward)
+        .unwrap_or_else(|e| panic!("{label}: compile failed: {e}\n{backward}"));
+    let analytic = run(&grad_exe, &given);
+    for (k, (g, c)) in analytic.iter().zip(&exact).enumerate() {
+        for (i, (a, b)) in g.to_f64_vec().iter().zip(c.to_f64_vec()).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-9 * b.abs().max(1.0),
+                "{label}: CPU output {k}[{i}] = {a}, reference {b}\n{backward}"
+            );
+        }
     }
 
     // The other CPU configurations (unoptimized with NaN-poisoned memory; no buffer reuse)

@@ -159,12 +159,39 @@ pub fn check(
     expected: &[HostTensor],
     scale: f64,
 ) {
+    check_reference(graph, inputs, dims, expected, scale);
     for (label, backend) in cpu_backends() {
         check_on(label, &backend, graph, inputs, dims, expected, scale);
     }
     #[cfg(feature = "mlx")]
     for (label, backend) in mlx_backends() {
         check_on(label, &backend, graph, inputs, dims, expected, scale);
+    }
+}
+
+/// The ops' own float64 reference ([`rlx::ir::evaluate_reference`]) agrees with the
+/// expected values the test computed its own way (custom ops have none: skipped).
+#[track_caller]
+pub fn check_reference(
+    graph: &Graph,
+    inputs: &[(&str, &HostTensor)],
+    dims: &[(&str, usize)],
+    expected: &[HostTensor],
+    scale: f64,
+) {
+    let values = match rlx::ir::evaluate_reference(graph, inputs, &[], dims) {
+        Err(rlx::ir::ReferenceError::NoReference { .. }) => return,
+        result => result.unwrap_or_else(|e| panic!("reference failed: {e}\n{graph}")),
+    };
+    assert_eq!(values.len(), expected.len());
+    for (i, (got, want)) in values.iter().zip(expected).enumerate() {
+        let rounded = crate::reference::to_tensor(&crate::reference::Nd::of(got), want.dtype());
+        assert_close(
+            &format!("reference output {i}\n{graph}"),
+            &rounded,
+            want,
+            scale,
+        );
     }
 }
 

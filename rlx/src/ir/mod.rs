@@ -11,15 +11,14 @@ mod graph;
 mod kinds;
 mod node;
 mod op;
-mod op_kind;
 mod shape;
 mod verify;
 
 pub use crate::ops::{
     ArgReduce, Attention, Broadcast, Cast, Concat, Conv, ConvTranspose, Cumsum, Custom,
-    FusedElementwise, FusedMatMul, Gather, Judgement, LayerNorm, MatMul, Pad, Permute, Pool,
-    QuantizedMatMul, Reduce, ReferenceError, Reshape, RmsNorm, Rope, ScatterAdd, Slice, Softmax,
-    Sort, Tolerance, TopK, Upsample, evaluate_reference,
+    FusedElementwise, FusedMatMul, Gather, Judgement, LayerNorm, MatMul, OpKind, Pad, Permute,
+    Pool, QuantizedMatMul, Reduce, ReferenceError, Reshape, RmsNorm, Rope, Sampled, Sampler,
+    ScatterAdd, Slice, Softmax, Sort, Tolerance, TopK, Upsample, evaluate_reference,
 };
 pub use constant::{ConstantData, ConstantError, Scalar};
 pub use dim::{Dim, DimExpr, EvalDimError, Symbol};
@@ -34,6 +33,5 @@ pub use op::{
     ArgReduceOp, AttentionMask, AttrValue, BinaryOp, CompareOp, ElementwiseArg, ElementwiseStep,
     MatMulEpilogue, Op, PoolKind, ReduceOp, SortOutput, UnaryOp, UpsampleMode,
 };
-pub use op_kind::OpKind;
 pub use shape::{Shape, TensorType};
 pub use verify::VerifyError;

@@ -35,7 +35,7 @@ impl Out {
     }
 
     /// The result holding `data` (row-major), each value stored in the dtype.
-    pub fn from_data(&self, data: Vec<f64>) -> Array {
+    pub fn holding(&self, data: Vec<f64>) -> Array {
         Array {
             dtype: self.dtype,
             shape: self.shape.clone(),

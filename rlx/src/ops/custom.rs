@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::array::{Array, Out};
+use super::sample::{Sampled, Sampler};
 use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
@@ -67,5 +68,10 @@ impl Primitive for Custom {
         Err(ReferenceError::NoReference {
             op: self.name.clone(),
         })
+    }
+
+    /// Known only by its kernels, which the random graphs cannot supply.
+    fn sample(_: &mut dyn Sampler) -> Sampled {
+        None
     }
 }

@@ -3,6 +3,7 @@
 
 use super::array::{Array, Out};
 use super::check::arity;
+use super::sample::{Sampled, Sampler};
 use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
@@ -53,6 +54,11 @@ macro_rules! declared_leaf {
             fn reference(&self, _: &[Array], _: &Out) -> Result<Array, ReferenceError> {
                 Err(ReferenceError::Leaf { op: $name })
             }
+
+            /// The random graphs make their own inputs and params.
+            fn sample(_: &mut dyn Sampler) -> Sampled {
+                None
+            }
         }
     };
 }
@@ -92,6 +98,11 @@ impl Primitive for ConstantData {
 
     fn reference(&self, _: &[Array], out: &Out) -> Result<Array, ReferenceError> {
         let values = (0..self.len()).map(|i| self.get(i).map_or(f64::NAN, |v| v.as_f64()));
-        Ok(out.from_data(values.collect()))
+        Ok(out.holding(values.collect()))
+    }
+
+    /// The random graphs make constants where an op needs them (indices, scalars).
+    fn sample(_: &mut dyn Sampler) -> Sampled {
+        None
     }
 }

@@ -1,7 +1,8 @@
 //! Every op of the IR in one place per op family: the attribute struct each [`Op`] variant
 //! holds, and the [`Primitive`] trait that states the op's meaning (name, printing, dim
 //! binding, shape and dtype inference in `infer.rs`, gradient in `grad.rs`, its float64
-//! value in `reference.rs`, the tolerance of a backend's values against that). Backends keep their lowerings in their own trees.
+//! value in `reference.rs`, the tolerance of a backend's values against that, random
+//! instances in `sample.rs`). Backends keep their lowerings in their own trees.
 //!
 //! Dtype rules, chosen to avoid silent surprises:
 //! - no implicit promotion: operands combined elementwise, in matmul, in concat and in norms
@@ -28,6 +29,7 @@ mod movement;
 mod nn;
 mod norm;
 mod reduce;
+mod sample;
 mod softmax;
 mod sort;
 mod spatial;
@@ -41,6 +43,7 @@ pub use movement::{Broadcast, Concat, Gather, Pad, Permute, Reshape, ScatterAdd,
 pub use nn::{Attention, Rope};
 pub use norm::{LayerNorm, RmsNorm};
 pub use reduce::{ArgReduce, Cumsum, Reduce};
+pub use sample::{Sampled, Sampler};
 pub use softmax::Softmax;
 pub use sort::{Sort, TopK};
 pub use spatial::{Conv, ConvTranspose, Pool, Upsample};
@@ -85,6 +88,13 @@ pub(crate) trait Primitive {
     /// (what [`Primitive::infer`] gave for these operands, attribute dims bound). The
     /// operands passed inference, so their shapes fit; index operands still need checks.
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError>;
+
+    /// A random valid node of this op over the nodes `s` has made, for the random graphs
+    /// (see [`OpKind::sample`](crate::ir::OpKind::sample)); `None` for an op they meet
+    /// only through another (a leaf, a fused op) or not at all (a custom op).
+    fn sample(s: &mut dyn Sampler) -> Sampled
+    where
+        Self: Sized;
 }
 
 /// `Op::Variant(Struct)` for each op with attributes: `From` and the dispatch arm.
@@ -131,50 +141,102 @@ op_structs!(
     Custom,
 );
 
-impl Op {
-    /// The op's definition.
-    pub(crate) fn primitive(&self) -> &dyn Primitive {
-        match self {
-            Op::Input => &leaf::Input,
-            Op::Param => &leaf::Param,
-            Op::Constant(data) => data,
-            Op::Unary(kind) => kind,
-            Op::Binary(kind) => kind,
-            Op::Compare(kind) => kind,
-            Op::Where => &elementwise::Where,
-            Op::Cast(op) => op,
-            Op::MatMul(op) => op,
-            Op::FusedMatMul(op) => op,
-            Op::FusedElementwise(op) => op,
-            Op::Reduce(op) => op,
-            Op::ArgReduce(op) => op,
-            Op::Cumsum(op) => op,
-            Op::Softmax(op) => op,
-            Op::LayerNorm(op) => op,
-            Op::RmsNorm(op) => op,
-            Op::StopGradient => &movement::StopGradient,
-            Op::Reshape(op) => op,
-            Op::Permute(op) => op,
-            Op::Slice(op) => op,
-            Op::Concat(op) => op,
-            Op::Broadcast(op) => op,
-            Op::Pad(op) => op,
-            Op::Gather(op) => op,
-            Op::ScatterAdd(op) => op,
-            Op::Attention(op) => op,
-            Op::Rope(op) => op,
-            Op::Conv(op) => op,
-            Op::ConvTranspose(op) => op,
-            Op::Pool(op) => op,
-            Op::Upsample(op) => op,
-            Op::TopK(op) => op,
-            Op::Sort(op) => op,
-            Op::Solve => &linalg::Solve,
-            Op::QuantizedMatMul(op) => op,
-            Op::Custom(op) => op,
+/// The one list of the vocabulary: each [`Op`] variant, the pattern that matches it, the
+/// definition it dispatches to, and the type whose [`Primitive::sample`] makes it. From it
+/// come [`OpKind`], [`Op::kind`], [`Op::primitive`] and [`OpKind::sample`], each an
+/// exhaustive match, so a new variant missing here is a compile error.
+macro_rules! registry {
+    ($($kind:ident: $pattern:pat => $definition:expr, $sampler:ty;)+) => {
+        /// The variant of an [`Op`], without attributes: what tests and tools enumerate when
+        /// they must cover every op of the vocabulary (the random-graph generator must
+        /// produce each). [`Op::kind`] matches exhaustively, so a new op cannot be left out.
+        ///
+        /// ```
+        /// use rlx::ir::{Op, OpKind};
+        /// assert_eq!(Op::Solve.kind(), OpKind::Solve);
+        /// assert!(OpKind::ALL.contains(&OpKind::MatMul));
+        /// ```
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[allow(missing_docs)]
+        pub enum OpKind {
+            $($kind,)+
         }
-    }
 
+        impl OpKind {
+            /// Every kind, in the order of [`Op`]'s variants.
+            pub const ALL: &'static [OpKind] = &[$(OpKind::$kind),+];
+
+            /// A random valid node of this kind over the nodes `s` has made, or `None` when
+            /// none turned up (no fitting operand, say), from the op's own module. Leaves,
+            /// the fused ops (made by the CPU's fusion passes, which every CPU run of a
+            /// random graph applies) and custom ops (known only by their kernels) have none.
+            pub fn sample(self, s: &mut dyn Sampler) -> Sampled {
+                match self {
+                    $(OpKind::$kind => <$sampler as Primitive>::sample(s),)+
+                }
+            }
+        }
+
+        impl Op {
+            /// The op's definition.
+            pub(crate) fn primitive(&self) -> &dyn Primitive {
+                match self {
+                    $($pattern => $definition,)+
+                }
+            }
+
+            /// Which variant this is.
+            #[allow(unused_variables)]
+            pub fn kind(&self) -> OpKind {
+                match self {
+                    $($pattern => OpKind::$kind,)+
+                }
+            }
+        }
+    };
+}
+
+registry! {
+    Input: Op::Input => &leaf::Input, leaf::Input;
+    Param: Op::Param => &leaf::Param, leaf::Param;
+    Constant: Op::Constant(data) => data, crate::ir::ConstantData;
+    Unary: Op::Unary(kind) => kind, crate::ir::UnaryOp;
+    Binary: Op::Binary(kind) => kind, crate::ir::BinaryOp;
+    Compare: Op::Compare(kind) => kind, crate::ir::CompareOp;
+    Where: Op::Where => &elementwise::Where, elementwise::Where;
+    Cast: Op::Cast(op) => op, Cast;
+    MatMul: Op::MatMul(op) => op, MatMul;
+    FusedMatMul: Op::FusedMatMul(op) => op, FusedMatMul;
+    FusedElementwise: Op::FusedElementwise(op) => op, FusedElementwise;
+    Reduce: Op::Reduce(op) => op, Reduce;
+    ArgReduce: Op::ArgReduce(op) => op, ArgReduce;
+    Cumsum: Op::Cumsum(op) => op, Cumsum;
+    Softmax: Op::Softmax(op) => op, Softmax;
+    LayerNorm: Op::LayerNorm(op) => op, LayerNorm;
+    RmsNorm: Op::RmsNorm(op) => op, RmsNorm;
+    StopGradient: Op::StopGradient => &movement::StopGradient, movement::StopGradient;
+    Reshape: Op::Reshape(op) => op, Reshape;
+    Permute: Op::Permute(op) => op, Permute;
+    Slice: Op::Slice(op) => op, Slice;
+    Concat: Op::Concat(op) => op, Concat;
+    Broadcast: Op::Broadcast(op) => op, Broadcast;
+    Pad: Op::Pad(op) => op, Pad;
+    Gather: Op::Gather(op) => op, Gather;
+    ScatterAdd: Op::ScatterAdd(op) => op, ScatterAdd;
+    Attention: Op::Attention(op) => op, Attention;
+    Rope: Op::Rope(op) => op, Rope;
+    Conv: Op::Conv(op) => op, Conv;
+    ConvTranspose: Op::ConvTranspose(op) => op, ConvTranspose;
+    Pool: Op::Pool(op) => op, Pool;
+    Upsample: Op::Upsample(op) => op, Upsample;
+    TopK: Op::TopK(op) => op, TopK;
+    Sort: Op::Sort(op) => op, Sort;
+    Solve: Op::Solve => &linalg::Solve, linalg::Solve;
+    QuantizedMatMul: Op::QuantizedMatMul(op) => op, QuantizedMatMul;
+    Custom: Op::Custom(op) => op, Custom;
+}
+
+impl Op {
     /// The op's name without attributes (`matmul`, `exp`, `custom`).
     pub fn name(&self) -> &'static str {
         self.primitive().name()

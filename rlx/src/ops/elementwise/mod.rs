@@ -4,10 +4,12 @@
 mod grad;
 pub(crate) mod infer;
 pub(crate) mod reference;
+mod sample;
 
 pub(crate) use grad::unary as unary_grad;
 
 use super::array::{Array, Out};
+use super::sample::{Sampled, Sampler};
 use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
@@ -77,6 +79,10 @@ impl Primitive for UnaryOp {
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
         Ok(reference::unary(*self, x, out))
     }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::unary(s)
+    }
 }
 
 impl Primitive for BinaryOp {
@@ -130,6 +136,10 @@ impl Primitive for BinaryOp {
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
         Ok(reference::binary(*self, x, out))
     }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::binary(s)
+    }
 }
 
 impl Primitive for CompareOp {
@@ -165,6 +175,10 @@ impl Primitive for CompareOp {
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
         Ok(reference::compare(*self, x, out))
     }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::compare(s)
+    }
 }
 
 impl Primitive for Where {
@@ -198,6 +212,10 @@ impl Primitive for Where {
 
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
         Ok(reference::select(x, out))
+    }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::select(s)
     }
 }
 
@@ -240,6 +258,10 @@ impl Primitive for Cast {
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
         Ok(reference::cast(self.to, x, out))
     }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::cast(s)
+    }
 }
 
 impl Primitive for FusedElementwise {
@@ -281,5 +303,10 @@ impl Primitive for FusedElementwise {
 
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
         Ok(reference::fused(&self.steps, x, out))
+    }
+
+    /// Made by the CPU's fusion pass, which every CPU run of a random graph applies.
+    fn sample(_: &mut dyn Sampler) -> Sampled {
+        None
     }
 }

@@ -93,7 +93,7 @@ fn compare_value(kind: CompareOp, a: f64, b: f64) -> f64 {
 }
 
 pub(super) fn unary(kind: UnaryOp, x: &[Array], out: &Out) -> Array {
-    out.from_data(x[0].data.iter().map(|v| unary_value(kind, *v)).collect())
+    out.holding(x[0].data.iter().map(|v| unary_value(kind, *v)).collect())
 }
 
 pub(super) fn binary(kind: BinaryOp, x: &[Array], out: &Out) -> Array {
@@ -127,7 +127,7 @@ pub(super) fn cast(to: DType, x: &[Array], out: &Out) -> Array {
         DType::U8 if from_float => f64::from(v as u8),
         _ => v,
     };
-    out.from_data(x[0].data.iter().map(|v| convert(*v)).collect())
+    out.holding(x[0].data.iter().map(|v| convert(*v)).collect())
 }
 
 pub(super) fn fused(steps: &[ElementwiseStep], x: &[Array], out: &Out) -> Array {

@@ -3,8 +3,10 @@
 mod grad;
 mod infer;
 mod reference;
+mod sample;
 
 use super::array::{Array, Out};
+use super::sample::{Sampled, Sampler};
 use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
@@ -106,6 +108,10 @@ impl Primitive for MatMul {
             out,
         ))
     }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::matmul(s)
+    }
 }
 
 impl Primitive for FusedMatMul {
@@ -157,6 +163,11 @@ impl Primitive for FusedMatMul {
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
         let (ta, tb) = (self.transpose_a, self.transpose_b);
         Ok(reference::fused_matmul(ta, tb, &self.epilogue, x, out))
+    }
+
+    /// Made by the CPU's fusion pass, which every CPU run of a random graph applies.
+    fn sample(_: &mut dyn Sampler) -> Sampled {
+        None
     }
 }
 
@@ -213,6 +224,10 @@ impl Primitive for QuantizedMatMul {
             out,
         ))
     }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::quantized_matmul(s)
+    }
 }
 
 impl Primitive for Solve {
@@ -246,6 +261,10 @@ impl Primitive for Solve {
 
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
         Ok(reference::solve(x, out))
+    }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::solve(s)
     }
 }
 

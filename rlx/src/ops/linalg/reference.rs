@@ -36,7 +36,7 @@ fn products(a: &Array, b: &Array, transpose_a: bool, transpose_b: bool, out: &Ou
 }
 
 pub(super) fn matmul(transpose_a: bool, transpose_b: bool, x: &[Array], out: &Out) -> Array {
-    out.from_data(products(&x[0], &x[1], transpose_a, transpose_b, out))
+    out.holding(products(&x[0], &x[1], transpose_a, transpose_b, out))
 }
 
 /// `activation(a·b + bias) + residual`.
@@ -66,7 +66,7 @@ pub(super) fn fused_matmul(
             *v += r;
         }
     }
-    out.from_data(values)
+    out.holding(values)
 }
 
 /// `x · dequant(w)ᵀ`, each weight `scale · q + bias` of its group.
@@ -90,7 +90,7 @@ pub(super) fn quantized_matmul(bits: u8, group_size: usize, x: &[Array], out: &O
             data.push(xs.iter().enumerate().map(|(p, v)| v * weight(col, p)).sum());
         }
     }
-    out.from_data(data)
+    out.holding(data)
 }
 
 /// `a⁻¹ b` for each matrix of the batch, by Gaussian elimination with partial pivoting in
@@ -133,5 +133,5 @@ pub(super) fn solve(x: &[Array], out: &Out) -> Array {
         }
         data.extend(rhs);
     }
-    out.from_data(data)
+    out.holding(data)
 }

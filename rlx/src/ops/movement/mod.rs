@@ -4,8 +4,10 @@
 mod grad;
 mod infer;
 mod reference;
+mod sample;
 
 use super::array::{Array, Out};
+use super::sample::{Sampled, Sampler};
 use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
@@ -122,7 +124,12 @@ impl Primitive for StopGradient {
     }
 
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
-        Ok(out.from_data(x[0].data.clone()))
+        Ok(out.holding(x[0].data.clone()))
+    }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        let x = s.operand(&|_| true)?;
+        Some((Op::StopGradient, vec![x]))
     }
 }
 
@@ -160,7 +167,11 @@ impl Primitive for Reshape {
     }
 
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
-        Ok(out.from_data(x[0].data.clone()))
+        Ok(out.holding(x[0].data.clone()))
+    }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::reshape(s)
     }
 }
 
@@ -197,6 +208,10 @@ impl Primitive for Permute {
 
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
         Ok(reference::permute(&self.perm, &x[0], out))
+    }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::permute(s)
     }
 }
 
@@ -242,6 +257,10 @@ impl Primitive for Slice {
             self.axis, self.start, self.step, &x[0], out,
         ))
     }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::slice(s)
+    }
 }
 
 impl Primitive for Concat {
@@ -275,6 +294,10 @@ impl Primitive for Concat {
 
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
         Ok(reference::concat(self.axis, x, out))
+    }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::concat(s)
     }
 }
 
@@ -315,6 +338,10 @@ impl Primitive for Broadcast {
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
         Ok(reference::broadcast(&x[0], out))
     }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::broadcast(s)
+    }
 }
 
 impl Primitive for Pad {
@@ -353,6 +380,10 @@ impl Primitive for Pad {
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
         Ok(reference::pad(&self.pads, self.value, &x[0], out))
     }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::pad(s)
+    }
 }
 
 impl Primitive for Gather {
@@ -386,6 +417,10 @@ impl Primitive for Gather {
 
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
         reference::gather(self.axis, x, out)
+    }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::gather(s)
     }
 }
 
@@ -426,5 +461,9 @@ impl Primitive for ScatterAdd {
 
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
         reference::scatter_add(self.axis, x, out)
+    }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::scatter_add(s)
     }
 }

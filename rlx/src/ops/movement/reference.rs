@@ -135,6 +135,6 @@ pub(super) fn scatter_add(axis: usize, x: &[Array], out: &Out) -> Result<Array, 
     });
     match failed {
         Some(e) => Err(e),
-        None => Ok(out.from_data(result.data)),
+        None => Ok(out.holding(result.data)),
     }
 }

@@ -3,8 +3,10 @@
 mod grad;
 mod infer;
 mod reference;
+mod sample;
 
 use super::array::{Array, Out};
+use super::sample::{Sampled, Sampler};
 use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
@@ -87,6 +89,10 @@ impl Primitive for Attention {
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
         Ok(reference::attention(self.scale, self.mask, x, out))
     }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::attention(s)
+    }
 }
 
 impl Primitive for Rope {
@@ -147,5 +153,9 @@ impl Primitive for Rope {
             x,
             out,
         ))
+    }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::rope(s)
     }
 }

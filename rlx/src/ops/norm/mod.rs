@@ -5,6 +5,7 @@ mod infer;
 mod reference;
 
 use super::array::{Array, Out};
+use super::sample::{Sampled, Sampler, chance};
 use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError, flag};
 use crate::autodiff::{Emitter, Grad, GradError};
@@ -30,6 +31,17 @@ pub struct RmsNorm {
     pub eps: f64,
     /// A `weight` operand follows `x`.
     pub has_weight: bool,
+}
+
+/// A float operand of rank 1 or more, and a weight for its last axis more often than not.
+fn norm_operands(s: &mut dyn Sampler) -> Option<(NodeId, Vec<NodeId>)> {
+    let x = s.operand(&|t| t.dtype.is_float() && t.rank() > 0)?;
+    let ty = s.ty(x);
+    let mut operands = vec![x];
+    if chance(s, 0.6) {
+        operands.push(s.input(ty.dtype, vec![ty.shape[ty.rank() - 1].clone()])?);
+    }
+    Some((x, operands))
 }
 
 impl Primitive for LayerNorm {
@@ -74,6 +86,22 @@ impl Primitive for LayerNorm {
             true, self.eps, &x[0], weight, bias, out,
         ))
     }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        let (x, mut operands) = norm_operands(s)?;
+        let has_weight = operands.len() > 1;
+        let has_bias = chance(s, 0.6);
+        if has_bias {
+            let ty = s.ty(x);
+            operands.push(s.input(ty.dtype, vec![ty.shape[ty.rank() - 1].clone()])?);
+        }
+        let op = LayerNorm {
+            eps: 1e-5,
+            has_weight,
+            has_bias,
+        };
+        Some((op.into(), operands))
+    }
 }
 
 impl Primitive for RmsNorm {
@@ -112,6 +140,19 @@ impl Primitive for RmsNorm {
         let weight = x.get(1).filter(|_| self.has_weight);
         Ok(reference::normalize(
             false, self.eps, &x[0], weight, None, out,
+        ))
+    }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        let (_, operands) = norm_operands(s)?;
+        let has_weight = operands.len() > 1;
+        Some((
+            RmsNorm {
+                eps: 1e-5,
+                has_weight,
+            }
+            .into(),
+            operands,
         ))
     }
 }

@@ -29,5 +29,5 @@ pub(super) fn normalize(
             data.push((v - mean) * inv * w + b);
         }
     }
-    out.from_data(data)
+    out.holding(data)
 }

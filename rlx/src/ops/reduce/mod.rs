@@ -3,8 +3,10 @@
 mod grad;
 mod infer;
 mod reference;
+mod sample;
 
 use super::array::{Array, Out};
+use super::sample::{Sampled, Sampler};
 use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError, flag};
 use crate::autodiff::{Emitter, Grad, GradError};
@@ -105,6 +107,10 @@ impl Primitive for Reduce {
             out,
         ))
     }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::reduce(s)
+    }
 }
 
 impl Primitive for ArgReduce {
@@ -149,6 +155,10 @@ impl Primitive for ArgReduce {
             out,
         ))
     }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::arg_reduce(s)
+    }
 }
 
 impl Primitive for Cumsum {
@@ -192,5 +202,9 @@ impl Primitive for Cumsum {
             &x[0],
             out,
         ))
+    }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::cumsum(s)
     }
 }

@@ -5,10 +5,11 @@ mod infer;
 mod reference;
 
 use super::array::{Array, Out};
+use super::sample::{Sampled, Sampler, axis_of, chance};
 use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
-use crate::ir::{InferError, NodeId, Op, TensorType};
+use crate::ir::{DType, InferError, NodeId, Op, TensorType};
 
 /// Softmax (or log-softmax) along an axis. Operands: `x` (float).
 #[derive(Clone, Debug, PartialEq)]
@@ -57,5 +58,11 @@ impl Primitive for Softmax {
 
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
         Ok(reference::softmax(self.axis, self.log, &x[0], out))
+    }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        let (x, axis) = axis_of(s, DType::is_float)?;
+        let log = chance(s, 0.4);
+        Some((Op::Softmax(Softmax { axis, log }), vec![x]))
     }
 }

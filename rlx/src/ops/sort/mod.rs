@@ -5,10 +5,11 @@ mod infer;
 mod reference;
 
 use super::array::{Array, Out};
+use super::sample::{Sampled, Sampler, axis_of, chance, pick};
 use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError, flag};
 use crate::autodiff::{Emitter, Grad, GradError};
-use crate::ir::{InferError, NodeId, Op, SortOutput, TensorType};
+use crate::ir::{DType, InferError, NodeId, Op, SortOutput, TensorType};
 
 /// The `k` largest elements along an axis, largest first. `k` is checked against a
 /// symbolic axis when its size is bound. Operands: `x` (numeric).
@@ -73,6 +74,17 @@ impl Primitive for TopK {
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
         Ok(reference::sorted(self.axis, true, self.output, &x[0], out))
     }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        let (x, axis) = axis_of(s, |d| d != DType::Bool)?;
+        let size = s.sizes(x)[axis];
+        if size == 0 {
+            return None;
+        }
+        let k = 1 + s.below(size);
+        let output = pick(s, &SortOutput::ALL);
+        Some((TopK { k, axis, output }.into(), vec![x]))
+    }
 }
 
 impl Primitive for Sort {
@@ -123,5 +135,17 @@ impl Primitive for Sort {
             &x[0],
             out,
         ))
+    }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        let (x, axis) = axis_of(s, |d| d != DType::Bool)?;
+        let descending = chance(s, 0.5);
+        let output = pick(s, &SortOutput::ALL);
+        let op = Sort {
+            axis,
+            descending,
+            output,
+        };
+        Some((op.into(), vec![x]))
     }
 }

@@ -3,8 +3,10 @@
 mod grad;
 mod infer;
 mod reference;
+mod sample;
 
 use super::array::{Array, Out};
+use super::sample::{Sampled, Sampler};
 use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
@@ -155,6 +157,10 @@ impl Primitive for Conv {
         };
         Ok(reference::conv(&win, x, out))
     }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::conv(s)
+    }
 }
 
 impl Primitive for ConvTranspose {
@@ -224,6 +230,10 @@ impl Primitive for ConvTranspose {
         };
         Ok(reference::conv_transpose(&win, x, out))
     }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::conv_transpose(s)
+    }
 }
 
 impl Primitive for Pool {
@@ -276,6 +286,10 @@ impl Primitive for Pool {
             self.kind, kernel, stride, padding, &x[0], out,
         ))
     }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::pool(s)
+    }
 }
 
 impl Primitive for Upsample {
@@ -318,6 +332,10 @@ impl Primitive for Upsample {
 
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
         Ok(reference::upsample(self.mode, &x[0], out))
+    }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        sample::upsample(s)
     }
 }
 
