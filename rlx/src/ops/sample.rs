@@ -35,7 +35,7 @@ use crate::ir::{ConstantData, DType, Dim, NodeId, Op, Scalar, TensorType};
 /// }
 /// let mut s = One(vec![TensorType::new(DType::F32, [3, 4])]);
 /// let (op, operands) = OpKind::Softmax.sample(&mut s).unwrap();
-/// assert_eq!(op.to_string(), "softmax[axis=0]");
+/// assert_eq!(op.to_string(), "log_softmax[axis=0]");
 /// assert_eq!(operands, [NodeId::new(0)]);
 /// ```
 pub trait Sampler {
