@@ -194,6 +194,29 @@ pub fn grad_check(
         given[slot].1 = base;
     }
 
+    // A composite's own rule agrees with the gradient of its decomposition.
+    let expanded = rlx::passes::decompose(&forward, &|_| false).unwrap();
+    if expanded.len() != forward.len() {
+        let names = wrt.iter().map(|s| s.to_string()).collect();
+        let through = gradients(&expanded, "loss", &Wrt::Named(names))
+            .unwrap_or_else(|e| panic!("{label}: gradients of the decomposition: {e}"));
+        let via = reference(&through, &given);
+        for name in &wrt {
+            let at = |g: &Graph| {
+                g.outputs()
+                    .iter()
+                    .position(|o| o.name == format!("grad/{name}"))
+            };
+            let (a, b) = (&exact[at(&backward).unwrap()], &via[at(&through).unwrap()]);
+            for (i, (r, d)) in a.to_f64_vec().iter().zip(b.to_f64_vec()).enumerate() {
+                assert!(
+                    (r - d).abs() <= 1e-9 * d.abs().max(1.0),
+                    "{label}: grad/{name}[{i}] = {r} by the rule, {d} through the decomposition"
+                );
+            }
+        }
+    }
+
     // The CPU runs the gradient graph to the reference's values.
     let cpu = CpuBackend::default();
     let grad_exe = cpu

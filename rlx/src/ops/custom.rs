@@ -7,6 +7,7 @@ use super::sample::{Sampled, Sampler};
 use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
+use crate::builder::{BuildError, GraphBuilder};
 use crate::ir::{AttrValue, InferError, NodeId, Op, Shape, TensorType, attr_err};
 
 /// A user op with kernels registered per backend under `name`. Any operands; the
@@ -72,6 +73,11 @@ impl Primitive for Custom {
 
     /// Known only by its kernels, which the random graphs cannot supply.
     fn sample(_: &mut dyn Sampler) -> Sampled {
+        None
+    }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
         None
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use super::array::{Array, Out};
-use crate::ir::{EvalDimError, Graph, InferError, NodeId, Op, Shape, Symbol, TensorType};
+use crate::ir::{EvalDimError, Graph, InferError, Node, NodeId, Op, Shape, Symbol, TensorType};
 use crate::tensor::HostTensor;
 
 /// Why the float64 reference has no value.
@@ -122,24 +122,70 @@ pub fn evaluate_reference(
             }
         }
     }
+    let leaf = |node: &Node, shape: &[usize]| {
+        let name = node.name.as_deref().unwrap_or_default();
+        let t = given(name, &node.op, inputs, params)?;
+        if t.dtype() != node.ty.dtype || t.shape() != shape {
+            return Err(ReferenceError::Binding(format!(
+                "`{name}` is {:?}{:?}, declared {:?}{shape:?}",
+                t.dtype(),
+                t.shape(),
+                node.ty.dtype
+            )));
+        }
+        Ok(Array::of(t))
+    };
+    let values = run(graph, &bound, leaf)?;
+    Ok(values.into_iter().map(Array::into_tensor).collect())
+}
+
+/// Every output of `graph` (no params) in float64, its inputs taking `inputs` in order and
+/// its symbolic dims bound by their shapes and `dims`.
+pub(crate) fn evaluate_arrays(
+    graph: &Graph,
+    inputs: Vec<Array>,
+    dims: &[(&str, usize)],
+) -> Result<Vec<Array>, ReferenceError> {
+    let mut bound: HashMap<Symbol, usize> =
+        dims.iter().map(|(n, v)| (Symbol::new(n), *v)).collect();
+    let declared: Vec<&Node> = graph.inputs().map(|(_, n)| n).collect();
+    if declared.len() != inputs.len() {
+        return Err(ReferenceError::Binding(format!(
+            "{} inputs given for {}",
+            inputs.len(),
+            declared.len()
+        )));
+    }
+    for (node, value) in declared.iter().zip(&inputs) {
+        for (dim, size) in node.ty.shape.dims().iter().zip(&value.shape) {
+            if let crate::ir::Dim::Sym(s) = dim {
+                bound.entry(s.clone()).or_insert(*size);
+            }
+        }
+    }
+    let mut given = inputs.into_iter();
+    let leaf = |node: &Node, _: &[usize]| match node.op {
+        Op::Input => given
+            .next()
+            .ok_or_else(|| ReferenceError::Binding("too few inputs".into())),
+        _ => Err(ReferenceError::Leaf { op: "param" }),
+    };
+    run(graph, &bound, leaf)
+}
+
+/// Evaluates `graph` node by node under the binding `bound`, leaves from `leaf` (given the
+/// node and its dims), freeing each value after its last use.
+fn run(
+    graph: &Graph,
+    bound: &HashMap<Symbol, usize>,
+    mut leaf: impl FnMut(&Node, &[usize]) -> Result<Array, ReferenceError>,
+) -> Result<Vec<Array>, ReferenceError> {
     let mut values: Vec<Option<Array>> = vec![None; graph.len()];
     let users = last_uses(graph);
     for (id, node) in graph.iter() {
         let shape = node.ty.shape.eval(&mut |s| bound.get(s).copied())?;
         let value = match &node.op {
-            Op::Input | Op::Param => {
-                let name = node.name.as_deref().unwrap_or_default();
-                let t = given(name, &node.op, inputs, params)?;
-                if t.dtype() != node.ty.dtype || t.shape() != shape.as_slice() {
-                    return Err(ReferenceError::Binding(format!(
-                        "`{name}` is {:?}{:?}, declared {:?}{shape:?}",
-                        t.dtype(),
-                        t.shape(),
-                        node.ty.dtype
-                    )));
-                }
-                Array::of(t)
-            }
+            Op::Input | Op::Param => leaf(node, &shape)?,
             op => {
                 let x: Vec<Array> = node
                     .inputs
@@ -161,12 +207,7 @@ pub fn evaluate_reference(
     Ok(graph
         .outputs()
         .iter()
-        .map(|o| {
-            values[o.node.index()]
-                .clone()
-                .expect("outputs are kept")
-                .into_tensor()
-        })
+        .map(|o| values[o.node.index()].clone().expect("outputs are kept"))
         .collect())
 }
 
@@ -237,5 +278,22 @@ mod tests {
             Op::Binary(crate::ir::BinaryOp::Add).reference(&[a, b]),
             Err(ReferenceError::Infer(_))
         ));
+    }
+
+    #[test]
+    fn integer_products_wrap_like_the_kernels() {
+        let values = vec![63i64; 33];
+        let x = HostTensor::from_vec(values, [33]).unwrap();
+        let prod = Op::Reduce(crate::ir::Reduce {
+            op: crate::ir::ReduceOp::Prod,
+            axes: vec![0],
+            keep_dims: false,
+        });
+        let got = prod.reference(&[x]).unwrap();
+        let want = (0..33).fold(1i64, |p, _| p.wrapping_mul(63));
+        // Exact up to float64's rounding of the wrapped product, which the kernels' value
+        // meets too when both are read as float64.
+        assert_eq!(got.to_f64_vec(), [want as f64]);
+        assert_ne!(want as f64, 63f64.powi(33));
     }
 }

@@ -7,6 +7,7 @@ use super::sample::{Sampled, Sampler};
 use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
+use crate::builder::{BuildError, GraphBuilder};
 use crate::ir::{ConstantData, InferError, NodeId, Op, TensorType, attr_err};
 
 /// A graph input ([`Op::Input`]).
@@ -59,6 +60,15 @@ macro_rules! declared_leaf {
             fn sample(_: &mut dyn Sampler) -> Sampled {
                 None
             }
+
+            /// A primitive.
+            fn decompose(
+                &self,
+                _: &mut GraphBuilder,
+                _: &[NodeId],
+            ) -> Option<Result<NodeId, BuildError>> {
+                None
+            }
         }
     };
 }
@@ -103,6 +113,11 @@ impl Primitive for ConstantData {
 
     /// The random graphs make constants where an op needs them (indices, scalars).
     fn sample(_: &mut dyn Sampler) -> Sampled {
+        None
+    }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
         None
     }
 }

@@ -20,6 +20,7 @@
 
 mod array;
 mod check;
+pub(crate) mod composite;
 mod custom;
 mod elementwise;
 mod evaluate;
@@ -50,6 +51,7 @@ pub use spatial::{Conv, ConvTranspose, Pool, Upsample};
 pub use tolerance::{Judgement, Tolerance};
 
 use crate::autodiff::{Emitter, Grad, GradError};
+use crate::builder::{BuildError, GraphBuilder};
 use crate::ir::{InferError, NodeId, Op, TensorType};
 use array::{Array, Out};
 use tolerance::{Bound, Operands};
@@ -95,6 +97,10 @@ pub(crate) trait Primitive {
     fn sample(s: &mut dyn Sampler) -> Sampled
     where
         Self: Sized;
+
+    /// For a composite, the op written with other ops on the operands `x` (added to `b`);
+    /// `None` for a primitive. See `composite.rs` for what a decomposition gives.
+    fn decompose(&self, b: &mut GraphBuilder, x: &[NodeId]) -> Option<Result<NodeId, BuildError>>;
 }
 
 /// `Op::Variant(Struct)` for each op with attributes: `From` and the dispatch arm.

@@ -11,6 +11,8 @@
 //! - [`fuse_elementwise`]: folds chains of elementwise float ops into one
 //!   [`Op::FusedElementwise`](crate::ir::Op::FusedElementwise) (the CPU backend runs it).
 //!
+//! - [`decompose`]: replaces composite ops by their decompositions (for a backend without
+//!   a kernel of its own, or to see a graph as primitives only).
 //! - [`compute_in`]: computes a float32 graph in float16 or bfloat16 behind a float32
 //!   interface (the MLX backend's half precisions).
 //!
@@ -18,6 +20,7 @@
 
 mod cse;
 mod dce;
+mod decompose;
 mod fuse;
 mod fuse_elementwise;
 mod precision;
@@ -26,6 +29,7 @@ mod simplify;
 
 pub use cse::cse;
 pub use dce::dce;
+pub use decompose::decompose;
 pub use fuse::fuse_matmul_epilogues;
 pub use fuse_elementwise::fuse_elementwise;
 pub use precision::compute_in;

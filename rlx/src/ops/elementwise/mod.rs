@@ -13,6 +13,7 @@ use super::sample::{Sampled, Sampler};
 use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
+use crate::builder::{BuildError, GraphBuilder};
 use crate::ir::{
     BinaryOp, CompareOp, DType, ElementwiseStep, InferError, NodeId, Op, TensorType, UnaryOp,
 };
@@ -83,6 +84,11 @@ impl Primitive for UnaryOp {
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::unary(s)
     }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
+    }
 }
 
 impl Primitive for BinaryOp {
@@ -140,6 +146,11 @@ impl Primitive for BinaryOp {
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::binary(s)
     }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
+    }
 }
 
 impl Primitive for CompareOp {
@@ -179,6 +190,11 @@ impl Primitive for CompareOp {
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::compare(s)
     }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
+    }
 }
 
 impl Primitive for Where {
@@ -216,6 +232,11 @@ impl Primitive for Where {
 
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::select(s)
+    }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
     }
 }
 
@@ -262,6 +283,11 @@ impl Primitive for Cast {
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::cast(s)
     }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
+    }
 }
 
 impl Primitive for FusedElementwise {
@@ -307,6 +333,11 @@ impl Primitive for FusedElementwise {
 
     /// Made by the CPU's fusion pass, which every CPU run of a random graph applies.
     fn sample(_: &mut dyn Sampler) -> Sampled {
+        None
+    }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
         None
     }
 }

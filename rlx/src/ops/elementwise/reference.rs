@@ -48,7 +48,13 @@ pub(crate) fn unary_value(kind: UnaryOp, x: f64) -> f64 {
 /// zero) for integers, IEEE arithmetic for floats; NaN wins `max` and `min`.
 pub(crate) fn binary_value(kind: BinaryOp, dtype: DType, a: f64, b: f64) -> f64 {
     let int = !dtype.is_float();
+    // Integer sums and products wrap exactly as two's complement does, however far they
+    // run past float64's integers.
+    let wrapping = |f: fn(i64, i64) -> i64| f(a as i64, b as i64) as f64;
     match kind {
+        BinaryOp::Add if int => wrapping(i64::wrapping_add),
+        BinaryOp::Sub if int => wrapping(i64::wrapping_sub),
+        BinaryOp::Mul if int => wrapping(i64::wrapping_mul),
         BinaryOp::Add => a + b,
         BinaryOp::Sub => a - b,
         BinaryOp::Mul => a * b,

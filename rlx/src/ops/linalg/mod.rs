@@ -10,6 +10,7 @@ use super::sample::{Sampled, Sampler};
 use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
+use crate::builder::{BuildError, GraphBuilder};
 use crate::ir::{InferError, MatMulEpilogue, NodeId, Op, TensorType};
 
 /// Batched matrix product `[.., M, K] x [.., K, N] -> [.., M, N]`; batch dims broadcast.
@@ -112,6 +113,11 @@ impl Primitive for MatMul {
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::matmul(s)
     }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
+    }
 }
 
 impl Primitive for FusedMatMul {
@@ -167,6 +173,11 @@ impl Primitive for FusedMatMul {
 
     /// Made by the CPU's fusion pass, which every CPU run of a random graph applies.
     fn sample(_: &mut dyn Sampler) -> Sampled {
+        None
+    }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
         None
     }
 }
@@ -228,6 +239,11 @@ impl Primitive for QuantizedMatMul {
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::quantized_matmul(s)
     }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
+    }
 }
 
 impl Primitive for Solve {
@@ -265,6 +281,11 @@ impl Primitive for Solve {
 
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::solve(s)
+    }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
     }
 }
 

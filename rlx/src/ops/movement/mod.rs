@@ -11,6 +11,7 @@ use super::sample::{Sampled, Sampler};
 use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
+use crate::builder::{BuildError, GraphBuilder};
 use crate::ir::{InferError, NodeId, Op, Scalar, Shape, TensorType};
 
 /// Same data, new dims; element counts must be provably equal. Operands: `x`.
@@ -131,6 +132,11 @@ impl Primitive for StopGradient {
         let x = s.operand(&|_| true)?;
         Some((Op::StopGradient, vec![x]))
     }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
+    }
 }
 
 impl Primitive for Reshape {
@@ -173,6 +179,11 @@ impl Primitive for Reshape {
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::reshape(s)
     }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
+    }
 }
 
 impl Primitive for Permute {
@@ -212,6 +223,11 @@ impl Primitive for Permute {
 
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::permute(s)
+    }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
     }
 }
 
@@ -261,6 +277,11 @@ impl Primitive for Slice {
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::slice(s)
     }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
+    }
 }
 
 impl Primitive for Concat {
@@ -298,6 +319,11 @@ impl Primitive for Concat {
 
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::concat(s)
+    }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
     }
 }
 
@@ -342,6 +368,11 @@ impl Primitive for Broadcast {
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::broadcast(s)
     }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
+    }
 }
 
 impl Primitive for Pad {
@@ -384,6 +415,11 @@ impl Primitive for Pad {
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::pad(s)
     }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
+    }
 }
 
 impl Primitive for Gather {
@@ -421,6 +457,11 @@ impl Primitive for Gather {
 
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::gather(s)
+    }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
     }
 }
 
@@ -465,5 +506,10 @@ impl Primitive for ScatterAdd {
 
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::scatter_add(s)
+    }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
     }
 }

@@ -128,7 +128,12 @@ pub(super) fn scatter_add(axis: usize, x: &[Array], out: &Out) -> Result<Array, 
             Ok(chosen) => {
                 let at = data_index(u, axis, indices, chosen);
                 let flat: usize = at.iter().zip(&strides).map(|(i, s)| i * s).sum();
-                result.data[flat] += updates.at(u);
+                let (old, update) = (result.data[flat], updates.at(u));
+                result.data[flat] = if data.dtype.is_float() {
+                    old + update
+                } else {
+                    (old as i64).wrapping_add(update as i64) as f64
+                };
             }
             Err(e) => failed = failed.take().or(Some(e)),
         }

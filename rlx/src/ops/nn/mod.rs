@@ -10,6 +10,7 @@ use super::sample::{Sampled, Sampler};
 use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
+use crate::builder::{BuildError, GraphBuilder};
 use crate::ir::{AttentionMask, InferError, NodeId, Op, TensorType};
 
 /// Scaled dot-product attention `softmax(q kᵀ · scale + mask) v`. Operands: `q`
@@ -93,6 +94,11 @@ impl Primitive for Attention {
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::attention(s)
     }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
+    }
 }
 
 impl Primitive for Rope {
@@ -157,5 +163,10 @@ impl Primitive for Rope {
 
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::rope(s)
+    }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
     }
 }

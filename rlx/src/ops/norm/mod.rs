@@ -1,14 +1,16 @@
 //! Layer and RMS normalization over the last axis.
 
+mod decompose;
 mod grad;
 mod infer;
-mod reference;
 
 use super::array::{Array, Out};
+use super::composite;
 use super::sample::{Sampled, Sampler, chance};
 use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError, flag};
 use crate::autodiff::{Emitter, Grad, GradError};
+use crate::builder::{BuildError, GraphBuilder};
 use crate::ir::{InferError, NodeId, Op, TensorType};
 
 /// Layer normalization over the last axis. Operands: `x`, then `weight` and `bias`
@@ -78,13 +80,16 @@ impl Primitive for LayerNorm {
     }
 
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
-        let weight = x.get(1).filter(|_| self.has_weight);
+        composite::reference(&Op::LayerNorm(self.clone()), x, out)
+    }
+
+    fn decompose(&self, b: &mut GraphBuilder, x: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        let weight = x.get(1).copied().filter(|_| self.has_weight);
         let bias = x
             .get(1 + usize::from(self.has_weight))
+            .copied()
             .filter(|_| self.has_bias);
-        Ok(reference::normalize(
-            true, self.eps, &x[0], weight, bias, out,
-        ))
+        Some(decompose::normalize(b, true, self.eps, x[0], weight, bias))
     }
 
     fn sample(s: &mut dyn Sampler) -> Sampled {
@@ -137,10 +142,12 @@ impl Primitive for RmsNorm {
     }
 
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
-        let weight = x.get(1).filter(|_| self.has_weight);
-        Ok(reference::normalize(
-            false, self.eps, &x[0], weight, None, out,
-        ))
+        composite::reference(&Op::RmsNorm(self.clone()), x, out)
+    }
+
+    fn decompose(&self, b: &mut GraphBuilder, x: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        let weight = x.get(1).copied().filter(|_| self.has_weight);
+        Some(decompose::normalize(b, false, self.eps, x[0], weight, None))
     }
 
     fn sample(s: &mut dyn Sampler) -> Sampled {

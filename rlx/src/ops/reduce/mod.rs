@@ -10,6 +10,7 @@ use super::sample::{Sampled, Sampler};
 use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError, flag};
 use crate::autodiff::{Emitter, Grad, GradError};
+use crate::builder::{BuildError, GraphBuilder};
 use crate::ir::{ArgReduceOp, InferError, NodeId, Op, ReduceOp, TensorType};
 
 /// Reduction over `axes` (sorted, unique, at least one). Operands: `x`.
@@ -111,6 +112,11 @@ impl Primitive for Reduce {
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::reduce(s)
     }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
+    }
 }
 
 impl Primitive for ArgReduce {
@@ -159,6 +165,11 @@ impl Primitive for ArgReduce {
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::arg_reduce(s)
     }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
+    }
 }
 
 impl Primitive for Cumsum {
@@ -206,5 +217,10 @@ impl Primitive for Cumsum {
 
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::cumsum(s)
+    }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
     }
 }

@@ -29,7 +29,11 @@ pub(super) fn reduce(op: ReduceOp, axes: &[usize], keep_dims: bool, x: &Array, o
         let mut vals = Vec::new();
         for_each_index(&reduced, |r| vals.push(x.at(&source(o, r))));
         let nan = vals.iter().any(|v| v.is_nan());
+        let ints = vals.iter().map(|v| *v as i64);
         match op {
+            // Integers wrap exactly as two's complement does.
+            ReduceOp::Sum if !float => ints.fold(0, i64::wrapping_add) as f64,
+            ReduceOp::Prod if !float => ints.fold(1, i64::wrapping_mul) as f64,
             ReduceOp::Sum => vals.iter().sum(),
             ReduceOp::Mean => vals.iter().sum::<f64>() / vals.len() as f64,
             ReduceOp::Prod => vals.iter().product(),
@@ -84,6 +88,12 @@ pub(super) fn cumsum(axis: usize, exclusive: bool, reverse: bool, x: &Array, out
             (true, false) => k..line.len(),
             (true, true) => k + 1..line.len(),
         };
-        line[range].iter().sum()
+        if x.dtype.is_float() {
+            line[range].iter().sum()
+        } else {
+            line[range]
+                .iter()
+                .fold(0i64, |s, v| s.wrapping_add(*v as i64)) as f64
+        }
     })
 }

@@ -1,14 +1,16 @@
 //! Softmax and log-softmax along an axis.
 
+mod decompose;
 mod grad;
 mod infer;
-mod reference;
 
 use super::array::{Array, Out};
+use super::composite;
 use super::sample::{Sampled, Sampler, axis_of, chance};
 use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
+use crate::builder::{BuildError, GraphBuilder};
 use crate::ir::{DType, InferError, NodeId, Op, TensorType};
 
 /// Softmax (or log-softmax) along an axis. Operands: `x` (float).
@@ -57,7 +59,11 @@ impl Primitive for Softmax {
     }
 
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
-        Ok(reference::softmax(self.axis, self.log, &x[0], out))
+        composite::reference(&Op::Softmax(self.clone()), x, out)
+    }
+
+    fn decompose(&self, b: &mut GraphBuilder, x: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        Some(decompose::softmax(self, b, x[0]))
     }
 
     fn sample(s: &mut dyn Sampler) -> Sampled {

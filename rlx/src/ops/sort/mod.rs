@@ -9,6 +9,7 @@ use super::sample::{Sampled, Sampler, axis_of, chance, pick};
 use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError, flag};
 use crate::autodiff::{Emitter, Grad, GradError};
+use crate::builder::{BuildError, GraphBuilder};
 use crate::ir::{DType, InferError, NodeId, Op, SortOutput, TensorType};
 
 /// The `k` largest elements along an axis, largest first. `k` is checked against a
@@ -85,6 +86,11 @@ impl Primitive for TopK {
         let output = pick(s, &SortOutput::ALL);
         Some((TopK { k, axis, output }.into(), vec![x]))
     }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
+    }
 }
 
 impl Primitive for Sort {
@@ -147,5 +153,10 @@ impl Primitive for Sort {
             output,
         };
         Some((op.into(), vec![x]))
+    }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
     }
 }

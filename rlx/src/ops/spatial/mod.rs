@@ -10,6 +10,7 @@ use super::sample::{Sampled, Sampler};
 use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
+use crate::builder::{BuildError, GraphBuilder};
 use crate::ir::{InferError, NodeId, Op, PoolKind, Shape, TensorType, UpsampleMode};
 
 /// 1-D or 2-D convolution, channels first. Operands: `x` `[N, C, *spatial]`,
@@ -161,6 +162,11 @@ impl Primitive for Conv {
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::conv(s)
     }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
+    }
 }
 
 impl Primitive for ConvTranspose {
@@ -234,6 +240,11 @@ impl Primitive for ConvTranspose {
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::conv_transpose(s)
     }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
+    }
 }
 
 impl Primitive for Pool {
@@ -290,6 +301,11 @@ impl Primitive for Pool {
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::pool(s)
     }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
+    }
 }
 
 impl Primitive for Upsample {
@@ -336,6 +352,11 @@ impl Primitive for Upsample {
 
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::upsample(s)
+    }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
     }
 }
 
