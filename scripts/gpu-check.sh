@@ -18,8 +18,8 @@
 # RLX_GPU_ONLY=tests,fuzz,block,minilm,dp picks groups):
 #   - the op table (tests/ops), tests/mlx.rs, tests/mlx_device.rs, the MiniLM parity tests,
 #     the concurrency stress test and the bounded random-graph run on the GPU, and the attention test again in TF32;
-#   - fuzz_graphs for $RLX_GPU_FUZZ_CASES (default 5000) random graphs on every
-#     configuration (MLX's on the GPU);
+#   - fuzz_graphs for $RLX_GPU_FUZZ_CASES (default 5000) random graphs from seed
+#     $RLX_GPU_FUZZ_SEED (default 1) on every configuration (MLX's on the GPU);
 #   - mlx_block_bench beside bench/mlx_block.py (MLX's own Python API) when the Python
 #     `mlx` package can be loaded;
 #   - minilm_bench --backend mlx at 32x128, 256x128, 1024x128 in full f32 and in TF32,
@@ -153,7 +153,7 @@ run_all() {
     fi
   fi
   if [[ ,$only, == *,fuzz,* ]]; then
-    step "$bin/fuzz_graphs" --cases "${RLX_GPU_FUZZ_CASES:-5000}" --seed 1 || status=1
+    step "$bin/fuzz_graphs" --cases "${RLX_GPU_FUZZ_CASES:-5000}" --seed "${RLX_GPU_FUZZ_SEED:-1}" || status=1
   fi
   if [[ ,$only, == *,block,* ]]; then
     step "$bin/mlx_block_bench" --runs 50 || status=1
