@@ -163,9 +163,13 @@ mx::array conv(const mx::array& x, const mx::array& w, const rlx_mlx_array* bias
   return finish_conv(y, bias, dt);
 }
 
-// The adjoint of `conv`: MLX's general convolution of `x` dilated by the stride, padded by
-// `dilation·(k − 1)` less the crop, with the kernel flipped. RLX's weight `[C, O/g, *k]`
-// becomes MLX's `[O, *k, C/g]` per group. A crop larger than that padding is sliced off.
+// The adjoint of `conv`, as an ordinary convolution (`conv` above, with its workarounds):
+// `x` with `stride − 1` zeros inserted between neighbours, padded by `dilation·(k − 1)`
+// less the crop (plus the output padding after), convolved at stride 1 with the kernel
+// flipped; RLX's weight `[C, O/g, *k]` becomes `[O, C/g, *k]` per group. A crop larger than
+// that padding is sliced off. MLX's own input-dilated convolution is not used: on CUDA
+// (MLX 0.32) it gave wrong values with strides above 1 and with some 1-channel inputs
+// (found by fuzz_graphs on an H100).
 mx::array conv_transpose(const mx::array& x, const mx::array& w, const rlx_mlx_array* bias,
                          std::vector<int> stride, std::vector<int> crop_lo, std::vector<int> crop_hi,
                          std::vector<int> output_padding, std::vector<int> dilation, int groups) {
@@ -181,24 +185,41 @@ mx::array conv_transpose(const mx::array& x, const mx::array& w, const rlx_mlx_a
     }
     return finish_conv(mx::zeros(shape, mx::float32), bias, dt);
   }
-  std::vector<int> to_last{0};
-  for (int i = 0; i < n; ++i) to_last.push_back(i + 2);
-  to_last.push_back(1);
-  const mx::array xl = mx::transpose(f32(x), to_last);
-  // [C, O/g, *k] -> [g, C/g, O/g, *k] -> [g, O/g, *k, C/g] -> [O, *k, C/g]
+  // Zeros between neighbours along each strided spatial axis: [.., L, ..] -> [.., L, s, ..]
+  // (the new positions zero) -> [.., L·s, ..] -> the first (L − 1)·s + 1.
+  mx::array xd = x;
+  for (int i = 0; i < n; ++i) {
+    const int axis = 2 + i, s = stride[i], len = x.shape(axis);
+    if (s == 1) continue;
+    mx::array spread = mx::expand_dims(xd, axis + 1);
+    std::vector<std::pair<int, int>> widths(spread.ndim(), {0, 0});
+    widths[axis + 1] = {0, s - 1};
+    spread = mx::pad(spread, widths);
+    mx::Shape merged = xd.shape();
+    merged[axis] = len * s;
+    spread = mx::reshape(spread, merged);
+    mx::Shape start(spread.ndim(), 0);
+    mx::Shape stop = spread.shape();
+    stop[axis] = (len - 1) * s + 1;
+    xd = mx::slice(spread, start, stop);
+  }
+  // [C, O/g, *k] -> [g, C/g, O/g, *k] -> [g, O/g, C/g, *k] -> [O, C/g, *k], each spatial
+  // axis reversed.
   const int cg = w.shape(0) / groups;
   const int og = w.shape(1);
   mx::Shape grouped{groups, cg, og};
-  std::vector<int> perm{0, 2};
-  mx::Shape merged{groups * og};
+  std::vector<int> perm{0, 2, 1};
+  mx::Shape merged{groups * og, cg};
   for (int i = 0; i < n; ++i) {
     grouped.push_back(w.shape(2 + i));
     perm.push_back(3 + i);
     merged.push_back(w.shape(2 + i));
   }
-  perm.push_back(1);
-  merged.push_back(cg);
-  const mx::array wl = mx::reshape(mx::transpose(mx::reshape(f32(w), grouped), perm), merged);
+  mx::array wf = mx::reshape(mx::transpose(mx::reshape(w, grouped), perm), merged);
+  for (int i = 0; i < n; ++i) {
+    const int k = w.shape(2 + i);
+    wf = mx::take(wf, mx::arange(k - 1, -1, -1, mx::int32), 2 + i);
+  }
   std::vector<int> lo(n), hi(n), cut_lo(n), cut_hi(n);
   for (int i = 0; i < n; ++i) {
     const int span = dilation[i] * (w.shape(2 + i) - 1);
@@ -209,26 +230,18 @@ mx::array conv_transpose(const mx::array& x, const mx::array& w, const rlx_mlx_a
     cut_lo[i] = lo[i] - want_lo;
     cut_hi[i] = hi[i] - want_hi;
   }
-  const std::vector<int> ones(n, 1);
-  mx::array y = mx::conv_general(xl, wl, ones, lo, hi, dilation, stride, groups, true);
-  if (tiny_conv_on_gpu({&xl, &wl, &y})) {
-    y = mx::conv_general(xl, wl, ones, lo, hi, dilation, stride, groups, true,
-                         mx::Device(mx::Device::cpu));
-  }
+  mx::array y = conv(xd, wf, bias, std::vector<int>(n, 1), lo, hi, dilation, groups);
   if (std::any_of(cut_lo.begin(), cut_lo.end(), [](int c) { return c > 0; }) ||
       std::any_of(cut_hi.begin(), cut_hi.end(), [](int c) { return c > 0; })) {
     mx::Shape start(y.ndim(), 0);
     mx::Shape stop = y.shape();
     for (int i = 0; i < n; ++i) {
-      start[1 + i] = cut_lo[i];
-      stop[1 + i] -= cut_hi[i];
+      start[2 + i] = cut_lo[i];
+      stop[2 + i] -= cut_hi[i];
     }
     y = mx::slice(y, start, stop);
   }
-  std::vector<int> to_first{0, n + 1};
-  for (int i = 0; i < n; ++i) to_first.push_back(i + 1);
-  y = mx::transpose(y, to_first);
-  return finish_conv(y, bias, dt);
+  return y;
 }
 
 // One strided slice per window offset, combined with max or sum.
