@@ -118,6 +118,28 @@ fn conv_transpose_1d_and_2d() {
             groups: 1,
             bias: true,
         },
+        // Two cases MLX's input-dilated convolution got wrong on CUDA (fuzz_graphs on an
+        // H100): stride 3 with output padding over two positions, and one input channel.
+        ConvTransposeCase {
+            x: vec![1, 2, 2],
+            w: vec![2, 1, 3],
+            stride: vec![3],
+            padding: vec![(1, 1)],
+            output_padding: vec![1],
+            dilation: vec![1],
+            groups: 1,
+            bias: true,
+        },
+        ConvTransposeCase {
+            x: vec![3, 1, 4],
+            w: vec![1, 2, 2],
+            stride: vec![1],
+            padding: vec![(0, 0)],
+            output_padding: vec![0],
+            dilation: vec![1],
+            groups: 1,
+            bias: false,
+        },
     ];
     for dtype in FLOATS {
         for case in &cases {
