@@ -98,6 +98,26 @@ pub(crate) struct Window<'a> {
     pub groups: usize,
 }
 
+/// The window attributes of a convolution or transposed convolution.
+macro_rules! window_of {
+    ($($op:ident),+) => {
+        $(
+            impl $op {
+                fn window(&self) -> Window<'_> {
+                    Window {
+                        stride: &self.stride,
+                        padding: &self.padding,
+                        dilation: &self.dilation,
+                        groups: self.groups,
+                    }
+                }
+            }
+        )+
+    };
+}
+
+window_of!(Conv, ConvTranspose);
+
 impl Primitive for Conv {
     fn name(&self) -> &'static str {
         "conv"
@@ -134,12 +154,7 @@ impl Primitive for Conv {
         x: &[NodeId],
         g: NodeId,
     ) -> Result<Vec<Grad>, GradError> {
-        let win = Window {
-            stride: &self.stride,
-            padding: &self.padding,
-            dilation: &self.dilation,
-            groups: self.groups,
-        };
+        let win = self.window();
         grad::conv(e, x, &win, g)
     }
 
@@ -150,12 +165,7 @@ impl Primitive for Conv {
     }
 
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
-        let win = Window {
-            stride: &self.stride,
-            padding: &self.padding,
-            dilation: &self.dilation,
-            groups: self.groups,
-        };
+        let win = self.window();
         Ok(reference::conv(&win, x, out))
     }
 
@@ -210,12 +220,7 @@ impl Primitive for ConvTranspose {
         x: &[NodeId],
         g: NodeId,
     ) -> Result<Vec<Grad>, GradError> {
-        let win = Window {
-            stride: &self.stride,
-            padding: &self.padding,
-            dilation: &self.dilation,
-            groups: self.groups,
-        };
+        let win = self.window();
         grad::conv_transpose(e, x, &win, g)
     }
 
@@ -228,12 +233,7 @@ impl Primitive for ConvTranspose {
     }
 
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
-        let win = Window {
-            stride: &self.stride,
-            padding: &self.padding,
-            dilation: &self.dilation,
-            groups: self.groups,
-        };
+        let win = self.window();
         Ok(reference::conv_transpose(&win, x, out))
     }
 
