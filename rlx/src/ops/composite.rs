@@ -41,7 +41,7 @@ pub(crate) fn reference(op: &Op, x: &[Array], out: &Out) -> Result<Array, Refere
         Some(Err(e)) => return Err(ReferenceError::Binding(e)),
         None => return Err(ReferenceError::NoReference { op: op.to_string() }),
     };
-    let mut values = super::evaluate::evaluate_arrays(&graph, x.to_vec(), &[])?;
+    let mut values = super::evaluate::evaluate_arrays(&graph, x.to_vec())?;
     let y = values.pop().expect("one output");
     debug_assert_eq!(y.shape, out.shape);
     Ok(y)

@@ -116,11 +116,7 @@ pub fn evaluate_reference(
             inputs,
             params,
         )?;
-        for (dim, size) in node.ty.shape.dims().iter().zip(given.shape()) {
-            if let crate::ir::Dim::Sym(s) = dim {
-                bound.entry(s.clone()).or_insert(*size);
-            }
-        }
+        bind(&mut bound, &node.ty.shape, given.shape());
     }
     let leaf = |node: &Node, shape: &[usize]| {
         let name = node.name.as_deref().unwrap_or_default();
@@ -140,14 +136,12 @@ pub fn evaluate_reference(
 }
 
 /// Every output of `graph` (no params) in float64, its inputs taking `inputs` in order and
-/// its symbolic dims bound by their shapes and `dims`.
+/// its symbolic dims bound by their shapes.
 pub(crate) fn evaluate_arrays(
     graph: &Graph,
     inputs: Vec<Array>,
-    dims: &[(&str, usize)],
 ) -> Result<Vec<Array>, ReferenceError> {
-    let mut bound: HashMap<Symbol, usize> =
-        dims.iter().map(|(n, v)| (Symbol::new(n), *v)).collect();
+    let mut bound = HashMap::new();
     let declared: Vec<&Node> = graph.inputs().map(|(_, n)| n).collect();
     if declared.len() != inputs.len() {
         return Err(ReferenceError::Binding(format!(
@@ -157,11 +151,7 @@ pub(crate) fn evaluate_arrays(
         )));
     }
     for (node, value) in declared.iter().zip(&inputs) {
-        for (dim, size) in node.ty.shape.dims().iter().zip(&value.shape) {
-            if let crate::ir::Dim::Sym(s) = dim {
-                bound.entry(s.clone()).or_insert(*size);
-            }
-        }
+        bind(&mut bound, &node.ty.shape, &value.shape);
     }
     let mut given = inputs.into_iter();
     let leaf = |node: &Node, _: &[usize]| match node.op {
@@ -171,6 +161,15 @@ pub(crate) fn evaluate_arrays(
         _ => Err(ReferenceError::Leaf { op: "param" }),
     };
     run(graph, &bound, leaf)
+}
+
+/// Binds each symbol `declared` names alone to its size in `sizes`, unless already bound.
+fn bind(bound: &mut HashMap<Symbol, usize>, declared: &Shape, sizes: &[usize]) {
+    for (dim, size) in declared.dims().iter().zip(sizes) {
+        if let crate::ir::Dim::Sym(s) = dim {
+            bound.entry(s.clone()).or_insert(*size);
+        }
+    }
 }
 
 /// Evaluates `graph` node by node under the binding `bound`, leaves from `leaf` (given the
