@@ -2,8 +2,8 @@
 
 use rlx::builder::GraphBuilder;
 use rlx::ir::{
-    Attention, Broadcast, Conv, ConvTranspose, Cumsum, FusedElementwise, FusedMatMul, Gather,
-    LayerNorm, MatMul, Pad, Pool, RmsNorm, Rope, ScatterAdd, Slice, Softmax, Sort, TopK, Upsample,
+    Attention, Broadcast, Conv, ConvTranspose, Cumsum, Gather, LayerNorm, MatMul, Pad, Pool,
+    RmsNorm, Rope, ScatterAdd, Slice, Softmax, Sort, TopK, Upsample,
 };
 use rlx::ir::{BinaryOp, CompareOp, DType, Dim, NodeId, Op, ReduceOp, Scalar, Shape, UnaryOp};
 
@@ -83,78 +83,6 @@ fn matmul_every_transpose_with_batch_broadcast() {
                 transpose_b: tb,
             });
             op(g, m, &[i[0], i[1]])
-        });
-    }
-}
-
-/// A fused chain that reads an operand twice, a scalar, and one step from two later ones:
-/// its rule must sum what reaches each.
-#[test]
-fn fused_elementwise_chain() {
-    use rlx::ir::{ElementwiseArg as A, ElementwiseStep as S};
-    let steps = vec![
-        S::Binary(BinaryOp::Mul, A::Operand(0), A::Operand(2)),
-        S::Binary(BinaryOp::Add, A::Step(0), A::Operand(1)),
-        S::Unary(UnaryOp::Tanh, A::Step(1)),
-        S::Binary(BinaryOp::Mul, A::Step(2), A::Operand(0)),
-        S::Unary(UnaryOp::Sigmoid, A::Step(3)),
-        S::Binary(BinaryOp::Sub, A::Step(3), A::Step(4)),
-    ];
-    let inputs = [
-        Input::float("x", &[2, 5]).symbolic(0, "rows"),
-        Input::float("y", &[2, 5]).symbolic(0, "rows"),
-        Input::float("s", &[1, 1]),
-    ];
-    grad_check("fused_elementwise", 360, &inputs, &|g, i| {
-        op(
-            g,
-            Op::FusedElementwise(FusedElementwise {
-                steps: steps.clone(),
-            }),
-            i,
-        )
-    });
-}
-
-#[test]
-fn fused_matmul_epilogues() {
-    use rlx::ir::{MatMulEpilogue, UnaryOp};
-    let cases = [
-        MatMulEpilogue {
-            bias: true,
-            activation: Some(UnaryOp::Gelu),
-            residual: true,
-        },
-        MatMulEpilogue {
-            bias: false,
-            activation: Some(UnaryOp::Tanh),
-            residual: false,
-        },
-        MatMulEpilogue {
-            bias: true,
-            activation: None,
-            residual: true,
-        },
-    ];
-    for (seed, epilogue) in cases.into_iter().enumerate() {
-        let mut inputs = vec![
-            Input::float("a", &[2, 3, 4]).symbolic(0, "batch"),
-            Input::float("b", &[5, 4]),
-        ];
-        if epilogue.bias {
-            inputs.push(Input::float("bias", &[5]));
-        }
-        if epilogue.residual {
-            inputs.push(Input::float("residual", &[2, 3, 5]).symbolic(0, "batch"));
-        }
-        let label = format!("fused_matmul {epilogue:?}");
-        grad_check(&label, 350 + seed as u64, &inputs, &|g, i| {
-            let m = Op::FusedMatMul(FusedMatMul {
-                transpose_a: false,
-                transpose_b: true,
-                epilogue,
-            });
-            op(g, m, i)
         });
     }
 }

@@ -1,5 +1,5 @@
+use rlx::ir::Cast;
 use rlx::ir::{BinaryOp, CompareOp, DType, Op, UnaryOp};
-use rlx::ir::{Cast, FusedElementwise};
 
 use crate::support::{err, ok};
 
@@ -187,55 +187,5 @@ fn cast_changes_only_dtype() {
         &Op::Cast(Cast { to: DType::F32 }),
         &[],
         "expected 1 operands, got 0",
-    );
-}
-
-#[test]
-fn fused_elementwise() {
-    use rlx::ir::{ElementwiseArg as A, ElementwiseStep as S};
-    let fused = |steps: Vec<S>| Op::FusedElementwise(FusedElementwise { steps });
-    let chain = fused(vec![
-        S::Binary(BinaryOp::Mul, A::Operand(0), A::Operand(1)),
-        S::Unary(UnaryOp::Tanh, A::Step(0)),
-    ]);
-    ok(&chain, &["f32[b,8]", "f32[b,8]"], "f32[b,8]");
-    // A scalar operand broadcasts; the output keeps the full shape.
-    ok(&chain, &["f32[b,8]", "f32[1,1]"], "f32[b,8]");
-    assert_eq!(chain.to_string(), "fused_elementwise[mul, tanh]");
-    err(
-        &chain,
-        &["f32[b,8]", "f32[8]"],
-        "fused elementwise operand 1 is [8], neither the output's shape [b,8] nor a scalar",
-    );
-    err(
-        &chain,
-        &["f32[4]", "f16[4]"],
-        "operands 0 and 1 have dtypes f32 and f16; insert an explicit cast",
-    );
-    err(
-        &chain,
-        &["i32[4]", "i32[4]"],
-        "operand 0 has dtype i32, expected a float dtype",
-    );
-    err(
-        &fused(vec![S::Unary(UnaryOp::Exp, A::Step(0))]),
-        &["f32[4]"],
-        "step 0 reads step 0, not an earlier one",
-    );
-    err(
-        &fused(vec![S::Unary(UnaryOp::Exp, A::Operand(1))]),
-        &["f32[4]"],
-        "step 0 reads operand 1 of 1",
-    );
-    err(
-        &fused(vec![]),
-        &["f32[4]"],
-        "a fused elementwise op needs at least one step",
-    );
-    let long = fused(vec![S::Unary(UnaryOp::Neg, A::Operand(0)); 24]);
-    err(
-        &long,
-        &["f32[4]"],
-        "a fused elementwise op has at most 24 operands and steps, not 25",
     );
 }

@@ -1,5 +1,5 @@
 use rlx::ir::Op;
-use rlx::ir::{FusedMatMul, MatMul, QuantizedMatMul};
+use rlx::ir::{MatMul, QuantizedMatMul};
 
 use crate::support::{err, ok};
 
@@ -186,62 +186,5 @@ fn quantized_matmul() {
         &q(4, 64),
         &inputs[..3],
         "expected 4 (x, w, scales, biases) operands, got 3",
-    );
-}
-
-#[test]
-fn fused_matmul() {
-    use rlx::ir::{MatMulEpilogue, UnaryOp};
-    let fused = |bias, activation, residual| {
-        Op::FusedMatMul(FusedMatMul {
-            transpose_a: false,
-            transpose_b: true,
-            epilogue: MatMulEpilogue {
-                bias,
-                activation,
-                residual,
-            },
-        })
-    };
-    let all = fused(true, Some(UnaryOp::Gelu), true);
-    ok(
-        &all,
-        &[
-            "f32[b,s,384]",
-            "f32[1536,384]",
-            "f32[1536]",
-            "f32[b,s,1536]",
-        ],
-        "f32[b,s,1536]",
-    );
-    ok(
-        &fused(false, Some(UnaryOp::Relu), false),
-        &["f32[4,8]", "f32[3,8]"],
-        "f32[4,3]",
-    );
-    err(
-        &all,
-        &["f32[b,s,384]", "f32[1536,384]", "f32[1536]"],
-        "expected 4 operands, got 3",
-    );
-    err(
-        &all,
-        &["f32[b,s,384]", "f32[1536,384]", "f32[384]", "f32[b,s,1536]"],
-        "bias length and columns 384 and 1536 differ",
-    );
-    err(
-        &all,
-        &[
-            "f32[b,s,384]",
-            "f32[1536,384]",
-            "f32[1536]",
-            "f32[s,b,1536]",
-        ],
-        "the residual f32[s,b,1536] does not have the product's type f32[b,s,1536]",
-    );
-    err(
-        &fused(true, None, false),
-        &["f32[4,8]", "f32[3,8]", "f16[3]"],
-        "operands 0 and 2 have dtypes f32 and f16; insert an explicit cast",
     );
 }

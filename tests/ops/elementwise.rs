@@ -1,4 +1,3 @@
-use rlx::ir::FusedElementwise;
 use rlx::ir::{BinaryOp, CompareOp, DType, UnaryOp};
 use rlx::tensor::HostTensor;
 
@@ -389,23 +388,25 @@ fn casts_between_every_pair_of_dtypes() {
     check(&g, &[("x", &x)], &[], &[expected], 1.0);
 }
 
-/// `Op::FusedElementwise` against the f64 chain on every backend: scalars, an operand read
-/// twice, runtime dims, and sizes across several blocks and threads.
+/// A chain of elementwise ops against its f64 values on every backend, which the CPU runs as
+/// two fused kernels (the value read twice ends the first): scalars, an operand read twice,
+/// runtime dims, and sizes across several blocks and threads.
 #[test]
 fn fused_elementwise_chains() {
-    use rlx::ir::{ElementwiseArg as A, ElementwiseStep as S, Op};
+    use rlx::backend::Backend;
+    use rlx::cpu::CpuBackend;
     let mut rng = Rng(16);
-    // tanh(x·0.5 + y) · x, then minus its exp-of-negative: reads x twice, a scalar, and
-    // earlier steps twice.
-    let steps = vec![
-        S::Binary(BinaryOp::Mul, A::Operand(0), A::Operand(2)),
-        S::Binary(BinaryOp::Add, A::Step(0), A::Operand(1)),
-        S::Unary(UnaryOp::Tanh, A::Step(1)),
-        S::Binary(BinaryOp::Mul, A::Step(2), A::Operand(0)),
-        S::Unary(UnaryOp::Neg, A::Step(3)),
-        S::Unary(UnaryOp::Exp, A::Step(4)),
-        S::Binary(BinaryOp::Sub, A::Step(3), A::Step(5)),
-    ];
+    // t = tanh(x·s + y) · x, then t − exp(−t).
+    let chain = |b: &mut rlx::builder::GraphBuilder, i: &[rlx::ir::NodeId]| {
+        let (x, y, s) = (i[0], i[1], i[2]);
+        let t = b.mul(x, s).unwrap();
+        let t = b.add(t, y).unwrap();
+        let t = b.unary(UnaryOp::Tanh, t).unwrap();
+        let t = b.mul(t, x).unwrap();
+        let e = b.unary(UnaryOp::Neg, t).unwrap();
+        let e = b.unary(UnaryOp::Exp, e).unwrap();
+        b.binary(BinaryOp::Sub, t, e).unwrap()
+    };
     let reference = |x: f64, y: f64, s: f64| {
         let t = (x * s + y).tanh() * x;
         t - (-t).exp()
@@ -436,10 +437,20 @@ fn fused_elementwise_chains() {
                 ("y", dtype, declared(shape, symbols)),
                 ("s", dtype, declared(&[1], &[])),
             ];
-            let op = Op::FusedElementwise(FusedElementwise {
-                steps: steps.clone(),
-            });
-            let g = graph_of(&inputs, |b, i| b.op(op.clone(), i).unwrap());
+            let g = graph_of(&inputs, chain);
+            if matches!(dtype, DType::F32 | DType::F64) {
+                let lowered = CpuBackend::default()
+                    .compile(&g)
+                    .unwrap()
+                    .lowered()
+                    .to_string();
+                for fused in [
+                    "fused_elementwise[mul, add, tanh, mul]",
+                    "fused_elementwise[neg, exp, sub]",
+                ] {
+                    assert!(lowered.contains(fused), "{lowered}");
+                }
+            }
             check(
                 &g,
                 &[("x", &x), ("y", &y), ("s", &s)],
@@ -485,7 +496,7 @@ fn elementwise_fusion_keeps_results_and_exposed_values() {
                 let profile = exe
                     .profile(&[("x", x.view()), ("y", y.view())], &[], 1)
                     .unwrap();
-                (exe.graph().to_string(), out, profile.to_string())
+                (exe.lowered().to_string(), out, profile.to_string())
             };
             let (fused_text, fused, profile) = run(CpuOptions::default());
             let (plain_text, plain, _) = run(CpuOptions {

@@ -1,5 +1,5 @@
+use rlx::ir::MatMul;
 use rlx::ir::{DType, Op};
-use rlx::ir::{FusedMatMul, MatMul};
 
 use crate::harness::{check, declared, graph_of};
 use crate::reference::{FLOATS, Nd, Rng, indices, random, to_tensor};
@@ -143,19 +143,30 @@ fn matmul_with_an_empty_inner_dim_is_zero() {
     check(&g, &[("a", &a), ("b", &b)], &[], &[expected], 1.0);
 }
 
+/// A matmul's bias add, activation and residual add, on every backend against their f64
+/// values; the CPU runs each chain as one GEMM with that epilogue.
 #[test]
 fn fused_matmul_epilogues() {
-    use rlx::ir::{MatMulEpilogue, UnaryOp};
+    use rlx::backend::Backend;
+    use rlx::cpu::CpuBackend;
+    use rlx::ir::{BinaryOp, UnaryOp};
     let mut rng = Rng(14);
+    /// `activation(a·b + bias) + residual`, each part optional.
+    #[derive(Clone, Copy)]
+    struct Epilogue {
+        bias: bool,
+        activation: Option<UnaryOp>,
+        residual: bool,
+    }
     // (a shape, a runtime dims, b shape, transpose_b, epilogue)
     type Case = (
         Vec<usize>,
         Vec<(usize, &'static str)>,
         Vec<usize>,
         bool,
-        MatMulEpilogue,
+        Epilogue,
     );
-    let epilogue = |bias, activation, residual| MatMulEpilogue {
+    let epilogue = |bias, activation, residual| Epilogue {
         bias,
         activation,
         residual,
@@ -236,12 +247,40 @@ fn fused_matmul_epilogues() {
                 inputs.push(("residual", dtype, declared(&out_shape, ya)));
                 values.push(residual);
             }
-            let op = Op::FusedMatMul(FusedMatMul {
+            let product_op = Op::MatMul(MatMul {
                 transpose_a: false,
                 transpose_b: *tb,
-                epilogue: *ep,
             });
-            let g = graph_of(&inputs, |bld, i| bld.op(op.clone(), i).unwrap());
+            let g = graph_of(&inputs, |bld, i| {
+                let mut y = bld.op(product_op.clone(), &i[..2]).unwrap();
+                let mut extra = i[2..].iter();
+                if ep.bias {
+                    y = bld
+                        .binary(BinaryOp::Add, y, *extra.next().unwrap())
+                        .unwrap();
+                }
+                if let Some(kind) = ep.activation {
+                    y = bld.unary(kind, y).unwrap();
+                }
+                if ep.residual {
+                    y = bld
+                        .binary(BinaryOp::Add, y, *extra.next().unwrap())
+                        .unwrap();
+                }
+                y
+            });
+            let mut attrs: Vec<&str> = Vec::new();
+            attrs.extend(tb.then_some("transpose_b"));
+            attrs.extend(ep.bias.then_some("+bias"));
+            attrs.extend(ep.activation.map(|kind| kind.name()));
+            attrs.extend(ep.residual.then_some("+residual"));
+            let fused = format!("fused_matmul[{}]", attrs.join(", "));
+            let lowered = CpuBackend::default()
+                .compile(&g)
+                .unwrap()
+                .lowered()
+                .to_string();
+            assert!(lowered.contains(&fused), "{fused} in {lowered}");
             let k = sa[sa.len() - 1];
             let named: Vec<(&str, &rlx::tensor::HostTensor)> =
                 inputs.iter().map(|(name, ..)| *name).zip(&values).collect();
@@ -292,7 +331,7 @@ fn fusion_pass_keeps_results_and_exposed_values() {
             exe.set_weight("w", w.view()).unwrap();
             exe.set_weight("bias", bias.view()).unwrap();
             let out = exe.run(&[("x", x.view()), ("r", r.view())], &[]).unwrap();
-            (exe.graph().to_string(), out)
+            (exe.lowered().to_string(), out)
         };
         let (fused_text, fused) = run(CpuOptions::default());
         let (plain_text, plain) = run(CpuOptions {

@@ -8,6 +8,7 @@
 
 mod custom;
 mod fold;
+pub(crate) mod fuse;
 pub(crate) mod kernels;
 mod lower;
 pub mod memory;
@@ -19,6 +20,7 @@ pub use custom::{CustomInputs, CustomKernel, TensorMut};
 pub use kernels::simd::{Isa, detected_isa, isa};
 pub use plan::PlanReport;
 
+use std::fmt;
 use std::sync::{Arc, RwLock};
 
 use crate::backend::shared::{CustomOps, ParamTable, PlanCache, Pooled, ScratchPool, read, write};
@@ -266,9 +268,33 @@ fn output_bytes<'a>(
 }
 
 impl CpuExecutable {
-    /// The optimized graph that runs.
+    /// The optimized graph that runs, before this backend fuses any of its nodes.
     pub fn graph(&self) -> &Graph {
         &self.program.graph
+    }
+
+    /// The program as this backend runs it, printed like a graph: each fused node as its
+    /// fusion (`fused_matmul[+bias, gelu]`, `fused_elementwise[mul, tanh]`) over the values
+    /// it reads, and the nodes computed inside it left out.
+    ///
+    /// ```
+    /// use rlx::backend::Backend;
+    /// use rlx::cpu::CpuBackend;
+    /// use rlx::prelude::*;
+    /// let mut b = GraphBuilder::new();
+    /// let x = b.input("x", DType::F32, [Dim::sym("rows"), Dim::from(8)])?;
+    /// let w = b.param("w", DType::F32, [8, 4])?;
+    /// let bias = b.param("bias", DType::F32, [4])?;
+    /// let y = b.matmul(x, w)?;
+    /// let y = b.binary(BinaryOp::Add, y, bias)?;
+    /// let y = b.unary(UnaryOp::Gelu, y)?;
+    /// b.output("y", y)?;
+    /// let exe = CpuBackend::default().compile(&b.finish()?)?;
+    /// assert!(exe.lowered().to_string().contains("fused_matmul[+bias, gelu] %0, %1, %2"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn lowered(&self) -> impl fmt::Display + '_ {
+        &self.program
     }
 
     /// Memory figures of the plan for these runtime dims (made now if needed).
@@ -532,7 +558,7 @@ impl Executable for CpuExecutable {
             .flat_map(|plan| plan.thunk_nodes.iter())
             .zip(timings)
             .map(|(node, time)| ProfileStep {
-                op: self.program.graph[*node].op.name(),
+                op: self.program.op_name(*node),
                 node: Some(*node),
                 time,
             })

@@ -4,6 +4,7 @@
 //! the thunks. Every view is checked once here (bounds, and that no thunk writes memory it
 //! also reads), which is what makes the raw memory access in [`super::thunk`] sound.
 
+use super::fuse::Fusion;
 use super::lower::{LowerInput, lower, scratch_requests};
 use super::memory::{BufferRequest, plan_memory};
 use super::program::Program;
@@ -31,6 +32,8 @@ pub struct PlanReport {
 enum Storage {
     Static(usize),
     Arena(usize),
+    /// Computed inside a fused node, never stored.
+    None,
 }
 
 pub(crate) struct Plan {
@@ -65,7 +68,12 @@ impl Plan {
         };
         let (elided, sequence_major) = (&program.view_permutes, &program.sequence_major);
         for (id, node) in graph.iter() {
+            let fusion = &program.fusions[id.index()];
             let s = match &node.op {
+                _ if *fusion == Some(Fusion::Absorbed) => {
+                    storage.push(Storage::None);
+                    continue;
+                }
                 Op::Param | Op::Constant(_) => Storage::Static(
                     program.static_offsets[id.index()].expect("statics are laid out"),
                 ),
@@ -81,7 +89,7 @@ impl Plan {
                     Storage::Arena(requests.len() - 1)
                 }
             };
-            for input in &node.inputs {
+            for input in program.operands(id) {
                 if let Storage::Arena(b) = storage[input.index()] {
                     requests[b].end = requests[b].end.max(id.index());
                 }
@@ -95,12 +103,14 @@ impl Plan {
         }
         let mut scratch_of: Vec<Vec<(usize, usize)>> = vec![Vec::new(); graph.len()];
         for (id, node) in graph.iter() {
-            let operands: Vec<&[usize]> = node
-                .inputs
+            let fusion = program.fusions[id.index()].as_ref();
+            let operands: Vec<&[usize]> = program
+                .operands(id)
                 .iter()
                 .map(|i| shapes[i.index()].as_slice())
                 .collect();
-            for (dtype, len) in scratch_requests(node, &operands, &shapes[id.index()], threads) {
+            let out = &shapes[id.index()];
+            for (dtype, len) in scratch_requests(node, fusion, &operands, out, threads) {
                 let size = len * dtype.size_bytes();
                 requests.push(BufferRequest {
                     size,
@@ -126,6 +136,7 @@ impl Plan {
                     offset: memory.offsets[b],
                     len,
                 },
+                Storage::None => unreachable!("no thunk reads a value computed inside a fusion"),
             }
         };
 
@@ -133,9 +144,11 @@ impl Plan {
         let mut thunks = Vec::new();
         let mut thunk_nodes = Vec::new();
         for (id, node) in graph.iter() {
-            if elided[id.index()] {
+            let fusion = program.fusions[id.index()].as_ref();
+            if elided[id.index()] || fusion == Some(&Fusion::Absorbed) {
                 continue;
             }
+            let operands = program.operands(id);
             let scratch = scratch_of[id.index()]
                 .iter()
                 .map(|&(b, len)| View {
@@ -147,14 +160,14 @@ impl Plan {
             thunks.extend(lower(LowerInput {
                 id,
                 node,
-                operand_shapes: node
-                    .inputs
+                fusion,
+                operand_shapes: operands
                     .iter()
                     .map(|i| shapes[i.index()].as_slice())
                     .collect(),
                 out_shape: &shapes[id.index()],
-                operand_views: node.inputs.iter().map(|i| view_of(*i)).collect(),
-                operand_dtypes: node.inputs.iter().map(|i| graph[*i].ty.dtype).collect(),
+                operand_views: operands.iter().map(|i| view_of(*i)).collect(),
+                operand_dtypes: operands.iter().map(|i| graph[*i].ty.dtype).collect(),
                 out_view: view_of(id),
                 scratch,
                 threads,

@@ -1,7 +1,10 @@
-//! The compiled program: the optimized graph and everything fixed before any dims are
-//! bound (the static region, the input and symbol tables).
+//! The compiled program: the optimized graph, its fusions, and everything fixed before any
+//! dims are bound (the static region, the input and symbol tables).
+
+use std::fmt;
 
 use super::CpuOptions;
+use super::fuse::{self, Fusion};
 use super::kernels::gemm::{GemmAcc, GemmDims, kernel_shape, pack_b_whole, packed_b_len};
 use super::kernels::numeric::{FloatStore, accumulator};
 use super::memory::ALIGN;
@@ -9,7 +12,7 @@ use crate::backend::CompileError;
 use crate::backend::shared::CustomOps;
 use crate::backend::signature::Signature;
 use crate::ir::{DType, Graph, Node, NodeId, Op};
-use crate::ir::{FusedMatMul, MatMul, Permute, Reduce, Reshape};
+use crate::ir::{MatMul, Permute, Reduce, Reshape};
 use crate::passes::{self, Rewriter};
 
 impl Packing {
@@ -66,6 +69,8 @@ pub(crate) struct Packing {
 
 pub(crate) struct Program {
     pub graph: Graph,
+    /// Per node: how the CPU fuses it with its neighbours, `None` when it runs as itself.
+    pub fusions: Vec<Option<Fusion>>,
     /// The kernel of each custom op node.
     pub custom: Vec<Option<std::sync::Arc<dyn super::custom::CustomKernel>>>,
     pub signature: Signature,
@@ -81,6 +86,36 @@ pub(crate) struct Program {
     pub view_permutes: Vec<bool>,
     /// Per attention node: which of q, k, v and its output are stored `[.., S, H, D]`.
     pub sequence_major: Vec<[bool; 4]>,
+}
+
+impl Program {
+    /// The values node `id` reads as the CPU computes it: a fused node's are its fusion's.
+    pub(crate) fn operands(&self, id: NodeId) -> &[NodeId] {
+        match &self.fusions[id.index()] {
+            Some(fusion) => fusion.operands(),
+            None => &self.graph[id].inputs,
+        }
+    }
+
+    /// The name of what node `id` computes, as profiles show it.
+    pub(crate) fn op_name(&self, id: NodeId) -> &'static str {
+        match &self.fusions[id.index()] {
+            Some(fusion) => fusion.name(),
+            None => self.graph[id].op.name(),
+        }
+    }
+}
+
+/// The graph as the CPU runs it: a fused node is printed as its fusion over the fusion's
+/// operands, and the nodes computed inside it are left out.
+impl fmt::Display for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        crate::inspect::write_graph(f, &self.graph, |id, node| match &self.fusions[id.index()] {
+            None => Some((crate::inspect::describe(node), &node.inputs)),
+            Some(Fusion::Absorbed) => None,
+            Some(fusion) => Some((fusion.to_string(), fusion.operands())),
+        })
+    }
 }
 
 /// Splits reductions over non-adjacent axes into one reduction per run of adjacent axes
@@ -158,10 +193,13 @@ impl Program {
         if options.optimize {
             g = passes::standard(&g)?;
             g = super::fold::fold_constants(&g, options)?;
-            g = passes::pass("fuse_matmul_epilogues", passes::fuse_matmul_epilogues(&g))?;
-            g = passes::pass("fuse_elementwise", passes::fuse_elementwise(&g))?;
         }
         g = passes::pass("legalize", legalize(&g))?;
+        let fusions = if options.optimize {
+            fuse::fuse(&g)
+        } else {
+            vec![None; g.len()]
+        };
 
         // Static region: params and constants, each 64-byte aligned. It grows through
         // `grow`, which refuses sizes over the memory limit or that cannot be allocated.
@@ -212,12 +250,18 @@ impl Program {
         // per weight and orientation, shared by the matmuls that agree on it).
         let mut packed_b = vec![None; g.len()];
         for (id, node) in g.iter() {
-            let (Op::MatMul(MatMul { transpose_b, .. })
-            | Op::FusedMatMul(FusedMatMul { transpose_b, .. })) = node.op
-            else {
-                continue;
+            let (transpose_b, b) = match (&fusions[id.index()], &node.op) {
+                (
+                    Some(Fusion::MatMul {
+                        transpose_b,
+                        operands,
+                        ..
+                    }),
+                    _,
+                ) => (*transpose_b, operands[1]),
+                (None, Op::MatMul(MatMul { transpose_b, .. })) => (*transpose_b, node.inputs[1]),
+                _ => continue,
             };
-            let b = node.inputs[1];
             let b_node = &g.nodes()[b.index()];
             let Some(shape) = b_node.ty.shape.static_dims() else {
                 continue;
@@ -273,6 +317,7 @@ impl Program {
         Ok((
             Program {
                 graph: g,
+                fusions,
                 custom,
                 signature,
                 params,

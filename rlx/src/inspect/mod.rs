@@ -3,11 +3,13 @@
 mod dot;
 mod text;
 
+pub(crate) use text::write_graph;
+
 use crate::ir::{ConstantData, Node, Op};
 
 /// The op with its attributes and its leaf payload: `input "x"`, `const 0.5`,
 /// `softmax[axis=1]`.
-fn describe(node: &Node) -> String {
+pub(crate) fn describe(node: &Node) -> String {
     match (&node.op, node.name.as_deref()) {
         (Op::Input | Op::Param, Some(name)) => format!("{} {name:?}", node.op),
         (Op::Constant(data), name) => {

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use super::describe;
-use crate::ir::Graph;
+use crate::ir::{Graph, Node, NodeId};
 
 /// One line per node, `%id:type = op[attrs] operands`, then the outputs:
 ///
@@ -29,22 +29,35 @@ use crate::ir::Graph;
 /// ```
 impl fmt::Display for Graph {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (id, node) in self.iter() {
-            write!(f, "{id}:{} = {}", node.ty, describe(node))?;
-            for (i, input) in node.inputs.iter().enumerate() {
-                f.write_str(if i == 0 { " " } else { ", " })?;
-                write!(f, "{input}")?;
-            }
-            if let (false, Some(label)) = (node.op.is_leaf(), &node.name) {
-                write!(f, "  # {label}")?;
-            }
-            writeln!(f)?;
-        }
-        f.write_str("return")?;
-        for (i, out) in self.outputs().iter().enumerate() {
-            f.write_str(if i == 0 { " " } else { ", " })?;
-            write!(f, "{}={}", out.name, out.node)?;
-        }
-        writeln!(f)
+        write_graph(f, self, |_, node| Some((describe(node), &node.inputs)))
     }
+}
+
+/// The text of `graph` with each node's op and operands as `line` gives them, leaving out
+/// nodes it answers `None` for: a backend's lowered program, printed like a graph.
+pub(crate) fn write_graph<'g>(
+    f: &mut fmt::Formatter<'_>,
+    graph: &'g Graph,
+    line: impl Fn(NodeId, &'g Node) -> Option<(String, &'g [NodeId])>,
+) -> fmt::Result {
+    for (id, node) in graph.iter() {
+        let Some((op, operands)) = line(id, node) else {
+            continue;
+        };
+        write!(f, "{id}:{} = {op}", node.ty)?;
+        for (i, input) in operands.iter().enumerate() {
+            f.write_str(if i == 0 { " " } else { ", " })?;
+            write!(f, "{input}")?;
+        }
+        if let (false, Some(label)) = (node.op.is_leaf(), &node.name) {
+            write!(f, "  # {label}")?;
+        }
+        writeln!(f)?;
+    }
+    f.write_str("return")?;
+    for (i, out) in graph.outputs().iter().enumerate() {
+        f.write_str(if i == 0 { " " } else { ", " })?;
+        write!(f, "{}={}", out.name, out.node)?;
+    }
+    writeln!(f)
 }

@@ -6,7 +6,6 @@ mod constant;
 mod dim;
 mod dtype;
 mod error;
-mod fused;
 mod graph;
 mod kinds;
 mod node;
@@ -15,10 +14,10 @@ mod shape;
 mod verify;
 
 pub use crate::ops::{
-    ArgReduce, Attention, Broadcast, Cast, Concat, Conv, ConvTranspose, Cumsum, Custom,
-    FusedElementwise, FusedMatMul, Gather, Judgement, LayerNorm, MatMul, OpKind, Pad, Permute,
-    Pool, QuantizedMatMul, Reduce, ReferenceError, Reshape, RmsNorm, Rope, Sampled, Sampler,
-    ScatterAdd, Slice, Softmax, Sort, Tolerance, TopK, Upsample, evaluate_reference,
+    ArgReduce, Attention, Broadcast, Cast, Concat, Conv, ConvTranspose, Cumsum, Custom, Gather,
+    Judgement, LayerNorm, MatMul, OpKind, Pad, Permute, Pool, QuantizedMatMul, Reduce,
+    ReferenceError, Reshape, RmsNorm, Rope, Sampled, Sampler, ScatterAdd, Slice, Softmax, Sort,
+    Tolerance, TopK, Upsample, evaluate_reference,
 };
 pub use constant::{ConstantData, ConstantError, Scalar};
 pub use dim::{Dim, DimExpr, EvalDimError, Symbol};
@@ -30,8 +29,8 @@ pub use kinds::Domain;
 pub use kinds::UpsampleTap;
 pub use node::{Node, NodeId};
 pub use op::{
-    ArgReduceOp, AttentionMask, AttrValue, BinaryOp, CompareOp, ElementwiseArg, ElementwiseStep,
-    MatMulEpilogue, Op, PoolKind, ReduceOp, SortOutput, UnaryOp, UpsampleMode,
+    ArgReduceOp, AttentionMask, AttrValue, BinaryOp, CompareOp, Op, PoolKind, ReduceOp, SortOutput,
+    UnaryOp, UpsampleMode,
 };
 pub use shape::{Shape, TensorType};
 pub use verify::VerifyError;

@@ -8,7 +8,6 @@
 use std::fmt;
 
 use super::constant::ConstantData;
-pub use super::fused::{ElementwiseArg, ElementwiseStep, MatMulEpilogue};
 pub use super::kinds::{
     ArgReduceOp, BinaryOp, CompareOp, PoolKind, ReduceOp, SortOutput, UnaryOp, UpsampleMode,
 };
@@ -89,10 +88,6 @@ pub enum Op {
     Cast(Cast),
     /// See [`MatMul`].
     MatMul(MatMul),
-    /// See [`FusedMatMul`].
-    FusedMatMul(FusedMatMul),
-    /// See [`FusedElementwise`].
-    FusedElementwise(FusedElementwise),
     /// See [`Reduce`].
     Reduce(Reduce),
     /// See [`ArgReduce`].

@@ -176,8 +176,6 @@ impl Backend for MlxBackend {
     fn compile(&self, graph: &Graph) -> Result<MlxExecutable, CompileError> {
         check_compilable(self, graph)?;
         let g = passes::standard(graph)?;
-        // Matmul epilogues fused, so a bias reaches the GEMM (see `lower`).
-        let g = passes::pass("fuse_matmul_epilogues", passes::fuse_matmul_epilogues(&g))?;
         self.check_device(&g)?;
         let narrow = match self.precision {
             Precision::F16 => Some(DType::F16),

@@ -14,11 +14,11 @@
 //!   ids, and up to 135 us for a 3 us divide whose output landed in such a buffer.
 
 use crate::backend::shared::ParamTable;
-use crate::ir::{FusedMatMul, MatMul};
+use crate::ir::MatMul;
 use crate::ir::{Graph, Op};
 
 /// Per param of `params`: whether it is stored K-major, which is when it has rank 2 or more
-/// and every use of it is as the right operand of a (fused) matrix product that reads it
+/// and every use of it is as the right operand of a matrix product that reads it
 /// untransposed. A param with any other use keeps MLX's row-major layout, which elementwise
 /// and indexing kernels read fastest.
 pub(crate) fn k_major_params(graph: &Graph, params: &ParamTable) -> Vec<bool> {
@@ -36,9 +36,6 @@ pub(crate) fn k_major_params(graph: &Graph, params: &ParamTable) -> Vec<bool> {
                     let untransposed_rhs = matches!(
                         node.op,
                         Op::MatMul(MatMul {
-                            transpose_b: false,
-                            ..
-                        }) | Op::FusedMatMul(FusedMatMul {
                             transpose_b: false,
                             ..
                         })

@@ -1,9 +1,9 @@
 //! Lowering a graph, with its runtime dims bound, to lazy MLX arrays.
 
 use crate::ir::{
-    ArgReduce, Attention, Cast, Concat, Conv, ConvTranspose, Cumsum, FusedElementwise, FusedMatMul,
-    Gather, LayerNorm, MatMul, Pad, Permute, Pool, QuantizedMatMul, Reduce, RmsNorm, Rope,
-    ScatterAdd, Slice, Softmax, Sort, TopK, Upsample,
+    ArgReduce, Attention, Cast, Concat, Conv, ConvTranspose, Cumsum, Gather, LayerNorm, MatMul,
+    Pad, Permute, Pool, QuantizedMatMul, Reduce, RmsNorm, Rope, ScatterAdd, Slice, Softmax, Sort,
+    TopK, Upsample,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,16 +13,15 @@ use super::array::{Array, MlxError};
 use super::device::Device;
 use super::ops::MaskArg;
 use crate::backend::{NodeSite, RunError};
-use crate::ir::{
-    AttentionMask, BinaryOp, ConstantData, DType, ElementwiseArg, ElementwiseStep, Graph, Node,
-    NodeId, Op, ReduceOp,
-};
+use crate::ir::{AttentionMask, ConstantData, DType, Graph, Node, NodeId, Op, ReduceOp};
 use crate::tensor::TensorRef;
 
 /// Everything fixed once per binding that lowering reads. Shared with the `mlx::compile`
 /// callback, so it owns its data.
 pub(crate) struct Lowering {
     pub graph: Arc<Graph>,
+    /// The adds of a bias to a matmul, lowered together as one GEMM.
+    pub bias_adds: BiasAdds,
     /// Concrete dims of every node.
     pub shapes: Vec<Vec<usize>>,
     /// The array of each constant node.
@@ -38,6 +37,51 @@ pub(crate) struct Lowering {
     /// A lowering has checked every node's dtype and dims against the graph; they are
     /// the same for every run of this binding, so later runs skip the check.
     pub verified: AtomicBool,
+}
+
+/// The adds of a `[N]` bias to a matmul nothing else reads: each is lowered as one GEMM
+/// with the bias (a cuBLASLt epilogue on a GPU), and the matmul alone is not built. MLX's
+/// compiled mode fuses the elementwise ops that follow by itself.
+pub(crate) struct BiasAdds {
+    /// Per add node: its product and its bias.
+    of: Vec<Option<BiasAdd>>,
+    /// Per node: a matmul its add computes.
+    folded: Vec<bool>,
+}
+
+/// `a·b + bias`, with the matmul's operands read as its transposes say.
+struct BiasAdd {
+    a: NodeId,
+    b: NodeId,
+    bias: NodeId,
+    transpose_a: bool,
+    transpose_b: bool,
+}
+
+impl BiasAdds {
+    pub(crate) fn of(graph: &Graph) -> BiasAdds {
+        let mut of: Vec<Option<BiasAdd>> = (0..graph.len()).map(|_| None).collect();
+        let mut folded = vec![false; graph.len()];
+        let adds = crate::passes::epilogue::matmul_bias_adds(graph);
+        for (add, (matmul, bias)) in adds
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, a)| Some((i, a?)))
+        {
+            let (product, Op::MatMul(m)) = (&graph[matmul], &graph[matmul].op) else {
+                continue;
+            };
+            folded[matmul.index()] = true;
+            of[add] = Some(BiasAdd {
+                a: product.inputs[0],
+                b: product.inputs[1],
+                bias,
+                transpose_a: m.transpose_a,
+                transpose_b: m.transpose_b,
+            });
+        }
+        BiasAdds { of, folded }
+    }
 }
 
 /// The arrays of a graph's constant nodes, indexed by node.
@@ -152,11 +196,14 @@ impl Lowering {
         let verify = !self.verified.load(Ordering::Relaxed);
         let mut checks = Vec::new();
         for (id, node) in graph.iter() {
-            if values[id.index()].is_some() {
+            if values[id.index()].is_some() || self.bias_adds.folded[id.index()] {
                 continue;
             }
-            let operands: Vec<&Array> = node
-                .inputs
+            let inputs = match &self.bias_adds.of[id.index()] {
+                Some(add) => vec![add.a, add.b, add.bias],
+                None => node.inputs.clone(),
+            };
+            let operands: Vec<&Array> = inputs
                 .iter()
                 .map(|i| values[i.index()].as_ref().expect("operands come first"))
                 .collect();
@@ -245,34 +292,10 @@ impl Lowering {
                 .clone()
                 .ok_or_else(|| MlxError::new("constant not uploaded"))?,
             Op::Unary(u) => x[0].unary(*u)?,
-            Op::Binary(b) => x[0].binary(*b, x[1])?,
-            Op::FusedElementwise(FusedElementwise { steps }) => {
-                // As its ops: MLX's compiled mode fuses elementwise chains itself.
-                let mut values: Vec<Array> = Vec::with_capacity(steps.len());
-                for step in steps {
-                    let value = {
-                        let arg = |a: ElementwiseArg| -> Result<&Array, MlxError> {
-                            match a {
-                                ElementwiseArg::Operand(i) => x
-                                    .get(i)
-                                    .copied()
-                                    .ok_or_else(|| MlxError::new("fused operand missing")),
-                                ElementwiseArg::Step(s) => values
-                                    .get(s)
-                                    .ok_or_else(|| MlxError::new("fused step missing")),
-                            }
-                        };
-                        match *step {
-                            ElementwiseStep::Unary(kind, a) => arg(a)?.unary(kind)?,
-                            ElementwiseStep::Binary(kind, a, b) => arg(a)?.binary(kind, arg(b)?)?,
-                        }
-                    };
-                    values.push(value);
-                }
-                values
-                    .pop()
-                    .ok_or_else(|| MlxError::new("fused elementwise op without steps"))?
-            }
+            Op::Binary(b) => match &self.bias_adds.of[id.index()] {
+                Some(add) => x[0].matmul_bias(x[1], x[2], add.transpose_a, add.transpose_b)?,
+                None => x[0].binary(*b, x[1])?,
+            },
             Op::Compare(c) => x[0].compare(*c, x[1])?,
             Op::Where => x[0].select(x[1], x[2])?,
             Op::Cast(Cast { to }) => x[0].cast(*to)?,
@@ -280,31 +303,6 @@ impl Lowering {
                 transpose_a,
                 transpose_b,
             }) => x[0].matmul(x[1], *transpose_a, *transpose_b)?,
-            Op::FusedMatMul(FusedMatMul {
-                transpose_a,
-                transpose_b,
-                epilogue,
-            }) => {
-                // The bias goes into the GEMM (a cuBLASLt epilogue on a GPU); MLX fuses the
-                // elementwise rest itself (compiled mode).
-                let mut extra = x[2..].iter();
-                let mut y = if epilogue.bias {
-                    let bias = extra.next().ok_or_else(|| MlxError::new("bias missing"))?;
-                    x[0].matmul_bias(x[1], bias, *transpose_a, *transpose_b)?
-                } else {
-                    x[0].matmul(x[1], *transpose_a, *transpose_b)?
-                };
-                if let Some(kind) = epilogue.activation {
-                    y = y.unary(kind)?;
-                }
-                if epilogue.residual {
-                    let residual = extra
-                        .next()
-                        .ok_or_else(|| MlxError::new("residual missing"))?;
-                    y = y.binary(BinaryOp::Add, residual)?;
-                }
-                y
-            }
             Op::Reduce(Reduce {
                 op,
                 axes,

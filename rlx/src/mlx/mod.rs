@@ -60,7 +60,7 @@ use crate::passes;
 use crate::tensor::{HostTensor, TensorRef};
 use compiled::Function;
 use layout::k_major_params;
-use lower::{Constants, Lowering, eval_error, upload_constants};
+use lower::{BiasAdds, Constants, Lowering, eval_error, upload_constants};
 
 /// How runs are evaluated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -239,6 +239,7 @@ impl MlxExecutable {
             let shapes = concrete_shapes(&self.graph, &self.signature, values, MAX_RANK, "MLX")?;
             let lowering = Arc::new(Lowering {
                 graph: self.graph.clone(),
+                bias_adds: BiasAdds::of(&self.graph),
                 shapes,
                 constants: self.constants.clone(),
                 custom: self.custom.clone(),

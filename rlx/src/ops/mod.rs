@@ -37,9 +37,9 @@ mod spatial;
 mod tolerance;
 
 pub use custom::Custom;
-pub use elementwise::{Cast, FusedElementwise};
+pub use elementwise::Cast;
 pub use evaluate::{ReferenceError, evaluate_reference};
-pub use linalg::{FusedMatMul, MatMul, QuantizedMatMul};
+pub use linalg::{MatMul, QuantizedMatMul};
 pub use movement::{Broadcast, Concat, Gather, Pad, Permute, Reshape, ScatterAdd, Slice};
 pub use nn::{Attention, Rope};
 pub use norm::{LayerNorm, RmsNorm};
@@ -119,8 +119,6 @@ macro_rules! op_structs {
 op_structs!(
     Cast,
     MatMul,
-    FusedMatMul,
-    FusedElementwise,
     Reduce,
     ArgReduce,
     Cumsum,
@@ -212,8 +210,6 @@ registry! {
     Where: Op::Where => &elementwise::Where, elementwise::Where;
     Cast: Op::Cast(op) => op, Cast;
     MatMul: Op::MatMul(op) => op, MatMul;
-    FusedMatMul: Op::FusedMatMul(op) => op, FusedMatMul;
-    FusedElementwise: Op::FusedElementwise(op) => op, FusedElementwise;
     Reduce: Op::Reduce(op) => op, Reduce;
     ArgReduce: Op::ArgReduce(op) => op, ArgReduce;
     Cumsum: Op::Cumsum(op) => op, Cumsum;

@@ -6,23 +6,18 @@
 //! - [`simplify`]: removes identities (same-shape reshape or broadcast, identity permute,
 //!   same-dtype cast, full slice, single-operand concat, zero padding).
 //!
-//! - [`fuse_matmul_epilogues`]: folds a matmul's bias add, activation and residual add into
-//!   one [`Op::FusedMatMul`](crate::ir::Op::FusedMatMul) (the CPU backend runs it).
-//! - [`fuse_elementwise`]: folds chains of elementwise float ops into one
-//!   [`Op::FusedElementwise`](crate::ir::Op::FusedElementwise) (the CPU backend runs it).
-//!
 //! - [`decompose`]: replaces composite ops by their decompositions (for a backend without
 //!   a kernel of its own, or to see a graph as primitives only).
 //! - [`compute_in`]: computes a float32 graph in float16 or bfloat16 behind a float32
 //!   interface (the MLX backend's half precisions).
 //!
-//! Constant folding needs kernels and lives with each backend.
+//! Constant folding needs kernels, and fusion is a choice of kernels: both live with each
+//! backend.
 
 mod cse;
 mod dce;
 mod decompose;
-mod fuse;
-mod fuse_elementwise;
+pub(crate) mod epilogue;
 mod precision;
 mod rewrite;
 mod simplify;
@@ -30,8 +25,6 @@ mod simplify;
 pub use cse::cse;
 pub use dce::dce;
 pub use decompose::decompose;
-pub use fuse::fuse_matmul_epilogues;
-pub use fuse_elementwise::fuse_elementwise;
 pub use precision::compute_in;
 pub use simplify::simplify;
 

@@ -3,7 +3,8 @@
 use super::layout::{Strided, for_each_chunk};
 use super::numeric::{FloatStore, Int, Real};
 use super::simd::vectorized;
-use crate::ir::{BinaryOp, CompareOp, ElementwiseArg, ElementwiseStep, UnaryOp};
+use crate::cpu::fuse::{ElementwiseArg, ElementwiseStep};
+use crate::ir::{BinaryOp, CompareOp, UnaryOp};
 
 fn gelu_tanh<R: Real>(x: R) -> R {
     // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))

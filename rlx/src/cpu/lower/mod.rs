@@ -3,10 +3,11 @@
 mod geometry;
 mod scratch;
 
-use crate::ir::{Concat, FusedMatMul, LayerNorm, Pad, Permute, RmsNorm, Slice, TopK};
+use crate::ir::{Concat, LayerNorm, Pad, Permute, RmsNorm, Slice, TopK};
 use scratch::attention_tiling;
 pub(crate) use scratch::scratch_requests;
 
+use super::fuse::{Fusion, MatMulEpilogue};
 use super::kernels::gemm::{GemmPlan, kernel_shape};
 use super::kernels::layout::{Strided, contiguous_strides};
 use super::kernels::linalg::QuantDims;
@@ -22,6 +23,8 @@ use geometry::{axis3, batch_workers, conv_geometry, matmul_layout, numel, resize
 pub(crate) struct LowerInput<'a> {
     pub id: NodeId,
     pub node: &'a Node,
+    /// How the CPU fuses the node (its operands are then the fusion's).
+    pub fusion: Option<&'a Fusion>,
     /// Concrete dims of each operand, then of the output.
     pub operand_shapes: Vec<&'a [usize]>,
     pub out_shape: &'a [usize],
@@ -45,6 +48,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
     let LowerInput {
         id,
         node,
+        fusion,
         operand_shapes: shapes,
         out_shape,
         operand_views: views,
@@ -62,16 +66,43 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
     }
     let operand_dtype = |i: usize| operand_dtypes[i];
     let site = NodeSite::of(id, node);
-    match &node.op {
-        Op::Input | Op::Param | Op::Constant(_) | Op::Reshape(_) | Op::StopGradient => Vec::new(),
-        Op::Unary(kind) => vec![boxed(thunks::Unary {
-            kind: *kind,
+    let gemm = |transpose_a: bool, transpose_b: bool, epilogue: Option<&MatMulEpilogue>| {
+        let (dims, batches) =
+            matmul_layout(transpose_a, transpose_b, shapes[0], shapes[1], out_shape);
+        let plan = GemmPlan::new(dims, threads, kernel_shape(accumulator(dtype)));
+        let epilogue = epilogue.map(|epilogue| {
+            let mut extra = views[2..].iter().copied();
+            thunks::EpilogueViews {
+                bias: epilogue.bias.then(|| extra.next()).flatten(),
+                activation: epilogue.activation,
+                residual: epilogue.residual.then(|| extra.next()).flatten(),
+            }
+        });
+        vec![boxed(thunks::MatMul {
             dtype,
-            x: views[0],
+            batch_workers: batch_workers(&plan, batches.len(), threads),
+            plan,
+            batches,
+            a: views[0],
+            b: views[1],
             out,
-        })],
-        Op::FusedElementwise(crate::ir::FusedElementwise { steps }) => {
-            vec![boxed(thunks::FusedElementwise {
+            scratch: scratch[0],
+            wide_out: scratch.get(1).copied(),
+            packed_b,
+            epilogue,
+        })]
+    };
+    match fusion {
+        None => {}
+        Some(Fusion::Absorbed) => return Vec::new(),
+        Some(Fusion::MatMul {
+            transpose_a,
+            transpose_b,
+            epilogue,
+            ..
+        }) => return gemm(*transpose_a, *transpose_b, Some(epilogue)),
+        Some(Fusion::Elementwise { steps, .. }) => {
+            return vec![boxed(thunks::FusedElementwise {
                 steps: steps.clone(),
                 dtype,
                 operands: views
@@ -80,8 +111,17 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                     .map(|(view, shape)| (*view, numel(shape) == 1 && numel(out_shape) != 1))
                     .collect(),
                 out,
-            })]
+            })];
         }
+    }
+    match &node.op {
+        Op::Input | Op::Param | Op::Constant(_) | Op::Reshape(_) | Op::StopGradient => Vec::new(),
+        Op::Unary(kind) => vec![boxed(thunks::Unary {
+            kind: *kind,
+            dtype,
+            x: views[0],
+            out,
+        })],
         Op::Binary(kind) => vec![boxed(thunks::Binary {
             kind: *kind,
             dtype,
@@ -115,40 +155,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
         Op::MatMul(crate::ir::MatMul {
             transpose_a,
             transpose_b,
-        })
-        | Op::FusedMatMul(FusedMatMul {
-            transpose_a,
-            transpose_b,
-            ..
-        }) => {
-            let (dims, batches) =
-                matmul_layout(*transpose_a, *transpose_b, shapes[0], shapes[1], out_shape);
-            let plan = GemmPlan::new(dims, threads, kernel_shape(accumulator(dtype)));
-            let epilogue = match &node.op {
-                Op::FusedMatMul(FusedMatMul { epilogue, .. }) => {
-                    let mut extra = views[2..].iter().copied();
-                    Some(thunks::EpilogueViews {
-                        bias: epilogue.bias.then(|| extra.next()).flatten(),
-                        activation: epilogue.activation,
-                        residual: epilogue.residual.then(|| extra.next()).flatten(),
-                    })
-                }
-                _ => None,
-            };
-            vec![boxed(thunks::MatMul {
-                dtype,
-                batch_workers: batch_workers(&plan, batches.len(), threads),
-                plan,
-                batches,
-                a: views[0],
-                b: views[1],
-                out,
-                scratch: scratch[0],
-                wide_out: scratch.get(1).copied(),
-                packed_b,
-                epilogue,
-            })]
-        }
+        }) => gemm(*transpose_a, *transpose_b, None),
         Op::Reduce(crate::ir::Reduce { op, axes, .. }) => {
             let (first, last) = (axes[0], axes[axes.len() - 1]);
             debug_assert_eq!(

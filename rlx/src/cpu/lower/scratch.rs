@@ -2,11 +2,12 @@
 //! tiles, im2col columns, sort orders, LU workspace), decided from concrete shapes.
 
 use super::geometry::{batch_workers, conv_geometry, matmul_layout, numel};
+use crate::cpu::fuse::Fusion;
 use crate::cpu::kernels::gemm::{GemmPlan, kernel_shape};
 use crate::cpu::kernels::nn::AttentionTiling;
 use crate::cpu::kernels::numeric::accumulator;
 use crate::ir::{DType, Node, Op};
-use crate::ir::{FusedMatMul, MatMul, Sort, TopK};
+use crate::ir::{MatMul, Sort, TopK};
 
 /// How an attention of these query, key and output shapes is blocked.
 pub(super) fn attention_tiling(
@@ -31,6 +32,7 @@ pub(super) fn attention_tiling(
 /// Scratch buffers `(dtype, elements)` the node needs while it runs.
 pub(crate) fn scratch_requests(
     node: &Node,
+    fusion: Option<&Fusion>,
     operands: &[&[usize]],
     out: &[usize],
     threads: usize,
@@ -41,26 +43,31 @@ pub(crate) fn scratch_requests(
     if numel(out) == 0 {
         return Vec::new();
     }
+    let gemm = |transpose_a: bool, transpose_b: bool| {
+        let (dims, batches) =
+            matmul_layout(transpose_a, transpose_b, operands[0], operands[1], out);
+        let plan = GemmPlan::new(dims, threads, kernel_shape(accumulator(dtype)));
+        let workers = batch_workers(&plan, batches.len(), threads);
+        let mut requests = vec![(accumulator(dtype), workers * plan.scratch_len())];
+        if half {
+            requests.push((DType::F32, workers * dims.m * dims.n));
+        }
+        requests
+    };
+    match fusion {
+        None => {}
+        Some(Fusion::MatMul {
+            transpose_a,
+            transpose_b,
+            ..
+        }) => return gemm(*transpose_a, *transpose_b),
+        Some(Fusion::Absorbed | Fusion::Elementwise { .. }) => return Vec::new(),
+    }
     match &node.op {
         Op::MatMul(MatMul {
             transpose_a,
             transpose_b,
-        })
-        | Op::FusedMatMul(FusedMatMul {
-            transpose_a,
-            transpose_b,
-            ..
-        }) => {
-            let (dims, batches) =
-                matmul_layout(*transpose_a, *transpose_b, operands[0], operands[1], out);
-            let plan = GemmPlan::new(dims, threads, kernel_shape(accumulator(dtype)));
-            let workers = batch_workers(&plan, batches.len(), threads);
-            let mut requests = vec![(accumulator(dtype), workers * plan.scratch_len())];
-            if half {
-                requests.push((DType::F32, workers * dims.m * dims.n));
-            }
-            requests
-        }
+        }) => gemm(*transpose_a, *transpose_b),
         Op::TopK(TopK { axis, .. }) | Op::Sort(Sort { axis, .. }) => {
             vec![(DType::I32, operands[0][*axis])]
         }
@@ -84,7 +91,6 @@ pub(crate) fn scratch_requests(
         | Op::Constant(_)
         | Op::Unary(_)
         | Op::Binary(_)
-        | Op::FusedElementwise(_)
         | Op::Compare(_)
         | Op::Where
         | Op::Cast(_)

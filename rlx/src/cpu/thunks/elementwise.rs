@@ -2,11 +2,12 @@
 
 use super::{Accesses, Kernel, Memory, View, float_type, int_type, word_type};
 use crate::backend::RunError;
+use crate::cpu::fuse::ElementwiseStep;
 use crate::cpu::kernels::cast::{BoolByte, CastFrom};
 use crate::cpu::kernels::elementwise as ew;
 use crate::cpu::kernels::layout::Strided;
 use crate::cpu::kernels::numeric::FloatStore;
-use crate::ir::{BinaryOp, CompareOp, DType, ElementwiseStep, UnaryOp};
+use crate::ir::{BinaryOp, CompareOp, DType, UnaryOp};
 
 /// `out = kind(x)`.
 #[derive(Clone, Debug)]

@@ -6,73 +6,7 @@ use std::f64::consts::{FRAC_2_SQRT_PI, PI, SQRT_2};
 use crate::autodiff::Emitter;
 use crate::autodiff::Grad;
 use crate::autodiff::GradError;
-use crate::ir::{BinaryOp, CompareOp, ElementwiseArg, ElementwiseStep, NodeId, Op, UnaryOp};
-
-/// A fused chain: its steps are recomputed as their own ops (the primitives' rules need
-/// their values), then differentiated in reverse, summing what reaches each value as
-/// `gradients` does across a graph. An operand no step on the way to the result reads gets
-/// zeros.
-pub(crate) fn fused(
-    e: &mut Emitter<'_>,
-    x: &[NodeId],
-    steps: &[ElementwiseStep],
-    g: NodeId,
-) -> Result<Vec<Grad>, GradError> {
-    let read = |values: &[NodeId], a: ElementwiseArg| match a {
-        ElementwiseArg::Operand(i) => x[i],
-        ElementwiseArg::Step(s) => values[s],
-    };
-    let mut values = Vec::with_capacity(steps.len());
-    for step in steps {
-        let value = match *step {
-            ElementwiseStep::Unary(kind, a) => e.unary(kind, read(&values, a))?,
-            ElementwiseStep::Binary(kind, a, b) => {
-                e.binary(kind, read(&values, a), read(&values, b))?
-            }
-        };
-        values.push(value);
-    }
-    let mut step_grads: Vec<Option<NodeId>> = vec![None; steps.len()];
-    if let Some(last) = step_grads.last_mut() {
-        *last = Some(g);
-    }
-    let mut operand_grads: Vec<Option<NodeId>> = vec![None; x.len()];
-    for (s, step) in steps.iter().enumerate().rev() {
-        let Some(gs) = step_grads[s] else {
-            continue; // nothing on the way to the result reads this step
-        };
-        let grads = match *step {
-            ElementwiseStep::Unary(kind, a) => unary(e, kind, read(&values, a), values[s], gs)?,
-            ElementwiseStep::Binary(kind, a, b) => {
-                binary(e, kind, read(&values, a), read(&values, b), values[s], gs)?
-            }
-        };
-        for (arg, grad) in step.args().into_iter().zip(grads) {
-            // Float unary and binary rules always give a cotangent; pass anything else on.
-            let Grad::Some(grad) = grad else {
-                return Ok(vec![grad; x.len()]);
-            };
-            let slot = match arg {
-                ElementwiseArg::Operand(i) => &mut operand_grads[i],
-                ElementwiseArg::Step(t) => &mut step_grads[t],
-            };
-            *slot = Some(match *slot {
-                Some(sum) => e.add(sum, grad)?,
-                None => grad,
-            });
-        }
-    }
-    operand_grads
-        .into_iter()
-        .zip(x)
-        .map(|(grad, &operand)| {
-            Ok(Grad::Some(match grad {
-                Some(grad) => grad,
-                None => e.zeros_like(operand)?,
-            }))
-        })
-        .collect()
-}
+use crate::ir::{BinaryOp, CompareOp, NodeId, Op, UnaryOp};
 
 /// `d/dx` of `kind` times `g`, where `y = kind(x)`.
 pub(crate) fn unary(

@@ -1,12 +1,9 @@
-//! Elementwise ops: unary and binary math, comparisons, `where`, casts, and the fused
-//! chains the CPU lowering makes of them.
+//! Elementwise ops: unary and binary math, comparisons, `where` and casts.
 
 mod grad;
 pub(crate) mod infer;
 pub(crate) mod reference;
 mod sample;
-
-pub(crate) use grad::unary as unary_grad;
 
 use super::array::{Array, Out};
 use super::sample::{Sampled, Sampler};
@@ -14,26 +11,13 @@ use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::builder::{BuildError, GraphBuilder};
-use crate::ir::{
-    BinaryOp, CompareOp, DType, ElementwiseStep, InferError, NodeId, Op, TensorType, UnaryOp,
-};
+use crate::ir::{BinaryOp, CompareOp, DType, InferError, NodeId, Op, TensorType, UnaryOp};
 
 /// Conversion to another dtype (Rust `as` semantics). Operands: `x`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Cast {
     /// Target dtype.
     pub to: DType,
-}
-
-/// A chain of elementwise float ops evaluated in one pass over memory: each step reads
-/// the fused node's operands and earlier steps' results, and the last step's is the
-/// output. Made by [`fuse_elementwise`](crate::passes::fuse_elementwise), not by
-/// frontends. Operands: one float dtype, each of the output's shape or a scalar (every
-/// dim a static 1).
-#[derive(Clone, Debug, PartialEq)]
-pub struct FusedElementwise {
-    /// The ops, in evaluation order (at least one).
-    pub steps: Vec<ElementwiseStep>,
 }
 
 /// `cond ? a : b` ([`Op::Where`]).
@@ -282,58 +266,6 @@ impl Primitive for Cast {
 
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::cast(s)
-    }
-
-    /// A primitive.
-    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
-        None
-    }
-}
-
-impl Primitive for FusedElementwise {
-    fn name(&self) -> &'static str {
-        "fused_elementwise"
-    }
-
-    fn attrs(&self, out: &mut Vec<String>) {
-        out.extend(self.steps.iter().map(|step| step.name().to_string()));
-    }
-
-    fn bind_dims(&self, _: &[usize]) -> Op {
-        Op::FusedElementwise(self.clone())
-    }
-
-    fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
-        infer::fused(&self.steps, inputs)
-    }
-
-    fn vjp(
-        &self,
-        e: &mut Emitter<'_>,
-        _: NodeId,
-        x: &[NodeId],
-        g: NodeId,
-    ) -> Result<Vec<Grad>, GradError> {
-        grad::fused(e, x, &self.steps, g)
-    }
-
-    fn tolerance(&self, x: &Operands<'_>) -> Bound {
-        // Each step may be a transcendental of the last one's result.
-        let n = self.steps.len() as f64;
-        Bound::Within {
-            rel: 64.0 * x.u * n,
-            abs: 64.0 * x.u * n * x.scale + x.tiny,
-            growth: x.scale.powf(n.min(4.0)),
-        }
-    }
-
-    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
-        Ok(reference::fused(&self.steps, x, out))
-    }
-
-    /// Made by the CPU's fusion pass, which every CPU run of a random graph applies.
-    fn sample(_: &mut dyn Sampler) -> Sampled {
-        None
     }
 
     /// A primitive.

@@ -1,6 +1,6 @@
 //! The float64 values of the elementwise ops.
 
-use crate::ir::{BinaryOp, CompareOp, DType, ElementwiseArg, ElementwiseStep, UnaryOp};
+use crate::ir::{BinaryOp, CompareOp, DType, UnaryOp};
 use crate::ops::array::{Array, Out};
 
 /// `kind(x)` of one value; integer results are wrapped by the caller's `store`.
@@ -134,23 +134,4 @@ pub(super) fn cast(to: DType, x: &[Array], out: &Out) -> Array {
         _ => v,
     };
     out.holding(x[0].data.iter().map(|v| convert(*v)).collect())
-}
-
-pub(super) fn fused(steps: &[ElementwiseStep], x: &[Array], out: &Out) -> Array {
-    let dtype = out.dtype;
-    out.fill(|i| {
-        let mut done: Vec<f64> = Vec::with_capacity(steps.len());
-        for step in steps {
-            let read = |arg: ElementwiseArg| match arg {
-                ElementwiseArg::Operand(k) => x[k].at_broadcast(i),
-                ElementwiseArg::Step(k) => done[k],
-            };
-            let v = match *step {
-                ElementwiseStep::Unary(kind, a) => unary_value(kind, read(a)),
-                ElementwiseStep::Binary(kind, a, b) => binary_value(kind, dtype, read(a), read(b)),
-            };
-            done.push(v);
-        }
-        done.last().copied().unwrap_or(f64::NAN)
-    })
 }

@@ -3,7 +3,7 @@
 use crate::autodiff::Emitter;
 use crate::autodiff::Grad;
 use crate::autodiff::GradError;
-use crate::ir::{BinaryOp, Dim, MatMulEpilogue, NodeId, Op, Shape};
+use crate::ir::{Dim, NodeId, Op, Shape};
 use crate::ir::{MatMul, Permute};
 
 fn matmul_op(
@@ -20,46 +20,6 @@ fn matmul_op(
         }),
         &[a, b],
     )
-}
-
-/// `y = act(a·b + bias) + residual`: the residual takes `g`; the pre-activation value is
-/// recomputed to take the activation's rule, and its cotangent flows to the bias (summed
-/// over rows) and to the product as for [`matmul`].
-pub(crate) fn fused_matmul(
-    e: &mut Emitter<'_>,
-    x: &[NodeId],
-    transpose_a: bool,
-    transpose_b: bool,
-    epilogue: &MatMulEpilogue,
-    g: NodeId,
-) -> Result<Vec<Grad>, GradError> {
-    let bias = epilogue.bias.then(|| x[2]);
-    let pre_activation = match epilogue.activation {
-        None => Grad::Some(g),
-        Some(kind) => {
-            let mut z = matmul_op(e, x[0], x[1], transpose_a, transpose_b)?;
-            if let Some(b) = bias {
-                z = e.op(Op::Binary(BinaryOp::Add), &[z, b])?;
-            }
-            let y = e.op(Op::Unary(kind), &[z])?;
-            crate::ops::elementwise::unary_grad(e, kind, z, y, g)?[0]
-        }
-    };
-    let mut grads = match pre_activation {
-        Grad::Some(gz) => {
-            let mut grads = matmul(e, x[0], x[1], transpose_a, transpose_b, gz)?;
-            if let Some(b) = bias {
-                let shape = e.shape(b);
-                grads.push(Grad::Some(e.unbroadcast(gz, &shape)?));
-            }
-            grads
-        }
-        other => vec![other; 2 + usize::from(epilogue.bias)],
-    };
-    if epilogue.residual {
-        grads.push(Grad::Some(g));
-    }
-    Ok(grads)
 }
 
 /// `y = A'·B'` with `A' = aᵀ` if `transpose_a` (likewise `b`): `gA' = g·B'ᵀ`,

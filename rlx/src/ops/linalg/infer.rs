@@ -2,7 +2,6 @@
 
 use crate::ir::DType;
 use crate::ir::Dim;
-use crate::ir::MatMulEpilogue;
 use crate::ir::{InferError, attr_err};
 use crate::ir::{Shape, TensorType};
 use crate::ops::check::{
@@ -37,46 +36,6 @@ pub(crate) fn matmul(
     let mut dims = broadcast_shapes(&batch_a, &batch_b)?.dims().to_vec();
     dims.extend([m, n]);
     Ok(TensorType::new(inputs[0].dtype, dims))
-}
-
-pub(crate) fn fused_matmul(
-    transpose_a: bool,
-    transpose_b: bool,
-    epilogue: &MatMulEpilogue,
-    inputs: &[TensorType],
-) -> Result<TensorType, InferError> {
-    let extra = usize::from(epilogue.bias) + usize::from(epilogue.residual);
-    let expected = match extra {
-        0 => "2",
-        1 => "3",
-        _ => "4",
-    };
-    arity(inputs, 2 + extra, expected)?;
-    let out = matmul(transpose_a, transpose_b, &inputs[..2])?;
-    let mut next = 2;
-    if epilogue.bias {
-        same_dtype(inputs, 0, next)?;
-        exact_rank(inputs, next, 1)?;
-        same_dim(
-            "bias length and columns",
-            &inputs[next].shape.dims()[0],
-            &out.shape.dims()[out.rank() - 1],
-        )?;
-        next += 1;
-    }
-    if let Some(kind) = epilogue.activation {
-        crate::ops::elementwise::infer::unary(kind, std::slice::from_ref(&out))?;
-    }
-    if epilogue.residual {
-        same_dtype(inputs, 0, next)?;
-        if inputs[next] != out {
-            return Err(attr_err!(
-                "the residual {} does not have the product's type {out}",
-                inputs[next]
-            ));
-        }
-    }
-    Ok(out)
 }
 
 pub(crate) fn solve(inputs: &[TensorType]) -> Result<TensorType, InferError> {

@@ -11,7 +11,7 @@ use super::tolerance::{Bound, Operands};
 use super::{Primitive, ReferenceError};
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::builder::{BuildError, GraphBuilder};
-use crate::ir::{InferError, MatMulEpilogue, NodeId, Op, TensorType};
+use crate::ir::{InferError, NodeId, Op, TensorType};
 
 /// Batched matrix product `[.., M, K] x [.., K, N] -> [.., M, N]`; batch dims broadcast.
 /// Operands: `a`, `b` (float, one dtype). A transpose flag means that operand is stored
@@ -22,21 +22,6 @@ pub struct MatMul {
     pub transpose_a: bool,
     /// `b` is stored as `[.., N, K]` (PyTorch `Linear` weights).
     pub transpose_b: bool,
-}
-
-/// A matmul and the elementwise ops that consumed it, in one kernel:
-/// `activation(a·b + bias) + residual`. Made by
-/// [`fuse_matmul_epilogues`](crate::passes::fuse_matmul_epilogues), not by frontends.
-/// Operands: `a`, `b`, then `bias` `[N]` if `epilogue.bias`, then `residual` (the
-/// output's type) if `epilogue.residual`; one float dtype.
-#[derive(Clone, Debug, PartialEq)]
-pub struct FusedMatMul {
-    /// As in [`Op::MatMul`].
-    pub transpose_a: bool,
-    /// As in [`Op::MatMul`].
-    pub transpose_b: bool,
-    /// What is applied to the product.
-    pub epilogue: MatMulEpilogue,
 }
 
 /// `x · dequant(w)ᵀ` with group-wise affine dequantization
@@ -112,68 +97,6 @@ impl Primitive for MatMul {
 
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::matmul(s)
-    }
-
-    /// A primitive.
-    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
-        None
-    }
-}
-
-impl Primitive for FusedMatMul {
-    fn name(&self) -> &'static str {
-        "fused_matmul"
-    }
-
-    fn attrs(&self, out: &mut Vec<String>) {
-        transposes(out, self.transpose_a, self.transpose_b);
-        if self.epilogue.bias {
-            out.push("+bias".into());
-        }
-        if let Some(act) = self.epilogue.activation {
-            out.push(act.name().into());
-        }
-        if self.epilogue.residual {
-            out.push("+residual".into());
-        }
-    }
-
-    fn bind_dims(&self, _: &[usize]) -> Op {
-        Op::FusedMatMul(self.clone())
-    }
-
-    fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
-        infer::fused_matmul(self.transpose_a, self.transpose_b, &self.epilogue, inputs)
-    }
-
-    fn vjp(
-        &self,
-        e: &mut Emitter<'_>,
-        _: NodeId,
-        x: &[NodeId],
-        g: NodeId,
-    ) -> Result<Vec<Grad>, GradError> {
-        grad::fused_matmul(e, x, self.transpose_a, self.transpose_b, &self.epilogue, g)
-    }
-
-    fn tolerance(&self, x: &Operands<'_>) -> Bound {
-        // A fused epilogue (bias, activation, residual) adds a transcendental's error.
-        let (abs, growth) = product_bound(x, self.transpose_a);
-        Bound::Within {
-            rel: 64.0 * x.u,
-            abs: abs + 64.0 * x.u * x.scale,
-            growth,
-        }
-    }
-
-    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
-        let (ta, tb) = (self.transpose_a, self.transpose_b);
-        Ok(reference::fused_matmul(ta, tb, &self.epilogue, x, out))
-    }
-
-    /// Made by the CPU's fusion pass, which every CPU run of a random graph applies.
-    fn sample(_: &mut dyn Sampler) -> Sampled {
-        None
     }
 
     /// A primitive.

@@ -1,8 +1,6 @@
 //! The float64 values of matrix products and solves.
 
-use crate::ir::MatMulEpilogue;
 use crate::ops::array::{Array, Out};
-use crate::ops::elementwise::reference::unary_value;
 
 /// Element `(row, col)` of the matrix of `t` that the batch index `lead` of a broadcast
 /// result selects, read with the matrix's last two axes swapped when `transposed`.
@@ -37,36 +35,6 @@ fn products(a: &Array, b: &Array, transpose_a: bool, transpose_b: bool, out: &Ou
 
 pub(super) fn matmul(transpose_a: bool, transpose_b: bool, x: &[Array], out: &Out) -> Array {
     out.holding(products(&x[0], &x[1], transpose_a, transpose_b, out))
-}
-
-/// `activation(a·b + bias) + residual`.
-pub(super) fn fused_matmul(
-    transpose_a: bool,
-    transpose_b: bool,
-    epilogue: &MatMulEpilogue,
-    x: &[Array],
-    out: &Out,
-) -> Array {
-    let mut values = products(&x[0], &x[1], transpose_a, transpose_b, out);
-    let n = *out.shape.last().expect("a product has rank 2 or more");
-    let mut next = 2;
-    if epilogue.bias {
-        for (i, v) in values.iter_mut().enumerate() {
-            *v += x[next].data[i % n];
-        }
-        next += 1;
-    }
-    if let Some(kind) = epilogue.activation {
-        for v in &mut values {
-            *v = unary_value(kind, *v);
-        }
-    }
-    if epilogue.residual {
-        for (v, r) in values.iter_mut().zip(&x[next].data) {
-            *v += r;
-        }
-    }
-    out.holding(values)
 }
 
 /// `x · dequant(w)ᵀ`, each weight `scale · q + bias` of its group.

@@ -1,8 +1,7 @@
-//! Fusion of chains of elementwise float ops into one pass over memory.
+//! Chains of elementwise float ops in one pass over memory.
 
-use super::Rewriter;
-use crate::ir::FusedElementwise;
-use crate::ir::{DType, ElementwiseArg, ElementwiseStep, Graph, Node, NodeId, Op, VerifyError};
+use super::{ElementwiseArg, ElementwiseStep, Fusion, exposed};
+use crate::ir::{DType, Graph, Node, NodeId, Op};
 
 /// The ops one fused node will compute, over its operands.
 #[derive(Clone, Default)]
@@ -49,38 +48,18 @@ impl Group {
     }
 }
 
-/// Folds chains of elementwise float ops (unary and binary, `f32` or `f64`) into one
-/// [`Op::FusedElementwise`] each, which a backend evaluates in one pass over memory
-/// instead of one pass per op. An op joins the op that consumes it when it is that op's
-/// only user, is no graph output and has the consumer's shape; operands that stay outside
-/// must have the chain's shape or be scalars. A chain of one op stays as it was, and a
-/// value the graph exposes is still computed. Half precisions are left alone: fused, their
-/// intermediates would skip the rounding to half that the ops define.
-///
-/// ```
-/// use rlx::prelude::*;
-/// let mut b = GraphBuilder::new();
-/// let x = b.input("x", DType::F32, [Dim::sym("n")])?;
-/// let half = b.scalar(0.5, DType::F32);
-/// let y = b.mul(x, half)?;
-/// let y = b.unary(UnaryOp::Tanh, y)?;
-/// let y = b.add(y, x)?;
-/// b.output("y", y)?;
-/// let fused = rlx::passes::fuse_elementwise(&b.finish()?)?;
-/// assert!(fused.to_string().contains("fused_elementwise[mul, tanh, add]"));
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-pub fn fuse_elementwise(graph: &Graph) -> Result<Graph, VerifyError> {
-    let nodes = graph.nodes();
+/// Folds chains of elementwise float ops (unary and binary, `f32` or `f64`) not yet fused
+/// into one pass each. An op joins the op that consumes it when it is that op's only user,
+/// is no graph output and has the consumer's shape; operands that stay outside must have
+/// the chain's shape or be scalars. A chain of one op stays as it was. Half precisions are
+/// left alone: fused, their intermediates would skip the rounding to half that the ops
+/// define.
+pub(super) fn fuse(graph: &Graph, fusions: &mut [Option<Fusion>]) {
     let users = graph.users();
-    let mut exposed = vec![false; nodes.len()];
-    for output in graph.outputs() {
-        exposed[output.node.index()] = true;
-    }
-    let mut groups: Vec<Option<Group>> = vec![None; nodes.len()];
-    let mut absorbed = vec![false; nodes.len()];
+    let exposed = exposed(graph);
+    let mut groups: Vec<Option<Group>> = vec![None; graph.len()];
     for (id, node) in graph.iter() {
-        if !fusible(graph, node) {
+        if fusions[id.index()].is_some() || !fusible(graph, node) {
             continue;
         }
         let mut group = Group::default();
@@ -96,7 +75,7 @@ pub fn fuse_elementwise(graph: &Graph) -> Result<Graph, VerifyError> {
             });
             let arg = match joining {
                 Some(inner) => {
-                    absorbed[input.index()] = true;
+                    fusions[input.index()] = Some(Fusion::Absorbed);
                     group.absorb(inner)
                 }
                 None => group.operand(input),
@@ -110,33 +89,14 @@ pub fn fuse_elementwise(graph: &Graph) -> Result<Graph, VerifyError> {
         });
         groups[id.index()] = Some(group);
     }
-
-    let mut rw = Rewriter::new(nodes.len());
-    for (id, node) in graph.iter() {
-        if absorbed[id.index()] {
-            continue;
-        }
-        match &groups[id.index()] {
-            Some(group) if group.steps.len() > 1 => {
-                rw.push(
-                    id,
-                    Node {
-                        op: Op::FusedElementwise(FusedElementwise {
-                            steps: group.steps.clone(),
-                        }),
-                        inputs: group.operands.iter().map(|o| rw.get(*o)).collect(),
-                        ty: node.ty.clone(),
-                        name: node.name.clone(),
-                        origin: node.origin,
-                    },
-                );
+    for (id, group) in groups.into_iter().enumerate() {
+        match group {
+            Some(Group { operands, steps }) if steps.len() > 1 && fusions[id].is_none() => {
+                fusions[id] = Some(Fusion::Elementwise { steps, operands });
             }
-            _ => {
-                rw.keep(id, node);
-            }
+            _ => {}
         }
     }
-    rw.finish(graph.outputs())
 }
 
 /// A unary or binary op on `f32` or `f64` whose operands each have its shape or are
