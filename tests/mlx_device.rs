@@ -664,3 +664,52 @@ fn row_gathers_on_the_default_device_match_the_cpu_backend() {
         }
     }
 }
+
+/// A weight read by GPU kernels and by `solve` (which MLX runs on its CPU stream), run many
+/// times with fresh inputs in every mode: each run equals the CPU backend's. MLX moves a
+/// buffer a CPU-stream op reads to unified memory and frees the device copy unordered with
+/// the GPU kernels still reading it; the shim gives such ops a copy of their own
+/// (`for_cpu_stream`). Before it, the random graphs saw a permute of a solve's weight read
+/// other values on an H100, now and then.
+#[test]
+fn a_weight_read_on_the_gpu_and_by_a_cpu_stream_op_keeps_its_values() {
+    use rlx::ir::{Op, Permute};
+    const N: usize = 64;
+    let mut b = GraphBuilder::new();
+    let a = b.param("a", DType::F32, [N, N]).unwrap();
+    let x = b.input("x", DType::F32, [N, 8]).unwrap();
+    let at = b
+        .op(Op::Permute(Permute { perm: vec![1, 0] }), &[a])
+        .unwrap();
+    let ax = b.matmul(a, x).unwrap();
+    let rhs = b.add(ax, x).unwrap();
+    let solved = b.op(Op::Solve, &[a, rhs]).unwrap();
+    let back = b.matmul(at, solved).unwrap();
+    b.output("at", at).unwrap();
+    b.output("solved", solved).unwrap();
+    b.output("back", back).unwrap();
+    let graph = b.finish().unwrap();
+    // Diagonally dominant, so well conditioned.
+    let weight: Vec<f32> = values(N * N, 11)
+        .iter()
+        .enumerate()
+        .map(|(i, v)| if i % (N + 1) == 0 { 8.0 + v } else { *v * 0.1 })
+        .collect();
+    let weight = HostTensor::from_vec(weight, [N, N]).unwrap();
+    let cpu = rlx::cpu::CpuBackend::default().compile(&graph).unwrap();
+    cpu.set_weight("a", weight.view()).unwrap();
+    for mode in MODES {
+        let exe = MlxBackend::new(mode).compile(&graph).unwrap();
+        exe.set_weight("a", weight.view()).unwrap();
+        for run in 0..60 {
+            let x = HostTensor::from_vec(values(N * 8, 100 + run), [N, 8]).unwrap();
+            let want = cpu.run(&[("x", x.view())], &[]).unwrap();
+            let got = exe.run(&[("x", x.view())], &[]).unwrap();
+            assert_eq!(max_abs_diff(&got[0], &want[0]), 0.0, "{mode:?} run {run}");
+            for (g, w) in got[1..].iter().zip(&want[1..]) {
+                let diff = max_abs_diff(g, w);
+                assert!(diff < 1e-3, "{mode:?} run {run}: {diff}");
+            }
+        }
+    }
+}

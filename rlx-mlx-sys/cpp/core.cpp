@@ -148,8 +148,11 @@ int rlx_mlx_array_read(const rlx_mlx_array* a, void* dst, size_t nbytes) {
     // Only a strided or broadcast result needs a copy (and another trip through the
     // scheduler) before its bytes can be read as they are.
     if (!x.flags().row_contiguous) {
-      // On the CPU stream: the copy is read by the host next, and a GPU has no float64.
-      x = mx::contiguous(x, false, mx::Device(mx::Device::cpu));
+      // On a GPU, made there: the CPU stream would move the buffer `x` shares to unified
+      // memory, under whatever else reads it (see `for_cpu_stream`). Float64 is only ever
+      // on the CPU.
+      const bool on_gpu = mx::default_device() == mx::Device::gpu && x.dtype() != mx::float64;
+      x = on_gpu ? mx::contiguous(x) : mx::contiguous(x, false, mx::Device(mx::Device::cpu));
       mx::eval(x);
     }
     if (x.nbytes() != nbytes) {

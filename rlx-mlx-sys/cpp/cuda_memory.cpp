@@ -236,6 +236,21 @@ std::optional<mx::array> device_array(const void* data, size_t nbytes, mx::Shape
   return a;
 }
 
+// When an op on MLX's CPU stream reads an array held in device memory, MLX (0.32) moves the
+// buffer to unified memory there and then: it copies the bytes, frees the device memory with
+// `cudaFreeAsync` on a stream of its own, and repoints the buffer, from the CPU stream's
+// thread. Nothing orders that free after GPU kernels that read the same buffer and are still
+// queued or running, nor the repointing after the main thread encoding them, so another
+// array could be given the memory while a kernel read it (found by fuzz_graphs on an H100:
+// a solve's weight read as other values by a permute of it, integer results holding float
+// bits, once a crash, in the lazy and compiled modes only). Such an op therefore reads a
+// copy made on the GPU stream that nothing else reads; the CPU stream waits for the copy.
+// Float64 never lives on a GPU.
+mx::array for_cpu_stream(const mx::array& x) {
+  if (!(mx::default_device() == mx::Device::gpu) || x.dtype() == mx::float64) return x;
+  return mx::multiply(x, mx::array(1, x.dtype()));
+}
+
 // Copies an evaluated, row-contiguous array held in device memory straight to `dst`; false
 // (copying nothing) for any other array. MLX's own read (`data()`) would first move the
 // buffer to a fresh unified-memory allocation, on every read.

@@ -118,7 +118,9 @@ int rlx_mlx_scatter_add(const rlx_mlx_array* data, const rlx_mlx_array* indices,
     const mx::StreamOrDevice where_ = wide_int && mx::default_device() == mx::Device::gpu
         ? mx::StreamOrDevice(mx::Device(mx::Device::cpu))
         : mx::StreamOrDevice{};
-    mx::array y = mx::scatter_add(up(d), std::vector<mx::array>{idx}, up(u), std::vector<int>{axis}, where_);
+    const auto operand = [&](const mx::array& x) { return wide_int ? for_cpu_stream(x) : x; };
+    mx::array y = mx::scatter_add(operand(up(d)), std::vector<mx::array>{operand(idx)},
+                                  operand(up(u)), std::vector<int>{axis}, where_);
     put(out, down(y, dt));
     put(bad, *wrong);
   });

@@ -442,7 +442,9 @@ int rlx_mlx_solve(const rlx_mlx_array* a, const rlx_mlx_array* b, rlx_mlx_array*
   return guard([&] {
     const mx::Dtype dt = get(a).dtype();
     // LAPACK runs on the CPU stream on every device.
-    put(out, down(mx::linalg::solve(up(get(a)), up(get(b)), mx::Device(mx::Device::cpu)), dt));
+    put(out, down(mx::linalg::solve(for_cpu_stream(up(get(a))), for_cpu_stream(up(get(b))),
+                                    mx::Device(mx::Device::cpu)),
+                  dt));
   });
 }
 

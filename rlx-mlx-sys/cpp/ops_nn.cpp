@@ -156,8 +156,8 @@ mx::array conv(const mx::array& x, const mx::array& w, const rlx_mlx_array* bias
   }
   mx::array y = mx::conv_general(xl, wl, stride, lo, hi, dilation, std::vector<int>{}, groups, false);
   if (tiny_conv_on_gpu({&xl, &wl, &y})) {
-    y = mx::conv_general(xl, wl, stride, lo, hi, dilation, std::vector<int>{}, groups, false,
-                         mx::Device(mx::Device::cpu));
+    y = mx::conv_general(for_cpu_stream(xl), for_cpu_stream(wl), stride, lo, hi, dilation,
+                         std::vector<int>{}, groups, false, mx::Device(mx::Device::cpu));
   }
   y = mx::transpose(y, to_first);
   return finish_conv(y, bias, dt);

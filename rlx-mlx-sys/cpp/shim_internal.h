@@ -176,6 +176,9 @@ bool tf32_from_environment();
 std::optional<mx::array> device_array(const void* data, size_t nbytes, mx::Shape shape,
                                       mx::Dtype dtype);
 bool copy_from_device(const mx::array& x, void* dst, size_t nbytes);
+// An operand of an op that runs on MLX's CPU stream while the default device is a GPU; see
+// cuda_memory.cpp.
+mx::array for_cpu_stream(const mx::array& x);
 // The compute capability's major version of the CUDA GPU ops are being built for; 0 when
 // they are not being built for a CUDA GPU (the CPU device, a Metal GPU, a CPU-only MLX).
 int cuda_build_compute_major();
