@@ -331,9 +331,10 @@ bool cuda_rope_launch_invalid(const mx::array& x, int dims) {
   return (1 << pows[2]) > 64 || grid_y > 65535 || grid_z > 65535;
 }
 
-// Rope from elementwise ops, computing the angles as MLX's kernels do (inverse frequency
-// 2^(-(i / (dims / 2)) * log2(base)), angle = scale * (position + offset) * it). `x` is
-// float32 [.., T, D].
+// Rope from elementwise ops, for where MLX's CUDA kernel cannot launch: the decomposition
+// that defines the op (rlx/src/ops/nn/decompose.rs), with the angles computed as MLX's
+// kernels do (inverse frequency 2^(-(i / (dims / 2)) * log2(base)), angle = scale *
+// (position + offset) * it), so both MLX paths agree. `x` is float32 [.., T, D].
 mx::array rope_from_ops(const mx::array& x, int dims, bool traditional, float base, float scale,
                         const mx::array& offset) {
   const int nd = static_cast<int>(x.ndim());

@@ -160,12 +160,22 @@ pub fn check(
     scale: f64,
 ) {
     check_reference(graph, inputs, dims, expected, scale);
-    for (label, backend) in cpu_backends() {
-        check_on(label, &backend, graph, inputs, dims, expected, scale);
-    }
-    #[cfg(feature = "mlx")]
-    for (label, backend) in mlx_backends() {
-        check_on(label, &backend, graph, inputs, dims, expected, scale);
+    // With its composites decomposed: the lowering a composite without a backend kernel
+    // gets.
+    let decomposed = rlx::passes::decompose(graph, &|_| false).unwrap();
+    let graphs = if decomposed.len() == graph.len() {
+        vec![graph]
+    } else {
+        vec![graph, &decomposed]
+    };
+    for graph in graphs {
+        for (label, backend) in cpu_backends() {
+            check_on(label, &backend, graph, inputs, dims, expected, scale);
+        }
+        #[cfg(feature = "mlx")]
+        for (label, backend) in mlx_backends() {
+            check_on(label, &backend, graph, inputs, dims, expected, scale);
+        }
     }
 }
 

@@ -189,7 +189,11 @@ impl Program {
         options: &CpuOptions,
         registry: &CustomOps<dyn super::custom::CustomKernel>,
     ) -> Result<(Program, Vec<u8>), CompileError> {
-        let mut g = graph.clone();
+        // Composites without a kernel here become their decompositions.
+        let mut g = passes::pass(
+            "decompose",
+            passes::decompose(graph, &super::lower::has_kernel),
+        )?;
         if options.optimize {
             g = passes::standard(&g)?;
             g = super::fold::fold_constants(&g, options)?;

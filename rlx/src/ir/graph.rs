@@ -4,8 +4,8 @@ use std::ops::Index;
 
 use super::dim::Symbol;
 use super::node::{Node, NodeId};
-use super::op::Op;
 use super::verify::VerifyError;
+use crate::ops::Op;
 
 /// A named result of a graph.
 #[derive(Clone, Debug, PartialEq, Eq)]

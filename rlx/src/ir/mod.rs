@@ -15,7 +15,7 @@ mod verify;
 
 pub use crate::ops::{
     ArgReduce, Attention, Broadcast, Cast, Concat, Conv, ConvTranspose, Cumsum, Custom, Gather,
-    Judgement, LayerNorm, MatMul, OpKind, Pad, Permute, Pool, QuantizedMatMul, Reduce,
+    Judgement, LayerNorm, MatMul, Op, OpKind, Pad, Permute, Pool, QuantizedMatMul, Reduce,
     ReferenceError, Reshape, RmsNorm, Rope, Sampled, Sampler, ScatterAdd, Slice, Softmax, Sort,
     Tolerance, TopK, Upsample, evaluate_reference,
 };
@@ -29,7 +29,7 @@ pub use kinds::Domain;
 pub use kinds::UpsampleTap;
 pub use node::{Node, NodeId};
 pub use op::{
-    ArgReduceOp, AttentionMask, AttrValue, BinaryOp, CompareOp, Op, PoolKind, ReduceOp, SortOutput,
+    ArgReduceOp, AttentionMask, AttrValue, BinaryOp, CompareOp, PoolKind, ReduceOp, SortOutput,
     UnaryOp, UpsampleMode,
 };
 pub use shape::{Shape, TensorType};

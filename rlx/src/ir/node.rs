@@ -3,8 +3,8 @@
 use std::fmt;
 use std::panic::Location;
 
-use super::op::Op;
 use super::shape::TensorType;
+use crate::ops::Op;
 
 /// The index of a node in its [`Graph`](crate::ir::Graph). Printed as `%3`.
 ///

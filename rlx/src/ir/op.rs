@@ -1,18 +1,17 @@
-//! The primitive op vocabulary of the IR.
+//! What every op shares: printing, leaf tests, dim binding, and the small types ops hold
+//! (masks, custom attributes, the kinds of a family).
 //!
-//! Kept deliberately small: composites are built from these by the frontends, and backends
-//! implement exactly this list. Elementwise families are one op with a kind. Each variant
-//! with attributes holds its op's struct (`rlx/src/ops/`), which documents its operands and
-//! semantics.
+//! The vocabulary itself, [`Op`], is the one list in `rlx/src/ops/mod.rs` (`registry!`),
+//! beside each op's module: kept deliberately small, composites built from it by the
+//! frontends, elementwise families one op with a kind.
 
 use std::fmt;
 
-use super::constant::ConstantData;
+use crate::ops::Op;
+
 pub use super::kinds::{
     ArgReduceOp, BinaryOp, CompareOp, PoolKind, ReduceOp, SortOutput, UnaryOp, UpsampleMode,
 };
-
-use crate::ops::*;
 
 /// Which keys a query may attend to.
 ///
@@ -55,93 +54,6 @@ impl fmt::Display for AttrValue {
             AttrValue::Floats(v) => write!(f, "{v:?}"),
         }
     }
-}
-
-/// One operation of the IR. Operands are listed per variant; shape and dtype rules live in
-/// [`Op::infer`](crate::ir::Op::infer).
-///
-/// ```
-/// use rlx::ir::{DType, Op, TensorType, UnaryOp};
-/// let x = TensorType::new(DType::F32, [4, 8]);
-/// assert_eq!(Op::Unary(UnaryOp::Exp).infer(&[x.clone()]).unwrap(), x);
-/// assert_eq!(Op::Unary(UnaryOp::Exp).to_string(), "exp");
-/// ```
-#[derive(Clone, Debug, PartialEq)]
-pub enum Op {
-    /// A graph input, supplied on every run; its node's name is unique among inputs.
-    /// No operands.
-    Input,
-    /// A weight, bound once per executable; its node's name (a dotted path such as
-    /// `encoder.layer.0.weight`) is unique among params. No operands.
-    Param,
-    /// Data embedded in the graph. No operands.
-    Constant(ConstantData),
-    /// `f(x)`. Operands: `x`.
-    Unary(UnaryOp),
-    /// `f(a, b)` with broadcasting. Operands: `a`, `b` of one dtype.
-    Binary(BinaryOp),
-    /// Comparison to `bool` with broadcasting. Operands: `a`, `b` of one dtype.
-    Compare(CompareOp),
-    /// `cond ? a : b` with broadcasting of all three. Operands: `cond` (`bool`), `a`, `b`.
-    Where,
-    /// See [`Cast`].
-    Cast(Cast),
-    /// See [`MatMul`].
-    MatMul(MatMul),
-    /// See [`Reduce`].
-    Reduce(Reduce),
-    /// See [`ArgReduce`].
-    ArgReduce(ArgReduce),
-    /// See [`Cumsum`].
-    Cumsum(Cumsum),
-    /// See [`Softmax`].
-    Softmax(Softmax),
-    /// See [`LayerNorm`].
-    LayerNorm(LayerNorm),
-    /// See [`RmsNorm`].
-    RmsNorm(RmsNorm),
-    /// `x` unchanged, but the autodiff transform sends no gradient through it
-    /// (`stop_gradient`, PyTorch's `detach`). Operands: `x`.
-    StopGradient,
-    /// See [`Reshape`].
-    Reshape(Reshape),
-    /// See [`Permute`].
-    Permute(Permute),
-    /// See [`Slice`].
-    Slice(Slice),
-    /// See [`Concat`].
-    Concat(Concat),
-    /// See [`Broadcast`].
-    Broadcast(Broadcast),
-    /// See [`Pad`].
-    Pad(Pad),
-    /// See [`Gather`].
-    Gather(Gather),
-    /// See [`ScatterAdd`].
-    ScatterAdd(ScatterAdd),
-    /// See [`Attention`].
-    Attention(Attention),
-    /// See [`Rope`].
-    Rope(Rope),
-    /// See [`Conv`].
-    Conv(Conv),
-    /// See [`ConvTranspose`].
-    ConvTranspose(ConvTranspose),
-    /// See [`Pool`].
-    Pool(Pool),
-    /// See [`Upsample`].
-    Upsample(Upsample),
-    /// See [`TopK`].
-    TopK(TopK),
-    /// See [`Sort`].
-    Sort(Sort),
-    /// Solves `a x = b` for square `a`. Operands: `a` `[.., N, N]`, `b` `[.., N, K]` (float,
-    /// same batch dims).
-    Solve,
-    /// See [`QuantizedMatMul`].
-    QuantizedMatMul(QuantizedMatMul),
-    /// See [`Custom`].
-    Custom(Custom),
 }
 
 impl Op {

@@ -5,8 +5,8 @@ use std::collections::HashSet;
 use super::error::InferError;
 use super::graph::Graph;
 use super::node::NodeId;
-use super::op::Op;
 use super::shape::TensorType;
+use crate::ops::Op;
 
 /// The first problem the verifier found in a graph.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]

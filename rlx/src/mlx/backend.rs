@@ -175,7 +175,12 @@ impl Backend for MlxBackend {
 
     fn compile(&self, graph: &Graph) -> Result<MlxExecutable, CompileError> {
         check_compilable(self, graph)?;
-        let g = passes::standard(graph)?;
+        // Composites without an MLX call become their decompositions.
+        let g = passes::pass(
+            "decompose",
+            passes::decompose(graph, &super::lower::has_kernel),
+        )?;
+        let g = passes::standard(&g)?;
         self.check_device(&g)?;
         let narrow = match self.precision {
             Precision::F16 => Some(DType::F16),

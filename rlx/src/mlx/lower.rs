@@ -14,6 +14,7 @@ use super::device::Device;
 use super::ops::MaskArg;
 use crate::backend::{NodeSite, RunError};
 use crate::ir::{AttentionMask, ConstantData, DType, Graph, Node, NodeId, Op, ReduceOp};
+use crate::ops::Lowerable;
 use crate::tensor::TensorRef;
 
 /// Everything fixed once per binding that lowering reads. Shared with the `mlx::compile`
@@ -284,57 +285,59 @@ impl Lowering {
         checks: &mut Vec<IndexCheck>,
     ) -> Result<Array, NodeFailure> {
         let shape = &self.shapes[id.index()];
-        Ok(match &node.op {
-            Op::Input | Op::Param => {
+        Ok(match node.op.lowerable() {
+            Lowerable::Input | Lowerable::Param => {
                 return Err(NodeFailure::Mlx(MlxError::new("a leaf was not supplied")));
             }
-            Op::Constant(_) => self.constants.0[id.index()]
+            Lowerable::Constant(_) => self.constants.0[id.index()]
                 .clone()
                 .ok_or_else(|| MlxError::new("constant not uploaded"))?,
-            Op::Unary(u) => x[0].unary(*u)?,
-            Op::Binary(b) => match &self.bias_adds.of[id.index()] {
+            Lowerable::Unary(u) => x[0].unary(*u)?,
+            Lowerable::Binary(b) => match &self.bias_adds.of[id.index()] {
                 Some(add) => x[0].matmul_bias(x[1], x[2], add.transpose_a, add.transpose_b)?,
                 None => x[0].binary(*b, x[1])?,
             },
-            Op::Compare(c) => x[0].compare(*c, x[1])?,
-            Op::Where => x[0].select(x[1], x[2])?,
-            Op::Cast(Cast { to }) => x[0].cast(*to)?,
-            Op::MatMul(MatMul {
+            Lowerable::Compare(c) => x[0].compare(*c, x[1])?,
+            Lowerable::Where => x[0].select(x[1], x[2])?,
+            Lowerable::Cast(Cast { to }) => x[0].cast(*to)?,
+            Lowerable::MatMul(MatMul {
                 transpose_a,
                 transpose_b,
             }) => x[0].matmul(x[1], *transpose_a, *transpose_b)?,
-            Op::Reduce(Reduce {
+            Lowerable::Reduce(Reduce {
                 op,
                 axes,
                 keep_dims,
             }) => x[0].reduce(*op, axes, *keep_dims)?,
-            Op::ArgReduce(ArgReduce {
+            Lowerable::ArgReduce(ArgReduce {
                 op,
                 axis,
                 keep_dims,
             }) => x[0].arg_reduce(*op, *axis, *keep_dims)?,
-            Op::Cumsum(Cumsum {
+            Lowerable::Cumsum(Cumsum {
                 axis,
                 exclusive,
                 reverse,
             }) => x[0].cumsum(*axis, *exclusive, *reverse)?,
-            Op::Softmax(Softmax { axis, log }) => x[0].softmax(*axis, *log)?,
-            Op::LayerNorm(LayerNorm {
+            Lowerable::Composite(Op::Softmax(Softmax { axis, log })) => {
+                x[0].softmax(*axis, *log)?
+            }
+            Lowerable::Composite(Op::LayerNorm(LayerNorm {
                 eps,
                 has_weight,
                 has_bias,
-            }) => {
+            })) => {
                 let w = has_weight.then(|| x[1]);
                 let b = has_bias.then(|| x[if *has_weight { 2 } else { 1 }]);
                 x[0].layer_norm(w, b, *eps)?
             }
-            Op::RmsNorm(RmsNorm { eps, has_weight }) => {
+            Lowerable::Composite(Op::RmsNorm(RmsNorm { eps, has_weight })) => {
                 x[0].rms_norm(has_weight.then(|| x[1]), *eps)?
             }
-            Op::Reshape(_) => x[0].reshape(shape)?,
-            Op::StopGradient => x[0].clone(),
-            Op::Permute(Permute { perm }) => x[0].permute(perm)?,
-            Op::Slice(Slice {
+            Lowerable::Reshape(_) => x[0].reshape(shape)?,
+            Lowerable::StopGradient => x[0].clone(),
+            Lowerable::Permute(Permute { perm }) => x[0].permute(perm)?,
+            Lowerable::Slice(Slice {
                 axis, start, step, ..
             }) => {
                 let input = &self.shapes[node.inputs[0].index()];
@@ -353,9 +356,9 @@ impl Lowering {
                 steps[*axis] = *step;
                 x[0].slice(&starts, &stops, &steps)?
             }
-            Op::Concat(Concat { axis }) => Array::concat(x, *axis)?,
-            Op::Broadcast(_) => x[0].broadcast(shape)?,
-            Op::Pad(Pad { pads, value }) => {
+            Lowerable::Concat(Concat { axis }) => Array::concat(x, *axis)?,
+            Lowerable::Broadcast(_) => x[0].broadcast(shape)?,
+            Lowerable::Pad(Pad { pads, value }) => {
                 let dtype = node.ty.dtype;
                 let bytes = value.to_bytes(dtype);
                 let fill = Array::from_tensor_on(
@@ -368,7 +371,7 @@ impl Lowering {
                 )?;
                 x[0].pad(pads, &fill)?
             }
-            Op::Gather(Gather { axis }) | Op::ScatterAdd(ScatterAdd { axis }) => {
+            Lowerable::Gather(Gather { axis }) | Lowerable::ScatterAdd(ScatterAdd { axis }) => {
                 let (out, bad) = match x.get(2) {
                     Some(updates) => x[0].scatter_add(x[1], updates, *axis)?,
                     None => x[0].gather(x[1], *axis)?,
@@ -380,7 +383,7 @@ impl Lowering {
                 });
                 out
             }
-            Op::Attention(Attention { scale, mask }) => {
+            Lowerable::Attention(Attention { scale, mask }) => {
                 let mask = match mask {
                     AttentionMask::None => MaskArg::None,
                     AttentionMask::Causal => MaskArg::Causal,
@@ -389,25 +392,25 @@ impl Lowering {
                 };
                 x[0].attention(x[1], x[2], *scale, mask)?
             }
-            Op::Rope(Rope {
+            Lowerable::Composite(Op::Rope(Rope {
                 dims,
                 base,
                 scale,
                 traditional,
-            }) => x[0].rope(*dims, *base, *scale, *traditional, x.get(1).copied())?,
-            Op::Conv(Conv {
+            })) => x[0].rope(*dims, *base, *scale, *traditional, x.get(1).copied())?,
+            Lowerable::Conv(Conv {
                 stride,
                 padding,
                 dilation,
                 groups,
             }) => x[0].conv(x[1], x.get(2).copied(), stride, padding, dilation, *groups)?,
-            Op::Pool(Pool {
+            Lowerable::Pool(Pool {
                 kind,
                 kernel,
                 stride,
                 padding,
             }) => x[0].pool(*kind, kernel, stride, padding)?,
-            Op::ConvTranspose(ConvTranspose {
+            Lowerable::ConvTranspose(ConvTranspose {
                 stride,
                 padding,
                 output_padding,
@@ -422,18 +425,20 @@ impl Lowering {
                 dilation,
                 *groups,
             )?,
-            Op::Upsample(Upsample { mode, .. }) => x[0].upsample(*mode, [shape[2], shape[3]])?,
-            Op::TopK(TopK { k, axis, output }) => x[0].topk(*k, *axis, *output)?,
-            Op::Sort(Sort {
+            Lowerable::Upsample(Upsample { mode, .. }) => {
+                x[0].upsample(*mode, [shape[2], shape[3]])?
+            }
+            Lowerable::TopK(TopK { k, axis, output }) => x[0].topk(*k, *axis, *output)?,
+            Lowerable::Sort(Sort {
                 axis,
                 descending,
                 output,
             }) => x[0].sort(*axis, *descending, *output)?,
-            Op::Solve => x[0].solve(x[1])?,
-            Op::QuantizedMatMul(QuantizedMatMul { bits, group_size }) => {
+            Lowerable::Solve => x[0].solve(x[1])?,
+            Lowerable::QuantizedMatMul(QuantizedMatMul { bits, group_size }) => {
                 x[0].quantized_matmul(x[1], x[2], x[3], *bits, *group_size)?
             }
-            Op::Custom(crate::ir::Custom {
+            Lowerable::Custom(crate::ir::Custom {
                 name,
                 attrs,
                 output,
@@ -451,7 +456,24 @@ impl Lowering {
                         })
                     })?
             }
+            Lowerable::Composite(op) => {
+                return Err(NodeFailure::Mlx(MlxError::new(format!(
+                    "{op} has no MLX kernel and was not decomposed"
+                ))));
+            }
         })
+    }
+}
+
+/// Whether MLX lowers `op` by a call of its own: every primitive, and the composites with
+/// an arm in `Lowering::node`. The other composites are decomposed at compile time.
+pub(crate) fn has_kernel(op: &Op) -> bool {
+    match op.lowerable() {
+        Lowerable::Composite(op) => matches!(
+            op,
+            Op::Softmax(_) | Op::LayerNorm(_) | Op::RmsNorm(_) | Op::Rope(_)
+        ),
+        _ => true,
     }
 }
 

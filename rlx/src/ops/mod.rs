@@ -52,7 +52,7 @@ pub use tolerance::{Judgement, Tolerance};
 
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::builder::{BuildError, GraphBuilder};
-use crate::ir::{InferError, NodeId, Op, TensorType};
+use crate::ir::{InferError, NodeId, TensorType};
 use array::{Array, Out};
 use tolerance::{Bound, Operands};
 
@@ -93,7 +93,7 @@ pub(crate) trait Primitive {
 
     /// A random valid node of this op over the nodes `s` has made, for the random graphs
     /// (see [`OpKind::sample`](crate::ir::OpKind::sample)); `None` for an op they meet
-    /// only through another (a leaf, a fused op) or not at all (a custom op).
+    /// only through others (a leaf) or not at all (a custom op).
     fn sample(s: &mut dyn Sampler) -> Sampled
     where
         Self: Sized;
@@ -103,54 +103,42 @@ pub(crate) trait Primitive {
     fn decompose(&self, b: &mut GraphBuilder, x: &[NodeId]) -> Option<Result<NodeId, BuildError>>;
 }
 
-/// `Op::Variant(Struct)` for each op with attributes: `From` and the dispatch arm.
-macro_rules! op_structs {
-    ($($variant:ident),+ $(,)?) => {
-        $(
-            impl From<$variant> for Op {
-                fn from(op: $variant) -> Op {
-                    Op::$variant(op)
-                }
-            }
-        )+
-    };
-}
-
-op_structs!(
-    Cast,
-    MatMul,
-    Reduce,
-    ArgReduce,
-    Cumsum,
-    Softmax,
-    LayerNorm,
-    RmsNorm,
-    Reshape,
-    Permute,
-    Slice,
-    Concat,
-    Broadcast,
-    Pad,
-    Gather,
-    ScatterAdd,
-    Attention,
-    Rope,
-    Conv,
-    ConvTranspose,
-    Pool,
-    Upsample,
-    TopK,
-    Sort,
-    QuantizedMatMul,
-    Custom,
-);
-
-/// The one list of the vocabulary: each [`Op`] variant, the pattern that matches it, the
-/// definition it dispatches to, and the type whose [`Primitive::sample`] makes it. From it
-/// come [`OpKind`], [`Op::kind`], [`Op::primitive`] and [`OpKind::sample`], each an
-/// exhaustive match, so a new variant missing here is a compile error.
+/// The one list of the vocabulary: each [`Op`] variant with its doc comment, and the
+/// definition it dispatches to (its payload, or the unit struct after `=`), whose
+/// [`Primitive::sample`] makes it. From it come [`Op`], [`OpKind`], [`Op::kind`],
+/// [`Op::primitive`], [`OpKind::sample`] and `From<payload> for Op`, each match
+/// exhaustive: a new op is one entry here and its module.
 macro_rules! registry {
-    ($($kind:ident: $pattern:pat => $definition:expr, $sampler:ty;)+) => {
+    (
+        $(#[$op_doc:meta])*
+        enum Op {
+            primitives {
+                $( $(#[$doc:meta])* $kind:ident $(($payload:ty))? $(= $unit:path)? ; )+
+            }
+            composites {
+                $( $(#[$cdoc:meta])* $ckind:ident($cpayload:ty); )+
+            }
+        }
+    ) => {
+        $(#[$op_doc])*
+        #[derive(Clone, Debug, PartialEq)]
+        pub enum Op {
+            $( $(#[$doc])* $kind $(($payload))?, )+
+            $( $(#[$cdoc])* $ckind($cpayload), )+
+        }
+
+        /// An op as a backend lowers it: each primitive as itself, and every composite as
+        /// one case, which a backend matches by variant where it has a kernel of its own
+        /// and otherwise decomposes at compile time (each backend's `has_kernel`). So a new
+        /// composite needs no arm in any backend.
+        // Each backend reads the payloads its kernels need; some (a reshape's target, say)
+        // none reads.
+        #[allow(dead_code)]
+        pub(crate) enum Lowerable<'a> {
+            $( $kind $((&'a $payload))?, )+
+            Composite(&'a Op),
+        }
+
         /// The variant of an [`Op`], without attributes: what tests and tools enumerate when
         /// they must cover every op of the vocabulary (the random-graph generator must
         /// produce each). [`Op::kind`] matches exhaustively, so a new op cannot be left out.
@@ -164,19 +152,21 @@ macro_rules! registry {
         #[allow(missing_docs)]
         pub enum OpKind {
             $($kind,)+
+            $($ckind,)+
         }
 
         impl OpKind {
             /// Every kind, in the order of [`Op`]'s variants.
-            pub const ALL: &'static [OpKind] = &[$(OpKind::$kind),+];
+            pub const ALL: &'static [OpKind] = &[$(OpKind::$kind,)+ $(OpKind::$ckind,)+];
 
             /// A random valid node of this kind over the nodes `s` has made, or `None` when
-            /// none turned up (no fitting operand, say), from the op's own module. Leaves,
-            /// the fused ops (made by the CPU's fusion passes, which every CPU run of a
-            /// random graph applies) and custom ops (known only by their kernels) have none.
+            /// none turned up (no fitting operand, say), from the op's own module. Leaves
+            /// (made by the generator itself) and custom ops (known only by their kernels)
+            /// have none.
             pub fn sample(self, s: &mut dyn Sampler) -> Sampled {
                 match self {
-                    $(OpKind::$kind => <$sampler as Primitive>::sample(s),)+
+                    $(OpKind::$kind => <registry!(@type $(($payload))? $(= $unit)?) as Primitive>::sample(s),)+
+                    $(OpKind::$ckind => <$cpayload as Primitive>::sample(s),)+
                 }
             }
         }
@@ -185,7 +175,8 @@ macro_rules! registry {
             /// The op's definition.
             pub(crate) fn primitive(&self) -> &dyn Primitive {
                 match self {
-                    $($pattern => $definition,)+
+                    $(registry!(@pattern $kind, op $(, $payload)?) => registry!(@definition op $(, $payload)? $(= $unit)?),)+
+                    $(Op::$ckind(op) => op,)+
                 }
             }
 
@@ -193,49 +184,131 @@ macro_rules! registry {
             #[allow(unused_variables)]
             pub fn kind(&self) -> OpKind {
                 match self {
-                    $($pattern => OpKind::$kind,)+
+                    $(registry!(@pattern $kind, op $(, $payload)?) => OpKind::$kind,)+
+                    $(Op::$ckind(_) => OpKind::$ckind,)+
+                }
+            }
+
+            /// The op as a backend lowers it.
+            pub(crate) fn lowerable(&self) -> Lowerable<'_> {
+                match self {
+                    $(registry!(@pattern $kind, op $(, $payload)?) => registry!(@lowerable $kind, op $(, $payload)?),)+
+                    $(Op::$ckind(_) => Lowerable::Composite(self),)+
                 }
             }
         }
+
+        $( registry!(@from $kind $(, $payload)?); )+
+        $( registry!(@from $ckind, $cpayload); )+
     };
+    (@lowerable $kind:ident, $op:ident, $payload:ty) => { Lowerable::$kind($op) };
+    (@lowerable $kind:ident, $op:ident) => { Lowerable::$kind };
+    (@type ($payload:ty)) => { $payload };
+    (@type = $unit:path) => { $unit };
+    (@pattern $kind:ident, $op:ident, $payload:ty) => { Op::$kind($op) };
+    (@pattern $kind:ident, $op:ident) => { Op::$kind };
+    (@definition $op:ident, $payload:ty) => { $op };
+    (@definition $op:ident = $unit:path) => { &$unit };
+    (@from $kind:ident, $payload:ty) => {
+        impl From<$payload> for Op {
+            fn from(op: $payload) -> Op {
+                Op::$kind(op)
+            }
+        }
+    };
+    (@from $kind:ident) => {};
 }
 
 registry! {
-    Input: Op::Input => &leaf::Input, leaf::Input;
-    Param: Op::Param => &leaf::Param, leaf::Param;
-    Constant: Op::Constant(data) => data, crate::ir::ConstantData;
-    Unary: Op::Unary(kind) => kind, crate::ir::UnaryOp;
-    Binary: Op::Binary(kind) => kind, crate::ir::BinaryOp;
-    Compare: Op::Compare(kind) => kind, crate::ir::CompareOp;
-    Where: Op::Where => &elementwise::Where, elementwise::Where;
-    Cast: Op::Cast(op) => op, Cast;
-    MatMul: Op::MatMul(op) => op, MatMul;
-    Reduce: Op::Reduce(op) => op, Reduce;
-    ArgReduce: Op::ArgReduce(op) => op, ArgReduce;
-    Cumsum: Op::Cumsum(op) => op, Cumsum;
-    Softmax: Op::Softmax(op) => op, Softmax;
-    LayerNorm: Op::LayerNorm(op) => op, LayerNorm;
-    RmsNorm: Op::RmsNorm(op) => op, RmsNorm;
-    StopGradient: Op::StopGradient => &movement::StopGradient, movement::StopGradient;
-    Reshape: Op::Reshape(op) => op, Reshape;
-    Permute: Op::Permute(op) => op, Permute;
-    Slice: Op::Slice(op) => op, Slice;
-    Concat: Op::Concat(op) => op, Concat;
-    Broadcast: Op::Broadcast(op) => op, Broadcast;
-    Pad: Op::Pad(op) => op, Pad;
-    Gather: Op::Gather(op) => op, Gather;
-    ScatterAdd: Op::ScatterAdd(op) => op, ScatterAdd;
-    Attention: Op::Attention(op) => op, Attention;
-    Rope: Op::Rope(op) => op, Rope;
-    Conv: Op::Conv(op) => op, Conv;
-    ConvTranspose: Op::ConvTranspose(op) => op, ConvTranspose;
-    Pool: Op::Pool(op) => op, Pool;
-    Upsample: Op::Upsample(op) => op, Upsample;
-    TopK: Op::TopK(op) => op, TopK;
-    Sort: Op::Sort(op) => op, Sort;
-    Solve: Op::Solve => &linalg::Solve, linalg::Solve;
-    QuantizedMatMul: Op::QuantizedMatMul(op) => op, QuantizedMatMul;
-    Custom: Op::Custom(op) => op, Custom;
+    /// One operation of the IR. Operands are listed per variant; shape and dtype rules live in
+    /// [`Op::infer`](crate::ir::Op::infer).
+    ///
+    /// ```
+    /// use rlx::ir::{DType, Op, TensorType, UnaryOp};
+    /// let x = TensorType::new(DType::F32, [4, 8]);
+    /// assert_eq!(Op::Unary(UnaryOp::Exp).infer(&[x.clone()]).unwrap(), x);
+    /// assert_eq!(Op::Unary(UnaryOp::Exp).to_string(), "exp");
+    /// ```
+    enum Op {
+        primitives {
+            /// A graph input, supplied on every run; its node's name is unique among inputs.
+            /// No operands.
+            Input = leaf::Input;
+            /// A weight, bound once per executable; its node's name (a dotted path such as
+            /// `encoder.layer.0.weight`) is unique among params. No operands.
+            Param = leaf::Param;
+            /// Data embedded in the graph. No operands.
+            Constant(crate::ir::ConstantData);
+            /// `f(x)`. Operands: `x`.
+            Unary(crate::ir::UnaryOp);
+            /// `f(a, b)` with broadcasting. Operands: `a`, `b` of one dtype.
+            Binary(crate::ir::BinaryOp);
+            /// Comparison to `bool` with broadcasting. Operands: `a`, `b` of one dtype.
+            Compare(crate::ir::CompareOp);
+            /// `cond ? a : b` with broadcasting of all three. Operands: `cond` (`bool`), `a`, `b`.
+            Where = elementwise::Where;
+            /// See [`Cast`].
+            Cast(Cast);
+            /// See [`MatMul`].
+            MatMul(MatMul);
+            /// See [`Reduce`].
+            Reduce(Reduce);
+            /// See [`ArgReduce`].
+            ArgReduce(ArgReduce);
+            /// See [`Cumsum`].
+            Cumsum(Cumsum);
+            /// `x` unchanged, but the autodiff transform sends no gradient through it
+            /// (`stop_gradient`, PyTorch's `detach`). Operands: `x`.
+            StopGradient = movement::StopGradient;
+            /// See [`Reshape`].
+            Reshape(Reshape);
+            /// See [`Permute`].
+            Permute(Permute);
+            /// See [`Slice`].
+            Slice(Slice);
+            /// See [`Concat`].
+            Concat(Concat);
+            /// See [`Broadcast`].
+            Broadcast(Broadcast);
+            /// See [`Pad`].
+            Pad(Pad);
+            /// See [`Gather`].
+            Gather(Gather);
+            /// See [`ScatterAdd`].
+            ScatterAdd(ScatterAdd);
+            /// See [`Attention`].
+            Attention(Attention);
+            /// See [`Conv`].
+            Conv(Conv);
+            /// See [`ConvTranspose`].
+            ConvTranspose(ConvTranspose);
+            /// See [`Pool`].
+            Pool(Pool);
+            /// See [`Upsample`].
+            Upsample(Upsample);
+            /// See [`TopK`].
+            TopK(TopK);
+            /// See [`Sort`].
+            Sort(Sort);
+            /// Solves `a x = b` for square `a`. Operands: `a` `[.., N, N]`, `b` `[.., N, K]` (float,
+            /// same batch dims).
+            Solve = linalg::Solve;
+            /// See [`QuantizedMatMul`].
+            QuantizedMatMul(QuantizedMatMul);
+            /// See [`Custom`].
+            Custom(Custom);
+        }
+        composites {
+            /// See [`Softmax`].
+            Softmax(Softmax);
+            /// See [`LayerNorm`].
+            LayerNorm(LayerNorm);
+            /// See [`RmsNorm`].
+            RmsNorm(RmsNorm);
+            /// See [`Rope`].
+            Rope(Rope);
+        }
+    }
 }
 
 impl Op {

@@ -17,6 +17,7 @@ use super::kernels::reduce::NormKind;
 use super::thunks::{self, Thunk, View};
 use crate::backend::NodeSite;
 use crate::ir::{AttentionMask, DType, Node, NodeId, Op};
+use crate::ops::Lowerable;
 use geometry::{axis3, batch_workers, conv_geometry, matmul_layout, numel, resize, window};
 
 /// What lowering needs to know about one node.
@@ -114,15 +115,19 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             })];
         }
     }
-    match &node.op {
-        Op::Input | Op::Param | Op::Constant(_) | Op::Reshape(_) | Op::StopGradient => Vec::new(),
-        Op::Unary(kind) => vec![boxed(thunks::Unary {
+    match node.op.lowerable() {
+        Lowerable::Input
+        | Lowerable::Param
+        | Lowerable::Constant(_)
+        | Lowerable::Reshape(_)
+        | Lowerable::StopGradient => Vec::new(),
+        Lowerable::Unary(kind) => vec![boxed(thunks::Unary {
             kind: *kind,
             dtype,
             x: views[0],
             out,
         })],
-        Op::Binary(kind) => vec![boxed(thunks::Binary {
+        Lowerable::Binary(kind) => vec![boxed(thunks::Binary {
             kind: *kind,
             dtype,
             layout: Strided::broadcast(out_shape, [shapes[0], shapes[1]]),
@@ -130,7 +135,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             b: views[1],
             out,
         })],
-        Op::Compare(kind) => vec![boxed(thunks::Compare {
+        Lowerable::Compare(kind) => vec![boxed(thunks::Compare {
             kind: *kind,
             dtype: operand_dtype(0),
             layout: Strided::broadcast(out_shape, [shapes[0], shapes[1]]),
@@ -138,7 +143,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             b: views[1],
             out,
         })],
-        Op::Where => vec![boxed(thunks::Select {
+        Lowerable::Where => vec![boxed(thunks::Select {
             dtype,
             layout: Strided::broadcast(out_shape, [shapes[0], shapes[1], shapes[2]]),
             cond: views[0],
@@ -146,17 +151,17 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             b: views[2],
             out,
         })],
-        Op::Cast(crate::ir::Cast { to }) => vec![boxed(thunks::Cast {
+        Lowerable::Cast(crate::ir::Cast { to }) => vec![boxed(thunks::Cast {
             from: operand_dtype(0),
             to: *to,
             x: views[0],
             out,
         })],
-        Op::MatMul(crate::ir::MatMul {
+        Lowerable::MatMul(crate::ir::MatMul {
             transpose_a,
             transpose_b,
         }) => gemm(*transpose_a, *transpose_b, None),
-        Op::Reduce(crate::ir::Reduce { op, axes, .. }) => {
+        Lowerable::Reduce(crate::ir::Reduce { op, axes, .. }) => {
             let (first, last) = (axes[0], axes[axes.len() - 1]);
             debug_assert_eq!(
                 last - first + 1,
@@ -171,14 +176,16 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 out,
             })]
         }
-        Op::ArgReduce(crate::ir::ArgReduce { op, axis, .. }) => vec![boxed(thunks::ArgReduce {
-            op: *op,
-            dtype: operand_dtype(0),
-            shape: axis3(shapes[0], *axis, *axis),
-            x: views[0],
-            out,
-        })],
-        Op::Cumsum(crate::ir::Cumsum {
+        Lowerable::ArgReduce(crate::ir::ArgReduce { op, axis, .. }) => {
+            vec![boxed(thunks::ArgReduce {
+                op: *op,
+                dtype: operand_dtype(0),
+                shape: axis3(shapes[0], *axis, *axis),
+                x: views[0],
+                out,
+            })]
+        }
+        Lowerable::Cumsum(crate::ir::Cumsum {
             axis,
             exclusive,
             reverse,
@@ -190,18 +197,20 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             x: views[0],
             out,
         })],
-        Op::Softmax(crate::ir::Softmax { axis, log }) => vec![boxed(thunks::Softmax {
-            log: *log,
-            dtype,
-            shape: axis3(shapes[0], *axis, *axis),
-            x: views[0],
-            out,
-        })],
-        Op::LayerNorm(LayerNorm {
+        Lowerable::Composite(Op::Softmax(crate::ir::Softmax { axis, log })) => {
+            vec![boxed(thunks::Softmax {
+                log: *log,
+                dtype,
+                shape: axis3(shapes[0], *axis, *axis),
+                x: views[0],
+                out,
+            })]
+        }
+        Lowerable::Composite(Op::LayerNorm(LayerNorm {
             eps,
             has_weight,
             has_bias,
-        }) => {
+        })) => {
             let weight = has_weight.then(|| views[1]);
             let bias = has_bias.then(|| views[1 + usize::from(*has_weight)]);
             vec![norm(
@@ -215,7 +224,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 out,
             )]
         }
-        Op::RmsNorm(RmsNorm { eps, has_weight }) => {
+        Lowerable::Composite(Op::RmsNorm(RmsNorm { eps, has_weight })) => {
             let weight = has_weight.then(|| views[1]);
             vec![norm(
                 NormKind::Rms,
@@ -228,7 +237,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 out,
             )]
         }
-        Op::Permute(Permute { perm }) => {
+        Lowerable::Permute(Permute { perm }) => {
             let src = contiguous_strides(shapes[0]);
             let layout = Strided {
                 dims: out_shape.to_vec(),
@@ -239,7 +248,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             };
             vec![copy(dtype, layout, 0, 0, views[0], out)]
         }
-        Op::Slice(Slice {
+        Lowerable::Slice(Slice {
             axis, start, step, ..
         }) => {
             let size = shapes[0][*axis] as i64;
@@ -253,11 +262,11 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             };
             vec![copy(dtype, layout, 0, src_at, views[0], out)]
         }
-        Op::Broadcast(_) => {
+        Lowerable::Broadcast(_) => {
             let layout = Strided::broadcast(out_shape, [out_shape, shapes[0]]);
             vec![copy(dtype, layout, 0, 0, views[0], out)]
         }
-        Op::Concat(Concat { axis }) => {
+        Lowerable::Concat(Concat { axis }) => {
             let dst = contiguous_strides(out_shape);
             let mut offset = 0;
             let mut thunks = Vec::new();
@@ -273,7 +282,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             }
             thunks
         }
-        Op::Pad(Pad { pads, value }) => {
+        Lowerable::Pad(Pad { pads, value }) => {
             let dst = contiguous_strides(out_shape);
             let mut pattern = [0u8; 8];
             let bytes = value.to_bytes(dtype);
@@ -297,7 +306,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             }
             thunks
         }
-        Op::Gather(crate::ir::Gather { axis }) => {
+        Lowerable::Gather(crate::ir::Gather { axis }) => {
             let s = axis3(shapes[0], *axis, *axis);
             vec![boxed(thunks::Gather {
                 dtype,
@@ -311,7 +320,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 at: site,
             })]
         }
-        Op::ScatterAdd(crate::ir::ScatterAdd { axis }) => {
+        Lowerable::ScatterAdd(crate::ir::ScatterAdd { axis }) => {
             let s = axis3(shapes[0], *axis, *axis);
             let layout = Strided {
                 dims: vec![out.len],
@@ -332,7 +341,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 }),
             ]
         }
-        Op::TopK(TopK { k, axis, output }) => {
+        Lowerable::TopK(TopK { k, axis, output }) => {
             vec![sort(
                 operand_dtype(0),
                 shapes[0],
@@ -345,7 +354,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 scratch[0],
             )]
         }
-        Op::Sort(crate::ir::Sort {
+        Lowerable::Sort(crate::ir::Sort {
             axis,
             descending,
             output,
@@ -363,12 +372,12 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 scratch[0],
             )]
         }
-        Op::Rope(crate::ir::Rope {
+        Lowerable::Composite(Op::Rope(crate::ir::Rope {
             dims,
             base,
             scale,
             traditional,
-        }) => {
+        })) => {
             let rank = out_shape.len();
             vec![boxed(thunks::Rope {
                 dtype,
@@ -386,7 +395,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 out,
             })]
         }
-        Op::Attention(crate::ir::Attention { scale, mask }) => {
+        Lowerable::Attention(crate::ir::Attention { scale, mask }) => {
             let (q, k) = (shapes[0], shapes[1]);
             let rank = q.len();
             let heads = numel(&q[..rank - 2]);
@@ -464,7 +473,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 scratch: scratch[0],
             })]
         }
-        Op::Pool(crate::ir::Pool {
+        Lowerable::Pool(crate::ir::Pool {
             kind,
             kernel,
             stride,
@@ -479,7 +488,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 out,
             })]
         }
-        Op::Conv(_) | Op::ConvTranspose(_) => {
+        Lowerable::Conv(_) | Lowerable::ConvTranspose(_) => {
             let geometry = conv_geometry(&node.op, dtype, shapes[0], shapes[1], out_shape, threads);
             let (direction, _) = geometry.expect("a conv node has a conv geometry");
             vec![boxed(thunks::Conv {
@@ -494,13 +503,13 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 wide_out: scratch.get(2).copied(),
             })]
         }
-        Op::Upsample(crate::ir::Upsample { mode, .. }) => vec![boxed(thunks::Upsample {
+        Lowerable::Upsample(crate::ir::Upsample { mode, .. }) => vec![boxed(thunks::Upsample {
             dtype,
             resize: resize(*mode, shapes[0], out_shape),
             x: views[0],
             out,
         })],
-        Op::Solve => {
+        Lowerable::Solve => {
             let a = shapes[0];
             let rank = a.len();
             let (n, k) = (a[rank - 1], shapes[1][rank - 1]);
@@ -516,7 +525,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 at: site,
             })]
         }
-        Op::QuantizedMatMul(crate::ir::QuantizedMatMul { bits, group_size }) => {
+        Lowerable::QuantizedMatMul(crate::ir::QuantizedMatMul { bits, group_size }) => {
             let x = shapes[0];
             let k = x[x.len() - 1];
             vec![boxed(thunks::QuantizedMatMul {
@@ -535,7 +544,7 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
                 out,
             })]
         }
-        Op::Custom(crate::ir::Custom { name, attrs, .. }) => vec![boxed(thunks::Custom {
+        Lowerable::Custom(crate::ir::Custom { name, attrs, .. }) => vec![boxed(thunks::Custom {
             name: name.clone(),
             kernel: custom.expect("compile checks the registry"),
             attrs: attrs.clone(),
@@ -549,6 +558,21 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
             out_dtype: dtype,
             out_shape: out_shape.to_vec(),
         })],
+        Lowerable::Composite(op) => {
+            unreachable!("{op}: a composite without a CPU kernel is decomposed at compile time")
+        }
+    }
+}
+
+/// Whether the CPU lowers `op` by a kernel of its own: every primitive, and the composites
+/// with an arm in [`lower`]. The other composites are decomposed at compile time.
+pub(crate) fn has_kernel(op: &Op) -> bool {
+    match op.lowerable() {
+        Lowerable::Composite(op) => matches!(
+            op,
+            Op::Softmax(_) | Op::LayerNorm(_) | Op::RmsNorm(_) | Op::Rope(_)
+        ),
+        _ => true,
     }
 }
 

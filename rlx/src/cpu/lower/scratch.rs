@@ -6,8 +6,9 @@ use crate::cpu::fuse::Fusion;
 use crate::cpu::kernels::gemm::{GemmPlan, kernel_shape};
 use crate::cpu::kernels::nn::AttentionTiling;
 use crate::cpu::kernels::numeric::accumulator;
-use crate::ir::{DType, Node, Op};
+use crate::ir::{DType, Node};
 use crate::ir::{MatMul, Sort, TopK};
+use crate::ops::Lowerable;
 
 /// How an attention of these query, key and output shapes is blocked.
 pub(super) fn attention_tiling(
@@ -63,56 +64,53 @@ pub(crate) fn scratch_requests(
         }) => return gemm(*transpose_a, *transpose_b),
         Some(Fusion::Absorbed | Fusion::Elementwise { .. }) => return Vec::new(),
     }
-    match &node.op {
-        Op::MatMul(MatMul {
+    match node.op.lowerable() {
+        Lowerable::MatMul(MatMul {
             transpose_a,
             transpose_b,
         }) => gemm(*transpose_a, *transpose_b),
-        Op::TopK(TopK { axis, .. }) | Op::Sort(Sort { axis, .. }) => {
+        Lowerable::TopK(TopK { axis, .. }) | Lowerable::Sort(Sort { axis, .. }) => {
             vec![(DType::I32, operands[0][*axis])]
         }
-        Op::Attention(_) => {
+        Lowerable::Attention(_) => {
             let tiling = attention_tiling(dtype, operands[0], operands[1], out, threads);
             vec![(accumulator(dtype), tiling.workers * tiling.slot_len)]
         }
-        Op::Conv(_) | Op::ConvTranspose(_) => {
+        Lowerable::Conv(_) | Lowerable::ConvTranspose(_) => {
             conv_geometry(&node.op, dtype, operands[0], operands[1], out, threads)
                 .map(|(_, scratch)| scratch)
                 .unwrap_or_default()
         }
-        Op::Solve => {
+        Lowerable::Solve => {
             let a = operands[0];
             let n = a[a.len() - 1];
             let k = operands[1][a.len() - 1];
             vec![(DType::F64, n * n + n * k)]
         }
-        Op::Input
-        | Op::Param
-        | Op::Constant(_)
-        | Op::Unary(_)
-        | Op::Binary(_)
-        | Op::Compare(_)
-        | Op::Where
-        | Op::Cast(_)
-        | Op::Reduce(_)
-        | Op::ArgReduce(_)
-        | Op::Cumsum(_)
-        | Op::Softmax(_)
-        | Op::LayerNorm(_)
-        | Op::RmsNorm(_)
-        | Op::Reshape(_)
-        | Op::StopGradient
-        | Op::Permute(_)
-        | Op::Slice(_)
-        | Op::Concat(_)
-        | Op::Broadcast(_)
-        | Op::Pad(_)
-        | Op::Gather(_)
-        | Op::ScatterAdd(_)
-        | Op::Rope(_)
-        | Op::Pool(_)
-        | Op::Upsample(_)
-        | Op::QuantizedMatMul(_)
-        | Op::Custom(_) => Vec::new(),
+        Lowerable::Input
+        | Lowerable::Param
+        | Lowerable::Constant(_)
+        | Lowerable::Unary(_)
+        | Lowerable::Binary(_)
+        | Lowerable::Compare(_)
+        | Lowerable::Where
+        | Lowerable::Cast(_)
+        | Lowerable::Reduce(_)
+        | Lowerable::ArgReduce(_)
+        | Lowerable::Cumsum(_)
+        | Lowerable::Reshape(_)
+        | Lowerable::StopGradient
+        | Lowerable::Permute(_)
+        | Lowerable::Slice(_)
+        | Lowerable::Concat(_)
+        | Lowerable::Broadcast(_)
+        | Lowerable::Pad(_)
+        | Lowerable::Gather(_)
+        | Lowerable::ScatterAdd(_)
+        | Lowerable::Pool(_)
+        | Lowerable::Upsample(_)
+        | Lowerable::QuantizedMatMul(_)
+        | Lowerable::Custom(_)
+        | Lowerable::Composite(_) => Vec::new(),
     }
 }

@@ -1,5 +1,6 @@
-//! Attention and rotary position embedding.
+//! Attention and rotary position embedding (a composite: `decompose.rs`).
 
+mod decompose;
 mod grad;
 mod infer;
 mod reference;
@@ -8,7 +9,7 @@ mod sample;
 use super::array::{Array, Out};
 use super::sample::{Sampled, Sampler};
 use super::tolerance::{Bound, Operands};
-use super::{Primitive, ReferenceError};
+use super::{Primitive, ReferenceError, composite};
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::builder::{BuildError, GraphBuilder};
 use crate::ir::{AttentionMask, InferError, NodeId, Op, TensorType};
@@ -151,22 +152,14 @@ impl Primitive for Rope {
     }
 
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
-        Ok(reference::rope(
-            self.dims,
-            self.base,
-            self.scale,
-            self.traditional,
-            x,
-            out,
-        ))
+        composite::reference(&Op::Rope(self.clone()), x, out)
     }
 
     fn sample(s: &mut dyn Sampler) -> Sampled {
         sample::rope(s)
     }
 
-    /// A primitive.
-    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
-        None
+    fn decompose(&self, b: &mut GraphBuilder, x: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        Some(decompose::rope(self, b, x))
     }
 }
