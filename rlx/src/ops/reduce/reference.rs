@@ -2,6 +2,7 @@
 
 use crate::ir::{ArgReduceOp, ReduceOp};
 use crate::ops::array::{Array, Out, for_each_index};
+use std::collections::HashMap;
 
 /// `op` over `axes` of `x`. Over nothing: 0 for a sum, 1 for a product, NaN for a mean;
 /// ∓∞ for a float max/min and 0 for an integer one (integers have no identity for them).
@@ -79,8 +80,15 @@ pub(super) fn arg_reduce(
 /// The running sum along `axis`, from the end when `reverse`, without the current element
 /// when `exclusive`.
 pub(super) fn cumsum(axis: usize, exclusive: bool, reverse: bool, x: &Array, out: &Out) -> Array {
+    // Each line is read once (its elements are not adjacent unless `axis` is last); every
+    // element's sum is still its own, term by term.
+    let mut lines: HashMap<Vec<usize>, Vec<f64>> = HashMap::new();
     out.fill(|o| {
-        let line = x.line(o, axis);
+        let mut start = o.to_vec();
+        start[axis] = 0;
+        let line = lines
+            .entry(start)
+            .or_insert_with_key(|start| x.line(start, axis));
         let k = o[axis];
         let range = match (reverse, exclusive) {
             (false, false) => 0..k + 1,

@@ -1,6 +1,7 @@
 //! The float64 values of sort, argsort and top-k.
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 
 use crate::ir::SortOutput;
 use crate::ops::array::{Array, Out};
@@ -31,8 +32,14 @@ pub(super) fn sorted(
     x: &Array,
     out: &Out,
 ) -> Array {
+    // Each line is ordered once (its elements are not adjacent unless `axis` is last).
+    let mut lines: HashMap<Vec<usize>, (Vec<f64>, Vec<usize>)> = HashMap::new();
     out.fill(|o| {
-        let (line, positions) = order(x, o, axis, descending);
+        let mut start = o.to_vec();
+        start[axis] = 0;
+        let (line, positions) = lines
+            .entry(start)
+            .or_insert_with_key(|start| order(x, start, axis, descending));
         let p = positions[o[axis]];
         match output {
             SortOutput::Values => line[p],
