@@ -112,10 +112,11 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
     });
     eprintln!(
-        "{} values checked (gradient graphs of {} cases among them), {} unjudged, {} cases \
-         refused by every configuration, {:.0} s",
+        "{} values checked (gradient graphs of {} cases among them; {} sinks against a fused \
+         CPU run), {} unjudged, {} cases refused by every configuration, {:.0} s",
         report.checked,
         report.gradients,
+        report.fused,
         report.unjudged,
         report.refused,
         started.elapsed().as_secs_f64()

@@ -111,6 +111,9 @@ pub struct Report {
     pub unjudged: usize,
     /// Cases whose gradient graph was checked too (see [`gradient_case`]).
     pub gradients: usize,
+    /// Sink values compared, to the bit, between a CPU run with the CPU's fusions and one
+    /// without (see `check_fused`); part of `checked`.
+    pub fused: usize,
     /// Cases that every configuration refused with a typed error (a slice past a symbolic
     /// bound, say): consistent, and not compared.
     pub refused: usize,
@@ -160,6 +163,9 @@ pub fn check(case: &Case, configs: &[Config], report: &mut Report) {
     }
     for (config, result) in &outcomes {
         let Ok(values) = result else { continue };
+        if matches!(config, Config::Cpu { .. }) {
+            check_fused(case, config, values, report);
+        }
         for (output, got) in case.graph.outputs().iter().zip(values) {
             let checked = catch_unwind(AssertUnwindSafe(|| {
                 check_node(case, values, output.node, got)
@@ -181,6 +187,90 @@ pub fn check(case: &Case, configs: &[Config], report: &mut Report) {
                     case.seed, case.graph[output.node].op
                 )),
             }
+        }
+    }
+}
+
+/// The CPU's fusions, which `case` itself never makes (every computed node is returned, and
+/// a returned value ends a chain): the same graph returning only its sinks must give each
+/// sink the value it had with every node returned, to the bit in float32 and float64
+/// (fusing changes no rounding there). Sinks downstream of a half-precision matmul are left
+/// out: its fused epilogue rounds once where the ops round twice.
+fn check_fused(case: &Case, config: &Config, values: &[HostTensor], report: &mut Report) {
+    let users = case.graph.users();
+    let outputs = case.graph.outputs();
+    let sinks: Vec<usize> = (0..outputs.len())
+        .filter(|&i| users[outputs[i].node.index()].is_empty())
+        .collect();
+    if sinks.len() == outputs.len() {
+        return;
+    }
+    let graph = Graph::from_parts(
+        case.graph.nodes().to_vec(),
+        sinks.iter().map(|&i| outputs[i].clone()).collect(),
+    )
+    .expect("a graph with fewer outputs is valid");
+    let sunk = Case {
+        seed: case.seed,
+        graph,
+        inputs: case.inputs.clone(),
+        params: case.params.clone(),
+        dims: case.dims.clone(),
+    };
+    // Per node: whether a half-precision matmul feeds it.
+    let mut after_half_matmul = vec![false; case.graph.len()];
+    for (id, node) in case.graph.iter() {
+        let half = matches!(node.ty.dtype, DType::F16 | DType::BF16);
+        after_half_matmul[id.index()] = (half && matches!(node.op, Op::MatMul(_)))
+            || node.inputs.iter().any(|i| after_half_matmul[i.index()]);
+    }
+    let label = format!("{}-fused", config.label());
+    let got = match catch_unwind(AssertUnwindSafe(|| run(&sunk, config))) {
+        Ok(Ok(got)) => got,
+        Ok(Err(e)) => {
+            report
+                .failures
+                .push(format!("seed {}: {label}: {e}", case.seed));
+            return;
+        }
+        Err(_) => {
+            report
+                .failures
+                .push(format!("seed {}: {label} panicked", case.seed));
+            return;
+        }
+    };
+    for (&i, got) in sinks.iter().zip(&got) {
+        let want = &values[i];
+        let exact = matches!(want.dtype(), DType::F32 | DType::F64)
+            && !after_half_matmul[outputs[i].node.index()];
+        if !exact {
+            continue;
+        }
+        let (w, g) = (want.to_f64_vec(), got.to_f64_vec());
+        let same = want.shape() == got.shape()
+            && w.iter()
+                .zip(&g)
+                .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+        if same {
+            report.checked += 1;
+            report.fused += 1;
+        } else {
+            let at = w
+                .iter()
+                .zip(&g)
+                .position(|(a, b)| a.to_bits() != b.to_bits() && !(a.is_nan() && b.is_nan()));
+            report.mismatches.push(Mismatch {
+                seed: case.seed,
+                config: label.clone(),
+                detail: format!(
+                    "{}: fused, element {at:?} is {:?} where unfused gave {:?}\n{}",
+                    case.graph[outputs[i].node].op,
+                    at.map(|k| g[k]),
+                    at.map(|k| w[k]),
+                    sunk.graph
+                ),
+            });
         }
     }
 }

@@ -25,18 +25,24 @@ fn random_graphs_agree_with_float64_on_every_configuration() {
         eprintln!("FAILURE {f}");
     }
     println!(
-        "fuzz_graphs cases={} mismatches={} failures={} seed={SEED} (checked {}, gradients of {} cases, unjudged {}, refused {})",
+        "fuzz_graphs cases={} mismatches={} failures={} seed={SEED} (checked {}, gradients of {} cases, fused sinks {}, unjudged {}, refused {})",
         report.cases,
         report.mismatches.len(),
         report.failures.len(),
         report.checked,
         report.gradients,
+        report.fused,
         report.unjudged,
         report.refused
     );
     assert!(
         report.checked > CASES,
         "the run checked too little: {report:?}"
+    );
+    // The CPU's fusions are exercised: sinks of a run that fuses, against one that cannot.
+    assert!(
+        report.fused > CASES / 10,
+        "too few fused runs compared: {report:?}"
     );
     assert!(report.mismatches.is_empty() && report.failures.is_empty());
 }
