@@ -70,7 +70,7 @@ impl Plan {
         for (id, node) in graph.iter() {
             let fusion = &program.fusions[id.index()];
             let s = match &node.op {
-                _ if *fusion == Some(Fusion::Absorbed) => {
+                _ if matches!(fusion, Some(Fusion::Absorbed)) => {
                     storage.push(Storage::None);
                     continue;
                 }
@@ -145,7 +145,7 @@ impl Plan {
         let mut thunk_nodes = Vec::new();
         for (id, node) in graph.iter() {
             let fusion = program.fusions[id.index()].as_ref();
-            if elided[id.index()] || fusion == Some(&Fusion::Absorbed) {
+            if elided[id.index()] || matches!(fusion, Some(Fusion::Absorbed)) {
                 continue;
             }
             let operands = program.operands(id);

@@ -357,10 +357,7 @@ fn swaps_heads_and_sequence(op: &Op) -> bool {
 /// which of q, k, v and its output use that layout.
 fn head_permutes(graph: &Graph) -> (Vec<bool>, Vec<[bool; 4]>) {
     let users = graph.users();
-    let mut exposed = vec![false; graph.len()];
-    for out in graph.outputs() {
-        exposed[out.node.index()] = true;
-    }
+    let exposed = graph.returned();
     let mut elided = vec![false; graph.len()];
     let mut sequence_major = vec![[false; 4]; graph.len()];
     for (id, node) in graph.iter() {

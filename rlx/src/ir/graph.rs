@@ -106,6 +106,15 @@ impl Graph {
         users
     }
 
+    /// Per node: whether the graph returns it (passes keep such values stored).
+    pub(crate) fn returned(&self) -> Vec<bool> {
+        let mut returned = vec![false; self.nodes.len()];
+        for output in &self.outputs {
+            returned[output.node.index()] = true;
+        }
+        returned
+    }
+
     /// Named outputs, in declaration order.
     pub fn outputs(&self) -> &[Output] {
         &self.outputs

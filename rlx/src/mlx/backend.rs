@@ -229,6 +229,7 @@ impl Backend for MlxBackend {
             leaves,
             constants: Arc::new(constants),
             custom: Arc::new(custom),
+            bias_adds: Arc::new(BiasAdds::of(&g)),
             graph: Arc::new(g),
             mode: self.mode,
             device: self.device,

@@ -22,7 +22,7 @@ use crate::tensor::TensorRef;
 pub(crate) struct Lowering {
     pub graph: Arc<Graph>,
     /// The adds of a bias to a matmul, lowered together as one GEMM.
-    pub bias_adds: BiasAdds,
+    pub bias_adds: Arc<BiasAdds>,
     /// Concrete dims of every node.
     pub shapes: Vec<Vec<usize>>,
     /// The array of each constant node.
@@ -52,35 +52,29 @@ pub(crate) struct BiasAdds {
 
 /// `a·b + bias`, with the matmul's operands read as its transposes say.
 struct BiasAdd {
-    a: NodeId,
-    b: NodeId,
-    bias: NodeId,
-    transpose_a: bool,
-    transpose_b: bool,
+    /// `a`, `b` and the bias.
+    operands: [NodeId; 3],
+    product: MatMul,
 }
 
 impl BiasAdds {
     pub(crate) fn of(graph: &Graph) -> BiasAdds {
-        let mut of: Vec<Option<BiasAdd>> = (0..graph.len()).map(|_| None).collect();
         let mut folded = vec![false; graph.len()];
-        let adds = crate::passes::epilogue::matmul_bias_adds(graph);
-        for (add, (matmul, bias)) in adds
+        let of = crate::passes::epilogue::matmul_bias_adds(graph)
             .into_iter()
-            .enumerate()
-            .filter_map(|(i, a)| Some((i, a?)))
-        {
-            let (product, Op::MatMul(m)) = (&graph[matmul], &graph[matmul].op) else {
-                continue;
-            };
-            folded[matmul.index()] = true;
-            of[add] = Some(BiasAdd {
-                a: product.inputs[0],
-                b: product.inputs[1],
-                bias,
-                transpose_a: m.transpose_a,
-                transpose_b: m.transpose_b,
-            });
-        }
+            .map(|add| {
+                let (matmul, bias) = add?;
+                let Op::MatMul(product) = &graph[matmul].op else {
+                    return None;
+                };
+                folded[matmul.index()] = true;
+                let x = &graph[matmul].inputs;
+                Some(BiasAdd {
+                    operands: [x[0], x[1], bias],
+                    product: product.clone(),
+                })
+            })
+            .collect();
         BiasAdds { of, folded }
     }
 }
@@ -200,9 +194,9 @@ impl Lowering {
             if values[id.index()].is_some() || self.bias_adds.folded[id.index()] {
                 continue;
             }
-            let inputs = match &self.bias_adds.of[id.index()] {
-                Some(add) => vec![add.a, add.b, add.bias],
-                None => node.inputs.clone(),
+            let inputs: &[NodeId] = match &self.bias_adds.of[id.index()] {
+                Some(add) => &add.operands,
+                None => &node.inputs,
             };
             let operands: Vec<&Array> = inputs
                 .iter()
@@ -294,7 +288,9 @@ impl Lowering {
                 .ok_or_else(|| MlxError::new("constant not uploaded"))?,
             Lowerable::Unary(u) => x[0].unary(*u)?,
             Lowerable::Binary(b) => match &self.bias_adds.of[id.index()] {
-                Some(add) => x[0].matmul_bias(x[1], x[2], add.transpose_a, add.transpose_b)?,
+                Some(BiasAdd { product: p, .. }) => {
+                    x[0].matmul_bias(x[1], x[2], p.transpose_a, p.transpose_b)?
+                }
                 None => x[0].binary(*b, x[1])?,
             },
             Lowerable::Compare(c) => x[0].compare(*c, x[1])?,
@@ -468,13 +464,11 @@ impl Lowering {
 /// Whether MLX lowers `op` by a call of its own: every primitive, and the composites with
 /// an arm in `Lowering::node`. The other composites are decomposed at compile time.
 pub(crate) fn has_kernel(op: &Op) -> bool {
-    match op.lowerable() {
-        Lowerable::Composite(op) => matches!(
+    !op.is_composite()
+        || matches!(
             op,
             Op::Softmax(_) | Op::LayerNorm(_) | Op::RmsNorm(_) | Op::Rope(_)
-        ),
-        _ => true,
-    }
+        )
 }
 
 enum NodeFailure {

@@ -192,6 +192,8 @@ pub struct MlxExecutable {
     leaves: Vec<NodeId>,
     constants: Arc<Constants>,
     custom: Arc<Vec<Option<Arc<dyn MlxCustomOp>>>>,
+    /// The adds of a bias to a matmul, lowered as one GEMM (every binding alike).
+    bias_adds: Arc<BiasAdds>,
     mode: MlxMode,
     device: Device,
     /// False under [`Precision::F16`] and [`Precision::BF16`]: half ops run MLX's own
@@ -239,7 +241,7 @@ impl MlxExecutable {
             let shapes = concrete_shapes(&self.graph, &self.signature, values, MAX_RANK, "MLX")?;
             let lowering = Arc::new(Lowering {
                 graph: self.graph.clone(),
-                bias_adds: BiasAdds::of(&self.graph),
+                bias_adds: self.bias_adds.clone(),
                 shapes,
                 constants: self.constants.clone(),
                 custom: self.custom.clone(),

@@ -189,6 +189,11 @@ macro_rules! registry {
                 }
             }
 
+            /// Whether the op is defined by a decomposition (see [`Primitive::decompose`]).
+            pub(crate) fn is_composite(&self) -> bool {
+                matches!(self, $(Op::$ckind(_))|+)
+            }
+
             /// The op as a backend lowers it.
             pub(crate) fn lowerable(&self) -> Lowerable<'_> {
                 match self {

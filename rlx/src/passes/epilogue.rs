@@ -27,10 +27,7 @@ pub(crate) fn residual_add(graph: &Graph, value: NodeId, user: NodeId) -> Option
 #[cfg_attr(not(feature = "mlx"), allow(dead_code))]
 pub(crate) fn matmul_bias_adds(graph: &Graph) -> Vec<Option<(NodeId, NodeId)>> {
     let users = graph.users();
-    let mut returned = vec![false; graph.len()];
-    for output in graph.outputs() {
-        returned[output.node.index()] = true;
-    }
+    let returned = graph.returned();
     let mut adds = vec![None; graph.len()];
     for (id, node) in graph.iter() {
         if !matches!(node.op, Op::MatMul(MatMul { .. })) || !node.ty.dtype.is_float() {

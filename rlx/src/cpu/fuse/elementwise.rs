@@ -1,6 +1,6 @@
 //! Chains of elementwise float ops in one pass over memory.
 
-use super::{ElementwiseArg, ElementwiseStep, Fusion, exposed};
+use super::{ElementwiseArg, ElementwiseStep, Fusion};
 use crate::ir::{DType, Graph, Node, NodeId, Op};
 
 /// The ops one fused node will compute, over its operands.
@@ -56,7 +56,8 @@ impl Group {
 /// define.
 pub(super) fn fuse(graph: &Graph, fusions: &mut [Option<Fusion>]) {
     let users = graph.users();
-    let exposed = exposed(graph);
+    // A returned value is stored, so it ends any chain.
+    let exposed = graph.returned();
     let mut groups: Vec<Option<Group>> = vec![None; graph.len()];
     for (id, node) in graph.iter() {
         if fusions[id.index()].is_some() || !fusible(graph, node) {

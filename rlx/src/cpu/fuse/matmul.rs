@@ -1,6 +1,6 @@
 //! A matmul with the elementwise ops that consume it, in the GEMM's row epilogue.
 
-use super::{Fusion, MatMulEpilogue, exposed, record};
+use super::{Fusion, MatMulEpilogue, record};
 use crate::ir::{Graph, MatMul, NodeId, Op};
 use crate::passes::epilogue::{bias_add, residual_add};
 
@@ -12,7 +12,7 @@ use crate::passes::epilogue::{bias_add, residual_add};
 /// is still stored.
 pub(super) fn fuse(graph: &Graph, fusions: &mut [Option<Fusion>]) {
     let users = graph.users();
-    let exposed = exposed(graph);
+    let exposed = graph.returned();
     for (id, node) in graph.iter() {
         let Op::MatMul(MatMul {
             transpose_a,

@@ -147,15 +147,6 @@ pub(crate) fn fuse(graph: &Graph) -> Vec<Option<Fusion>> {
     fusions
 }
 
-/// Per node: whether the graph returns it (such a value is stored, so it ends any chain).
-fn exposed(graph: &Graph) -> Vec<bool> {
-    let mut exposed = vec![false; graph.len()];
-    for output in graph.outputs() {
-        exposed[output.node.index()] = true;
-    }
-    exposed
-}
-
 /// Marks every member of a chain but its last as absorbed and gives the last `fusion`.
 fn record(fusions: &mut [Option<Fusion>], members: &[NodeId], fusion: Fusion) {
     if let Some((last, covered)) = members.split_last() {

@@ -567,13 +567,11 @@ pub(crate) fn lower(input: LowerInput<'_>) -> Vec<Thunk> {
 /// Whether the CPU lowers `op` by a kernel of its own: every primitive, and the composites
 /// with an arm in [`lower`]. The other composites are decomposed at compile time.
 pub(crate) fn has_kernel(op: &Op) -> bool {
-    match op.lowerable() {
-        Lowerable::Composite(op) => matches!(
+    !op.is_composite()
+        || matches!(
             op,
             Op::Softmax(_) | Op::LayerNorm(_) | Op::RmsNorm(_) | Op::Rope(_)
-        ),
-        _ => true,
-    }
+        )
 }
 
 #[allow(clippy::too_many_arguments)]
