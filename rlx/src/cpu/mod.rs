@@ -14,7 +14,8 @@ mod lower;
 pub mod memory;
 mod plan;
 mod program;
-mod thunks;
+mod thunk;
+mod view;
 
 pub use custom::{CustomInputs, CustomKernel, TensorMut};
 pub use kernels::simd::{Isa, detected_isa, isa};
@@ -33,7 +34,7 @@ use crate::tensor::{HostTensor, TensorRef};
 use kernels::layout::with_parallelism;
 use plan::Plan;
 use program::Program;
-use thunks::Memory;
+use view::Memory;
 
 /// Settings of the CPU backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -255,15 +256,15 @@ impl std::fmt::Debug for CpuExecutable {
 
 /// The bytes of an output view, in the run's arena or the static region it ran with.
 fn output_bytes<'a>(
-    view: &thunks::View,
+    view: &view::View,
     dtype: crate::ir::DType,
     arena: &'a AlignedBytes,
     statics: &'a AlignedBytes,
 ) -> &'a [u8] {
     let bytes = view.bytes(dtype.size_bytes());
     match view.region {
-        thunks::Region::Arena => &arena.bytes()[bytes],
-        thunks::Region::Static => &statics.bytes()[bytes],
+        view::Region::Arena => &arena.bytes()[bytes],
+        view::Region::Static => &statics.bytes()[bytes],
     }
 }
 

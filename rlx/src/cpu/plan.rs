@@ -8,7 +8,8 @@ use super::fuse::Fusion;
 use super::lower::{LowerInput, lower, scratch_requests};
 use super::memory::{BufferRequest, plan_memory};
 use super::program::Program;
-use super::thunks::{Accesses, Region, Thunk, View};
+use super::thunk::{Accesses, Thunk};
+use super::view::{Region, View};
 use crate::backend::RunError;
 use crate::backend::signature::concrete_shapes;
 use crate::ir::{DType, NodeId, Op};
@@ -161,14 +162,14 @@ impl Plan {
                 id,
                 node,
                 fusion,
-                operand_shapes: operands
+                shapes: operands
                     .iter()
                     .map(|i| shapes[i.index()].as_slice())
                     .collect(),
                 out_shape: &shapes[id.index()],
-                operand_views: operands.iter().map(|i| view_of(*i)).collect(),
-                operand_dtypes: operands.iter().map(|i| graph[*i].ty.dtype).collect(),
-                out_view: view_of(id),
+                views: operands.iter().map(|i| view_of(*i)).collect(),
+                dtypes: operands.iter().map(|i| graph[*i].ty.dtype).collect(),
+                out: view_of(id),
                 scratch,
                 threads,
                 custom: program.custom[id.index()].clone(),

@@ -38,8 +38,12 @@ mod tolerance;
 
 pub use custom::Custom;
 pub use elementwise::Cast;
+pub(crate) use elementwise::Where;
 pub use evaluate::{ReferenceError, evaluate_reference};
+pub(crate) use leaf::{Input, Param};
+pub(crate) use linalg::Solve;
 pub use linalg::{MatMul, QuantizedMatMul};
+pub(crate) use movement::StopGradient;
 pub use movement::{Broadcast, Concat, Gather, Pad, Permute, Reshape, ScatterAdd, Slice};
 pub use nn::{Attention, Rope};
 pub use norm::{LayerNorm, RmsNorm};
@@ -110,6 +114,8 @@ pub(crate) trait Primitive {
 /// exhaustive: a new op is one entry here and its module.
 macro_rules! registry {
     (
+        // `$`, for the macros this one defines.
+        ($d:tt)
         $(#[$op_doc:meta])*
         enum Op {
             primitives {
@@ -205,15 +211,27 @@ macro_rules! registry {
 
         $( registry!(@from $kind $(, $payload)?); )+
         $( registry!(@from $ckind, $cpayload); )+
+
+        /// `lowering_of!(op, Trait)`: the definition of the primitive `op` as a backend's
+        /// `&dyn Trait`, or `None` for a composite. A backend that keeps each primitive's
+        /// lowering in an impl of its own trait finds it so, with no list of ops of its
+        /// own: a primitive without the impl is a compile error naming it.
+        macro_rules! lowering_of {
+            ($d op:expr, $d lowering:path) => {
+                match $d op {
+                    $(crate::ops::op_arm!(@pattern $kind, op $(, $payload)?) => Some(crate::ops::op_arm!(@definition op $(, $payload)? $(= $unit)?) as &dyn $d lowering),)+
+                    $(crate::ir::Op::$ckind(_))|+ => None,
+                }
+            };
+        }
+        pub(crate) use lowering_of;
     };
     (@lowerable $kind:ident, $op:ident, $payload:ty) => { Lowerable::$kind($op) };
     (@lowerable $kind:ident, $op:ident) => { Lowerable::$kind };
     (@type ($payload:ty)) => { $payload };
     (@type = $unit:path) => { $unit };
-    (@pattern $kind:ident, $op:ident, $payload:ty) => { Op::$kind($op) };
-    (@pattern $kind:ident, $op:ident) => { Op::$kind };
-    (@definition $op:ident, $payload:ty) => { $op };
-    (@definition $op:ident = $unit:path) => { &$unit };
+    (@pattern $($rest:tt)*) => { crate::ops::op_arm!(@pattern $($rest)*) };
+    (@definition $($rest:tt)*) => { crate::ops::op_arm!(@definition $($rest)*) };
     (@from $kind:ident, $payload:ty) => {
         impl From<$payload> for Op {
             fn from(op: $payload) -> Op {
@@ -224,7 +242,26 @@ macro_rules! registry {
     (@from $kind:ident) => {};
 }
 
+/// The two shapes of an entry of `registry!` in a match: a variant with its payload or a
+/// unit variant, and the definition it dispatches to.
+macro_rules! op_arm {
+    (@pattern $kind:ident, $op:ident, $payload:ty) => {
+        crate::ir::Op::$kind($op)
+    };
+    (@pattern $kind:ident, $op:ident) => {
+        crate::ir::Op::$kind
+    };
+    (@definition $op:ident, $payload:ty) => {
+        $op
+    };
+    (@definition $op:ident = $unit:path) => {
+        &$unit
+    };
+}
+pub(crate) use op_arm;
+
 registry! {
+    ($)
     /// One operation of the IR. Operands are listed per variant; shape and dtype rules live in
     /// [`Op::infer`](crate::ir::Op::infer).
     ///
@@ -238,10 +275,10 @@ registry! {
         primitives {
             /// A graph input, supplied on every run; its node's name is unique among inputs.
             /// No operands.
-            Input = leaf::Input;
+            Input = crate::ops::Input;
             /// A weight, bound once per executable; its node's name (a dotted path such as
             /// `encoder.layer.0.weight`) is unique among params. No operands.
-            Param = leaf::Param;
+            Param = crate::ops::Param;
             /// Data embedded in the graph. No operands.
             Constant(crate::ir::ConstantData);
             /// `f(x)`. Operands: `x`.
@@ -251,7 +288,7 @@ registry! {
             /// Comparison to `bool` with broadcasting. Operands: `a`, `b` of one dtype.
             Compare(crate::ir::CompareOp);
             /// `cond ? a : b` with broadcasting of all three. Operands: `cond` (`bool`), `a`, `b`.
-            Where = elementwise::Where;
+            Where = crate::ops::Where;
             /// See [`Cast`].
             Cast(Cast);
             /// See [`MatMul`].
@@ -264,7 +301,7 @@ registry! {
             Cumsum(Cumsum);
             /// `x` unchanged, but the autodiff transform sends no gradient through it
             /// (`stop_gradient`, PyTorch's `detach`). Operands: `x`.
-            StopGradient = movement::StopGradient;
+            StopGradient = crate::ops::StopGradient;
             /// See [`Reshape`].
             Reshape(Reshape);
             /// See [`Permute`].
@@ -297,7 +334,7 @@ registry! {
             Sort(Sort);
             /// Solves `a x = b` for square `a`. Operands: `a` `[.., N, N]`, `b` `[.., N, K]` (float,
             /// same batch dims).
-            Solve = linalg::Solve;
+            Solve = crate::ops::Solve;
             /// See [`QuantizedMatMul`].
             QuantizedMatMul(QuantizedMatMul);
             /// See [`Custom`].

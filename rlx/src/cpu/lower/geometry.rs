@@ -1,13 +1,13 @@
 //! The geometry lowering derives from concrete shapes: conv, pool and resize windows, GEMM dims
 //! and batch offsets of matmuls, and the `[outer, len, inner]` view of an axis.
 
+use super::spatial::ConvDirection;
 use crate::cpu::kernels::conv::{ConvShape, ConvTransposeShape};
 use crate::cpu::kernels::gemm::{GemmDims, GemmPlan, kernel_shape};
 use crate::cpu::kernels::layout::contiguous_strides;
 use crate::cpu::kernels::numeric::accumulator;
 use crate::cpu::kernels::reduce::Axis3;
 use crate::cpu::kernels::spatial::{Resize, Window};
-use crate::cpu::thunks::ConvDirection;
 use crate::ir::{Conv, ConvTranspose};
 use crate::ir::{DType, Op, UpsampleMode};
 

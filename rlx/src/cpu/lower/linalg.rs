@@ -1,11 +1,17 @@
 //! Matrix product, solve and quantized matrix product thunks.
 
-use super::{Accesses, Kernel, Memory, View, float_type};
+use super::geometry::{batch_workers, matmul_layout, numel};
+use super::{Lower, LowerInput, Sizes, boxed};
 use crate::backend::{NodeSite, RunError};
+use crate::cpu::fuse::MatMulEpilogue;
+use crate::cpu::kernels::gemm::kernel_shape;
 use crate::cpu::kernels::gemm::{Epilogue, GemmAcc, GemmBatch, GemmPlan, gemm_batch};
 use crate::cpu::kernels::linalg::{self, QuantDims};
 use crate::cpu::kernels::numeric::{FloatStore, accumulator};
-use crate::ir::{DType, UnaryOp};
+use crate::cpu::thunk::Thunk;
+use crate::cpu::thunk::{Accesses, Kernel, float_type};
+use crate::cpu::view::{Memory, View};
+use crate::ir::{self, DType, UnaryOp};
 
 /// A batched matrix product over one GEMM plan.
 #[derive(Clone, Debug)]
@@ -156,5 +162,124 @@ impl Kernel for QuantizedMatMul {
             mem.dst(self.out)
         ));
         Ok(())
+    }
+}
+
+/// The GEMM of a matmul, its epilogue (`cpu::fuse::matmul`) applied to the product.
+pub(super) fn gemm(
+    n: &LowerInput<'_>,
+    transpose_a: bool,
+    transpose_b: bool,
+    epilogue: Option<&MatMulEpilogue>,
+) -> Vec<Thunk> {
+    let dtype = n.dtype();
+    let (dims, batches) = matmul_layout(
+        transpose_a,
+        transpose_b,
+        n.shapes[0],
+        n.shapes[1],
+        n.out_shape,
+    );
+    let plan = GemmPlan::new(dims, n.threads, kernel_shape(accumulator(dtype)));
+    let epilogue = epilogue.map(|epilogue| {
+        let mut extra = n.views[2..].iter().copied();
+        EpilogueViews {
+            bias: epilogue.bias.then(|| extra.next()).flatten(),
+            activation: epilogue.activation,
+            residual: epilogue.residual.then(|| extra.next()).flatten(),
+        }
+    });
+    vec![boxed(MatMul {
+        dtype,
+        batch_workers: batch_workers(&plan, batches.len(), n.threads),
+        plan,
+        batches,
+        a: n.views[0],
+        b: n.views[1],
+        out: n.out,
+        scratch: n.scratch[0],
+        wide_out: n.scratch.get(1).copied(),
+        packed_b: n.packed_b,
+        epilogue,
+    })]
+}
+
+/// The packing slots of [`gemm`], one per batch worker, and for f16/bf16 the f32 product
+/// of each before it is narrowed.
+pub(super) fn gemm_scratch(
+    n: &Sizes<'_>,
+    transpose_a: bool,
+    transpose_b: bool,
+) -> Vec<(DType, usize)> {
+    let (dims, batches) = matmul_layout(
+        transpose_a,
+        transpose_b,
+        n.operands[0],
+        n.operands[1],
+        n.out,
+    );
+    let plan = GemmPlan::new(dims, n.threads, kernel_shape(accumulator(n.dtype)));
+    let workers = batch_workers(&plan, batches.len(), n.threads);
+    let mut requests = vec![(accumulator(n.dtype), workers * plan.scratch_len())];
+    if matches!(n.dtype, DType::F16 | DType::BF16) {
+        requests.push((DType::F32, workers * dims.m * dims.n));
+    }
+    requests
+}
+
+impl Lower for ir::MatMul {
+    fn scratch(&self, n: &Sizes<'_>) -> Vec<(DType, usize)> {
+        gemm_scratch(n, self.transpose_a, self.transpose_b)
+    }
+
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        gemm(n, self.transpose_a, self.transpose_b, None)
+    }
+}
+
+/// LU with partial pivoting in float64, per batch entry.
+impl Lower for crate::ops::Solve {
+    fn scratch(&self, n: &Sizes<'_>) -> Vec<(DType, usize)> {
+        let a = n.operands[0];
+        let size = a[a.len() - 1];
+        let k = n.operands[1][a.len() - 1];
+        vec![(DType::F64, size * size + size * k)]
+    }
+
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        let a = n.shapes[0];
+        let rank = a.len();
+        vec![boxed(Solve {
+            dtype: n.dtype(),
+            batch: numel(&a[..rank - 2]),
+            n: a[rank - 1],
+            k: n.shapes[1][rank - 1],
+            a: n.views[0],
+            b: n.views[1],
+            out: n.out,
+            work: n.scratch[0],
+            at: n.site(),
+        })]
+    }
+}
+
+impl Lower for ir::QuantizedMatMul {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        let x = n.shapes[0];
+        vec![boxed(QuantizedMatMul {
+            dtype: n.dtype(),
+            dims: QuantDims {
+                rows: numel(&x[..x.len() - 1]),
+                n: n.shapes[1][0],
+                k: x[x.len() - 1],
+                bits: self.bits,
+                group: self.group_size,
+            },
+            x: n.views[0],
+            w: n.views[1],
+            scales: n.views[2],
+            biases: n.views[3],
+            out: n.out,
+        })]
     }
 }

@@ -1,11 +1,15 @@
 //! The sort thunk: sort, argsort and top-k.
 
-use super::{Accesses, Kernel, Memory, View, float_type, int_type};
+use super::geometry::axis3;
+use super::{Lower, LowerInput, Sizes, boxed};
 use crate::backend::RunError;
 use crate::cpu::kernels::numeric::FloatStore;
 use crate::cpu::kernels::reduce::Axis3;
 use crate::cpu::kernels::sort::sort_lines;
-use crate::ir::{DType, SortOutput};
+use crate::cpu::thunk::Thunk;
+use crate::cpu::thunk::{Accesses, Kernel, float_type, int_type};
+use crate::cpu::view::{Memory, View};
+use crate::ir::{self, DType, SortOutput};
 
 /// The first `keep` positions of each line along the middle axis, in sorted order: values
 /// or their `i64` indices.
@@ -94,5 +98,55 @@ impl Kernel for Sort {
             int_type!(self.dtype, |T| self.run(mem, |v: T| v, |_: &T| false))
         }
         Ok(())
+    }
+}
+
+/// The first `keep` positions of each line along `axis`, in sorted order.
+fn sorted(
+    n: &LowerInput<'_>,
+    axis: usize,
+    descending: bool,
+    keep: usize,
+    output: SortOutput,
+) -> Vec<Thunk> {
+    let shape = n.shapes[0];
+    vec![boxed(Sort {
+        dtype: n.dtypes[0],
+        shape: axis3(shape, axis, axis),
+        descending,
+        keep,
+        output,
+        x: n.views[0],
+        out: n.out,
+        order: View {
+            len: shape[axis],
+            ..n.scratch[0]
+        },
+    })]
+}
+
+/// One line's order, as `u32` positions.
+fn order_scratch(n: &Sizes<'_>, axis: usize) -> Vec<(DType, usize)> {
+    vec![(DType::I32, n.operands[0][axis])]
+}
+
+impl Lower for ir::TopK {
+    fn scratch(&self, n: &Sizes<'_>) -> Vec<(DType, usize)> {
+        order_scratch(n, self.axis)
+    }
+
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        sorted(n, self.axis, true, self.k, self.output)
+    }
+}
+
+impl Lower for ir::Sort {
+    fn scratch(&self, n: &Sizes<'_>) -> Vec<(DType, usize)> {
+        order_scratch(n, self.axis)
+    }
+
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        let keep = n.shapes[0][self.axis];
+        sorted(n, self.axis, self.descending, keep, self.output)
     }
 }

@@ -1,10 +1,14 @@
 //! Reduction, arg-reduction, cumulative-sum, softmax and normalization thunks.
 
-use super::{Accesses, Kernel, Memory, View, float_type, int_type};
+use super::geometry::axis3;
+use super::{Lower, LowerInput, boxed};
 use crate::backend::RunError;
 use crate::cpu::kernels::numeric::{FloatStore, Real};
 use crate::cpu::kernels::reduce::{self, Axis3, NormKind};
-use crate::ir::{ArgReduceOp, DType, ReduceOp};
+use crate::cpu::thunk::Thunk;
+use crate::cpu::thunk::{Accesses, Kernel, float_type, int_type};
+use crate::cpu::view::{Memory, View};
+use crate::ir::{self, ArgReduceOp, DType, ReduceOp};
 
 /// A reduction over the middle axis of `[outer, len, inner]`.
 #[derive(Clone, Debug)]
@@ -209,4 +213,99 @@ impl Kernel for Norm {
         ));
         Ok(())
     }
+}
+
+/// One block of adjacent axes (`legalize` splits reductions into blocks).
+impl Lower for ir::Reduce {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        let (first, last) = (self.axes[0], self.axes[self.axes.len() - 1]);
+        debug_assert_eq!(
+            last - first + 1,
+            self.axes.len(),
+            "legalize splits reductions into blocks"
+        );
+        vec![boxed(Reduce {
+            op: self.op,
+            dtype: n.dtype(),
+            shape: axis3(n.shapes[0], first, last),
+            x: n.views[0],
+            out: n.out,
+        })]
+    }
+}
+
+impl Lower for ir::ArgReduce {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        vec![boxed(ArgReduce {
+            op: self.op,
+            dtype: n.dtypes[0],
+            shape: axis3(n.shapes[0], self.axis, self.axis),
+            x: n.views[0],
+            out: n.out,
+        })]
+    }
+}
+
+impl Lower for ir::Cumsum {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        vec![boxed(Cumsum {
+            dtype: n.dtype(),
+            shape: axis3(n.shapes[0], self.axis, self.axis),
+            exclusive: self.exclusive,
+            reverse: self.reverse,
+            x: n.views[0],
+            out: n.out,
+        })]
+    }
+}
+
+/// A kernel of its own for the composite: one pass per line, max and sum kept in registers.
+impl Lower for ir::Softmax {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        vec![boxed(Softmax {
+            log: self.log,
+            dtype: n.dtype(),
+            shape: axis3(n.shapes[0], self.axis, self.axis),
+            x: n.views[0],
+            out: n.out,
+        })]
+    }
+}
+
+/// A kernel of its own for the composite (statistics in the accumulator type).
+impl Lower for ir::LayerNorm {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        let weight = self.has_weight.then(|| n.views[1]);
+        let bias = self
+            .has_bias
+            .then(|| n.views[1 + usize::from(self.has_weight)]);
+        norm(n, NormKind::Layer, self.eps, weight, bias)
+    }
+}
+
+/// A kernel of its own for the composite, as layer norm.
+impl Lower for ir::RmsNorm {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        let weight = self.has_weight.then(|| n.views[1]);
+        norm(n, NormKind::Rms, self.eps, weight, None)
+    }
+}
+
+fn norm(
+    n: &LowerInput<'_>,
+    kind: NormKind,
+    eps: f64,
+    weight: Option<View>,
+    bias: Option<View>,
+) -> Vec<Thunk> {
+    vec![boxed(Norm {
+        kind,
+        eps,
+        dtype: n.dtype(),
+        features: *n.out_shape.last().unwrap_or(&1),
+        x: n.views[0],
+        weight,
+        bias,
+        out: n.out,
+    })]
 }

@@ -3,10 +3,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{Accesses, Kernel, Memory, View};
+use super::{Lower, LowerInput, boxed};
 use crate::backend::RunError;
 use crate::cpu::custom::{CustomInputs, CustomKernel, TensorMut};
-use crate::ir::{AttrValue, DType};
+use crate::cpu::thunk::Thunk;
+use crate::cpu::thunk::{Accesses, Kernel};
+use crate::cpu::view::{Memory, View};
+use crate::ir::{self, AttrValue, DType};
 use crate::tensor::TensorRef;
 
 /// A registered user kernel and its operands.
@@ -60,5 +63,26 @@ impl Kernel for Custom {
                 name: self.name.clone(),
                 message,
             })
+    }
+}
+
+/// The kernel the backend's registry holds for the op's name.
+impl Lower for ir::Custom {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        vec![boxed(Custom {
+            name: self.name.clone(),
+            kernel: n.custom.clone().expect("compile checks the registry"),
+            attrs: self.attrs.clone(),
+            inputs: n
+                .views
+                .iter()
+                .zip(&n.dtypes)
+                .zip(&n.shapes)
+                .map(|((v, d), s)| (*v, *d, s.to_vec()))
+                .collect(),
+            out: n.out,
+            out_dtype: n.dtype(),
+            out_shape: n.out_shape.to_vec(),
+        })]
     }
 }

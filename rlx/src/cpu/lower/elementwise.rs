@@ -1,13 +1,17 @@
 //! Unary, binary, comparison, `where` and cast thunks.
 
-use super::{Accesses, Kernel, Memory, View, float_type, int_type, word_type};
+use super::geometry::numel;
+use super::{Lower, LowerInput, boxed};
 use crate::backend::RunError;
 use crate::cpu::fuse::ElementwiseStep;
 use crate::cpu::kernels::cast::{BoolByte, CastFrom};
 use crate::cpu::kernels::elementwise as ew;
 use crate::cpu::kernels::layout::Strided;
 use crate::cpu::kernels::numeric::FloatStore;
-use crate::ir::{BinaryOp, CompareOp, DType, UnaryOp};
+use crate::cpu::thunk::Thunk;
+use crate::cpu::thunk::{Accesses, Kernel, float_type, int_type, word_type};
+use crate::cpu::view::{Memory, View};
+use crate::ir::{self, BinaryOp, CompareOp, DType, UnaryOp};
 
 /// `out = kind(x)`.
 #[derive(Clone, Debug)]
@@ -250,5 +254,82 @@ impl Kernel for Cast {
             mem, self
         )));
         Ok(())
+    }
+}
+
+/// The thunk of a chain of elementwise ops the CPU fused (`cpu::fuse::elementwise`): a
+/// size-1 operand of a larger output is read as a scalar.
+pub(super) fn fused(n: &LowerInput<'_>, steps: &[ElementwiseStep]) -> Vec<Thunk> {
+    vec![boxed(FusedElementwise {
+        steps: steps.to_vec(),
+        dtype: n.dtype(),
+        operands: n
+            .views
+            .iter()
+            .zip(&n.shapes)
+            .map(|(view, shape)| (*view, numel(shape) == 1 && numel(n.out_shape) != 1))
+            .collect(),
+        out: n.out,
+    })]
+}
+
+impl Lower for UnaryOp {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        vec![boxed(Unary {
+            kind: *self,
+            dtype: n.dtype(),
+            x: n.views[0],
+            out: n.out,
+        })]
+    }
+}
+
+impl Lower for BinaryOp {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        vec![boxed(Binary {
+            kind: *self,
+            dtype: n.dtype(),
+            layout: Strided::broadcast(n.out_shape, [n.shapes[0], n.shapes[1]]),
+            a: n.views[0],
+            b: n.views[1],
+            out: n.out,
+        })]
+    }
+}
+
+impl Lower for CompareOp {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        vec![boxed(Compare {
+            kind: *self,
+            dtype: n.dtypes[0],
+            layout: Strided::broadcast(n.out_shape, [n.shapes[0], n.shapes[1]]),
+            a: n.views[0],
+            b: n.views[1],
+            out: n.out,
+        })]
+    }
+}
+
+impl Lower for crate::ops::Where {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        vec![boxed(Select {
+            dtype: n.dtype(),
+            layout: Strided::broadcast(n.out_shape, [n.shapes[0], n.shapes[1], n.shapes[2]]),
+            cond: n.views[0],
+            a: n.views[1],
+            b: n.views[2],
+            out: n.out,
+        })]
+    }
+}
+
+impl Lower for ir::Cast {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        vec![boxed(Cast {
+            from: n.dtypes[0],
+            to: self.to,
+            x: n.views[0],
+            out: n.out,
+        })]
     }
 }

@@ -2,29 +2,12 @@
 //!
 //! A thunk is plain data chosen when a plan is made: element counts, layouts and views.
 //! Running one is a virtual call and a kernel call, with no lookup, allocation or shape
-//! arithmetic. Each thunk type lives with its op family and implements [`Kernel`] in one
-//! place: [`Kernel::accesses`], the list of views it touches that `Plan::check` proves
-//! disjoint, sits right beside [`Kernel::execute`], the only code that touches them.
+//! arithmetic. Each thunk type lives with the lowering of its op family (`lower/`) and
+//! implements [`Kernel`] in one place: [`Kernel::accesses`], the list of views it touches
+//! that `Plan::check` proves disjoint, sits right beside [`Kernel::execute`], the only code
+//! that touches them.
 
-mod custom;
-mod elementwise;
-mod linalg;
-mod movement;
-mod nn;
-mod reduce;
-mod sort;
-mod spatial;
-mod view;
-
-pub(crate) use custom::Custom;
-pub(crate) use elementwise::{Binary, Cast, Compare, FusedElementwise, Select, Unary};
-pub(crate) use linalg::{EpilogueViews, MatMul, QuantizedMatMul, Solve};
-pub(crate) use movement::{Fill, Gather, ScatterAdd, StridedCopy};
-pub(crate) use nn::{Attention, Rope};
-pub(crate) use reduce::{ArgReduce, Cumsum, Norm, Reduce, Softmax};
-pub(crate) use sort::Sort;
-pub(crate) use spatial::{Conv, ConvDirection, Pool, Upsample};
-pub(crate) use view::{Memory, Region, View};
+use super::view::{Memory, View};
 
 use crate::backend::RunError;
 

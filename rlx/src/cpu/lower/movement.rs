@@ -1,11 +1,16 @@
 //! Data movement thunks: strided copies, fills, gathers and scatter-adds.
 
-use super::{Accesses, Kernel, Memory, View, float_type, int_type, word_type};
+use super::geometry::axis3;
+use super::{Lower, LowerInput, boxed, copy};
 use crate::backend::{NodeSite, RunError};
 use crate::cpu::kernels::copy::{self, Word};
 use crate::cpu::kernels::layout::Strided;
+use crate::cpu::kernels::layout::contiguous_strides;
 use crate::cpu::kernels::numeric::{FloatStore, Int};
-use crate::ir::DType;
+use crate::cpu::thunk::Thunk;
+use crate::cpu::thunk::{Accesses, Kernel, float_type, int_type, word_type};
+use crate::cpu::view::{Memory, View};
+use crate::ir::{self, DType, Slice};
 
 /// Copies `src` (from element `src_at`) into `dst` (from `dst_at`) through a layout:
 /// permute, slice, broadcast and the parts of concat and pad.
@@ -173,5 +178,157 @@ impl Kernel for ScatterAdd {
             index,
             size: len,
         })
+    }
+}
+
+/// A view of its operand: the planner gives it the operand's storage.
+impl Lower for ir::Reshape {
+    fn lower(&self, _: &LowerInput<'_>) -> Vec<Thunk> {
+        Vec::new()
+    }
+}
+
+/// Its operand's storage, as a reshape.
+impl Lower for crate::ops::StopGradient {
+    fn lower(&self, _: &LowerInput<'_>) -> Vec<Thunk> {
+        Vec::new()
+    }
+}
+
+impl Lower for ir::Permute {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        let src = contiguous_strides(n.shapes[0]);
+        let layout = Strided {
+            dims: n.out_shape.to_vec(),
+            strides: [
+                contiguous_strides(n.out_shape),
+                self.perm.iter().map(|p| src[*p]).collect(),
+            ],
+        };
+        vec![copy(n.dtype(), layout, 0, 0, n.views[0], n.out)]
+    }
+}
+
+impl Lower for ir::Slice {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        let Slice {
+            axis, start, step, ..
+        } = *self;
+        let size = n.shapes[0][axis] as i64;
+        let first = if start < 0 { size + start } else { start } as usize;
+        let mut src = contiguous_strides(n.shapes[0]);
+        let src_at = first * src[axis];
+        src[axis] *= step;
+        let layout = Strided {
+            dims: n.out_shape.to_vec(),
+            strides: [contiguous_strides(n.out_shape), src],
+        };
+        vec![copy(n.dtype(), layout, 0, src_at, n.views[0], n.out)]
+    }
+}
+
+impl Lower for ir::Broadcast {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        let layout = Strided::broadcast(n.out_shape, [n.out_shape, n.shapes[0]]);
+        vec![copy(n.dtype(), layout, 0, 0, n.views[0], n.out)]
+    }
+}
+
+/// One copy per non-empty operand, each at its offset along the axis.
+impl Lower for ir::Concat {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        let dst = contiguous_strides(n.out_shape);
+        let mut offset = 0;
+        let mut thunks = Vec::new();
+        for (shape, view) in n.shapes.iter().zip(&n.views) {
+            if view.len > 0 {
+                let layout = Strided {
+                    dims: shape.to_vec(),
+                    strides: [dst.clone(), contiguous_strides(shape)],
+                };
+                thunks.push(copy(
+                    n.dtype(),
+                    layout,
+                    offset * dst[self.axis],
+                    0,
+                    *view,
+                    n.out,
+                ));
+            }
+            offset += shape[self.axis];
+        }
+        thunks
+    }
+}
+
+/// A fill with the pad value, then the operand copied inside.
+impl Lower for ir::Pad {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        let dtype = n.dtype();
+        let dst = contiguous_strides(n.out_shape);
+        let mut pattern = [0u8; 8];
+        let bytes = self.value.to_bytes(dtype);
+        pattern[..bytes.len()].copy_from_slice(&bytes);
+        let mut thunks = vec![boxed(Fill {
+            dtype,
+            pattern: u64::from_le_bytes(pattern),
+            dst: n.out,
+        })];
+        if n.views[0].len > 0 {
+            let at = self
+                .pads
+                .iter()
+                .zip(&dst)
+                .map(|((before, _), s)| before * s)
+                .sum();
+            let layout = Strided {
+                dims: n.shapes[0].to_vec(),
+                strides: [dst, contiguous_strides(n.shapes[0])],
+            };
+            thunks.push(copy(dtype, layout, at, 0, n.views[0], n.out));
+        }
+        thunks
+    }
+}
+
+impl Lower for ir::Gather {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        let s = axis3(n.shapes[0], self.axis, self.axis);
+        vec![boxed(Gather {
+            dtype: n.dtype(),
+            index: n.dtypes[1],
+            outer: s.outer,
+            axis_len: s.len,
+            inner: s.inner,
+            data: n.views[0],
+            indices: n.views[1],
+            out: n.out,
+            at: n.site(),
+        })]
+    }
+}
+
+/// A copy of the operand, then the updates added at their indices.
+impl Lower for ir::ScatterAdd {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        let s = axis3(n.shapes[0], self.axis, self.axis);
+        let layout = Strided {
+            dims: vec![n.out.len],
+            strides: [vec![1], vec![1]],
+        };
+        vec![
+            copy(n.dtype(), layout, 0, 0, n.views[0], n.out),
+            boxed(ScatterAdd {
+                dtype: n.dtype(),
+                index: n.dtypes[1],
+                outer: s.outer,
+                axis_len: s.len,
+                inner: s.inner,
+                indices: n.views[1],
+                updates: n.views[2],
+                out: n.out,
+                at: n.site(),
+            }),
+        ]
     }
 }

@@ -1,11 +1,15 @@
 //! Pooling, convolution, transposed convolution and upsampling thunks.
 
-use super::{Accesses, Kernel, Memory, View, float_type};
+use super::geometry::{conv_geometry, resize, window};
+use super::{Lower, LowerInput, Sizes, boxed};
 use crate::backend::RunError;
 use crate::cpu::kernels::conv::{ConvShape, ConvTransposeShape, conv, conv_transpose};
 use crate::cpu::kernels::numeric::accumulator;
 use crate::cpu::kernels::spatial::{self, Resize, Window};
-use crate::ir::{DType, PoolKind};
+use crate::cpu::thunk::Thunk;
+use crate::cpu::thunk::{Accesses, Kernel, float_type};
+use crate::cpu::view::{Memory, View};
+use crate::ir::{self, DType, PoolKind};
 
 /// Max or average pooling, channels first.
 #[derive(Clone, Debug)]
@@ -122,5 +126,95 @@ impl Kernel for Upsample {
             mem.dst(self.out)
         ));
         Ok(())
+    }
+}
+
+impl Lower for ir::Pool {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        let ones = vec![1; self.kernel.len()];
+        let window = window(
+            n.shapes[0],
+            n.out_shape,
+            &self.kernel,
+            &self.stride,
+            &self.padding,
+            &ones,
+        );
+        vec![boxed(Pool {
+            dtype: n.dtype(),
+            window,
+            kind: self.kind,
+            x: n.views[0],
+            out: n.out,
+        })]
+    }
+}
+
+/// im2col columns and the GEMM's packing ([`conv_geometry`]).
+fn conv_scratch(n: &Sizes<'_>) -> Vec<(DType, usize)> {
+    conv_geometry(
+        n.op,
+        n.dtype,
+        n.operands[0],
+        n.operands[1],
+        n.out,
+        n.threads,
+    )
+    .map(|(_, scratch)| scratch)
+    .unwrap_or_default()
+}
+
+fn lower_conv(n: &LowerInput<'_>) -> Vec<Thunk> {
+    let dtype = n.dtype();
+    let geometry = conv_geometry(
+        &n.node.op,
+        dtype,
+        n.shapes[0],
+        n.shapes[1],
+        n.out_shape,
+        n.threads,
+    );
+    let (direction, _) = geometry.expect("a conv node has a conv geometry");
+    vec![boxed(Conv {
+        dtype,
+        direction,
+        x: n.views[0],
+        w: n.views[1],
+        bias: n.views.get(2).copied(),
+        out: n.out,
+        col: n.scratch[0],
+        scratch: n.scratch[1],
+        wide_out: n.scratch.get(2).copied(),
+    })]
+}
+
+impl Lower for ir::Conv {
+    fn scratch(&self, n: &Sizes<'_>) -> Vec<(DType, usize)> {
+        conv_scratch(n)
+    }
+
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        lower_conv(n)
+    }
+}
+
+impl Lower for ir::ConvTranspose {
+    fn scratch(&self, n: &Sizes<'_>) -> Vec<(DType, usize)> {
+        conv_scratch(n)
+    }
+
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        lower_conv(n)
+    }
+}
+
+impl Lower for ir::Upsample {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        vec![boxed(Upsample {
+            dtype: n.dtype(),
+            resize: resize(self.mode, n.shapes[0], n.out_shape),
+            x: n.views[0],
+            out: n.out,
+        })]
     }
 }

@@ -1,0 +1,243 @@
+//! Rope and attention thunks.
+
+use super::geometry::numel;
+use super::{Lower, LowerInput, Sizes, boxed};
+use crate::backend::RunError;
+use crate::cpu::kernels::gemm::GemmAcc;
+use crate::cpu::kernels::gemm::kernel_shape;
+use crate::cpu::kernels::layout::contiguous_strides;
+use crate::cpu::kernels::nn::{
+    self, AttentionDims, AttentionTiling, HeadLayout, KeyRange, MaskLayout, MaskValues, RopeDims,
+};
+use crate::cpu::kernels::numeric::{FloatStore, accumulator};
+use crate::cpu::thunk::Thunk;
+use crate::cpu::thunk::{Accesses, Kernel, float_type};
+use crate::cpu::view::{Memory, View};
+use crate::ir::{self, AttentionMask, DType};
+
+/// Rotary position embedding; the position offset is an optional `i32`/`i64` scalar.
+#[derive(Clone, Debug)]
+pub(crate) struct Rope {
+    pub dtype: DType,
+    pub dims: RopeDims,
+    pub offset: Option<(View, DType)>,
+    pub x: View,
+    pub out: View,
+}
+
+impl Kernel for Rope {
+    fn accesses(&self) -> Accesses {
+        let s = self.dtype.size_bytes();
+        let mut reads = vec![(self.x, s)];
+        reads.extend(self.offset.map(|(v, d)| (v, d.size_bytes())));
+        Accesses {
+            writes: vec![(self.out, s)],
+            reads,
+        }
+    }
+
+    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
+        let offset = match self.offset {
+            None => 0,
+            Some((v, DType::I32)) => i64::from(mem.src::<i32>(v)[0]),
+            Some((v, _)) => mem.src::<i64>(v)[0],
+        };
+        float_type!(self.dtype, |T| nn::rope::<T>(
+            &self.dims,
+            offset,
+            mem.src(self.x),
+            mem.dst(self.out)
+        ));
+        Ok(())
+    }
+}
+
+/// Scaled dot-product attention, blocked as its tiling says.
+#[derive(Clone, Debug)]
+pub(crate) struct Attention {
+    pub dtype: DType,
+    pub dims: AttentionDims,
+    pub tiling: AttentionTiling,
+    pub q: View,
+    pub k: View,
+    pub v: View,
+    pub mask: Option<(View, DType)>,
+    pub out: View,
+    /// One slot per worker, in the accumulator type.
+    pub scratch: View,
+}
+
+impl Attention {
+    fn run<T: FloatStore>(&self, mem: &Memory)
+    where
+        T::Acc: GemmAcc,
+    {
+        let mask = match self.mask {
+            None => MaskValues::None,
+            Some((v, DType::Bool)) => MaskValues::Bool(mem.src::<u8>(v)),
+            Some((v, _)) => MaskValues::Additive(mem.src::<T>(v)),
+        };
+        nn::attention::<T>(
+            &self.dims,
+            &self.tiling,
+            mem.src(self.q),
+            mem.src(self.k),
+            mem.src(self.v),
+            mask,
+            mem.dst(self.out),
+            mem.dst(self.scratch),
+        )
+    }
+}
+
+impl Kernel for Attention {
+    fn accesses(&self) -> Accesses {
+        let s = self.dtype.size_bytes();
+        let mut reads = vec![(self.q, s), (self.k, s), (self.v, s)];
+        reads.extend(self.mask.map(|(v, d)| (v, d.size_bytes())));
+        Accesses {
+            writes: vec![
+                (self.out, s),
+                (self.scratch, accumulator(self.dtype).size_bytes()),
+            ],
+            reads,
+        }
+    }
+
+    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
+        float_type!(self.dtype, |T| self.run::<T>(mem));
+        Ok(())
+    }
+}
+
+/// How an attention of these query, key and output shapes is blocked.
+fn attention_tiling(
+    dtype: DType,
+    q: &[usize],
+    k: &[usize],
+    out: &[usize],
+    threads: usize,
+) -> AttentionTiling {
+    let rank = q.len();
+    AttentionTiling::new(
+        numel(&q[..rank - 2]),
+        q[rank - 2],
+        k[rank - 2],
+        q[rank - 1],
+        out[rank - 1],
+        threads,
+        kernel_shape(accumulator(dtype)),
+    )
+}
+
+/// The rope kernel, over `[.., seq, features]`.
+impl Lower for ir::Rope {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        let rank = n.out_shape.len();
+        vec![boxed(Rope {
+            dtype: n.dtype(),
+            dims: RopeDims {
+                batches: numel(&n.out_shape[..rank - 2]),
+                seq: n.out_shape[rank - 2],
+                features: n.out_shape[rank - 1],
+                dims: self.dims,
+                base: self.base,
+                scale: self.scale,
+                traditional: self.traditional,
+            },
+            offset: (n.views.len() > 1).then(|| (n.views[1], n.dtypes[1])),
+            x: n.views[0],
+            out: n.out,
+        })]
+    }
+}
+
+/// The blocked attention kernel: one row of scores per worker, the mask read where it
+/// broadcasts from.
+impl Lower for ir::Attention {
+    fn scratch(&self, n: &Sizes<'_>) -> Vec<(DType, usize)> {
+        let tiling = attention_tiling(n.dtype, n.operands[0], n.operands[1], n.out, n.threads);
+        vec![(accumulator(n.dtype), tiling.workers * tiling.slot_len)]
+    }
+
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        let dtype = n.dtype();
+        let mask = self.mask;
+        let (q, k) = (n.shapes[0], n.shapes[1]);
+        let rank = q.len();
+        let heads = numel(&q[..rank - 2]);
+        let (q_heads_axis, group) = if rank >= 3 {
+            (q[rank - 3], q[rank - 3] / k[rank - 3])
+        } else {
+            (1, 1)
+        };
+        let mut scores_shape = q[..rank - 1].to_vec();
+        scores_shape.push(k[rank - 2]);
+        let mask_layout = (mask == AttentionMask::Tensor).then(|| {
+            // The mask broadcasts (right-aligned) to [lead.., Sq, Sk]; each flattened head
+            // gets its own offset, since a mask may vary with some leading axes only
+            // (e.g. a [B, 1, 1, Sk] padding mask).
+            let m = n.shapes[3];
+            let own = contiguous_strides(m);
+            let offset = scores_shape.len() - m.len();
+            let stride = |axis: usize| -> usize {
+                if axis < offset || m[axis - offset] == 1 {
+                    0
+                } else {
+                    own[axis - offset]
+                }
+            };
+            let lead = &q[..rank - 2];
+            let head_offsets = (0..heads)
+                .map(|flat| {
+                    let (mut rest, mut at) = (flat, 0);
+                    for axis in (0..lead.len()).rev() {
+                        at += (rest % lead[axis]) * stride(axis);
+                        rest /= lead[axis];
+                    }
+                    at
+                })
+                .collect();
+            MaskLayout {
+                head_offsets,
+                query_stride: stride(rank - 2),
+                key_stride: stride(rank - 1),
+            }
+        });
+        let keys = match mask {
+            AttentionMask::Causal => KeyRange::Causal { window: None },
+            AttentionMask::SlidingWindow(w) => KeyRange::Causal { window: Some(w) },
+            AttentionMask::None | AttentionMask::Tensor => KeyRange::All,
+        };
+        vec![boxed(Attention {
+            dtype,
+            tiling: attention_tiling(dtype, q, k, n.out_shape, n.threads),
+            dims: AttentionDims {
+                heads,
+                group,
+                seq_q: q[rank - 2],
+                seq_k: k[rank - 2],
+                head_dim: q[rank - 1],
+                value_dim: n.out_shape[rank - 1],
+                scale: self.scale,
+                keys,
+                mask: mask_layout,
+                q_heads_axis,
+                layouts: std::array::from_fn(|i| {
+                    let shape = if i < 3 { n.shapes[i] } else { n.out_shape };
+                    if n.sequence_major[i] {
+                        HeadLayout::sequence_major(shape)
+                    } else {
+                        HeadLayout::contiguous(shape)
+                    }
+                }),
+            },
+            q: n.views[0],
+            k: n.views[1],
+            v: n.views[2],
+            mask: (mask == AttentionMask::Tensor).then(|| (n.views[3], n.dtypes[3])),
+            out: n.out,
+            scratch: n.scratch[0],
+        })]
+    }
+}
