@@ -110,8 +110,9 @@ pub(crate) trait Primitive {
 /// The one list of the vocabulary: each [`Op`] variant with its doc comment, and the
 /// definition it dispatches to (its payload, or the unit struct after `=`), whose
 /// [`Primitive::sample`] makes it. From it come [`Op`], [`OpKind`], [`Op::kind`],
-/// [`Op::primitive`], [`OpKind::sample`] and `From<payload> for Op`, each match
-/// exhaustive: a new op is one entry here and its module.
+/// [`Op::primitive`], [`OpKind::sample`], `From<payload> for Op` and `lowering_of!`
+/// (each backend's dispatch to its lowering of a primitive), each match exhaustive: a new op
+/// is one entry here and its module, and rustc then asks each backend for its lowering.
 macro_rules! registry {
     (
         // `$`, for the macros this one defines.
@@ -131,18 +132,6 @@ macro_rules! registry {
         pub enum Op {
             $( $(#[$doc])* $kind $(($payload))?, )+
             $( $(#[$cdoc])* $ckind($cpayload), )+
-        }
-
-        /// An op as a backend lowers it: each primitive as itself, and every composite as
-        /// one case, which a backend matches by variant where it has a kernel of its own
-        /// and otherwise decomposes at compile time (each backend's `has_kernel`). So a new
-        /// composite needs no arm in any backend.
-        // Each backend reads the payloads its kernels need; some (a reshape's target, say)
-        // none reads.
-        #[allow(dead_code)]
-        pub(crate) enum Lowerable<'a> {
-            $( $kind $((&'a $payload))?, )+
-            Composite(&'a Op),
         }
 
         /// The variant of an [`Op`], without attributes: what tests and tools enumerate when
@@ -195,18 +184,6 @@ macro_rules! registry {
                 }
             }
 
-            /// Whether the op is defined by a decomposition (see [`Primitive::decompose`]).
-            pub(crate) fn is_composite(&self) -> bool {
-                matches!(self, $(Op::$ckind(_))|+)
-            }
-
-            /// The op as a backend lowers it.
-            pub(crate) fn lowerable(&self) -> Lowerable<'_> {
-                match self {
-                    $(registry!(@pattern $kind, op $(, $payload)?) => registry!(@lowerable $kind, op $(, $payload)?),)+
-                    $(Op::$ckind(_) => Lowerable::Composite(self),)+
-                }
-            }
         }
 
         $( registry!(@from $kind $(, $payload)?); )+
@@ -226,8 +203,6 @@ macro_rules! registry {
         }
         pub(crate) use lowering_of;
     };
-    (@lowerable $kind:ident, $op:ident, $payload:ty) => { Lowerable::$kind($op) };
-    (@lowerable $kind:ident, $op:ident) => { Lowerable::$kind };
     (@type ($payload:ty)) => { $payload };
     (@type = $unit:path) => { $unit };
     (@pattern $($rest:tt)*) => { crate::ops::op_arm!(@pattern $($rest)*) };

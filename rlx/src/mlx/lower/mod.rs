@@ -1,20 +1,20 @@
 //! Lowering a graph, with its runtime dims bound, to lazy MLX arrays.
+//!
+//! Each op's lowering is its impl of [`Lower`] in `ops.rs`, found from the op by
+//! `ops::lowering_of!` (a primitive without one does not compile). A matmul whose bias is
+//! added next is lowered with the add, as one GEMM ([`BiasAdds`]).
 
-use crate::ir::{
-    ArgReduce, Attention, Cast, Concat, Conv, ConvTranspose, Cumsum, Gather, LayerNorm, MatMul,
-    Pad, Permute, Pool, QuantizedMatMul, Reduce, RmsNorm, Rope, ScatterAdd, Slice, Softmax, Sort,
-    TopK, Upsample,
-};
+mod ops;
+
+use crate::ir::{Gather, MatMul, ScatterAdd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::MlxCustomOp;
 use super::array::{Array, MlxError};
 use super::device::Device;
-use super::ops::MaskArg;
 use crate::backend::{NodeSite, RunError};
-use crate::ir::{AttentionMask, ConstantData, DType, Graph, Node, NodeId, Op, ReduceOp};
-use crate::ops::Lowerable;
+use crate::ir::{ConstantData, DType, Graph, Node, NodeId, Op, ReduceOp};
 use crate::tensor::TensorRef;
 
 /// Everything fixed once per binding that lowering reads. Shared with the `mlx::compile`
@@ -278,200 +278,74 @@ impl Lowering {
         x: &[&Array],
         checks: &mut Vec<IndexCheck>,
     ) -> Result<Array, NodeFailure> {
-        let shape = &self.shapes[id.index()];
-        Ok(match node.op.lowerable() {
-            Lowerable::Input | Lowerable::Param => {
-                return Err(NodeFailure::Mlx(MlxError::new("a leaf was not supplied")));
-            }
-            Lowerable::Constant(_) => self.constants.0[id.index()]
-                .clone()
-                .ok_or_else(|| MlxError::new("constant not uploaded"))?,
-            Lowerable::Unary(u) => x[0].unary(*u)?,
-            Lowerable::Binary(b) => match &self.bias_adds.of[id.index()] {
-                Some(BiasAdd { product: p, .. }) => {
-                    x[0].matmul_bias(x[1], x[2], p.transpose_a, p.transpose_b)?
-                }
-                None => x[0].binary(*b, x[1])?,
-            },
-            Lowerable::Compare(c) => x[0].compare(*c, x[1])?,
-            Lowerable::Where => x[0].select(x[1], x[2])?,
-            Lowerable::Cast(Cast { to }) => x[0].cast(*to)?,
-            Lowerable::MatMul(MatMul {
-                transpose_a,
-                transpose_b,
-            }) => x[0].matmul(x[1], *transpose_a, *transpose_b)?,
-            Lowerable::Reduce(Reduce {
-                op,
-                axes,
-                keep_dims,
-            }) => x[0].reduce(*op, axes, *keep_dims)?,
-            Lowerable::ArgReduce(ArgReduce {
-                op,
-                axis,
-                keep_dims,
-            }) => x[0].arg_reduce(*op, *axis, *keep_dims)?,
-            Lowerable::Cumsum(Cumsum {
-                axis,
-                exclusive,
-                reverse,
-            }) => x[0].cumsum(*axis, *exclusive, *reverse)?,
-            Lowerable::Composite(Op::Softmax(Softmax { axis, log })) => {
-                x[0].softmax(*axis, *log)?
-            }
-            Lowerable::Composite(Op::LayerNorm(LayerNorm {
-                eps,
-                has_weight,
-                has_bias,
-            })) => {
-                let w = has_weight.then(|| x[1]);
-                let b = has_bias.then(|| x[if *has_weight { 2 } else { 1 }]);
-                x[0].layer_norm(w, b, *eps)?
-            }
-            Lowerable::Composite(Op::RmsNorm(RmsNorm { eps, has_weight })) => {
-                x[0].rms_norm(has_weight.then(|| x[1]), *eps)?
-            }
-            Lowerable::Reshape(_) => x[0].reshape(shape)?,
-            Lowerable::StopGradient => x[0].clone(),
-            Lowerable::Permute(Permute { perm }) => x[0].permute(perm)?,
-            Lowerable::Slice(Slice {
-                axis, start, step, ..
-            }) => {
-                let input = &self.shapes[node.inputs[0].index()];
-                let len = input[*axis] as i64;
-                let first = if *start < 0 { start + len } else { *start } as usize;
-                let count = shape[*axis];
-                let mut starts = vec![0; input.len()];
-                let mut stops = input.clone();
-                let mut steps = vec![1; input.len()];
-                starts[*axis] = first;
-                stops[*axis] = if count == 0 {
-                    first
-                } else {
-                    first + (count - 1) * step + 1
-                };
-                steps[*axis] = *step;
-                x[0].slice(&starts, &stops, &steps)?
-            }
-            Lowerable::Concat(Concat { axis }) => Array::concat(x, *axis)?,
-            Lowerable::Broadcast(_) => x[0].broadcast(shape)?,
-            Lowerable::Pad(Pad { pads, value }) => {
-                let dtype = node.ty.dtype;
-                let bytes = value.to_bytes(dtype);
-                let fill = Array::from_tensor_on(
-                    TensorRef {
-                        dtype,
-                        shape: &[],
-                        bytes: &bytes,
-                    },
-                    self.device,
-                )?;
-                x[0].pad(pads, &fill)?
-            }
-            Lowerable::Gather(Gather { axis }) | Lowerable::ScatterAdd(ScatterAdd { axis }) => {
-                let (out, bad) = match x.get(2) {
-                    Some(updates) => x[0].scatter_add(x[1], updates, *axis)?,
-                    None => x[0].gather(x[1], *axis)?,
-                };
-                checks.push(IndexCheck {
-                    node: id,
-                    bad,
-                    indices: x[1].clone(),
-                });
-                out
-            }
-            Lowerable::Attention(Attention { scale, mask }) => {
-                let mask = match mask {
-                    AttentionMask::None => MaskArg::None,
-                    AttentionMask::Causal => MaskArg::Causal,
-                    AttentionMask::SlidingWindow(w) => MaskArg::Window(*w),
-                    AttentionMask::Tensor => MaskArg::Array(x[3]),
-                };
-                x[0].attention(x[1], x[2], *scale, mask)?
-            }
-            Lowerable::Composite(Op::Rope(Rope {
-                dims,
-                base,
-                scale,
-                traditional,
-            })) => x[0].rope(*dims, *base, *scale, *traditional, x.get(1).copied())?,
-            Lowerable::Conv(Conv {
-                stride,
-                padding,
-                dilation,
-                groups,
-            }) => x[0].conv(x[1], x.get(2).copied(), stride, padding, dilation, *groups)?,
-            Lowerable::Pool(Pool {
-                kind,
-                kernel,
-                stride,
-                padding,
-            }) => x[0].pool(*kind, kernel, stride, padding)?,
-            Lowerable::ConvTranspose(ConvTranspose {
-                stride,
-                padding,
-                output_padding,
-                dilation,
-                groups,
-            }) => x[0].conv_transpose(
-                x[1],
-                x.get(2).copied(),
-                stride,
-                padding,
-                output_padding,
-                dilation,
-                *groups,
-            )?,
-            Lowerable::Upsample(Upsample { mode, .. }) => {
-                x[0].upsample(*mode, [shape[2], shape[3]])?
-            }
-            Lowerable::TopK(TopK { k, axis, output }) => x[0].topk(*k, *axis, *output)?,
-            Lowerable::Sort(Sort {
-                axis,
-                descending,
-                output,
-            }) => x[0].sort(*axis, *descending, *output)?,
-            Lowerable::Solve => x[0].solve(x[1])?,
-            Lowerable::QuantizedMatMul(QuantizedMatMul { bits, group_size }) => {
-                x[0].quantized_matmul(x[1], x[2], x[3], *bits, *group_size)?
-            }
-            Lowerable::Custom(crate::ir::Custom {
-                name,
-                attrs,
-                output,
-            }) => {
-                let kernel = self.custom[id.index()]
-                    .as_ref()
-                    .ok_or_else(|| MlxError::new(format!("no MLX kernel for {name:?}")))?;
-                let inputs: Vec<Array> = x.iter().map(|a| (*a).clone()).collect();
-                kernel
-                    .lower(attrs, &inputs, output.dtype, shape)
-                    .map_err(|message| {
-                        NodeFailure::Run(RunError::Custom {
-                            name: name.clone(),
-                            message,
-                        })
-                    })?
-            }
-            Lowerable::Composite(op) => {
-                return Err(NodeFailure::Mlx(MlxError::new(format!(
-                    "{op} has no MLX kernel and was not decomposed"
-                ))));
-            }
+        if let Some(BiasAdd { product: p, .. }) = &self.bias_adds.of[id.index()] {
+            return Ok(x[0].matmul_bias(x[1], x[2], p.transpose_a, p.transpose_b)?);
+        }
+        let lowering = lowering(&node.op).ok_or_else(|| {
+            MlxError::new(format!(
+                "{} has no MLX kernel and was not decomposed",
+                node.op
+            ))
+        })?;
+        lowering.lower(&mut NodeInput {
+            lowering: self,
+            id,
+            node,
+            x,
+            shape: &self.shapes[id.index()],
+            checks,
         })
     }
 }
 
-/// Whether MLX lowers `op` by a call of its own: every primitive, and the composites with
-/// an arm in `Lowering::node`. The other composites are decomposed at compile time.
-pub(crate) fn has_kernel(op: &Op) -> bool {
-    !op.is_composite()
-        || matches!(
-            op,
-            Op::Softmax(_) | Op::LayerNorm(_) | Op::RmsNorm(_) | Op::Rope(_)
-        )
+/// How MLX computes one op: the arrays of its operands in, its array out (lazy).
+pub(crate) trait Lower {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Result<Array, NodeFailure>;
 }
 
-enum NodeFailure {
+/// What an op's [`Lower::lower`] reads.
+pub(crate) struct NodeInput<'a> {
+    pub lowering: &'a Lowering,
+    pub id: NodeId,
+    pub node: &'a Node,
+    /// The operands' arrays.
+    pub x: &'a [&'a Array],
+    /// Concrete dims of the output.
+    pub shape: &'a [usize],
+    checks: &'a mut Vec<IndexCheck>,
+}
+
+impl NodeInput<'_> {
+    /// Records the flag `bad` of a gather's or scatter's indices (operand 1), read after
+    /// evaluation.
+    pub(crate) fn check_indices(&mut self, bad: Array) {
+        self.checks.push(IndexCheck {
+            node: self.id,
+            bad,
+            indices: self.x[1].clone(),
+        });
+    }
+}
+
+/// MLX's lowering of `op`: every primitive's (`ops.rs`), and the composites' that MLX has
+/// a call for (the others are decomposed at compile time).
+fn lowering(op: &Op) -> Option<&dyn Lower> {
+    crate::ops::lowering_of!(op, Lower).or(match op {
+        Op::Softmax(op) => Some(op),
+        Op::LayerNorm(op) => Some(op),
+        Op::RmsNorm(op) => Some(op),
+        Op::Rope(op) => Some(op),
+        _ => None,
+    })
+}
+
+/// Whether MLX lowers `op` by a call of its own: every primitive, and the composites
+/// [`lowering`] names.
+pub(crate) fn has_kernel(op: &Op) -> bool {
+    lowering(op).is_some()
+}
+
+pub(crate) enum NodeFailure {
     Mlx(MlxError),
     Run(RunError),
 }

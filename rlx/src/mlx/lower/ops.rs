@@ -1,0 +1,304 @@
+//! Each op's MLX lowering: mostly one call of an [`Array`] method (`mlx/ops.rs`), which
+//! wraps one MLX function or one function of the shim.
+
+use super::{Lower, NodeFailure, NodeInput};
+use crate::ir::{self, AttentionMask, BinaryOp, CompareOp, ConstantData, UnaryOp};
+use crate::mlx::array::{Array, MlxError};
+use crate::mlx::ops::MaskArg;
+use crate::ops::{Input, Param, Solve, StopGradient, Where};
+use crate::tensor::TensorRef;
+
+type Lowered = Result<Array, NodeFailure>;
+
+/// Leaves are supplied by the caller, never lowered.
+impl Lower for Input {
+    fn lower(&self, _: &mut NodeInput<'_>) -> Lowered {
+        Err(MlxError::new("a leaf was not supplied").into())
+    }
+}
+
+impl Lower for Param {
+    fn lower(&self, _: &mut NodeInput<'_>) -> Lowered {
+        Err(MlxError::new("a leaf was not supplied").into())
+    }
+}
+
+/// Uploaded once per binding.
+impl Lower for ConstantData {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.lowering.constants.0[n.id.index()]
+            .clone()
+            .ok_or_else(|| MlxError::new("constant not uploaded"))?)
+    }
+}
+
+impl Lower for UnaryOp {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].unary(*self)?)
+    }
+}
+
+impl Lower for BinaryOp {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].binary(*self, n.x[1])?)
+    }
+}
+
+impl Lower for CompareOp {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].compare(*self, n.x[1])?)
+    }
+}
+
+impl Lower for Where {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].select(n.x[1], n.x[2])?)
+    }
+}
+
+impl Lower for ir::Cast {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].cast(self.to)?)
+    }
+}
+
+impl Lower for ir::MatMul {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].matmul(n.x[1], self.transpose_a, self.transpose_b)?)
+    }
+}
+
+impl Lower for ir::Reduce {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].reduce(self.op, &self.axes, self.keep_dims)?)
+    }
+}
+
+impl Lower for ir::ArgReduce {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].arg_reduce(self.op, self.axis, self.keep_dims)?)
+    }
+}
+
+impl Lower for ir::Cumsum {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].cumsum(self.axis, self.exclusive, self.reverse)?)
+    }
+}
+
+impl Lower for ir::Softmax {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].softmax(self.axis, self.log)?)
+    }
+}
+
+impl Lower for ir::LayerNorm {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        let w = self.has_weight.then(|| n.x[1]);
+        let b = self.has_bias.then(|| n.x[1 + usize::from(self.has_weight)]);
+        Ok(n.x[0].layer_norm(w, b, self.eps)?)
+    }
+}
+
+impl Lower for ir::RmsNorm {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].rms_norm(self.has_weight.then(|| n.x[1]), self.eps)?)
+    }
+}
+
+impl Lower for ir::Reshape {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].reshape(n.shape)?)
+    }
+}
+
+impl Lower for StopGradient {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].clone())
+    }
+}
+
+impl Lower for ir::Permute {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].permute(&self.perm)?)
+    }
+}
+
+/// MLX's strided slice, its stop made from the output's length.
+impl Lower for ir::Slice {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        let (axis, step) = (self.axis, self.step);
+        let input = &n.lowering.shapes[n.node.inputs[0].index()];
+        let len = input[axis] as i64;
+        let first = if self.start < 0 {
+            self.start + len
+        } else {
+            self.start
+        } as usize;
+        let count = n.shape[axis];
+        let mut starts = vec![0; input.len()];
+        let mut stops = input.clone();
+        let mut steps = vec![1; input.len()];
+        starts[axis] = first;
+        stops[axis] = if count == 0 {
+            first
+        } else {
+            first + (count - 1) * step + 1
+        };
+        steps[axis] = step;
+        Ok(n.x[0].slice(&starts, &stops, &steps)?)
+    }
+}
+
+impl Lower for ir::Concat {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(Array::concat(n.x, self.axis)?)
+    }
+}
+
+impl Lower for ir::Broadcast {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].broadcast(n.shape)?)
+    }
+}
+
+impl Lower for ir::Pad {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        let dtype = n.node.ty.dtype;
+        let bytes = self.value.to_bytes(dtype);
+        let value = TensorRef {
+            dtype,
+            shape: &[],
+            bytes: &bytes,
+        };
+        let fill = Array::from_tensor_on(value, n.lowering.device)?;
+        Ok(n.x[0].pad(&self.pads, &fill)?)
+    }
+}
+
+/// Its indices are checked after evaluation (`Lowering::verify_indices`).
+impl Lower for ir::Gather {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        let (out, bad) = n.x[0].gather(n.x[1], self.axis)?;
+        n.check_indices(bad);
+        Ok(out)
+    }
+}
+
+/// Its indices are checked after evaluation, as a gather's.
+impl Lower for ir::ScatterAdd {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        let (out, bad) = n.x[0].scatter_add(n.x[1], n.x[2], self.axis)?;
+        n.check_indices(bad);
+        Ok(out)
+    }
+}
+
+impl Lower for ir::Attention {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        let mask = match self.mask {
+            AttentionMask::None => MaskArg::None,
+            AttentionMask::Causal => MaskArg::Causal,
+            AttentionMask::SlidingWindow(w) => MaskArg::Window(w),
+            AttentionMask::Tensor => MaskArg::Array(n.x[3]),
+        };
+        Ok(n.x[0].attention(n.x[1], n.x[2], self.scale, mask)?)
+    }
+}
+
+impl Lower for ir::Rope {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        let offset = n.x.get(1).copied();
+        Ok(n.x[0].rope(self.dims, self.base, self.scale, self.traditional, offset)?)
+    }
+}
+
+impl Lower for ir::Conv {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        let ir::Conv {
+            stride,
+            padding,
+            dilation,
+            groups,
+        } = self;
+        let bias = n.x.get(2).copied();
+        Ok(n.x[0].conv(n.x[1], bias, stride, padding, dilation, *groups)?)
+    }
+}
+
+impl Lower for ir::Pool {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].pool(self.kind, &self.kernel, &self.stride, &self.padding)?)
+    }
+}
+
+impl Lower for ir::ConvTranspose {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        let ir::ConvTranspose {
+            stride,
+            padding,
+            output_padding,
+            dilation,
+            groups,
+        } = self;
+        let bias = n.x.get(2).copied();
+        Ok(n.x[0].conv_transpose(
+            n.x[1],
+            bias,
+            stride,
+            padding,
+            output_padding,
+            dilation,
+            *groups,
+        )?)
+    }
+}
+
+impl Lower for ir::Upsample {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].upsample(self.mode, [n.shape[2], n.shape[3]])?)
+    }
+}
+
+impl Lower for ir::TopK {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].topk(self.k, self.axis, self.output)?)
+    }
+}
+
+impl Lower for ir::Sort {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].sort(self.axis, self.descending, self.output)?)
+    }
+}
+
+impl Lower for Solve {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].solve(n.x[1])?)
+    }
+}
+
+impl Lower for ir::QuantizedMatMul {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        let x = n.x;
+        Ok(x[0].quantized_matmul(x[1], x[2], x[3], self.bits, self.group_size)?)
+    }
+}
+
+/// The kernel the backend's registry holds for the op's name; its error is the op's.
+impl Lower for ir::Custom {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        let kernel = n.lowering.custom[n.id.index()]
+            .as_ref()
+            .ok_or_else(|| MlxError::new(format!("no MLX kernel for {:?}", self.name)))?;
+        let inputs: Vec<Array> = n.x.iter().map(|a| (*a).clone()).collect();
+        kernel
+            .lower(&self.attrs, &inputs, self.output.dtype, n.shape)
+            .map_err(|message| {
+                NodeFailure::Run(crate::backend::RunError::Custom {
+                    name: self.name.clone(),
+                    message,
+                })
+            })
+    }
+}
