@@ -1,6 +1,10 @@
+//! Unary and binary math, comparisons, `where`, casts and the elementwise fusion: values
+//! and gradients.
+
 use rlx::ir::{BinaryOp, CompareOp, DType, UnaryOp};
 use rlx::tensor::HostTensor;
 
+use crate::gradient::{Input, grad_check};
 use crate::harness::{check, declared, graph_of};
 use crate::reference::{FLOATS, INTS, Nd, Rng, random, to_tensor, zip_nd};
 
@@ -524,4 +528,67 @@ fn elementwise_fusion_keeps_results_and_exposed_values() {
             }
         }
     }
+}
+
+#[test]
+fn gradient_unary_math() {
+    for (seed, kind) in UnaryOp::ALL.into_iter().enumerate() {
+        // Keep away from the points where a function is not differentiable or not defined.
+        let (lo, hi) = match kind {
+            UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Recip => (0.3, 2.0),
+            UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Sign => (0.1, 1.0),
+            _ => (-2.0, 2.0),
+        };
+        let x = Input::float("x", &[2, 3]).range(lo, hi);
+        let flip = matches!(kind, UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Sign);
+        grad_check(kind.name(), seed as u64, &[x], &|b, i| {
+            // Exercise negative inputs of the kinks too: x and −x.
+            if flip {
+                let neg = b.unary(UnaryOp::Neg, i[0]).unwrap();
+                let both = b.concat(&[i[0], neg], 0).unwrap();
+                b.unary(kind, both).unwrap()
+            } else {
+                b.unary(kind, i[0]).unwrap()
+            }
+        });
+    }
+}
+
+#[test]
+fn gradient_binary_math_with_broadcasting() {
+    for (seed, kind) in BinaryOp::ALL.into_iter().enumerate() {
+        let (lo, hi) = match kind {
+            BinaryOp::Pow | BinaryOp::Div | BinaryOp::Rem => (0.5, 2.0),
+            _ => (-1.0, 1.0),
+        };
+        let a = Input::float("a", &[2, 3, 4])
+            .range(lo, hi)
+            .symbolic(0, "batch");
+        let b = Input::float("b", &[3, 1]).range(lo, hi);
+        grad_check(kind.name(), 100 + seed as u64, &[a, b], &|g, i| {
+            g.binary(kind, i[0], i[1]).unwrap()
+        });
+    }
+}
+
+#[test]
+fn gradient_select_and_compare() {
+    let c = Input::float("c", &[3, 4]);
+    let a = Input::float("a", &[3, 4]);
+    let b = Input::float("b", &[4]);
+    grad_check("where", 200, &[c, a, b], &|g, i| {
+        let zero = g.scalar(0.1, DType::F64);
+        let cond = g.compare(CompareOp::Gt, i[0], zero).unwrap();
+        g.select(cond, i[1], i[2]).unwrap()
+    });
+}
+
+#[test]
+fn gradient_casts_between_floats() {
+    // f64 -> f64 through a widening round trip of the cotangent: exact.
+    let x = Input::float("x", &[3]);
+    grad_check("cast", 970, &[x], &|g, i| {
+        let y = g.cast(i[0], DType::F64).unwrap();
+        g.mul(y, y).unwrap()
+    });
 }

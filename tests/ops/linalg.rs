@@ -1,6 +1,12 @@
-use rlx::ir::MatMul;
-use rlx::ir::{DType, Op};
+//! Matrix products (and the fused epilogues), solve and the quantized matmul: values and
+//! gradients.
 
+use rlx::backend::{Backend, Executable, RunError};
+use rlx::cpu::CpuBackend;
+use rlx::ir::{DType, MatMul, Op, QuantizedMatMul};
+use rlx::tensor::HostTensor;
+
+use crate::gradient::{Input, grad_check, op};
 use crate::harness::{check, declared, graph_of};
 use crate::reference::{FLOATS, Nd, Rng, indices, random, to_tensor};
 
@@ -359,4 +365,164 @@ fn fusion_pass_keeps_results_and_exposed_values() {
             }
         }
     }
+}
+
+#[test]
+fn solve_batched_systems() {
+    let mut rng = Rng(47);
+    for dtype in [DType::F32, DType::F64] {
+        let (batch, n, k) = (3, 4, 2);
+        // Diagonally dominant, so well conditioned.
+        let mut a = Nd::of(&random(&mut rng, DType::F64, &[batch, n, n], -1.0, 1.0));
+        for b in 0..batch {
+            for i in 0..n {
+                a.data[(b * n + i) * n + i] += 5.0;
+            }
+        }
+        let x_true = Nd::of(&random(&mut rng, DType::F64, &[batch, n, k], -1.0, 1.0));
+        let mut rhs = Nd::new(&[batch, n, k], vec![0.0; batch * n * k]);
+        for b in 0..batch {
+            for i in 0..n {
+                for j in 0..k {
+                    rhs.data[(b * n + i) * k + j] = (0..n)
+                        .map(|c| a.at(&[b, i, c]) * x_true.at(&[b, c, j]))
+                        .sum();
+                }
+            }
+        }
+        let (at, bt) = (to_tensor(&a, dtype), to_tensor(&rhs, dtype));
+        let g = graph_of(
+            &[
+                ("a", dtype, declared(&[batch, n, n], &[])),
+                ("b", dtype, declared(&[batch, n, k], &[])),
+            ],
+            |bl, i| bl.op(Op::Solve, &[i[0], i[1]]).unwrap(),
+        );
+        check(
+            &g,
+            &[("a", &at), ("b", &bt)],
+            &[],
+            &[to_tensor(&x_true, dtype)],
+            20.0,
+        );
+    }
+    // A singular matrix is an error, not garbage.
+    let g = graph_of(
+        &[
+            ("a", DType::F64, declared(&[2, 2], &[])),
+            ("b", DType::F64, declared(&[2, 1], &[])),
+        ],
+        |bl, i| bl.op(Op::Solve, &[i[0], i[1]]).unwrap(),
+    );
+    let exe = CpuBackend::default().compile(&g).unwrap();
+    let a = HostTensor::from_vec(vec![1.0f64, 2.0, 2.0, 4.0], [2, 2]).unwrap();
+    let b = HostTensor::from_vec(vec![1.0f64, 1.0], [2, 1]).unwrap();
+    let err = exe
+        .run(&[("a", a.view()), ("b", b.view())], &[])
+        .unwrap_err();
+    assert!(
+        matches!(err, RunError::Singular { at } if at.op == "solve"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn quantized_matmul_4_and_8_bits() {
+    let mut rng = Rng(48);
+    for dtype in FLOATS {
+        for (bits, group) in [(4u8, 32usize), (8, 64)] {
+            let (rows, n, k) = (3, 5, 128);
+            let q: Vec<u8> = (0..n * k)
+                .map(|_| rng.int(0, (1 << bits) - 1) as u8)
+                .collect();
+            let packed: Vec<u8> = if bits == 8 {
+                q.clone()
+            } else {
+                q.chunks(2).map(|p| p[0] | (p[1] << 4)).collect()
+            };
+            let w = HostTensor::from_vec(packed, [n, k * bits as usize / 8]).unwrap();
+            let scales = random(&mut rng, dtype, &[n, k / group], 0.01, 0.1);
+            let biases = random(&mut rng, dtype, &[n, k / group], -0.5, 0.5);
+            let x = random(&mut rng, dtype, &[rows, k], -1.0, 1.0);
+            let g = graph_of(
+                &[
+                    ("x", dtype, declared(&[rows, k], &[(0, "r")])),
+                    ("w", DType::U8, declared(&[n, k * bits as usize / 8], &[])),
+                    ("s", dtype, declared(&[n, k / group], &[])),
+                    ("z", dtype, declared(&[n, k / group], &[])),
+                ],
+                |b, i| {
+                    b.op(
+                        Op::QuantizedMatMul(QuantizedMatMul {
+                            bits,
+                            group_size: group,
+                        }),
+                        i,
+                    )
+                    .unwrap()
+                },
+            );
+            let (nx, ns, nz) = (Nd::of(&x), Nd::of(&scales), Nd::of(&biases));
+            let data = indices(&[rows, n])
+                .iter()
+                .map(|o| {
+                    (0..k)
+                        .map(|j| {
+                            let gi = j / group;
+                            let deq = ns.at(&[o[1], gi]) * f64::from(q[o[1] * k + j])
+                                + nz.at(&[o[1], gi]);
+                            nx.at(&[o[0], j]) * deq
+                        })
+                        .sum()
+                })
+                .collect();
+            check(
+                &g,
+                &[("x", &x), ("w", &w), ("s", &scales), ("z", &biases)],
+                &[],
+                &[to_tensor(&Nd::new(&[rows, n], data), dtype)],
+                16.0,
+            );
+        }
+    }
+}
+
+#[test]
+fn gradient_matmul_every_transpose_with_batch_broadcast() {
+    for (seed, (ta, tb)) in [(false, false), (true, false), (false, true), (true, true)]
+        .into_iter()
+        .enumerate()
+    {
+        let a_dims = if ta { [2, 4, 3] } else { [2, 3, 4] };
+        let b_dims = if tb { [5, 4] } else { [4, 5] };
+        let a = Input::float("a", &a_dims).symbolic(0, "batch");
+        let b = Input::float("b", &b_dims);
+        let label = format!("matmul ta={ta} tb={tb}");
+        grad_check(&label, 300 + seed as u64, &[a, b], &|g, i| {
+            let m = Op::MatMul(MatMul {
+                transpose_a: ta,
+                transpose_b: tb,
+            });
+            op(g, m, &[i[0], i[1]])
+        });
+    }
+}
+
+#[test]
+fn gradient_solve() {
+    // A well-conditioned system: diagonal 3 plus noise.
+    let a: Vec<f64> = (0..9)
+        .map(|k| {
+            if k % 4 == 0 {
+                3.0
+            } else {
+                0.1 * k as f64 - 0.4
+            }
+        })
+        .collect();
+    let a = Input::exact("a", &[3, 3], a);
+    let b = Input::float("b", &[3, 2]);
+    grad_check("solve", 400, &[a, b], &|g, i| {
+        op(g, Op::Solve, &[i[0], i[1]])
+    });
 }

@@ -1,15 +1,22 @@
-//! The op table: every op the CPU backend supports, on random inputs of several shapes and
-//! dtypes (broadcasting, runtime dims bound at run time, transposed operands), against
-//! naive f64 references. The harness is generic over [`rlx::backend::Backend`], so the same
-//! cases run on every backend.
+//! The op table: every op on random inputs of several shapes and dtypes (broadcasting,
+//! runtime dims bound at run time, transposed operands) against naive f64 references, and
+//! every gradient rule against central finite differences in f64 (and on every MLX mode
+//! against the CPU). One file per op family of `rlx/src/ops`, holding both. The harnesses are
+//! generic over [`rlx::backend::Backend`], so the same cases run on every backend.
 
+mod custom;
 mod elementwise;
+mod gradient;
+mod gradient_errors;
 mod harness;
 mod linalg;
 mod movement;
 mod nn;
+mod norm;
 mod reduce;
 mod reference;
+mod softmax;
+mod sort;
 mod spatial;
 
 /// `RLX_CPU_ISA` caps the instruction set the CPU kernels use, so CI can run this table

@@ -1,154 +1,14 @@
-use rlx::ir::{Attention, Conv, Custom, Pool, QuantizedMatMul, Rope, ScatterAdd, Sort, TopK};
-use std::collections::BTreeMap;
-use std::sync::Arc;
+//! Rope and attention: values and gradients, and the attention reading split heads in
+//! place.
 
-use rlx::backend::{Backend, Executable, RunError};
-use rlx::cpu::{CpuBackend, CustomInputs, CustomKernel, TensorMut};
-use rlx::ir::{AttentionMask, AttrValue, DType, Op, PoolKind, SortOutput, TensorType};
+use rlx::backend::{Backend, Executable};
+use rlx::cpu::CpuBackend;
+use rlx::ir::{Attention, AttentionMask, CompareOp, DType, Op, Rope};
 use rlx::tensor::HostTensor;
 
+use crate::gradient::{Input, grad_check, op};
 use crate::harness::{check, declared, graph_of};
-use crate::reference::{FLOATS, INTS, Nd, Rng, indices, random, to_tensor};
-
-#[test]
-fn scatter_add_accumulates_repeated_indices() {
-    let mut rng = Rng(41);
-    for dtype in FLOATS.into_iter().chain([DType::I32, DType::I64]) {
-        for axis in 0..2 {
-            let data = random(&mut rng, dtype, &[5, 4], 0.0, 5.0);
-            let idx = HostTensor::from_vec(vec![1i64, 3, 1, 0], [4]).unwrap();
-            let mut upd_shape = vec![5, 4];
-            upd_shape[axis] = 4;
-            let updates = random(&mut rng, dtype, &upd_shape, 0.0, 5.0);
-            let g = graph_of(
-                &[
-                    ("d", dtype, declared(&[5, 4], &[])),
-                    ("i", DType::I64, declared(&[4], &[])),
-                    ("u", dtype, declared(&upd_shape, &[])),
-                ],
-                |b, i| {
-                    b.op(Op::ScatterAdd(ScatterAdd { axis }), &[i[0], i[1], i[2]])
-                        .unwrap()
-                },
-            );
-            let mut expected = Nd::of(&data);
-            let (nu, ni) = (Nd::of(&updates), Nd::of(&idx));
-            for u in indices(&upd_shape) {
-                let mut at = u.clone();
-                at[axis] = ni.at(&[u[axis]]) as usize;
-                let flat = at[0] * 4 + at[1];
-                expected.data[flat] += nu.at(&u);
-            }
-            check(
-                &g,
-                &[("d", &data), ("i", &idx), ("u", &updates)],
-                &[],
-                &[to_tensor(&expected, dtype)],
-                4.0,
-            );
-        }
-    }
-}
-
-/// Positions of one line sorted stably by value (NaN largest).
-fn sorted_positions(line: &[f64], descending: bool) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..line.len()).collect();
-    order.sort_by(|&a, &b| {
-        let ord = line[a].total_cmp(&line[b]);
-        if descending { ord.reverse() } else { ord }
-    });
-    order
-}
-
-#[test]
-fn sort_argsort_and_topk() {
-    let mut rng = Rng(42);
-    for dtype in FLOATS.into_iter().chain(INTS) {
-        for axis in 0..2 {
-            let x = random(&mut rng, dtype, &[4, 6], 0.0, 5.0); // ties
-            let nx = Nd::of(&x);
-            let line = |o: &[usize]| -> Vec<f64> {
-                (0..nx.shape[axis])
-                    .map(|k| {
-                        let mut at = o.to_vec();
-                        at[axis] = k;
-                        nx.at(&at)
-                    })
-                    .collect()
-            };
-            for (op, keep, descending) in [
-                (
-                    Op::Sort(Sort {
-                        axis,
-                        descending: false,
-                        output: SortOutput::Values,
-                    }),
-                    None,
-                    false,
-                ),
-                (
-                    Op::Sort(Sort {
-                        axis,
-                        descending: true,
-                        output: SortOutput::Indices,
-                    }),
-                    None,
-                    true,
-                ),
-                (
-                    Op::TopK(TopK {
-                        k: 3,
-                        axis,
-                        output: SortOutput::Values,
-                    }),
-                    Some(3),
-                    true,
-                ),
-                (
-                    Op::TopK(TopK {
-                        k: 2,
-                        axis,
-                        output: SortOutput::Indices,
-                    }),
-                    Some(2),
-                    true,
-                ),
-            ] {
-                let want_indices = matches!(
-                    op,
-                    Op::Sort(Sort {
-                        output: SortOutput::Indices,
-                        ..
-                    }) | Op::TopK(TopK {
-                        output: SortOutput::Indices,
-                        ..
-                    })
-                );
-                let g = graph_of(&[("x", dtype, declared(&[4, 6], &[]))], |b, i| {
-                    b.op(op.clone(), &[i[0]]).unwrap()
-                });
-                let mut out_shape = vec![4, 6];
-                out_shape[axis] = keep.unwrap_or(out_shape[axis]);
-                let data = indices(&out_shape)
-                    .iter()
-                    .map(|o| {
-                        let order = sorted_positions(&line(o), descending);
-                        let k = order[o[axis]];
-                        if want_indices { k as f64 } else { line(o)[k] }
-                    })
-                    .collect();
-                let out_dtype = if want_indices { DType::I64 } else { dtype };
-                check(
-                    &g,
-                    &[("x", &x)],
-                    &[],
-                    &[to_tensor(&Nd::new(&out_shape, data), out_dtype)],
-                    1.0,
-                );
-            }
-        }
-    }
-}
+use crate::reference::{FLOATS, Nd, Rng, indices, random, to_tensor};
 
 #[test]
 fn rope_both_layouts_with_offsets() {
@@ -514,419 +374,6 @@ fn attention_masks_and_grouped_heads() {
     }
 }
 
-/// A direct (no im2col) convolution or pooling reference over `[N, C, H, W]`.
-#[allow(clippy::too_many_arguments)]
-fn window_ref(
-    x: &Nd,
-    out_hw: [usize; 2],
-    stride: [usize; 2],
-    pad: [usize; 2],
-    dil: [usize; 2],
-    f: impl Fn(usize, usize, &dyn Fn(usize, usize) -> Option<(usize, usize)>) -> f64,
-    n_out_channels: usize,
-) -> Nd {
-    let shape = [x.shape[0], n_out_channels, out_hw[0], out_hw[1]];
-    let data = indices(&shape)
-        .iter()
-        .map(|o| {
-            let tap = |ky: usize, kx: usize| -> Option<(usize, usize)> {
-                let y = (o[2] * stride[0] + ky * dil[0]).checked_sub(pad[0])?;
-                let xx = (o[3] * stride[1] + kx * dil[1]).checked_sub(pad[1])?;
-                (y < x.shape[2] && xx < x.shape[3]).then_some((y, xx))
-            };
-            f(o[0], o[1], &tap)
-        })
-        .collect();
-    Nd::new(&shape, data)
-}
-
-#[test]
-fn conv_1d_and_2d_with_groups() {
-    let mut rng = Rng(45);
-    for dtype in FLOATS {
-        // (x, w, stride, padding, dilation, groups, bias)
-        type Case = (
-            Vec<usize>,
-            Vec<usize>,
-            Vec<usize>,
-            Vec<(usize, usize)>,
-            Vec<usize>,
-            usize,
-            bool,
-        );
-        let cases: Vec<Case> = vec![
-            (
-                vec![2, 3, 7, 6],
-                vec![4, 3, 3, 3],
-                vec![1, 1],
-                vec![(1, 1), (1, 1)],
-                vec![1, 1],
-                1,
-                true,
-            ),
-            (
-                vec![1, 4, 9, 9],
-                vec![6, 2, 3, 2],
-                vec![2, 1],
-                vec![(1, 1), (0, 0)],
-                vec![1, 2],
-                2,
-                false,
-            ),
-            (
-                vec![2, 4, 10],
-                vec![4, 1, 3],
-                vec![1],
-                vec![(2, 0)],
-                vec![1],
-                4,
-                true,
-            ),
-        ];
-        for (xs, ws, stride, padding, dilation, groups, with_bias) in cases {
-            let x = random(&mut rng, dtype, &xs, -1.0, 1.0);
-            let w = random(&mut rng, dtype, &ws, -1.0, 1.0);
-            let bias = random(&mut rng, dtype, &[ws[0]], -1.0, 1.0);
-            let op = Op::Conv(Conv {
-                stride: stride.clone(),
-                padding: padding.clone(),
-                dilation: dilation.clone(),
-                groups,
-            });
-            let mut inputs = vec![
-                ("x", dtype, declared(&xs, &[(0, "n")])),
-                ("w", dtype, declared(&ws, &[])),
-            ];
-            if with_bias {
-                inputs.push(("b", dtype, declared(&[ws[0]], &[])));
-            }
-            let g = graph_of(&inputs, |b, i| b.op(op.clone(), i).unwrap());
-            let out_ty = g[g.outputs()[0].node].ty.shape.clone();
-            // View 1-D as 2-D with height 1.
-            let two = |v: &[usize], fill: usize| {
-                if v.len() == 1 {
-                    [fill, v[0]]
-                } else {
-                    [v[0], v[1]]
-                }
-            };
-            let mut x4 = Nd::of(&x);
-            let mut w4 = Nd::of(&w);
-            if xs.len() == 3 {
-                x4.shape = vec![xs[0], xs[1], 1, xs[2]];
-                w4.shape = vec![ws[0], ws[1], 1, ws[2]];
-            }
-            let dims: Vec<usize> = out_ty
-                .dims()
-                .iter()
-                .skip(2)
-                .map(|d| d.as_static().unwrap_or(0))
-                .collect();
-            let out_hw = two(&dims, 1);
-            let (cg, og) = (xs[1] / groups, ws[0] / groups);
-            let pads: Vec<usize> = padding.iter().map(|p| p.0).collect();
-            let nb = Nd::of(&bias);
-            let k = [w4.shape[2], w4.shape[3]];
-            let expected = window_ref(
-                &x4,
-                out_hw,
-                two(&stride, 1),
-                two(&pads, 0),
-                two(&dilation, 1),
-                |n, o, tap| {
-                    let g = o / og;
-                    let mut acc = if with_bias { nb.at(&[o]) } else { 0.0 };
-                    for c in 0..cg {
-                        for ky in 0..k[0] {
-                            for kx in 0..k[1] {
-                                if let Some((y, xx)) = tap(ky, kx) {
-                                    acc += x4.at(&[n, g * cg + c, y, xx]) * w4.at(&[o, c, ky, kx]);
-                                }
-                            }
-                        }
-                    }
-                    acc
-                },
-                ws[0],
-            );
-            let expected = Nd {
-                shape: out_ty
-                    .dims()
-                    .iter()
-                    .map(|d| d.as_static().unwrap_or(xs[0]))
-                    .collect(),
-                data: expected.data,
-            };
-            let mut given = vec![("x", &x), ("w", &w)];
-            if with_bias {
-                given.push(("b", &bias));
-            }
-            check(&g, &given, &[], &[to_tensor(&expected, dtype)], 6.0);
-        }
-    }
-}
-
-#[test]
-fn max_and_avg_pooling() {
-    let mut rng = Rng(46);
-    for dtype in FLOATS {
-        for kind in [PoolKind::Max, PoolKind::Avg] {
-            for (xs, kernel, stride, padding) in [
-                (
-                    vec![2, 3, 6, 7],
-                    vec![2, 2],
-                    vec![2, 2],
-                    vec![(0, 0), (1, 1)],
-                ),
-                (vec![1, 2, 9], vec![3], vec![2], vec![(1, 1)]),
-            ] {
-                let x = random(&mut rng, dtype, &xs, -1.0, 1.0);
-                let op = Op::Pool(Pool {
-                    kind,
-                    kernel: kernel.clone(),
-                    stride: stride.clone(),
-                    padding: padding.clone(),
-                });
-                let g = graph_of(&[("x", dtype, declared(&xs, &[]))], |b, i| {
-                    b.op(op.clone(), i).unwrap()
-                });
-                let out_ty = g[g.outputs()[0].node].ty.shape.clone();
-                let two = |v: &[usize], fill: usize| {
-                    if v.len() == 1 {
-                        [fill, v[0]]
-                    } else {
-                        [v[0], v[1]]
-                    }
-                };
-                let mut x4 = Nd::of(&x);
-                if xs.len() == 3 {
-                    x4.shape = vec![xs[0], xs[1], 1, xs[2]];
-                }
-                let dims: Vec<usize> = out_ty
-                    .dims()
-                    .iter()
-                    .skip(2)
-                    .map(|d| d.as_static().unwrap())
-                    .collect();
-                let k = two(&kernel, 1);
-                let pads: Vec<usize> = padding.iter().map(|p| p.0).collect();
-                let expected = window_ref(
-                    &x4,
-                    two(&dims, 1),
-                    two(&stride, 1),
-                    two(&pads, 0),
-                    [1, 1],
-                    |n, c, tap| {
-                        let mut vals = Vec::new();
-                        for ky in 0..k[0] {
-                            for kx in 0..k[1] {
-                                match tap(ky, kx) {
-                                    Some((y, xx)) => vals.push(x4.at(&[n, c, y, xx])),
-                                    None if kind == PoolKind::Avg => vals.push(0.0),
-                                    None => {}
-                                }
-                            }
-                        }
-                        match kind {
-                            PoolKind::Max => vals.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-                            PoolKind::Avg => vals.iter().sum::<f64>() / (k[0] * k[1]) as f64,
-                        }
-                    },
-                    xs[1],
-                );
-                let expected = Nd {
-                    shape: out_ty
-                        .dims()
-                        .iter()
-                        .map(|d| d.as_static().unwrap())
-                        .collect(),
-                    data: expected.data,
-                };
-                check(&g, &[("x", &x)], &[], &[to_tensor(&expected, dtype)], 2.0);
-            }
-        }
-    }
-}
-
-#[test]
-fn solve_batched_systems() {
-    let mut rng = Rng(47);
-    for dtype in [DType::F32, DType::F64] {
-        let (batch, n, k) = (3, 4, 2);
-        // Diagonally dominant, so well conditioned.
-        let mut a = Nd::of(&random(&mut rng, DType::F64, &[batch, n, n], -1.0, 1.0));
-        for b in 0..batch {
-            for i in 0..n {
-                a.data[(b * n + i) * n + i] += 5.0;
-            }
-        }
-        let x_true = Nd::of(&random(&mut rng, DType::F64, &[batch, n, k], -1.0, 1.0));
-        let mut rhs = Nd::new(&[batch, n, k], vec![0.0; batch * n * k]);
-        for b in 0..batch {
-            for i in 0..n {
-                for j in 0..k {
-                    rhs.data[(b * n + i) * k + j] = (0..n)
-                        .map(|c| a.at(&[b, i, c]) * x_true.at(&[b, c, j]))
-                        .sum();
-                }
-            }
-        }
-        let (at, bt) = (to_tensor(&a, dtype), to_tensor(&rhs, dtype));
-        let g = graph_of(
-            &[
-                ("a", dtype, declared(&[batch, n, n], &[])),
-                ("b", dtype, declared(&[batch, n, k], &[])),
-            ],
-            |bl, i| bl.op(Op::Solve, &[i[0], i[1]]).unwrap(),
-        );
-        check(
-            &g,
-            &[("a", &at), ("b", &bt)],
-            &[],
-            &[to_tensor(&x_true, dtype)],
-            20.0,
-        );
-    }
-    // A singular matrix is an error, not garbage.
-    let g = graph_of(
-        &[
-            ("a", DType::F64, declared(&[2, 2], &[])),
-            ("b", DType::F64, declared(&[2, 1], &[])),
-        ],
-        |bl, i| bl.op(Op::Solve, &[i[0], i[1]]).unwrap(),
-    );
-    let exe = CpuBackend::default().compile(&g).unwrap();
-    let a = HostTensor::from_vec(vec![1.0f64, 2.0, 2.0, 4.0], [2, 2]).unwrap();
-    let b = HostTensor::from_vec(vec![1.0f64, 1.0], [2, 1]).unwrap();
-    let err = exe
-        .run(&[("a", a.view()), ("b", b.view())], &[])
-        .unwrap_err();
-    assert!(
-        matches!(err, RunError::Singular { at } if at.op == "solve"),
-        "{err:?}"
-    );
-}
-
-#[test]
-fn quantized_matmul_4_and_8_bits() {
-    let mut rng = Rng(48);
-    for dtype in FLOATS {
-        for (bits, group) in [(4u8, 32usize), (8, 64)] {
-            let (rows, n, k) = (3, 5, 128);
-            let q: Vec<u8> = (0..n * k)
-                .map(|_| rng.int(0, (1 << bits) - 1) as u8)
-                .collect();
-            let packed: Vec<u8> = if bits == 8 {
-                q.clone()
-            } else {
-                q.chunks(2).map(|p| p[0] | (p[1] << 4)).collect()
-            };
-            let w = HostTensor::from_vec(packed, [n, k * bits as usize / 8]).unwrap();
-            let scales = random(&mut rng, dtype, &[n, k / group], 0.01, 0.1);
-            let biases = random(&mut rng, dtype, &[n, k / group], -0.5, 0.5);
-            let x = random(&mut rng, dtype, &[rows, k], -1.0, 1.0);
-            let g = graph_of(
-                &[
-                    ("x", dtype, declared(&[rows, k], &[(0, "r")])),
-                    ("w", DType::U8, declared(&[n, k * bits as usize / 8], &[])),
-                    ("s", dtype, declared(&[n, k / group], &[])),
-                    ("z", dtype, declared(&[n, k / group], &[])),
-                ],
-                |b, i| {
-                    b.op(
-                        Op::QuantizedMatMul(QuantizedMatMul {
-                            bits,
-                            group_size: group,
-                        }),
-                        i,
-                    )
-                    .unwrap()
-                },
-            );
-            let (nx, ns, nz) = (Nd::of(&x), Nd::of(&scales), Nd::of(&biases));
-            let data = indices(&[rows, n])
-                .iter()
-                .map(|o| {
-                    (0..k)
-                        .map(|j| {
-                            let gi = j / group;
-                            let deq = ns.at(&[o[1], gi]) * f64::from(q[o[1] * k + j])
-                                + nz.at(&[o[1], gi]);
-                            nx.at(&[o[0], j]) * deq
-                        })
-                        .sum()
-                })
-                .collect();
-            check(
-                &g,
-                &[("x", &x), ("w", &w), ("s", &scales), ("z", &biases)],
-                &[],
-                &[to_tensor(&Nd::new(&[rows, n], data), dtype)],
-                16.0,
-            );
-        }
-    }
-}
-
-/// `y = x + attrs["shift"]` for f32, failing on a negative shift.
-struct Shift;
-
-impl CustomKernel for Shift {
-    fn compute(
-        &self,
-        attrs: &BTreeMap<String, AttrValue>,
-        inputs: &CustomInputs<'_>,
-        out: TensorMut<'_>,
-    ) -> Result<(), String> {
-        let Some(AttrValue::Float(shift)) = attrs.get("shift") else {
-            return Err("missing attribute `shift`".into());
-        };
-        if *shift < 0.0 {
-            return Err(format!("shift {shift} is negative"));
-        }
-        let x = inputs.get(0).ok_or("needs an operand")?;
-        for (o, i) in out.bytes.chunks_exact_mut(4).zip(x.bytes.chunks_exact(4)) {
-            let v = f32::from_le_bytes(i.try_into().map_err(|_| "bad bytes")?) + *shift as f32;
-            o.copy_from_slice(&v.to_le_bytes());
-        }
-        Ok(())
-    }
-}
-
-#[test]
-fn custom_ops_run_registered_kernels_and_report_failures() {
-    for (shift, expect_ok) in [(1.5, true), (-1.0, false)] {
-        let attrs = BTreeMap::from([("shift".to_string(), AttrValue::Float(shift))]);
-        let op = Op::Custom(Custom {
-            name: "shift".into(),
-            attrs,
-            output: TensorType::new(DType::F32, declared(&[2, 2], &[(0, "n")])),
-        });
-        let g = graph_of(
-            &[("x", DType::F32, declared(&[2, 2], &[(0, "n")]))],
-            |b, i| {
-                let y = b.op(op.clone(), i).unwrap();
-                b.unary(rlx::ir::UnaryOp::Neg, y).unwrap()
-            },
-        );
-        let backend = CpuBackend::default().with_custom_op("shift", Arc::new(Shift));
-        let exe = backend.compile(&g).unwrap();
-        let x = HostTensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]).unwrap();
-        let result = exe.run(&[("x", x.view())], &[]);
-        if expect_ok {
-            assert_eq!(
-                result.unwrap()[0].as_slice::<f32>().unwrap(),
-                &[-2.5, -3.5, -4.5, -5.5]
-            );
-        } else {
-            assert_eq!(
-                result.unwrap_err().to_string(),
-                "custom op \"shift\" failed: shift -1 is negative"
-            );
-        }
-    }
-}
-
 /// Swaps axes 1 and 2 of a rank-4 array.
 fn swap_heads(x: &Nd) -> Nd {
     let s = &x.shape;
@@ -1005,4 +452,96 @@ fn attention_reads_and_writes_split_heads_in_place() {
             );
         }
     }
+}
+
+#[test]
+fn gradient_attention_every_mask_with_grouped_heads() {
+    use rlx::ir::AttentionMask;
+    let masks = [
+        AttentionMask::None,
+        AttentionMask::Causal,
+        AttentionMask::SlidingWindow(2),
+        AttentionMask::Tensor,
+    ];
+    for (seed, mask) in masks.into_iter().enumerate() {
+        let q = Input::float("q", &[2, 4, 3, 5]);
+        let k = Input::float("k", &[2, 2, 4, 5]);
+        let v = Input::float("v", &[2, 2, 4, 6]);
+        let mut inputs = vec![q, k, v];
+        if mask == AttentionMask::Tensor {
+            // An additive mask, differentiated too.
+            inputs.push(Input::float("m", &[3, 4]));
+        }
+        let label = format!("attention {mask:?}");
+        grad_check(&label, 1000 + seed as u64, &inputs, &|g, i| {
+            op(g, Op::Attention(Attention { scale: 0.4, mask }), i)
+        });
+    }
+    // A boolean mask with one fully masked row.
+    let q = Input::float("q", &[1, 2, 3, 4]);
+    let k = Input::float("k", &[1, 2, 3, 4]);
+    let v = Input::float("v", &[1, 2, 3, 4]);
+    let m = Input::exact(
+        "m",
+        &[3, 3],
+        vec![1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0],
+    );
+    grad_check("attention bool mask", 1010, &[q, k, v, m], &|g, i| {
+        let half = g.scalar(0.5, DType::F64);
+        let keep = g.compare(CompareOp::Gt, i[3], half).unwrap();
+        op(
+            g,
+            Op::Attention(Attention {
+                scale: 0.5,
+                mask: AttentionMask::Tensor,
+            }),
+            &[i[0], i[1], i[2], keep],
+        )
+    });
+    let q = Input::float("q", &[2, 5, 4]).symbolic(1, "seq");
+    let k = Input::float("k", &[2, 5, 4]).symbolic(1, "seq");
+    let v = Input::float("v", &[2, 5, 4]).symbolic(1, "seq");
+    grad_check(
+        "causal attention, symbolic seq",
+        1011,
+        &[q, k, v],
+        &|g, i| {
+            op(
+                g,
+                Op::Attention(Attention {
+                    scale: 0.5,
+                    mask: AttentionMask::Causal,
+                }),
+                i,
+            )
+        },
+    );
+}
+
+#[test]
+fn gradient_rope_both_layouts() {
+    for (seed, traditional) in [false, true].into_iter().enumerate() {
+        let x = Input::float("x", &[2, 3, 8]);
+        let label = format!("rope traditional={traditional}");
+        grad_check(&label, 1100 + seed as u64, &[x], &|g, i| {
+            let r = Op::Rope(Rope {
+                dims: 6,
+                base: 100.0,
+                scale: 1.0,
+                traditional,
+            });
+            op(g, r, &[i[0]])
+        });
+    }
+    let x = Input::float("x", &[1, 4, 4]);
+    let offset = Input::indices("offset", &[], vec![3]);
+    grad_check("rope with an offset", 1102, &[x, offset], &|g, i| {
+        let r = Op::Rope(Rope {
+            dims: 4,
+            base: 10.0,
+            scale: 0.5,
+            traditional: false,
+        });
+        op(g, r, &[i[0], i[1]])
+    });
 }

@@ -1,6 +1,8 @@
-use rlx::ir::{ArgReduce, Cumsum, LayerNorm, RmsNorm, Softmax};
-use rlx::ir::{ArgReduceOp, DType, Op, ReduceOp};
+//! Reductions, arg-reductions and cumulative sums: values and gradients.
 
+use rlx::ir::{ArgReduce, ArgReduceOp, Cumsum, DType, Op, ReduceOp};
+
+use crate::gradient::{Input, grad_check, op};
 use crate::harness::{check, declared, graph_of};
 use crate::reference::{FLOATS, INTS, Nd, Rng, indices, random, to_tensor};
 
@@ -194,107 +196,47 @@ fn cumsum_variants() {
 }
 
 #[test]
-fn softmax_and_log_softmax() {
-    let mut rng = Rng(25);
-    for dtype in FLOATS {
-        for axis in 0..3 {
-            for log in [false, true] {
-                let x = random(&mut rng, dtype, &[3, 4, 5], -4.0, 4.0);
-                let g = graph_of(
-                    &[("x", dtype, declared(&[3, 4, 5], &[(0, "b")]))],
-                    |b, i| b.op(Op::Softmax(Softmax { axis, log }), &[i[0]]).unwrap(),
-                );
-                let nd = Nd::of(&x);
-                let data = indices(&nd.shape)
-                    .iter()
-                    .map(|idx| {
-                        let row: Vec<f64> = (0..nd.shape[axis])
-                            .map(|k| {
-                                let mut j = idx.clone();
-                                j[axis] = k;
-                                nd.at(&j)
-                            })
-                            .collect();
-                        let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                        let sum: f64 = row.iter().map(|v| (v - max).exp()).sum();
-                        let v = nd.at(idx) - max;
-                        if log { v - sum.ln() } else { v.exp() / sum }
-                    })
-                    .collect();
-                let expected = to_tensor(&Nd::new(&nd.shape, data), dtype);
-                check(&g, &[("x", &x)], &[], &[expected], 4.0);
-            }
+fn gradient_reductions() {
+    for (seed, kind) in ReduceOp::ALL.into_iter().enumerate() {
+        for (axes, keep_dims) in [(vec![1], false), (vec![0, 2], true)] {
+            let x = Input::float("x", &[3, 4, 2])
+                .range(0.5, 1.5)
+                .symbolic(1, "seq");
+            let label = format!("{} {axes:?} keep={keep_dims}", kind.name());
+            grad_check(&label, 500 + seed as u64, &[x], &|g, i| {
+                g.reduce(kind, i[0], &axes, keep_dims).unwrap()
+            });
         }
     }
+    // A product over a row holding one zero, and one holding two.
+    let x = Input::exact("x", &[2, 3], vec![0.0, 2.0, 3.0, 0.0, 0.0, 5.0]);
+    grad_check("prod with zeros", 510, &[x], &|g, i| {
+        g.reduce(ReduceOp::Prod, i[0], &[1], false).unwrap()
+    });
+    // Ties share the gradient of a max.
+    let x = Input::exact("x", &[4], vec![1.0, 3.0, 3.0, -2.0]);
+    grad_check("max with a tie", 511, &[x], &|g, i| {
+        let m = g.reduce(ReduceOp::Max, i[0], &[0], false).unwrap();
+        // Scale so the finite difference sees both tied elements move the max.
+        g.mul(m, m).unwrap()
+    });
 }
 
 #[test]
-fn layer_norm_and_rms_norm() {
-    let mut rng = Rng(26);
-    for dtype in FLOATS {
-        for (rms, has_weight, has_bias) in [
-            (false, true, true),
-            (false, false, false),
-            (false, true, false),
-            (true, true, false),
-            (true, false, false),
-        ] {
-            let (rows, features) = (6, 33);
-            let x = random(&mut rng, dtype, &[2, 3, features], -3.0, 3.0);
-            let w = random(&mut rng, dtype, &[features], 0.5, 1.5);
-            let bias = random(&mut rng, dtype, &[features], -1.0, 1.0);
-            let eps = 1e-5;
-            let mut inputs = vec![(
-                "x",
-                dtype,
-                declared(&[2, 3, features], &[(0, "b"), (1, "s")]),
-            )];
-            if has_weight {
-                inputs.push(("w", dtype, declared(&[features], &[])));
-            }
-            if has_bias {
-                inputs.push(("bias", dtype, declared(&[features], &[])));
-            }
-            let op = if rms {
-                Op::RmsNorm(RmsNorm { eps, has_weight })
-            } else {
-                Op::LayerNorm(LayerNorm {
-                    eps,
-                    has_weight,
-                    has_bias,
-                })
-            };
-            let g = graph_of(&inputs, |b, i| b.op(op.clone(), i).unwrap());
-            let (xv, wv, bv) = (x.to_f64_vec(), w.to_f64_vec(), bias.to_f64_vec());
-            let mut out = Vec::new();
-            for r in 0..rows {
-                let row = &xv[r * features..(r + 1) * features];
-                let mean = if rms {
-                    0.0
-                } else {
-                    row.iter().sum::<f64>() / features as f64
-                };
-                let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / features as f64;
-                for (j, v) in row.iter().enumerate() {
-                    let mut y = (v - mean) / (var + eps).sqrt();
-                    if has_weight {
-                        y *= wv[j];
-                    }
-                    if has_bias {
-                        y += bv[j];
-                    }
-                    out.push(y);
-                }
-            }
-            let expected = to_tensor(&Nd::new(&[2, 3, features], out), dtype);
-            let mut given = vec![("x", &x)];
-            if has_weight {
-                given.push(("w", &w));
-            }
-            if has_bias {
-                given.push(("bias", &bias));
-            }
-            check(&g, &given, &[], &[expected], 8.0);
-        }
+fn gradient_cumsum_every_direction() {
+    for (seed, (exclusive, reverse)) in [(false, false), (true, false), (false, true), (true, true)]
+        .into_iter()
+        .enumerate()
+    {
+        let x = Input::float("x", &[3, 5]);
+        let label = format!("cumsum exclusive={exclusive} reverse={reverse}");
+        grad_check(&label, 600 + seed as u64, &[x], &|g, i| {
+            let c = Op::Cumsum(Cumsum {
+                axis: 1,
+                exclusive,
+                reverse,
+            });
+            op(g, c, &[i[0]])
+        });
     }
 }

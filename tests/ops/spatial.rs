@@ -1,10 +1,9 @@
 //! Transposed convolution, upsampling, and the group and batch norm composites.
 
-use half::{bf16, f16};
-use rlx::ir::{ConvTranspose, Upsample};
-use rlx::ir::{DType, Graph, Op, UpsampleMode};
-use rlx::typed::{Const, Float, Tensor, build};
+use rlx::ir::{Conv, ConvTranspose, DType, Op, Pool, PoolKind, Shape, Upsample, UpsampleMode};
+use rlx::typed::{Const, Tensor, build};
 
+use crate::gradient::{Input, grad_check, op};
 use crate::harness::{check, declared, graph_of};
 use crate::reference::{FLOATS, Nd, Rng, indices, random, to_tensor};
 
@@ -264,119 +263,366 @@ fn upsample_by_a_factor_of_a_runtime_size() {
     }
 }
 
-type N = Const<2>;
-type C = Const<6>;
-
-fn group_norm_graph<E: Float>() -> Graph {
-    rlx::dims!(Batch);
-    build(|g| {
-        let x: Tensor<(Batch, C, Const<3>, Const<4>), E> = g.input("x");
-        let (w, b): (Tensor<(C,), E>, _) = (g.input("w"), g.input("b"));
-        g.output("y", x.group_norm(3, w, b, 1e-5));
-    })
-    .unwrap()
-}
-
-fn batch_norm_graph<E: Float>() -> Graph {
-    build(|g| {
-        let x: Tensor<(N, C, Const<5>), E> = g.input("x");
-        let (mean, var): (Tensor<(C,), E>, _) = (g.input("mean"), g.input("var"));
-        let (w, b) = (g.input("w"), g.input("b"));
-        g.output("y", x.batch_norm(mean, var, w, b, 1e-3));
-    })
-    .unwrap()
-}
-
-/// The typed graph `make::<E>()` for `dtype`.
-fn for_dtype(dtype: DType, make: [fn() -> Graph; 4]) -> Graph {
-    match dtype {
-        DType::F32 => make[0](),
-        DType::F64 => make[1](),
-        DType::F16 => make[2](),
-        DType::BF16 => make[3](),
-        other => panic!("{other:?} is not a float"),
-    }
+/// A direct (no im2col) convolution or pooling reference over `[N, C, H, W]`.
+#[allow(clippy::too_many_arguments)]
+fn window_ref(
+    x: &Nd,
+    out_hw: [usize; 2],
+    stride: [usize; 2],
+    pad: [usize; 2],
+    dil: [usize; 2],
+    f: impl Fn(usize, usize, &dyn Fn(usize, usize) -> Option<(usize, usize)>) -> f64,
+    n_out_channels: usize,
+) -> Nd {
+    let shape = [x.shape[0], n_out_channels, out_hw[0], out_hw[1]];
+    let data = indices(&shape)
+        .iter()
+        .map(|o| {
+            let tap = |ky: usize, kx: usize| -> Option<(usize, usize)> {
+                let y = (o[2] * stride[0] + ky * dil[0]).checked_sub(pad[0])?;
+                let xx = (o[3] * stride[1] + kx * dil[1]).checked_sub(pad[1])?;
+                (y < x.shape[2] && xx < x.shape[3]).then_some((y, xx))
+            };
+            f(o[0], o[1], &tap)
+        })
+        .collect();
+    Nd::new(&shape, data)
 }
 
 #[test]
-fn group_norm_composite() {
-    let mut rng = Rng(64);
-    let (groups, eps) = (3, 1e-5);
+fn conv_1d_and_2d_with_groups() {
+    let mut rng = Rng(45);
     for dtype in FLOATS {
-        let graph = for_dtype(
-            dtype,
-            [
-                group_norm_graph::<f32>,
-                group_norm_graph::<f64>,
-                group_norm_graph::<f16>,
-                group_norm_graph::<bf16>,
-            ],
+        // (x, w, stride, padding, dilation, groups, bias)
+        type Case = (
+            Vec<usize>,
+            Vec<usize>,
+            Vec<usize>,
+            Vec<(usize, usize)>,
+            Vec<usize>,
+            usize,
+            bool,
         );
-        let xs = [2, 6, 3, 4];
-        let x = random(&mut rng, dtype, &xs, -2.0, 3.0);
-        let w = random(&mut rng, dtype, &[6], 0.5, 1.5);
-        let b = random(&mut rng, dtype, &[6], -1.0, 1.0);
-        let (nx, nw, nb) = (Nd::of(&x), Nd::of(&w), Nd::of(&b));
-        let per_group = xs[1] / groups;
-        let stats = |n: usize, g: usize| {
-            let vals: Vec<f64> = indices(&xs)
-                .iter()
-                .filter(|i| i[0] == n && i[1] / per_group == g)
-                .map(|i| nx.at(i))
-                .collect();
-            let mean = vals.iter().sum::<f64>() / vals.len() as f64;
-            let var = vals.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / vals.len() as f64;
-            (mean, var)
-        };
-        let data = indices(&xs)
-            .iter()
-            .map(|i| {
-                let (mean, var) = stats(i[0], i[1] / per_group);
-                (nx.at(i) - mean) / (var + eps).sqrt() * nw.at(&[i[1]]) + nb.at(&[i[1]])
-            })
-            .collect();
-        let expected = Nd::new(&xs, data);
-        let inputs = [("x", &x), ("w", &w), ("b", &b)];
-        check(&graph, &inputs, &[], &[to_tensor(&expected, dtype)], 8.0);
-    }
-}
-
-#[test]
-fn batch_norm_composite() {
-    let mut rng = Rng(65);
-    let eps = 1e-3;
-    for dtype in FLOATS {
-        let graph = for_dtype(
-            dtype,
-            [
-                batch_norm_graph::<f32>,
-                batch_norm_graph::<f64>,
-                batch_norm_graph::<f16>,
-                batch_norm_graph::<bf16>,
-            ],
-        );
-        let xs = [2, 6, 5];
-        let x = random(&mut rng, dtype, &xs, -2.0, 2.0);
-        let mean = random(&mut rng, dtype, &[6], -0.5, 0.5);
-        let var = random(&mut rng, dtype, &[6], 0.25, 2.0);
-        let w = random(&mut rng, dtype, &[6], 0.5, 1.5);
-        let b = random(&mut rng, dtype, &[6], -1.0, 1.0);
-        let [nx, nm, nv, nw, nb] = [&x, &mean, &var, &w, &b].map(Nd::of);
-        let data = indices(&xs)
-            .iter()
-            .map(|i| {
-                let c = [i[1]];
-                (nx.at(i) - nm.at(&c)) / (nv.at(&c) + eps).sqrt() * nw.at(&c) + nb.at(&c)
-            })
-            .collect();
-        let expected = Nd::new(&xs, data);
-        let inputs = [
-            ("x", &x),
-            ("mean", &mean),
-            ("var", &var),
-            ("w", &w),
-            ("b", &b),
+        let cases: Vec<Case> = vec![
+            (
+                vec![2, 3, 7, 6],
+                vec![4, 3, 3, 3],
+                vec![1, 1],
+                vec![(1, 1), (1, 1)],
+                vec![1, 1],
+                1,
+                true,
+            ),
+            (
+                vec![1, 4, 9, 9],
+                vec![6, 2, 3, 2],
+                vec![2, 1],
+                vec![(1, 1), (0, 0)],
+                vec![1, 2],
+                2,
+                false,
+            ),
+            (
+                vec![2, 4, 10],
+                vec![4, 1, 3],
+                vec![1],
+                vec![(2, 0)],
+                vec![1],
+                4,
+                true,
+            ),
         ];
-        check(&graph, &inputs, &[], &[to_tensor(&expected, dtype)], 8.0);
+        for (xs, ws, stride, padding, dilation, groups, with_bias) in cases {
+            let x = random(&mut rng, dtype, &xs, -1.0, 1.0);
+            let w = random(&mut rng, dtype, &ws, -1.0, 1.0);
+            let bias = random(&mut rng, dtype, &[ws[0]], -1.0, 1.0);
+            let op = Op::Conv(Conv {
+                stride: stride.clone(),
+                padding: padding.clone(),
+                dilation: dilation.clone(),
+                groups,
+            });
+            let mut inputs = vec![
+                ("x", dtype, declared(&xs, &[(0, "n")])),
+                ("w", dtype, declared(&ws, &[])),
+            ];
+            if with_bias {
+                inputs.push(("b", dtype, declared(&[ws[0]], &[])));
+            }
+            let g = graph_of(&inputs, |b, i| b.op(op.clone(), i).unwrap());
+            let out_ty = g[g.outputs()[0].node].ty.shape.clone();
+            // View 1-D as 2-D with height 1.
+            let two = |v: &[usize], fill: usize| {
+                if v.len() == 1 {
+                    [fill, v[0]]
+                } else {
+                    [v[0], v[1]]
+                }
+            };
+            let mut x4 = Nd::of(&x);
+            let mut w4 = Nd::of(&w);
+            if xs.len() == 3 {
+                x4.shape = vec![xs[0], xs[1], 1, xs[2]];
+                w4.shape = vec![ws[0], ws[1], 1, ws[2]];
+            }
+            let dims: Vec<usize> = out_ty
+                .dims()
+                .iter()
+                .skip(2)
+                .map(|d| d.as_static().unwrap_or(0))
+                .collect();
+            let out_hw = two(&dims, 1);
+            let (cg, og) = (xs[1] / groups, ws[0] / groups);
+            let pads: Vec<usize> = padding.iter().map(|p| p.0).collect();
+            let nb = Nd::of(&bias);
+            let k = [w4.shape[2], w4.shape[3]];
+            let expected = window_ref(
+                &x4,
+                out_hw,
+                two(&stride, 1),
+                two(&pads, 0),
+                two(&dilation, 1),
+                |n, o, tap| {
+                    let g = o / og;
+                    let mut acc = if with_bias { nb.at(&[o]) } else { 0.0 };
+                    for c in 0..cg {
+                        for ky in 0..k[0] {
+                            for kx in 0..k[1] {
+                                if let Some((y, xx)) = tap(ky, kx) {
+                                    acc += x4.at(&[n, g * cg + c, y, xx]) * w4.at(&[o, c, ky, kx]);
+                                }
+                            }
+                        }
+                    }
+                    acc
+                },
+                ws[0],
+            );
+            let expected = Nd {
+                shape: out_ty
+                    .dims()
+                    .iter()
+                    .map(|d| d.as_static().unwrap_or(xs[0]))
+                    .collect(),
+                data: expected.data,
+            };
+            let mut given = vec![("x", &x), ("w", &w)];
+            if with_bias {
+                given.push(("b", &bias));
+            }
+            check(&g, &given, &[], &[to_tensor(&expected, dtype)], 6.0);
+        }
+    }
+}
+
+#[test]
+fn max_and_avg_pooling() {
+    let mut rng = Rng(46);
+    for dtype in FLOATS {
+        for kind in [PoolKind::Max, PoolKind::Avg] {
+            for (xs, kernel, stride, padding) in [
+                (
+                    vec![2, 3, 6, 7],
+                    vec![2, 2],
+                    vec![2, 2],
+                    vec![(0, 0), (1, 1)],
+                ),
+                (vec![1, 2, 9], vec![3], vec![2], vec![(1, 1)]),
+            ] {
+                let x = random(&mut rng, dtype, &xs, -1.0, 1.0);
+                let op = Op::Pool(Pool {
+                    kind,
+                    kernel: kernel.clone(),
+                    stride: stride.clone(),
+                    padding: padding.clone(),
+                });
+                let g = graph_of(&[("x", dtype, declared(&xs, &[]))], |b, i| {
+                    b.op(op.clone(), i).unwrap()
+                });
+                let out_ty = g[g.outputs()[0].node].ty.shape.clone();
+                let two = |v: &[usize], fill: usize| {
+                    if v.len() == 1 {
+                        [fill, v[0]]
+                    } else {
+                        [v[0], v[1]]
+                    }
+                };
+                let mut x4 = Nd::of(&x);
+                if xs.len() == 3 {
+                    x4.shape = vec![xs[0], xs[1], 1, xs[2]];
+                }
+                let dims: Vec<usize> = out_ty
+                    .dims()
+                    .iter()
+                    .skip(2)
+                    .map(|d| d.as_static().unwrap())
+                    .collect();
+                let k = two(&kernel, 1);
+                let pads: Vec<usize> = padding.iter().map(|p| p.0).collect();
+                let expected = window_ref(
+                    &x4,
+                    two(&dims, 1),
+                    two(&stride, 1),
+                    two(&pads, 0),
+                    [1, 1],
+                    |n, c, tap| {
+                        let mut vals = Vec::new();
+                        for ky in 0..k[0] {
+                            for kx in 0..k[1] {
+                                match tap(ky, kx) {
+                                    Some((y, xx)) => vals.push(x4.at(&[n, c, y, xx])),
+                                    None if kind == PoolKind::Avg => vals.push(0.0),
+                                    None => {}
+                                }
+                            }
+                        }
+                        match kind {
+                            PoolKind::Max => vals.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                            PoolKind::Avg => vals.iter().sum::<f64>() / (k[0] * k[1]) as f64,
+                        }
+                    },
+                    xs[1],
+                );
+                let expected = Nd {
+                    shape: out_ty
+                        .dims()
+                        .iter()
+                        .map(|d| d.as_static().unwrap())
+                        .collect(),
+                    data: expected.data,
+                };
+                check(&g, &[("x", &x)], &[], &[to_tensor(&expected, dtype)], 2.0);
+            }
+        }
+    }
+}
+
+#[test]
+fn gradient_conv_and_its_transpose() {
+    // (x, w, stride, padding, dilation, groups, bias)
+    type Case = (
+        Vec<usize>,
+        Vec<usize>,
+        Vec<usize>,
+        Vec<(usize, usize)>,
+        Vec<usize>,
+        usize,
+        bool,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            vec![2, 3, 5, 6],
+            vec![4, 3, 3, 2],
+            vec![2, 1],
+            vec![(1, 0), (1, 1)],
+            vec![1, 2],
+            1,
+            true,
+        ),
+        (
+            vec![1, 4, 7],
+            vec![6, 2, 3],
+            vec![2],
+            vec![(1, 1)],
+            vec![1],
+            2,
+            false,
+        ),
+        (
+            vec![2, 2, 9],
+            vec![2, 2, 2],
+            vec![3],
+            vec![(0, 2)],
+            vec![2],
+            1,
+            true,
+        ),
+    ];
+    for (seed, (xs, ws, stride, padding, dilation, groups, bias)) in cases.into_iter().enumerate() {
+        let mut inputs = vec![Input::float("x", &xs), Input::float("w", &ws)];
+        if bias {
+            inputs.push(Input::float("b", &[ws[0]]));
+        }
+        let conv = Op::Conv(Conv {
+            stride: stride.clone(),
+            padding: padding.clone(),
+            dilation: dilation.clone(),
+            groups,
+        });
+        grad_check(
+            &format!("conv {conv}"),
+            1200 + seed as u64,
+            &inputs,
+            &|g, i| op(g, conv.clone(), i),
+        );
+        // The transpose with the same geometry: the weight [C_in, C_out/groups, *k].
+        let tw = {
+            let mut t = ws.clone();
+            t[0] = xs[1];
+            t[1] = ws[0] / groups;
+            t
+        };
+        let mut inputs = vec![Input::float("x", &xs), Input::float("w", &tw)];
+        if bias {
+            inputs.push(Input::float("b", &[tw[1] * groups]));
+        }
+        let output_padding: Vec<usize> = stride.iter().map(|s| s - 1).collect();
+        let t = Op::ConvTranspose(ConvTranspose {
+            stride: stride.clone(),
+            padding: padding.clone(),
+            output_padding,
+            dilation: dilation.clone(),
+            groups,
+        });
+        grad_check(&format!("{t}"), 1210 + seed as u64, &inputs, &|g, i| {
+            op(g, t.clone(), i)
+        });
+    }
+}
+
+#[test]
+fn gradient_pooling_both_kinds() {
+    use rlx::ir::PoolKind;
+    for (seed, kind) in [PoolKind::Avg, PoolKind::Max].into_iter().enumerate() {
+        let x = Input::float("x", &[2, 3, 5, 6]);
+        let p = Op::Pool(Pool {
+            kind,
+            kernel: vec![3, 2],
+            stride: vec![2, 2],
+            padding: vec![(1, 1), (0, 1)],
+        });
+        grad_check(&format!("{p}"), 1300 + seed as u64, &[x], &|g, i| {
+            op(g, p.clone(), i)
+        });
+        let x = Input::float("x", &[1, 2, 7]);
+        let p = Op::Pool(Pool {
+            kind,
+            kernel: vec![3],
+            stride: vec![1],
+            padding: vec![(1, 1)],
+        });
+        grad_check(
+            &format!("{p} 1-D overlapping"),
+            1310 + seed as u64,
+            &[x],
+            &|g, i| op(g, p.clone(), i),
+        );
+    }
+}
+
+#[test]
+fn gradient_upsampling_every_mode() {
+    use rlx::ir::UpsampleMode;
+    for (seed, mode) in UpsampleMode::ALL.into_iter().enumerate() {
+        for size in [[7, 4], [2, 9]] {
+            let x = Input::float("x", &[2, 2, 3, 5]);
+            let u = Op::Upsample(Upsample {
+                mode,
+                size: Shape::from(size),
+            });
+            grad_check(&format!("{u}"), 1400 + seed as u64, &[x], &|g, i| {
+                op(g, u.clone(), i)
+            });
+        }
     }
 }

@@ -6,7 +6,7 @@ use rlx::autodiff::{Wrt, gradients};
 use rlx::backend::{Backend, Executable};
 use rlx::builder::GraphBuilder;
 use rlx::cpu::{CpuBackend, CpuOptions};
-use rlx::ir::{DType, Dim, Graph, NodeId, ReduceOp, Shape};
+use rlx::ir::{DType, Dim, Graph, NodeId, Op, ReduceOp, Shape};
 use rlx::tensor::HostTensor;
 
 use crate::reference::Rng;
@@ -317,4 +317,9 @@ fn mlx_agrees(label: &str, backward: &Graph, given: &[(&str, HostTensor)], cpu: 
             }
         }
     }
+}
+
+/// `op` applied to `inputs` (a case built by hand).
+pub fn op(b: &mut GraphBuilder, op: Op, inputs: &[NodeId]) -> NodeId {
+    b.op(op, inputs).unwrap()
 }
