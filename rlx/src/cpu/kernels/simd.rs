@@ -6,6 +6,10 @@
 //! results do not depend on the choice: the same IEEE operations run at another width, and
 //! `a * b + c` is never contracted into a fused multiply-add.
 //!
+//! Three rules keep a loop vectorizable: no reduction through one running sum (keep one
+//! per lane), no captured value read through a pointer that may alias the output, and in
+//! fixed-width loops every load before any store.
+//!
 //! `RLX_CPU_ISA=baseline|avx2|avx512` caps the choice (never above what the CPU has), so
 //! the narrower paths can be tested on a wide machine.
 

@@ -17,7 +17,8 @@ use crate::ir::{AttentionMask, InferError, NodeId, Op, TensorType};
 /// Scaled dot-product attention `softmax(q kᵀ · scale + mask) v`. Operands: `q`
 /// `[.., Sq, D]`, `k` `[.., Sk, D]`, `v` `[.., Sk, Dv]`, then the mask for
 /// [`AttentionMask::Tensor`]. With rank ≥ 3 the axis before the sequence is heads: `q`
-/// may have a multiple of `k`'s heads (grouped-query attention).
+/// may have a multiple of `k`'s heads (grouped-query attention). A query row whose keys are
+/// all masked yields zeros.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Attention {
     /// Multiplies the scores, typically `1/sqrt(D)`.

@@ -13,7 +13,9 @@ use crate::autodiff::{Emitter, Grad, GradError};
 use crate::builder::{BuildError, GraphBuilder};
 use crate::ir::{ArgReduceOp, InferError, NodeId, Op, ReduceOp, TensorType};
 
-/// Reduction over `axes` (sorted, unique, at least one). Operands: `x`.
+/// Reduction over `axes` (sorted, unique, at least one). Operands: `x`. NaN propagates
+/// through max and min. Over an empty axis, sum is 0, prod 1, and for floats mean is NaN and
+/// max and min are −∞ and +∞.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Reduce {
     /// Function.
@@ -24,7 +26,8 @@ pub struct Reduce {
     pub keep_dims: bool,
 }
 
-/// Argmax/argmin along one axis, as `i64`. Operands: `x` (numeric).
+/// Argmax/argmin along one axis, as `i64`; the first of equal best values wins. Operands:
+/// `x` (numeric).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ArgReduce {
     /// Function.
