@@ -1,8 +1,8 @@
-//! Every op of the IR in one place per op family: the attribute struct each [`Op`] variant
-//! holds, and the [`Primitive`] trait that states the op's meaning (name, printing, dim
-//! binding, shape and dtype inference in `infer.rs`, gradient in `grad.rs`, its float64
-//! value in `reference.rs`, the tolerance of a backend's values against that, random
-//! instances in `sample.rs`). Backends keep their lowerings in their own trees.
+//! Every op of the IR, a file per op (or per small family sharing one rule): the
+//! attribute struct each [`Op`] variant holds and its [`Primitive`] impl, which states the
+//! op's meaning (name, printing, dim binding, shape and dtype inference, gradient, its
+//! float64 value, the tolerance of a backend's values against that, random instances, and
+//! for a composite its decomposition). Backends keep their lowerings in their own trees.
 //!
 //! Dtype rules, chosen to avoid silent surprises:
 //! - no implicit promotion: operands combined elementwise, in matmul, in concat and in norms

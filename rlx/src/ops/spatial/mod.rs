@@ -1,371 +1,156 @@
-//! Convolutions, pooling and resizing over channels-first spatial axes.
+//! Convolutions, pooling and resizing over channels-first spatial axes, one file per op
+//! (convolution and its transpose share one); the window geometry they share here.
 
-mod grad;
-mod infer;
-mod reference;
-mod sample;
+mod conv;
+mod pool;
+mod upsample;
 
-use super::array::{Array, Out};
-use super::sample::{Sampled, Sampler};
-use super::tolerance::{Bound, Operands};
-use super::{Primitive, ReferenceError};
-use crate::autodiff::{Emitter, Grad, GradError};
-use crate::builder::{BuildError, GraphBuilder};
-use crate::ir::{InferError, NodeId, Op, PoolKind, Shape, TensorType, UpsampleMode};
+pub use conv::{Conv, ConvTranspose};
+pub use pool::Pool;
+pub use upsample::Upsample;
 
-/// 1-D or 2-D convolution, channels first. Operands: `x` `[N, C, *spatial]`,
-/// `w` `[O, C/groups, *kernel]`, then `bias` `[O]` when present.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Conv {
-    /// Stride per spatial axis.
-    pub stride: Vec<usize>,
-    /// `(before, after)` zero padding per spatial axis.
-    pub padding: Vec<(usize, usize)>,
-    /// Dilation per spatial axis.
-    pub dilation: Vec<usize>,
-    /// Channel groups; divides `C` and `O`.
-    pub groups: usize,
-}
-
-/// 1-D or 2-D transposed convolution (the adjoint of [`Op::Conv`]), channels first.
-/// Operands: `x` `[N, C, *spatial]`, `w` `[C, O/groups, *kernel]` (PyTorch's layout),
-/// then `bias` `[O]` when present. Input position `i` and tap `k` add into output
-/// position `i·stride + k·dilation − padding.0`; each output axis has
-/// `(in − 1)·stride + dilation·(kernel − 1) + 1 + output_padding − padding.0 − padding.1`
-/// positions.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ConvTranspose {
-    /// Stride per spatial axis.
-    pub stride: Vec<usize>,
-    /// `(before, after)` positions cropped from the full output per spatial axis.
-    pub padding: Vec<(usize, usize)>,
-    /// Positions added after the end per spatial axis (less than stride or dilation):
-    /// picks one of the input sizes a strided conv maps to the same output size.
-    pub output_padding: Vec<usize>,
-    /// Dilation per spatial axis.
-    pub dilation: Vec<usize>,
-    /// Channel groups; divides `C` and `O`.
-    pub groups: usize,
-}
-
-/// 1-D or 2-D pooling, channels first. Operands: `x` `[N, C, *spatial]`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Pool {
-    /// Function.
-    pub kind: PoolKind,
-    /// Window per spatial axis.
-    pub kernel: Vec<usize>,
-    /// Stride per spatial axis.
-    pub stride: Vec<usize>,
-    /// `(before, after)` padding per spatial axis, at most half the window.
-    pub padding: Vec<(usize, usize)>,
-}
-
-/// 2-D resizing of the last two axes to `size`, channels first. Operands: `x`
-/// `[N, C, H, W]` (float).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Upsample {
-    /// How output positions read input positions.
-    pub mode: UpsampleMode,
-    /// Output `[H, W]`, each at least 1.
-    pub size: Shape,
-}
-
-/// Stride, padding, dilation (when not all 1) and groups (when not 1), as printed.
-fn window_attrs(
-    out: &mut Vec<String>,
-    stride: &[usize],
-    padding: &[(usize, usize)],
-    dilation: &[usize],
-    groups: usize,
-) {
-    out.push(format!("stride={stride:?}"));
-    out.push(format!("padding={padding:?}"));
-    if dilation.iter().any(|d| *d != 1) {
-        out.push(format!("dilation={dilation:?}"));
-    }
-    if groups != 1 {
-        out.push(format!("groups={groups}"));
-    }
-}
+use crate::autodiff::{Emitter, GradError};
+use crate::ir::{Dim, InferError, NodeId, Op, TensorType, attr_err};
+use crate::ops::array::Array;
 
 /// How a convolution's window slides: per spatial axis its stride, `(before, after)`
 /// padding and dilation; and the channel groups (pooling: dilation 1, one group).
-pub(crate) struct Window<'a> {
+pub(super) struct Window<'a> {
     pub stride: &'a [usize],
     pub padding: &'a [(usize, usize)],
     pub dilation: &'a [usize],
     pub groups: usize,
 }
 
-/// The window attributes of a convolution or transposed convolution.
-macro_rules! window_of {
-    ($($op:ident),+) => {
-        $(
-            impl $op {
-                fn window(&self) -> Window<'_> {
-                    Window {
-                        stride: &self.stride,
-                        padding: &self.padding,
-                        dilation: &self.dilation,
-                        groups: self.groups,
-                    }
-                }
-            }
-        )+
+/// Output length of a sliding window: `(size + pads - span) / stride + 1`.
+pub(super) fn window_len(
+    size: &Dim,
+    (before, after): (usize, usize),
+    span: usize,
+    stride: usize,
+    axis: usize,
+) -> Result<Dim, InferError> {
+    let padded = size
+        .checked_add(&Dim::Static(before + after))
+        .ok_or_else(|| attr_err!("padded size of {size} is negative"))?;
+    let room = padded.checked_sub(&Dim::Static(span)).ok_or_else(|| {
+        attr_err!("window of {span} is larger than the padded size {padded} of spatial axis {axis}")
+    })?;
+    let steps = match room.as_static() {
+        Some(n) => Dim::Static(n / stride),
+        None => room.div_exact(&Dim::Static(stride)).ok_or_else(|| {
+            attr_err!(
+                "stride {stride} over the symbolic size {padded} of spatial axis {axis} has no \
+                 exact output size"
+            )
+        })?,
     };
+    steps
+        .checked_add(&Dim::Static(1))
+        .ok_or_else(|| attr_err!("window output of spatial axis {axis} is negative"))
 }
 
-window_of!(Conv, ConvTranspose);
-
-impl Primitive for Conv {
-    fn name(&self) -> &'static str {
-        "conv"
+pub(super) fn spatial_rank(
+    lens: &[(&str, usize)],
+    x: &TensorType,
+    operand: usize,
+) -> Result<usize, InferError> {
+    let s = lens[0].1;
+    if !(1..=2).contains(&s) {
+        return Err(attr_err!(
+            "{} has {s} entries; only 1-D and 2-D windows are supported",
+            lens[0].0
+        ));
     }
-
-    fn attrs(&self, out: &mut Vec<String>) {
-        window_attrs(
-            out,
-            &self.stride,
-            &self.padding,
-            &self.dilation,
-            self.groups,
-        );
+    for (what, n) in &lens[1..] {
+        if *n != s {
+            return Err(attr_err!("{what} has {n} entries, expected {s}"));
+        }
     }
-
-    fn bind_dims(&self, _: &[usize]) -> Op {
-        Op::Conv(self.clone())
+    if x.rank() != s + 2 {
+        return Err(InferError::Rank {
+            operand,
+            expected: format!("{} ([N, C] and {s} spatial)", s + 2),
+            got: x.rank(),
+        });
     }
-
-    fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
-        infer::conv(
-            &self.stride,
-            &self.padding,
-            &self.dilation,
-            self.groups,
-            inputs,
-        )
-    }
-
-    fn vjp(
-        &self,
-        e: &mut Emitter<'_>,
-        _: NodeId,
-        x: &[NodeId],
-        g: NodeId,
-    ) -> Result<Vec<Grad>, GradError> {
-        let win = self.window();
-        grad::conv(e, x, &win, g)
-    }
-
-    fn tolerance(&self, x: &Operands<'_>) -> Bound {
-        // `C/groups * kernel` products per output.
-        let w = x.dims(1);
-        conv_bound(x, w.iter().skip(1).product::<usize>().max(1) as f64)
-    }
-
-    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
-        let win = self.window();
-        Ok(reference::conv(&win, x, out))
-    }
-
-    fn sample(s: &mut dyn Sampler) -> Sampled {
-        sample::conv(s)
-    }
-
-    /// A primitive.
-    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
-        None
-    }
+    Ok(s)
 }
 
-impl Primitive for ConvTranspose {
-    fn name(&self) -> &'static str {
-        "conv_transpose"
-    }
-
-    fn attrs(&self, out: &mut Vec<String>) {
-        out.push(format!("stride={:?}", self.stride));
-        out.push(format!("padding={:?}", self.padding));
-        if self.output_padding.iter().any(|p| *p != 0) {
-            out.push(format!("output_padding={:?}", self.output_padding));
-        }
-        if self.dilation.iter().any(|d| *d != 1) {
-            out.push(format!("dilation={:?}", self.dilation));
-        }
-        if self.groups != 1 {
-            out.push(format!("groups={}", self.groups));
-        }
-    }
-
-    fn bind_dims(&self, _: &[usize]) -> Op {
-        Op::ConvTranspose(self.clone())
-    }
-
-    fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
-        infer::conv_transpose(
-            &self.stride,
-            &self.padding,
-            &self.output_padding,
-            &self.dilation,
-            self.groups,
-            inputs,
-        )
-    }
-
-    fn vjp(
-        &self,
-        e: &mut Emitter<'_>,
-        _: NodeId,
-        x: &[NodeId],
-        g: NodeId,
-    ) -> Result<Vec<Grad>, GradError> {
-        let win = self.window();
-        grad::conv_transpose(e, x, &win, g)
-    }
-
-    fn tolerance(&self, x: &Operands<'_>) -> Bound {
-        // At most `C/groups * kernel` products per output, as a conv.
-        let w = x.dims(1);
-        let (first, rest) = w.split_first().map_or((1, &[][..]), |(f, r)| (*f, r));
-        let k = rest.iter().product::<usize>().max(1) as f64 * first.max(1) as f64;
-        conv_bound(x, k)
-    }
-
-    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
-        let win = self.window();
-        Ok(reference::conv_transpose(&win, x, out))
-    }
-
-    fn sample(s: &mut dyn Sampler) -> Sampled {
-        sample::conv_transpose(s)
-    }
-
-    /// A primitive.
-    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
-        None
-    }
+pub(super) fn statics(e: &Emitter<'_>, dims: &[Dim]) -> Result<Vec<usize>, GradError> {
+    dims.iter()
+        .map(|d| d.as_static())
+        .collect::<Option<Vec<_>>>()
+        .ok_or(GradError::NotYet { at: e.site() })
 }
 
-impl Primitive for Pool {
-    fn name(&self) -> &'static str {
-        self.kind.name()
-    }
-
-    fn attrs(&self, out: &mut Vec<String>) {
-        out.push(format!("kernel={:?}", self.kernel));
-        out.push(format!("stride={:?}", self.stride));
-        out.push(format!("padding={:?}", self.padding));
-    }
-
-    fn bind_dims(&self, _: &[usize]) -> Op {
-        Op::Pool(self.clone())
-    }
-
-    fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
-        infer::pool(&self.kernel, &self.stride, &self.padding, inputs)
-    }
-
-    fn vjp(
-        &self,
-        e: &mut Emitter<'_>,
-        y: NodeId,
-        x: &[NodeId],
-        g: NodeId,
-    ) -> Result<Vec<Grad>, GradError> {
-        let (kernel, stride, padding) = (&self.kernel, &self.stride, &self.padding);
-        grad::pool(e, x[0], y, self.kind, kernel, stride, padding, g)
-    }
-
-    fn tolerance(&self, x: &Operands<'_>) -> Bound {
-        match self.kind {
-            PoolKind::Max => Bound::Exact,
-            PoolKind::Avg => {
-                let n = self.kernel.iter().product::<usize>().max(1) as f64;
-                Bound::Within {
-                    rel: 2.0 * x.u,
-                    abs: 2.0 * x.u * n * x.scale + x.tiny,
-                    growth: n * x.scale,
-                }
+/// The transposed conv that maps `g` (a conv's output gradient) back onto an input of
+/// `spatial` sizes: its output padding makes the sizes come out exactly.
+pub(super) fn back_to_input(
+    e: &mut Emitter<'_>,
+    g: NodeId,
+    w: NodeId,
+    win: &Window<'_>,
+    spatial: &[Dim],
+) -> Result<NodeId, GradError> {
+    let gs = e.shape(g);
+    let ws = e.shape(w);
+    let s = win.stride.len();
+    let mut output_padding = Vec::with_capacity(s);
+    for a in 0..s {
+        let (input, out) = (spatial[a].as_static(), gs[2 + a].as_static());
+        let kernel = ws[2 + a].as_static().unwrap_or(1);
+        let pad = match (input, out) {
+            (Some(input), Some(out)) => {
+                let (lo, hi) = win.padding[a];
+                let reached = (out - 1) * win.stride[a] + win.dilation[a] * (kernel - 1) + 1;
+                (input + lo + hi).saturating_sub(reached)
             }
-        }
+            // Stride 1 reaches every position: nothing is left over.
+            _ if win.stride[a] == 1 => 0,
+            _ => return Err(GradError::NotYet { at: e.site() }),
+        };
+        output_padding.push(pad);
     }
-
-    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
-        let (kernel, stride, padding) = (&self.kernel, &self.stride, &self.padding);
-        Ok(reference::pool(
-            self.kind, kernel, stride, padding, &x[0], out,
-        ))
-    }
-
-    fn sample(s: &mut dyn Sampler) -> Sampled {
-        sample::pool(s)
-    }
-
-    /// A primitive.
-    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
-        None
-    }
+    let op = Op::ConvTranspose(ConvTranspose {
+        stride: win.stride.to_vec(),
+        padding: win.padding.to_vec(),
+        output_padding,
+        dilation: win.dilation.to_vec(),
+        groups: win.groups,
+    });
+    e.op(op, &[g, w])
 }
 
-impl Primitive for Upsample {
-    fn name(&self) -> &'static str {
-        self.mode.name()
-    }
-
-    fn attrs(&self, out: &mut Vec<String>) {
-        out.push(format!("size={}", self.size));
-    }
-
-    fn bind_dims(&self, out: &[usize]) -> Op {
-        Op::Upsample(Upsample {
-            mode: self.mode,
-            size: Shape::from(&out[out.len().saturating_sub(2)..]),
-        })
-    }
-
-    fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
-        infer::upsample(&self.size, inputs)
-    }
-
-    fn vjp(
-        &self,
-        e: &mut Emitter<'_>,
-        _: NodeId,
-        x: &[NodeId],
-        g: NodeId,
-    ) -> Result<Vec<Grad>, GradError> {
-        grad::upsample(e, x[0], self.mode, g)
-    }
-
-    fn tolerance(&self, x: &Operands<'_>) -> Bound {
-        Bound::Within {
-            rel: 4.0 * x.u,
-            abs: 4.0 * x.u * x.scale + x.tiny,
-            growth: x.scale,
-        }
-    }
-
-    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
-        Ok(reference::upsample(self.mode, &x[0], out))
-    }
-
-    fn sample(s: &mut dyn Sampler) -> Sampled {
-        sample::upsample(s)
-    }
-
-    /// A primitive.
-    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
-        None
-    }
+/// The input position that output position `out` and tap `tap` read along one spatial
+/// axis, or `None` in the padding.
+pub(super) fn source(
+    out: usize,
+    tap: usize,
+    stride: usize,
+    dilation: usize,
+    pad: usize,
+    len: usize,
+) -> Option<usize> {
+    (out * stride + tap * dilation)
+        .checked_sub(pad)
+        .filter(|p| *p < len)
 }
 
-/// A convolution's output sums `k` products of operands up to `scale`.
-fn conv_bound(x: &Operands<'_>, k: f64) -> Bound {
-    let s = x.scale;
-    Bound::Within {
-        rel: 2.0 * x.u,
-        abs: 2.0 * x.u * k * (k * s * s + s) + x.tiny,
-        growth: k * s * s,
+/// The input index `[n, c, positions]` that output spatial index `o` and kernel tap `k`
+/// read, or `None` when any axis falls in the padding.
+pub(super) fn window_source(
+    win: &Window<'_>,
+    x: &Array,
+    n: usize,
+    c: usize,
+    o: &[usize],
+    k: &[usize],
+) -> Option<Vec<usize>> {
+    let mut at = vec![n, c];
+    for a in 0..o.len() {
+        let (stride, dilation, pad) = (win.stride[a], win.dilation[a], win.padding[a].0);
+        at.push(source(o[a], k[a], stride, dilation, pad, x.shape[2 + a])?);
     }
+    Some(at)
 }

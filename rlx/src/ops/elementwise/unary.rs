@@ -1,15 +1,76 @@
-//! Unary and binary math, `where` and casts.
+//! Unary math, one rule for every kind of [`UnaryOp`](crate::ir::UnaryOp).
 
-use crate::ir::Cast;
 use std::f64::consts::{FRAC_2_SQRT_PI, PI, SQRT_2};
 
-use crate::autodiff::Emitter;
-use crate::autodiff::Grad;
-use crate::autodiff::GradError;
-use crate::ir::{BinaryOp, CompareOp, NodeId, Op, UnaryOp};
+use crate::autodiff::{Emitter, Grad, GradError};
+use crate::builder::{BuildError, GraphBuilder};
+use crate::ir::{CompareOp, InferError, NodeId, Op, TensorType, UnaryOp};
+use crate::ops::array::{Array, Out};
+use crate::ops::check::{arity, require_domain};
+use crate::ops::sample::{Sampled, Sampler, pick};
+use crate::ops::tolerance::{Bound, Operands};
+use crate::ops::{Primitive, ReferenceError};
+
+impl Primitive for UnaryOp {
+    fn name(&self) -> &'static str {
+        UnaryOp::name(*self)
+    }
+
+    fn attrs(&self, _: &mut Vec<String>) {}
+
+    fn bind_dims(&self, _: &[usize]) -> Op {
+        Op::Unary(*self)
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+        unary_type(*self, inputs)
+    }
+
+    fn vjp(
+        &self,
+        e: &mut Emitter<'_>,
+        y: NodeId,
+        x: &[NodeId],
+        g: NodeId,
+    ) -> Result<Vec<Grad>, GradError> {
+        unary_vjp(e, *self, x[0], y, g)
+    }
+
+    fn tolerance(&self, x: &Operands<'_>) -> Bound {
+        match self {
+            UnaryOp::Neg
+            | UnaryOp::Abs
+            | UnaryOp::Relu
+            | UnaryOp::Sign
+            | UnaryOp::Floor
+            | UnaryOp::Ceil
+            | UnaryOp::Round => Bound::Exact,
+            _ => x.transcendental(),
+        }
+    }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        Ok(unary_reference(*self, x, out))
+    }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        random_unary(s)
+    }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
+    }
+}
+
+fn unary_type(kind: UnaryOp, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+    arity(inputs, 1, "1")?;
+    require_domain(inputs, 0, kind.domain())?;
+    Ok(inputs[0].clone())
+}
 
 /// `d/dx` of `kind` times `g`, where `y = kind(x)`.
-pub(crate) fn unary(
+fn unary_vjp(
     e: &mut Emitter<'_>,
     kind: UnaryOp,
     x: NodeId,
@@ -131,91 +192,53 @@ pub(crate) fn unary(
     Ok(vec![Grad::Some(grad)])
 }
 
-/// The cotangents of `a` and `b` for `y = a kind b`, summed back over broadcasting.
-pub(crate) fn binary(
-    e: &mut Emitter<'_>,
-    kind: BinaryOp,
-    a: NodeId,
-    b: NodeId,
-    y: NodeId,
-    g: NodeId,
-) -> Result<Vec<Grad>, GradError> {
-    let dtype = e.dtype(y);
-    let (ga, gb) = match kind {
-        BinaryOp::Add => (g, g),
-        BinaryOp::Sub => (g, e.neg(g)?),
-        BinaryOp::Mul => (e.mul(g, b)?, e.mul(g, a)?),
-        BinaryOp::Div => {
-            let ga = e.div(g, b)?;
-            let gy = e.mul(g, y)?;
-            let gb = e.div(gy, b)?;
-            (ga, e.neg(gb)?)
+fn unary_reference(kind: UnaryOp, x: &[Array], out: &Out) -> Array {
+    out.holding(x[0].data.iter().map(|v| unary_value(kind, *v)).collect())
+}
+
+fn random_unary(s: &mut dyn Sampler) -> Sampled {
+    let kind = pick(s, &UnaryOp::ALL);
+    let x = s.operand(&|t| kind.domain().admits(t.dtype))?;
+    Some((Op::Unary(kind), vec![x]))
+}
+
+/// `kind(x)` of one value; integer results are wrapped by the caller's `store`.
+fn unary_value(kind: UnaryOp, x: f64) -> f64 {
+    use UnaryOp as U;
+    match kind {
+        U::Neg => -x,
+        U::Abs => x.abs(),
+        U::Exp => x.exp(),
+        U::Log => x.ln(),
+        U::Sqrt => x.sqrt(),
+        U::Rsqrt => 1.0 / x.sqrt(),
+        U::Recip => 1.0 / x,
+        U::Sin => x.sin(),
+        U::Cos => x.cos(),
+        U::Tanh => x.tanh(),
+        U::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        // NaN gives 0, as `max(NaN, 0)` picks the number.
+        U::Relu => x.max(0.0),
+        U::Gelu => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
+        U::GeluTanh => {
+            let inner = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044_715 * x * x * x);
+            0.5 * x * (1.0 + inner.tanh())
         }
-        BinaryOp::Pow => {
-            // d/da = b·a^(b−1); d/db = y·ln a, taken as 0 where a = 0 (PyTorch's choice).
-            let b1 = e.shift(b, -1.0)?;
-            let power = e.binary(BinaryOp::Pow, a, b1)?;
-            let da = e.mul(b, power)?;
-            let ga = e.mul(g, da)?;
-            let ln = e.unary(UnaryOp::Log, a)?;
-            let db = e.mul(y, ln)?;
-            let zero = e.scalar(0.0, dtype);
-            let at_zero = e.op(Op::Compare(CompareOp::Eq), &[a, zero])?;
-            let db = e.op(Op::Where, &[at_zero, zero, db])?;
-            (ga, e.mul(g, db)?)
-        }
-        BinaryOp::Max | BinaryOp::Min => {
-            // The selected operand takes the gradient; ties split it evenly.
-            let wins = if kind == BinaryOp::Max {
-                CompareOp::Gt
+        U::Silu => x / (1.0 + (-x).exp()),
+        U::Erf => libm::erf(x),
+        U::Floor => x.floor(),
+        U::Ceil => x.ceil(),
+        U::Round => x.round_ties_even(),
+        U::Sign => {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
             } else {
-                CompareOp::Lt
-            };
-            let a_wins = e.op(Op::Compare(wins), &[a, b])?;
-            let tie = e.op(Op::Compare(CompareOp::Eq), &[a, b])?;
-            let one = e.op(Op::Cast(Cast { to: dtype }), &[a_wins])?;
-            let half = e.op(Op::Cast(Cast { to: dtype }), &[tie])?;
-            let half = e.scale(half, 0.5)?;
-            let share = e.add(one, half)?;
-            let ga = e.mul(g, share)?;
-            let gb = e.sub(g, ga)?;
-            (ga, gb)
+                x * 0.0
+            }
         }
-        BinaryOp::Rem => {
-            // a − b·floor(a/b): d/da = 1, d/db = −floor(a/b).
-            let q = e.div(a, b)?;
-            let q = e.unary(UnaryOp::Floor, q)?;
-            let gq = e.mul(g, q)?;
-            (g, e.neg(gq)?)
-        }
-    };
-    let ga = e.unbroadcast(ga, &e.shape(a))?;
-    let gb = e.unbroadcast(gb, &e.shape(b))?;
-    Ok(vec![Grad::Some(ga), Grad::Some(gb)])
-}
-
-/// `where(cond, a, b)`: the condition selects; each branch gets `g` where it was chosen.
-pub(crate) fn select(e: &mut Emitter<'_>, x: &[NodeId], g: NodeId) -> Result<Vec<Grad>, GradError> {
-    let (cond, a, b) = (x[0], x[1], x[2]);
-    let zero = e.scalar(0.0, e.dtype(g));
-    let ga = e.op(Op::Where, &[cond, g, zero])?;
-    let gb = e.op(Op::Where, &[cond, zero, g])?;
-    let ga = e.unbroadcast(ga, &e.shape(a))?;
-    let gb = e.unbroadcast(gb, &e.shape(b))?;
-    Ok(vec![Grad::Discrete, Grad::Some(ga), Grad::Some(gb)])
-}
-
-/// Casts between floats pass the gradient back in the operand's dtype; from an integer
-/// or `bool` there is none.
-pub(crate) fn cast(e: &mut Emitter<'_>, x: NodeId, g: NodeId) -> Result<Vec<Grad>, GradError> {
-    let from = e.dtype(x);
-    if !from.is_float() {
-        return Ok(vec![Grad::None]);
+        // log(1 + e^x) without overflow for large x.
+        U::Softplus => x.max(0.0) + (-x.abs()).exp().ln_1p(),
     }
-    let back = if from == e.dtype(g) {
-        g
-    } else {
-        e.op(Op::Cast(Cast { to: from }), &[g])?
-    };
-    Ok(vec![Grad::Some(back)])
 }
