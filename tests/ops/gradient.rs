@@ -299,10 +299,14 @@ fn eval(d: &Dim, env: &[(&str, usize)]) -> usize {
 
 #[cfg(feature = "mlx")]
 fn mlx_agrees(label: &str, backward: &Graph, given: &[(&str, HostTensor)], cpu: &[HostTensor]) {
-    use rlx::mlx::{MlxBackend, MlxMode};
+    use rlx::mlx::{Device, MlxBackend, MlxMode};
     rlx::mlx::set_kernel_fusion(false).unwrap();
     for mode in [MlxMode::Eager, MlxMode::Lazy, MlxMode::Compiled] {
+        // The gradient graphs are float64, which MLX runs on its CPU only (a GPU refuses
+        // it at compile time); the random graphs check gradients on a GPU in the narrower
+        // float types.
         let exe = MlxBackend::new(mode)
+            .with_device(Device::Cpu)
             .compile(backward)
             .unwrap_or_else(|e| panic!("{label}: MLX {mode:?} compile failed: {e}"));
         let got = run(&exe, given);
