@@ -7,7 +7,11 @@
 //! ```text
 //! cargo run --release --example fuzz_graphs -- --cases 20000 --seed 1 [--steps 10] [--cpu-only]
 //! cargo run --release --example fuzz_graphs -- --show CASE_SEED   # print one case
+//! cargo run --release --example fuzz_graphs -- --case CASE_SEED [--cases 20]  # run it again
 //! ```
+//!
+//! `--case` checks the one case a report named, `--cases` times (a race shows up in some
+//! runs only), and prints what each run found.
 //!
 //! Prints each mismatch and failure (already minimised to one op and its operands), then
 //! `fuzz_graphs cases=N mismatches=M failures=F seed=S`.
@@ -22,6 +26,7 @@ use rlx_testkit::rng::Rng;
 
 fn main() -> Result<(), Box<dyn Error>> {
     let (mut cases, mut seed, mut steps, mut cpu_only) = (1000usize, 1u64, 10usize, false);
+    let mut one_case: Option<u64> = None;
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -29,6 +34,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             "--seed" => seed = it.next().ok_or("--seed needs a number")?.parse()?,
             "--steps" => steps = it.next().ok_or("--steps needs a count")?.parse()?,
             "--cpu-only" => cpu_only = true,
+            "--case" => one_case = Some(it.next().ok_or("--case needs a case seed")?.parse()?),
             "--show" => {
                 // Print one case (by its own seed, as reports name it) and stop.
                 let case_seed: u64 = it.next().ok_or("--show needs a case seed")?.parse()?;
@@ -51,6 +57,25 @@ fn main() -> Result<(), Box<dyn Error>> {
         .collect();
     let labels: Vec<String> = configs.iter().map(Config::label).collect();
     eprintln!("configurations: {}", labels.join(", "));
+    if let Some(case_seed) = one_case {
+        let mut report = rlx_testkit::fuzz::Report::default();
+        for run in 0..cases {
+            let (mismatches, failures) = (report.mismatches.len(), report.failures.len());
+            rlx_testkit::fuzz::check_seed(case_seed, steps, &configs, &mut report);
+            for m in &report.mismatches[mismatches..] {
+                println!("run {run}: MISMATCH config={}: {}", m.config, m.detail);
+            }
+            for f in &report.failures[failures..] {
+                println!("run {run}: FAILURE {f}");
+            }
+        }
+        println!(
+            "fuzz_graphs case={case_seed} runs={cases} mismatches={} failures={}",
+            report.mismatches.len(),
+            report.failures.len()
+        );
+        return Ok(());
+    }
     let started = Instant::now();
     // A watchdog: a case running longer than five minutes is a hang, reported with its seed
     // (the largest cases, with their gradients, take seconds).

@@ -516,14 +516,20 @@ pub fn run_cases(
         if trace {
             eprintln!("case {} seed {case_seed}", report.cases);
         }
-        let case = generate(case_seed, steps);
-        check(&case, configs, &mut report);
-        if let Some(backward) = gradient_case(&case) {
-            report.gradients += 1;
-            check(&backward, configs, &mut report);
-        }
-        report.cases += 1;
+        check_seed(case_seed, steps, configs, &mut report);
         progress(&report);
     }
     report
+}
+
+/// Generates the case of `case_seed` (the seed a report names) and checks it and its
+/// gradient graph, as [`run_cases`] does each case: how one reported case is run again.
+pub fn check_seed(case_seed: u64, steps: usize, configs: &[Config], report: &mut Report) {
+    let case = generate(case_seed, steps);
+    check(&case, configs, report);
+    if let Some(backward) = gradient_case(&case) {
+        report.gradients += 1;
+        check(&backward, configs, report);
+    }
+    report.cases += 1;
 }

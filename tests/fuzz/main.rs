@@ -80,3 +80,23 @@ fn the_generator_makes_every_op_of_the_vocabulary() {
         "{stale:?} are generated after all: drop them from NOT_GENERATED"
     );
 }
+
+/// A case named by its seed runs again exactly as it ran among the others: same values
+/// checked, same gradient graph.
+#[test]
+fn a_reported_case_runs_again_from_its_seed() {
+    let configs = vec![Config::Cpu { threads: 1 }];
+    let seed = 7;
+    let among = run_cases(seed, 3, 10, &configs, |_| {});
+    let mut again = rlx_testkit::fuzz::Report::default();
+    let mut seeds = Rng(seed);
+    for _ in 0..3 {
+        rlx_testkit::fuzz::check_seed(seeds.next_u64(), 10, &configs, &mut again);
+    }
+    assert_eq!(again.cases, 3);
+    assert!(among.checked > 0);
+    assert_eq!(
+        (again.checked, again.gradients, again.fused, again.unjudged),
+        (among.checked, among.gradients, among.fused, among.unjudged)
+    );
+}
