@@ -10,8 +10,8 @@
 //! cargo run --release --example fuzz_graphs -- --case CASE_SEED [--cases 20]  # run it again
 //! ```
 //!
-//! `--case` checks the one case a report named, `--cases` times (a race shows up in some
-//! runs only), and prints what each run found.
+//! `--case` checks the one case a report named, `--cases` times (once by default; a race
+//! shows up in some runs only), and prints what each run found.
 //!
 //! Prints each mismatch and failure (already minimised to one op and its operands), then
 //! `fuzz_graphs cases=N mismatches=M failures=F seed=S`.
@@ -25,12 +25,12 @@ use rlx_testkit::fuzz::{Config, run_cases};
 use rlx_testkit::rng::Rng;
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let (mut cases, mut seed, mut steps, mut cpu_only) = (1000usize, 1u64, 10usize, false);
+    let (mut cases, mut seed, mut steps, mut cpu_only) = (None, 1u64, 10usize, false);
     let mut one_case: Option<u64> = None;
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
-            "--cases" => cases = it.next().ok_or("--cases needs a count")?.parse()?,
+            "--cases" => cases = Some(it.next().ok_or("--cases needs a count")?.parse::<usize>()?),
             "--seed" => seed = it.next().ok_or("--seed needs a number")?.parse()?,
             "--steps" => steps = it.next().ok_or("--steps needs a count")?.parse()?,
             "--cpu-only" => cpu_only = true,
@@ -58,6 +58,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let labels: Vec<String> = configs.iter().map(Config::label).collect();
     eprintln!("configurations: {}", labels.join(", "));
     if let Some(case_seed) = one_case {
+        let cases = cases.unwrap_or(1);
         let mut report = rlx_testkit::fuzz::Report::default();
         for run in 0..cases {
             let (mismatches, failures) = (report.mismatches.len(), report.failures.len());
@@ -76,6 +77,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         );
         return Ok(());
     }
+    let cases = cases.unwrap_or(1000);
     let started = Instant::now();
     // A watchdog: a case running longer than five minutes is a hang, reported with its seed
     // (the largest cases, with their gradients, take seconds).

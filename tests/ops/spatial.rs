@@ -7,6 +7,18 @@ use crate::gradient::{Input, grad_check, op};
 use crate::harness::{check, declared, graph_of};
 use crate::reference::{FLOATS, Nd, Rng, indices, random, to_tensor};
 
+/// A convolution's shapes and attributes: x, w, stride, padding, dilation, groups, and
+/// whether it has a bias.
+type ConvCase = (
+    Vec<usize>,
+    Vec<usize>,
+    Vec<usize>,
+    Vec<(usize, usize)>,
+    Vec<usize>,
+    usize,
+    bool,
+);
+
 /// One transposed convolution case: shapes and attributes as the IR takes them.
 struct ConvTransposeCase {
     x: Vec<usize>,
@@ -293,17 +305,7 @@ fn window_ref(
 fn conv_1d_and_2d_with_groups() {
     let mut rng = Rng(45);
     for dtype in FLOATS {
-        // (x, w, stride, padding, dilation, groups, bias)
-        type Case = (
-            Vec<usize>,
-            Vec<usize>,
-            Vec<usize>,
-            Vec<(usize, usize)>,
-            Vec<usize>,
-            usize,
-            bool,
-        );
-        let cases: Vec<Case> = vec![
+        let cases: Vec<ConvCase> = vec![
             (
                 vec![2, 3, 7, 6],
                 vec![4, 3, 3, 3],
@@ -499,17 +501,7 @@ fn max_and_avg_pooling() {
 
 #[test]
 fn gradient_conv_and_its_transpose() {
-    // (x, w, stride, padding, dilation, groups, bias)
-    type Case = (
-        Vec<usize>,
-        Vec<usize>,
-        Vec<usize>,
-        Vec<(usize, usize)>,
-        Vec<usize>,
-        usize,
-        bool,
-    );
-    let cases: Vec<Case> = vec![
+    let cases: Vec<ConvCase> = vec![
         (
             vec![2, 3, 5, 6],
             vec![4, 3, 3, 2],

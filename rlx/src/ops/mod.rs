@@ -170,7 +170,7 @@ macro_rules! registry {
             /// The op's definition.
             pub(crate) fn primitive(&self) -> &dyn Primitive {
                 match self {
-                    $(registry!(@pattern $kind, op $(, $payload)?) => registry!(@definition op $(, $payload)? $(= $unit)?),)+
+                    $(crate::ops::op_arm!(@pattern $kind, op $(, $payload)?) => crate::ops::op_arm!(@definition op $(, $payload)? $(= $unit)?),)+
                     $(Op::$ckind(op) => op,)+
                 }
             }
@@ -179,7 +179,7 @@ macro_rules! registry {
             #[allow(unused_variables)]
             pub fn kind(&self) -> OpKind {
                 match self {
-                    $(registry!(@pattern $kind, op $(, $payload)?) => OpKind::$kind,)+
+                    $(crate::ops::op_arm!(@pattern $kind, op $(, $payload)?) => OpKind::$kind,)+
                     $(Op::$ckind(_) => OpKind::$ckind,)+
                 }
             }
@@ -205,8 +205,6 @@ macro_rules! registry {
     };
     (@type ($payload:ty)) => { $payload };
     (@type = $unit:path) => { $unit };
-    (@pattern $($rest:tt)*) => { crate::ops::op_arm!(@pattern $($rest)*) };
-    (@definition $($rest:tt)*) => { crate::ops::op_arm!(@definition $($rest)*) };
     (@from $kind:ident, $payload:ty) => {
         impl From<$payload> for Op {
             fn from(op: $payload) -> Op {

@@ -165,6 +165,25 @@ impl Kernel for QuantizedMatMul {
     }
 }
 
+/// The GEMM plan of a matmul of these sizes, its batch entries (offsets into `a` and `b`)
+/// and the workers they are spread over: decided alike for its scratch and its thunk.
+fn gemm_layout(
+    n: &Sizes<'_>,
+    transpose_a: bool,
+    transpose_b: bool,
+) -> (GemmPlan, Vec<(usize, usize)>, usize) {
+    let (dims, batches) = matmul_layout(
+        transpose_a,
+        transpose_b,
+        n.operands[0],
+        n.operands[1],
+        n.out,
+    );
+    let plan = GemmPlan::new(dims, n.threads, kernel_shape(accumulator(n.dtype)));
+    let workers = batch_workers(&plan, batches.len(), n.threads);
+    (plan, batches, workers)
+}
+
 /// The GEMM of a matmul, its epilogue (`cpu::fuse::matmul`) applied to the product.
 pub(super) fn gemm(
     n: &LowerInput<'_>,
@@ -172,15 +191,7 @@ pub(super) fn gemm(
     transpose_b: bool,
     epilogue: Option<&MatMulEpilogue>,
 ) -> Vec<Thunk> {
-    let dtype = n.dtype();
-    let (dims, batches) = matmul_layout(
-        transpose_a,
-        transpose_b,
-        n.shapes[0],
-        n.shapes[1],
-        n.out_shape,
-    );
-    let plan = GemmPlan::new(dims, n.threads, kernel_shape(accumulator(dtype)));
+    let (plan, batches, batch_workers) = gemm_layout(&n.sizes(), transpose_a, transpose_b);
     let epilogue = epilogue.map(|epilogue| {
         let mut extra = n.views[2..].iter().copied();
         EpilogueViews {
@@ -190,8 +201,8 @@ pub(super) fn gemm(
         }
     });
     vec![boxed(MatMul {
-        dtype,
-        batch_workers: batch_workers(&plan, batches.len(), n.threads),
+        dtype: n.dtype(),
+        batch_workers,
         plan,
         batches,
         a: n.views[0],
@@ -211,18 +222,10 @@ pub(super) fn gemm_scratch(
     transpose_a: bool,
     transpose_b: bool,
 ) -> Vec<(DType, usize)> {
-    let (dims, batches) = matmul_layout(
-        transpose_a,
-        transpose_b,
-        n.operands[0],
-        n.operands[1],
-        n.out,
-    );
-    let plan = GemmPlan::new(dims, n.threads, kernel_shape(accumulator(n.dtype)));
-    let workers = batch_workers(&plan, batches.len(), n.threads);
+    let (plan, _, workers) = gemm_layout(n, transpose_a, transpose_b);
     let mut requests = vec![(accumulator(n.dtype), workers * plan.scratch_len())];
     if matches!(n.dtype, DType::F16 | DType::BF16) {
-        requests.push((DType::F32, workers * dims.m * dims.n));
+        requests.push((DType::F32, workers * plan.dims.m * plan.dims.n));
     }
     requests
 }

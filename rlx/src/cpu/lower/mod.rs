@@ -84,6 +84,18 @@ impl LowerInput<'_> {
         self.node.ty.dtype
     }
 
+    /// The sizes its scratch was decided from: what a lowering reads to make the same
+    /// choices (GEMM blocking, conv geometry, attention tiling) again.
+    pub(crate) fn sizes(&self) -> Sizes<'_> {
+        Sizes {
+            op: &self.node.op,
+            dtype: self.dtype(),
+            operands: &self.shapes,
+            out: self.out_shape,
+            threads: self.threads,
+        }
+    }
+
     /// The node, for errors a kernel reports at run time.
     pub(crate) fn site(&self) -> NodeSite {
         NodeSite::of(self.id, self.node)

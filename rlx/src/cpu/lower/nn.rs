@@ -110,23 +110,18 @@ impl Kernel for Attention {
     }
 }
 
-/// How an attention of these query, key and output shapes is blocked.
-fn attention_tiling(
-    dtype: DType,
-    q: &[usize],
-    k: &[usize],
-    out: &[usize],
-    threads: usize,
-) -> AttentionTiling {
+/// How an attention of these sizes is blocked: decided alike for its scratch and its thunk.
+fn attention_tiling(n: &Sizes<'_>) -> AttentionTiling {
+    let (q, k) = (n.operands[0], n.operands[1]);
     let rank = q.len();
     AttentionTiling::new(
         numel(&q[..rank - 2]),
         q[rank - 2],
         k[rank - 2],
         q[rank - 1],
-        out[rank - 1],
-        threads,
-        kernel_shape(accumulator(dtype)),
+        n.out[rank - 1],
+        n.threads,
+        kernel_shape(accumulator(n.dtype)),
     )
 }
 
@@ -156,7 +151,7 @@ impl Lower for ir::Rope {
 /// broadcasts from.
 impl Lower for ir::Attention {
     fn scratch(&self, n: &Sizes<'_>) -> Vec<(DType, usize)> {
-        let tiling = attention_tiling(n.dtype, n.operands[0], n.operands[1], n.out, n.threads);
+        let tiling = attention_tiling(n);
         vec![(accumulator(n.dtype), tiling.workers * tiling.slot_len)]
     }
 
@@ -211,7 +206,7 @@ impl Lower for ir::Attention {
         };
         vec![boxed(Attention {
             dtype,
-            tiling: attention_tiling(dtype, q, k, n.out_shape, n.threads),
+            tiling: attention_tiling(&n.sizes()),
             dims: AttentionDims {
                 heads,
                 group,

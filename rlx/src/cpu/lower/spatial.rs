@@ -150,8 +150,9 @@ impl Lower for ir::Pool {
     }
 }
 
-/// im2col columns and the GEMM's packing ([`conv_geometry`]).
-fn conv_scratch(n: &Sizes<'_>) -> Vec<(DType, usize)> {
+/// How a conv or transposed conv of these sizes runs (`geometry::conv_geometry`), and the
+/// scratch it needs (im2col columns, the GEMM's packing).
+fn geometry(n: &Sizes<'_>) -> (ConvDirection, Vec<(DType, usize)>) {
     conv_geometry(
         n.op,
         n.dtype,
@@ -160,21 +161,16 @@ fn conv_scratch(n: &Sizes<'_>) -> Vec<(DType, usize)> {
         n.out,
         n.threads,
     )
-    .map(|(_, scratch)| scratch)
-    .unwrap_or_default()
+    .expect("a conv node has a conv geometry")
+}
+
+fn conv_scratch(n: &Sizes<'_>) -> Vec<(DType, usize)> {
+    geometry(n).1
 }
 
 fn lower_conv(n: &LowerInput<'_>) -> Vec<Thunk> {
     let dtype = n.dtype();
-    let geometry = conv_geometry(
-        &n.node.op,
-        dtype,
-        n.shapes[0],
-        n.shapes[1],
-        n.out_shape,
-        n.threads,
-    );
-    let (direction, _) = geometry.expect("a conv node has a conv geometry");
+    let (direction, _) = geometry(&n.sizes());
     vec![boxed(Conv {
         dtype,
         direction,
