@@ -1,5 +1,6 @@
 // Ops that move, select and order values: reshape, permute, slice, concat, broadcast, pad,
 // gather and scatter-add (indices clamped in range, with a flag for any that were not),
+// windows at run-time offsets (offsets outside read as 0, flagged the same way),
 // sort and top-k (stable, ties in index order both ways).
 #include "shim_internal.h"
 
@@ -37,6 +38,30 @@ mx::array in_range_indices(const mx::array& idx, int size, std::optional<mx::arr
   const mx::array wrong = mx::logical_or(below, above);
   *bad = mx::any(wrong);
   return mx::where(wrong, mx::zeros({}, idx.dtype()), idx);
+}
+
+// The offsets of a window of `window` (one size per axis of `shape`) along `axes`, one per
+// axis as a vector; an offset that puts a non-empty window outside `shape` is read as 0 and
+// flagged in `bad`.
+mx::array window_offsets(const mx::array& offsets, const mx::Shape& shape,
+                         const std::vector<int>& axes, const mx::Shape& window,
+                         std::optional<mx::array>* bad) {
+  const int n = static_cast<int>(axes.size());
+  const mx::array o = mx::reshape(offsets, {n});
+  bool empty = false;
+  std::vector<int64_t> last;
+  for (int k = 0; k < n; ++k) {
+    last.push_back(static_cast<int64_t>(shape[axes[k]]) - window[axes[k]]);
+  }
+  for (int d : window) empty = empty || d == 0;
+  const mx::array limit = mx::astype(mx::array(last.begin(), {n}, mx::int64), o.dtype());
+  const mx::array wrong = mx::logical_or(mx::less(o, mx::zeros({}, o.dtype())), mx::greater(o, limit));
+  *bad = empty ? mx::array(false) : mx::any(wrong);
+  return mx::where(wrong, mx::zeros({}, o.dtype()), o);
+}
+
+std::vector<int> axes_of(const int32_t* axes, size_t n) {
+  return std::vector<int>(axes, axes + n);
 }
 
 }  // namespace rlx
@@ -85,6 +110,34 @@ int rlx_mlx_gather(const rlx_mlx_array* data, const rlx_mlx_array* indices, int3
     const mx::array idx = in_range_indices(get(indices), d.shape(axis), &wrong);
     std::optional<mx::array> rows = axis == 0 ? take_rows_gpu(d, idx) : std::nullopt;
     put(out, rows ? *rows : mx::take(d, idx, axis));
+    put(bad, *wrong);
+  });
+}
+
+int rlx_mlx_dynamic_slice(const rlx_mlx_array* x, const rlx_mlx_array* offsets,
+                          const int32_t* axes, size_t n_axes, const int64_t* sizes, size_t ndim,
+                          rlx_mlx_array** out, rlx_mlx_array** bad) {
+  return guard([&] {
+    const mx::array& v = get(x);
+    const std::vector<int> along = axes_of(axes, n_axes);
+    const mx::Shape window = shape_of(sizes, ndim);
+    std::optional<mx::array> wrong;
+    const mx::array start = window_offsets(get(offsets), v.shape(), along, window, &wrong);
+    put(out, mx::slice(v, start, along, window));
+    put(bad, *wrong);
+  });
+}
+
+int rlx_mlx_slice_update(const rlx_mlx_array* x, const rlx_mlx_array* update,
+                         const rlx_mlx_array* offsets, const int32_t* axes, size_t n_axes,
+                         rlx_mlx_array** out, rlx_mlx_array** bad) {
+  return guard([&] {
+    const mx::array& v = get(x);
+    const mx::array& u = get(update);
+    const std::vector<int> along = axes_of(axes, n_axes);
+    std::optional<mx::array> wrong;
+    const mx::array start = window_offsets(get(offsets), v.shape(), along, u.shape(), &wrong);
+    put(out, mx::slice_update(v, u, start, along));
     put(bad, *wrong);
   });
 }

@@ -264,6 +264,25 @@ unsafe extern "C" {
         out: *mut *mut Array,
         bad: *mut *mut Array,
     ) -> c_int;
+    pub fn rlx_mlx_dynamic_slice(
+        x: *const Array,
+        offsets: *const Array,
+        axes: *const i32,
+        n_axes: usize,
+        sizes: *const i64,
+        ndim: usize,
+        out: *mut *mut Array,
+        bad: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_slice_update(
+        x: *const Array,
+        update: *const Array,
+        offsets: *const Array,
+        axes: *const i32,
+        n_axes: usize,
+        out: *mut *mut Array,
+        bad: *mut *mut Array,
+    ) -> c_int;
     pub fn rlx_mlx_attention(
         q: *const Array,
         k: *const Array,

@@ -1,9 +1,12 @@
-//! Reshape, permute, slice, concat, broadcast, pad, gather, scatter-add and stop-gradient:
-//! values and gradients.
+//! Reshape, permute, slice, concat, broadcast, pad, gather, scatter-add, windows at
+//! run-time offsets (dynamic slice, slice update) and stop-gradient: values and gradients.
 
 use rlx::backend::{Executable, RunError};
 use rlx::builder::GraphBuilder;
-use rlx::ir::{Broadcast, DType, Dim, Gather, Op, Pad, ReduceOp, Scalar, ScatterAdd, Shape, Slice};
+use rlx::ir::{
+    Broadcast, DType, Dim, DynamicSlice, Gather, Op, Pad, ReduceOp, Scalar, ScatterAdd, Shape, Slice,
+    SliceUpdate,
+};
 use rlx::tensor::HostTensor;
 
 use crate::gradient::{Input, grad_check, op};
@@ -306,6 +309,195 @@ fn gather_out_of_range_on<B: rlx::backend::Backend>(label: &str, backend: &B, g:
     }
 }
 
+/// A window of `[3, 5, 4]` read at run-time offsets: one axis with a scalar offset, two
+/// axes with a vector (of a symbolic axis), and the whole axis.
+#[test]
+fn dynamic_slice_reads_a_window_at_run_time_offsets() {
+    let mut rng = Rng(36);
+    for dtype in all_dtypes() {
+        for index in [DType::I32, DType::I64] {
+            let x = sample(&mut rng, dtype, &[3, 5, 4]);
+            let nx = Nd::of(&x);
+            let cases: [(&[usize], &[usize], &[i64], Shape); 3] = [
+                (&[1], &[2], &[3], Shape::new([])),
+                (&[0, 1], &[2, 3], &[1, 2], Shape::new([Dim::from(2)])),
+                (&[2], &[4], &[0], Shape::new([Dim::from(1)])),
+            ];
+            for (axes, sizes, offsets, offsets_shape) in cases {
+                let g = graph_of(
+                    &[
+                        ("x", dtype, declared(&[3, 5, 4], &[(1, "s")])),
+                        ("o", index, offsets_shape.clone()),
+                    ],
+                    |b, i| {
+                        let op = Op::DynamicSlice(DynamicSlice {
+                            axes: axes.to_vec(),
+                            sizes: sizes.iter().map(|&n| Dim::from(n)).collect(),
+                        });
+                        b.op(op, &[i[0], i[1]]).unwrap()
+                    },
+                );
+                let mut out_shape = vec![3, 5, 4];
+                let mut start = vec![0; 3];
+                for ((&a, &n), &o) in axes.iter().zip(sizes).zip(offsets) {
+                    out_shape[a] = n;
+                    start[a] = o as usize;
+                }
+                let expected = gather_ref(
+                    &nx,
+                    &out_shape,
+                    |o| Some(o.iter().zip(&start).map(|(i, s)| i + s).collect()),
+                    0.0,
+                );
+                let dims: Vec<usize> = offsets_shape.static_dims().unwrap();
+                let o = to_tensor(&Nd::new(&dims, offsets.iter().map(|&v| v as f64).collect()), index);
+                check(
+                    &g,
+                    &[("x", &x), ("o", &o)],
+                    &[],
+                    &[to_tensor(&expected, dtype)],
+                    1.0,
+                );
+            }
+        }
+    }
+}
+
+/// An update written over a window of `[4, 6]` at run-time offsets: a row into a cache, a
+/// block along both axes, and an empty update.
+#[test]
+fn slice_update_writes_a_window_at_run_time_offsets() {
+    let mut rng = Rng(37);
+    for dtype in all_dtypes() {
+        for index in [DType::I32, DType::I64] {
+            let x = sample(&mut rng, dtype, &[4, 6]);
+            let nx = Nd::of(&x);
+            let cases: [(&[usize], [usize; 2], &[i64]); 3] = [
+                (&[0], [1, 6], &[3]),
+                (&[0, 1], [2, 3], &[1, 3]),
+                (&[1], [4, 0], &[6]),
+            ];
+            for (axes, update_shape, offsets) in cases {
+                let update = sample(&mut rng, dtype, &update_shape);
+                let nu = Nd::of(&update);
+                let g = graph_of(
+                    &[
+                        ("x", dtype, declared(&[4, 6], &[])),
+                        ("u", dtype, declared(&update_shape, &[])),
+                        ("o", index, Shape::new([Dim::from(axes.len())])),
+                    ],
+                    |b, i| {
+                        let op = Op::SliceUpdate(SliceUpdate {
+                            axes: axes.to_vec(),
+                        });
+                        b.op(op, &[i[0], i[1], i[2]]).unwrap()
+                    },
+                );
+                let mut start = [0usize; 2];
+                for (&a, &o) in axes.iter().zip(offsets) {
+                    start[a] = o as usize;
+                }
+                let expected = gather_ref(&nx, &[4, 6], |o| Some(o.to_vec()), 0.0);
+                let data = indices(&[4, 6])
+                    .iter()
+                    .map(|o| {
+                        let inside = (0..2).all(|a| o[a] >= start[a] && o[a] < start[a] + update_shape[a]);
+                        if inside {
+                            nu.at(&[o[0] - start[0], o[1] - start[1]])
+                        } else {
+                            expected.at(o)
+                        }
+                    })
+                    .collect();
+                let o = to_tensor(
+                    &Nd::new(&[axes.len()], offsets.iter().map(|&v| v as f64).collect()),
+                    index,
+                );
+                check(
+                    &g,
+                    &[("x", &x), ("u", &update), ("o", &o)],
+                    &[],
+                    &[to_tensor(&Nd::new(&[4, 6], data), dtype)],
+                    1.0,
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_window_outside_its_axis_is_an_error() {
+    let read = graph_of(
+        &[
+            ("x", DType::F32, declared(&[8, 2], &[])),
+            ("o", DType::I64, Shape::new([])),
+        ],
+        |b, i| {
+            let op = Op::DynamicSlice(DynamicSlice {
+                axes: vec![0],
+                sizes: vec![Dim::from(3)],
+            });
+            b.op(op, &[i[0], i[1]]).unwrap()
+        },
+    );
+    let write = graph_of(
+        &[
+            ("x", DType::F32, declared(&[8, 2], &[])),
+            ("u", DType::F32, declared(&[3, 2], &[])),
+            ("o", DType::I64, Shape::new([])),
+        ],
+        |b, i| {
+            let op = Op::SliceUpdate(SliceUpdate { axes: vec![0] });
+            b.op(op, &[i[0], i[1], i[2]]).unwrap()
+        },
+    );
+    crate::on_every_backend!(label, backend => {
+        window_out_of_range_on(label, &backend, &read, "dynamic_slice");
+        window_out_of_range_on(label, &backend, &write, "slice_update");
+    });
+}
+
+fn window_out_of_range_on<B: rlx::backend::Backend>(
+    label: &str,
+    backend: &B,
+    g: &rlx::ir::Graph,
+    op: &str,
+) {
+    let exe = backend.compile(g).unwrap();
+    let x = HostTensor::zeros(DType::F32, [8, 2]);
+    let u = HostTensor::zeros(DType::F32, [3, 2]);
+    for (bad, fine) in [(6i64, 5i64), (-1, 0)] {
+        let run = |offset: i64| {
+            let o = HostTensor::from_vec(vec![offset], []).unwrap();
+            let mut inputs = vec![("x", x.view()), ("o", o.view())];
+            if op == "slice_update" {
+                inputs.push(("u", u.view()));
+            }
+            exe.run(&inputs, &[])
+        };
+        run(fine).unwrap_or_else(|e| panic!("{label} {op}: offset {fine}: {e}"));
+        let err = run(bad).unwrap_err();
+        let RunError::WindowOutOfRange {
+            at,
+            offset,
+            window,
+            size,
+        } = &err
+        else {
+            panic!("{label} {op}: {err:?}");
+        };
+        assert_eq!((at.op, *offset, *window, *size), (op, bad, 3, 8), "{label}");
+        let message = err.to_string();
+        assert!(
+            message.contains(&format!("`{op}` (built at tests/ops/movement.rs"))
+                && message.ends_with(&format!(
+                    ": offset {bad} puts a window of 3 outside an axis of size 8"
+                )),
+            "{label}: {message}"
+        );
+    }
+}
+
 #[test]
 fn scatter_add_accumulates_repeated_indices() {
     let mut rng = Rng(41);
@@ -437,6 +629,22 @@ fn gradient_movement() {
             Op::ScatterAdd(ScatterAdd { axis: 1 }),
             &[i[0], i[1], i[2]],
         )
+    });
+    let x = Input::float("x", &[4, 3]);
+    let offsets = Input::indices("o", &[2], vec![1, 1]);
+    grad_check("dynamic_slice", 970, &[x, offsets], &|g, i| {
+        let window = Op::DynamicSlice(DynamicSlice {
+            axes: vec![0, 1],
+            sizes: vec![Dim::from(2), Dim::from(2)],
+        });
+        op(g, window, &[i[0], i[1]])
+    });
+    let x = Input::float("x", &[5, 3]).symbolic(0, "cap");
+    let row = Input::float("row", &[2, 3]);
+    let offsets = Input::indices("o", &[], vec![2]);
+    grad_check("slice_update", 980, &[x, row, offsets], &|g, i| {
+        let write = Op::SliceUpdate(SliceUpdate { axes: vec![0] });
+        op(g, write, &[i[0], i[1], i[2]])
     });
 }
 

@@ -382,4 +382,16 @@ pub enum RunError {
         /// Size of the axis.
         size: usize,
     },
+    /// An offset of a dynamic slice or slice update puts its window outside the axis.
+    #[error("{at}: offset {offset} puts a window of {window} outside an axis of size {size}")]
+    WindowOutOfRange {
+        /// The dynamic slice or slice update node.
+        at: NodeSite,
+        /// The offending offset.
+        offset: i64,
+        /// The window's size along the axis.
+        window: usize,
+        /// Size of the axis.
+        size: usize,
+    },
 }

@@ -256,6 +256,57 @@ impl Array {
         })
     }
 
+    /// The window of `sizes` (one per axis) at run-time `offsets` along `axes`, and a `bool`
+    /// scalar that is true if an offset put the window outside (such offsets read as 0).
+    pub fn dynamic_slice(
+        &self,
+        offsets: &Array,
+        axes: &[usize],
+        sizes: &[usize],
+    ) -> Result<(Array, Array), MlxError> {
+        let axes: Vec<i32> = axes.iter().map(|&a| a as i32).collect();
+        let sizes: Vec<i64> = sizes.iter().map(|&d| d as i64).collect();
+        // SAFETY: the handles are live; the slices outlive the call and their lengths are
+        // passed with them; both out-pointers are valid slots.
+        make_checked(|out, bad| unsafe {
+            sys::rlx_mlx_dynamic_slice(
+                self.ptr(),
+                offsets.ptr(),
+                axes.as_ptr(),
+                axes.len(),
+                sizes.as_ptr(),
+                sizes.len(),
+                out,
+                bad,
+            )
+        })
+    }
+
+    /// `self` with `update` written over the window at run-time `offsets` along `axes`,
+    /// flagged as [`Array::dynamic_slice`]. MLX writes in place when `self` is referenced
+    /// nowhere else.
+    pub fn slice_update(
+        &self,
+        update: &Array,
+        offsets: &Array,
+        axes: &[usize],
+    ) -> Result<(Array, Array), MlxError> {
+        let axes: Vec<i32> = axes.iter().map(|&a| a as i32).collect();
+        // SAFETY: the handles are live; `axes` outlives the call and its length is passed
+        // with it; both out-pointers are valid slots.
+        make_checked(|out, bad| unsafe {
+            sys::rlx_mlx_slice_update(
+                self.ptr(),
+                update.ptr(),
+                offsets.ptr(),
+                axes.as_ptr(),
+                axes.len(),
+                out,
+                bad,
+            )
+        })
+    }
+
     /// `softmax(q kᵀ · scale + mask) v` with `self` as `q`; rows that see no key are zero.
     pub fn attention(
         &self,

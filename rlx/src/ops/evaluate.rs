@@ -40,6 +40,16 @@ pub enum ReferenceError {
         /// The axis' size.
         size: usize,
     },
+    /// An offset of a dynamic slice or slice update puts its window outside the axis.
+    #[error("offset {offset} puts a window of {window} outside an axis of {size}")]
+    WindowOutOfRange {
+        /// The offset.
+        offset: i64,
+        /// The window's size along the axis.
+        window: usize,
+        /// The axis' size.
+        size: usize,
+    },
     /// A value the graph needs was not given, or does not match its declaration.
     #[error("{0}")]
     Binding(String),

@@ -44,7 +44,9 @@ pub(crate) use leaf::{Input, Param};
 pub(crate) use linalg::Solve;
 pub use linalg::{MatMul, QuantizedMatMul};
 pub(crate) use movement::StopGradient;
-pub use movement::{Broadcast, Concat, Gather, Pad, Permute, Reshape, ScatterAdd, Slice};
+pub use movement::{
+    Broadcast, Concat, DynamicSlice, Gather, Pad, Permute, Reshape, ScatterAdd, Slice, SliceUpdate,
+};
 pub use nn::{Attention, Rope};
 pub use norm::{LayerNorm, RmsNorm};
 pub use reduce::{ArgReduce, Cumsum, Reduce};
@@ -291,6 +293,10 @@ registry! {
             Gather(Gather);
             /// See [`ScatterAdd`].
             ScatterAdd(ScatterAdd);
+            /// See [`DynamicSlice`].
+            DynamicSlice(DynamicSlice);
+            /// See [`SliceUpdate`].
+            SliceUpdate(SliceUpdate);
             /// See [`Attention`].
             Attention(Attention);
             /// See [`Conv`].

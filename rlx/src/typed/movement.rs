@@ -1,5 +1,5 @@
 //! Ops that move, select or join data: reshape, broadcast, permute, slice, pad, concat,
-//! gather and scatter.
+//! gather and scatter, and windows at run-time offsets.
 //!
 //! Axes are checked by rustc. A result dim the types cannot compute (a concat's joined
 //! axis, a strided slice's length) comes from the result's type, written or inferred as for
@@ -12,7 +12,9 @@ use super::dim::{Dim, DimKind, describe};
 use super::element::{Element, Numeric};
 use super::shape::{Axis, Shape};
 use super::tensor::Tensor;
-use crate::ir::{Broadcast, Concat, Gather, Pad, Permute, Reshape, ScatterAdd, Slice};
+use crate::ir::{
+    Broadcast, Concat, DynamicSlice, Gather, Pad, Permute, Reshape, ScatterAdd, Slice, SliceUpdate,
+};
 use crate::ir::{Dim as IrDim, NodeId, Op, Scalar};
 
 impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
@@ -247,6 +249,71 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
         S: Replace<I, N>,
     {
         self.then(Op::Gather(Gather { axis: I }), &[indices.id()])
+    }
+}
+
+impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
+    /// The `W` entries of axis `I` from the run-time `offset` on (the other axes whole):
+    /// a window of a cache at a position that is data, not a shape. `W` comes from the
+    /// result's type. An offset that puts the window outside the axis fails the run with
+    /// [`RunError::WindowOutOfRange`](crate::backend::RunError::WindowOutOfRange).
+    ///
+    /// ```
+    /// use rlx::typed::{Axis, Const, Tensor, build};
+    /// let graph = build(|g| {
+    ///     let cache: Tensor<(Const<2>, Const<16>, Const<8>)> = g.input("cache");
+    ///     let pos: Tensor<(), i64> = g.input("pos");
+    ///     let rows: Tensor<(Const<2>, Const<4>, Const<8>)> = cache.dynamic_slice(Axis::<1>, pos);
+    ///     g.output("rows", rows);
+    /// })?;
+    /// # Ok::<(), rlx::typed::BuildErrors>(())
+    /// ```
+    #[track_caller]
+    pub fn dynamic_slice<const I: usize, W: Dim, X: Index>(
+        self,
+        _axis: Axis<I>,
+        offset: Tensor<'g, (), X>,
+    ) -> Tensor<'g, <S as Replace<I, W>>::Out, E>
+    where
+        S: Replace<I, W>,
+    {
+        let Some(size) = self.scope().dim(W::KIND) else {
+            return Tensor::from_id(self.scope(), None);
+        };
+        let op = Op::DynamicSlice(DynamicSlice {
+            axes: vec![I],
+            sizes: vec![size],
+        });
+        self.then(op, &[offset.id()])
+    }
+
+    /// `self` with `update` written over axis `I` from the run-time `offset` on: one new
+    /// row appended to a cache at its current length. Along the other axes `update` has
+    /// `self`'s dims (checked by rustc); along `I` it must fit, checked when the graph is
+    /// built and, for the offset, when it runs.
+    ///
+    /// ```
+    /// use rlx::typed::{Axis, Const, Tensor, build};
+    /// let graph = build(|g| {
+    ///     let cache: Tensor<(Const<2>, Const<16>, Const<8>)> = g.input("cache");
+    ///     let row: Tensor<(Const<2>, Const<1>, Const<8>)> = g.input("row");
+    ///     let pos: Tensor<(), i32> = g.input("pos");
+    ///     g.output("cache", cache.slice_update(Axis::<1>, row, pos));
+    /// })?;
+    /// # Ok::<(), rlx::typed::BuildErrors>(())
+    /// ```
+    #[track_caller]
+    pub fn slice_update<const I: usize, N: Dim, X: Index>(
+        self,
+        _axis: Axis<I>,
+        update: Tensor<'g, <S as Replace<I, N>>::Out, E>,
+        offset: Tensor<'g, (), X>,
+    ) -> Self
+    where
+        S: Replace<I, N>,
+    {
+        let op = Op::SliceUpdate(SliceUpdate { axes: vec![I] });
+        self.then(op, &[update.id(), offset.id()])
     }
 }
 

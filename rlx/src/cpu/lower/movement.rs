@@ -1,4 +1,5 @@
-//! Data movement thunks: strided copies, fills, gathers and scatter-adds.
+//! Data movement thunks: strided copies, fills, gathers, scatter-adds and windows at
+//! run-time offsets.
 
 use super::geometry::axis3;
 use super::{Lower, LowerInput, boxed, copy};
@@ -11,6 +12,100 @@ use crate::cpu::thunk::Thunk;
 use crate::cpu::thunk::{Accesses, Kernel, float_type, int_type, word_type};
 use crate::cpu::view::{Memory, View};
 use crate::ir::{self, DType, Slice};
+
+/// Offsets of a dynamic slice or slice update, read at run time: per sliced axis, its
+/// stride in the windowed tensor, its size and the window's size along it.
+#[derive(Clone, Debug)]
+pub(crate) struct Offsets {
+    pub dtype: DType,
+    pub view: View,
+    /// `(stride, size, window)` per offset, in order.
+    pub axes: Vec<(usize, usize, usize)>,
+    pub at: NodeSite,
+}
+
+impl Offsets {
+    fn of(n: &LowerInput<'_>, operand: usize, axes: &[usize], window: &[usize]) -> Offsets {
+        let shape = n.shapes[0];
+        let strides = contiguous_strides(shape);
+        Offsets {
+            dtype: n.dtypes[operand],
+            view: n.views[operand],
+            axes: axes
+                .iter()
+                .map(|&a| (strides[a], shape[a], window[a]))
+                .collect(),
+            at: n.site(),
+        }
+    }
+
+    fn access(&self) -> (View, usize) {
+        (self.view, self.dtype.size_bytes())
+    }
+
+    /// The element where the window starts, or the first offset that puts it outside.
+    fn start(&self, mem: &Memory) -> Result<usize, RunError> {
+        let value = |k: usize| match self.dtype {
+            DType::I32 => i64::from(mem.src::<i32>(self.view)[k]),
+            _ => mem.src::<i64>(self.view)[k],
+        };
+        let mut at = 0;
+        for (k, &(stride, size, window)) in self.axes.iter().enumerate() {
+            let offset = value(k);
+            match usize::try_from(offset).ok().filter(|o| o + window <= size) {
+                Some(o) => at += o * stride,
+                None => {
+                    return Err(RunError::WindowOutOfRange {
+                        at: self.at,
+                        offset,
+                        window,
+                        size,
+                    });
+                }
+            }
+        }
+        Ok(at)
+    }
+}
+
+/// A strided copy whose start on one side is read at run time: the window of a dynamic
+/// slice (read from `src`) or of a slice update (written into `dst`).
+#[derive(Clone, Debug)]
+pub(crate) struct WindowCopy {
+    pub dtype: DType,
+    pub layout: Strided<2>,
+    pub offsets: Offsets,
+    /// True when the window is in `dst` (a slice update), false when in `src`.
+    pub into_window: bool,
+    pub src: View,
+    pub dst: View,
+}
+
+impl Kernel for WindowCopy {
+    fn accesses(&self) -> Accesses {
+        let mut accesses = Accesses::one_to_one(self.src, self.dst, self.dtype.size_bytes());
+        accesses.reads.push(self.offsets.access());
+        accesses
+    }
+
+    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
+        let start = self.offsets.start(mem)?;
+        let (dst_at, src_at) = if self.into_window {
+            (start, 0)
+        } else {
+            (0, start)
+        };
+        let (src, dst) = (self.src, self.dst);
+        word_type!(self.dtype, |W| copy::strided_copy::<W>(
+            &self.layout,
+            dst_at,
+            src_at,
+            mem.src(src),
+            mem.dst(dst)
+        ));
+        Ok(())
+    }
+}
 
 /// Copies `src` (from element `src_at`) into `dst` (from `dst_at`) through a layout:
 /// permute, slice, broadcast and the parts of concat and pad.
@@ -330,5 +425,51 @@ impl Lower for ir::ScatterAdd {
                 at: n.site(),
             }),
         ]
+    }
+}
+
+/// One copy from the window's start, read at run time.
+impl Lower for ir::DynamicSlice {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        let layout = Strided {
+            dims: n.out_shape.to_vec(),
+            strides: [contiguous_strides(n.out_shape), contiguous_strides(n.shapes[0])],
+        };
+        vec![boxed(WindowCopy {
+            dtype: n.dtype(),
+            layout: layout.coalesced(),
+            offsets: Offsets::of(n, 1, &self.axes, n.out_shape),
+            into_window: false,
+            src: n.views[0],
+            dst: n.out,
+        })]
+    }
+}
+
+/// A copy of the operand, then the update copied over the window (none for an empty
+/// update, which is never out of range).
+impl Lower for ir::SliceUpdate {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        let whole = Strided {
+            dims: vec![n.out.len],
+            strides: [vec![1], vec![1]],
+        };
+        let update = n.shapes[1];
+        let layout = Strided {
+            dims: update.to_vec(),
+            strides: [contiguous_strides(n.out_shape), contiguous_strides(update)],
+        };
+        let mut thunks = vec![copy(n.dtype(), whole, 0, 0, n.views[0], n.out)];
+        if n.views[1].len > 0 {
+            thunks.push(boxed(WindowCopy {
+                dtype: n.dtype(),
+                layout: layout.coalesced(),
+                offsets: Offsets::of(n, 2, &self.axes, update),
+                into_window: true,
+                src: n.views[1],
+                dst: n.out,
+            }));
+        }
+        thunks
     }
 }

@@ -6,7 +6,7 @@
 
 mod ops;
 
-use crate::ir::{Gather, MatMul, ScatterAdd};
+use crate::ir::{DynamicSlice, Gather, MatMul, ScatterAdd, SliceUpdate};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -87,7 +87,8 @@ pub(crate) struct Constants(pub Vec<Option<Array>>);
 // it, which copies MLX's internally synchronized `shared_ptr`.
 unsafe impl Sync for Constants {}
 
-/// A gather or scatter whose indices must be checked after evaluation.
+/// A gather, scatter or window at run-time offsets whose indices must be checked after
+/// evaluation.
 pub(crate) struct IndexCheck {
     pub node: NodeId,
     /// `bool` scalar: some index was out of range.
@@ -161,12 +162,18 @@ pub(crate) fn eval_error(graph: &Graph, at: Option<(NodeId, &Node)>, e: MlxError
 }
 
 impl Lowering {
-    /// The gathers and scatters, in graph order: each lowering makes one [`IndexCheck`] per
-    /// node here.
+    /// The gathers, scatters and non-empty windows at run-time offsets, in graph order: each
+    /// lowering makes one [`IndexCheck`] per node here.
     pub(crate) fn index_nodes(&self) -> Vec<NodeId> {
         self.graph
             .iter()
-            .filter(|(_, n)| matches!(n.op, Op::Gather(_) | Op::ScatterAdd(_)))
+            .filter(|(id, n)| match n.op {
+                Op::Gather(_) | Op::ScatterAdd(_) => true,
+                // An empty result is made without MLX, and an empty window is never out of
+                // range.
+                Op::DynamicSlice(_) | Op::SliceUpdate(_) => !self.shapes[id.index()].contains(&0),
+                _ => false,
+            })
             .map(|(id, _)| id)
             .collect()
     }
@@ -316,13 +323,13 @@ pub(crate) struct NodeInput<'a> {
 }
 
 impl NodeInput<'_> {
-    /// Records the flag `bad` of a gather's or scatter's indices (operand 1), read after
+    /// Records the flag `bad` of the indices (or window offsets) at `operand`, read after
     /// evaluation.
-    pub(crate) fn check_indices(&mut self, bad: Array) {
+    pub(crate) fn check_indices(&mut self, bad: Array, operand: usize) {
         self.checks.push(IndexCheck {
             node: self.id,
             bad,
-            indices: self.x[1].clone(),
+            indices: self.x[operand].clone(),
         });
     }
 }
@@ -357,31 +364,56 @@ impl From<MlxError> for NodeFailure {
 }
 
 impl Lowering {
-    /// After evaluation: an out-of-range index is an error naming the op and the index.
+    /// After evaluation: an out-of-range index (or window offset) is an error naming the op
+    /// and the index.
     pub(crate) fn verify_indices(&self, check: &IndexCheck) -> Result<(), RunError> {
         let node = &self.graph[check.node];
         let at = |e: MlxError| node_error(check.node, node, e);
-        let (Op::Gather(Gather { axis }) | Op::ScatterAdd(ScatterAdd { axis })) = node.op else {
-            return Err(at(MlxError::new(
-                "an index check on an op that indexes nothing",
-            )));
-        };
-        let size = self.shapes[node.inputs[0].index()][axis];
         let bad = check.bad.to_host().map_err(at)?;
         if bad.as_slice::<bool>().map(|b| b.iter().any(|v| *v)) != Ok(true) {
             return Ok(());
         }
-        let indices = check.indices.to_host().map_err(at)?;
-        let index = indices
+        let given: Vec<i64> = check
+            .indices
+            .to_host()
+            .map_err(at)?
             .to_f64_vec()
             .into_iter()
             .map(|v| v as i64)
-            .find(|v| *v < 0 || *v >= size as i64)
-            .unwrap_or(-1);
-        Err(RunError::IndexOutOfRange {
-            at: NodeSite::of(check.node, node),
-            index,
-            size,
+            .collect();
+        let shape = &self.shapes[node.inputs[0].index()];
+        let site = NodeSite::of(check.node, node);
+        let (axes, window) = match &node.op {
+            Op::Gather(Gather { axis }) | Op::ScatterAdd(ScatterAdd { axis }) => {
+                let size = shape[*axis];
+                let index = given
+                    .into_iter()
+                    .find(|v| *v < 0 || *v >= size as i64)
+                    .unwrap_or(-1);
+                return Err(RunError::IndexOutOfRange {
+                    at: site,
+                    index,
+                    size,
+                });
+            }
+            Op::DynamicSlice(DynamicSlice { axes, .. }) => (axes, &self.shapes[check.node.index()]),
+            Op::SliceUpdate(SliceUpdate { axes }) => (axes, &self.shapes[node.inputs[1].index()]),
+            _ => {
+                return Err(at(MlxError::new(
+                    "an index check on an op that indexes nothing",
+                )));
+            }
+        };
+        let (offset, axis) = given
+            .into_iter()
+            .zip(axes)
+            .find(|(o, a)| *o < 0 || *o + window[**a] as i64 > shape[**a] as i64)
+            .unwrap_or((-1, &axes[0]));
+        Err(RunError::WindowOutOfRange {
+            at: site,
+            offset,
+            window: window[*axis],
+            size: shape[*axis],
         })
     }
 }

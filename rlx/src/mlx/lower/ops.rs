@@ -180,7 +180,7 @@ impl Lower for ir::Pad {
 impl Lower for ir::Gather {
     fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
         let (out, bad) = n.x[0].gather(n.x[1], self.axis)?;
-        n.check_indices(bad);
+        n.check_indices(bad, 1);
         Ok(out)
     }
 }
@@ -189,7 +189,25 @@ impl Lower for ir::Gather {
 impl Lower for ir::ScatterAdd {
     fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
         let (out, bad) = n.x[0].scatter_add(n.x[1], n.x[2], self.axis)?;
-        n.check_indices(bad);
+        n.check_indices(bad, 1);
+        Ok(out)
+    }
+}
+
+/// Its offsets are checked after evaluation, as a gather's indices.
+impl Lower for ir::DynamicSlice {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        let (out, bad) = n.x[0].dynamic_slice(n.x[1], &self.axes, n.shape)?;
+        n.check_indices(bad, 1);
+        Ok(out)
+    }
+}
+
+/// Its offsets are checked after evaluation, as a gather's indices.
+impl Lower for ir::SliceUpdate {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        let (out, bad) = n.x[0].slice_update(n.x[1], n.x[2], &self.axes)?;
+        n.check_indices(bad, 2);
         Ok(out)
     }
 }

@@ -1,5 +1,5 @@
 //! Ops that move values: reshape, permute, slice, concat, broadcast, pad, gather,
-//! scatter-add, and the gradient cut `stop_gradient`. One file per op (gather and
+//! scatter-add, windows at run-time offsets (dynamic slice, slice update), and the gradient cut `stop_gradient`. One file per op (gather and
 //! scatter-add share theirs), each holding the op's whole meaning.
 
 /// The `Primitive` methods of an op whose only attribute is an axis.
@@ -13,6 +13,7 @@ macro_rules! axis_attrs {
 
 mod broadcast;
 mod concat;
+mod dynamic_slice;
 mod gather;
 mod pad;
 mod permute;
@@ -22,6 +23,7 @@ mod stop_gradient;
 
 pub use broadcast::Broadcast;
 pub use concat::Concat;
+pub use dynamic_slice::{DynamicSlice, SliceUpdate};
 pub use gather::{Gather, ScatterAdd};
 pub use pad::Pad;
 pub use permute::Permute;
