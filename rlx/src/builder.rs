@@ -140,8 +140,10 @@ impl std::error::Error for BuildError {
 pub struct GraphBuilder {
     nodes: Vec<Node>,
     outputs: Vec<Output>,
+    writes: Vec<Output>,
     input_names: HashSet<String>,
     param_names: HashSet<String>,
+    state_names: HashSet<String>,
 }
 
 impl GraphBuilder {
@@ -165,7 +167,7 @@ impl GraphBuilder {
     /// # Ok::<(), BuildError>(())
     /// ```
     pub fn from_graph(graph: Graph) -> GraphBuilder {
-        let (nodes, outputs) = graph.into_parts();
+        let (nodes, outputs, writes) = graph.into_parts();
         let names = |op: &Op| -> HashSet<String> {
             nodes
                 .iter()
@@ -176,8 +178,10 @@ impl GraphBuilder {
         GraphBuilder {
             input_names: names(&Op::Input),
             param_names: names(&Op::Param),
+            state_names: names(&Op::State),
             nodes,
             outputs,
+            writes,
         }
     }
 
@@ -225,6 +229,7 @@ impl GraphBuilder {
     ) -> Result<NodeId, BuildError> {
         let (names, kind) = match op {
             Op::Input => (&mut self.input_names, "input"),
+            Op::State => (&mut self.state_names, "state"),
             _ => (&mut self.param_names, "param"),
         };
         if !names.insert(name.to_string()) {
@@ -257,6 +262,73 @@ impl GraphBuilder {
         shape: impl Into<Shape>,
     ) -> Result<NodeId, BuildError> {
         self.leaf(Op::Param, name, dtype, shape.into())
+    }
+
+    /// Persistent state named `name` (a cache, a running statistic, a weight a training
+    /// step updates): read at the start of each run; [`GraphBuilder::write`] gives the value
+    /// it holds after the run. Its shape must be static when the graph compiles.
+    ///
+    /// ```
+    /// use rlx::prelude::*;
+    /// let mut b = GraphBuilder::new();
+    /// let total = b.state("total", DType::F32, [3])?;
+    /// let x = b.input("x", DType::F32, [3])?;
+    /// let sum = b.add(total, x)?;
+    /// b.write("total", sum)?;
+    /// b.output("sum", sum)?;
+    /// let g = b.finish()?;
+    /// assert_eq!(g.state("total"), Some(total));
+    /// # Ok::<(), BuildError>(())
+    /// ```
+    #[track_caller]
+    pub fn state(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: impl Into<Shape>,
+    ) -> Result<NodeId, BuildError> {
+        self.leaf(Op::State, name, dtype, shape.into())
+    }
+
+    /// Makes `node` the value the state `name` holds once a run completes. Reads of the
+    /// state in the same run still see its value from before; a state is written at most
+    /// once per graph, with a value of its own type.
+    #[track_caller]
+    pub fn write(&mut self, name: &str, node: NodeId) -> Result<(), BuildError> {
+        let op = format!("write[{name:?}]");
+        if node.index() >= self.nodes.len() {
+            return Err(self.error(op, &[], BuildErrorKind::UnknownNode(node)));
+        }
+        let state = self
+            .nodes
+            .iter()
+            .find(|n| n.op == Op::State && n.name.as_deref() == Some(name));
+        let Some(state) = state else {
+            let kind = VerifyError::UnknownState {
+                name: name.to_string(),
+            };
+            return Err(self.error(op, &[node], kind.into()));
+        };
+        if state.ty != self.nodes[node.index()].ty {
+            let kind = VerifyError::WriteType {
+                name: name.to_string(),
+                state: state.ty.clone(),
+                value: self.nodes[node.index()].ty.clone(),
+            };
+            return Err(self.error(op, &[node], kind.into()));
+        }
+        if self.writes.iter().any(|w| w.name == name) {
+            let kind = BuildErrorKind::DuplicateName {
+                kind: "write",
+                name: name.to_string(),
+            };
+            return Err(self.error(op, &[node], kind));
+        }
+        self.writes.push(Output {
+            name: name.to_string(),
+            node,
+        });
+        Ok(())
     }
 
     /// A constant tensor embedded in the graph.
@@ -300,7 +372,7 @@ impl GraphBuilder {
     /// `false` and changes nothing.
     pub fn set_label(&mut self, id: NodeId, label: impl Into<String>) -> bool {
         match self.nodes.get_mut(id.index()) {
-            Some(node) if !matches!(node.op, Op::Input | Op::Param) => {
+            Some(node) if !matches!(node.op, Op::Input | Op::Param | Op::State) => {
                 node.name = Some(label.into());
                 true
             }
@@ -452,7 +524,7 @@ impl GraphBuilder {
     /// The verified graph.
     #[track_caller]
     pub fn finish(self) -> Result<Graph, BuildError> {
-        match Graph::from_parts(self.nodes, self.outputs) {
+        match Graph::assemble(self.nodes, self.outputs, self.writes) {
             Ok(graph) => Ok(graph),
             Err(e) => Err(BuildError::at_caller("finish".into(), vec![], e.into())),
         }

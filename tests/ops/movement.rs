@@ -4,8 +4,8 @@
 use rlx::backend::{Executable, RunError};
 use rlx::builder::GraphBuilder;
 use rlx::ir::{
-    Broadcast, DType, Dim, DynamicSlice, Gather, Op, Pad, ReduceOp, Scalar, ScatterAdd, Shape, Slice,
-    SliceUpdate,
+    Broadcast, DType, Dim, DynamicSlice, Gather, Op, Pad, ReduceOp, Scalar, ScatterAdd, Shape,
+    Slice, SliceUpdate,
 };
 use rlx::tensor::HostTensor;
 
@@ -350,7 +350,10 @@ fn dynamic_slice_reads_a_window_at_run_time_offsets() {
                     0.0,
                 );
                 let dims: Vec<usize> = offsets_shape.static_dims().unwrap();
-                let o = to_tensor(&Nd::new(&dims, offsets.iter().map(|&v| v as f64).collect()), index);
+                let o = to_tensor(
+                    &Nd::new(&dims, offsets.iter().map(|&v| v as f64).collect()),
+                    index,
+                );
                 check(
                     &g,
                     &[("x", &x), ("o", &o)],
@@ -401,7 +404,8 @@ fn slice_update_writes_a_window_at_run_time_offsets() {
                 let data = indices(&[4, 6])
                     .iter()
                     .map(|o| {
-                        let inside = (0..2).all(|a| o[a] >= start[a] && o[a] < start[a] + update_shape[a]);
+                        let inside =
+                            (0..2).all(|a| o[a] >= start[a] && o[a] < start[a] + update_shape[a]);
                         if inside {
                             nu.at(&[o[0] - start[0], o[1] - start[1]])
                         } else {

@@ -59,7 +59,8 @@ impl<'f> Emitter<'f> {
 
     pub fn finish(self, outputs: Vec<Output>) -> Result<Graph, GradError> {
         let site = self.site();
-        Graph::from_parts(self.nodes, outputs).map_err(|e| GradError::Rule {
+        let writes = self.forward.writes().to_vec();
+        Graph::assemble(self.nodes, outputs, writes).map_err(|e| GradError::Rule {
             at: site,
             message: e.to_string(),
         })

@@ -20,6 +20,8 @@ pub enum TensorRole {
     Input,
     /// A weight, bound with `set_weight`.
     Weight,
+    /// A state, held by a [`Context`](crate::backend::Context).
+    State,
 }
 
 impl fmt::Display for TensorRole {
@@ -27,6 +29,7 @@ impl fmt::Display for TensorRole {
         f.write_str(match self {
             TensorRole::Input => "input",
             TensorRole::Weight => "weight",
+            TensorRole::State => "state",
         })
     }
 }
@@ -119,6 +122,14 @@ pub enum CompileError {
         backend: &'static str,
         /// The unsupported ops.
         ops: Vec<String>,
+    },
+    /// A state has a symbolic shape; a context holds each state at one fixed size.
+    #[error("state {name:?} has the symbolic shape {shape}; states need static shapes")]
+    SymbolicState {
+        /// The state.
+        name: String,
+        /// Its declared shape.
+        shape: Shape,
     },
     /// A param has a symbolic shape; weights must have static shapes.
     #[error("param {name:?} has the symbolic shape {shape}; weights need static shapes")]
@@ -332,6 +343,26 @@ pub enum RunError {
         index: usize,
         /// How many outputs the graph has.
         count: usize,
+    },
+    /// The graph has states, so it runs in a [`Context`](crate::backend::Context).
+    #[error(
+        "the graph has states ({}); run it in a context (`Executable::new_context`, `run_in`)",
+        states.join(", ")
+    )]
+    NeedsContext {
+        /// The graph's states.
+        states: Vec<String>,
+    },
+    /// The context was made by another executable.
+    #[error("this context was made by another executable")]
+    ForeignContext,
+    /// A state name given to a context names no state of its graph.
+    #[error("unknown state {name:?}; the graph's states are {known:?}")]
+    UnknownState {
+        /// The name given.
+        name: String,
+        /// The graph's states.
+        known: Vec<String>,
     },
     /// `set_weight` named no param of the graph.
     #[error("unknown weight {name:?}")]

@@ -4,11 +4,14 @@
 //! [`Executable`] it returns binds named weights once and then runs many times, each run
 //! with input tensors and the values of the graph's runtime dims.
 
+mod context;
 mod error;
 mod profile;
 pub(crate) mod shared;
 pub(crate) mod signature;
 
+pub use context::{Context, ContextError, StateSpec};
+pub(crate) use context::{StateStore, new_owner};
 pub use error::{BindingFailure, CompileError, NodeSite, RunError, TensorRole};
 pub use profile::{Profile, ProfileStep};
 pub use shared::DEFAULT_PLAN_CACHE;
@@ -77,7 +80,26 @@ pub(crate) fn check_compilable<B: Backend + ?Sized>(
             });
         }
     }
+    for (_, node) in graph.states() {
+        if !node.ty.shape.is_static() {
+            return Err(CompileError::SymbolicState {
+                name: node.name.clone().unwrap_or_default(),
+                shape: node.ty.shape.clone(),
+            });
+        }
+    }
     Ok(())
+}
+
+/// The error of running a graph with states outside a context (`None` without states).
+pub(crate) fn needs_context(states: &[StateSpec]) -> Result<(), RunError> {
+    if states.is_empty() {
+        Ok(())
+    } else {
+        Err(RunError::NeedsContext {
+            states: states.iter().map(|s| s.name.clone()).collect(),
+        })
+    }
 }
 
 /// Checks that every index of `which` names one of `count` outputs.
@@ -238,6 +260,35 @@ pub trait Executable: std::any::Any + Send + Sync {
     /// dtypes and sizes already match, so repeated runs need no allocation.
     fn run_into(
         &self,
+        inputs: &[(&str, TensorRef<'_>)],
+        dims: &[(&str, usize)],
+        outputs: &mut Vec<HostTensor>,
+    ) -> Result<(), RunError>;
+
+    /// A new context for runs of this executable (see [`Context`]): each of the graph's
+    /// states, zero.
+    fn new_context(&self) -> Result<Context, RunError>;
+
+    /// Runs the graph in `context`, as [`Executable::run`] does: the graph's state nodes
+    /// read the context's states, and its writes replace them when the run completes. A
+    /// graph with states runs only so. After a failed run the states it writes hold
+    /// unspecified values (reset or load them).
+    fn run_in(
+        &self,
+        context: &mut Context,
+        inputs: &[(&str, TensorRef<'_>)],
+        dims: &[(&str, usize)],
+    ) -> Result<Vec<HostTensor>, RunError> {
+        let mut outputs = Vec::new();
+        self.run_in_into(context, inputs, dims, &mut outputs)?;
+        Ok(outputs)
+    }
+
+    /// [`Executable::run_in`] writing into `outputs` as [`Executable::run_into`] does, so
+    /// that a loop of runs (a decode loop) needs no allocation.
+    fn run_in_into(
+        &self,
+        context: &mut Context,
         inputs: &[(&str, TensorRef<'_>)],
         dims: &[(&str, usize)],
         outputs: &mut Vec<HostTensor>,

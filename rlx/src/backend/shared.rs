@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use super::RunError;
 use super::signature::check_weight;
 #[cfg(feature = "mlx")]
 use super::signature::check_weight_type;
+use super::{RunError, TensorRole};
 use crate::ir::{DType, Graph, NodeId, Op};
 use crate::tensor::TensorRef;
 
@@ -117,7 +117,7 @@ impl ParamTable {
     pub(crate) fn check(&self, name: &str, value: &TensorRef<'_>) -> Result<usize, RunError> {
         let i = self.find(name)?;
         let spec = &self.specs[i];
-        check_weight(name, spec.dtype, &spec.shape, value)?;
+        check_weight(TensorRole::Weight, name, spec.dtype, &spec.shape, value)?;
         Ok(i)
     }
 
@@ -131,7 +131,14 @@ impl ParamTable {
     ) -> Result<usize, RunError> {
         let i = self.find(name)?;
         let spec = &self.specs[i];
-        check_weight_type(name, spec.dtype, &spec.shape, dtype, dims)?;
+        check_weight_type(
+            TensorRole::Weight,
+            name,
+            spec.dtype,
+            &spec.shape,
+            dtype,
+            dims,
+        )?;
         Ok(i)
     }
 

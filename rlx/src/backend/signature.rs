@@ -271,6 +271,7 @@ fn source_text(signature: &Signature, source: Source) -> String {
 /// Checks a weight offered for the param `name` declared as `dtype[shape]`.
 /// Checks that a weight `name` of `dtype[shape]` may take a value of `got_dtype[got_shape]`.
 pub(crate) fn check_weight_type(
+    kind: TensorRole,
     name: &str,
     dtype: DType,
     shape: &[usize],
@@ -279,7 +280,7 @@ pub(crate) fn check_weight_type(
 ) -> Result<(), RunError> {
     if got_dtype != dtype {
         return Err(RunError::DType {
-            kind: TensorRole::Weight,
+            kind,
             name: name.to_string(),
             expected: dtype,
             got: got_dtype,
@@ -287,7 +288,7 @@ pub(crate) fn check_weight_type(
     }
     if got_shape != shape {
         return Err(RunError::Shape {
-            kind: TensorRole::Weight,
+            kind,
             name: name.to_string(),
             expected: format!("{shape:?}"),
             got: got_shape.to_vec(),
@@ -297,16 +298,17 @@ pub(crate) fn check_weight_type(
 }
 
 pub(crate) fn check_weight(
+    kind: TensorRole,
     name: &str,
     dtype: DType,
     shape: &[usize],
     value: &TensorRef<'_>,
 ) -> Result<(), RunError> {
-    check_weight_type(name, dtype, shape, value.dtype, value.shape)?;
+    check_weight_type(kind, name, dtype, shape, value.dtype, value.shape)?;
     let expected = shape.iter().product::<usize>() * dtype.size_bytes();
     if value.bytes.len() != expected {
         return Err(RunError::Bytes {
-            kind: TensorRole::Weight,
+            kind,
             name: name.to_string(),
             dtype,
             shape: shape.to_vec(),

@@ -65,7 +65,7 @@ pub(crate) fn fold_constants(graph: &Graph, _options: &CpuOptions) -> Result<Gra
             }
         }
     }
-    let folded = rw.finish(graph.outputs()).map_err(|e| CompileError::Pass {
+    let folded = rw.finish(graph).map_err(|e| CompileError::Pass {
         pass: "fold",
         source: Box::new(e),
     })?;

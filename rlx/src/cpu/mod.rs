@@ -27,7 +27,8 @@ use std::sync::{Arc, RwLock};
 use crate::backend::shared::{CustomOps, ParamTable, PlanCache, Pooled, ScratchPool, read, write};
 use crate::backend::signature::Binder;
 use crate::backend::{
-    Backend, CompileError, Executable, Profile, ProfileStep, RunError, check_compilable,
+    Backend, CompileError, Context, Executable, Profile, ProfileStep, RunError, StateStore,
+    check_compilable, needs_context, new_owner,
 };
 use crate::ir::{Graph, Op};
 use crate::tensor::{HostTensor, TensorRef};
@@ -157,6 +158,7 @@ impl Backend for CpuBackend {
             None
         };
         Ok(CpuExecutable {
+            owner: new_owner(),
             pool,
             weights: RwLock::new(Weights {
                 statics: Arc::new(static_region),
@@ -236,6 +238,8 @@ struct Scratch {
 /// weights and the plans, and each takes an arena of its own from a pool, so memory grows
 /// with the number of runs in flight, one plan's arena each.
 pub struct CpuExecutable {
+    /// Identifies this executable's contexts.
+    owner: u64,
     program: Program,
     pool: Option<std::sync::Arc<rayon::ThreadPool>>,
     options: CpuOptions,
@@ -254,17 +258,47 @@ impl std::fmt::Debug for CpuExecutable {
     }
 }
 
-/// The bytes of an output view, in the run's arena or the static region it ran with.
+/// The bytes of an output view, in the run's arena, the static region it ran with or its
+/// context's states.
 fn output_bytes<'a>(
     view: &view::View,
     dtype: crate::ir::DType,
     arena: &'a AlignedBytes,
     statics: &'a AlignedBytes,
+    state: &'a [u8],
 ) -> &'a [u8] {
     let bytes = view.bytes(dtype.size_bytes());
     match view.region {
         view::Region::Arena => &arena.bytes()[bytes],
         view::Region::Static => &statics.bytes()[bytes],
+        view::Region::State => &state[bytes],
+    }
+}
+
+/// A context's states on the CPU: one block of bytes, each state in its slot.
+struct CpuState {
+    bytes: AlignedBytes,
+    slots: Vec<program::StateSlot>,
+    specs: Arc<[crate::backend::StateSpec]>,
+}
+
+impl StateStore for CpuState {
+    fn read(&self, k: usize) -> Result<HostTensor, RunError> {
+        let (slot, spec) = (&self.slots[k], &self.specs[k]);
+        let mut out = HostTensor::zeros(spec.dtype, spec.shape.clone());
+        out.data_mut()
+            .copy_from_bytes(&self.bytes.bytes()[slot.offset..slot.offset + slot.bytes]);
+        Ok(out)
+    }
+
+    fn write(&mut self, k: usize, value: TensorRef<'_>) -> Result<(), RunError> {
+        let slot = &self.slots[k];
+        self.bytes.bytes_mut()[slot.offset..slot.offset + slot.bytes].copy_from_slice(value.bytes);
+        Ok(())
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
     }
 }
 
@@ -342,16 +376,17 @@ impl CpuExecutable {
         dims: &[(&str, usize)],
         f: impl FnOnce(&[TensorRef<'_>]) -> R,
     ) -> Result<R, RunError> {
+        needs_context(&self.program.states)?;
         let statics = self.bound_statics()?;
         let mut scratch = self.take_scratch();
-        let plan = self.execute(&mut scratch, &statics, inputs, dims, None)?;
+        let plan = self.execute(&mut scratch, &statics, &mut [], inputs, dims, None)?;
         let views: Vec<TensorRef<'_>> = plan
             .outputs
             .iter()
             .map(|(view, dtype, shape)| TensorRef {
                 dtype: *dtype,
                 shape,
-                bytes: output_bytes(view, *dtype, &scratch.arena, &statics),
+                bytes: output_bytes(view, *dtype, &scratch.arena, &statics, &[]),
             })
             .collect();
         Ok(f(&views))
@@ -372,11 +407,13 @@ impl CpuExecutable {
     }
 
     /// Checks inputs, plans if needed and runs every thunk in `scratch`'s arena against
-    /// `statics`; returns the plan used. With `timings`, adds each thunk's time to its entry.
+    /// `statics` and the context's `state` bytes (empty without states); returns the plan
+    /// used. With `timings`, adds each thunk's time to its entry.
     fn execute(
         &self,
         scratch: &mut Scratch,
         statics: &AlignedBytes,
+        state: &mut [u8],
         inputs: &[(&str, TensorRef<'_>)],
         dims: &[(&str, usize)],
         timings: Option<&mut Vec<std::time::Duration>>,
@@ -406,7 +443,7 @@ impl CpuExecutable {
             let bytes = inputs[binder.provided[i]].1.bytes;
             arena[view.offset..view.offset + bytes.len()].copy_from_slice(bytes);
         }
-        let memory = Memory::new(arena, statics.bytes());
+        let memory = Memory::new(arena, state, statics.bytes());
         let threads = self.options.threads;
         let run = || {
             with_parallelism(threads > 1, || match timings {
@@ -478,11 +515,22 @@ impl CpuExecutable {
         Ok(())
     }
 
+    /// The bytes of `context`'s states, if it is one of this executable's.
+    fn state_of<'c>(&self, context: &'c mut Context) -> Result<&'c mut [u8], RunError> {
+        let store = context.store_of(self.owner)?;
+        let state = store
+            .as_any_mut()
+            .downcast_mut::<CpuState>()
+            .ok_or(RunError::ForeignContext)?;
+        Ok(state.bytes.bytes_mut())
+    }
+
     /// Copies the outputs of a run with `plan` into `outputs`, reusing their storage.
     fn copy_outputs(
         plan: &Plan,
         arena: &AlignedBytes,
         statics: &AlignedBytes,
+        state: &[u8],
         outputs: &mut Vec<HostTensor>,
     ) {
         if outputs.len() != plan.outputs.len() {
@@ -493,7 +541,7 @@ impl CpuExecutable {
         for (out, (view, dtype, shape)) in outputs.iter_mut().zip(&plan.outputs) {
             out.reshape_for(*dtype, shape);
             out.data_mut()
-                .copy_from_bytes(output_bytes(view, *dtype, arena, statics));
+                .copy_from_bytes(output_bytes(view, *dtype, arena, statics, state));
         }
     }
 }
@@ -542,6 +590,7 @@ impl Executable for CpuExecutable {
         runs: usize,
     ) -> Result<Profile, RunError> {
         let runs = runs.max(1);
+        needs_context(&self.program.states)?;
         let mut timings = Vec::new();
         let mut outputs = Vec::new();
         let statics = self.bound_statics()?;
@@ -549,8 +598,15 @@ impl Executable for CpuExecutable {
         let started = std::time::Instant::now();
         let mut plan = None;
         for _ in 0..runs {
-            let used = self.execute(&mut scratch, &statics, inputs, dims, Some(&mut timings))?;
-            Self::copy_outputs(&used, &scratch.arena, &statics, &mut outputs);
+            let used = self.execute(
+                &mut scratch,
+                &statics,
+                &mut [],
+                inputs,
+                dims,
+                Some(&mut timings),
+            )?;
+            Self::copy_outputs(&used, &scratch.arena, &statics, &[], &mut outputs);
             plan = Some(used);
         }
         let total = started.elapsed();
@@ -573,10 +629,45 @@ impl Executable for CpuExecutable {
         dims: &[(&str, usize)],
         outputs: &mut Vec<HostTensor>,
     ) -> Result<(), RunError> {
+        needs_context(&self.program.states)?;
         let statics = self.bound_statics()?;
         let mut scratch = self.take_scratch();
-        let plan = self.execute(&mut scratch, &statics, inputs, dims, None)?;
-        Self::copy_outputs(&plan, &scratch.arena, &statics, outputs);
+        let plan = self.execute(&mut scratch, &statics, &mut [], inputs, dims, None)?;
+        Self::copy_outputs(&plan, &scratch.arena, &statics, &[], outputs);
+        Ok(())
+    }
+
+    fn new_context(&self) -> Result<Context, RunError> {
+        let mut bytes = AlignedBytes::default();
+        let len = self.program.state_len;
+        bytes.try_resize(len).map_err(|_| RunError::OutOfMemory {
+            bytes: len,
+            limit: None,
+        })?;
+        let store = CpuState {
+            bytes,
+            slots: self.program.state_slots.clone(),
+            specs: Arc::clone(&self.program.states),
+        };
+        Ok(Context::new(
+            self.owner,
+            Arc::clone(&self.program.states),
+            Box::new(store),
+        ))
+    }
+
+    fn run_in_into(
+        &self,
+        context: &mut Context,
+        inputs: &[(&str, TensorRef<'_>)],
+        dims: &[(&str, usize)],
+        outputs: &mut Vec<HostTensor>,
+    ) -> Result<(), RunError> {
+        let state = self.state_of(context)?;
+        let statics = self.bound_statics()?;
+        let mut scratch = self.take_scratch();
+        let plan = self.execute(&mut scratch, &statics, state, inputs, dims, None)?;
+        Self::copy_outputs(&plan, &scratch.arena, &statics, state, outputs);
         Ok(())
     }
 }

@@ -5,7 +5,7 @@
 //! also reads), which is what makes the raw memory access in [`super::thunk`] sound.
 
 use super::fuse::Fusion;
-use super::lower::{LowerInput, lower, scratch_requests};
+use super::lower::{LowerInput, lower, scratch_requests, whole_copy};
 use super::memory::{BufferRequest, plan_memory};
 use super::program::Program;
 use super::thunk::{Accesses, Thunk};
@@ -29,10 +29,12 @@ pub struct PlanReport {
 }
 
 /// Where a node's value lives.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Storage {
     Static(usize),
     Arena(usize),
+    /// At this byte offset of the context's states.
+    State(usize),
     /// Computed inside a fused node, never stored.
     None,
 }
@@ -78,6 +80,10 @@ impl Plan {
                 Op::Param | Op::Constant(_) => Storage::Static(
                     program.static_offsets[id.index()].expect("statics are laid out"),
                 ),
+                Op::State => Storage::State(program.slot_offset(program.state_of[id.index()])),
+                _ if program.in_place[id.index()].is_some() => {
+                    Storage::State(program.slot_offset(program.in_place[id.index()]))
+                }
                 Op::Reshape(_) | Op::StopGradient => storage[node.inputs[0].index()],
                 _ if elided[id.index()] => storage[node.inputs[0].index()],
                 op => {
@@ -97,9 +103,53 @@ impl Plan {
             }
             storage.push(s);
         }
-        for out in &program.outputs {
+        for out in program
+            .outputs
+            .iter()
+            .chain(program.writes.iter().map(|(_, v)| v))
+        {
             if let Storage::Arena(b) = storage[out.index()] {
                 requests[b].end = end;
+            }
+        }
+        // Writes take effect when the run ends: a value not already in its slot is copied
+        // there after every thunk. A value that lies in a state's slot (read from it), and an
+        // output that does while its slot is so written, is first staged in the arena, so
+        // that every copy reads the state as it was before the run.
+        let copied: Vec<(usize, NodeId)> = program
+            .writes
+            .iter()
+            .filter(|(slot, value)| {
+                storage[value.index()] != Storage::State(program.state_slots[*slot].offset)
+            })
+            .copied()
+            .collect();
+        let overwritten = |s: Storage| {
+            copied
+                .iter()
+                .any(|(slot, _)| s == Storage::State(program.state_slots[*slot].offset))
+        };
+        let mut staged: Vec<(NodeId, usize)> = Vec::new();
+        let mut stage = |id: NodeId, requests: &mut Vec<BufferRequest>| {
+            if let Some(&(_, b)) = staged.iter().find(|(n, _)| *n == id) {
+                return b;
+            }
+            requests.push(BufferRequest {
+                size: bytes_of(id),
+                start: end,
+                end,
+            });
+            staged.push((id, requests.len() - 1));
+            requests.len() - 1
+        };
+        for &(_, value) in &copied {
+            if matches!(storage[value.index()], Storage::State(_)) {
+                stage(value, &mut requests);
+            }
+        }
+        for &out in &program.outputs {
+            if overwritten(storage[out.index()]) {
+                stage(out, &mut requests);
             }
         }
         let mut scratch_of: Vec<Vec<(usize, usize)>> = vec![Vec::new(); graph.len()];
@@ -137,8 +187,20 @@ impl Plan {
                     offset: memory.offsets[b],
                     len,
                 },
+                Storage::State(offset) => View {
+                    region: Region::State,
+                    offset,
+                    len,
+                },
                 Storage::None => unreachable!("no thunk reads a value computed inside a fusion"),
             }
+        };
+        let staged_view = |id: NodeId| -> Option<View> {
+            staged.iter().find(|(n, _)| *n == id).map(|&(_, b)| View {
+                region: Region::Arena,
+                offset: memory.offsets[b],
+                len: shapes[id.index()].iter().product(),
+            })
         };
 
         // 4. Thunks.
@@ -182,6 +244,26 @@ impl Plan {
             }));
             thunk_nodes.resize(thunks.len(), id);
         }
+        // The writes, once every node has run: stage, then copy into the slots.
+        for &(id, _) in &staged {
+            let to = staged_view(id).expect("staged");
+            if to.len > 0 {
+                thunks.push(whole_copy(graph[id].ty.dtype, view_of(id), to));
+                thunk_nodes.push(id);
+            }
+        }
+        for &(slot, value) in &copied {
+            let from = staged_view(value).unwrap_or_else(|| view_of(value));
+            let to = View {
+                region: Region::State,
+                offset: program.state_slots[slot].offset,
+                len: from.len,
+            };
+            if from.len > 0 {
+                thunks.push(whole_copy(graph[value].ty.dtype, from, to));
+                thunk_nodes.push(value);
+            }
+        }
 
         let plan = Plan {
             inputs: program
@@ -193,7 +275,10 @@ impl Plan {
             outputs: program
                 .outputs
                 .iter()
-                .map(|o| (view_of(*o), graph[*o].ty.dtype, shapes[o.index()].clone()))
+                .map(|o| {
+                    let view = staged_view(*o).unwrap_or_else(|| view_of(*o));
+                    (view, graph[*o].ty.dtype, shapes[o.index()].clone())
+                })
                 .collect(),
             thunks,
             thunk_nodes,
@@ -208,19 +293,20 @@ impl Plan {
                     .collect(),
             },
         };
-        plan.check(program.statics_len);
+        plan.check(program.statics_len, program.state_len);
         Ok(plan)
     }
 
     /// Asserts that every view is in bounds and that no thunk writes memory it reads or
     /// writes through another view. Runs once per plan; a failure is a planner bug.
-    fn check(&self, statics_len: usize) {
+    fn check(&self, statics_len: usize, state_len: usize) {
         for t in &self.thunks {
             let Accesses { writes, reads } = t.accesses();
             for (v, size) in reads.iter().chain(&writes) {
                 let limit = match v.region {
                     Region::Arena => self.arena_bytes,
                     Region::Static => statics_len,
+                    Region::State => state_len,
                 };
                 assert!(
                     v.bytes(*size).end <= limit,
@@ -229,11 +315,15 @@ impl Plan {
                 assert_eq!(v.offset % size, 0, "misaligned view in {t:?}");
             }
             for (i, (w, wsize)) in writes.iter().enumerate() {
-                assert_eq!(w.region, Region::Arena, "thunk writes static memory: {t:?}");
+                assert_ne!(
+                    w.region,
+                    Region::Static,
+                    "thunk writes static memory: {t:?}"
+                );
                 let wr = w.bytes(*wsize);
                 let overlaps = |(v, size): &(View, usize)| {
                     let r = v.bytes(*size);
-                    v.region == Region::Arena
+                    v.region == w.region
                         && r.start < wr.end
                         && wr.start < r.end
                         && !r.is_empty()

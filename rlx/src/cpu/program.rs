@@ -8,9 +8,11 @@ use super::fuse::{self, Fusion};
 use super::kernels::gemm::{GemmAcc, GemmDims, kernel_shape, pack_b_whole, packed_b_len};
 use super::kernels::numeric::{FloatStore, accumulator};
 use super::memory::ALIGN;
-use crate::backend::CompileError;
+use std::sync::Arc;
+
 use crate::backend::shared::CustomOps;
 use crate::backend::signature::Signature;
+use crate::backend::{CompileError, StateSpec};
 use crate::ir::{DType, Graph, Node, NodeId, Op};
 use crate::ir::{MatMul, Permute, Reduce, Reshape};
 use crate::passes::{self, Rewriter};
@@ -67,8 +69,26 @@ pub(crate) struct Packing {
     pub dims: GemmDims,
 }
 
+/// Where a context keeps one state: its bytes, 64-byte aligned, in graph order.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StateSlot {
+    pub offset: usize,
+    pub bytes: usize,
+}
+
 pub(crate) struct Program {
     pub graph: Graph,
+    /// The states, in graph order, and where a context holds each.
+    pub states: Arc<[StateSpec]>,
+    pub state_slots: Vec<StateSlot>,
+    /// Bytes of a context.
+    pub state_len: usize,
+    /// Per state node: its slot.
+    pub state_of: Vec<Option<usize>>,
+    /// Each write: the slot written and the node whose value it takes.
+    pub writes: Vec<(usize, NodeId)>,
+    /// Per node: the slot a slice update writes in place (see [`in_place_writes`]).
+    pub in_place: Vec<Option<usize>>,
     /// Per node: how the CPU fuses it with its neighbours, `None` when it runs as itself.
     pub fusions: Vec<Option<Fusion>>,
     /// The kernel of each custom op node.
@@ -89,6 +109,12 @@ pub(crate) struct Program {
 }
 
 impl Program {
+    /// The byte offset in a context of the slot `slot` (which a state node or an in-place
+    /// update always has).
+    pub(crate) fn slot_offset(&self, slot: Option<usize>) -> usize {
+        self.state_slots[slot.expect("the node has a state slot")].offset
+    }
+
     /// The values node `id` reads as the CPU computes it: a fused node's are its fusion's.
     pub(crate) fn operands(&self, id: NodeId) -> &[NodeId] {
         match &self.fusions[id.index()] {
@@ -180,7 +206,7 @@ fn legalize(graph: &Graph) -> Result<Graph, crate::ir::VerifyError> {
             );
         }
     }
-    rw.finish(graph.outputs())
+    rw.finish(graph)
 }
 
 impl Program {
@@ -313,14 +339,49 @@ impl Program {
             packed_b[id.index()] = Some((offset, len));
         }
 
+        // States: each in a 64-byte-aligned slot of a context's bytes.
+        let states: Arc<[StateSpec]> = StateSpec::of(&g).into();
+        let mut state_slots = Vec::with_capacity(states.len());
+        let mut state_of = vec![None; g.len()];
+        let mut state_len = 0usize;
+        for ((id, node), spec) in g.states().zip(states.iter()) {
+            let bytes = node.ty.static_bytes().ok_or(CompileError::OutOfMemory {
+                bytes: usize::MAX,
+                limit,
+            })?;
+            let offset = state_len.div_ceil(ALIGN) * ALIGN;
+            state_len = offset.checked_add(bytes).ok_or(CompileError::OutOfMemory {
+                bytes: usize::MAX,
+                limit,
+            })?;
+            debug_assert_eq!(Some(spec.name.as_str()), node.name.as_deref());
+            state_of[id.index()] = Some(state_slots.len());
+            state_slots.push(StateSlot { offset, bytes });
+        }
+        let writes: Vec<(usize, NodeId)> = g
+            .writes()
+            .iter()
+            .map(|w| {
+                let state = g.state(&w.name).expect("writes name states");
+                (state_of[state.index()].expect("a state has a slot"), w.node)
+            })
+            .collect();
+
         let signature = Signature::of(&g);
         let (view_permutes, sequence_major) = head_permutes(&g);
+        let in_place = in_place_writes(&g, &fusions, &view_permutes, &writes, &state_of);
         let outputs = g.outputs().iter().map(|o| o.node).collect();
         let custom = registry.per_node(&g);
         let statics_len = statics.len();
         Ok((
             Program {
                 graph: g,
+                states,
+                state_slots,
+                state_len,
+                state_of,
+                writes,
+                in_place,
                 fusions,
                 custom,
                 signature,
@@ -386,4 +447,82 @@ fn head_permutes(graph: &Graph) -> (Vec<bool>, Vec<[bool; 4]>) {
         }
     }
     (elided, sequence_major)
+}
+
+/// The slice updates that write a state in place: per node, the slot it writes.
+///
+/// A write `s ← v` where `v` is a chain of slice updates over the state node `s`
+/// (`v = update(update(s, ..), ..)`) needs no copy of `s`: each update of the chain writes
+/// its window straight into `s`'s slot. That is sound when nothing reads the old `s` after
+/// the chain's first update runs (thunks run in graph order), and nothing returns or writes
+/// the old `s` (those are read after every thunk); when each link of the chain has the next
+/// as its only reader and is not returned; and when no update or offset operand shares `s`'s
+/// storage. Otherwise the write is a copy when the run ends.
+fn in_place_writes(
+    g: &Graph,
+    fusions: &[Option<Fusion>],
+    view_permutes: &[bool],
+    writes: &[(usize, NodeId)],
+    state_of: &[Option<usize>],
+) -> Vec<Option<usize>> {
+    // The node whose storage each node shares (itself unless it is a view).
+    let mut root: Vec<NodeId> = Vec::with_capacity(g.len());
+    for (id, node) in g.iter() {
+        let view =
+            matches!(node.op, Op::Reshape(_) | Op::StopGradient) || view_permutes[id.index()];
+        root.push(if view {
+            root[node.inputs[0].index()]
+        } else {
+            id
+        });
+    }
+    // Who reads each storage root, as the CPU runs the graph (a fused node reads its
+    // fusion's operands; views read nothing themselves).
+    let mut readers: Vec<Vec<(NodeId, usize)>> = vec![Vec::new(); g.len()];
+    for (id, node) in g.iter() {
+        let operands = match &fusions[id.index()] {
+            Some(Fusion::Absorbed) => continue,
+            Some(fusion) => fusion.operands(),
+            None => &node.inputs,
+        };
+        if root[id.index()] != id {
+            continue;
+        }
+        for (k, operand) in operands.iter().enumerate() {
+            readers[root[operand.index()].index()].push((id, k));
+        }
+    }
+    let mut exposed = vec![false; g.len()];
+    for o in g.outputs().iter().chain(g.writes()) {
+        exposed[root[o.node.index()].index()] = true;
+    }
+    let mut in_place = vec![None; g.len()];
+    for &(slot, value) in writes {
+        let mut chain = Vec::new();
+        let mut at = value;
+        while matches!(g[at].op, Op::SliceUpdate(_)) && fusions[at.index()].is_none() {
+            chain.push(at);
+            at = g[at].inputs[0];
+        }
+        let Some(&first) = chain.last() else { continue };
+        if state_of[at.index()] != Some(slot) || root[at.index()] != at || exposed[at.index()] {
+            continue;
+        }
+        let links_private = chain[1..]
+            .iter()
+            .zip(&chain)
+            .all(|(link, next)| !exposed[link.index()] && readers[link.index()] == [(*next, 0)]);
+        let state_read_before = readers[at.index()]
+            .iter()
+            .all(|&(reader, k)| reader < first || (reader == first && k == 0));
+        let operands_apart = chain
+            .iter()
+            .all(|link| g[*link].inputs[1..].iter().all(|x| root[x.index()] != at));
+        if links_private && state_read_before && operands_apart {
+            for link in chain {
+                in_place[link.index()] = Some(slot);
+            }
+        }
+    }
+    in_place
 }

@@ -1,4 +1,4 @@
-//! A whole computation: nodes in topological order plus named outputs.
+//! A whole computation: nodes in topological order, named outputs and state writes.
 
 use std::ops::Index;
 
@@ -7,10 +7,10 @@ use super::node::{Node, NodeId};
 use super::verify::VerifyError;
 use crate::ops::Op;
 
-/// A named result of a graph.
+/// A named result of a graph, or the value a graph writes to the state of that name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Output {
-    /// Unique among outputs.
+    /// Unique among outputs (among writes: the state written).
     pub name: String,
     /// The node whose value is returned.
     pub node: NodeId,
@@ -19,9 +19,10 @@ pub struct Output {
 /// A verified computation graph.
 ///
 /// Nodes are in topological order (every operand precedes its user), types agree with
-/// [`Op::infer`], input and param names are unique, and every output exists. Graphs are made
-/// by a [`GraphBuilder`](crate::builder::GraphBuilder) or from raw parts with
-/// [`Graph::from_parts`], both of which verify.
+/// [`Op::infer`], input, param and state names are unique, every output exists, and each
+/// write replaces a declared state with a value of its type. Graphs are made by a
+/// [`GraphBuilder`](crate::builder::GraphBuilder) or from raw parts with
+/// [`Graph::from_parts`] (and [`Graph::with_writes`]), all of which verify.
 ///
 /// ```
 /// use rlx::prelude::*;
@@ -39,19 +40,56 @@ pub struct Output {
 pub struct Graph {
     nodes: Vec<Node>,
     outputs: Vec<Output>,
+    writes: Vec<Output>,
 }
 
 impl Graph {
-    /// A graph from nodes and outputs, after checking them with the verifier.
+    /// A graph from nodes and outputs (and no state writes), after checking them with the
+    /// verifier.
     pub fn from_parts(nodes: Vec<Node>, outputs: Vec<Output>) -> Result<Graph, VerifyError> {
-        let graph = Graph { nodes, outputs };
+        Graph::assemble(nodes, outputs, Vec::new())
+    }
+
+    /// A graph from all its parts, verified.
+    pub(crate) fn assemble(
+        nodes: Vec<Node>,
+        outputs: Vec<Output>,
+        writes: Vec<Output>,
+    ) -> Result<Graph, VerifyError> {
+        let graph = Graph {
+            nodes,
+            outputs,
+            writes,
+        };
         graph.verify()?;
         Ok(graph)
     }
 
-    /// Takes the graph apart, e.g. to rewrite it and rebuild it with [`Graph::from_parts`].
-    pub fn into_parts(self) -> (Vec<Node>, Vec<Output>) {
-        (self.nodes, self.outputs)
+    /// This graph writing `writes` (each the new value of the state it names) instead of
+    /// its own, verified.
+    ///
+    /// ```
+    /// use rlx::prelude::*;
+    /// use rlx::ir::Output;
+    /// let mut b = GraphBuilder::new();
+    /// let count = b.state("count", DType::F32, [1])?;
+    /// let one = b.scalar(1.0, DType::F32);
+    /// let next = b.add(count, one)?;
+    /// b.output("count", count)?;
+    /// let g = b.finish()?.with_writes(vec![Output { name: "count".into(), node: next }])?;
+    /// assert_eq!(g.writes()[0].node, next);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_writes(self, writes: Vec<Output>) -> Result<Graph, VerifyError> {
+        let graph = Graph { writes, ..self };
+        graph.verify()?;
+        Ok(graph)
+    }
+
+    /// Takes the graph apart into its nodes, outputs and writes, e.g. to rewrite it and
+    /// rebuild it with [`Graph::from_parts`] and [`Graph::with_writes`].
+    pub fn into_parts(self) -> (Vec<Node>, Vec<Output>, Vec<Output>) {
+        (self.nodes, self.outputs, self.writes)
     }
 
     /// Every node, in topological order.
@@ -106,10 +144,10 @@ impl Graph {
         users
     }
 
-    /// Per node: whether the graph returns it (passes keep such values stored).
+    /// Per node: whether the graph returns or writes it (passes keep such values stored).
     pub(crate) fn returned(&self) -> Vec<bool> {
         let mut returned = vec![false; self.nodes.len()];
-        for output in &self.outputs {
+        for output in self.outputs.iter().chain(&self.writes) {
             returned[output.node.index()] = true;
         }
         returned
@@ -120,6 +158,13 @@ impl Graph {
         &self.outputs
     }
 
+    /// The state writes: for each written state (by name), the node whose value it holds
+    /// once a run completes. Every read of a state in a run sees its value from before the
+    /// run; a state no write names keeps its value.
+    pub fn writes(&self) -> &[Output] {
+        &self.writes
+    }
+
     /// Input nodes, in order of creation.
     pub fn inputs(&self) -> impl Iterator<Item = (NodeId, &Node)> {
         self.iter().filter(|(_, n)| n.op == Op::Input)
@@ -128,6 +173,16 @@ impl Graph {
     /// Param nodes, in order of creation.
     pub fn params(&self) -> impl Iterator<Item = (NodeId, &Node)> {
         self.iter().filter(|(_, n)| n.op == Op::Param)
+    }
+
+    /// State nodes, in order of creation.
+    pub fn states(&self) -> impl Iterator<Item = (NodeId, &Node)> {
+        self.iter().filter(|(_, n)| n.op == Op::State)
+    }
+
+    /// The state named `name`.
+    pub fn state(&self, name: &str) -> Option<NodeId> {
+        self.find(Op::State, name)
     }
 
     /// The input named `name`.

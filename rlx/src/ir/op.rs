@@ -57,9 +57,9 @@ impl fmt::Display for AttrValue {
 }
 
 impl Op {
-    /// True for the leaves: inputs, params and constants.
+    /// True for the leaves: inputs, params, states and constants.
     pub fn is_leaf(&self) -> bool {
-        matches!(self, Op::Input | Op::Param | Op::Constant(_))
+        matches!(self, Op::Input | Op::Param | Op::State | Op::Constant(_))
     }
 
     /// This op with the dims its attributes hold (reshape and broadcast targets, upsampling

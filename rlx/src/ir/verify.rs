@@ -63,15 +63,15 @@ pub enum VerifyError {
         /// Type inference computes.
         inferred: TensorType,
     },
-    /// An input or param has no name.
-    #[error("{node} is an unnamed {kind}; inputs and params need names")]
+    /// An input, param or state has no name.
+    #[error("{node} is an unnamed {kind}; inputs, params and states need names")]
     Unnamed {
         /// The node.
         node: NodeId,
         /// `input` or `param`.
         kind: &'static str,
     },
-    /// Two inputs, params or outputs share a name.
+    /// Two inputs, params, states or outputs share a name, or two writes a state.
     #[error("two {kind}s are named {name:?}")]
     DuplicateName {
         /// `input`, `param` or `output`.
@@ -89,9 +89,25 @@ pub enum VerifyError {
         /// Number of nodes.
         len: usize,
     },
-    /// The graph returns nothing.
+    /// The graph returns and writes nothing.
     #[error("the graph has no outputs")]
     NoOutputs,
+    /// A write names no state of the graph.
+    #[error("a write names {name:?}, which is not a state of the graph")]
+    UnknownState {
+        /// The name written.
+        name: String,
+    },
+    /// A write's value does not have its state's type.
+    #[error("state {name:?} is {state} but is written a {value}")]
+    WriteType {
+        /// The state.
+        name: String,
+        /// Its declared type.
+        state: TensorType,
+        /// The written value's type.
+        value: TensorType,
+    },
 }
 
 impl Graph {
@@ -115,8 +131,11 @@ impl Graph {
     /// ```
     pub fn verify(&self) -> Result<(), VerifyError> {
         let len = self.len();
-        let mut names: [(HashSet<&str>, &'static str); 2] =
-            [(HashSet::new(), "input"), (HashSet::new(), "param")];
+        let mut names: [(HashSet<&str>, &'static str); 3] = [
+            (HashSet::new(), "input"),
+            (HashSet::new(), "param"),
+            (HashSet::new(), "state"),
+        ];
         for (id, node) in self.iter() {
             for (operand, &input) in node.inputs.iter().enumerate() {
                 if input.index() >= len {
@@ -134,6 +153,7 @@ impl Graph {
             let slot = match node.op {
                 Op::Input => Some(0),
                 Op::Param => Some(1),
+                Op::State => Some(2),
                 _ => None,
             };
             if let Some(slot) = slot {
@@ -176,11 +196,12 @@ impl Graph {
                 });
             }
         }
-        if self.outputs().is_empty() {
+        if self.outputs().is_empty() && self.writes().is_empty() {
             return Err(VerifyError::NoOutputs);
         }
         let mut output_names = HashSet::new();
-        for out in self.outputs() {
+        let mut written = HashSet::new();
+        for out in self.outputs().iter().chain(self.writes()) {
             if out.node.index() >= len {
                 return Err(VerifyError::UnknownOutput {
                     name: out.name.clone(),
@@ -188,10 +209,33 @@ impl Graph {
                     len,
                 });
             }
+        }
+        for out in self.outputs() {
             if !output_names.insert(out.name.as_str()) {
                 return Err(VerifyError::DuplicateName {
                     kind: "output",
                     name: out.name.clone(),
+                });
+            }
+        }
+        for write in self.writes() {
+            let state = self
+                .state(&write.name)
+                .ok_or_else(|| VerifyError::UnknownState {
+                    name: write.name.clone(),
+                })?;
+            if !written.insert(write.name.as_str()) {
+                return Err(VerifyError::DuplicateName {
+                    kind: "write",
+                    name: write.name.clone(),
+                });
+            }
+            let (state, value) = (&self[state].ty, &self[write.node].ty);
+            if state != value {
+                return Err(VerifyError::WriteType {
+                    name: write.name.clone(),
+                    state: state.clone(),
+                    value: value.clone(),
                 });
             }
         }

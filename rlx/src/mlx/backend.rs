@@ -219,7 +219,22 @@ impl Backend for MlxBackend {
         };
         let mut leaves: Vec<NodeId> = params.specs.iter().map(|p| p.node).collect();
         leaves.extend(signature.inputs.iter().map(|i| i.node));
+        leaves.extend(g.states().map(|(id, _)| id));
+        let states: Arc<[StateSpec]> = StateSpec::of(&g).into();
+        let written = g
+            .writes()
+            .iter()
+            .map(|w| {
+                states
+                    .iter()
+                    .position(|s| s.name == w.name)
+                    .expect("writes name states")
+            })
+            .collect();
         Ok(MlxExecutable {
+            owner: new_owner(),
+            states,
+            written,
             weights: RwLock::new(BoundWeights {
                 values: vec![None; params.specs.len()],
                 params,

@@ -129,7 +129,7 @@ unsafe extern "C" fn lower_callback(
     1
 }
 
-/// The traced function's results: the graph's outputs, each index check's flag and
+/// The traced function's results: the graph's outputs and writes, each index check's flag and
 /// indices, and with any check the run's combined flag.
 fn traced_outputs(outputs: usize, checks: usize) -> usize {
     outputs + 2 * checks + usize::from(checks > 0)
@@ -138,7 +138,7 @@ fn traced_outputs(outputs: usize, checks: usize) -> usize {
 impl Function {
     pub(crate) fn new(lowering: Arc<Lowering>) -> Result<Function, MlxError> {
         let checks = lowering.index_nodes();
-        let n_outputs = lowering.graph.outputs().len();
+        let n_outputs = lowering.graph.outputs().len() + lowering.graph.writes().len();
         let total = traced_outputs(n_outputs, checks.len());
         let context = Box::into_raw(Box::new(Context {
             lowering,

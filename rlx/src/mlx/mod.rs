@@ -54,6 +54,7 @@ use crate::backend::shared::{
 };
 use crate::backend::signature::{Binder, Given, Signature, concrete_shapes};
 use crate::backend::{Backend, CompileError, Executable, NodeSite, RunError, check_compilable};
+use crate::backend::{Context, StateSpec, StateStore, needs_context, new_owner};
 use crate::backend::{Profile, ProfileStep, check_output_indices};
 use crate::ir::{AttrValue, DType, Graph, NodeId, Op};
 use crate::passes;
@@ -184,6 +185,12 @@ struct CallScratch {
 /// device, evaluates them without it, on its own thread's MLX stream. On a GPU the calls of
 /// the process take turns: MLX 0.32's CUDA backend aborted under concurrent runs.
 pub struct MlxExecutable {
+    /// Identifies this executable's contexts.
+    owner: u64,
+    /// The graph's states, in graph order (leaves after the inputs).
+    states: Arc<[StateSpec]>,
+    /// Per write, in graph order: the state it replaces.
+    written: Vec<usize>,
     graph: Arc<Graph>,
     signature: Signature,
     weights: RwLock<BoundWeights>,
@@ -318,6 +325,7 @@ impl Executable for MlxExecutable {
         runs: usize,
     ) -> Result<Profile, RunError> {
         let runs = runs.max(1);
+        needs_context(&self.states)?;
         let _gpu = device::gpu_turn(self.device);
         let uploaded = upload(inputs, self.device)?;
         let (plan, leaves) = self.bind_leaves(inputs, &uploaded, dims)?;
@@ -355,9 +363,10 @@ impl Executable for MlxExecutable {
         which: &[usize],
     ) -> Result<Vec<HostTensor>, RunError> {
         check_output_indices(which, self.graph.outputs().len())?;
+        needs_context(&self.states)?;
         let _gpu = device::gpu_turn(self.device);
         let uploaded = upload(inputs, self.device)?;
-        let results = self.evaluate(inputs, &uploaded, dims)?;
+        let results = self.evaluate(inputs, &uploaded, dims, None)?;
         which
             .iter()
             .map(|&index| results[index].to_host().map_err(backend_error))
@@ -370,17 +379,79 @@ impl Executable for MlxExecutable {
         dims: &[(&str, usize)],
         outputs: &mut Vec<HostTensor>,
     ) -> Result<(), RunError> {
+        needs_context(&self.states)?;
         let _gpu = device::gpu_turn(self.device);
         let uploaded = upload(inputs, self.device)?;
-        let results = self.evaluate(inputs, &uploaded, dims)?;
-        outputs.resize_with(results.len(), || HostTensor::zeros(DType::F32, [0]));
-        let mut scratch = self.take_scratch();
-        for (out, array) in outputs.iter_mut().zip(&results) {
-            array
-                .read_into(out, &mut scratch.read)
-                .map_err(backend_error)?;
+        let results = self.evaluate(inputs, &uploaded, dims, None)?;
+        self.read_outputs(&results, outputs)
+    }
+
+    fn new_context(&self) -> Result<Context, RunError> {
+        let _gpu = device::gpu_turn(self.device);
+        let arrays = (0..self.states.len())
+            .map(|k| self.zero_state(k).map(Some))
+            .collect::<Result<Vec<_>, _>>()?;
+        let store = MlxState {
+            arrays,
+            specs: Arc::clone(&self.states),
+            device: self.device,
+        };
+        Ok(Context::new(
+            self.owner,
+            Arc::clone(&self.states),
+            Box::new(store),
+        ))
+    }
+
+    fn run_in_into(
+        &self,
+        context: &mut Context,
+        inputs: &[(&str, TensorRef<'_>)],
+        dims: &[(&str, usize)],
+        outputs: &mut Vec<HostTensor>,
+    ) -> Result<(), RunError> {
+        let state = Self::state_of(self.owner, context)?;
+        let _gpu = device::gpu_turn(self.device);
+        let uploaded = upload(inputs, self.device)?;
+        let results = self.evaluate(inputs, &uploaded, dims, Some(&mut state.arrays))?;
+        self.read_outputs(&results, outputs)
+    }
+}
+
+/// A context's states on MLX: one evaluated array each, on the executable's device
+/// (`None`, read as zeros, after a failed run that was to write it).
+struct MlxState {
+    arrays: Vec<Option<Array>>,
+    specs: Arc<[StateSpec]>,
+    device: Device,
+}
+
+// SAFETY: the arrays are evaluated, and only the context's owner (`&mut Context`) builds
+// ops on them or replaces them; other threads never see them.
+unsafe impl Sync for MlxState {}
+
+impl StateStore for MlxState {
+    fn read(&self, k: usize) -> Result<HostTensor, RunError> {
+        let _gpu = device::gpu_turn(self.device);
+        match &self.arrays[k] {
+            Some(array) => array.to_host().map_err(backend_error),
+            None => {
+                let spec = &self.specs[k];
+                Ok(HostTensor::zeros(spec.dtype, spec.shape.clone()))
+            }
         }
+    }
+
+    fn write(&mut self, k: usize, value: TensorRef<'_>) -> Result<(), RunError> {
+        let _gpu = device::gpu_turn(self.device);
+        let array = Array::from_tensor_on(value, self.device).map_err(backend_error)?;
+        Array::eval(&[&array]).map_err(backend_error)?;
+        self.arrays[k] = Some(array);
         Ok(())
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
     }
 }
 
@@ -420,8 +491,42 @@ impl MlxExecutable {
             })
             .collect::<Result<Vec<_>, RunError>>()?;
         let arrays: Vec<Array> = inputs.iter().map(|(_, a)| (*a).clone()).collect();
+        needs_context(&self.states)?;
         let _gpu = device::gpu_turn(self.device);
-        self.evaluate(&described, &arrays, dims)
+        self.evaluate(&described, &arrays, dims, None)
+    }
+
+    /// State `k` at zero, on the device.
+    fn zero_state(&self, k: usize) -> Result<Array, RunError> {
+        let s = &self.states[k];
+        let zeros = HostTensor::zeros(s.dtype, s.shape.clone());
+        Array::from_tensor_on(zeros.view(), self.device).map_err(backend_error)
+    }
+
+    /// The states of `context`, if it is one of this executable's.
+    fn state_of(owner: u64, context: &mut Context) -> Result<&mut MlxState, RunError> {
+        context
+            .store_of(owner)?
+            .as_any_mut()
+            .downcast_mut::<MlxState>()
+            .ok_or(RunError::ForeignContext)
+    }
+
+    /// Copies the graph's outputs among `results` (outputs, then writes) to `outputs`.
+    fn read_outputs(
+        &self,
+        results: &[Array],
+        outputs: &mut Vec<HostTensor>,
+    ) -> Result<(), RunError> {
+        let count = self.graph.outputs().len();
+        outputs.resize_with(count, || HostTensor::zeros(DType::F32, [0]));
+        let mut scratch = self.take_scratch();
+        for (out, array) in outputs.iter_mut().zip(&results[..count]) {
+            array
+                .read_into(out, &mut scratch.read)
+                .map_err(backend_error)?;
+        }
+        Ok(())
     }
 
     /// Binds weights to MLX arrays, all or none, like [`Executable::set_weights`] but
@@ -521,23 +626,50 @@ impl MlxExecutable {
     }
 
     /// Binds the inputs (described by `inputs`, their arrays in `arrays`), lowers or calls
-    /// the traced function on this executable's device, and evaluates the outputs.
+    /// the traced function on this executable's device, and evaluates the outputs and
+    /// writes (in that order). With `states` (a context's, one array per state), the state
+    /// nodes read them and each write replaces its state's array.
     fn evaluate<G: Given>(
         &self,
         inputs: &[(&str, G)],
         arrays: &[Array],
         dims: &[(&str, usize)],
+        states: Option<&mut Vec<Option<Array>>>,
     ) -> Result<Vec<Array>, RunError> {
-        let (plan, leaves) = self.bind_leaves(inputs, arrays, dims)?;
+        let (plan, mut leaves) = self.bind_leaves(inputs, arrays, dims)?;
+        if let Some(states) = &states {
+            for (k, state) in states.iter().enumerate() {
+                leaves.push(match state {
+                    Some(array) => array.clone(),
+                    None => self.zero_state(k)?,
+                });
+            }
+        }
         let graph = &*self.graph;
         let lowered = device::on_device(self.device, self.exact_halves, || match &plan.function {
             Some(f) => f.call(&leaves),
             None => plan.lowering.lower(&leaves),
         })
         .map_err(backend_error)??;
+        // A written state is now referenced by the graph alone, so that MLX may update it in
+        // place (it copies an array referenced anywhere else). Until the writes are in, the
+        // context holds no value for it: a failed run leaves zeros.
+        drop(leaves);
+        let count = graph.outputs().len();
+        let states = states.map(|states| {
+            for &k in &self.written {
+                states[k] = None;
+            }
+            states
+        });
         let mut all: Vec<&Array> = lowered.outputs.iter().collect();
         all.extend(&lowered.any_bad);
         Array::eval(&all).map_err(|e| eval_error(graph, None, e))?;
+        if let Some(states) = states {
+            for (w, &k) in self.written.iter().enumerate() {
+                states[k] = Some(lowered.outputs[count + w].clone());
+            }
+        }
         // One flag read per run (each read waits for the device); the gathers and
         // scatters are looked at one by one only when some index was out of range.
         let out_of_range = match &lowered.any_bad {

@@ -1,5 +1,5 @@
-//! The leaves: inputs and params (typed by their declaration) and constants (typed by their
-//! data). They take no operands and pass no gradient on.
+//! The leaves: inputs, params and states (typed by their declaration) and constants (typed
+//! by their data). They take no operands and pass no gradient on.
 
 use super::array::{Array, Out};
 use super::check::arity;
@@ -16,7 +16,10 @@ pub(crate) struct Input;
 /// A weight ([`Op::Param`]).
 pub(crate) struct Param;
 
-/// What inputs and params share: no operands, a declared type, no gradient rule (the
+/// Persistent state ([`Op::State`]).
+pub(crate) struct State;
+
+/// What inputs, params and states share: no operands, a declared type, no gradient rule (the
 /// driver collects their cotangents).
 macro_rules! declared_leaf {
     ($leaf:ident, $name:literal, $op:expr) => {
@@ -75,6 +78,7 @@ macro_rules! declared_leaf {
 
 declared_leaf!(Input, "input", Op::Input);
 declared_leaf!(Param, "param", Op::Param);
+declared_leaf!(State, "state", Op::State);
 
 impl Primitive for ConstantData {
     fn name(&self) -> &'static str {

@@ -40,7 +40,7 @@ pub use custom::Custom;
 pub use elementwise::Cast;
 pub(crate) use elementwise::Where;
 pub use evaluate::{ReferenceError, evaluate_reference};
-pub(crate) use leaf::{Input, Param};
+pub(crate) use leaf::{Input, Param, State};
 pub(crate) use linalg::Solve;
 pub use linalg::{MatMul, QuantizedMatMul};
 pub(crate) use movement::StopGradient;
@@ -254,6 +254,11 @@ registry! {
             /// A weight, bound once per executable; its node's name (a dotted path such as
             /// `encoder.layer.0.weight`) is unique among params. No operands.
             Param = crate::ops::Param;
+            /// Persistent state: read at the start of each run, replaced when the run ends
+            /// by the value the graph writes to it ([`Graph::writes`](crate::ir::Graph::writes)),
+            /// held between runs by a [`Context`](crate::backend::Context). Its node's name is
+            /// unique among states and its shape is static. No operands.
+            State = crate::ops::State;
             /// Data embedded in the graph. No operands.
             Constant(crate::ir::ConstantData);
             /// `f(x)`. Operands: `x`.

@@ -25,7 +25,7 @@ pub fn cse(graph: &Graph) -> Result<Graph, VerifyError> {
     let mut seen: HashMap<(String, Vec<u8>, Vec<NodeId>), NodeId> = HashMap::new();
     let mut rw = Rewriter::new(graph.len());
     for (id, node) in graph.iter() {
-        if matches!(node.op, Op::Input | Op::Param) {
+        if matches!(node.op, Op::Input | Op::Param | Op::State) {
             rw.keep(id, node);
             continue;
         }
@@ -43,5 +43,5 @@ pub fn cse(graph: &Graph) -> Result<Graph, VerifyError> {
             }
         }
     }
-    rw.finish(graph.outputs())
+    rw.finish(graph)
 }

@@ -3,7 +3,8 @@
 use super::Rewriter;
 use crate::ir::{Graph, Op, VerifyError};
 
-/// Drops every node that no output depends on, except inputs and params.
+/// Drops every node that no output or state write depends on, except inputs, params and
+/// states.
 ///
 /// ```
 /// use rlx::prelude::*;
@@ -18,11 +19,11 @@ use crate::ir::{Graph, Op, VerifyError};
 /// ```
 pub fn dce(graph: &Graph) -> Result<Graph, VerifyError> {
     let mut live = vec![false; graph.len()];
-    for out in graph.outputs() {
+    for out in graph.outputs().iter().chain(graph.writes()) {
         live[out.node.index()] = true;
     }
     for (id, node) in graph.iter().collect::<Vec<_>>().into_iter().rev() {
-        if live[id.index()] || matches!(node.op, Op::Input | Op::Param) {
+        if live[id.index()] || matches!(node.op, Op::Input | Op::Param | Op::State) {
             live[id.index()] = true;
             for input in &node.inputs {
                 live[input.index()] = true;
@@ -35,5 +36,5 @@ pub fn dce(graph: &Graph) -> Result<Graph, VerifyError> {
             rw.keep(id, node);
         }
     }
-    rw.finish(graph.outputs())
+    rw.finish(graph)
 }

@@ -53,5 +53,5 @@ pub fn decompose(graph: &Graph, keep: &dyn Fn(&Op) -> bool) -> Result<Graph, Ver
         })?;
         rw.alias(id, emitted[0]);
     }
-    rw.finish(graph.outputs())
+    rw.finish(graph)
 }

@@ -6,8 +6,9 @@ use crate::ir::{DType, Graph, Node, NodeId, Op, Output, TensorType, VerifyError}
 
 /// Rewrites `graph` so that everything it computes in float32 is computed in `dtype` (a
 /// narrower float type) while its interface stays float32: float32 params become `dtype`
-/// (a backend casts their values once, when they are bound), float32 inputs and constants
-/// are cast on entry, float32 casts target `dtype`, and float32 outputs are cast back.
+/// (a backend casts their values once, when they are bound), float32 inputs, states and
+/// constants are cast on entry, float32 casts target `dtype`, and float32 outputs and state
+/// writes are cast back.
 /// Other dtypes are untouched.
 ///
 /// ```
@@ -34,7 +35,7 @@ pub fn compute_in(graph: &Graph, dtype: DType) -> Result<Graph, VerifyError> {
                 param.ty = narrow(&node.ty);
                 rw.push(id, param);
             }
-            Op::Input | Op::Constant(_) if is_f32 => {
+            Op::Input | Op::State | Op::Constant(_) if is_f32 => {
                 let entry = rw.keep(id, node);
                 let cast = cast_node(entry, node, dtype);
                 let cast = rw.add(cast);
@@ -55,23 +56,21 @@ pub fn compute_in(graph: &Graph, dtype: DType) -> Result<Graph, VerifyError> {
             }
         }
     }
-    let outputs = graph
-        .outputs()
-        .iter()
-        .map(|o| {
-            let node = rw.get(o.node);
-            let node = if graph[o.node].ty.dtype == DType::F32 {
-                rw.add(cast_node(node, &graph[o.node], DType::F32))
-            } else {
-                node
-            };
-            Output {
-                name: o.name.clone(),
-                node,
-            }
-        })
-        .collect();
-    rw.finish_with(outputs)
+    let mut back = |o: &Output| {
+        let node = rw.get(o.node);
+        let node = if graph[o.node].ty.dtype == DType::F32 {
+            rw.add(cast_node(node, &graph[o.node], DType::F32))
+        } else {
+            node
+        };
+        Output {
+            name: o.name.clone(),
+            node,
+        }
+    };
+    let outputs = graph.outputs().iter().map(&mut back).collect();
+    let writes = graph.writes().iter().map(&mut back).collect();
+    rw.finish_with(outputs, writes)
 }
 
 /// A cast of `operand` (with `like`'s shape and origin) to `to`.

@@ -55,19 +55,26 @@ impl Rewriter {
         &self.nodes
     }
 
-    /// The graph of the new nodes with these outputs (new ids).
-    pub(crate) fn finish_with(self, outputs: Vec<Output>) -> Result<Graph, VerifyError> {
-        Graph::from_parts(self.nodes, outputs)
+    /// The graph of the new nodes with these outputs and writes (new ids).
+    pub(crate) fn finish_with(
+        self,
+        outputs: Vec<Output>,
+        writes: Vec<Output>,
+    ) -> Result<Graph, VerifyError> {
+        Graph::assemble(self.nodes, outputs, writes)
     }
 
-    pub(crate) fn finish(self, outputs: &[Output]) -> Result<Graph, VerifyError> {
-        let outputs = outputs
-            .iter()
-            .map(|o| Output {
-                name: o.name.clone(),
-                node: self.map[o.node.index()].expect("outputs are kept"),
-            })
-            .collect();
-        Graph::from_parts(self.nodes, outputs)
+    /// The graph of the new nodes with the outputs and writes of `old`, remapped.
+    pub(crate) fn finish(self, old: &Graph) -> Result<Graph, VerifyError> {
+        let remap = |list: &[Output]| -> Vec<Output> {
+            list.iter()
+                .map(|o| Output {
+                    name: o.name.clone(),
+                    node: self.map[o.node.index()].expect("outputs and writes are kept"),
+                })
+                .collect()
+        };
+        let (outputs, writes) = (remap(old.outputs()), remap(old.writes()));
+        Graph::assemble(self.nodes, outputs, writes)
     }
 }

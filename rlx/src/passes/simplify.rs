@@ -49,5 +49,5 @@ pub fn simplify(graph: &Graph) -> Result<Graph, VerifyError> {
             rw.keep(id, node);
         }
     }
-    rw.finish(graph.outputs())
+    rw.finish(graph)
 }

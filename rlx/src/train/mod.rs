@@ -164,7 +164,7 @@ pub fn training_graph(
 ) -> Result<TrainingGraph, TrainError> {
     let with_grads = gradients(graph, loss, &Wrt::Params)?;
     // Gradients feed the update; returning them too would copy them out every step.
-    let (nodes, outputs) = with_grads.into_parts();
+    let (nodes, outputs, writes) = with_grads.into_parts();
     let (grad_outputs, kept): (Vec<_>, Vec<_>) = outputs
         .into_iter()
         .partition(|o| o.name.starts_with("grad/"));
@@ -172,7 +172,7 @@ pub fn training_graph(
         .iter()
         .position(|o| o.name == loss)
         .expect("the loss is an output");
-    let base = Graph::from_parts(nodes, kept)
+    let base = Graph::assemble(nodes, kept, writes)
         .map_err(|e| TrainError::Config(format!("the gradient graph does not verify: {e}")))?;
     let mut b = GraphBuilder::from_graph(base);
     let weights: Vec<(NodeId, String)> = graph

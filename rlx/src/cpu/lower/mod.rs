@@ -25,7 +25,7 @@ use super::thunk::{Kernel, Thunk};
 use super::view::View;
 use crate::backend::NodeSite;
 use crate::ir::{ConstantData, DType, Node, NodeId, Op};
-use crate::ops::{Input, Param};
+use crate::ops::{Input, Param, State};
 use geometry::numel;
 
 /// How the CPU computes one op: a kernel call or a few, over views the planner places.
@@ -184,6 +184,12 @@ impl Lower for Param {
     }
 }
 
+impl Lower for State {
+    fn lower(&self, _: &LowerInput<'_>) -> Vec<Thunk> {
+        Vec::new()
+    }
+}
+
 /// Constants sit in the static region, written once per binding.
 impl Lower for ConstantData {
     fn lower(&self, _: &LowerInput<'_>) -> Vec<Thunk> {
@@ -194,6 +200,15 @@ impl Lower for ConstantData {
 /// A planned kernel call.
 fn boxed(kernel: impl Kernel + 'static) -> Thunk {
     Box::new(kernel)
+}
+
+/// A copy of all of `src` into `dst` (of as many elements).
+pub(crate) fn whole_copy(dtype: DType, src: View, dst: View) -> Thunk {
+    let layout = Strided {
+        dims: vec![src.len],
+        strides: [vec![1], vec![1]],
+    };
+    copy(dtype, layout, 0, 0, src, dst)
 }
 
 /// A strided copy of `src` (from element `src_at`) into `dst` (from element `dst_at`).

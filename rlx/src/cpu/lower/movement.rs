@@ -433,7 +433,10 @@ impl Lower for ir::DynamicSlice {
     fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
         let layout = Strided {
             dims: n.out_shape.to_vec(),
-            strides: [contiguous_strides(n.out_shape), contiguous_strides(n.shapes[0])],
+            strides: [
+                contiguous_strides(n.out_shape),
+                contiguous_strides(n.shapes[0]),
+            ],
         };
         vec![boxed(WindowCopy {
             dtype: n.dtype(),
@@ -447,7 +450,8 @@ impl Lower for ir::DynamicSlice {
 }
 
 /// A copy of the operand, then the update copied over the window (none for an empty
-/// update, which is never out of range).
+/// update, which is never out of range). Writing a state in place, the output is the
+/// operand's own storage and only the window is copied.
 impl Lower for ir::SliceUpdate {
     fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
         let whole = Strided {
@@ -459,7 +463,11 @@ impl Lower for ir::SliceUpdate {
             dims: update.to_vec(),
             strides: [contiguous_strides(n.out_shape), contiguous_strides(update)],
         };
-        let mut thunks = vec![copy(n.dtype(), whole, 0, 0, n.views[0], n.out)];
+        // In place (the operand is the output: a state's slot) the copy is not needed.
+        let mut thunks = Vec::new();
+        if n.views[0] != n.out {
+            thunks.push(copy(n.dtype(), whole, 0, 0, n.views[0], n.out));
+        }
         if n.views[1].len > 0 {
             thunks.push(boxed(WindowCopy {
                 dtype: n.dtype(),

@@ -245,6 +245,7 @@ impl Lowering {
         let outputs = graph
             .outputs()
             .iter()
+            .chain(graph.writes())
             .map(|o| {
                 values[o.node.index()]
                     .clone()

@@ -5,7 +5,7 @@ use super::{Lower, NodeFailure, NodeInput};
 use crate::ir::{self, AttentionMask, BinaryOp, CompareOp, ConstantData, UnaryOp};
 use crate::mlx::array::{Array, MlxError};
 use crate::mlx::ops::MaskArg;
-use crate::ops::{Input, Param, Solve, StopGradient, Where};
+use crate::ops::{Input, Param, Solve, State, StopGradient, Where};
 use crate::tensor::TensorRef;
 
 type Lowered = Result<Array, NodeFailure>;
@@ -18,6 +18,12 @@ impl Lower for Input {
 }
 
 impl Lower for Param {
+    fn lower(&self, _: &mut NodeInput<'_>) -> Lowered {
+        Err(MlxError::new("a leaf was not supplied").into())
+    }
+}
+
+impl Lower for State {
     fn lower(&self, _: &mut NodeInput<'_>) -> Lowered {
         Err(MlxError::new("a leaf was not supplied").into())
     }

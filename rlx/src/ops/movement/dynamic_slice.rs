@@ -109,7 +109,10 @@ impl Primitive for DynamicSlice {
         let window: Vec<usize> = axes.iter().map(|&a| s.below(sizes[a] + 1)).collect();
         let offsets = random_offsets(s, &axes, &sizes, &window)?;
         let sizes = window.into_iter().map(Dim::Static).collect();
-        Some((Op::DynamicSlice(DynamicSlice { axes, sizes }), vec![x, offsets]))
+        Some((
+            Op::DynamicSlice(DynamicSlice { axes, sizes }),
+            vec![x, offsets],
+        ))
     }
 
     /// A primitive.
@@ -209,7 +212,10 @@ impl Primitive for SliceUpdate {
         }
         let update = s.input(ty.dtype, dims)?;
         let offsets = random_offsets(s, &axes, &sizes, &window)?;
-        Some((Op::SliceUpdate(SliceUpdate { axes }), vec![x, update, offsets]))
+        Some((
+            Op::SliceUpdate(SliceUpdate { axes }),
+            vec![x, update, offsets],
+        ))
     }
 
     /// A primitive.
@@ -229,7 +235,9 @@ fn check_offsets(axes: &[usize], inputs: &[TensorType], at: usize) -> Result<(),
         return Err(InferError::Axis { axis, rank });
     }
     if axes.windows(2).any(|w| w[0] >= w[1]) {
-        return Err(attr_err!("window axes {axes:?} must be strictly increasing"));
+        return Err(attr_err!(
+            "window axes {axes:?} must be strictly increasing"
+        ));
     }
     require_index(inputs, at)?;
     let offsets = &inputs[at].shape;
@@ -239,7 +247,11 @@ fn check_offsets(axes: &[usize], inputs: &[TensorType], at: usize) -> Result<(),
     } else {
         Err(attr_err!(
             "offsets must have shape {one_each} (one per axis{}), got {offsets}",
-            if axes.len() == 1 { ", or be a scalar" } else { "" }
+            if axes.len() == 1 {
+                ", or be a scalar"
+            } else {
+                ""
+            }
         ))
     }
 }
@@ -304,7 +316,11 @@ fn random_offsets(
         .map(|(&a, &w)| s.below(sizes[a] - w + 1) as i64)
         .collect();
     let scalar = axes.len() == 1 && chance(s, 0.5);
-    let dims = Shape::new(if scalar { vec![] } else { vec![Dim::Static(axes.len())] });
+    let dims = Shape::new(if scalar {
+        vec![]
+    } else {
+        vec![Dim::Static(axes.len())]
+    });
     let data = if pick(s, &[DType::I32, DType::I64]) == DType::I32 {
         let narrow: Vec<i32> = values.iter().map(|&v| v as i32).collect();
         ConstantData::from_slice(&narrow, dims.clone())

@@ -1,0 +1,359 @@
+//! State across runs (issue 32): graphs declare states that a context holds between runs.
+//! Every read in a run sees the state from before it, writes land when it completes, the
+//! CPU writes a cache in place, and a decode-shaped loop over a cache equals recomputing
+//! the whole sequence each step. On the CPU (several configurations) and MLX (every mode).
+
+use rlx::backend::{Backend, Context, ContextError, Executable, RunError};
+use rlx::cpu::{CpuBackend, CpuOptions};
+use rlx::ir::{Attention, AttentionMask, DType, Dim, Graph, Op, SliceUpdate};
+use rlx::prelude::*;
+use rlx::tensor::HostTensor;
+
+/// Runs `body` with every backend configuration: label, executable of `graph`.
+fn on_every_backend(graph: &Graph, body: &mut dyn FnMut(&str, &dyn Executable)) {
+    let cpus = [
+        ("cpu", CpuOptions::default()),
+        (
+            "cpu-1-thread-unoptimized",
+            CpuOptions {
+                threads: 1,
+                optimize: false,
+                poison: true,
+                ..CpuOptions::default()
+            },
+        ),
+    ];
+    for (label, options) in cpus {
+        let exe = CpuBackend::new(options).compile(graph).unwrap();
+        body(label, &exe);
+    }
+    #[cfg(feature = "mlx")]
+    {
+        use rlx::mlx::{MlxBackend, MlxMode};
+        for (label, mode) in [
+            ("mlx-eager", MlxMode::Eager),
+            ("mlx-lazy", MlxMode::Lazy),
+            ("mlx-compiled", MlxMode::Compiled),
+        ] {
+            let exe = MlxBackend::new(mode).compile(graph).unwrap();
+            body(label, &exe);
+        }
+    }
+}
+
+fn f32s(values: &[f32], dims: &[usize]) -> HostTensor {
+    HostTensor::from_vec(values.to_vec(), dims.to_vec()).unwrap()
+}
+
+/// `total += x` with the old total returned: a running sum.
+fn running_sum() -> Graph {
+    let mut b = GraphBuilder::new();
+    let total = b.state("total", DType::F32, [2]).unwrap();
+    let x = b.input("x", DType::F32, [2]).unwrap();
+    let sum = b.add(total, x).unwrap();
+    b.write("total", sum).unwrap();
+    b.output("before", total).unwrap();
+    b.output("after", sum).unwrap();
+    b.finish().unwrap()
+}
+
+#[test]
+fn a_state_accumulates_across_runs_and_reads_see_the_value_before_the_run() {
+    on_every_backend(&running_sum(), &mut |label, exe| {
+        let mut ctx = exe.new_context().unwrap();
+        let x = f32s(&[1.0, -2.0], &[2]);
+        for step in 0..4 {
+            let out = exe.run_in(&mut ctx, &[("x", x.view())], &[]).unwrap();
+            let before = step as f32;
+            assert_eq!(
+                out[0].as_slice::<f32>().unwrap(),
+                &[before, -2.0 * before],
+                "{label}"
+            );
+            assert_eq!(
+                out[1].as_slice::<f32>().unwrap(),
+                &[before + 1.0, -2.0 * (before + 1.0)],
+                "{label}"
+            );
+        }
+        assert_eq!(
+            ctx.get("total").unwrap().as_slice::<f32>().unwrap(),
+            &[4.0, -8.0]
+        );
+        // Contexts are independent.
+        let mut other = exe.new_context().unwrap();
+        exe.run_in(&mut other, &[("x", x.view())], &[]).unwrap();
+        assert_eq!(
+            other.get("total").unwrap().as_slice::<f32>().unwrap(),
+            &[1.0, -2.0]
+        );
+        assert_eq!(
+            ctx.get("total").unwrap().as_slice::<f32>().unwrap(),
+            &[4.0, -8.0]
+        );
+        // Set, reset.
+        ctx.set("total", f32s(&[10.0, 20.0], &[2]).view()).unwrap();
+        let out = exe.run_in(&mut ctx, &[("x", x.view())], &[]).unwrap();
+        assert_eq!(out[1].as_slice::<f32>().unwrap(), &[11.0, 18.0], "{label}");
+        ctx.reset().unwrap();
+        assert_eq!(
+            ctx.get("total").unwrap().as_slice::<f32>().unwrap(),
+            &[0.0, 0.0]
+        );
+    });
+}
+
+#[test]
+fn writes_land_together_when_the_run_ends() {
+    // a, b = b, a + b: each write reads the other state as it was before the run.
+    let mut b = GraphBuilder::new();
+    let a = b.state("a", DType::I64, [1]).unwrap();
+    let s = b.state("b", DType::I64, [1]).unwrap();
+    let sum = b.add(a, s).unwrap();
+    b.write("a", s).unwrap();
+    b.write("b", sum).unwrap();
+    b.output("a", a).unwrap();
+    let g = b.finish().unwrap();
+    on_every_backend(&g, &mut |label, exe| {
+        let mut ctx = exe.new_context().unwrap();
+        ctx.set("b", HostTensor::from_vec(vec![1i64], [1]).unwrap().view())
+            .unwrap();
+        let mut seen = Vec::new();
+        for _ in 0..10 {
+            let out = exe.run_in(&mut ctx, &[], &[]).unwrap();
+            seen.push(out[0].as_slice::<i64>().unwrap()[0]);
+        }
+        assert_eq!(seen, [0, 1, 1, 2, 3, 5, 8, 13, 21, 34], "{label}");
+    });
+}
+
+#[test]
+fn states_save_and_load_by_name() {
+    let dir = std::env::temp_dir().join(format!("rlx-state-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    on_every_backend(&running_sum(), &mut |label, exe| {
+        let x = f32s(&[0.5, 1.5], &[2]);
+        let mut ctx = exe.new_context().unwrap();
+        exe.run_in(&mut ctx, &[("x", x.view())], &[]).unwrap();
+        let path = dir.join(format!("{label}.safetensors"));
+        ctx.save(&path).unwrap();
+        // Continuing from the file equals continuing.
+        let mut loaded = exe.new_context().unwrap();
+        loaded.load(&path).unwrap();
+        let a = exe.run_in(&mut ctx, &[("x", x.view())], &[]).unwrap();
+        let b = exe.run_in(&mut loaded, &[("x", x.view())], &[]).unwrap();
+        assert_eq!(a, b, "{label}");
+        // A file that lacks a state is refused, and changes nothing.
+        let empty = dir.join(format!("{label}-empty.safetensors"));
+        rlx::weights::save_tensors(&empty, &[]).unwrap();
+        let err = loaded.load(&empty).unwrap_err();
+        assert!(
+            matches!(err, ContextError::Missing { ref name } if name == "total"),
+            "{err}"
+        );
+        assert_eq!(loaded.get("total").unwrap(), ctx.get("total").unwrap());
+    });
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn misuse_of_states_is_a_typed_error() {
+    let g = running_sum();
+    on_every_backend(&g, &mut |label, exe| {
+        let x = f32s(&[1.0, 1.0], &[2]);
+        let err = exe.run(&[("x", x.view())], &[]).unwrap_err();
+        assert!(
+            matches!(&err, RunError::NeedsContext { states } if states == &["total"]),
+            "{label}: {err}"
+        );
+        let mut ctx = exe.new_context().unwrap();
+        let err = ctx.get("count").unwrap_err();
+        assert!(
+            matches!(err, RunError::UnknownState { .. }),
+            "{label}: {err}"
+        );
+        let err = ctx.set("total", f32s(&[1.0; 3], &[3]).view()).unwrap_err();
+        assert!(matches!(err, RunError::Shape { .. }), "{label}: {err}");
+        let wrong = HostTensor::from_vec(vec![1i32, 2], [2]).unwrap();
+        let err = ctx.set("total", wrong.view()).unwrap_err();
+        assert!(matches!(err, RunError::DType { .. }), "{label}: {err}");
+    });
+    // A context belongs to the executable that made it.
+    let cpu = CpuBackend::default();
+    let (one, two) = (cpu.compile(&g).unwrap(), cpu.compile(&g).unwrap());
+    let mut ctx: Context = one.new_context().unwrap();
+    let x = f32s(&[1.0, 1.0], &[2]);
+    let err = two.run_in(&mut ctx, &[("x", x.view())], &[]).unwrap_err();
+    assert!(matches!(err, RunError::ForeignContext), "{err}");
+    // A state's shape must be static, and a write must fit its state.
+    let mut b = GraphBuilder::new();
+    b.state("cache", DType::F32, [Dim::sym("n")]).unwrap();
+    let y = b.input("y", DType::F32, [1]).unwrap();
+    b.output("y", y).unwrap();
+    let err = cpu.compile(&b.finish().unwrap()).unwrap_err();
+    assert!(
+        err.to_string().contains("states need static shapes"),
+        "{err}"
+    );
+    let mut b = GraphBuilder::new();
+    b.state("cache", DType::F32, [4]).unwrap();
+    let y = b.input("y", DType::F32, [3]).unwrap();
+    let err = b.write("cache", y).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("state \"cache\" is f32[4] but is written a f32[3]"),
+        "{err}"
+    );
+}
+
+/// One decode step of attention over a cache of `cap` rows of `D` per head: the new
+/// key/value row goes in at `pos` (in place), and the query attends over rows `0..=pos`
+/// (a mask hides the rest).
+const CAP: usize = 24;
+const D: usize = 4;
+const HEADS: usize = 2;
+
+fn decode_step(cap: usize) -> Graph {
+    let mut b = GraphBuilder::new();
+    let kc = b.state("k", DType::F32, [1, HEADS, cap, D]).unwrap();
+    let vc = b.state("v", DType::F32, [1, HEADS, cap, D]).unwrap();
+    let q = b.input("q", DType::F32, [1, HEADS, 1, D]).unwrap();
+    let k = b.input("k_row", DType::F32, [1, HEADS, 1, D]).unwrap();
+    let v = b.input("v_row", DType::F32, [1, HEADS, 1, D]).unwrap();
+    let pos = b.input("pos", DType::I32, [0usize; 0]).unwrap();
+    let mask = b.input("mask", DType::F32, [1, cap]).unwrap();
+    let at = Op::SliceUpdate(SliceUpdate { axes: vec![2] });
+    let kc = b.op(at.clone(), &[kc, k, pos]).unwrap();
+    let vc = b.op(at, &[vc, v, pos]).unwrap();
+    b.write("k", kc).unwrap();
+    b.write("v", vc).unwrap();
+    let scale = 1.0 / (D as f64).sqrt();
+    let attend = Op::Attention(Attention {
+        scale,
+        mask: AttentionMask::Tensor,
+    });
+    let y = b.op(attend, &[q, kc, vc, mask]).unwrap();
+    b.output("y", y).unwrap();
+    b.finish().unwrap()
+}
+
+/// The same attention computed from scratch over the first `n` rows of `k` and `v`.
+fn recompute(n: usize) -> Graph {
+    let mut b = GraphBuilder::new();
+    let q = b.input("q", DType::F32, [1, HEADS, 1, D]).unwrap();
+    let k = b.input("k", DType::F32, [1, HEADS, n, D]).unwrap();
+    let v = b.input("v", DType::F32, [1, HEADS, n, D]).unwrap();
+    let scale = 1.0 / (D as f64).sqrt();
+    let attend = Op::Attention(Attention {
+        scale,
+        mask: AttentionMask::None,
+    });
+    let y = b.op(attend, &[q, k, v]).unwrap();
+    b.output("y", y).unwrap();
+    b.finish().unwrap()
+}
+
+/// Row `t` of a deterministic sequence of `[1, HEADS, 1, D]` values.
+fn row(t: usize, salt: usize) -> HostTensor {
+    let values: Vec<f32> = (0..HEADS * D)
+        .map(|i| (((t * 31 + i * 7 + salt * 13) % 23) as f32 - 11.0) / 8.0)
+        .collect();
+    HostTensor::from_vec(values, [1, HEADS, 1, D]).unwrap()
+}
+
+/// Rows `0..n` stacked along the sequence axis: `[1, HEADS, n, D]`.
+fn rows(n: usize, salt: usize) -> HostTensor {
+    let mut values = vec![0f32; HEADS * n * D];
+    for t in 0..n {
+        let r = row(t, salt);
+        for h in 0..HEADS {
+            for d in 0..D {
+                values[(h * n + t) * D + d] = r.as_slice::<f32>().unwrap()[h * D + d];
+            }
+        }
+    }
+    HostTensor::from_vec(values, [1, HEADS, n, D]).unwrap()
+}
+
+#[test]
+fn a_decode_loop_over_a_cache_equals_recomputing_every_step() {
+    let step = decode_step(CAP);
+    let cpu_reference = CpuBackend::new(CpuOptions {
+        threads: 1,
+        ..CpuOptions::default()
+    });
+    on_every_backend(&step, &mut |label, exe| {
+        let mut ctx = exe.new_context().unwrap();
+        for t in 0..CAP {
+            let mask: Vec<f32> = (0..CAP)
+                .map(|j| if j <= t { 0.0 } else { f32::NEG_INFINITY })
+                .collect();
+            let mask = f32s(&mask, &[1, CAP]);
+            let pos = HostTensor::from_vec(vec![t as i32], []).unwrap();
+            let (q, k, v) = (row(t, 2), row(t, 0), row(t, 1));
+            let out = exe
+                .run_in(
+                    &mut ctx,
+                    &[
+                        ("q", q.view()),
+                        ("k_row", k.view()),
+                        ("v_row", v.view()),
+                        ("pos", pos.view()),
+                        ("mask", mask.view()),
+                    ],
+                    &[],
+                )
+                .unwrap();
+            let whole = cpu_reference.compile(&recompute(t + 1)).unwrap();
+            let (ks, vs) = (rows(t + 1, 0), rows(t + 1, 1));
+            let expected = whole
+                .run(&[("q", q.view()), ("k", ks.view()), ("v", vs.view())], &[])
+                .unwrap();
+            let (got, want) = (out[0].to_f64_vec(), expected[0].to_f64_vec());
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "{label} step {t}: {got:?} vs {want:?}"
+                );
+            }
+        }
+        // Every row is in the cache, in place.
+        assert_eq!(ctx.get("k").unwrap(), rows(CAP, 0), "{label}");
+        assert_eq!(ctx.get("v").unwrap(), rows(CAP, 1), "{label}");
+        // Writing past the capacity fails, naming the offset.
+        let pos = HostTensor::from_vec(vec![CAP as i32], []).unwrap();
+        let mask = f32s(&[0.0; CAP], &[1, CAP]);
+        let q = row(0, 0);
+        let err = exe
+            .run_in(
+                &mut ctx,
+                &[
+                    ("q", q.view()),
+                    ("k_row", q.view()),
+                    ("v_row", q.view()),
+                    ("pos", pos.view()),
+                    ("mask", mask.view()),
+                ],
+                &[],
+            )
+            .unwrap_err();
+        assert!(
+            matches!(err, RunError::WindowOutOfRange { offset, size: CAP, .. } if offset == CAP as i64),
+            "{label}: {err}"
+        );
+    });
+}
+
+#[test]
+fn the_cpu_writes_a_cache_in_place() {
+    // The arena holds no copy of the caches: its plan is smaller than one of them.
+    let cap = 4096;
+    let exe = CpuBackend::default().compile(&decode_step(cap)).unwrap();
+    let cache_bytes = HEADS * cap * D * 4;
+    let report = exe.plan_report(&[]).unwrap();
+    assert!(
+        report.peak_bytes < cache_bytes,
+        "{} arena bytes for caches of {cache_bytes}",
+        report.peak_bytes
+    );
+}
