@@ -403,6 +403,7 @@ fn attention_graph(c: &AttentionCase) -> Graph {
             Op::Attention(Attention {
                 scale,
                 mask: c.mask,
+                key_length: false,
             }),
             &operands,
         )

@@ -1,5 +1,6 @@
 //! After the first run with a binding, `run_into` performs no heap allocation, nor does a
-//! training step (`rlx::train::Trainer::step`): proven with a
+//! training step (`rlx::train::Trainer::step`) or a decode step over a cache in a context
+//! (`run_in_into`): proven with a
 //! counting global allocator. (One test in this binary, so nothing else allocates meanwhile.)
 
 use rlx::ir::{ArgReduce, Cumsum, Gather, LayerNorm, MatMul, Pad, Slice};
@@ -198,6 +199,41 @@ fn runs_do_not_allocate() {
     // A training step (forward, backward and AdamW, moving the updates into the weights)
     // allocates nothing either.
     assert_eq!(allocations_per_training_step(), 0);
+    // A decode step appending to a cache held in a context and attending its filled part.
+    assert_eq!(allocations_per_decode_step(), 0);
+}
+
+/// Allocations on this thread in 20 decode steps after the first three.
+fn allocations_per_decode_step() -> usize {
+    let one = CpuOptions {
+        threads: 1,
+        ..CpuOptions::default()
+    };
+    let graph = rlx_testkit::testing::decode_step(64, 2, 8);
+    let exe = CpuBackend::new(one).compile(&graph).unwrap();
+    let mut ctx = exe.new_context().unwrap();
+    let row = HostTensor::from_vec(vec![0.25f32; 16], [1, 2, 1, 8]).unwrap();
+    let mut pos = HostTensor::from_vec(vec![0i32], []).unwrap();
+    let mut outputs = Vec::new();
+    let mut step = |pos: &HostTensor, outputs: &mut Vec<HostTensor>| {
+        let inputs = [
+            ("q", row.view()),
+            ("k_row", row.view()),
+            ("v_row", row.view()),
+            ("pos", pos.view()),
+        ];
+        exe.run_in_into(&mut ctx, &inputs, &[], outputs).unwrap();
+    };
+    for t in 0..3 {
+        pos.as_mut_slice::<i32>().unwrap()[0] = t;
+        step(&pos, &mut outputs);
+    }
+    let mine = MINE.with(Cell::get);
+    for t in 3..23 {
+        pos.as_mut_slice::<i32>().unwrap()[0] = t;
+        step(&pos, &mut outputs);
+    }
+    MINE.with(Cell::get) - mine
 }
 
 /// Allocations on this thread in 20 training steps of a small classifier after the first.

@@ -276,6 +276,7 @@ fn unsupported_ops_are_listed_at_compile_time() {
             Op::Attention(Attention {
                 scale: 0.5,
                 mask: AttentionMask::Causal,
+                key_length: false,
             }),
             &[q, q, q],
         )

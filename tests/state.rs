@@ -5,7 +5,7 @@
 
 use rlx::backend::{Backend, Context, ContextError, Executable, RunError};
 use rlx::cpu::{CpuBackend, CpuOptions};
-use rlx::ir::{Attention, AttentionMask, DType, Dim, Graph, Op, SliceUpdate};
+use rlx::ir::{Attention, AttentionMask, DType, Dim, Graph, Op};
 use rlx::prelude::*;
 use rlx::tensor::HostTensor;
 
@@ -207,46 +207,27 @@ fn misuse_of_states_is_a_typed_error() {
 }
 
 /// One decode step of attention over a cache of `cap` rows of `D` per head: the new
-/// key/value row goes in at `pos` (in place), and the query attends over rows `0..=pos`
-/// (a mask hides the rest).
-const CAP: usize = 24;
+/// key/value row goes in at `pos` (in place), and the query attends the first `pos + 1`
+/// rows of the cache, read where they are.
 const D: usize = 4;
 const HEADS: usize = 2;
 
 fn decode_step(cap: usize) -> Graph {
-    let mut b = GraphBuilder::new();
-    let kc = b.state("k", DType::F32, [1, HEADS, cap, D]).unwrap();
-    let vc = b.state("v", DType::F32, [1, HEADS, cap, D]).unwrap();
-    let q = b.input("q", DType::F32, [1, HEADS, 1, D]).unwrap();
-    let k = b.input("k_row", DType::F32, [1, HEADS, 1, D]).unwrap();
-    let v = b.input("v_row", DType::F32, [1, HEADS, 1, D]).unwrap();
-    let pos = b.input("pos", DType::I32, [0usize; 0]).unwrap();
-    let mask = b.input("mask", DType::F32, [1, cap]).unwrap();
-    let at = Op::SliceUpdate(SliceUpdate { axes: vec![2] });
-    let kc = b.op(at.clone(), &[kc, k, pos]).unwrap();
-    let vc = b.op(at, &[vc, v, pos]).unwrap();
-    b.write("k", kc).unwrap();
-    b.write("v", vc).unwrap();
-    let scale = 1.0 / (D as f64).sqrt();
-    let attend = Op::Attention(Attention {
-        scale,
-        mask: AttentionMask::Tensor,
-    });
-    let y = b.op(attend, &[q, kc, vc, mask]).unwrap();
-    b.output("y", y).unwrap();
-    b.finish().unwrap()
+    rlx_testkit::testing::decode_step(cap, HEADS, D)
 }
 
-/// The same attention computed from scratch over the first `n` rows of `k` and `v`.
-fn recompute(n: usize) -> Graph {
+/// The same attention computed from scratch over `n` rows of `k` and `v`.
+fn recompute() -> Graph {
     let mut b = GraphBuilder::new();
+    let n = Dim::sym("n");
     let q = b.input("q", DType::F32, [1, HEADS, 1, D]).unwrap();
-    let k = b.input("k", DType::F32, [1, HEADS, n, D]).unwrap();
-    let v = b.input("v", DType::F32, [1, HEADS, n, D]).unwrap();
-    let scale = 1.0 / (D as f64).sqrt();
+    let shape = [Dim::from(1), Dim::from(HEADS), n, Dim::from(D)];
+    let k = b.input("k", DType::F32, shape.clone()).unwrap();
+    let v = b.input("v", DType::F32, shape).unwrap();
     let attend = Op::Attention(Attention {
-        scale,
+        scale: 1.0 / (D as f64).sqrt(),
         mask: AttentionMask::None,
+        key_length: false,
     });
     let y = b.op(attend, &[q, k, v]).unwrap();
     b.output("y", y).unwrap();
@@ -275,72 +256,100 @@ fn rows(n: usize, salt: usize) -> HostTensor {
     HostTensor::from_vec(values, [1, HEADS, n, D]).unwrap()
 }
 
+/// Steps of the loop, and the cache's capacity.
+const STEPS: usize = 1000;
+
 #[test]
 fn a_decode_loop_over_a_cache_equals_recomputing_every_step() {
-    let step = decode_step(CAP);
-    let cpu_reference = CpuBackend::new(CpuOptions {
+    let step = decode_step(STEPS);
+    // The reference: the whole sequence so far, on one CPU thread, every step.
+    let whole = CpuBackend::new(CpuOptions {
         threads: 1,
         ..CpuOptions::default()
-    });
+    })
+    .compile(&recompute())
+    .unwrap();
+    let expected: Vec<HostTensor> = (0..STEPS)
+        .map(|t| {
+            let (ks, vs) = (rows(t + 1, 0), rows(t + 1, 1));
+            let q = row(t, 2);
+            let inputs = [("q", q.view()), ("k", ks.view()), ("v", vs.view())];
+            whole.run(&inputs, &[]).unwrap().remove(0)
+        })
+        .collect();
     on_every_backend(&step, &mut |label, exe| {
         let mut ctx = exe.new_context().unwrap();
-        for t in 0..CAP {
-            let mask: Vec<f32> = (0..CAP)
-                .map(|j| if j <= t { 0.0 } else { f32::NEG_INFINITY })
-                .collect();
-            let mask = f32s(&mask, &[1, CAP]);
+        for (t, want) in expected.iter().enumerate() {
             let pos = HostTensor::from_vec(vec![t as i32], []).unwrap();
             let (q, k, v) = (row(t, 2), row(t, 0), row(t, 1));
-            let out = exe
-                .run_in(
-                    &mut ctx,
-                    &[
-                        ("q", q.view()),
-                        ("k_row", k.view()),
-                        ("v_row", v.view()),
-                        ("pos", pos.view()),
-                        ("mask", mask.view()),
-                    ],
-                    &[],
-                )
-                .unwrap();
-            let whole = cpu_reference.compile(&recompute(t + 1)).unwrap();
-            let (ks, vs) = (rows(t + 1, 0), rows(t + 1, 1));
-            let expected = whole
-                .run(&[("q", q.view()), ("k", ks.view()), ("v", vs.view())], &[])
-                .unwrap();
-            let (got, want) = (out[0].to_f64_vec(), expected[0].to_f64_vec());
-            for (g, w) in got.iter().zip(&want) {
-                assert!(
-                    (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
-                    "{label} step {t}: {got:?} vs {want:?}"
-                );
+            let inputs = [
+                ("q", q.view()),
+                ("k_row", k.view()),
+                ("v_row", v.view()),
+                ("pos", pos.view()),
+            ];
+            let got = exe.run_in(&mut ctx, &inputs, &[]).unwrap().remove(0);
+            if label.starts_with("cpu") {
+                // The same blocked kernel over the same keys: to the bit.
+                assert_eq!(&got, want, "{label} step {t}");
+            } else {
+                for (g, w) in got.to_f64_vec().iter().zip(want.to_f64_vec()) {
+                    assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{label} step {t}");
+                }
             }
         }
-        // Every row is in the cache, in place.
-        assert_eq!(ctx.get("k").unwrap(), rows(CAP, 0), "{label}");
-        assert_eq!(ctx.get("v").unwrap(), rows(CAP, 1), "{label}");
+        // Every row is in the cache, and one plan served every step.
+        assert_eq!(ctx.get("k").unwrap(), rows(STEPS, 0), "{label}");
+        assert_eq!(ctx.get("v").unwrap(), rows(STEPS, 1), "{label}");
+        assert_eq!(exe.cached_plans(), 1, "{label}");
         // Writing past the capacity fails, naming the offset.
-        let pos = HostTensor::from_vec(vec![CAP as i32], []).unwrap();
-        let mask = f32s(&[0.0; CAP], &[1, CAP]);
+        let pos = HostTensor::from_vec(vec![STEPS as i32], []).unwrap();
         let q = row(0, 0);
-        let err = exe
-            .run_in(
-                &mut ctx,
-                &[
-                    ("q", q.view()),
-                    ("k_row", q.view()),
-                    ("v_row", q.view()),
-                    ("pos", pos.view()),
-                    ("mask", mask.view()),
-                ],
-                &[],
-            )
-            .unwrap_err();
+        let inputs = [
+            ("q", q.view()),
+            ("k_row", q.view()),
+            ("v_row", q.view()),
+            ("pos", pos.view()),
+        ];
+        let err = exe.run_in(&mut ctx, &inputs, &[]).unwrap_err();
         assert!(
-            matches!(err, RunError::WindowOutOfRange { offset, size: CAP, .. } if offset == CAP as i64),
+            matches!(err, RunError::WindowOutOfRange { offset, size: STEPS, .. } if offset == STEPS as i64),
             "{label}: {err}"
         );
+    });
+}
+
+#[test]
+fn attention_over_a_run_time_length_refuses_one_past_its_keys() {
+    let mut b = GraphBuilder::new();
+    let q = b.input("q", DType::F32, [1, 4]).unwrap();
+    let k = b.input("k", DType::F32, [6, 4]).unwrap();
+    let n = b.input("n", DType::I64, [0usize; 0]).unwrap();
+    let attend = Op::Attention(Attention {
+        scale: 0.5,
+        mask: AttentionMask::Causal,
+        key_length: true,
+    });
+    let y = b.op(attend, &[q, k, k, n]).unwrap();
+    b.output("y", y).unwrap();
+    let g = b.finish().unwrap();
+    on_every_backend(&g, &mut |label, exe| {
+        let (q, k) = (f32s(&[0.5; 4], &[1, 4]), f32s(&[1.0; 24], &[6, 4]));
+        for fine in [0i64, 6] {
+            let n = HostTensor::from_vec(vec![fine], []).unwrap();
+            let inputs = [("q", q.view()), ("k", k.view()), ("n", n.view())];
+            exe.run(&inputs, &[])
+                .unwrap_or_else(|e| panic!("{label}: n = {fine}: {e}"));
+        }
+        for bad in [7i64, -1] {
+            let n = HostTensor::from_vec(vec![bad], []).unwrap();
+            let inputs = [("q", q.view()), ("k", k.view()), ("n", n.view())];
+            let err = exe.run(&inputs, &[]).unwrap_err();
+            assert!(
+                matches!(err, RunError::WindowOutOfRange { size: 6, .. }),
+                "{label}: n = {bad}: {err}"
+            );
+        }
     });
 }
 

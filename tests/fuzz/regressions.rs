@@ -286,6 +286,7 @@ fn scatter_add_and_attention_on_empty_operands() {
         let op = Op::Attention(Attention {
             scale: 0.5,
             mask: rlx::ir::AttentionMask::None,
+            key_length: false,
         });
         let y = g.op(op, &[qn, kn, vn]).unwrap();
         g.output("y", y).unwrap();
@@ -318,6 +319,7 @@ fn attention_without_features_averages_the_values() {
     let op = Op::Attention(Attention {
         scale: 0.94,
         mask: rlx::ir::AttentionMask::None,
+        key_length: false,
     });
     let y = g.op(op, &[q, k, v]).unwrap();
     g.output("y", y).unwrap();
@@ -355,7 +357,14 @@ fn causal_queries_before_the_first_key_see_nothing() {
         let k = g.input("k", DType::F32, [1, 2]).unwrap();
         let v = g.input("v", DType::F32, [1, 2]).unwrap();
         let y = g
-            .op(Op::Attention(Attention { scale: 0.6, mask }), &[q, k, v])
+            .op(
+                Op::Attention(Attention {
+                    scale: 0.6,
+                    mask,
+                    key_length: false,
+                }),
+                &[q, k, v],
+            )
             .unwrap();
         g.output("y", y).unwrap();
         let graph = g.finish().unwrap();

@@ -163,6 +163,6 @@ fn graph_accessors() {
         ["batch", "seq"]
     );
     assert_eq!(g[e].ty.to_string(), "f32[batch,seq,8]");
-    let (nodes, outputs) = g.clone().into_parts();
+    let (nodes, outputs, _) = g.clone().into_parts();
     assert_eq!(Graph::from_parts(nodes, outputs).unwrap(), g);
 }

@@ -172,6 +172,7 @@ fn every_op_prints_its_attributes() {
             Op::Attention(Attention {
                 scale: 0.125,
                 mask: AttentionMask::SlidingWindow(4),
+                key_length: false,
             }),
             "attention[scale=0.125, window=4]",
         ),

@@ -6,7 +6,11 @@ use rlx::ir::{AttentionMask, AttrValue, ConstantData, DType, Op, PoolKind, Tenso
 use crate::support::{err, ok, ty};
 
 fn attn(mask: AttentionMask) -> Op {
-    Op::Attention(Attention { scale: 0.125, mask })
+    Op::Attention(Attention {
+        scale: 0.125,
+        mask,
+        key_length: false,
+    })
 }
 
 #[test]
@@ -126,6 +130,7 @@ fn attention_errors() {
         &Op::Attention(Attention {
             scale: f64::INFINITY,
             mask: AttentionMask::None,
+            key_length: false,
         }),
         &["f32[4,4]", "f32[4,4]", "f32[4,4]"],
         "scale must be finite, got inf",

@@ -214,7 +214,11 @@ fn attention_masks_and_grouped_heads() {
             let q = random(&mut rng, dtype, &qs, -1.0, 1.0);
             let k = random(&mut rng, dtype, &ks, -1.0, 1.0);
             let v = random(&mut rng, dtype, &vs, -1.0, 1.0);
-            let op = Op::Attention(Attention { scale: 0.35, mask });
+            let op = Op::Attention(Attention {
+                scale: 0.35,
+                mask,
+                key_length: false,
+            });
             let g = graph_of(
                 &[
                     ("q", dtype, declared(&qs, &[(0, "b")])),
@@ -255,6 +259,7 @@ fn attention_masks_and_grouped_heads() {
             let op = Op::Attention(Attention {
                 scale: 0.35,
                 mask: AttentionMask::Tensor,
+                key_length: false,
             });
             let g = graph_of(
                 &[
@@ -297,6 +302,7 @@ fn attention_masks_and_grouped_heads() {
         let op = Op::Attention(Attention {
             scale: 0.5,
             mask: AttentionMask::Tensor,
+            key_length: false,
         });
         let g = graph_of(
             &[
@@ -426,6 +432,7 @@ fn attention_reads_and_writes_split_heads_in_place() {
             let op = Op::Attention(Attention {
                 scale: 0.4,
                 mask: AttentionMask::Causal,
+                key_length: false,
             });
             let a = bld.op(op, &p).unwrap();
             let y = bld.permute(a, &perm).unwrap();
@@ -474,7 +481,15 @@ fn gradient_attention_every_mask_with_grouped_heads() {
         }
         let label = format!("attention {mask:?}");
         grad_check(&label, 1000 + seed as u64, &inputs, &|g, i| {
-            op(g, Op::Attention(Attention { scale: 0.4, mask }), i)
+            op(
+                g,
+                Op::Attention(Attention {
+                    scale: 0.4,
+                    mask,
+                    key_length: false,
+                }),
+                i,
+            )
         });
     }
     // A boolean mask with one fully masked row.
@@ -494,6 +509,7 @@ fn gradient_attention_every_mask_with_grouped_heads() {
             Op::Attention(Attention {
                 scale: 0.5,
                 mask: AttentionMask::Tensor,
+                key_length: false,
             }),
             &[i[0], i[1], i[2], keep],
         )
@@ -511,11 +527,108 @@ fn gradient_attention_every_mask_with_grouped_heads() {
                 Op::Attention(Attention {
                     scale: 0.5,
                     mask: AttentionMask::Causal,
+                    key_length: false,
                 }),
                 i,
             )
         },
     );
+}
+
+/// Attention over the first `n` keys equals attention over `k` and `v` sliced to `n` (and a
+/// mask sliced alike), for every mask kind, grouped heads and `n` from 0 to all keys.
+#[test]
+fn attention_over_a_run_time_number_of_keys() {
+    let mut rng = Rng(47);
+    let masks = [
+        AttentionMask::None,
+        AttentionMask::Causal,
+        AttentionMask::SlidingWindow(2),
+        AttentionMask::Tensor,
+    ];
+    for dtype in FLOATS {
+        for mask in masks {
+            for n in [0usize, 2, 5] {
+                let (qs, ks, vs, ms) = ([1, 4, 2, 3], [1, 2, 5, 3], [1, 2, 5, 4], [2, 5]);
+                let q = random(&mut rng, dtype, &qs, -1.0, 1.0);
+                let k = random(&mut rng, dtype, &ks, -1.0, 1.0);
+                let v = random(&mut rng, dtype, &vs, -1.0, 1.0);
+                let m = random(&mut rng, dtype, &ms, -1.0, 0.0);
+                let length = HostTensor::from_vec(vec![n as i32], []).unwrap();
+                let tensor = mask == AttentionMask::Tensor;
+                let attention = |key_length| {
+                    Op::Attention(Attention {
+                        scale: 0.6,
+                        mask,
+                        key_length,
+                    })
+                };
+                let mut inputs = vec![
+                    ("q", dtype, declared(&qs, &[])),
+                    ("k", dtype, declared(&ks, &[])),
+                    ("v", dtype, declared(&vs, &[])),
+                ];
+                if tensor {
+                    inputs.push(("m", dtype, declared(&ms, &[])));
+                }
+                inputs.push(("n", DType::I32, declared(&[], &[])));
+                let g = graph_of(&inputs, |b, i| b.op(attention(true), i).unwrap());
+                // The same over sliced operands, by the float64 reference.
+                let sliced = graph_of(&inputs[..inputs.len() - 1], |b, i| {
+                    let cut = |b: &mut rlx::builder::GraphBuilder, x, axis| {
+                        let op = Op::Slice(rlx::ir::Slice {
+                            axis,
+                            start: 0,
+                            stop: Some(n as i64),
+                            step: 1,
+                        });
+                        b.op(op, &[x]).unwrap()
+                    };
+                    let mut operands = vec![i[0], cut(b, i[1], 2), cut(b, i[2], 2)];
+                    if tensor {
+                        operands.push(cut(b, i[3], 1));
+                    }
+                    b.op(attention(false), &operands).unwrap()
+                });
+                let mut given = vec![("q", &q), ("k", &k), ("v", &v)];
+                if tensor {
+                    given.push(("m", &m));
+                }
+                let expected = rlx::ir::evaluate_reference(&sliced, &given, &[], &[]).unwrap();
+                let expected = to_tensor(&Nd::of(&expected[0]), dtype);
+                given.push(("n", &length));
+                check(&g, &given, &[], &[expected], 1.0);
+            }
+        }
+    }
+}
+
+#[test]
+fn gradient_attention_over_a_run_time_number_of_keys() {
+    use rlx::ir::AttentionMask;
+    for (seed, mask) in [AttentionMask::Causal, AttentionMask::Tensor]
+        .into_iter()
+        .enumerate()
+    {
+        let mut inputs = vec![
+            Input::float("q", &[2, 2, 3]),
+            Input::float("k", &[2, 6, 3]),
+            Input::float("v", &[2, 6, 4]),
+        ];
+        if mask == AttentionMask::Tensor {
+            inputs.push(Input::float("m", &[2, 6]));
+        }
+        inputs.push(Input::indices("n", &[], vec![4]));
+        let label = format!("attention over 4 of 6 keys, {mask:?}");
+        grad_check(&label, 1020 + seed as u64, &inputs, &|g, i| {
+            let attend = Op::Attention(Attention {
+                scale: 0.5,
+                mask,
+                key_length: true,
+            });
+            op(g, attend, i)
+        });
+    }
 }
 
 #[test]

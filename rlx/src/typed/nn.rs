@@ -64,7 +64,11 @@ impl<'g, B: Dim, H: Dim, Q: Dim, D: Dim, E: Float> Tensor<'g, (B, H, Q, D), E> {
         operands: &[Option<NodeId>],
     ) -> Tensor<'g, S2, E> {
         self.then(
-            Op::Attention(crate::ir::Attention { scale, mask }),
+            Op::Attention(crate::ir::Attention {
+                scale,
+                mask,
+                key_length: false,
+            }),
             operands,
         )
     }

@@ -88,7 +88,8 @@ impl HeadLayout {
 /// and key axes (0 where the mask broadcasts).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct MaskLayout {
-    pub head_offsets: Vec<usize>,
+    /// Shared, so that a run over fewer keys copies the dims without allocating.
+    pub head_offsets: std::sync::Arc<[usize]>,
     pub query_stride: usize,
     pub key_stride: usize,
 }

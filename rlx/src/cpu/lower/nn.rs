@@ -62,13 +62,16 @@ pub(crate) struct Attention {
     pub k: View,
     pub v: View,
     pub mask: Option<(View, DType)>,
+    /// The number of keys attended, read at run time (at most the keys' length).
+    pub key_length: Option<(View, DType)>,
     pub out: View,
+    pub at: crate::backend::NodeSite,
     /// One slot per worker, in the accumulator type.
     pub scratch: View,
 }
 
 impl Attention {
-    fn run<T: FloatStore>(&self, mem: &Memory)
+    fn run<T: FloatStore>(&self, mem: &Memory, dims: &AttentionDims)
     where
         T::Acc: GemmAcc,
     {
@@ -78,7 +81,7 @@ impl Attention {
             Some((v, _)) => MaskValues::Additive(mem.src::<T>(v)),
         };
         nn::attention::<T>(
-            &self.dims,
+            dims,
             &self.tiling,
             mem.src(self.q),
             mem.src(self.k),
@@ -95,6 +98,7 @@ impl Kernel for Attention {
         let s = self.dtype.size_bytes();
         let mut reads = vec![(self.q, s), (self.k, s), (self.v, s)];
         reads.extend(self.mask.map(|(v, d)| (v, d.size_bytes())));
+        reads.extend(self.key_length.map(|(v, d)| (v, d.size_bytes())));
         Accesses {
             writes: vec![
                 (self.out, s),
@@ -105,7 +109,29 @@ impl Kernel for Attention {
     }
 
     fn execute(&self, mem: &Memory) -> Result<(), RunError> {
-        float_type!(self.dtype, |T| self.run::<T>(mem));
+        let Some((view, dtype)) = self.key_length else {
+            float_type!(self.dtype, |T| self.run::<T>(mem, &self.dims));
+            return Ok(());
+        };
+        let n = match dtype {
+            DType::I32 => i64::from(mem.src::<i32>(view)[0]),
+            _ => mem.src::<i64>(view)[0],
+        };
+        let size = self.dims.seq_k;
+        let Some(keys) = usize::try_from(n).ok().filter(|n| *n <= size) else {
+            return Err(RunError::WindowOutOfRange {
+                at: self.at,
+                offset: n.min(0),
+                window: n.max(0) as usize,
+                size,
+            });
+        };
+        // The first `keys` rows of k and v, where they are: only the length changes.
+        let dims = AttentionDims {
+            seq_k: keys,
+            ..self.dims.clone()
+        };
+        float_type!(self.dtype, |T| self.run::<T>(mem, &dims));
         Ok(())
     }
 }
@@ -183,7 +209,7 @@ impl Lower for ir::Attention {
                 }
             };
             let lead = &q[..rank - 2];
-            let head_offsets = (0..heads)
+            let head_offsets: Vec<usize> = (0..heads)
                 .map(|flat| {
                     let (mut rest, mut at) = (flat, 0);
                     for axis in (0..lead.len()).rev() {
@@ -194,7 +220,7 @@ impl Lower for ir::Attention {
                 })
                 .collect();
             MaskLayout {
-                head_offsets,
+                head_offsets: head_offsets.into(),
                 query_stride: stride(rank - 2),
                 key_stride: stride(rank - 1),
             }
@@ -231,7 +257,12 @@ impl Lower for ir::Attention {
             k: n.views[1],
             v: n.views[2],
             mask: (mask == AttentionMask::Tensor).then(|| (n.views[3], n.dtypes[3])),
+            key_length: self.key_length.then(|| {
+                let last = n.views.len() - 1;
+                (n.views[last], n.dtypes[last])
+            }),
             out: n.out,
+            at: n.site(),
             scratch: n.scratch[0],
         })]
     }

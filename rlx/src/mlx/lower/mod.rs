@@ -6,7 +6,7 @@
 
 mod ops;
 
-use crate::ir::{DynamicSlice, Gather, MatMul, ScatterAdd, SliceUpdate};
+use crate::ir::{self as ir, DynamicSlice, Gather, MatMul, ScatterAdd, SliceUpdate};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -172,6 +172,9 @@ impl Lowering {
                 // An empty result is made without MLX, and an empty window is never out of
                 // range.
                 Op::DynamicSlice(_) | Op::SliceUpdate(_) => !self.shapes[id.index()].contains(&0),
+                Op::Attention(ir::Attention {
+                    key_length: true, ..
+                }) => !self.shapes[id.index()].contains(&0),
                 _ => false,
             })
             .map(|(id, _)| id)
@@ -399,6 +402,17 @@ impl Lowering {
             }
             Op::DynamicSlice(DynamicSlice { axes, .. }) => (axes, &self.shapes[check.node.index()]),
             Op::SliceUpdate(SliceUpdate { axes }) => (axes, &self.shapes[node.inputs[1].index()]),
+            Op::Attention(_) => {
+                let size = &self.shapes[node.inputs[1].index()];
+                let size = size[size.len() - 2];
+                let n = given.first().copied().unwrap_or(-1);
+                return Err(RunError::WindowOutOfRange {
+                    at: site,
+                    offset: n.min(0),
+                    window: n.max(0) as usize,
+                    size,
+                });
+            }
             _ => {
                 return Err(at(MlxError::new(
                     "an index check on an op that indexes nothing",

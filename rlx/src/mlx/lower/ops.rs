@@ -218,8 +218,14 @@ impl Lower for ir::SliceUpdate {
     }
 }
 
+/// With a key length `n`, the keys from `n` on are masked out (MLX has no attention over a
+/// run-time length), the causal alignment moved to `n`, and `n` checked after evaluation.
 impl Lower for ir::Attention {
     fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        if self.key_length {
+            let allowed = self.length_mask(n)?;
+            return Ok(n.x[0].attention(n.x[1], n.x[2], self.scale, MaskArg::Array(&allowed))?);
+        }
         let mask = match self.mask {
             AttentionMask::None => MaskArg::None,
             AttentionMask::Causal => MaskArg::Causal,
@@ -227,6 +233,60 @@ impl Lower for ir::Attention {
             AttentionMask::Tensor => MaskArg::Array(n.x[3]),
         };
         Ok(n.x[0].attention(n.x[1], n.x[2], self.scale, mask)?)
+    }
+}
+
+impl ir::Attention {
+    /// The mask of an attention over its first `n` keys (its last operand): `bool [Sq, Sk]`
+    /// with the causal or window rule aligned to `n`, or the tensor mask where `j < n`.
+    fn length_mask(&self, n: &mut NodeInput<'_>) -> Result<Array, NodeFailure> {
+        let (lowering, node) = (n.lowering, n.node);
+        let q = &lowering.shapes[node.inputs[0].index()];
+        let k = &lowering.shapes[node.inputs[1].index()];
+        let rank = q.len();
+        let (seq_q, seq_k) = (q[rank - 2], k[rank - 2]);
+        let device = lowering.device;
+        let ints = |values: Vec<i64>, dims: [usize; 2]| {
+            let t = crate::tensor::HostTensor::from_vec(values, dims)
+                .map_err(|e| MlxError::new(e.to_string()))?;
+            Array::from_tensor_on(t.view(), device)
+        };
+        let length = n.x[n.x.len() - 1].cast(ir::DType::I64)?;
+        let keys = ints((0..seq_k as i64).collect(), [1, seq_k])?;
+        let zero = ints(vec![0], [1, 1])?;
+        let size = ints(vec![seq_k as i64], [1, 1])?;
+        let bad = length
+            .compare(CompareOp::Lt, &zero)?
+            .binary(BinaryOp::Max, &length.compare(CompareOp::Gt, &size)?)?
+            .reshape(&[])?;
+        let last = n.x.len() - 1;
+        n.check_indices(bad, last);
+        let mut allowed = keys.compare(CompareOp::Lt, &length)?;
+        if let AttentionMask::Causal | AttentionMask::SlidingWindow(_) = self.mask {
+            // Query i sits at key position i + n − Sq.
+            let rows = ints((0..seq_q as i64).collect(), [seq_q, 1])?;
+            let shift = length.binary(BinaryOp::Sub, &ints(vec![seq_q as i64], [1, 1])?)?;
+            let pos = rows.binary(BinaryOp::Add, &shift)?;
+            let seen = keys.compare(CompareOp::Le, &pos)?;
+            allowed = seen.select(&allowed, &seen)?;
+            if let AttentionMask::SlidingWindow(w) = self.mask {
+                let reach = keys.binary(BinaryOp::Add, &ints(vec![w as i64], [1, 1])?)?;
+                let inside = reach.compare(CompareOp::Gt, &pos)?;
+                allowed = inside.select(&allowed, &inside)?;
+            }
+        }
+        if self.mask != AttentionMask::Tensor {
+            return Ok(allowed);
+        }
+        let mask = n.x[3];
+        if mask.dtype()? == ir::DType::Bool {
+            return Ok(allowed.select(mask, &allowed)?);
+        }
+        let dtype = mask.dtype()?;
+        let blocked = crate::tensor::HostTensor::from_vec(vec![f32::NEG_INFINITY], [1, 1])
+            .map_err(|e| MlxError::new(e.to_string()))?;
+        let blocked = Array::from_tensor_on(blocked.view(), device)?.cast(dtype)?;
+        Ok(allowed.select(mask, &blocked)?)
     }
 }
 

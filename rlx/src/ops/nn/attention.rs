@@ -3,12 +3,13 @@
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::builder::{BuildError, GraphBuilder};
 use crate::ir::{
-    AttentionMask, BinaryOp, CompareOp, DType, Dim, InferError, MatMul, NodeId, Op, ReduceOp,
-    Shape, Softmax, TensorType, attr_err,
+    AttentionMask, BinaryOp, CompareOp, ConstantData, DType, Dim, InferError, MatMul, NodeId, Op,
+    ReduceOp, Scalar, Shape, Softmax, TensorType, attr_err,
 };
 use crate::ops::array::{Array, Out};
 use crate::ops::check::{
-    arity, broadcast_shapes, exact_rank, min_rank, require_float, same_dim, same_dtype,
+    arity, broadcast_shapes, exact_rank, min_rank, require_float, require_index, same_dim,
+    same_dtype,
 };
 use crate::ops::sample::{Sampled, Sampler, chance, dims};
 use crate::ops::tolerance::{Bound, Operands};
@@ -19,12 +20,20 @@ use crate::ops::{Primitive, ReferenceError};
 /// [`AttentionMask::Tensor`]. With rank ≥ 3 the axis before the sequence is heads: `q`
 /// may have a multiple of `k`'s heads (grouped-query attention). A query row whose keys are
 /// all masked yields zeros.
+///
+/// With [`key_length`](Attention::key_length), a last operand `n` (an `i32`/`i64` scalar)
+/// says how many leading keys and values to attend: the op is then the attention over
+/// `k[.., :n, :]` and `v[.., :n, :]` (masks and the causal alignment apply to those `n`), read
+/// in place, so a decode step attends the filled part of a cache of fixed capacity. An `n`
+/// outside `[0, Sk]` is [`RunError::WindowOutOfRange`](crate::backend::RunError).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Attention {
     /// Multiplies the scores, typically `1/sqrt(D)`.
     pub scale: f64,
     /// Masking.
     pub mask: AttentionMask,
+    /// A last operand gives the number of keys attended (see above).
+    pub key_length: bool,
 }
 
 impl Primitive for Attention {
@@ -40,6 +49,7 @@ impl Primitive for Attention {
             AttentionMask::SlidingWindow(w) => out.push(format!("window={w}")),
             AttentionMask::Tensor => out.push("mask".into()),
         }
+        crate::ops::flag(out, self.key_length, "key_length");
     }
 
     fn bind_dims(&self, _: &[usize]) -> Op {
@@ -47,6 +57,23 @@ impl Primitive for Attention {
     }
 
     fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+        let rest = usize::from(self.mask == AttentionMask::Tensor);
+        if self.key_length {
+            let at = 3 + rest;
+            if inputs.len() != at + 1 {
+                return Err(InferError::Arity {
+                    expected: if rest == 1 {
+                        "5 (q, k, v, mask, key_length)"
+                    } else {
+                        "4 (q, k, v, key_length)"
+                    },
+                    got: inputs.len(),
+                });
+            }
+            require_index(inputs, at)?;
+            exact_rank(inputs, at, 0)?;
+            return attention_type(self.scale, self.mask, &inputs[..at]);
+        }
         attention_type(self.scale, self.mask, inputs)
     }
 
@@ -57,7 +84,12 @@ impl Primitive for Attention {
         x: &[NodeId],
         g: NodeId,
     ) -> Result<Vec<Grad>, GradError> {
-        attention_vjp(e, x, self.scale, self.mask, g)
+        let length = self.key_length.then(|| x[x.len() - 1]);
+        let mut grads = attention_vjp(e, x, self.scale, self.mask, length, g)?;
+        if self.key_length {
+            grads.push(Grad::Discrete);
+        }
+        Ok(grads)
     }
 
     fn tolerance(&self, x: &Operands<'_>) -> Bound {
@@ -75,7 +107,22 @@ impl Primitive for Attention {
     }
 
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
-        Ok(attention_value(self.scale, self.mask, x, out))
+        let (x, length) = match self.key_length {
+            true => (&x[..x.len() - 1], Some(&x[x.len() - 1])),
+            false => (x, None),
+        };
+        let seq_k = x[1].shape[x[1].shape.len() - 2];
+        let keys = match length.map(|n| n.data[0] as i64) {
+            None => seq_k,
+            Some(n) => usize::try_from(n).ok().filter(|n| *n <= seq_k).ok_or(
+                ReferenceError::WindowOutOfRange {
+                    offset: n.min(0),
+                    window: n.max(0) as usize,
+                    size: seq_k,
+                },
+            )?,
+        };
+        Ok(attention_value(self.scale, self.mask, x, keys, out))
     }
 
     fn sample(s: &mut dyn Sampler) -> Sampled {
@@ -165,6 +212,7 @@ fn attention_vjp(
     x: &[NodeId],
     scale: f64,
     mask: AttentionMask,
+    length: Option<NodeId>,
     g: NodeId,
 ) -> Result<Vec<Grad>, GradError> {
     let (q, k, v) = (x[0], x[1], x[2]);
@@ -192,26 +240,27 @@ fn attention_vjp(
     };
     let raw = matmul(e, q, ke, false, true)?;
     let mut scores = e.scale(raw, scale)?;
-    let allowed = match mask {
+    let (seq_q, seq_k) = (qs[r - 2].clone(), ks[r - 2].clone());
+    let mut allowed = match mask {
         AttentionMask::None => None,
-        AttentionMask::Causal => Some(causal_allowed(
-            e,
-            qs[r - 2].clone(),
-            ks[r - 2].clone(),
-            None,
-        )?),
-        AttentionMask::SlidingWindow(w) => Some(causal_allowed(
-            e,
-            qs[r - 2].clone(),
-            ks[r - 2].clone(),
-            Some(w),
-        )?),
+        AttentionMask::Causal => Some(causal_allowed(e, seq_q, seq_k, length, None)?),
+        AttentionMask::SlidingWindow(w) => Some(causal_allowed(e, seq_q, seq_k, length, Some(w))?),
         AttentionMask::Tensor if e.dtype(x[3]) == DType::Bool => Some(x[3]),
         AttentionMask::Tensor => {
             scores = e.add(scores, x[3])?;
             None
         }
     };
+    if let Some(n) = length {
+        // Keys from `n` on are not attended.
+        let keys = e.iota(ks[r - 2].clone())?;
+        let n = e.op(Op::Cast(crate::ir::Cast { to: DType::I64 }), &[n])?;
+        let within = e.op(Op::Compare(CompareOp::Lt), &[keys, n])?;
+        allowed = Some(match allowed {
+            Some(a) => e.op(Op::Where, &[within, a, within])?,
+            None => within,
+        });
+    }
     if let Some(allowed) = allowed {
         let blocked = e.scalar(f64::NEG_INFINITY, dtype);
         scores = e.op(Op::Where, &[allowed, scores, blocked])?;
@@ -257,11 +306,11 @@ fn attention_vjp(
 
 /// `softmax(q kᵀ · scale + mask) v`, query heads sharing key/value heads in groups; a row
 /// with no visible key is 0.
-fn attention_value(scale: f64, mask: AttentionMask, x: &[Array], out: &Out) -> Array {
+/// Only the first `sk` keys are attended.
+fn attention_value(scale: f64, mask: AttentionMask, x: &[Array], sk: usize, out: &Out) -> Array {
     let (q, k, v) = (&x[0], &x[1], &x[2]);
     let r = q.shape.len();
     let (sq, d) = (q.shape[r - 2], q.shape[r - 1]);
-    let sk = k.shape[r - 2];
     let group = if r >= 3 {
         q.shape[r - 3] / k.shape[r - 3].max(1)
     } else {
@@ -357,8 +406,25 @@ fn random_attention(s: &mut dyn Sampler) -> Sampled {
             AttentionMask::Tensor
         }
     };
+    // Now and then over the first `n` keys only.
+    let key_length = chance(s, 0.25);
+    if key_length {
+        let seq_k = s.sizes(key)[rank - 2];
+        let n = s.below(seq_k + 1) as i64;
+        let n = if chance(s, 0.5) {
+            ConstantData::scalar(Scalar::Int(n), DType::I32)
+        } else {
+            ConstantData::scalar(Scalar::Int(n), DType::I64)
+        };
+        operands.push(s.constant(n)?);
+    }
     let scale = s.uniform(0.1, 1.0);
-    Some((Op::Attention(Attention { scale, mask }), operands))
+    let op = Attention {
+        scale,
+        mask,
+        key_length,
+    };
+    Some((Op::Attention(op), operands))
 }
 
 /// Which keys each query may see under a causal or sliding-window mask, as `bool [Sq, Sk]`:
@@ -367,14 +433,19 @@ fn causal_allowed(
     e: &mut Emitter<'_>,
     seq_q: Dim,
     seq_k: Dim,
+    length: Option<NodeId>,
     window: Option<usize>,
 ) -> Result<NodeId, GradError> {
     let qi = e.iota(seq_q.clone())?;
     let ki = e.iota(seq_k.clone())?;
     // Query i sits at key position i + Sk − Sq (negative before the first key: it sees
-    // none), the offset counted at run time so symbolic lengths work.
+    // none), the offset counted at run time so symbolic lengths work; with a key length
+    // `n`, at i + n − Sq.
     let nq = e.count(&Shape::new([seq_q.clone()]), &[0], DType::I64)?;
-    let nk = e.count(&Shape::new([seq_k.clone()]), &[0], DType::I64)?;
+    let nk = match length {
+        Some(n) => e.op(Op::Cast(crate::ir::Cast { to: DType::I64 }), &[n])?,
+        None => e.count(&Shape::new([seq_k.clone()]), &[0], DType::I64)?,
+    };
     let offset = e.binary(BinaryOp::Sub, nk, nq)?;
     let pos = e.add(qi, offset)?;
     let pos = e.reshape(pos, Shape::new([seq_q, Dim::Static(1)]))?;
