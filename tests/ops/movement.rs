@@ -309,6 +309,9 @@ fn gather_out_of_range_on<B: rlx::backend::Backend>(label: &str, backend: &B, g:
     }
 }
 
+/// Axes, window sizes, offsets and the offsets' shape of a dynamic slice.
+type WindowCase = (&'static [usize], &'static [usize], &'static [i64], Shape);
+
 /// A window of `[3, 5, 4]` read at run-time offsets: one axis with a scalar offset, two
 /// axes with a vector (of a symbolic axis), and the whole axis.
 #[test]
@@ -318,7 +321,7 @@ fn dynamic_slice_reads_a_window_at_run_time_offsets() {
         for index in [DType::I32, DType::I64] {
             let x = sample(&mut rng, dtype, &[3, 5, 4]);
             let nx = Nd::of(&x);
-            let cases: [(&[usize], &[usize], &[i64], Shape); 3] = [
+            let cases: [WindowCase; 3] = [
                 (&[1], &[2], &[3], Shape::new([])),
                 (&[0, 1], &[2, 3], &[1, 2], Shape::new([Dim::from(2)])),
                 (&[2], &[4], &[0], Shape::new([Dim::from(1)])),

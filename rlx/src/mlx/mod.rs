@@ -656,12 +656,12 @@ impl MlxExecutable {
         // context holds no value for it: a failed run leaves zeros.
         drop(leaves);
         let count = graph.outputs().len();
-        let states = states.map(|states| {
+        let mut states = states;
+        if let Some(states) = states.as_deref_mut() {
             for &k in &self.written {
                 states[k] = None;
             }
-            states
-        });
+        }
         let mut all: Vec<&Array> = lowered.outputs.iter().collect();
         all.extend(&lowered.any_bad);
         Array::eval(&all).map_err(|e| eval_error(graph, None, e))?;
