@@ -11,8 +11,9 @@ use rlx::tensor::HostTensor;
 
 use crate::rng::Rng;
 
-/// One generated case: a graph whose every computed node is an output, its inputs and
-/// params with values, and the values of its runtime dims.
+/// One generated case: a graph whose every computed node is an output, its inputs, params
+/// and states with values, and the values of its runtime dims. Some graphs write their
+/// states (often a `slice_update` of the state itself, which the CPU plans in place).
 #[derive(Clone, Debug)]
 pub struct Case {
     /// The seed it was generated from.
@@ -23,6 +24,8 @@ pub struct Case {
     pub inputs: Vec<(String, HostTensor)>,
     /// Values of the graph's params.
     pub params: Vec<(String, HostTensor)>,
+    /// Values of the graph's states before the run, in graph order.
+    pub states: Vec<(String, HostTensor)>,
     /// Values of the runtime dims.
     pub dims: Vec<(String, usize)>,
 }
@@ -47,8 +50,9 @@ struct Generator {
     values: [usize; 2],
     inputs: Vec<(String, HostTensor)>,
     params: Vec<(String, HostTensor)>,
+    states: Vec<(String, HostTensor, NodeId)>,
     nodes: Vec<NodeId>,
-    /// The input nodes (not outputs).
+    /// The input and state nodes (not outputs).
     input_nodes: Vec<NodeId>,
 }
 
@@ -138,6 +142,58 @@ impl Sampler for Generator {
 }
 
 impl Generator {
+    /// A state of static dims (a state's shape is fixed), read by the ops that follow.
+    fn state(&mut self) {
+        let rank = self.rng.below(4);
+        let dims: Vec<usize> = (0..rank).map(|_| self.rng.below(5)).collect();
+        let dtype = if self.rng.chance(0.8) {
+            self.rng.pick(&FLOATS)
+        } else {
+            self.rng.pick(&[DType::F64, DType::I32, DType::Bool])
+        };
+        let name = format!("s{}", self.states.len());
+        let Ok(id) = self.b.state(&name, dtype, dims.as_slice()) else {
+            return;
+        };
+        let value = self.values(dtype, &dims);
+        self.states.push((name, value, id));
+        self.nodes.push(id);
+        self.input_nodes.push(id);
+    }
+
+    /// What the state `state` is written, if anything: mostly a window of new values over
+    /// the state itself (`slice_update`), else a computed node of its type.
+    fn write(&mut self, state: NodeId) -> Option<NodeId> {
+        let ty = self.ty(state);
+        if self.rng.chance(0.3) {
+            return None;
+        }
+        if ty.rank() > 0 && self.rng.chance(0.7) {
+            let sizes = self.sizes(state);
+            let axis = self.rng.below(ty.rank());
+            let window = self.rng.below(sizes[axis] + 1);
+            let mut dims = ty.shape.dims().to_vec();
+            dims[axis] = Dim::from(window);
+            let update = self.input(ty.dtype, dims)?;
+            let offset = self.rng.below(sizes[axis] - window + 1) as i64;
+            let offset = self.constant(ConstantData::scalar(
+                rlx::ir::Scalar::Int(offset),
+                DType::I64,
+            ))?;
+            let op = Op::SliceUpdate(rlx::ir::SliceUpdate { axes: vec![axis] });
+            let id = self.b.op(op, &[state, update, offset]).ok()?;
+            self.nodes.push(id);
+            return Some(id);
+        }
+        let same: Vec<NodeId> = self
+            .nodes
+            .iter()
+            .copied()
+            .filter(|&id| id != state && self.ty(id) == ty)
+            .collect();
+        (!same.is_empty()).then(|| same[self.rng.below(same.len())])
+    }
+
     /// Random values for a tensor of `dtype` and `dims`: floats mostly in [-2, 2] with a few
     /// zeros, infinities, NaNs, tiny and large values; small integers; booleans.
     fn values(&mut self, dtype: DType, dims: &[usize]) -> HostTensor {
@@ -218,6 +274,7 @@ pub fn generate(seed: u64, steps: usize) -> Case {
         values,
         inputs: Vec::new(),
         params: Vec::new(),
+        states: Vec::new(),
         nodes: Vec::new(),
         input_nodes: Vec::new(),
     };
@@ -255,6 +312,10 @@ pub fn generate(seed: u64, steps: usize) -> Case {
             g.nodes.push(id);
         }
     }
+    // One case in four reads a state.
+    if g.rng.chance(0.25) {
+        g.state();
+    }
     let mut made = 0;
     for _ in 0..steps * 4 {
         if made == steps {
@@ -268,6 +329,12 @@ pub fn generate(seed: u64, steps: usize) -> Case {
             made += 1;
         }
     }
+    let writes: Vec<(String, NodeId)> = g
+        .states
+        .clone()
+        .into_iter()
+        .filter_map(|(name, _, state)| Some((name, g.write(state)?)))
+        .collect();
     let mut outputs = 0;
     let computed: Vec<NodeId> = g
         .nodes
@@ -289,6 +356,10 @@ pub fn generate(seed: u64, steps: usize) -> Case {
         .zip(values)
         .map(|(s, v)| (s.to_string(), v))
         .collect();
+    for (name, value) in writes {
+        g.b.write(&name, value)
+            .expect("a write of the state's type");
+    }
     let graph = g.b.finish().expect("every node was accepted by inference");
     // Only the symbols the graph uses may be given.
     let used: Vec<String> = graph
@@ -303,6 +374,7 @@ pub fn generate(seed: u64, steps: usize) -> Case {
         graph,
         inputs: g.inputs,
         params: g.params,
+        states: g.states.into_iter().map(|(n, v, _)| (n, v)).collect(),
         dims,
     }
 }

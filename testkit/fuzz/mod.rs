@@ -166,6 +166,7 @@ pub fn check(case: &Case, configs: &[Config], report: &mut Report) {
         if matches!(config, Config::Cpu { .. }) {
             check_fused(case, config, values, report);
         }
+        check_writes(case, config, values, report);
         for (output, got) in case.graph.outputs().iter().zip(values) {
             let checked = catch_unwind(AssertUnwindSafe(|| {
                 check_node(case, values, output.node, got)
@@ -215,6 +216,7 @@ fn check_fused(case: &Case, config: &Config, values: &[HostTensor], report: &mut
         graph,
         inputs: case.inputs.clone(),
         params: case.params.clone(),
+        states: case.states.clone(),
         dims: case.dims.clone(),
     };
     // Per node: whether a half-precision matmul feeds it.
@@ -315,7 +317,53 @@ fn run_compiled(case: &Case, exe: &dyn Executable) -> Result<Vec<HostTensor>, St
         .map(|(n, t)| (n.as_str(), t.view()))
         .collect();
     let dims: Vec<(&str, usize)> = case.dims.iter().map(|(n, v)| (n.as_str(), *v)).collect();
-    exe.run(&inputs, &dims).map_err(|e| e.to_string())
+    if case.states.is_empty() {
+        return exe.run(&inputs, &dims).map_err(|e| e.to_string());
+    }
+    // In a context holding the case's states; the states after the run follow the outputs.
+    let mut context = exe.new_context().map_err(|e| e.to_string())?;
+    for (name, value) in &case.states {
+        context.set(name, value.view()).map_err(|e| e.to_string())?;
+    }
+    let mut values = exe
+        .run_in(&mut context, &inputs, &dims)
+        .map_err(|e| e.to_string())?;
+    for (name, _) in &case.states {
+        values.push(context.get(name).map_err(|e| e.to_string())?);
+    }
+    Ok(values)
+}
+
+/// Each state after the run (the values after the outputs) holds exactly what the graph
+/// wrote to it, or its value from before when nothing was written.
+fn check_writes(case: &Case, config: &Config, values: &[HostTensor], report: &mut Report) {
+    let count = case.graph.outputs().len();
+    for (k, (name, before)) in case.states.iter().enumerate() {
+        let Some(after) = values.get(count + k) else {
+            continue;
+        };
+        let want = match case.graph.writes().iter().find(|w| &w.name == name) {
+            Some(write) => value_of(case, values, write.node),
+            None => before.clone(),
+        };
+        let (w, g) = (want.to_f64_vec(), after.to_f64_vec());
+        let same = want.shape() == after.shape()
+            && w.iter()
+                .zip(&g)
+                .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+        if same {
+            report.checked += 1;
+        } else {
+            report.mismatches.push(Mismatch {
+                seed: case.seed,
+                config: config.label(),
+                detail: format!(
+                    "state {name:?} holds {g:?} after the run, its write gave {w:?}\n{}",
+                    case.graph
+                ),
+            });
+        }
+    }
 }
 
 enum Verdict {
@@ -339,6 +387,13 @@ fn value_of(case: &Case, values: &[HostTensor], id: NodeId) -> HostTensor {
             .clone(),
         Op::Param => case
             .params
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap()
+            .1
+            .clone(),
+        Op::State => case
+            .states
             .iter()
             .find(|(n, _)| n == name)
             .unwrap()
@@ -371,7 +426,7 @@ fn check_node(
     got: &HostTensor,
 ) -> Result<Verdict, String> {
     let node = &case.graph[id];
-    if matches!(node.op, Op::Input | Op::Param | Op::Constant(_)) {
+    if node.op.is_leaf() {
         // A leaf returned as is (a gradient that is a constant, say): exactly its value.
         let want = value_of(case, values, id);
         let same = want.shape() == got.shape()
@@ -483,7 +538,7 @@ pub fn gradient_case(case: &Case) -> Option<Case> {
     let outputs: Vec<NodeId> = grad.outputs().iter().map(|o| o.node).collect();
     let mut b = GraphBuilder::from_graph(grad.clone());
     for (id, node) in grad.iter() {
-        let computed = !matches!(node.op, Op::Input | Op::Param | Op::Constant(_));
+        let computed = !node.op.is_leaf();
         if computed && !outputs.contains(&id) {
             b.output(&format!("g{}", id.index()), id).ok()?;
         }
@@ -493,6 +548,7 @@ pub fn gradient_case(case: &Case) -> Option<Case> {
         graph: b.finish().ok()?,
         inputs: case.inputs.clone(),
         params: case.params.clone(),
+        states: case.states.clone(),
         dims: case.dims.clone(),
     })
 }
