@@ -19,6 +19,8 @@ enum Role {
     Param(String),
     /// `x: Tensor<..>`: a graph input.
     Input(String),
+    /// `cache: State<..>`: a state named after the argument.
+    State(String),
 }
 
 struct Arg {
@@ -264,7 +266,15 @@ fn classify_args(item: &mut ItemFn) -> syn::Result<Vec<Arg>> {
         }
         typed.attrs = keep;
         let ty = &*typed.ty;
-        let role = if is_config {
+        let role = if !is_config && !is_param && type_name(ty).as_deref() == Some("State") {
+            if matches!(ty, Type::Reference(_)) {
+                return Err(syn::Error::new(
+                    ty.span(),
+                    "take a `State` by value: writing it consumes the handle",
+                ));
+            }
+            Role::State(ident.to_string())
+        } else if is_config {
             let Type::Reference(r) = ty else {
                 return Err(syn::Error::new(
                     ty.span(),
@@ -316,9 +326,20 @@ fn classify_args(item: &mut ItemFn) -> syn::Result<Vec<Arg>> {
         } else {
             return Err(syn::Error::new(
                 ty.span(),
-                "unsupported model argument: expected a `Tensor` input, `&Params` weights, a `#[param] Tensor`, a `#[config] &Config` or the `&Scope`",
+                "unsupported model argument: expected a `Tensor` input, a `State`, `&Params` weights, a `#[param] Tensor`, a `#[config] &Config` or the `&Scope`",
             ));
         };
+        if let Role::State(name) = &role {
+            let taken = args
+                .iter()
+                .any(|a: &Arg| matches!(&a.role, Role::State(n) if n == name));
+            if taken {
+                return Err(syn::Error::new(
+                    ident.span(),
+                    format!("two states are named `{name}`"),
+                ));
+            }
+        }
         if rename.is_some() && !matches!(role, Role::Input(_)) {
             return Err(syn::Error::new(
                 ident.span(),
@@ -434,6 +455,7 @@ fn generate(item: &ItemFn, args: &[Arg], outputs: &[String]) -> syn::Result<Toke
     let mut run_params = Vec::new();
     let mut run_inputs = Vec::new();
     let mut input_names = Vec::new();
+    let mut state_names = Vec::new();
     for arg in args {
         let ident = &arg.ident;
         let local = format_ident!("__{}", ident);
@@ -447,6 +469,13 @@ fn generate(item: &ItemFn, args: &[Arg], outputs: &[String]) -> syn::Result<Toke
             Role::Param(name) => {
                 declare.push(quote!(let #local = __g.param(#name);));
                 call_args.push(quote!(#local));
+            }
+            Role::State(name) => {
+                let ty = anonymize_lifetimes(&arg.ty);
+                let span = arg.ty.span();
+                declare.push(quote_spanned!(span=> let #local: #ty = __g.state(#name);));
+                call_args.push(quote!(#local));
+                state_names.push(name.clone());
             }
             Role::Input(name) => {
                 let ty = anonymize_lifetimes(&arg.ty);
@@ -477,11 +506,22 @@ fn generate(item: &ItemFn, args: &[Arg], outputs: &[String]) -> syn::Result<Toke
                 let span = ty.span();
                 quote_spanned!(span=> ::rlx::model::output(__g, #name, #local);)
             });
+    // A model with states runs in a context.
+    let stateful = !state_names.is_empty();
+    let (run_call, context_param) = if stateful {
+        (
+            quote!(run_in_outputs),
+            quote!(context: &mut ::rlx::backend::Context,),
+        )
+    } else {
+        (quote!(run_outputs), quote!())
+    };
+    let context_arg = if stateful { quote!(context,) } else { quote!() };
     let (bind_outputs, run_result, run_return) = if outputs.len() == 1 {
         let o = &out_locals[0];
         (
             quote!(let #o = #fn_name(#(#call_args),*);),
-            quote!(let [#o] = self.inner.run_outputs::<1>(&[#(#run_inputs),*])?; Ok(#o)),
+            quote!(let [#o] = self.inner.#run_call::<1>(#context_arg &[#(#run_inputs),*])?; Ok(#o)),
             quote!(::rlx::tensor::HostTensor),
         )
     } else {
@@ -489,9 +529,14 @@ fn generate(item: &ItemFn, args: &[Arg], outputs: &[String]) -> syn::Result<Toke
         let tys = out_locals.iter().map(|_| quote!(::rlx::tensor::HostTensor));
         (
             quote!(let (#(#out_locals),*) = #fn_name(#(#call_args),*);),
-            quote!(let [#(#out_locals),*] = self.inner.run_outputs::<#n>(&[#(#run_inputs),*])?; Ok((#(#out_locals),*))),
+            quote!(let [#(#out_locals),*] = self.inner.#run_call::<#n>(#context_arg &[#(#run_inputs),*])?; Ok((#(#out_locals),*))),
             quote!((#(#tys),*)),
         )
+    };
+    let run_name = if stateful {
+        format_ident!("run_in")
+    } else {
+        format_ident!("run")
     };
 
     let model_doc = format!(
@@ -503,11 +548,21 @@ fn generate(item: &ItemFn, args: &[Arg], outputs: &[String]) -> syn::Result<Toke
         list(&input_names),
         list(outputs),
     );
-    let run_doc = format!(
-        "Runs the model on {}; returns {}. Runtime dims are read from the inputs' shapes.",
-        list(&input_names),
-        list(outputs)
-    );
+    let run_doc = if stateful {
+        format!(
+            "Runs the model in `context` (its states: {}) on {}; returns {}. Runtime dims are \
+             read from the inputs' shapes. A context comes from `new_context`.",
+            list(&state_names),
+            list(&input_names),
+            list(outputs)
+        )
+    } else {
+        format!(
+            "Runs the model on {}; returns {}. Runtime dims are read from the inputs' shapes.",
+            list(&input_names),
+            list(outputs)
+        )
+    };
     let config_doc = if config_ty.is_some() {
         " `config` fixes the config-bound dims."
     } else {
@@ -529,6 +584,8 @@ fn generate(item: &ItemFn, args: &[Arg], outputs: &[String]) -> syn::Result<Toke
         impl #model {
             /// Input names, in argument order.
             pub const INPUTS: &'static [&'static str] = &[#(#input_names),*];
+            /// State names, in argument order.
+            pub const STATES: &'static [&'static str] = &[#(#state_names),*];
             /// Output names, in return order.
             pub const OUTPUTS: &'static [&'static str] = &[#(#outputs),*];
 
@@ -562,7 +619,7 @@ fn generate(item: &ItemFn, args: &[Arg], outputs: &[String]) -> syn::Result<Toke
             }
 
             #[doc = #run_doc]
-            pub fn run<'__t>(&self, #(#run_params),*) -> ::core::result::Result<#run_return, ::rlx::backend::RunError> {
+            pub fn #run_name<'__t>(&self, #context_param #(#run_params),*) -> ::core::result::Result<#run_return, ::rlx::backend::RunError> {
                 #run_result
             }
 

@@ -44,6 +44,12 @@ pub enum BuildErrorKind {
         /// The name.
         name: String,
     },
+    /// A state is written twice in one graph.
+    #[error("state {name:?} is written twice; a run leaves one value in it")]
+    WrittenTwice {
+        /// The state.
+        name: String,
+    },
     /// The finished graph failed verification.
     #[error(transparent)]
     Verify(#[from] VerifyError),
@@ -318,8 +324,7 @@ impl GraphBuilder {
             return Err(self.error(op, &[node], kind.into()));
         }
         if self.writes.iter().any(|w| w.name == name) {
-            let kind = BuildErrorKind::DuplicateName {
-                kind: "write",
+            let kind = BuildErrorKind::WrittenTwice {
                 name: name.to_string(),
             };
             return Err(self.error(op, &[node], kind));

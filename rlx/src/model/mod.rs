@@ -29,6 +29,7 @@
 //! impl Mlp {
 //!     pub const INPUTS: &[&str] = &["x"];
 //!     pub const OUTPUTS: &[&str] = &["output"];
+//!     pub const STATES: &[&str] = &[];
 //!     pub fn build() -> Result<Graph, BuildErrors>;        // build(config: &C) with a #[config] arg
 //!     pub fn manifest() -> Result<Manifest, BuildErrors>;
 //!     pub fn build_with_manifest() -> Result<(Graph, Manifest), BuildErrors>;
@@ -49,7 +50,10 @@
 //! Arguments the macro understands: `x: Tensor<..>` (an input named `x`, or
 //! `#[input(rename = "input_ids")]`), `p: &P` (a `#[derive(Params)]` struct), `#[param] w:
 //! Tensor<..>` (one weight named `w`), `#[config] cfg: &C` (a [`Config`], which gives the
-//! sizes of config dims and is passed on to `build` and `compile`), and `g: &'g Scope<'g>`.
+//! sizes of config dims and is passed on to `build` and `compile`), `cache: State<..>` (a
+//! state named `cache`, see [`State`](crate::typed::State)), and `g: &'g Scope<'g>`. A model
+//! with states has `run_in(&self, context: &mut Context, ..)` in place of `run` (its
+//! `STATES` lists them; `new_context` makes a context).
 
 use std::path::Path;
 
@@ -253,6 +257,26 @@ impl Compiled {
         inputs: &[(&str, TensorRef<'_>)],
     ) -> Result<[HostTensor; N], RunError> {
         let outputs = self.run_named(inputs)?;
+        let got = outputs.len();
+        outputs
+            .try_into()
+            .map_err(|_| RunError::OutputCount { expected: N, got })
+    }
+
+    /// A new context holding the model's states, each zero (see
+    /// [`Context`](crate::backend::Context)).
+    pub fn new_context(&self) -> Result<crate::backend::Context, RunError> {
+        self.executable.new_context()
+    }
+
+    /// Runs in `context` and returns exactly `N` outputs (what the generated `run_in` of a
+    /// model with states calls).
+    pub fn run_in_outputs<const N: usize>(
+        &self,
+        context: &mut crate::backend::Context,
+        inputs: &[(&str, TensorRef<'_>)],
+    ) -> Result<[HostTensor; N], RunError> {
+        let outputs = self.executable.run_in(context, inputs, &[])?;
         let got = outputs.len();
         outputs
             .try_into()

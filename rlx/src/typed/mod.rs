@@ -40,6 +40,7 @@ mod scope;
 mod shape;
 mod sort;
 mod spatial;
+mod state;
 mod tensor;
 
 pub use custom::Operand;
@@ -51,4 +52,5 @@ pub use nn::{Channels, Rope};
 pub use scope::{BuildErrors, Scope, build, build_model, build_with};
 pub use shape::{Axis, HasAxis, RemoveAxis, Shape, SuffixOf};
 pub use spatial::{ConvConfig, ConvTransposeConfig, PoolConfig};
+pub use state::State;
 pub use tensor::{Broadcasts, LastDim, SameElement, Tensor};

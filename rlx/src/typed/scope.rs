@@ -136,6 +136,24 @@ impl<'g> Scope<'g> {
         Tensor::from_id(self, id)
     }
 
+    /// A state named `name` (see [`State`](super::State)): its dims must be static or
+    /// config-bound.
+    #[track_caller]
+    pub fn state<S: Shape, E: Element>(&'g self, name: &str) -> super::State<'g, S, E> {
+        let id = self.shape(S::DIMS).and_then(|shape| {
+            let result = self.builder.borrow_mut().state(name, E::DTYPE, shape);
+            self.ok(result)
+        });
+        super::State::new(self, id, name)
+    }
+
+    /// Records that the state `name` takes `value` when a run ends.
+    #[track_caller]
+    pub(crate) fn write_state(&self, name: &str, value: NodeId) {
+        let result = self.builder.borrow_mut().write(name, value);
+        self.record(result.err());
+    }
+
     /// A weight named `name` (bound once per executable). Its dims must be static or
     /// config-bound.
     #[track_caller]
