@@ -16,7 +16,7 @@
 #
 # What runs (each step's output also goes to $RLX_GPU_LOG, default ./gpu-check.log;
 # RLX_GPU_ONLY=tests,fuzz,block,minilm,dp picks groups):
-#   - the op table (tests/ops), tests/mlx.rs, tests/mlx_device.rs, the MiniLM parity tests,
+#   - the op table (tests/ops), tests/mlx.rs, tests/mlx_device.rs, the state tests, the MiniLM parity tests,
 #     the concurrency stress test and the bounded random-graph run on the GPU, and the attention test again in TF32;
 #   - fuzz_graphs for $RLX_GPU_FUZZ_CASES (default 5000) random graphs from seed
 #     $RLX_GPU_FUZZ_SEED (default 1) on every configuration (MLX's on the GPU);
@@ -43,7 +43,7 @@ step() {
   return "${PIPESTATUS[0]}"
 }
 
-tests=(ops mlx mlx_device minilm concurrency fuzz data_parallel)
+tests=(ops mlx mlx_device minilm concurrency fuzz data_parallel state model_state)
 examples=(mlx_block_bench minilm_bench 05_mlx_backend fuzz_graphs concurrent_bench 08_data_parallel data_parallel_bench)
 
 # Builds the test and example binaries and prints their paths, one per line.

@@ -55,7 +55,7 @@ fn leaves_need_names_and_no_operands() {
     let e = Graph::from_parts(vec![unnamed, exp(0)], out(1)).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "%0 is an unnamed param; inputs and params need names"
+        "%0 is an unnamed param; inputs, params and states need names"
     );
     let with_operand = Node::new(Op::Input, vec![NodeId::new(0)], f32_2()).named("b");
     let e = Graph::from_parts(vec![input("a"), with_operand], out(1)).unwrap_err();
@@ -98,4 +98,52 @@ fn outputs_must_exist_and_be_unique() {
     assert_eq!(e.to_string(), "two outputs are named \"y\"");
     let e = Graph::from_parts(vec![input("x")], vec![]).unwrap_err();
     assert_eq!(e, VerifyError::NoOutputs);
+}
+
+#[test]
+fn writes_name_states_of_their_type_once() {
+    use rlx::builder::GraphBuilder;
+    let mut b = GraphBuilder::new();
+    let s = b.state("s", DType::F32, [2]).unwrap();
+    let x = b.input("x", DType::F32, [2]).unwrap();
+    let y = b.add(s, x).unwrap();
+    b.output("y", y).unwrap();
+    let g = b.finish().unwrap();
+    let write = |name: &str, node| Output {
+        name: name.into(),
+        node,
+    };
+    let e = g.clone().with_writes(vec![write("t", y)]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "a write names \"t\", which is not a state of the graph"
+    );
+    let e = g
+        .clone()
+        .with_writes(vec![write("s", y), write("s", x)])
+        .unwrap_err();
+    assert_eq!(e.to_string(), "two writes are named \"s\"");
+    let (nodes, outputs, _) = g.clone().into_parts();
+    let mut b = rlx::builder::GraphBuilder::from_graph(Graph::from_parts(nodes, outputs).unwrap());
+    let n = b.input("n", DType::I64, [2]).unwrap();
+    let err = b.write("s", n).unwrap_err();
+    assert!(
+        err.to_string()
+            .ends_with("state \"s\" is f32[2] but is written a i64[2]"),
+        "{err}"
+    );
+    // A graph that only writes is complete; its writes survive the passes, and keep the
+    // state's dtype when the graph computes in a narrower one.
+    let mut b = GraphBuilder::new();
+    let s = b.state("s", DType::F32, [2]).unwrap();
+    let one = b.scalar(1.0, DType::F32);
+    let next = b.add(s, one).unwrap();
+    let _dead = b.unary(UnaryOp::Exp, s).unwrap();
+    b.write("s", next).unwrap();
+    let g = b.finish().unwrap();
+    let optimized = rlx::passes::dce(&rlx::passes::cse(&g).unwrap()).unwrap();
+    assert_eq!(optimized.len(), 3);
+    assert_eq!(optimized[optimized.writes()[0].node].op.name(), "add");
+    let narrow = rlx::passes::compute_in(&g, DType::BF16).unwrap();
+    assert_eq!(narrow[narrow.writes()[0].node].ty.dtype, DType::F32);
 }
