@@ -366,3 +366,50 @@ fn the_cpu_writes_a_cache_in_place() {
         report.peak_bytes
     );
 }
+
+/// MLX updates the cache in place: over many steps its active memory stays flat, and no
+/// step holds a second copy of a cache (the peak stays within a fraction of one).
+#[cfg(feature = "mlx")]
+#[test]
+fn mlx_updates_a_cache_in_place_with_flat_memory() {
+    use rlx::mlx::{MlxBackend, MlxMode, active_memory, peak_memory, reset_peak_memory};
+    let (cap, heads, dim) = (1024, 8, 128);
+    let one_cache = heads * cap * dim * 4;
+    let graph = rlx_testkit::testing::decode_step(cap, heads, dim);
+    for mode in [MlxMode::Lazy, MlxMode::Compiled] {
+        let exe = MlxBackend::new(mode).compile(&graph).unwrap();
+        let mut ctx = exe.new_context().unwrap();
+        let row = HostTensor::from_vec(vec![0.5f32; heads * dim], [1, heads, 1, dim]).unwrap();
+        let mut outputs = Vec::new();
+        let mut step = |t: usize, ctx: &mut Context| {
+            let pos = HostTensor::from_vec(vec![t as i32], []).unwrap();
+            let inputs = [
+                ("q", row.view()),
+                ("k_row", row.view()),
+                ("v_row", row.view()),
+                ("pos", pos.view()),
+            ];
+            exe.run_in_into(ctx, &inputs, &[], &mut outputs).unwrap();
+        };
+        for t in 0..8 {
+            step(t, &mut ctx);
+        }
+        let before = active_memory().unwrap();
+        reset_peak_memory().unwrap();
+        for t in 8..cap {
+            step(t, &mut ctx);
+        }
+        let (after, peak) = (active_memory().unwrap(), peak_memory().unwrap());
+        let slack = one_cache / 4;
+        assert!(
+            after <= before + slack,
+            "{mode:?}: active memory grew from {before} to {after} bytes over {cap} steps"
+        );
+        assert!(
+            peak < before + slack,
+            "{mode:?}: a step held {} bytes more than the caches (one cache is {one_cache})",
+            peak - before
+        );
+        assert_eq!(exe.cached_plans(), 1);
+    }
+}

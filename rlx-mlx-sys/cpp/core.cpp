@@ -80,6 +80,17 @@ bool rlx_mlx_set_exact_halves(bool exact) {
 
 int64_t rlx_mlx_live_arrays(void) { return live_arrays.load(std::memory_order_relaxed); }
 
+int rlx_mlx_memory(rlx_mlx_memory_counter counter, size_t* out) {
+  return guard([&] {
+    switch (counter) {
+      case RLX_MLX_MEMORY_ACTIVE: *out = mx::get_active_memory(); return;
+      case RLX_MLX_MEMORY_PEAK: *out = mx::get_peak_memory(); return;
+      case RLX_MLX_MEMORY_RESET_PEAK: mx::reset_peak_memory(); *out = 0; return;
+    }
+    throw std::invalid_argument("[rlx] unknown memory counter " + std::to_string(counter));
+  });
+}
+
 void rlx_mlx_array_free(rlx_mlx_array* a) {
   if (a != nullptr) {
     delete a;

@@ -174,6 +174,14 @@ bool rlx_mlx_set_exact_halves(bool exact);
 int rlx_mlx_set_fusion(bool enabled);
 /* Array handles alive right now (for leak tests). */
 int64_t rlx_mlx_live_arrays(void);
+/* MLX's allocator counters: bytes held by live arrays, the most held since the last reset
+ * (RESET_PEAK resets it and writes 0). */
+typedef enum rlx_mlx_memory_counter {
+  RLX_MLX_MEMORY_ACTIVE = 0,
+  RLX_MLX_MEMORY_PEAK = 1,
+  RLX_MLX_MEMORY_RESET_PEAK = 2,
+} rlx_mlx_memory_counter;
+int rlx_mlx_memory(rlx_mlx_memory_counter counter, size_t* out);
 /* Name of the BLAS the process resolved cblas_sgemm to, when known. */
 const char* rlx_mlx_blas(void);
 

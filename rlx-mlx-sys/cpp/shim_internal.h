@@ -27,6 +27,7 @@
 #include "mlx/distributed/ops.h"
 #include "mlx/fast.h"
 #include "mlx/linalg.h"
+#include "mlx/memory.h"
 #include "mlx/ops.h"
 #include "mlx/transforms.h"
 #include "mlx/utils.h"

@@ -68,6 +68,7 @@ unsafe extern "C" {
     pub fn rlx_mlx_set_exact_halves(exact: bool) -> bool;
     pub fn rlx_mlx_set_fusion(enabled: bool) -> c_int;
     pub fn rlx_mlx_live_arrays() -> i64;
+    pub fn rlx_mlx_memory(counter: rlx_mlx_memory_counter, out: *mut usize) -> c_int;
     pub fn rlx_mlx_blas() -> *const c_char;
 
     pub fn rlx_mlx_array_free(a: *mut Array);

@@ -256,6 +256,35 @@ pub fn live_arrays() -> i64 {
     unsafe { sys::rlx_mlx_live_arrays() }
 }
 
+/// One of MLX's allocator counters.
+fn memory_counter(counter: sys::rlx_mlx_memory_counter) -> Result<usize, MlxError> {
+    let mut out = 0usize;
+    // SAFETY: `out` is a valid slot for the count.
+    check(unsafe { sys::rlx_mlx_memory(counter, &mut out) })?;
+    Ok(out)
+}
+
+/// Bytes MLX's allocator holds for live arrays now (on a GPU, device memory), over the
+/// whole process.
+///
+/// ```no_run
+/// let bytes = rlx::mlx::active_memory()?;
+/// # Ok::<(), rlx::mlx::MlxError>(())
+/// ```
+pub fn active_memory() -> Result<usize, MlxError> {
+    memory_counter(sys::RLX_MLX_MEMORY_ACTIVE)
+}
+
+/// The most bytes MLX's allocator held at once since the last [`reset_peak_memory`].
+pub fn peak_memory() -> Result<usize, MlxError> {
+    memory_counter(sys::RLX_MLX_MEMORY_PEAK)
+}
+
+/// Starts [`peak_memory`] again from what is held now.
+pub fn reset_peak_memory() -> Result<(), MlxError> {
+    memory_counter(sys::RLX_MLX_MEMORY_RESET_PEAK).map(|_| ())
+}
+
 /// Whether [`MlxMode::Compiled`](super::MlxMode::Compiled) fuses kernels (the default). This
 /// is process-wide MLX state. With fusion off, compiled functions are still traced and
 /// simplified once per binding but run MLX's stock kernels; on Linux CPU that avoids

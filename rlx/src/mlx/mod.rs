@@ -39,7 +39,10 @@ mod layout;
 mod lower;
 mod ops;
 
-pub use array::{Array, MlxError, blas, device_name, live_arrays, set_kernel_fusion, version};
+pub use array::{
+    Array, MlxError, active_memory, blas, device_name, live_arrays, peak_memory, reset_peak_memory,
+    set_kernel_fusion, version,
+};
 pub use backend::MlxBackend;
 pub(crate) use device::gpu_turn;
 pub use device::{Device, Precision, tf32_enabled};
