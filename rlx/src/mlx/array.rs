@@ -256,6 +256,13 @@ pub fn live_arrays() -> i64 {
     unsafe { sys::rlx_mlx_live_arrays() }
 }
 
+/// Waits for every queued kernel of the default stream and for the bookkeeping after them
+/// (on CUDA, the release of the arrays a kernel kept alive while it ran).
+pub(crate) fn synchronize() -> Result<(), MlxError> {
+    // SAFETY: no arguments; the shim catches MLX's exceptions.
+    check(unsafe { sys::rlx_mlx_synchronize() })
+}
+
 /// One of MLX's allocator counters.
 fn memory_counter(counter: sys::rlx_mlx_memory_counter) -> Result<usize, MlxError> {
     let mut out = 0usize;

@@ -672,6 +672,11 @@ impl MlxExecutable {
             for (w, &k) in self.written.iter().enumerate() {
                 states[k] = Some(lowered.outputs[count + w].clone());
             }
+            // A GPU keeps each kernel's operands alive until a worker sees it finish; the
+            // next run may update these states in place only once that has happened.
+            if self.device == Device::Gpu {
+                array::synchronize().map_err(backend_error)?;
+            }
         }
         // One flag read per run (each read waits for the device); the gathers and
         // scatters are looked at one by one only when some index was out of range.
