@@ -40,8 +40,8 @@ impl StateSpec {
 /// Where a backend keeps a context's values: host bytes on the CPU, device arrays on MLX.
 /// Slots are the graph's states in order; values passed in are already checked.
 pub(crate) trait StateStore: Send + Sync + std::any::Any {
-    /// A copy of slot `k` on the host.
-    fn read(&self, k: usize) -> Result<HostTensor, RunError>;
+    /// A copy of slot `k`, the state `spec`, on the host.
+    fn read(&self, k: usize, spec: &StateSpec) -> Result<HostTensor, RunError>;
     /// Replaces slot `k` with `value`.
     fn write(&mut self, k: usize, value: TensorRef<'_>) -> Result<(), RunError>;
     /// For the backend that made the store, to reach its own type.
@@ -111,13 +111,16 @@ impl Context {
         }
     }
 
-    /// The store, if this context belongs to the executable `owner`.
-    pub(crate) fn store_of(&mut self, owner: u64) -> Result<&mut dyn StateStore, RunError> {
-        if self.owner == owner {
-            Ok(&mut *self.store)
-        } else {
-            Err(RunError::ForeignContext)
+    /// The store as the backend's own type `T`, if this context belongs to the executable
+    /// `owner`.
+    pub(crate) fn store_of<T: StateStore>(&mut self, owner: u64) -> Result<&mut T, RunError> {
+        if self.owner != owner {
+            return Err(RunError::ForeignContext);
         }
+        self.store
+            .as_any_mut()
+            .downcast_mut::<T>()
+            .ok_or(RunError::ForeignContext)
     }
 
     /// The states, in graph order.
@@ -137,7 +140,8 @@ impl Context {
 
     /// A copy of the state `name`.
     pub fn get(&self, name: &str) -> Result<HostTensor, RunError> {
-        self.store.read(self.slot(name)?)
+        let k = self.slot(name)?;
+        self.store.read(k, &self.specs[k])
     }
 
     /// Sets the state `name` to `value`, of its dtype and dims.

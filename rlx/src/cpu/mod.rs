@@ -279,12 +279,11 @@ fn output_bytes<'a>(
 struct CpuState {
     bytes: AlignedBytes,
     slots: Vec<program::StateSlot>,
-    specs: Arc<[crate::backend::StateSpec]>,
 }
 
 impl StateStore for CpuState {
-    fn read(&self, k: usize) -> Result<HostTensor, RunError> {
-        let (slot, spec) = (&self.slots[k], &self.specs[k]);
+    fn read(&self, k: usize, spec: &crate::backend::StateSpec) -> Result<HostTensor, RunError> {
+        let slot = &self.slots[k];
         let mut out = HostTensor::zeros(spec.dtype, spec.shape.clone());
         out.data_mut()
             .copy_from_bytes(&self.bytes.bytes()[slot.offset..slot.offset + slot.bytes]);
@@ -517,12 +516,7 @@ impl CpuExecutable {
 
     /// The bytes of `context`'s states, if it is one of this executable's.
     fn state_of<'c>(&self, context: &'c mut Context) -> Result<&'c mut [u8], RunError> {
-        let store = context.store_of(self.owner)?;
-        let state = store
-            .as_any_mut()
-            .downcast_mut::<CpuState>()
-            .ok_or(RunError::ForeignContext)?;
-        Ok(state.bytes.bytes_mut())
+        Ok(context.store_of::<CpuState>(self.owner)?.bytes.bytes_mut())
     }
 
     /// Copies the outputs of a run with `plan` into `outputs`, reusing their storage.
@@ -647,7 +641,6 @@ impl Executable for CpuExecutable {
         let store = CpuState {
             bytes,
             slots: self.program.state_slots.clone(),
-            specs: Arc::clone(&self.program.states),
         };
         Ok(Context::new(
             self.owner,

@@ -396,7 +396,6 @@ impl Executable for MlxExecutable {
             .collect::<Result<Vec<_>, _>>()?;
         let store = MlxState {
             arrays,
-            specs: Arc::clone(&self.states),
             device: self.device,
         };
         Ok(Context::new(
@@ -413,7 +412,7 @@ impl Executable for MlxExecutable {
         dims: &[(&str, usize)],
         outputs: &mut Vec<HostTensor>,
     ) -> Result<(), RunError> {
-        let state = Self::state_of(self.owner, context)?;
+        let state = context.store_of::<MlxState>(self.owner)?;
         let _gpu = device::gpu_turn(self.device);
         let uploaded = upload(inputs, self.device)?;
         let results = self.evaluate(inputs, &uploaded, dims, Some(&mut state.arrays))?;
@@ -425,7 +424,6 @@ impl Executable for MlxExecutable {
 /// (`None`, read as zeros, after a failed run that was to write it).
 struct MlxState {
     arrays: Vec<Option<Array>>,
-    specs: Arc<[StateSpec]>,
     device: Device,
 }
 
@@ -434,14 +432,11 @@ struct MlxState {
 unsafe impl Sync for MlxState {}
 
 impl StateStore for MlxState {
-    fn read(&self, k: usize) -> Result<HostTensor, RunError> {
+    fn read(&self, k: usize, spec: &StateSpec) -> Result<HostTensor, RunError> {
         let _gpu = device::gpu_turn(self.device);
         match &self.arrays[k] {
             Some(array) => array.to_host().map_err(backend_error),
-            None => {
-                let spec = &self.specs[k];
-                Ok(HostTensor::zeros(spec.dtype, spec.shape.clone()))
-            }
+            None => Ok(HostTensor::zeros(spec.dtype, spec.shape.clone())),
         }
     }
 
@@ -504,15 +499,6 @@ impl MlxExecutable {
         let s = &self.states[k];
         let zeros = HostTensor::zeros(s.dtype, s.shape.clone());
         Array::from_tensor_on(zeros.view(), self.device).map_err(backend_error)
-    }
-
-    /// The states of `context`, if it is one of this executable's.
-    fn state_of(owner: u64, context: &mut Context) -> Result<&mut MlxState, RunError> {
-        context
-            .store_of(owner)?
-            .as_any_mut()
-            .downcast_mut::<MlxState>()
-            .ok_or(RunError::ForeignContext)
     }
 
     /// Copies the graph's outputs among `results` (outputs, then writes) to `outputs`.
