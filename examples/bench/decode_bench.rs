@@ -1,18 +1,41 @@
 //! A decode step over a key/value cache held in a context: the new row written in place at
 //! its position, attention over the filled rows only. Prints the median time of a step at
 //! several filled lengths of one cache, and the bytes of the step's working memory (the
-//! arena), which holds no copy of the cache:
+//! arena), which holds no copy of the cache. Beside it, the same step written without
+//! states: the caches passed in as inputs and returned as outputs every step, as a decode
+//! loop had to before contexts (`host_us_per_step`):
 //!
 //! ```text
 //! cargo run --release --example decode_bench -- [--cap 4096] [--heads 8] [--dim 64]
-//! decode cap=4096 filled=64 us_per_step=… arena_bytes=… cache_bytes=…
+//! decode cap=4096 filled=64 us_per_step=… host_us_per_step=… arena_bytes=… cache_bytes=…
 //! ```
 
 use std::time::Instant;
 
 use rlx::backend::{Backend, Executable};
 use rlx::cpu::{CpuBackend, CpuOptions};
+use rlx::ir::{Graph, Output};
+use rlx::prelude::*;
 use rlx::tensor::HostTensor;
+
+/// `step` with its states turned into inputs (`k`, `v`) and its writes into outputs.
+fn without_states(step: &Graph) -> Result<Graph, Box<dyn std::error::Error>> {
+    let (mut nodes, mut outputs, writes) = step.clone().into_parts();
+    for node in nodes.iter_mut().filter(|n| n.op == Op::State) {
+        node.op = Op::Input;
+    }
+    outputs.extend(writes.into_iter().map(|w| Output {
+        name: format!("new_{}", w.name),
+        node: w.node,
+    }));
+    Ok(Graph::from_parts(nodes, outputs)?)
+}
+
+/// The median of `samples` seconds, in microseconds.
+fn median_us(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2] * 1e6
+}
 
 fn flag(args: &[String], name: &str, default: usize) -> Result<usize, String> {
     match args.iter().position(|a| a == name) {
@@ -31,11 +54,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dim = flag(&args, "--dim", 64)?;
     let threads = flag(&args, "--threads", CpuOptions::default().threads)?;
     let graph = rlx_testkit::testing::decode_step(cap, heads, dim);
-    let exe = CpuBackend::new(CpuOptions {
+    let backend = CpuBackend::new(CpuOptions {
         threads,
         ..CpuOptions::default()
-    })
-    .compile(&graph)?;
+    });
+    let exe = backend.compile(&graph)?;
+    let host = backend.compile(&without_states(&graph)?)?;
+    let mut caches = [
+        HostTensor::zeros(DType::F32, [1, heads, cap, dim]),
+        HostTensor::zeros(DType::F32, [1, heads, cap, dim]),
+    ];
+    let mut host_outputs = Vec::new();
     let arena = exe.plan_report(&[])?.peak_bytes;
     let cache_bytes = 2 * heads * cap * dim * 4;
     let mut ctx = exe.new_context()?;
@@ -67,18 +96,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ("v_row", row.view()),
             ("pos", pos.view()),
         ];
-        let mut times = Vec::new();
+        // Interleaved batches of the two ways.
+        let (mut times, mut host_times) = (Vec::new(), Vec::new());
         for _ in 0..15 {
             let started = Instant::now();
             for _ in 0..20 {
                 exe.run_in_into(&mut ctx, &inputs, &[], &mut outputs)?;
             }
             times.push(started.elapsed().as_secs_f64() / 20.0);
+            let started = Instant::now();
+            for _ in 0..20 {
+                let mut with_caches = inputs.to_vec();
+                with_caches.extend([("k", caches[0].view()), ("v", caches[1].view())]);
+                host.run_into(&with_caches, &[], &mut host_outputs)?;
+                // The updated caches are the next step's inputs.
+                caches[0] =
+                    std::mem::replace(&mut host_outputs[1], HostTensor::zeros(DType::F32, [0]));
+                caches[1] =
+                    std::mem::replace(&mut host_outputs[2], HostTensor::zeros(DType::F32, [0]));
+            }
+            host_times.push(started.elapsed().as_secs_f64() / 20.0);
         }
-        times.sort_by(f64::total_cmp);
         println!(
-            "decode cap={cap} filled={target} us_per_step={:.1} arena_bytes={arena} cache_bytes={cache_bytes}",
-            times[times.len() / 2] * 1e6
+            "decode cap={cap} filled={target} us_per_step={:.1} host_us_per_step={:.1} arena_bytes={arena} cache_bytes={cache_bytes}",
+            median_us(times),
+            median_us(host_times)
         );
     }
     Ok(())
