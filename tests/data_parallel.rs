@@ -91,9 +91,16 @@ where
 {
     let graph = mlp();
     let mut single = Trainer::new(backend, &graph, "loss", config()).unwrap();
-    let mut dp =
-        DataParallelTrainer::new(backend, &graph, "loss", config(), Group::single()).unwrap();
-    dp.set_bucket_bytes(256); // several buckets
+    // Small buckets: several of them.
+    let mut dp = DataParallelTrainer::with_bucket_bytes(
+        backend,
+        &graph,
+        "loss",
+        config(),
+        Group::single(),
+        256,
+    )
+    .unwrap();
     for (name, value) in initial(7) {
         single.set_weight(name, value.view()).unwrap();
         dp.set_weight(name, value.view()).unwrap();
@@ -231,18 +238,14 @@ fn run_rank(role: &str, out: &Path) -> Result<String, Box<dyn std::error::Error>
         }
         "train" | "train-mlx" | "die" => {
             let graph = mlp();
+            // Small buckets: several of them.
             let mut trainer = if role == "train-mlx" {
-                DataParallelTrainer::new(
-                    &MlxBackend::new(MlxMode::Lazy),
-                    &graph,
-                    "loss",
-                    config(),
-                    group,
-                )?
+                let mlx = MlxBackend::new(MlxMode::Lazy);
+                DataParallelTrainer::with_bucket_bytes(&mlx, &graph, "loss", config(), group, 300)?
             } else {
-                DataParallelTrainer::new(&CpuBackend::default(), &graph, "loss", config(), group)?
+                let cpu = CpuBackend::default();
+                DataParallelTrainer::with_bucket_bytes(&cpu, &graph, "loss", config(), group, 300)?
             };
-            trainer.set_bucket_bytes(300); // several buckets
             // Every rank starts elsewhere; the broadcast makes them rank 0's.
             for (name, value) in initial(7 + me as u64) {
                 trainer.set_weight(name, value.view())?;

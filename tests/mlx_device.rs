@@ -1,10 +1,10 @@
 //! The MLX backend's devices, precisions and device-resident runs: which device compiles
 //! what (float64 is refused on a GPU, by node), what each precision computes and how close
-//! it stays to float32, and `run_arrays` against `run`. Runs on any machine; the GPU cases
+//! it stays to float32, and `run_values` against `run`. Runs on any machine; the GPU cases
 //! run where MLX has a GPU and say so where it has none.
 #![cfg(feature = "mlx")]
 
-use rlx::backend::{Backend, CompileError, Executable, RunError};
+use rlx::backend::{Backend, CompileError, Executable, RunError, Value};
 use rlx::builder::GraphBuilder;
 use rlx::ir::{Attention, Gather, Slice};
 use rlx::ir::{DType, Dim, Graph, UnaryOp};
@@ -250,14 +250,27 @@ fn device_arrays_in_and_out_match_host_runs_and_are_checked_the_same_way() {
         bind(&exe);
         for batch in [1, 4] {
             let host = exe.run(&[("x", input(batch).view())], &[]).unwrap();
-            let x = Array::from_tensor(input(batch).view()).unwrap();
-            let out = exe.run_arrays(&[("x", &x)], &[]).unwrap();
+            let x = Value::from(Array::from_tensor(input(batch).view()).unwrap());
+            let out = exe.run_values(&[("x", &x)], &[]).unwrap();
             assert_eq!(out.len(), 1);
+            assert!(
+                out[0].mlx_array().is_some(),
+                "the output stays an MLX array"
+            );
             assert_eq!(out[0].to_host().unwrap(), host[0], "{mode:?} batch {batch}");
+            // A host value gives the same.
+            let from_host = exe
+                .run_values(&[("x", &Value::from(input(batch)))], &[])
+                .unwrap();
+            assert_eq!(
+                from_host[0].to_host().unwrap(),
+                host[0],
+                "{mode:?} batch {batch}"
+            );
         }
         // Chained on the device: the softmax output (batch, 8) is not an input shape.
         let wrong = Array::from_tensor(HostTensor::zeros(DType::F32, [2, 8]).view()).unwrap();
-        match exe.run_arrays(&[("x", &wrong)], &[]) {
+        match exe.run_values(&[("x", &Value::from(wrong))], &[]) {
             Err(RunError::Shape { name, got, .. }) => {
                 assert_eq!((name.as_str(), got), ("x", vec![2, 8]))
             }
@@ -265,14 +278,14 @@ fn device_arrays_in_and_out_match_host_runs_and_are_checked_the_same_way() {
         }
         let ints = Array::from_tensor(HostTensor::zeros(DType::I32, [2, 16]).view()).unwrap();
         assert!(matches!(
-            exe.run_arrays(&[("x", &ints)], &[]),
+            exe.run_values(&[("x", &Value::from(ints))], &[]),
             Err(RunError::DType {
                 got: DType::I32,
                 ..
             })
         ));
         assert!(matches!(
-            exe.run_arrays(&[], &[]),
+            exe.run_values(&[], &[]),
             Err(RunError::MissingInput { .. })
         ));
     }

@@ -178,13 +178,31 @@ fn misuse_of_states_is_a_typed_error() {
         let err = ctx.set("total", wrong.view()).unwrap_err();
         assert!(matches!(err, RunError::DType { .. }), "{label}: {err}");
     });
-    // A context belongs to the executable that made it.
+    // A context fits every executable whose graph declares the same states, and no other.
     let cpu = CpuBackend::default();
     let (one, two) = (cpu.compile(&g).unwrap(), cpu.compile(&g).unwrap());
     let mut ctx: Context = one.new_context().unwrap();
     let x = f32s(&[1.0, 1.0], &[2]);
-    let err = two.run_in(&mut ctx, &[("x", x.view())], &[]).unwrap_err();
+    one.run_in(&mut ctx, &[("x", x.view())], &[]).unwrap();
+    two.run_in(&mut ctx, &[("x", x.view())], &[]).unwrap();
+    assert_eq!(
+        ctx.get("total").unwrap().as_slice::<f32>().unwrap(),
+        &[2.0, 2.0]
+    );
+    let mut b = GraphBuilder::new();
+    let total = b.state("total", DType::F32, [3]).unwrap();
+    b.output("total", total).unwrap();
+    let other = cpu.compile(&b.finish().unwrap()).unwrap();
+    let err = other.run_in(&mut ctx, &[], &[]).unwrap_err();
     assert!(matches!(err, RunError::ForeignContext), "{err}");
+    #[cfg(feature = "mlx")]
+    {
+        let mlx = rlx::mlx::MlxBackend::new(rlx::mlx::MlxMode::Lazy)
+            .compile(&g)
+            .unwrap();
+        let err = mlx.run_in(&mut ctx, &[("x", x.view())], &[]).unwrap_err();
+        assert!(matches!(err, RunError::ForeignContext), "{err}");
+    }
     // A state's shape must be static, and a write must fit its state.
     let mut b = GraphBuilder::new();
     b.state("cache", DType::F32, [Dim::sym("n")]).unwrap();
@@ -365,6 +383,61 @@ fn the_cpu_writes_a_cache_in_place() {
         "{} arena bytes for caches of {cache_bytes}",
         report.peak_bytes
     );
+}
+
+/// `avg = 0.75·avg + 0.25·x` over a large state, `x` a scalar: an elementwise chain that
+/// reads the state it writes (an optimizer's moment has this form).
+fn moving_average(len: usize) -> Graph {
+    let mut b = GraphBuilder::new();
+    let avg = b.state("avg", DType::F32, [len]).unwrap();
+    let x = b.input("x", DType::F32, Shape::scalar()).unwrap();
+    let keep = b.scalar(0.75, DType::F32);
+    let take = b.scalar(0.25, DType::F32);
+    let old = b.mul(avg, keep).unwrap();
+    let new = b.mul(x, take).unwrap();
+    let next = b.add(old, new).unwrap();
+    b.write("avg", next).unwrap();
+    b.output("avg", next).unwrap();
+    b.finish().unwrap()
+}
+
+#[test]
+fn a_state_updated_elementwise_is_computed_in_its_own_memory() {
+    let len = 1 << 16;
+    let graph = moving_average(len);
+    // On the CPU the chain writes the state's slot: the arena holds no copy of it.
+    let exe = CpuBackend::default().compile(&graph).unwrap();
+    let report = exe.plan_report(&[]).unwrap();
+    assert!(
+        report.peak_bytes < len * 4,
+        "{} arena bytes for a state of {}",
+        report.peak_bytes,
+        len * 4
+    );
+    on_every_backend(&graph, &mut |label, exe| {
+        let mut ctx = exe.new_context().unwrap();
+        let mut expected: Vec<f32> = (0..len).map(|i| (i % 13) as f32).collect();
+        ctx.set("avg", f32s(&expected, &[len]).view()).unwrap();
+        for step in 0..4 {
+            let x = step as f32 * 2.0 - 3.0;
+            let out = exe
+                .run_in(&mut ctx, &[("x", HostTensor::scalar(x).view())], &[])
+                .unwrap();
+            for e in expected.iter_mut() {
+                *e = *e * 0.75 + x * 0.25;
+            }
+            assert_eq!(
+                out[0].as_slice::<f32>().unwrap(),
+                expected,
+                "{label} step {step}"
+            );
+            assert_eq!(
+                ctx.get("avg").unwrap().as_slice::<f32>().unwrap(),
+                expected,
+                "{label} step {step}"
+            );
+        }
+    });
 }
 
 /// MLX updates the cache in place: over many steps its active memory stays flat, and no

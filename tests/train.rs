@@ -153,22 +153,17 @@ fn optimizer_state_is_named_like_the_weights() {
     let (graph, _, _) = quadratic();
     let config = TrainConfig::new(Optimizer::adam(0.01));
     let step = rlx::train::training_graph(&graph, "loss", &config).unwrap();
-    let names: Vec<&str> = step.state.iter().map(|s| s.0.as_str()).collect();
+    let names: Vec<&str> = step.optimizer_state.iter().map(|s| s.0.as_str()).collect();
     assert_eq!(names, ["optimizer.w.exp_avg", "optimizer.w.exp_avg_sq"]);
-    let outputs: Vec<&str> = step
-        .graph
-        .outputs()
-        .iter()
-        .map(|o| o.name.as_str())
-        .collect();
+    assert_eq!(step.weights, ["w"]);
+    // The weight and the moments are states the step writes; the outputs are the model's.
+    let names = |outputs: &[rlx::ir::Output]| -> Vec<String> {
+        outputs.iter().map(|o| o.name.clone()).collect()
+    };
+    assert_eq!(names(step.graph.outputs()), ["loss"]);
     assert_eq!(
-        outputs,
-        [
-            "loss",
-            "update/w",
-            "update/optimizer.w.exp_avg",
-            "update/optimizer.w.exp_avg_sq"
-        ]
+        names(step.graph.writes()),
+        ["w", "optimizer.w.exp_avg", "optimizer.w.exp_avg_sq"]
     );
     let bad = TrainConfig::new(Optimizer::sgd(0.1).momentum(0.0, true));
     assert!(rlx::train::training_graph(&graph, "loss", &bad).is_err());

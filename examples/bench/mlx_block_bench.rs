@@ -10,7 +10,7 @@
 //! the median of `--runs` timed runs after 3 warm-up runs. With `io=host` each run is a
 //! full `Executable::run` (input upload, evaluation, output read-back); with `io=device`
 //! (MLX only) the input is an MLX array already on the device and the output stays there
-//! (`MlxExecutable::run_arrays`), which is what `bench/mlx_block.py` times by default.
+//! (`Executable::run_values` with an MLX array), which is what `bench/mlx_block.py` times by default.
 
 use std::error::Error;
 use std::time::Instant;
@@ -63,6 +63,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         let device = rlx::mlx::Device::preferred();
         let on_device = Array::from_tensor(x.view())?;
         Array::eval(&[&on_device])?;
+        let on_device = rlx::backend::Value::from(on_device);
         for (name, mode) in [("lazy", MlxMode::Lazy), ("compiled", MlxMode::Compiled)] {
             let mut mlx = Block::compile(&MlxBackend::new(mode), &BlockConfig)?;
             mlx.init_weights(weights)?;
@@ -73,7 +74,8 @@ fn main() -> Result<(), Box<dyn Error>> {
             let exe = mlx
                 .executable_as::<MlxExecutable>()
                 .ok_or("an MLX model has an MLX executable")?;
-            let device_run = || exe.run_arrays(&[("x", &on_device)], &[]).map(drop);
+            let device_run =
+                || rlx::backend::Executable::run_values(exe, &[("x", &on_device)], &[]).map(drop);
             for _ in 0..3 {
                 device_run()?;
             }

@@ -13,13 +13,19 @@
 //! at any one point of it (no placement can use less), and the forward pass's arena alone.
 //!
 //! ```text
-//! cargo run --release --example train_bench -- [--backend cpu|mlx] [--workload mlp|block]
+//! cargo run --release --example train_bench -- [--backend cpu|mlx] [--workload mlp|block] [--profile]
+//! ```
+//!
+//! `--profile` also prints where a CPU block step spends its time, per op:
+//!
+//! ```text
+//! profile op=fused_matmul ms_per_step=.. kernels=..
 //! ```
 
 use std::error::Error;
 use std::time::Instant;
 
-use rlx::backend::Backend;
+use rlx::backend::{Backend, Executable};
 use rlx::ir::Graph;
 use rlx::tensor::HostTensor;
 use rlx::train::{Optimizer, TrainConfig, Trainer};
@@ -129,6 +135,37 @@ fn median_ms(
     Ok(times[times.len() / 2])
 }
 
+/// Where a CPU training step of `graph` spends its time: the ops taking the most, summed
+/// over their kernels, per step.
+fn profile(graph: &Graph, inputs: &[(&str, HostTensor)]) -> Result<(), Box<dyn Error>> {
+    let config = TrainConfig::new(Optimizer::adamw(1e-3).weight_decay(0.01));
+    let step = rlx::train::training_graph(graph, "loss", &config)?;
+    let exe = rlx::cpu::CpuBackend::default().compile(&step.graph)?;
+    let scalar = |v: f32| HostTensor::scalar(v);
+    let scalars = [
+        (rlx::train::LR_INPUT, scalar(1e-3)),
+        (rlx::train::BIAS_CORRECTION_INPUTS[0], scalar(0.1)),
+        (rlx::train::BIAS_CORRECTION_INPUTS[1], scalar(0.001)),
+    ];
+    let all: Vec<(&str, rlx::tensor::TensorRef<'_>)> = inputs
+        .iter()
+        .chain(&scalars)
+        .map(|(n, t)| (*n, t.view()))
+        .collect();
+    let runs = 5;
+    let report = exe.profile(&all, &[], runs)?;
+    let per_step = |d: std::time::Duration| d.as_secs_f64() * 1e3 / runs as f64;
+    println!("profile total_ms_per_step={:.2}", per_step(report.total));
+    for (op, time, count) in report.by_op().into_iter().take(14) {
+        println!(
+            "profile op={op} ms_per_step={:.2} kernels={}",
+            per_step(time),
+            count / runs
+        );
+    }
+    Ok(())
+}
+
 /// The CPU plan's memory figures for the training step of `graph` and for `graph` alone.
 fn memory(workload: &str, graph: &Graph, dims: &[(&str, usize)]) -> Result<(), Box<dyn Error>> {
     let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
@@ -146,7 +183,12 @@ fn memory(workload: &str, graph: &Graph, dims: &[(&str, usize)]) -> Result<(), B
     Ok(())
 }
 
-fn run<B: Backend>(backend: &B, name: &str, workloads: &[String]) -> Result<(), Box<dyn Error>>
+fn run<B: Backend>(
+    backend: &B,
+    name: &str,
+    workloads: &[String],
+    profiled: bool,
+) -> Result<(), Box<dyn Error>>
 where
     B::Executable: 'static,
 {
@@ -190,6 +232,9 @@ where
         println!("train workload=block batch=8 seq=128 ms_per_step={ms:.3} impl=rlx-{name}");
         if name == "cpu" {
             memory("block", &graph, &[("batch", 8), ("seq", 128)])?;
+            if profiled {
+                profile(&graph, &[("x", x), ("zeros", zeros)])?;
+            }
         }
     }
     Ok(())
@@ -198,21 +243,29 @@ where
 fn main() -> Result<(), Box<dyn Error>> {
     let mut backend = "cpu".to_string();
     let mut workloads = vec!["mlp".to_string(), "block".to_string()];
+    let mut profiled = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--backend" => backend = args.next().ok_or("--backend needs cpu or mlx")?,
             "--workload" => workloads = vec![args.next().ok_or("--workload needs mlp or block")?],
+            "--profile" => profiled = true,
             other => return Err(format!("unknown argument {other:?}").into()),
         }
     }
     match backend.as_str() {
-        "cpu" => run(&rlx::cpu::CpuBackend::default(), "cpu", &workloads),
+        "cpu" => run(
+            &rlx::cpu::CpuBackend::default(),
+            "cpu",
+            &workloads,
+            profiled,
+        ),
         #[cfg(feature = "mlx")]
         "mlx" => run(
             &rlx::mlx::MlxBackend::new(rlx::mlx::MlxMode::Compiled),
             "mlx",
             &workloads,
+            profiled,
         ),
         other => Err(format!("unknown or unavailable backend {other:?}").into()),
     }

@@ -4,7 +4,6 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::signature::check_weight;
 use super::{RunError, TensorRole};
@@ -55,7 +54,10 @@ pub(crate) trait StateStore: Send + Sync + std::any::Any {
 /// every state zero, and passed to [`Executable::run_in`](super::Executable::run_in), which
 /// reads and writes it. Contexts are independent: a server keeps one per conversation on one
 /// executable, whose weights and plans they share, and runs them from many threads at once.
-/// States are read, set, reset, saved and loaded by name, as weights are.
+/// A context also fits every other executable of its backend (and device) whose graph
+/// declares the same states, in the same order: two graphs that take turns on one set of
+/// states (a training step's gradients and its update) share one context. States are read,
+/// set, reset, saved and loaded by name, as weights are.
 ///
 /// ```
 /// use rlx::prelude::*;
@@ -82,7 +84,6 @@ pub(crate) trait StateStore: Send + Sync + std::any::Any {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Context {
-    owner: u64,
     specs: Arc<[StateSpec]>,
     pub(crate) store: Box<dyn StateStore>,
 }
@@ -95,26 +96,19 @@ impl std::fmt::Debug for Context {
     }
 }
 
-/// A new owner id for an executable's contexts.
-pub(crate) fn new_owner() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
 impl Context {
-    /// A context of the executable `owner` over `store`, whose slots are `specs`.
-    pub(crate) fn new(owner: u64, specs: Arc<[StateSpec]>, store: Box<dyn StateStore>) -> Self {
-        Context {
-            owner,
-            specs,
-            store,
-        }
+    /// A context over `store`, whose slots are `specs`.
+    pub(crate) fn new(specs: Arc<[StateSpec]>, store: Box<dyn StateStore>) -> Self {
+        Context { specs, store }
     }
 
-    /// The store as the backend's own type `T`, if this context belongs to the executable
-    /// `owner`.
-    pub(crate) fn store_of<T: StateStore>(&mut self, owner: u64) -> Result<&mut T, RunError> {
-        if self.owner != owner {
+    /// The store as the backend's own type `T`, if this context holds the states `specs`
+    /// (of a graph of that backend).
+    pub(crate) fn store_of<T: StateStore>(
+        &mut self,
+        specs: &[StateSpec],
+    ) -> Result<&mut T, RunError> {
+        if *self.specs != *specs {
             return Err(RunError::ForeignContext);
         }
         self.store

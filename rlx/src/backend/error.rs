@@ -353,8 +353,9 @@ pub enum RunError {
         /// The graph's states.
         states: Vec<String>,
     },
-    /// The context was made by another executable.
-    #[error("this context was made by another executable")]
+    /// The context holds other states than the graph declares (names, dtypes, dims or
+    /// order), or was made by another backend or for another device.
+    #[error("this context does not hold this graph's states (or belongs to another backend)")]
     ForeignContext,
     /// A state name given to a context names no state of its graph.
     #[error("unknown state {name:?}; the graph's states are {known:?}")]

@@ -9,12 +9,15 @@ mod error;
 mod profile;
 pub(crate) mod shared;
 pub(crate) mod signature;
+mod value;
 
+pub(crate) use context::StateStore;
 pub use context::{Context, ContextError, StateSpec};
-pub(crate) use context::{StateStore, new_owner};
 pub use error::{BindingFailure, CompileError, NodeSite, RunError, TensorRole};
 pub use profile::{Profile, ProfileStep};
 pub use shared::DEFAULT_PLAN_CACHE;
+pub use value::Value;
+pub(crate) use value::{DeviceValue, host_inputs};
 
 use crate::ir::{Graph, Op};
 use crate::tensor::{HostTensor, TensorRef};
@@ -294,9 +297,64 @@ pub trait Executable: std::any::Any + Send + Sync {
         outputs: &mut Vec<HostTensor>,
     ) -> Result<(), RunError>;
 
+    /// Runs the graph on [`Value`]s, as [`Executable::run`] does, and returns its outputs
+    /// as values where the backend keeps them: on MLX, device arrays that never cross host
+    /// memory; on the CPU, host tensors, read in place when passed back. Feeding one run's
+    /// outputs to the next (a pipeline, a training loop's gradients) costs no copy.
+    fn run_values(
+        &self,
+        inputs: &[(&str, &Value)],
+        dims: &[(&str, usize)],
+    ) -> Result<Vec<Value>, RunError> {
+        let hosts = host_inputs(inputs)?;
+        let views: Vec<(&str, TensorRef<'_>)> =
+            hosts.iter().map(|(name, t)| (*name, t.view())).collect();
+        Ok(self
+            .run(&views, dims)?
+            .into_iter()
+            .map(Value::from)
+            .collect())
+    }
+
+    /// [`Executable::run_values`] in `context`, as [`Executable::run_in`] runs.
+    ///
+    /// ```
+    /// use rlx::prelude::*;
+    /// use rlx::backend::{Backend, Executable, Value};
+    /// use rlx::cpu::CpuBackend;
+    /// use rlx::tensor::HostTensor;
+    ///
+    /// let mut b = GraphBuilder::new();
+    /// let count = b.state("count", DType::F32, Shape::scalar())?;
+    /// let x = b.input("x", DType::F32, Shape::scalar())?;
+    /// let next = b.add(count, x)?;
+    /// b.write("count", next)?;
+    /// b.output("next", next)?;
+    /// let exe = CpuBackend::default().compile(&b.finish()?)?;
+    /// let mut ctx = exe.new_context()?;
+    /// let one = Value::from(HostTensor::scalar(1.0f32));
+    /// exe.run_values_in(&mut ctx, &[("x", &one)], &[])?;
+    /// let out = exe.run_values_in(&mut ctx, &[("x", &one)], &[])?;
+    /// assert_eq!(out[0].to_host()?.as_slice::<f32>()?, &[2.0]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn run_values_in(
+        &self,
+        context: &mut Context,
+        inputs: &[(&str, &Value)],
+        dims: &[(&str, usize)],
+    ) -> Result<Vec<Value>, RunError> {
+        let hosts = host_inputs(inputs)?;
+        let views: Vec<(&str, TensorRef<'_>)> =
+            hosts.iter().map(|(name, t)| (*name, t.view())).collect();
+        let outputs = self.run_in(context, &views, dims)?;
+        Ok(outputs.into_iter().map(Value::from).collect())
+    }
+
     /// Runs the graph `runs` times (at least once) as [`Executable::run`] does and reports
     /// where the time went. Backends that can time their steps (the CPU executor times each
-    /// kernel) list them; others report each whole run as one `run` step.
+    /// kernel) list them; others report each whole run as one `run` step. A graph with
+    /// states runs in a new context, its states zero at first.
     fn profile(
         &self,
         inputs: &[(&str, TensorRef<'_>)],
@@ -305,9 +363,10 @@ pub trait Executable: std::any::Any + Send + Sync {
     ) -> Result<Profile, RunError> {
         let runs = runs.max(1);
         let mut outputs = Vec::new();
+        let mut context = self.new_context()?;
         let started = std::time::Instant::now();
         for _ in 0..runs {
-            self.run_into(inputs, dims, &mut outputs)?;
+            self.run_in_into(&mut context, inputs, dims, &mut outputs)?;
         }
         let total = started.elapsed();
         Ok(Profile {

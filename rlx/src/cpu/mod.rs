@@ -28,7 +28,7 @@ use crate::backend::shared::{CustomOps, ParamTable, PlanCache, Pooled, ScratchPo
 use crate::backend::signature::Binder;
 use crate::backend::{
     Backend, CompileError, Context, Executable, Profile, ProfileStep, RunError, StateStore,
-    check_compilable, needs_context, new_owner,
+    check_compilable, needs_context,
 };
 use crate::ir::{Graph, Op};
 use crate::tensor::{HostTensor, TensorRef};
@@ -158,7 +158,6 @@ impl Backend for CpuBackend {
             None
         };
         Ok(CpuExecutable {
-            owner: new_owner(),
             pool,
             weights: RwLock::new(Weights {
                 statics: Arc::new(static_region),
@@ -239,7 +238,6 @@ struct Scratch {
 /// with the number of runs in flight, one plan's arena each.
 pub struct CpuExecutable {
     /// Identifies this executable's contexts.
-    owner: u64,
     program: Program,
     pool: Option<std::sync::Arc<rayon::ThreadPool>>,
     options: CpuOptions,
@@ -514,9 +512,14 @@ impl CpuExecutable {
         Ok(())
     }
 
-    /// The bytes of `context`'s states, if it is one of this executable's.
+    /// The bytes of `context`'s states, if it holds this graph's (laid out alike: the
+    /// slots follow from the states alone, and are compared too).
     fn state_of<'c>(&self, context: &'c mut Context) -> Result<&'c mut [u8], RunError> {
-        Ok(context.store_of::<CpuState>(self.owner)?.bytes.bytes_mut())
+        let store = context.store_of::<CpuState>(&self.program.states)?;
+        if store.slots != self.program.state_slots || store.bytes.len != self.program.state_len {
+            return Err(RunError::ForeignContext);
+        }
+        Ok(store.bytes.bytes_mut())
     }
 
     /// Copies the outputs of a run with `plan` into `outputs`, reusing their storage.
@@ -584,7 +587,9 @@ impl Executable for CpuExecutable {
         runs: usize,
     ) -> Result<Profile, RunError> {
         let runs = runs.max(1);
-        needs_context(&self.program.states)?;
+        // A graph with states runs in a context of its own, its states zero at first.
+        let mut context = self.new_context()?;
+        let state = self.state_of(&mut context)?;
         let mut timings = Vec::new();
         let mut outputs = Vec::new();
         let statics = self.bound_statics()?;
@@ -595,12 +600,12 @@ impl Executable for CpuExecutable {
             let used = self.execute(
                 &mut scratch,
                 &statics,
-                &mut [],
+                state,
                 inputs,
                 dims,
                 Some(&mut timings),
             )?;
-            Self::copy_outputs(&used, &scratch.arena, &statics, &[], &mut outputs);
+            Self::copy_outputs(&used, &scratch.arena, &statics, state, &mut outputs);
             plan = Some(used);
         }
         let total = started.elapsed();
@@ -643,7 +648,6 @@ impl Executable for CpuExecutable {
             slots: self.program.state_slots.clone(),
         };
         Ok(Context::new(
-            self.owner,
             Arc::clone(&self.program.states),
             Box::new(store),
         ))

@@ -70,7 +70,7 @@ pub(crate) struct Packing {
 }
 
 /// Where a context keeps one state: its bytes, 64-byte aligned, in graph order.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct StateSlot {
     pub offset: usize,
     pub bytes: usize,
@@ -457,7 +457,14 @@ fn head_permutes(graph: &Graph) -> (Vec<bool>, Vec<[bool; 4]>) {
 /// the chain's first update runs (thunks run in graph order), and nothing returns or writes
 /// the old `s` (those are read after every thunk); when each link of the chain has the next
 /// as its only reader and is not returned; and when no update or offset operand shares `s`'s
-/// storage. Otherwise the write is a copy when the run ends.
+/// storage.
+///
+/// A write `s ← v` where `v` is a fused elementwise chain (an optimizer's update of a
+/// weight or a moment) is computed straight into `s`'s slot when the chain reads `s`
+/// itself, element for element (the kernel loads each block of it before storing that
+/// block), nothing else reads or returns the old `s` after the chain, and `v` is written
+/// nowhere else. Later readers of `v`, and outputs of it, read it from the slot.
+/// Otherwise the write is a copy when the run ends.
 fn in_place_writes(
     g: &Graph,
     fusions: &[Option<Fusion>],
@@ -522,6 +529,22 @@ fn in_place_writes(
             for link in chain {
                 in_place[link.index()] = Some(slot);
             }
+        }
+    }
+    for &(slot, value) in writes {
+        let Some(Fusion::Elementwise { operands, .. }) = &fusions[value.index()] else {
+            continue;
+        };
+        let Some(state) = (0..g.len()).find(|&i| state_of[i] == Some(slot)) else {
+            continue;
+        };
+        let state = NodeId::new(state);
+        let written_once = writes.iter().filter(|(_, v)| *v == value).count() == 1;
+        let read_here_or_before = readers[state.index()]
+            .iter()
+            .all(|&(reader, k)| reader < value || (reader == value && operands[k] == state));
+        if written_once && !exposed[state.index()] && read_here_or_before {
+            in_place[value.index()] = Some(slot);
         }
     }
     in_place

@@ -45,6 +45,7 @@ use std::time::Duration;
 
 use rlx_mlx_sys as sys;
 
+use crate::backend::{RunError, Value};
 use crate::ir::DType;
 use crate::mlx::{Array, Device, MlxError, codes, gpu_turn};
 use crate::tensor::{HostTensor, TensorRef};
@@ -413,6 +414,34 @@ impl Group {
             // SAFETY: live handles and a valid out-slot for the call.
             unsafe { sys::rlx_mlx_all_sum(g, xs[i].ptr(), out) }
         })
+    }
+
+    /// The sums of several [`Value`]s, as [`Group::all_sum_many`]: a value that is an MLX
+    /// array is summed where it is and its sum stays there; a host value (what the CPU
+    /// backend returns) is summed through MLX and comes back in host memory.
+    pub fn all_sum_values(&self, xs: Vec<Value>) -> Result<Vec<Value>, DistributedError> {
+        if self.link.is_none() {
+            return Ok(xs);
+        }
+        let read = |e: RunError| DistributedError::Mlx(MlxError::new(e.to_string()));
+        let arrays = xs
+            .iter()
+            .map(|x| match x.mlx_array() {
+                Some(a) => Ok(a.clone()),
+                None => Ok(Array::from_tensor(x.host_view().map_err(read)?.view())?),
+            })
+            .collect::<Result<Vec<_>, DistributedError>>()?;
+        let sums = self.all_sum_many(&arrays)?;
+        xs.iter()
+            .zip(sums)
+            .map(|(x, sum)| {
+                if x.is_host() {
+                    Ok(Value::from(sum.to_host()?))
+                } else {
+                    Ok(x.with_array(sum))
+                }
+            })
+            .collect()
     }
 
     /// Every rank's `x` concatenated along axis 0 in rank order (a scalar counts as `[1]`).

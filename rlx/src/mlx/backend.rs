@@ -232,7 +232,6 @@ impl Backend for MlxBackend {
             })
             .collect();
         Ok(MlxExecutable {
-            owner: new_owner(),
             states,
             written,
             weights: RwLock::new(BoundWeights {

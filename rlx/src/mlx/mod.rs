@@ -57,7 +57,8 @@ use crate::backend::shared::{
 };
 use crate::backend::signature::{Binder, Given, Signature, concrete_shapes};
 use crate::backend::{Backend, CompileError, Executable, NodeSite, RunError, check_compilable};
-use crate::backend::{Context, StateSpec, StateStore, needs_context, new_owner};
+use crate::backend::{Context, StateSpec, StateStore, needs_context};
+use crate::backend::{DeviceValue, Value};
 use crate::backend::{Profile, ProfileStep, check_output_indices};
 use crate::ir::{AttrValue, DType, Graph, NodeId, Op};
 use crate::passes;
@@ -189,7 +190,6 @@ struct CallScratch {
 /// the process take turns: MLX 0.32's CUDA backend aborted under concurrent runs.
 pub struct MlxExecutable {
     /// Identifies this executable's contexts.
-    owner: u64,
     /// The graph's states, in graph order (leaves after the inputs).
     states: Arc<[StateSpec]>,
     /// Per write, in graph order: the state it replaces.
@@ -398,11 +398,7 @@ impl Executable for MlxExecutable {
             arrays,
             device: self.device,
         };
-        Ok(Context::new(
-            self.owner,
-            Arc::clone(&self.states),
-            Box::new(store),
-        ))
+        Ok(Context::new(Arc::clone(&self.states), Box::new(store)))
     }
 
     fn run_in_into(
@@ -412,11 +408,101 @@ impl Executable for MlxExecutable {
         dims: &[(&str, usize)],
         outputs: &mut Vec<HostTensor>,
     ) -> Result<(), RunError> {
-        let state = context.store_of::<MlxState>(self.owner)?;
+        let state = self.state_of(context)?;
         let _gpu = device::gpu_turn(self.device);
         let uploaded = upload(inputs, self.device)?;
         let results = self.evaluate(inputs, &uploaded, dims, Some(&mut state.arrays))?;
         self.read_outputs(&results, outputs)
+    }
+
+    /// Values that are MLX arrays are used as they are, host values are uploaded, and the
+    /// outputs stay MLX arrays, evaluated (on a GPU, in device memory).
+    fn run_values(
+        &self,
+        inputs: &[(&str, &Value)],
+        dims: &[(&str, usize)],
+    ) -> Result<Vec<Value>, RunError> {
+        needs_context(&self.states)?;
+        let _gpu = device::gpu_turn(self.device);
+        let (described, arrays) = self.arrays_of(inputs)?;
+        let results = self.evaluate(&described, &arrays, dims, None)?;
+        self.output_values(results)
+    }
+
+    fn run_values_in(
+        &self,
+        context: &mut Context,
+        inputs: &[(&str, &Value)],
+        dims: &[(&str, usize)],
+    ) -> Result<Vec<Value>, RunError> {
+        let state = self.state_of(context)?;
+        let _gpu = device::gpu_turn(self.device);
+        let (described, arrays) = self.arrays_of(inputs)?;
+        let results = self.evaluate(&described, &arrays, dims, Some(&mut state.arrays))?;
+        self.output_values(results)
+    }
+}
+
+/// An MLX array in a [`Value`], with the device of the executable that made it (reading it
+/// takes that device's turn).
+struct MlxValue {
+    array: Array,
+    device: Device,
+}
+
+impl DeviceValue for MlxValue {
+    fn to_host(&self) -> Result<HostTensor, RunError> {
+        let _gpu = device::gpu_turn(self.device);
+        self.array.to_host().map_err(backend_error)
+    }
+
+    fn share(&self) -> Box<dyn DeviceValue> {
+        let _gpu = device::gpu_turn(self.device);
+        Box::new(MlxValue {
+            array: self.array.clone(),
+            device: self.device,
+        })
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+impl Value {
+    /// The MLX array this value holds, if it holds one.
+    pub fn mlx_array(&self) -> Option<&Array> {
+        self.device::<MlxValue>().map(|v| &v.array)
+    }
+
+    /// `array` as a value on this MLX value's device (else MLX's preferred one).
+    pub(crate) fn with_array(&self, array: Array) -> Value {
+        match self.device::<MlxValue>() {
+            Some(v) => {
+                let dtype = array.dtype().unwrap_or(DType::F32);
+                let shape = array.shape().unwrap_or_default();
+                Value::on_device(
+                    dtype,
+                    shape,
+                    MlxValue {
+                        array,
+                        device: v.device,
+                    },
+                )
+            }
+            None => Value::from(array),
+        }
+    }
+}
+
+impl From<Array> for Value {
+    /// An MLX array as a value, on the device [`Array::from_tensor`] uses
+    /// ([`Device::preferred`]). Its dtype and dims are read from the array.
+    fn from(array: Array) -> Value {
+        let dtype = array.dtype().unwrap_or(DType::F32);
+        let shape = array.shape().unwrap_or_default();
+        let device = Device::preferred();
+        Value::on_device(dtype, shape, MlxValue { array, device })
     }
 }
 
@@ -454,44 +540,56 @@ impl StateStore for MlxState {
 }
 
 impl MlxExecutable {
-    /// Runs on MLX arrays and returns MLX arrays, evaluated: inputs and outputs stay where
-    /// MLX keeps them (on a GPU, device memory), so a pipeline need not copy through host
-    /// memory between runs. Checks and errors are those of [`Executable::run`].
-    ///
-    /// ```no_run
-    /// use rlx::prelude::*;
-    /// use rlx::backend::Backend;
-    /// use rlx::mlx::{Array, MlxBackend, MlxMode};
-    /// use rlx::tensor::HostTensor;
-    ///
-    /// let mut b = GraphBuilder::new();
-    /// let x = b.input("x", DType::F32, [Dim::sym("n")])?;
-    /// let y = b.unary(UnaryOp::Exp, x)?;
-    /// b.output("y", y)?;
-    /// let exe = MlxBackend::new(MlxMode::Lazy).compile(&b.finish()?)?;
-    /// let x = Array::from_tensor(HostTensor::from_vec(vec![0.0f32, 1.0], [2])?.view())?;
-    /// let y = exe.run_arrays(&[("x", &x)], &[])?; // stays on the device
-    /// let z = exe.run_arrays(&[("x", &y[0])], &[])?; // exp(exp(x)), no host copy between
-    /// assert_eq!(z[0].to_host()?.shape(), [2]);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn run_arrays(
+    /// The arrays of `inputs`: an MLX value's own array, a host value uploaded to the
+    /// executable's device, each with its type.
+    #[allow(clippy::type_complexity)]
+    fn arrays_of<'a>(
         &self,
-        inputs: &[(&str, &Array)],
-        dims: &[(&str, usize)],
-    ) -> Result<Vec<Array>, RunError> {
-        let described = inputs
-            .iter()
-            .map(|(name, a)| {
-                let dtype = a.dtype().map_err(backend_error)?;
-                let dims = a.shape().map_err(backend_error)?;
-                Ok((*name, ArrayType { dtype, dims }))
+        inputs: &[(&'a str, &Value)],
+    ) -> Result<(Vec<(&'a str, ArrayType)>, Vec<Array>), RunError> {
+        let mut described = Vec::with_capacity(inputs.len());
+        let mut arrays = Vec::with_capacity(inputs.len());
+        for (name, value) in inputs {
+            let array = match value.mlx_array() {
+                Some(a) => a.clone(),
+                None => {
+                    let host = value.host_view()?;
+                    Array::from_tensor_on(host.view(), self.device).map_err(backend_error)?
+                }
+            };
+            described.push((
+                *name,
+                ArrayType {
+                    dtype: value.dtype(),
+                    dims: value.shape().to_vec(),
+                },
+            ));
+            arrays.push(array);
+        }
+        Ok((described, arrays))
+    }
+
+    /// The graph's outputs among `results` (outputs, then writes) as values.
+    fn output_values(&self, mut results: Vec<Array>) -> Result<Vec<Value>, RunError> {
+        results.truncate(self.graph.outputs().len());
+        results
+            .into_iter()
+            .map(|array| {
+                let dtype = array.dtype().map_err(backend_error)?;
+                let shape = array.shape().map_err(backend_error)?;
+                let device = self.device;
+                Ok(Value::on_device(dtype, shape, MlxValue { array, device }))
             })
-            .collect::<Result<Vec<_>, RunError>>()?;
-        let arrays: Vec<Array> = inputs.iter().map(|(_, a)| (*a).clone()).collect();
-        needs_context(&self.states)?;
-        let _gpu = device::gpu_turn(self.device);
-        self.evaluate(&described, &arrays, dims, None)
+            .collect()
+    }
+
+    /// The store of `context`, if it holds this graph's states on this device.
+    fn state_of<'c>(&self, context: &'c mut Context) -> Result<&'c mut MlxState, RunError> {
+        let state = context.store_of::<MlxState>(&self.states)?;
+        if state.device != self.device {
+            return Err(RunError::ForeignContext);
+        }
+        Ok(state)
     }
 
     /// State `k` at zero, on the device.
@@ -535,8 +633,9 @@ impl MlxExecutable {
     /// let exe = MlxBackend::new(MlxMode::Lazy).compile(&b.finish()?)?;
     /// let w = Array::from_tensor(HostTensor::from_vec(vec![1.0f32, 2.0], [2])?.view())?;
     /// exe.set_weight_arrays(&[("w", &w)])?;
-    /// let out = exe.run_arrays(&[], &[])?;
-    /// exe.set_weight_arrays(&[("w", &out[0])])?; // the result, bound as it is
+    /// let out = exe.run_values(&[], &[])?;
+    /// let doubled = out[0].mlx_array().expect("MLX returns arrays");
+    /// exe.set_weight_arrays(&[("w", doubled)])?; // the result, bound as it is
     /// assert_eq!(exe.weight("w")?.as_slice::<f32>()?, &[2.0, 4.0]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

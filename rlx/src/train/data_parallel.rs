@@ -1,44 +1,41 @@
 //! Data-parallel training: every rank of a [`Group`] computes gradients on its shard of the
 //! batch, the gradients are averaged across ranks, and every rank applies the same update.
 
-use std::any::Any;
 use std::path::Path;
 
-use half::{bf16, f16};
-
 use super::{
-    StepScalars, TrainConfig, TrainError, append_update, hyper_dtype, load_state, save_state,
-    scalar_value,
+    Differentiated, StepScalars, TrainConfig, TrainError, append_update, differentiate,
+    hyper_dtype, is_state, load_state, save_state, scalar_value,
 };
-use crate::autodiff::{Wrt, gradients};
-use crate::backend::{Backend, Executable};
+use crate::backend::{Backend, Context, Executable, Value};
 use crate::builder::GraphBuilder;
-use crate::distributed::{DistributedError, Group};
-use crate::ir::BinaryOp;
-use crate::ir::{DType, Graph, NodeId};
-use crate::mlx::{Array, MlxExecutable};
-use crate::tensor::{HostTensor, TensorData, TensorRef};
+use crate::distributed::Group;
+use crate::ir::{DType, Graph, NodeId, Op, Shape, Slice};
+use crate::tensor::{HostTensor, TensorRef};
 
 /// The default size of a gradient bucket: PyTorch DDP's 25 MiB.
 pub const DEFAULT_BUCKET_BYTES: usize = 25 << 20;
 
 /// A training loop over the ranks of a [`Group`], on either backend.
 ///
-/// Each step runs two compiled graphs. The first computes the loss and the gradients of
-/// this rank's shard. The gradients are then summed across ranks in buckets (consecutive
-/// weights of one dtype packed into one flat tensor of at most
-/// [`DataParallelTrainer::set_bucket_bytes`] bytes, so a model's hundreds of weights take a
-/// handful of collectives), each weighted by its rank's share of the batch. The second
-/// graph clips the averaged gradients and applies the optimizer's update, the same on
-/// every rank, so weights that start equal ([`DataParallelTrainer::broadcast_weights`])
-/// stay equal ([`DataParallelTrainer::check_in_sync`]).
+/// Each step runs two compiled graphs over one [`Context`] that holds the weights and the
+/// optimizer state (the states of both graphs). The first computes the gradients of this
+/// rank's shard, scaled by the rank's share of the batch and packed into buckets
+/// (consecutive weights of one dtype in one flat tensor of at most
+/// [`DataParallelTrainer::with_bucket_bytes`] bytes, so a model's hundreds of weights take a
+/// handful of collectives). The buckets are summed across ranks. The second graph unpacks
+/// them, clips the averaged gradients and updates the weights and optimizer state in
+/// place, the same on every rank, so weights that start equal
+/// ([`DataParallelTrainer::broadcast_weights`]) stay equal
+/// ([`DataParallelTrainer::check_in_sync`]).
 ///
 /// With shards weighted by their sample counts and a loss that is a mean over samples,
 /// a step equals one [`super::Trainer`] step on the whole batch, up to float rounding.
 ///
-/// On the CPU backend the gradients cross host memory (where the collectives read them);
-/// on MLX they, the weights and the optimizer state stay on the device: only the shard,
-/// the per-step scalars and the loss cross.
+/// Both backends take the same path: the graphs pass [`Value`]s, which stay where the
+/// backend computes. On MLX the gradients, weights and optimizer state never leave the
+/// device (only the shard, the per-step scalars and the loss cross host memory); on the
+/// CPU the buckets are host tensors that the collectives read in place.
 ///
 /// ```no_run
 /// use rlx::cpu::CpuBackend;
@@ -68,34 +65,30 @@ pub const DEFAULT_BUCKET_BYTES: usize = 25 << 20;
 pub struct DataParallelTrainer {
     group: Group,
     config: TrainConfig,
-    /// The model and the gradients of its float params.
-    gradients: Box<dyn Executable>,
-    /// The averaged gradients in, the updated weights and optimizer state out.
-    update: Box<dyn Executable>,
-    /// Per float param, in order: its name, and its gradient's output index.
-    weights: Vec<(String, usize)>,
-    /// `(output index, param name)` of the update graph's results.
-    updates: Vec<(usize, String)>,
-    /// Per entry of `updates`: whether it is a weight (which the gradient graph has too)
-    /// rather than optimizer state.
-    updates_weight: Vec<bool>,
-    loss: usize,
-    /// Indices into `weights`: the gradients summed as one flat tensor.
+    /// Per trained weight: its dtype and dims.
+    shapes: Vec<(DType, Vec<usize>)>,
+    /// Indices into `model.weights`: the gradients summed as one flat tensor.
     buckets: Vec<Vec<usize>>,
-    /// Both graphs run on MLX: gradients and weights stay on the device between them.
-    on_device: bool,
+    /// The gradients of a shard, scaled and packed into buckets; the scaled loss.
+    gradients: Box<dyn Executable>,
+    /// The summed buckets in; the weights and optimizer state updated in the context.
+    update: Box<dyn Executable>,
+    /// The states of both graphs.
+    context: Context,
+    scalar_dtype: DType,
     steps: u64,
-    outputs: Vec<HostTensor>,
-    updated: Vec<HostTensor>,
-    /// The averaged gradients, the update graph's inputs `grad/<name>`.
-    averaged: Vec<(String, HostTensor)>,
     scalars: StepScalars,
 }
 
+/// The gradient graph's input holding this rank's share of the step.
+const SHARE_INPUT: &str = "data_parallel.share";
+/// The gradient graph's output holding the loss times the share (f32).
+const LOSS_OUTPUT: &str = "data_parallel.loss";
+
 impl DataParallelTrainer {
     /// Compiles the two graphs of a step of `graph` (minimizing its scalar output `loss`)
-    /// on `backend` and zeroes the optimizer state. Every rank must call this with the same
-    /// graph and settings.
+    /// on `backend` and zeroes the optimizer state, with gradient buckets of
+    /// [`DEFAULT_BUCKET_BYTES`]. Every rank must call this with the same graph and settings.
     pub fn new<B: Backend>(
         backend: &B,
         graph: &Graph,
@@ -106,72 +99,58 @@ impl DataParallelTrainer {
     where
         B::Executable: 'static,
     {
-        let with_grads = gradients(graph, loss, &Wrt::Params)?;
-        let find = |name: &str| with_grads.outputs().iter().position(|o| o.name == name);
-        let loss_index = find(loss).ok_or_else(|| {
-            TrainError::Config(format!("the gradient graph lost the output {loss:?}"))
-        })?;
-        let mut weights = Vec::new();
-        let mut b = GraphBuilder::new();
-        let mut update_weights: Vec<(NodeId, String)> = Vec::new();
-        let mut grads = Vec::new();
-        let mut averaged = Vec::new();
-        for (_, node) in graph.params().filter(|(_, n)| n.ty.dtype.is_float()) {
-            let name = node.name.clone().unwrap_or_default();
-            let grad_name = format!("grad/{name}");
-            let index = find(&grad_name).ok_or_else(|| {
-                TrainError::Config(format!("the gradient graph has no output {grad_name:?}"))
-            })?;
-            let dims = node.ty.shape.static_dims().ok_or_else(|| {
-                TrainError::Config(format!(
-                    "weight {name:?} has symbolic dims {}",
-                    node.ty.shape
-                ))
-            })?;
-            weights.push((name.clone(), index));
-            update_weights.push((b.param(&name, node.ty.dtype, node.ty.shape.clone())?, name));
-            grads.push(b.input(&grad_name, node.ty.dtype, node.ty.shape.clone())?);
-            averaged.push((grad_name, HostTensor::zeros(node.ty.dtype, dims)));
-        }
-        let (updates, state) = append_update(
-            &mut b,
-            &update_weights,
-            grads,
-            &config,
-            hyper_dtype(graph),
-            0,
-        )?;
-        let update_graph = b.finish()?;
-        let gradients: Box<dyn Executable> = Box::new(backend.compile(&with_grads)?);
-        let update: Box<dyn Executable> = Box::new(backend.compile(&update_graph)?);
-        let is_mlx = |e: &dyn Executable| (e as &dyn Any).is::<MlxExecutable>();
-        let on_device = is_mlx(&*gradients) && is_mlx(&*update);
-        for (name, dtype, dims) in &state {
-            update.set_weight(name, HostTensor::zeros(*dtype, dims.clone()).view())?;
-        }
-        let updates_weight = updates
+        Self::with_bucket_bytes(backend, graph, loss, config, group, DEFAULT_BUCKET_BYTES)
+    }
+
+    /// [`DataParallelTrainer::new`] with gradient buckets of at most `bucket_bytes` bytes
+    /// (at least one weight per bucket).
+    pub fn with_bucket_bytes<B: Backend>(
+        backend: &B,
+        graph: &Graph,
+        loss: &str,
+        config: TrainConfig,
+        group: Group,
+        bucket_bytes: usize,
+    ) -> Result<DataParallelTrainer, TrainError>
+    where
+        B::Executable: 'static,
+    {
+        let model = differentiate(graph, loss)?;
+        let shapes = model
+            .weights
             .iter()
-            .map(|(_, u)| weights.iter().any(|(w, _)| w == u))
-            .collect();
-        let mut trainer = DataParallelTrainer {
+            .map(|(id, name)| {
+                let ty = &model.nodes[id.index()].ty;
+                let dims = ty.shape.static_dims().ok_or_else(|| {
+                    TrainError::Config(format!("weight {name:?} has symbolic dims {}", ty.shape))
+                })?;
+                Ok((ty.dtype, dims))
+            })
+            .collect::<Result<Vec<_>, TrainError>>()?;
+        let buckets = buckets(
+            shapes.len(),
+            |i| shapes[i].0,
+            |i| numel(&shapes[i].1) * shapes[i].0.size_bytes(),
+            bucket_bytes,
+        );
+        let scalar_dtype = hyper_dtype(graph);
+        let update = update_graph(&model, &shapes, &buckets, &config, scalar_dtype)?;
+        let gradients = gradient_graph(&model, &shapes, &buckets, &update, scalar_dtype)?;
+        let gradients: Box<dyn Executable> = Box::new(backend.compile(&gradients)?);
+        let update: Box<dyn Executable> = Box::new(backend.compile(&update)?);
+        let context = update.new_context()?;
+        Ok(DataParallelTrainer {
             group,
             config,
+            shapes,
+            buckets,
             gradients,
             update,
-            weights,
-            updates,
-            updates_weight,
-            loss: loss_index,
-            buckets: Vec::new(),
-            on_device,
+            context,
+            scalar_dtype,
             steps: 0,
-            outputs: Vec::new(),
-            updated: Vec::new(),
-            averaged,
-            scalars: StepScalars::new(hyper_dtype(graph)),
-        };
-        trainer.set_bucket_bytes(DEFAULT_BUCKET_BYTES);
-        Ok(trainer)
+            scalars: StepScalars::new(scalar_dtype),
+        })
     }
 
     /// The group the trainer runs over.
@@ -179,35 +158,20 @@ impl DataParallelTrainer {
         &self.group
     }
 
-    /// Sets the most bytes one gradient bucket holds (at least one weight per bucket).
-    pub fn set_bucket_bytes(&mut self, bytes: usize) {
-        let gradients = &self.averaged;
-        self.buckets = buckets(
-            gradients.len(),
-            |i| gradients[i].1.dtype(),
-            |i| gradients[i].1.data().bytes().len(),
-            bytes,
-        );
-    }
-
-    /// Binds the weight (or optimizer state) `name` on this rank.
+    /// Sets the weight (or optimizer state, or untrained param) `name` on this rank.
     pub fn set_weight(&mut self, name: &str, value: TensorRef<'_>) -> Result<(), TrainError> {
-        if self.weights.iter().any(|(w, _)| w == name) {
-            self.gradients.set_weight(name, value)?;
-            self.update.set_weight(name, value)?;
-        } else if self.updates.iter().any(|(_, u)| u == name) {
-            self.update.set_weight(name, value)?;
+        if is_state(&self.context, name) {
+            Ok(self.context.set(name, value)?)
         } else {
-            // Non-float params of the model: only the gradient graph has them.
-            self.gradients.set_weight(name, value)?;
+            // Params the model does not train: only the gradient graph reads them.
+            Ok(self.gradients.set_weight(name, value)?)
         }
-        Ok(())
     }
 
-    /// A copy of the weight (or optimizer state) `name`.
+    /// A copy of the weight (or optimizer state, or untrained param) `name`.
     pub fn weight(&self, name: &str) -> Result<HostTensor, TrainError> {
-        if self.updates.iter().any(|(_, u)| u == name) {
-            Ok(self.update.weight(name)?)
+        if is_state(&self.context, name) {
+            Ok(self.context.get(name)?)
         } else {
             Ok(self.gradients.weight(name)?)
         }
@@ -215,11 +179,16 @@ impl DataParallelTrainer {
 
     /// Makes every rank's weights and optimizer state rank 0's, bit for bit.
     pub fn broadcast_weights(&mut self) -> Result<(), TrainError> {
-        let names: Vec<String> = self.updates.iter().map(|(_, n)| n.clone()).collect();
+        let names: Vec<String> = self
+            .context
+            .states()
+            .iter()
+            .map(|s| s.name.clone())
+            .collect();
         for name in names {
-            let mine = self.weight(&name)?;
+            let mine = self.context.get(&name)?;
             let root = self.group.broadcast_tensor(mine.view(), 0)?;
-            self.set_weight(&name, root.view())?;
+            self.context.set(&name, root.view())?;
         }
         Ok(())
     }
@@ -228,18 +197,16 @@ impl DataParallelTrainer {
     /// (a 64-bit fingerprint of each rank's values, gathered).
     pub fn check_in_sync(&self) -> Result<(), TrainError> {
         let mut hash = Fingerprint::new();
-        for (_, name) in &self.updates {
-            hash.add(name.as_bytes());
-            hash.add(self.weight(name)?.data().bytes());
+        for spec in self.context.states() {
+            hash.add(spec.name.as_bytes());
+            hash.add(self.context.get(&spec.name)?.data().bytes());
         }
         let value = hash.finish();
         let words =
             HostTensor::from_vec(vec![value as u32 as i32, (value >> 32) as u32 as i32], [2])
-                .map_err(|e| TrainError::Config(e.to_string()))?;
+                .map_err(tensor_error)?;
         let all = self.group.all_gather_tensor(words.view())?;
-        let all = all
-            .as_slice::<i32>()
-            .map_err(|e| TrainError::Config(e.to_string()))?;
+        let all = all.as_slice::<i32>().map_err(tensor_error)?;
         let differing: Vec<usize> = all
             .chunks(2)
             .enumerate()
@@ -267,7 +234,8 @@ impl DataParallelTrainer {
     /// gradients' plain mean across ranks); see [`DataParallelTrainer::step_weighted`].
     /// Returns the mean of the ranks' losses.
     pub fn step(&mut self, shard: &[(&str, TensorRef<'_>)]) -> Result<f64, TrainError> {
-        self.step_with(shard, None)
+        let share = 1.0 / self.group.size() as f64;
+        self.step_with(shard, share, true)
     }
 
     /// One step: gradients of this rank's `shard`, averaged across ranks with each rank's
@@ -285,282 +253,199 @@ impl DataParallelTrainer {
                 "a shard's weight must be finite and non-negative, got {weight}"
             )));
         }
-        self.step_with(shard, Some(weight))
+        // In f32, which every transport sums (NCCL has no f64 on a GPU); sample counts are
+        // exact in f32 up to 2^24.
+        let mine = HostTensor::from_vec(vec![weight as f32], [1]).map_err(tensor_error)?;
+        let total = self.group.all_sum_tensor(mine.view())?;
+        let total = f64::from(total.as_slice::<f32>().map_err(tensor_error)?[0]);
+        if total <= 0.0 {
+            return Err(TrainError::Config(
+                "every rank passed a weight of 0: the step has no samples".into(),
+            ));
+        }
+        self.step_with(shard, weight / total, weight != 0.0)
     }
 
+    /// The step: this rank's gradients times `share` (zeros without samples), summed
+    /// across ranks with the loss, then the update. Each rank's gradients are scaled before
+    /// the sum, so a group of one (share 1) and power-of-two shares round nothing.
     fn step_with(
         &mut self,
         shard: &[(&str, TensorRef<'_>)],
-        weight: Option<f64>,
-    ) -> Result<f64, TrainError> {
-        if self.on_device {
-            return self.step_on_device(shard, weight);
-        }
-        let local_loss = if weight != Some(0.0) {
-            self.gradients.run_into(shard, &[], &mut self.outputs)?;
-            scalar_value(&self.outputs[self.loss])
-        } else {
-            self.outputs.clear();
-            0.0
-        };
-        let (share, extra, loss) = self.shares(weight, local_loss)?;
-        let total = self.average_gradients(share, extra)?.unwrap_or(loss);
-        let used = self.scalars.fill(&self.config, self.steps);
-        let scalars = self.scalars.inputs();
-        let mut inputs: Vec<(&str, TensorRef<'_>)> = self
-            .averaged
-            .iter()
-            .map(|(name, t)| (name.as_str(), t.view()))
-            .collect();
-        inputs.extend_from_slice(&scalars[..used]);
-        self.update.run_into(&inputs, &[], &mut self.updated)?;
-        let all: Vec<(&str, TensorRef<'_>)> = self
-            .updates
-            .iter()
-            .map(|(index, name)| (name.as_str(), self.updated[*index].view()))
-            .collect();
-        self.update.set_weights(&all)?;
-        self.gradients.set_weights(&self.weights_of(&all))?;
-        self.steps += 1;
-        Ok(total)
-    }
-
-    /// This rank's share of the step, the value to sum for the mean loss (when the shares
-    /// are equal), and the mean loss (when they are not, summed here with the weights).
-    /// Each rank's gradients are scaled by its share before the sum, so a group of one
-    /// (share 1) and power-of-two shares round nothing.
-    fn shares(
-        &self,
-        weight: Option<f64>,
-        local_loss: f64,
-    ) -> Result<(f64, Option<f64>, f64), TrainError> {
-        match weight {
-            None => {
-                let size = self.group.size() as f64;
-                Ok((1.0 / size, Some(local_loss / size), 0.0))
-            }
-            Some(w) => {
-                // In f32, which every transport sums (NCCL has no f64 on a GPU); sample
-                // counts are exact in f32 up to 2^24.
-                let mine = HostTensor::from_vec(vec![w as f32, (w * local_loss) as f32], [2])
-                    .map_err(tensor_error)?;
-                let sums = self.group.all_sum_tensor(mine.view())?;
-                let sums = sums.as_slice::<f32>().map_err(tensor_error)?;
-                let (weights, losses) = (f64::from(sums[0]), f64::from(sums[1]));
-                if weights <= 0.0 {
-                    return Err(TrainError::Config(
-                        "every rank passed a weight of 0: the step has no samples".into(),
-                    ));
-                }
-                Ok((w / weights, None, losses / weights))
-            }
-        }
-    }
-
-    /// A step on MLX with gradients, weights and optimizer state kept on the device: the
-    /// gradient run returns arrays, the buckets are built and split by MLX ops, and the
-    /// updated values are bound as arrays. Only the shard, the per-step scalars and the
-    /// loss cross host memory.
-    fn step_on_device(
-        &mut self,
-        shard: &[(&str, TensorRef<'_>)],
-        weight: Option<f64>,
-    ) -> Result<f64, TrainError> {
-        let array = |t: TensorRef<'_>| Array::from_tensor(t).map_err(DistributedError::from);
-        let gradients = as_mlx(&*self.gradients);
-        let outputs = if weight != Some(0.0) {
-            let uploaded = shard
-                .iter()
-                .map(|(name, t)| Ok((*name, array(*t)?)))
-                .collect::<Result<Vec<_>, TrainError>>()?;
-            let inputs: Vec<(&str, &Array)> = uploaded.iter().map(|(n, a)| (*n, a)).collect();
-            Some(gradients.run_arrays(&inputs, &[])?)
-        } else {
-            None
-        };
-        let local_loss = match &outputs {
-            Some(o) => scalar_value(&o[self.loss].to_host().map_err(DistributedError::from)?),
-            None => 0.0,
-        };
-        let (share, extra, loss) = self.shares(weight, local_loss)?;
-        let mut flats = Vec::with_capacity(self.buckets.len() + 1);
-        for bucket in &self.buckets {
-            let dtype = self.averaged[bucket[0]].1.dtype();
-            let scale = array(scalar_of(dtype, share).view())?;
-            let mut parts = Vec::with_capacity(bucket.len());
-            for &i in bucket {
-                let like = &self.averaged[i].1;
-                let grad = match &outputs {
-                    Some(o) => o[self.weights[i].1].clone(),
-                    // No samples here: this rank contributes zeros.
-                    None => array(HostTensor::zeros(dtype, like.shape()).view())?,
-                };
-                let flat = grad
-                    .reshape(&[like.len()])
-                    .map_err(DistributedError::from)?;
-                parts.push(if share == 1.0 {
-                    flat
-                } else {
-                    flat.binary(BinaryOp::Mul, &scale)
-                        .map_err(DistributedError::from)?
-                });
-            }
-            let parts: Vec<&Array> = parts.iter().collect();
-            flats.push(Array::concat(&parts, 0).map_err(DistributedError::from)?);
-        }
-        if let Some(x) = extra {
-            flats.push(array(HostTensor::scalar(x as f32).view())?);
-        }
-        let mut sums = self.group.all_sum_many(&flats)?;
-        let total = match extra {
-            Some(_) => {
-                let x = sums.pop().expect("the extra value was summed");
-                f64::from(
-                    x.to_host()
-                        .map_err(DistributedError::from)?
-                        .as_slice::<f32>()
-                        .map_err(tensor_error)?[0],
-                )
-            }
-            None => loss,
-        };
-        // Buckets hold consecutive weights in order, so their parts come out in weight order.
-        let mut averaged = Vec::with_capacity(self.averaged.len());
-        for (bucket, sum) in self.buckets.iter().zip(&sums) {
-            let mut at = 0;
-            for &i in bucket {
-                let like = &self.averaged[i].1;
-                let part = sum
-                    .slice(&[at], &[at + like.len()], &[1])
-                    .and_then(|p| p.reshape(like.shape()))
-                    .map_err(DistributedError::from)?;
-                averaged.push(part);
-                at += like.len();
-            }
-        }
-        let used = self.scalars.fill(&self.config, self.steps);
-        let scalars = self
-            .scalars
-            .inputs()
-            .iter()
-            .take(used)
-            .map(|(name, t)| Ok((*name, array(*t)?)))
-            .collect::<Result<Vec<_>, TrainError>>()?;
-        let mut inputs: Vec<(&str, &Array)> = self
-            .averaged
-            .iter()
-            .zip(&averaged)
-            .map(|((name, _), a)| (name.as_str(), a))
-            .collect();
-        inputs.extend(scalars.iter().map(|(n, a)| (*n, a)));
-        let update = as_mlx(&*self.update);
-        let updated = update.run_arrays(&inputs, &[])?;
-        let all: Vec<(&str, &Array)> = self
-            .updates
-            .iter()
-            .map(|(index, name)| (name.as_str(), &updated[*index]))
-            .collect();
-        update.set_weight_arrays(&all)?;
-        as_mlx(&*self.gradients).set_weight_arrays(&self.weights_of(&all))?;
-        self.steps += 1;
-        Ok(total)
-    }
-
-    /// Sums `share × gradient` across ranks into `averaged`, in buckets, together with
-    /// `extra` (summed in f32) when given; returns the sum of `extra`.
-    fn average_gradients(
-        &mut self,
         share: f64,
-        extra: Option<f64>,
-    ) -> Result<Option<f64>, TrainError> {
-        let mut arrays = Vec::with_capacity(self.buckets.len() + 1);
-        for bucket in &self.buckets {
-            let dtype = self.averaged[bucket[0]].1.dtype();
-            let len: usize = bucket.iter().map(|&i| self.averaged[i].1.len()).sum();
-            let mut flat = TensorData::zeros(dtype, len);
-            let mut at = 0;
-            for &i in bucket {
-                // No outputs: this rank had no samples and contributes zeros.
-                if let Some(g) = self.outputs.get(self.weights[i].1) {
-                    scaled_copy(&mut flat, at, g.data(), share)?;
-                }
-                at += self.averaged[i].1.len();
-            }
-            let flat = HostTensor::from_data(flat, [len]).map_err(tensor_error)?;
-            arrays.push(Array::from_tensor(flat.view()).map_err(DistributedError::from)?);
-        }
-        if let Some(x) = extra {
-            let x = HostTensor::from_vec(vec![x as f32], [1]).map_err(tensor_error)?;
-            arrays.push(Array::from_tensor(x.view()).map_err(DistributedError::from)?);
-        }
-        let mut sums = self.group.all_sum_many(&arrays)?;
-        let extra = match extra {
-            Some(_) => {
-                let x = sums.pop().expect("the extra value was summed");
-                let x = x.to_host().map_err(DistributedError::from)?;
-                Some(f64::from(x.as_slice::<f32>().map_err(tensor_error)?[0]))
-            }
-            None => None,
+        has_samples: bool,
+    ) -> Result<f64, TrainError> {
+        let mut parts = if has_samples {
+            let share = Value::from(scalar_of(self.scalar_dtype, share));
+            // Host copies of the shard, which MLX uploads and the CPU reads in place.
+            let values: Vec<Value> = shard.iter().map(|(_, t)| Value::from(*t)).collect();
+            let mut inputs: Vec<(&str, &Value)> = vec![(SHARE_INPUT, &share)];
+            inputs.extend(shard.iter().zip(&values).map(|((name, _), v)| (*name, v)));
+            let mut outputs = self
+                .gradients
+                .run_values_in(&mut self.context, &inputs, &[])?;
+            outputs.remove(0); // the unscaled loss
+            outputs
+        } else {
+            self.zeros()
         };
-        for (bucket, sum) in self.buckets.iter().zip(sums) {
-            let sum = sum.to_host().map_err(DistributedError::from)?;
-            let mut at = 0; // in bytes
-            for &i in bucket {
-                let target = &mut self.averaged[i].1;
-                let size = target.dtype().size_bytes();
-                let n = target.len() * size;
-                target
-                    .data_mut()
-                    .copy_from_bytes(&sum.data().bytes()[at..at + n]);
-                at += n;
-            }
-        }
-        Ok(extra)
+        parts = self.group.all_sum_values(parts)?;
+        let loss = parts.pop().expect("the loss is summed last");
+        let loss = scalar_value(&loss.into_host()?);
+        let used = self.scalars.fill(&self.config, self.steps);
+        let scalars: Vec<(&str, Value)> = self.scalars.inputs()[..used]
+            .iter()
+            .map(|(name, t)| (*name, Value::from(*t)))
+            .collect();
+        let names: Vec<String> = (0..parts.len()).map(bucket_name).collect();
+        let mut inputs: Vec<(&str, &Value)> =
+            names.iter().map(String::as_str).zip(&parts).collect();
+        inputs.extend(scalars.iter().map(|(name, v)| (*name, v)));
+        self.update.run_values_in(&mut self.context, &inputs, &[])?;
+        self.steps += 1;
+        Ok(loss)
     }
 
-    /// The weights among `values` (one per entry of `updates`, in order).
-    fn weights_of<T: Copy>(&self, values: &[T]) -> Vec<T> {
-        values
+    /// What a rank without samples sums: zero buckets and a zero loss.
+    fn zeros(&self) -> Vec<Value> {
+        let mut zeros: Vec<Value> = self
+            .buckets
             .iter()
-            .zip(&self.updates_weight)
-            .filter(|(_, weight)| **weight)
-            .map(|(v, _)| *v)
-            .collect()
+            .map(|bucket| {
+                let dtype = self.shapes[bucket[0]].0;
+                let len = bucket
+                    .iter()
+                    .map(|&i| self.shapes[i].1.iter().product::<usize>())
+                    .sum::<usize>();
+                Value::from(HostTensor::zeros(dtype, [len]))
+            })
+            .collect();
+        zeros.push(Value::from(HostTensor::zeros(DType::F32, [1])));
+        zeros
     }
 
     /// Saves every weight, the optimizer state and the step count, in the format of
     /// [`super::Trainer::save`] (either trainer resumes from the other's file).
     pub fn save(&self, path: &Path) -> Result<(), TrainError> {
-        save_state(&*self.update, &self.updates, self.steps, path)
+        save_state(&self.context, self.steps, path)
     }
 
     /// Loads what [`DataParallelTrainer::save`] or [`super::Trainer::save`] wrote.
     pub fn load(&mut self, path: &Path) -> Result<(), TrainError> {
-        let (gradients, update, weights) = (&self.gradients, &self.update, &self.weights);
-        self.steps = load_state(&self.updates, path, &mut |name, value| {
-            update.set_weight(name, value)?;
-            if weights.iter().any(|(w, _)| w == name) {
-                gradients.set_weight(name, value)?;
-            }
-            Ok(())
-        })?;
+        self.steps = load_state(&mut self.context, path)?;
         Ok(())
     }
 }
 
-/// The MLX executable behind `exe` (checked at construction: `on_device`).
-fn as_mlx(exe: &dyn Executable) -> &MlxExecutable {
-    (exe as &dyn Any)
-        .downcast_ref::<MlxExecutable>()
-        .expect("on_device is set only for MLX executables")
+/// The name of bucket `k`'s tensor between the two graphs.
+fn bucket_name(k: usize) -> String {
+    format!("data_parallel.bucket{k}")
 }
 
-/// A scalar `value` of the float `dtype`.
+/// The summed buckets in (and the per-step scalars); each weight's gradient unpacked,
+/// clipped and applied to the weights and optimizer state, which are written. Declares the
+/// model's states first, in its order, then the optimizer's.
+fn update_graph(
+    model: &Differentiated,
+    shapes: &[(DType, Vec<usize>)],
+    buckets: &[Vec<usize>],
+    config: &TrainConfig,
+    scalar_dtype: DType,
+) -> Result<Graph, TrainError> {
+    let mut b = GraphBuilder::new();
+    let mut weights = Vec::with_capacity(model.weights.len());
+    for node in model.nodes.iter().filter(|n| n.op == Op::State) {
+        let name = node.name.clone().unwrap_or_default();
+        let id = b.state(&name, node.ty.dtype, node.ty.shape.clone())?;
+        if model.weights.iter().any(|(_, w)| *w == name) {
+            weights.push((id, name));
+        }
+    }
+    let mut grads = vec![NodeId::new(0); weights.len()];
+    for (k, bucket) in buckets.iter().enumerate() {
+        let len: usize = bucket.iter().map(|&i| numel(&shapes[i].1)).sum();
+        let flat = b.input(&bucket_name(k), shapes[bucket[0]].0, [len])?;
+        let mut at = 0;
+        for &i in bucket {
+            let n = numel(&shapes[i].1);
+            let slice = Slice {
+                axis: 0,
+                start: at as i64,
+                stop: Some((at + n) as i64),
+                step: 1,
+            };
+            let part = b.op(Op::Slice(slice), &[flat])?;
+            grads[i] = b.reshape(part, shapes[i].1.as_slice())?;
+            at += n;
+        }
+    }
+    append_update(&mut b, &weights, grads, config, scalar_dtype)?;
+    Ok(b.finish()?)
+}
+
+/// The model's loss, then its gradients times the input share, packed into the buckets,
+/// then the loss times the share (f32, `[1]`). Declares the states of `update` too, so that
+/// one context serves both graphs.
+fn gradient_graph(
+    model: &Differentiated,
+    shapes: &[(DType, Vec<usize>)],
+    buckets: &[Vec<usize>],
+    update: &Graph,
+    scalar_dtype: DType,
+) -> Result<Graph, TrainError> {
+    // The model's loss is the first output (a graph must return something before the
+    // buckets are added); the step reads the scaled loss after the buckets instead.
+    let loss = vec![model.outputs[model.loss].clone()];
+    let base = Graph::assemble(model.nodes.clone(), loss, model.writes.clone())
+        .map_err(|e| TrainError::Config(format!("the gradient graph does not verify: {e}")))?;
+    let mut b = GraphBuilder::from_graph(base);
+    for (_, node) in update.states() {
+        let name = node.name.as_deref().unwrap_or_default();
+        if !model
+            .nodes
+            .iter()
+            .any(|n| n.op == Op::State && n.name.as_deref() == Some(name))
+        {
+            b.state(name, node.ty.dtype, node.ty.shape.clone())?;
+        }
+    }
+    let share = b.input(SHARE_INPUT, scalar_dtype, Shape::scalar())?;
+    let cast = |b: &mut GraphBuilder, x: NodeId, to: DType| {
+        if b.ty(x).map(|t| t.dtype) == Some(to) {
+            Ok(x)
+        } else {
+            b.cast(x, to)
+        }
+    };
+    for (k, bucket) in buckets.iter().enumerate() {
+        let scale = cast(&mut b, share, shapes[bucket[0]].0)?;
+        let mut parts = Vec::with_capacity(bucket.len());
+        for &i in bucket {
+            let flat = b.reshape(model.grads[i], [numel(&shapes[i].1)])?;
+            parts.push(b.mul(flat, scale)?);
+        }
+        let packed = match parts.as_slice() {
+            [one] => *one,
+            _ => b.concat(&parts, 0)?,
+        };
+        b.output(&bucket_name(k), packed)?;
+    }
+    let loss = cast(&mut b, model.outputs[model.loss].node, DType::F32)?;
+    let scale = cast(&mut b, share, DType::F32)?;
+    let scaled = b.mul(loss, scale)?;
+    let scaled = b.reshape(scaled, [1])?;
+    b.output(LOSS_OUTPUT, scaled)?;
+    Ok(b.finish()?)
+}
+
+fn numel(dims: &[usize]) -> usize {
+    dims.iter().product()
+}
+
+/// A scalar `value` of the float `dtype` (the per-step scalars' dtype: f32 or f64).
 fn scalar_of(dtype: DType, value: f64) -> HostTensor {
     match dtype {
         DType::F64 => HostTensor::scalar(value),
-        DType::F16 => HostTensor::scalar(f16::from_f64(value)),
-        DType::BF16 => HostTensor::scalar(bf16::from_f64(value)),
         _ => HostTensor::scalar(value as f32),
     }
 }
@@ -593,41 +478,6 @@ fn buckets(
         }
     }
     out
-}
-
-/// `dst[at..at + src.len()] = src × scale`, in `dst`'s float dtype (one rounding, and
-/// none when `scale` is 1 or a power of two).
-fn scaled_copy(
-    dst: &mut TensorData,
-    at: usize,
-    src: &TensorData,
-    scale: f64,
-) -> Result<(), TrainError> {
-    let mismatch = || TrainError::Config("a gradient's dtype differs from its weight's".into());
-    match (dst, src) {
-        (TensorData::F32(d), TensorData::F32(s)) => {
-            for (d, s) in d[at..at + s.len()].iter_mut().zip(s) {
-                *d = (f64::from(*s) * scale) as f32;
-            }
-        }
-        (TensorData::F64(d), TensorData::F64(s)) => {
-            for (d, s) in d[at..at + s.len()].iter_mut().zip(s) {
-                *d = s * scale;
-            }
-        }
-        (TensorData::F16(d), TensorData::F16(s)) => {
-            for (d, s) in d[at..at + s.len()].iter_mut().zip(s) {
-                *d = f16::from_f64(s.to_f64() * scale);
-            }
-        }
-        (TensorData::BF16(d), TensorData::BF16(s)) => {
-            for (d, s) in d[at..at + s.len()].iter_mut().zip(s) {
-                *d = bf16::from_f64(s.to_f64() * scale);
-            }
-        }
-        _ => return Err(mismatch()),
-    }
-    Ok(())
 }
 
 /// FNV-1a, 64 bits: a fingerprint of bytes (not a cryptographic hash).
@@ -671,22 +521,5 @@ mod tests {
         let many = buckets(100, |_| DType::F32, |_| 1000, 60_000);
         assert_eq!(many.len(), 2);
         assert_eq!(many.iter().map(Vec::len).sum::<usize>(), 100);
-    }
-
-    #[test]
-    fn scaling_rounds_once_and_not_at_all_by_powers_of_two() {
-        let src = TensorData::F32(vec![0.1, -3.0, 7.25]);
-        let mut dst = TensorData::zeros(DType::F32, 5);
-        scaled_copy(&mut dst, 1, &src, 0.25).unwrap();
-        assert!(dst == TensorData::F32(vec![0.0, 0.025, -0.75, 1.8125, 0.0]));
-        let mut one = TensorData::zeros(DType::F32, 3);
-        scaled_copy(&mut one, 0, &src, 1.0).unwrap();
-        assert!(one == src);
-        let third = (0.1f64 * (1.0 / 3.0)) as f32;
-        let mut dst = TensorData::zeros(DType::F32, 1);
-        scaled_copy(&mut dst, 0, &TensorData::F32(vec![0.1]), 1.0 / 3.0).unwrap();
-        assert!(dst == TensorData::F32(vec![third]));
-        let mut mismatch = TensorData::zeros(DType::F64, 3);
-        assert!(scaled_copy(&mut mismatch, 0, &src, 1.0).is_err());
     }
 }

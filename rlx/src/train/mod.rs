@@ -3,12 +3,13 @@
 //!
 //! [`training_graph`] extends a model graph whose scalar output is the loss: it adds the
 //! gradients of every float param, optional clipping by global norm, and the optimizer's
-//! update, whose results are outputs `update/<name>` for every weight and every piece of
-//! optimizer state. Optimizer state is made of params named like the weights
-//! (`optimizer.<weight>.exp_avg`, PyTorch's suffixes), so it is bound, read and saved the
-//! way weights are. The per-step scalars (the scheduled learning rate, Adam's bias
-//! corrections) are inputs (f64 when a weight is f64, else f32), so the schedule costs no
-//! recompilation.
+//! update. The trained weights and the optimizer's moments are the step graph's
+//! [states](crate::backend::Context): each step reads them and writes their new values, which
+//! the backend keeps where it runs and updates in place (no copy to the host, no rebinding).
+//! Optimizer state is named like the weights (`optimizer.<weight>.exp_avg`, PyTorch's
+//! suffixes), and is set, read and saved by name as the weights are. The per-step scalars
+//! (the scheduled learning rate, Adam's bias corrections) are inputs (f64 when a weight is
+//! f64, else f32), so the schedule costs no recompilation.
 //!
 //! ```
 //! use rlx::cpu::CpuBackend;
@@ -49,9 +50,10 @@ mod schedule;
 use std::path::Path;
 
 use crate::autodiff::{GradError, Wrt, gradients};
-use crate::backend::{Backend, CompileError, Executable, RunError};
+use crate::backend::signature::check_weight;
+use crate::backend::{Backend, CompileError, Context, Executable, RunError, TensorRole};
 use crate::builder::{BuildError, GraphBuilder};
-use crate::ir::{DType, Graph, NodeId, Shape};
+use crate::ir::{DType, Graph, NodeId, Op, Shape};
 use crate::tensor::{HostTensor, TensorRef};
 use crate::weights::{WeightsError, read_tensors, save_tensors};
 #[cfg(feature = "mlx")]
@@ -140,15 +142,16 @@ pub enum TrainError {
     },
 }
 
-/// A training step's graph and what its outputs update.
+/// A training step's graph: its states are the trained weights and the optimizer's
+/// moments, which every run reads and writes.
 #[derive(Clone, Debug)]
 pub struct TrainingGraph {
-    /// Forward, backward and update in one graph.
+    /// Forward, backward and update in one graph. Its outputs are the model graph's.
     pub graph: Graph,
-    /// `(output index, param name)`: after a step, each param takes that output's value.
-    pub updates: Vec<(usize, String)>,
-    /// The optimizer-state params, with their dtypes and (static) dims.
-    pub state: Vec<(String, DType, Vec<usize>)>,
+    /// The trained weights (every float param of the model), now states of `graph`.
+    pub weights: Vec<String>,
+    /// The optimizer's states, with their dtypes and dims.
+    pub optimizer_state: Vec<(String, DType, Vec<usize>)>,
     /// The loss output's index.
     pub loss: usize,
     /// The dtype of the per-step scalar inputs (f64 when a weight is f64, else f32).
@@ -162,51 +165,82 @@ pub fn training_graph(
     loss: &str,
     config: &TrainConfig,
 ) -> Result<TrainingGraph, TrainError> {
-    let with_grads = gradients(graph, loss, &Wrt::Params)?;
-    // Gradients feed the update; returning them too would copy them out every step.
-    let (nodes, outputs, writes) = with_grads.into_parts();
-    let (grad_outputs, kept): (Vec<_>, Vec<_>) = outputs
-        .into_iter()
-        .partition(|o| o.name.starts_with("grad/"));
-    let loss_index = kept
-        .iter()
-        .position(|o| o.name == loss)
-        .expect("the loss is an output");
-    let base = Graph::assemble(nodes, kept, writes)
+    let d = differentiate(graph, loss)?;
+    let base = Graph::assemble(d.nodes, d.outputs, d.writes)
         .map_err(|e| TrainError::Config(format!("the gradient graph does not verify: {e}")))?;
     let mut b = GraphBuilder::from_graph(base);
-    let weights: Vec<(NodeId, String)> = graph
-        .params()
-        .filter(|(_, n)| n.ty.dtype.is_float())
-        .map(|(id, n)| (id, n.name.clone().unwrap_or_default()))
-        .collect();
-    let grads: Vec<NodeId> = grad_outputs.iter().map(|o| o.node).collect();
     let scalar_dtype = hyper_dtype(graph);
-    let first = graph.outputs().len();
-    let (updates, state_specs) =
-        append_update(&mut b, &weights, grads, config, scalar_dtype, first)?;
+    let optimizer_state = append_update(&mut b, &d.weights, d.grads, config, scalar_dtype)?;
     Ok(TrainingGraph {
         graph: b.finish()?,
-        updates,
-        state: state_specs,
-        loss: loss_index,
+        weights: d.weights.into_iter().map(|(_, name)| name).collect(),
+        optimizer_state,
+        loss: d.loss,
         scalar_dtype,
     })
 }
 
+/// A model graph with the gradients of its float params, which are now states (the trained
+/// weights), taken apart to be extended.
+struct Differentiated {
+    nodes: Vec<crate::ir::Node>,
+    /// The model's outputs (the gradients are not outputs).
+    outputs: Vec<crate::ir::Output>,
+    /// The model's own writes.
+    writes: Vec<crate::ir::Output>,
+    /// Each trained weight's node and name, in the model's param order.
+    weights: Vec<(NodeId, String)>,
+    /// Each weight's gradient, in the same order.
+    grads: Vec<NodeId>,
+    /// The loss among `outputs`.
+    loss: usize,
+}
+
+fn differentiate(graph: &Graph, loss: &str) -> Result<Differentiated, TrainError> {
+    let with_grads = gradients(graph, loss, &Wrt::Params)?;
+    let (mut nodes, outputs, writes) = with_grads.into_parts();
+    let (grad_outputs, outputs): (Vec<_>, Vec<_>) = outputs
+        .into_iter()
+        .partition(|o| o.name.starts_with("grad/"));
+    let loss = outputs.iter().position(|o| o.name == loss).ok_or_else(|| {
+        TrainError::Config(format!("the gradient graph lost the output {loss:?}"))
+    })?;
+    let mut weights: Vec<(NodeId, String)> = Vec::new();
+    for (i, node) in nodes.iter_mut().enumerate() {
+        if node.op == Op::Param && node.ty.dtype.is_float() {
+            node.op = Op::State;
+            weights.push((NodeId::new(i), node.name.clone().unwrap_or_default()));
+        }
+    }
+    let mut grads = Vec::with_capacity(weights.len());
+    for (_, name) in &weights {
+        let grad = format!("grad/{name}");
+        let output = grad_outputs.iter().find(|o| o.name == grad);
+        let output = output.ok_or_else(|| {
+            TrainError::Config(format!("the gradient graph has no output {grad:?}"))
+        })?;
+        grads.push(output.node);
+    }
+    Ok(Differentiated {
+        nodes,
+        outputs,
+        writes,
+        weights,
+        grads,
+        loss,
+    })
+}
+
 /// The optimizer's half of a training graph: per-step scalar inputs, clipping of `grads`
-/// (one per weight), the update of every weight and its optimizer state (new params), and
-/// an output `update/<name>` for each, numbered from `first_output`. Returns `(output
-/// index, param name)` of every update and the state params' specs.
-#[allow(clippy::type_complexity)]
+/// (one per weight), and the update of every weight (a state of `b`) and of its optimizer
+/// state (new states), each written back. Returns the optimizer states' specs.
 fn append_update(
     b: &mut GraphBuilder,
     weights: &[(NodeId, String)],
     mut grads: Vec<NodeId>,
     config: &TrainConfig,
     scalar_dtype: DType,
-    first_output: usize,
-) -> Result<(Vec<(usize, String)>, Vec<(String, DType, Vec<usize>)>), TrainError> {
+) -> Result<Vec<(String, DType, Vec<usize>)>, TrainError> {
     config.optimizer.validate().map_err(TrainError::Config)?;
     if let Some(max) = config.clip_grad_norm {
         if !(max.is_finite() && max > 0.0) {
@@ -229,9 +263,8 @@ fn append_update(
         lr,
         bias_corrections,
     };
-    let mut updates = Vec::new();
     let mut state_specs = Vec::new();
-    let mut new_outputs: Vec<(String, NodeId)> = Vec::new();
+    let mut writes: Vec<(String, NodeId)> = Vec::new();
     for ((weight, name), grad) in weights.iter().zip(&grads) {
         let ty = b.ty(*weight).expect("the weight is a node").clone();
         let dims = ty.shape.static_dims().ok_or_else(|| {
@@ -240,30 +273,28 @@ fn append_update(
         let mut state = Vec::new();
         for suffix in opt.state_names() {
             let state_name = format!("optimizer.{name}.{suffix}");
-            state.push(b.param(&state_name, ty.dtype, ty.shape.clone())?);
+            state.push(b.state(&state_name, ty.dtype, ty.shape.clone())?);
             state_specs.push((state_name, ty.dtype, dims.clone()));
         }
         let (new_weight, new_state) = update(b, opt, &step, *weight, *grad, &state)?;
-        new_outputs.push((name.clone(), new_weight));
+        writes.push((name.clone(), new_weight));
         for (suffix, node) in opt.state_names().iter().zip(new_state) {
-            new_outputs.push((format!("optimizer.{name}.{suffix}"), node));
+            writes.push((format!("optimizer.{name}.{suffix}"), node));
         }
     }
-    for (k, (name, node)) in new_outputs.into_iter().enumerate() {
-        b.output(&format!("update/{name}"), node)?;
-        updates.push((first_output + k, name));
+    for (name, node) in writes {
+        b.write(&name, node)?;
     }
-    Ok((updates, state_specs))
+    Ok(state_specs)
 }
 
-/// Runs training steps on a compiled [`training_graph`]: binds the weights and the
-/// optimizer state (zeros at first), computes each step's learning rate, runs the step
-/// and moves the updated values back into the params.
+/// Runs training steps on a compiled [`training_graph`]: the weights and the optimizer
+/// state live in a [`Context`] of the step (the optimizer state zero at first), where each
+/// step updates them in place; the trainer computes each step's learning rate and runs it.
 pub struct Trainer {
     exe: Box<dyn Executable>,
+    context: Context,
     config: TrainConfig,
-    /// `(output index, param name)` of every weight and piece of optimizer state.
-    updates: Vec<(usize, String)>,
     loss: usize,
     steps: u64,
     outputs: Vec<HostTensor>,
@@ -284,14 +315,11 @@ impl Trainer {
     {
         let step = training_graph(graph, loss, &config)?;
         let exe: Box<dyn Executable> = Box::new(backend.compile(&step.graph)?);
-        for (name, dtype, dims) in &step.state {
-            let zeros = HostTensor::zeros(*dtype, dims.clone());
-            exe.set_weight(name, zeros.view())?;
-        }
+        let context = exe.new_context()?;
         Ok(Trainer {
             exe,
+            context,
             config,
-            updates: step.updates,
             loss: step.loss,
             steps: 0,
             outputs: Vec::new(),
@@ -299,14 +327,22 @@ impl Trainer {
         })
     }
 
-    /// Binds the weight (or optimizer state) `name`.
+    /// Sets the weight (or optimizer state, or untrained param) `name`.
     pub fn set_weight(&mut self, name: &str, value: TensorRef<'_>) -> Result<(), TrainError> {
-        Ok(self.exe.set_weight(name, value)?)
+        if is_state(&self.context, name) {
+            Ok(self.context.set(name, value)?)
+        } else {
+            Ok(self.exe.set_weight(name, value)?)
+        }
     }
 
-    /// A copy of the weight (or optimizer state) `name`.
+    /// A copy of the weight (or optimizer state, or untrained param) `name`.
     pub fn weight(&self, name: &str) -> Result<HostTensor, TrainError> {
-        Ok(self.exe.weight(name)?)
+        if is_state(&self.context, name) {
+            Ok(self.context.get(name)?)
+        } else {
+            Ok(self.exe.weight(name)?)
+        }
     }
 
     /// Steps taken so far.
@@ -325,7 +361,7 @@ impl Trainer {
     }
 
     /// The outputs of the last step, in the model graph's output order (the loss
-    /// included), followed by the updated values.
+    /// included).
     pub fn outputs(&self) -> &[HostTensor] {
         &self.outputs
     }
@@ -333,16 +369,13 @@ impl Trainer {
     /// Saves every weight, the optimizer state and the step count (`optimizer.step`, an
     /// `i64` scalar) to a safetensors file, so [`Trainer::load`] resumes exactly here.
     pub fn save(&self, path: &Path) -> Result<(), TrainError> {
-        save_state(&*self.exe, &self.updates, self.steps, path)
+        save_state(&self.context, self.steps, path)
     }
 
     /// Loads what [`Trainer::save`] wrote: every weight and optimizer state, and the step
-    /// count. The file must hold exactly those tensors.
+    /// count. The file must hold exactly those tensors; on any error nothing changes.
     pub fn load(&mut self, path: &Path) -> Result<(), TrainError> {
-        let exe = &self.exe;
-        self.steps = load_state(&self.updates, path, &mut |name, value| {
-            exe.set_weight(name, value)
-        })?;
+        self.steps = load_state(&mut self.context, path)?;
         Ok(())
     }
 
@@ -366,25 +399,24 @@ impl Trainer {
             heap = batch.iter().chain(extra).copied().collect();
             &heap
         };
-        self.exe.run_into(inputs, &[], &mut self.outputs)?;
-        for (index, name) in &self.updates {
-            self.exe.set_weight(name, self.outputs[*index].view())?;
-        }
+        self.exe
+            .run_in_into(&mut self.context, inputs, &[], &mut self.outputs)?;
         self.steps += 1;
         Ok(scalar_value(&self.outputs[self.loss]))
     }
 }
 
-/// Writes the values of `updates`' params, read from `exe`, and the step count.
-fn save_state(
-    exe: &dyn Executable,
-    updates: &[(usize, String)],
-    steps: u64,
-    path: &Path,
-) -> Result<(), TrainError> {
-    let mut tensors = Vec::with_capacity(updates.len() + 1);
-    for (_, name) in updates {
-        tensors.push((name.clone(), exe.weight(name)?));
+/// True if `name` is one of `context`'s states.
+fn is_state(context: &Context, name: &str) -> bool {
+    context.states().iter().any(|s| s.name == name)
+}
+
+/// Writes every state of `context` (the weights and the optimizer state) and the step
+/// count.
+fn save_state(context: &Context, steps: u64, path: &Path) -> Result<(), TrainError> {
+    let mut tensors = Vec::with_capacity(context.states().len() + 1);
+    for spec in context.states() {
+        tensors.push((spec.name.clone(), context.get(&spec.name)?));
     }
     let step = HostTensor::scalar(i64::try_from(steps).unwrap_or(i64::MAX));
     tensors.push((STEP_KEY.to_string(), step));
@@ -392,14 +424,11 @@ fn save_state(
     Ok(())
 }
 
-/// Reads what [`save_state`] wrote, binding each tensor with `bind`; returns the step
-/// count. Every param of `updates` must be in the file.
-fn load_state(
-    updates: &[(usize, String)],
-    path: &Path,
-    bind: &mut dyn FnMut(&str, TensorRef<'_>) -> Result<(), RunError>,
-) -> Result<u64, TrainError> {
-    let mut seen = Vec::new();
+/// Reads what [`save_state`] wrote into `context`; returns the step count. The file must
+/// hold every state of `context` and the step count, and nothing else; on any error
+/// `context` is unchanged.
+fn load_state(context: &mut Context, path: &Path) -> Result<u64, TrainError> {
+    let mut values: Vec<(String, HostTensor)> = Vec::new();
     let mut steps = None;
     read_tensors(path, &mut |name, value| {
         if name == STEP_KEY {
@@ -408,29 +437,52 @@ fn load_state(
                 message: format!("{STEP_KEY} is not an i64 scalar"),
             })?;
             steps = Some(i64::from_le_bytes(bytes));
+        } else if is_state(context, name) {
+            values.push((name.to_string(), value.to_host()));
         } else {
-            bind(name, value)?;
-            seen.push(name.to_string());
+            return Err(WeightsError::Format {
+                path: path.to_path_buf(),
+                message: format!("{name:?} is neither a trained weight nor optimizer state"),
+            });
         }
         Ok(())
     })?;
-    let missing: Vec<&str> = updates
+    let missing: Vec<&str> = context
+        .states()
         .iter()
-        .map(|(_, n)| n.as_str())
-        .filter(|n| !seen.iter().any(|s| s == n))
+        .map(|s| s.name.as_str())
+        .filter(|n| !values.iter().any(|(v, _)| v == n))
         .collect();
-    match steps {
-        Some(steps) if missing.is_empty() && steps >= 0 => Ok(steps.unsigned_abs()),
-        _ => Err(TrainError::Config(format!(
-            "{} is not a saved training state: missing {missing:?}{}",
-            path.display(),
-            if steps.is_none() {
-                " and the step count"
-            } else {
-                ""
-            }
-        ))),
+    let steps = match steps {
+        Some(steps) if missing.is_empty() && steps >= 0 => steps.unsigned_abs(),
+        _ => {
+            return Err(TrainError::Config(format!(
+                "{} is not a saved training state: missing {missing:?}{}",
+                path.display(),
+                if steps.is_none() {
+                    " and the step count"
+                } else {
+                    ""
+                }
+            )));
+        }
+    };
+    // Checked first, so that a value of the wrong type changes nothing.
+    for (name, value) in &values {
+        let spec = context.states().iter().find(|s| &s.name == name);
+        let spec = spec.expect("only states were kept");
+        check_weight(
+            TensorRole::State,
+            name,
+            spec.dtype,
+            &spec.shape,
+            &value.view(),
+        )?;
     }
+    for (name, value) in &values {
+        context.set(name, value.view())?;
+    }
+    Ok(steps)
 }
 
 /// The per-step scalar inputs of a training graph (the learning rate, then Adam's bias

@@ -218,6 +218,8 @@ pub(crate) enum FusedOperand<'a, T> {
     Full(&'a [T]),
     /// One value for every element.
     Scalar(T),
+    /// The output's own value, element by element (updated in place).
+    Output,
 }
 
 /// `out` = the last of `steps`, evaluated block by block: each block's operands are loaded
@@ -251,10 +253,13 @@ pub(crate) fn fused_float<T: FloatStore>(
             let at = start + b * FUSED_BLOCK;
             let n = block.len();
             for (buf, operand) in loaded.iter_mut().zip(operands) {
-                if let FusedOperand::Full(x) = operand {
-                    for (v, s) in buf[..n].iter_mut().zip(&x[at..at + n]) {
-                        *v = s.load();
-                    }
+                let source = match operand {
+                    FusedOperand::Full(x) => &x[at..at + n],
+                    FusedOperand::Output => &*block,
+                    FusedOperand::Scalar(_) => continue,
+                };
+                for (v, s) in buf[..n].iter_mut().zip(source) {
+                    *v = s.load();
                 }
             }
             for (i, step) in steps.iter().enumerate() {

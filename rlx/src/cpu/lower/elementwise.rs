@@ -51,17 +51,32 @@ impl Kernel for Unary {
 pub(crate) struct FusedElementwise {
     pub steps: Vec<ElementwiseStep>,
     pub dtype: DType,
-    /// Each operand, and whether it is a scalar (else it has the output's shape).
-    pub operands: Vec<(View, bool)>,
+    pub operands: Vec<FusedInput>,
     pub out: View,
+}
+
+/// Where an operand of a fused chain is read from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum FusedInput {
+    /// A tensor of the output's shape.
+    Full(View),
+    /// One element, read once for every element.
+    Scalar(View),
+    /// The output's own memory, read element by element before it is overwritten (a
+    /// state updated in place, see `program::in_place_writes`).
+    Output,
 }
 
 impl Kernel for FusedElementwise {
     fn accesses(&self) -> Accesses {
         let s = self.dtype.size_bytes();
+        let reads = self.operands.iter().filter_map(|input| match input {
+            FusedInput::Full(v) | FusedInput::Scalar(v) => Some((*v, s)),
+            FusedInput::Output => None,
+        });
         Accesses {
             writes: vec![(self.out, s)],
-            reads: self.operands.iter().map(|(v, _)| (*v, s)).collect(),
+            reads: reads.collect(),
         }
     }
 
@@ -70,8 +85,11 @@ impl Kernel for FusedElementwise {
             // A fixed array, so a run allocates nothing.
             let operands: [ew::FusedOperand<'_, T>; ElementwiseStep::MAX_VALUES] =
                 std::array::from_fn(|i| match self.operands.get(i) {
-                    Some(&(view, true)) => ew::FusedOperand::Scalar(mem.src::<T>(view)[0]),
-                    Some(&(view, false)) => ew::FusedOperand::Full(mem.src::<T>(view)),
+                    Some(&FusedInput::Scalar(view)) => {
+                        ew::FusedOperand::Scalar(mem.src::<T>(view)[0])
+                    }
+                    Some(&FusedInput::Full(view)) => ew::FusedOperand::Full(mem.src::<T>(view)),
+                    Some(FusedInput::Output) => ew::FusedOperand::Output,
                     None => ew::FusedOperand::Full(&[]),
                 });
             ew::fused_float::<T>(
@@ -258,7 +276,8 @@ impl Kernel for Cast {
 }
 
 /// The thunk of a chain of elementwise ops the CPU fused (`cpu::fuse::elementwise`): a
-/// size-1 operand of a larger output is read as a scalar.
+/// size-1 operand of a larger output is read as a scalar, and an operand in the output's
+/// own memory (a state the chain updates in place) from the output.
 pub(super) fn fused(n: &LowerInput<'_>, steps: &[ElementwiseStep]) -> Vec<Thunk> {
     vec![boxed(FusedElementwise {
         steps: steps.to_vec(),
@@ -267,7 +286,15 @@ pub(super) fn fused(n: &LowerInput<'_>, steps: &[ElementwiseStep]) -> Vec<Thunk>
             .views
             .iter()
             .zip(&n.shapes)
-            .map(|(view, shape)| (*view, numel(shape) == 1 && numel(n.out_shape) != 1))
+            .map(|(view, shape)| {
+                if *view == n.out {
+                    FusedInput::Output
+                } else if numel(shape) == 1 && numel(n.out_shape) != 1 {
+                    FusedInput::Scalar(*view)
+                } else {
+                    FusedInput::Full(*view)
+                }
+            })
             .collect(),
         out: n.out,
     })]
