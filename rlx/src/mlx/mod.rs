@@ -9,7 +9,7 @@
 //! through OpenBLAS when installed), which is here for portability and parity; the
 //! [`crate::cpu`] executor is the fast CPU path. A [`Precision`] chooses full float32 (the
 //! default), TF32 matrix products, or half-precision execution of float32 models.
-//! [`Executable::run_values`](crate::backend::Executable::run_values) keeps inputs and outputs
+//! [`Executable::run_values`] keeps inputs and outputs
 //! on the device, as MLX arrays ([`Value::mlx_array`](crate::backend::Value::mlx_array)).
 //!
 //! Every MLX failure (a C++ exception, at op construction or at evaluation) comes back as
