@@ -38,59 +38,88 @@ fn per_outer<O: Send>(
     }
 }
 
-/// How a reduction folds two partial results.
-type Combine<A> = fn(A, A) -> A;
-
 /// Reduction of floats along the middle axis; accumulates in `T::Acc`.
 pub(crate) fn reduce_float<T: FloatStore>(op: ReduceOp, s: Axis3, x: &[T], out: &mut [T]) {
     type A<T> = <T as FloatStore>::Acc;
-    let (init, combine): (A<T>, Combine<A<T>>) = match op {
-        ReduceOp::Sum | ReduceOp::Mean => (A::<T>::ZERO, |a, b| a + b),
-        ReduceOp::Prod => (A::<T>::ONE, |a, b| a * b),
-        ReduceOp::Max => (A::<T>::NEG_INFINITY, |a, b| a.maximum(b)),
-        ReduceOp::Min => (A::<T>::INFINITY, |a, b| a.minimum(b)),
-    };
     let scale = if op == ReduceOp::Mean {
         A::<T>::ONE / A::<T>::from_f64(s.len as f64)
     } else {
         A::<T>::ONE
     };
-    per_outer(out, s.inner, s.outer * s.len * s.inner, |o, row| {
-        let base = o * s.len * s.inner;
-        if s.inner == 1 {
-            // Eight interleaved partial results vectorize and keep sums accurate.
-            let xs = &x[base..base + s.len];
-            let mut lanes = [init; 8];
-            let chunks = xs.chunks_exact(8);
-            let tail = chunks.remainder();
-            for c in chunks {
-                for (l, v) in lanes.iter_mut().zip(c) {
-                    *l = combine(*l, v.load());
+    // Each fold its own closure type, so the loops below inline it and vectorize.
+    match op {
+        ReduceOp::Sum | ReduceOp::Mean => fold_middle(s, x, out, A::<T>::ZERO, scale, |a, b| a + b),
+        ReduceOp::Prod => fold_middle(s, x, out, A::<T>::ONE, scale, |a, b| a * b),
+        ReduceOp::Max => fold_middle(s, x, out, A::<T>::NEG_INFINITY, scale, Real::maximum),
+        ReduceOp::Min => fold_middle(s, x, out, A::<T>::INFINITY, scale, Real::minimum),
+    }
+}
+
+/// Columns of the inner axis one accumulator block holds (on the stack).
+const COLUMNS: usize = 64;
+
+/// `out = scale · fold(init, combine)` along the middle axis of `x`. Rows (`inner` = 1)
+/// fold in eight interleaved lanes; otherwise blocks of [`COLUMNS`] inner columns
+/// accumulate on the stack, and the blocks of one outer index run in parallel too, so a
+/// sum over leading axes (a bias gradient) uses every thread.
+fn fold_middle<T: FloatStore, C>(
+    s: Axis3,
+    x: &[T],
+    out: &mut [T],
+    init: T::Acc,
+    scale: T::Acc,
+    combine: C,
+) where
+    C: Fn(T::Acc, T::Acc) -> T::Acc + Copy + Send + Sync,
+{
+    if s.inner == 1 {
+        per_outer(out, 1, s.outer * s.len, |o, row| {
+            let xs = &x[o * s.len..(o + 1) * s.len];
+            row[0] = vectorized(move || {
+                let mut lanes = [init; 8];
+                let mut chunks = xs.chunks_exact(8);
+                for c in &mut chunks {
+                    for (l, v) in lanes.iter_mut().zip(c) {
+                        *l = combine(*l, v.load());
+                    }
                 }
-            }
-            let mut acc = lanes.into_iter().fold(init, combine);
-            for v in tail {
-                acc = combine(acc, v.load());
-            }
-            row[0] = T::store(acc * scale);
-            return;
-        }
-        // Blocks of the inner axis accumulate on the stack: no allocation per run.
-        const BLOCK: usize = 64;
-        for start in (0..s.inner).step_by(BLOCK) {
-            let width = BLOCK.min(s.inner - start);
-            let mut acc = [init; BLOCK];
+                let mut acc = lanes.into_iter().fold(init, combine);
+                for v in chunks.remainder() {
+                    acc = combine(acc, v.load());
+                }
+                T::store(acc * scale)
+            });
+        });
+        return;
+    }
+    let block = |o: usize, start: usize, dst: &mut [T]| {
+        let base = o * s.len * s.inner + start;
+        let width = dst.len();
+        vectorized(move || {
+            let mut acc = [init; COLUMNS];
             for k in 0..s.len {
-                let from = base + k * s.inner + start;
+                let from = base + k * s.inner;
                 for (a, v) in acc[..width].iter_mut().zip(&x[from..from + width]) {
                     *a = combine(*a, v.load());
                 }
             }
-            for (r, a) in row[start..start + width].iter_mut().zip(acc) {
+            for (r, a) in dst.iter_mut().zip(acc) {
                 *r = T::store(a * scale);
             }
+        })
+    };
+    let blocks = |o: usize, row: &mut [T]| {
+        if parallel(s.len * s.inner) && s.inner > COLUMNS {
+            row.par_chunks_mut(COLUMNS)
+                .enumerate()
+                .for_each(|(b, dst)| block(o, b * COLUMNS, dst));
+        } else {
+            for (b, dst) in row.chunks_mut(COLUMNS).enumerate() {
+                block(o, b * COLUMNS, dst);
+            }
         }
-    });
+    };
+    per_outer(out, s.inner, s.outer * s.len * s.inner, blocks);
 }
 
 /// Reduction of integers along the middle axis (wrapping sum and product).
@@ -205,6 +234,14 @@ pub(crate) fn cumsum<T: ScanElem>(
 
 /// Softmax or log-softmax along the middle axis.
 pub(crate) fn softmax<T: FloatStore>(log: bool, s: Axis3, x: &[T], out: &mut [T]) {
+    if s.inner == 1 {
+        // Contiguous rows (the usual last-axis softmax): each row vectorized.
+        per_outer(out, s.len, s.outer * s.len, |o, row| {
+            let x = &x[o * s.len..(o + 1) * s.len];
+            vectorized(SoftmaxRow { log, x, out: row })
+        });
+        return;
+    }
     per_outer(
         out,
         s.len * s.inner,
@@ -235,6 +272,49 @@ pub(crate) fn softmax<T: FloatStore>(log: bool, s: Axis3, x: &[T], out: &mut [T]
             }
         },
     );
+}
+
+/// One contiguous row of [`softmax`], compiled per instruction set: a maximum in eight
+/// lanes, then `e^(x - max)` by the polynomial the attention kernel uses (the argument is
+/// never positive) summed in lanes, then each element again, scaled (or, for log-softmax,
+/// shifted by the log of the sum).
+struct SoftmaxRow<'a, T: FloatStore> {
+    log: bool,
+    x: &'a [T],
+    out: &'a mut [T],
+}
+
+impl<T: FloatStore> VectorKernel for SoftmaxRow<'_, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run(self) {
+        let SoftmaxRow { log, x, out } = self;
+        let lowest = <T::Acc as Real>::NEG_INFINITY;
+        let mut lanes = [lowest; 8];
+        let mut chunks = x.chunks_exact(8);
+        for c in &mut chunks {
+            for (l, v) in lanes.iter_mut().zip(c) {
+                *l = l.maximum(v.load());
+            }
+        }
+        let mut max = lanes.into_iter().fold(lowest, Real::maximum);
+        for v in chunks.remainder() {
+            max = max.maximum(v.load());
+        }
+        let sum = lane_sum(x, |v| (v - max).exp_nonpositive_fused());
+        if log {
+            let shift = max + sum.ln();
+            for (o, v) in out.iter_mut().zip(x) {
+                *o = T::store(v.load() - shift);
+            }
+        } else {
+            let inv = <T::Acc as Real>::ONE / sum;
+            for (o, v) in out.iter_mut().zip(x) {
+                *o = T::store((v.load() - max).exp_nonpositive_fused() * inv);
+            }
+        }
+    }
 }
 
 /// Which normalization a norm kernel applies.

@@ -2,7 +2,7 @@
 //!
 //! BLIS-style: `B` is packed into `kc x nr` panels, `A` into `MR x kc` panels, and a
 //! register-blocked micro-kernel multiplies one panel pair into an `MR x nr` tile of `C`.
-//! The kernels are chosen at run time for the instruction set in use (AVX-512 6x32 and
+//! The kernels are chosen at run time for the instruction set in use (AVX-512 12x32 and
 //! 16x32, AVX2 6x16, or portable), and `nr` and `kc` come with them: plans and packed
 //! weights are made for that family. A family may have a tall kernel beside its regular
 //! one; the plan picks the tall one for products with few rows (small batches), where
@@ -398,6 +398,7 @@ fn pack_a<S: FloatStore>(
 ) {
     match mr {
         6 => pack_a_panels::<S, 6>(d, a, i0, mc, p0, kc, out),
+        12 => pack_a_panels::<S, 12>(d, a, i0, mc, p0, kc, out),
         16 => pack_a_panels::<S, 16>(d, a, i0, mc, p0, kc, out),
         _ => unreachable!("no kernel takes {mr} rows"),
     }
