@@ -43,8 +43,8 @@ step() {
   return "${PIPESTATUS[0]}"
 }
 
-tests=(ops mlx mlx_device minilm concurrency fuzz data_parallel state model_state)
-examples=(mlx_block_bench minilm_bench 05_mlx_backend fuzz_graphs concurrent_bench 08_data_parallel data_parallel_bench)
+tests=(ops mlx mlx_device minilm concurrency fuzz data_parallel state model_state train)
+examples=(mlx_block_bench minilm_bench 05_mlx_backend fuzz_graphs concurrent_bench 08_data_parallel data_parallel_bench train_bench)
 
 # Builds the test and example binaries and prints their paths, one per line.
 build_binaries() {
