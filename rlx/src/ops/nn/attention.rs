@@ -265,17 +265,21 @@ fn attention_vjp(
         let blocked = e.scalar(f64::NEG_INFINITY, dtype);
         scores = e.op(Op::Where, &[allowed, scores, blocked])?;
     }
-    let p = e.op(
+    let mut p = e.op(
         Op::Softmax(Softmax {
             axis: r - 1,
             log: false,
         }),
         &[scores],
     )?;
-    // A fully masked row is NaN here (−∞ − −∞); the forward pass gives it zeros.
-    let nan = e.op(Op::Compare(CompareOp::Ne), &[p, p])?;
-    let zero = e.scalar(0.0, dtype);
-    let p = e.op(Op::Where, &[nan, zero, p])?;
+    if mask != AttentionMask::None || length.is_some() {
+        // A fully masked row is NaN here (−∞ − −∞); the forward pass gives it zeros.
+        // Without a mask no row is masked, and the guard would cost two passes over the
+        // scores.
+        let nan = e.op(Op::Compare(CompareOp::Ne), &[p, p])?;
+        let zero = e.scalar(0.0, dtype);
+        p = e.op(Op::Where, &[nan, zero, p])?;
+    }
 
     let dv = matmul(e, p, g, true, false)?;
     let dp = matmul(e, g, ve, false, true)?;
