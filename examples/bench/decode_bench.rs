@@ -6,9 +6,11 @@
 //! loop had to before contexts (`host_us_per_step`):
 //!
 //! ```text
-//! cargo run --release --example decode_bench -- [--cap 4096] [--heads 8] [--dim 64]
-//! decode cap=4096 filled=64 us_per_step=… host_us_per_step=… arena_bytes=… cache_bytes=…
+//! cargo run --release --example decode_bench -- [--cap 4096] [--heads 8] [--dim 64] [--backend cpu|mlx-lazy|mlx-compiled]
+//! decode backend=cpu cap=4096 filled=64 us_per_step=… host_us_per_step=… arena_bytes=… cache_bytes=…
 //! ```
+//!
+//! The arena figure is the CPU's (MLX reports 0).
 
 use std::time::Instant;
 
@@ -53,19 +55,43 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let heads = flag(&args, "--heads", 8)?;
     let dim = flag(&args, "--dim", 64)?;
     let threads = flag(&args, "--threads", CpuOptions::default().threads)?;
+    let which = args
+        .iter()
+        .position(|a| a == "--backend")
+        .and_then(|i| args.get(i + 1))
+        .map_or("cpu", String::as_str);
     let graph = rlx_testkit::testing::decode_step(cap, heads, dim);
-    let backend = CpuBackend::new(CpuOptions {
-        threads,
-        ..CpuOptions::default()
-    });
-    let exe = backend.compile(&graph)?;
-    let host = backend.compile(&without_states(&graph)?)?;
+    let (exe, host, arena): (Box<dyn Executable>, Box<dyn Executable>, usize) = match which {
+        "cpu" => {
+            let backend = CpuBackend::new(CpuOptions {
+                threads,
+                ..CpuOptions::default()
+            });
+            let exe = backend.compile(&graph)?;
+            let arena = exe.plan_report(&[])?.peak_bytes;
+            let host = backend.compile(&without_states(&graph)?)?;
+            (Box::new(exe), Box::new(host), arena)
+        }
+        #[cfg(feature = "mlx")]
+        "mlx-lazy" | "mlx-compiled" => {
+            use rlx::mlx::{MlxBackend, MlxMode};
+            let mode = if which == "mlx-lazy" {
+                MlxMode::Lazy
+            } else {
+                MlxMode::Compiled
+            };
+            let backend = MlxBackend::new(mode);
+            let exe = backend.compile(&graph)?;
+            let host = backend.compile(&without_states(&graph)?)?;
+            (Box::new(exe), Box::new(host), 0)
+        }
+        other => return Err(format!("unknown or unavailable backend {other:?}").into()),
+    };
     let mut caches = [
         HostTensor::zeros(DType::F32, [1, heads, cap, dim]),
         HostTensor::zeros(DType::F32, [1, heads, cap, dim]),
     ];
     let mut host_outputs = Vec::new();
-    let arena = exe.plan_report(&[])?.peak_bytes;
     let cache_bytes = 2 * heads * cap * dim * 4;
     let mut ctx = exe.new_context()?;
     let values: Vec<f32> = (0..heads * dim).map(|i| (i % 13) as f32 / 13.0).collect();
@@ -118,7 +144,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             host_times.push(started.elapsed().as_secs_f64() / 20.0);
         }
         println!(
-            "decode cap={cap} filled={target} us_per_step={:.1} host_us_per_step={:.1} arena_bytes={arena} cache_bytes={cache_bytes}",
+            "decode backend={which} cap={cap} filled={target} us_per_step={:.1} host_us_per_step={:.1} arena_bytes={arena} cache_bytes={cache_bytes}",
             median_us(times),
             median_us(host_times)
         );

@@ -260,6 +260,7 @@ impl MlxExecutable {
                 eager: self.mode == MlxMode::Eager,
                 device: self.device,
                 verified: AtomicBool::new(false),
+                index_arrays: Default::default(),
             });
             let function = if self.mode == MlxMode::Compiled {
                 Some(Function::new(lowering.clone()).map_err(backend_error)?)

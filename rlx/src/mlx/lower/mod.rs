@@ -38,6 +38,51 @@ pub(crate) struct Lowering {
     /// A lowering has checked every node's dtype and dims against the graph; they are
     /// the same for every run of this binding, so later runs skip the check.
     pub verified: AtomicBool,
+    /// Small `i64` arrays the lowering needs that depend only on the binding (the key
+    /// positions of an attention over a run-time length), made on the first run and
+    /// reused, so later runs upload nothing for them.
+    pub index_arrays: IndexArrays,
+}
+
+/// Evaluated `i64` arrays by their values and dims (see [`Lowering::index_arrays`]).
+#[derive(Default)]
+pub(crate) struct IndexArrays(std::sync::Mutex<Vec<IndexArray>>);
+
+/// One array of [`IndexArrays`]: its values, its dims, the array.
+struct IndexArray {
+    values: Vec<i64>,
+    dims: Vec<usize>,
+    array: Array,
+}
+
+// SAFETY: every array is evaluated before it is stored and never changed afterwards, as
+// `Constants`'; the lock guards the list, and sharing an array only lets other threads build
+// ops that read it.
+unsafe impl Sync for IndexArrays {}
+
+impl IndexArrays {
+    /// The array of `values` with `dims` on `device`: made and evaluated the first time.
+    pub(crate) fn get(
+        &self,
+        values: Vec<i64>,
+        dims: &[usize],
+        device: Device,
+    ) -> Result<Array, MlxError> {
+        let mut made = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = made.iter().find(|a| a.values == values && a.dims == dims) {
+            return Ok(known.array.clone());
+        }
+        let t = crate::tensor::HostTensor::from_vec(values.clone(), dims.to_vec())
+            .map_err(|e| MlxError::new(e.to_string()))?;
+        let array = Array::from_tensor_on(t.view(), device)?;
+        Array::eval(&[&array])?;
+        made.push(IndexArray {
+            values,
+            dims: dims.to_vec(),
+            array: array.clone(),
+        });
+        Ok(array)
+    }
 }
 
 /// The adds of a `[N]` bias to a matmul nothing else reads: each is lowered as one GEMM

@@ -245,11 +245,8 @@ impl ir::Attention {
         let k = &lowering.shapes[node.inputs[1].index()];
         let rank = q.len();
         let (seq_q, seq_k) = (q[rank - 2], k[rank - 2]);
-        let device = lowering.device;
         let ints = |values: Vec<i64>, dims: [usize; 2]| {
-            let t = crate::tensor::HostTensor::from_vec(values, dims)
-                .map_err(|e| MlxError::new(e.to_string()))?;
-            Array::from_tensor_on(t.view(), device)
+            lowering.index_arrays.get(values, &dims, lowering.device)
         };
         let length = n.x[n.x.len() - 1].cast(ir::DType::I64)?;
         let keys = ints((0..seq_k as i64).collect(), [1, seq_k])?;
@@ -285,7 +282,7 @@ impl ir::Attention {
         let dtype = mask.dtype()?;
         let blocked = crate::tensor::HostTensor::from_vec(vec![f32::NEG_INFINITY], [1, 1])
             .map_err(|e| MlxError::new(e.to_string()))?;
-        let blocked = Array::from_tensor_on(blocked.view(), device)?.cast(dtype)?;
+        let blocked = Array::from_tensor_on(blocked.view(), lowering.device)?.cast(dtype)?;
         Ok(allowed.select(mask, &blocked)?)
     }
 }
