@@ -40,11 +40,13 @@ pub(crate) fn f32_kernels() -> Option<Kernels<f32>> {
                     mr: MR,
                     run: entry,
                     in_place: true,
+                    in_place_columns: false,
                 },
                 tall: Some(MicroKernel {
                     mr: TALL_MR,
                     run: tall_entry,
                     in_place: false,
+                    in_place_columns: false,
                 }),
             });
         }

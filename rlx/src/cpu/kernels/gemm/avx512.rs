@@ -41,11 +41,13 @@ pub(crate) fn f32_kernels() -> Option<Kernels<f32>> {
                     mr: MR,
                     run: entry,
                     in_place: true,
+                    in_place_columns: true,
                 },
                 tall: Some(MicroKernel {
                     mr: TALL_MR,
                     run: tall_entry,
                     in_place: false,
+                    in_place_columns: false,
                 }),
             });
         }
@@ -60,10 +62,12 @@ unsafe fn entry(kc: usize, a: ARows<f32>, b: *const f32, tile: Tile<f32>) {
     // SAFETY: `f32_kernels` hands out this entry only after detecting AVX-512 F and FMA;
     // the pointer contract is the caller's.
     unsafe {
-        if a.k_stride == 1 {
+        if a.packed {
+            kernel_12x32::<MR>(kc, a, b, tile)
+        } else if a.k_stride == 1 {
             kernel_12x32::<1>(kc, a, b, tile)
         } else {
-            kernel_12x32::<MR>(kc, a, b, tile)
+            kernel_12x32::<0>(kc, a, b, tile)
         }
     }
 }
@@ -89,7 +93,8 @@ fn lanes(nr: usize, from: usize) -> u16 {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
-/// `KS` is A's `k_stride`: `MR` for a packed panel, 1 for rows read in place.
+/// `KS` is A's `k_stride`: `MR` for a packed panel, 1 for rows read in place, 0 for adjacent
+/// rows read in place at the run-time stride `a.k_stride` (a column-major A).
 unsafe fn kernel_12x32<const KS: usize>(kc: usize, a: ARows<f32>, b: *const f32, tile: Tile<f32>) {
     use std::arch::x86_64::*;
     let Tile {
@@ -104,7 +109,9 @@ unsafe fn kernel_12x32<const KS: usize>(kc: usize, a: ARows<f32>, b: *const f32,
     // so every load below is in bounds; stores stay inside the mr x nr tile of `c`: rows
     // below `mr` only, and columns masked to `nr`.
     unsafe {
-        let rows: [*const f32; MR] = a.row_starts(mr, KS != 1);
+        let rows: [*const f32; MR] = a.row_starts(mr, KS == MR);
+        // A's stride along k: a constant the offsets fold into, or the run-time one.
+        let ks = if KS == 0 { a.k_stride } else { KS };
         let mut off = 0;
         for i in 0..mr {
             let row = c.add(i * ldc).cast::<i8>();
@@ -118,7 +125,7 @@ unsafe fn kernel_12x32<const KS: usize>(kc: usize, a: ARows<f32>, b: *const f32,
                 let b0 = _mm512_loadu_ps(bp.add($p * NR));
                 let b1 = _mm512_loadu_ps(bp.add($p * NR + 16));
                 for (i, row) in acc.iter_mut().enumerate() {
-                    let av = _mm512_set1_ps(*rows[i].add(off + $p * KS));
+                    let av = _mm512_set1_ps(*rows[i].add(off + $p * ks));
                     row[0] = _mm512_fmadd_ps(av, b0, row[0]);
                     row[1] = _mm512_fmadd_ps(av, b1, row[1]);
                 }
@@ -126,7 +133,7 @@ unsafe fn kernel_12x32<const KS: usize>(kc: usize, a: ARows<f32>, b: *const f32,
         }
         for _ in 0..kc / 4 {
             if KS != 1 {
-                _mm_prefetch::<_MM_HINT_T0>(rows[0].wrapping_add(off + 8 * KS).cast());
+                _mm_prefetch::<_MM_HINT_T0>(rows[0].wrapping_add(off + 8 * ks).cast());
             }
             // B streams from memory when few rows share it (small batches): fetch the
             // eight lines needed eight steps from now.
@@ -137,12 +144,12 @@ unsafe fn kernel_12x32<const KS: usize>(kc: usize, a: ARows<f32>, b: *const f32,
             step!(1);
             step!(2);
             step!(3);
-            off += 4 * KS;
+            off += 4 * ks;
             bp = bp.add(4 * NR);
         }
         for _ in 0..kc % 4 {
             step!(0);
-            off += KS;
+            off += ks;
             bp = bp.add(NR);
         }
         // Column masks for the two 16-wide halves of the tile.

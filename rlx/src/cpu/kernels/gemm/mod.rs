@@ -54,6 +54,8 @@ pub(crate) struct ARows<E> {
     pub ptr: *const E,
     pub row_stride: usize,
     pub k_stride: usize,
+    /// A packed panel (`row_stride` 1, `k_stride` the kernel's rows, zero-padded to them).
+    pub packed: bool,
 }
 
 impl<E> ARows<E> {
@@ -123,6 +125,11 @@ pub(crate) struct MicroKernel<E> {
     /// Whether `run` also reads rows of A in place (unit column stride), so that a product
     /// whose A is stored row-major in the accumulator type skips packing A.
     pub in_place: bool,
+    /// Whether `run` also reads adjacent rows of A in place at any stride along `k` (a
+    /// transposed A, stored column-major), so that such a product skips packing A too:
+    /// with few columns of B (an attention's `Pᵀ·dO`) packing would cost as much as the
+    /// product.
+    pub in_place_columns: bool,
 }
 
 /// The micro-kernels of one instruction set, sharing one packing of B.
@@ -477,6 +484,17 @@ fn serial<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
     } else {
         None
     };
+    // The same for a column-major A (adjacent rows, any stride along k).
+    let in_place_columns: Option<&[SA::Acc]> = if in_place.is_none()
+        && kernel.in_place_columns
+        && d.a_rs == 1
+        && d.a_cs > 1
+        && !(d.a_cs * size_of::<SA::Acc>()).is_multiple_of(4096)
+    {
+        SA::as_acc(a)
+    } else {
+        None
+    };
     for j0 in cols.clone().step_by(plan.nc) {
         let nc = plan.nc.min(cols.end - j0);
         for p0 in (0..d.k).step_by(plan.kc) {
@@ -493,7 +511,7 @@ fn serial<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
             };
             for i0 in rows.clone().step_by(plan.mc) {
                 let mc = plan.mc.min(rows.end - i0);
-                if in_place.is_none() {
+                if in_place.is_none() && in_place_columns.is_none() {
                     pack_a(plan.mr, &d, a, i0, mc, p0, kc, packed_a);
                 }
                 for jp in 0..nc.div_ceil(nr) {
@@ -502,16 +520,24 @@ fn serial<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
                     for ip in 0..mc.div_ceil(kernel.mr) {
                         let mr = kernel.mr.min(mc - ip * kernel.mr);
                         let first = i0 + ip * kernel.mr;
-                        let rows = match in_place {
-                            Some(a) => ARows {
+                        let rows = match (in_place, in_place_columns) {
+                            (Some(a), _) => ARows {
                                 ptr: a[first * d.a_rs + p0..].as_ptr(),
                                 row_stride: d.a_rs,
                                 k_stride: 1,
+                                packed: false,
                             },
-                            None => ARows {
+                            (None, Some(a)) => ARows {
+                                ptr: a[first + p0 * d.a_cs..].as_ptr(),
+                                row_stride: 1,
+                                k_stride: d.a_cs,
+                                packed: false,
+                            },
+                            (None, None) => ARows {
                                 ptr: packed_a[ip * kc * kernel.mr..].as_ptr(),
                                 row_stride: 1,
                                 k_stride: kernel.mr,
+                                packed: true,
                             },
                         };
                         let offset = first * d.n + j0 + jp * nr;

@@ -22,6 +22,7 @@ pub(crate) fn kernels<E: Real>() -> Kernels<E> {
             mr: MR,
             run: run::<E>,
             in_place: true,
+            in_place_columns: true,
         },
         tall: None,
     }
