@@ -419,6 +419,18 @@ impl Group {
     /// The sums of several [`Value`]s, as [`Group::all_sum_many`]: a value that is an MLX
     /// array is summed where it is and its sum stays there; a host value (what the CPU
     /// backend returns) is summed through MLX and comes back in host memory.
+    ///
+    /// ```
+    /// use rlx::backend::Value;
+    /// use rlx::distributed::Group;
+    /// use rlx::tensor::HostTensor;
+    ///
+    /// let group = Group::single(); // a group of one: the sum is the input
+    /// let x = Value::from(HostTensor::from_vec(vec![1.0f32, 2.0], [2])?);
+    /// let sums = group.all_sum_values(vec![x])?;
+    /// assert_eq!(sums[0].to_host()?.as_slice::<f32>()?, &[1.0, 2.0]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn all_sum_values(&self, xs: Vec<Value>) -> Result<Vec<Value>, DistributedError> {
         if self.link.is_none() {
             return Ok(xs);

@@ -473,6 +473,18 @@ impl DeviceValue for MlxValue {
 
 impl Value {
     /// The MLX array this value holds, if it holds one.
+    ///
+    /// ```
+    /// use rlx::backend::Value;
+    /// use rlx::mlx::Array;
+    /// use rlx::tensor::HostTensor;
+    ///
+    /// let t = HostTensor::from_vec(vec![1.0f32, 2.0], [2])?;
+    /// let on_device = Value::from(Array::from_tensor(t.view())?);
+    /// assert!(on_device.mlx_array().is_some());
+    /// assert!(Value::from(t).mlx_array().is_none()); // a host value
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn mlx_array(&self) -> Option<&Array> {
         self.device::<MlxValue>().map(|v| &v.array)
     }

@@ -104,6 +104,34 @@ impl DataParallelTrainer {
 
     /// [`DataParallelTrainer::new`] with gradient buckets of at most `bucket_bytes` bytes
     /// (at least one weight per bucket).
+    ///
+    /// ```
+    /// use rlx::cpu::CpuBackend;
+    /// use rlx::distributed::Group;
+    /// use rlx::prelude::*;
+    /// use rlx::tensor::HostTensor;
+    /// use rlx::train::{DataParallelTrainer, Optimizer, TrainConfig};
+    ///
+    /// let mut b = GraphBuilder::new();
+    /// let x = b.input("x", DType::F32, [Dim::sym("batch")])?;
+    /// let w = b.param("w", DType::F32, Shape::scalar())?;
+    /// let wx = b.mul(x, w)?;
+    /// let sq = b.mul(wx, wx)?;
+    /// let loss = b.reduce(ReduceOp::Mean, sq, &[0], false)?;
+    /// b.output("loss", loss)?;
+    /// let config = TrainConfig::new(Optimizer::sgd(0.1));
+    /// let group = Group::single(); // one process: the collectives return their input
+    /// let backend = CpuBackend::default();
+    /// let mut trainer =
+    ///     DataParallelTrainer::with_bucket_bytes(&backend, &b.finish()?, "loss", config, group, 1 << 20)?;
+    /// trainer.set_weight("w", HostTensor::scalar(1.0f32).view())?;
+    /// let x = HostTensor::from_vec(vec![1.0f32, -1.0], [2])?;
+    /// let loss = trainer.step(&[("x", x.view())])?;
+    /// assert_eq!(loss, 1.0);
+    /// // d/dw mean((x·w)²) = 2w·mean(x²) = 2, so w = 1 − 0.1·2.
+    /// assert_eq!(trainer.weight("w")?.as_slice::<f32>()?, &[0.8]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn with_bucket_bytes<B: Backend>(
         backend: &B,
         graph: &Graph,
