@@ -17,7 +17,7 @@ pub use error::{BindingFailure, CompileError, NodeSite, RunError, TensorRole};
 pub use profile::{Profile, ProfileStep};
 pub use shared::DEFAULT_PLAN_CACHE;
 pub use value::Value;
-pub(crate) use value::{DeviceValue, host_inputs};
+pub(crate) use value::{DeviceValue, run_on_host};
 
 use crate::ir::{Graph, Op};
 use crate::tensor::{HostTensor, TensorRef};
@@ -306,14 +306,7 @@ pub trait Executable: std::any::Any + Send + Sync {
         inputs: &[(&str, &Value)],
         dims: &[(&str, usize)],
     ) -> Result<Vec<Value>, RunError> {
-        let hosts = host_inputs(inputs)?;
-        let views: Vec<(&str, TensorRef<'_>)> =
-            hosts.iter().map(|(name, t)| (*name, t.view())).collect();
-        Ok(self
-            .run(&views, dims)?
-            .into_iter()
-            .map(Value::from)
-            .collect())
+        run_on_host(inputs, |views| self.run(views, dims))
     }
 
     /// [`Executable::run_values`] in `context`, as [`Executable::run_in`] runs.
@@ -344,11 +337,7 @@ pub trait Executable: std::any::Any + Send + Sync {
         inputs: &[(&str, &Value)],
         dims: &[(&str, usize)],
     ) -> Result<Vec<Value>, RunError> {
-        let hosts = host_inputs(inputs)?;
-        let views: Vec<(&str, TensorRef<'_>)> =
-            hosts.iter().map(|(name, t)| (*name, t.view())).collect();
-        let outputs = self.run_in(context, &views, dims)?;
-        Ok(outputs.into_iter().map(Value::from).collect())
+        run_on_host(inputs, |views| self.run_in(context, views, dims))
     }
 
     /// Runs the graph `runs` times (at least once) as [`Executable::run`] does and reports

@@ -159,13 +159,17 @@ impl From<TensorRef<'_>> for Value {
     }
 }
 
-/// `inputs` in host memory, for a backend that runs on host tensors: host values
-/// borrowed, device values read back.
-pub(crate) fn host_inputs<'a>(
-    inputs: &[(&'a str, &'a Value)],
-) -> Result<Vec<(&'a str, Cow<'a, HostTensor>)>, RunError> {
-    inputs
+/// A run of a backend that computes on host tensors, on values: `run` gets `inputs` in host
+/// memory (host values borrowed, device values read back) and its outputs become values.
+pub(crate) fn run_on_host(
+    inputs: &[(&str, &Value)],
+    run: impl FnOnce(&[(&str, TensorRef<'_>)]) -> Result<Vec<HostTensor>, RunError>,
+) -> Result<Vec<Value>, RunError> {
+    let hosts = inputs
         .iter()
         .map(|(name, v)| Ok((*name, v.host_view()?)))
-        .collect()
+        .collect::<Result<Vec<_>, RunError>>()?;
+    let views: Vec<(&str, TensorRef<'_>)> =
+        hosts.iter().map(|(name, t)| (*name, t.view())).collect();
+    Ok(run(&views)?.into_iter().map(Value::from).collect())
 }
