@@ -450,7 +450,7 @@ impl Group {
                 if x.is_host() {
                     Ok(Value::from(sum.to_host()?))
                 } else {
-                    Ok(x.with_array(sum))
+                    Ok(x.with_array(sum)?)
                 }
             })
             .collect()

@@ -39,6 +39,7 @@ mod device;
 mod layout;
 mod lower;
 mod ops;
+mod values;
 
 pub use array::{
     Array, MlxError, active_memory, blas, device_name, live_arrays, peak_memory, reset_peak_memory,
@@ -53,13 +54,13 @@ use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, RwLock};
 
+use crate::backend::Value;
 use crate::backend::shared::{
     CustomOps, ParamTable, PlanCache, Pooled, ScratchPool, lock, read, write,
 };
 use crate::backend::signature::{Binder, Given, Signature, concrete_shapes};
 use crate::backend::{Backend, CompileError, Executable, NodeSite, RunError, check_compilable};
-use crate::backend::{Context, StateSpec, StateStore, needs_context};
-use crate::backend::{DeviceValue, Value};
+use crate::backend::{Context, StateSpec, needs_context};
 use crate::backend::{Profile, ProfileStep, check_output_indices};
 use crate::ir::{AttrValue, DType, Graph, NodeId, Op};
 use crate::passes;
@@ -67,6 +68,7 @@ use crate::tensor::{HostTensor, TensorRef};
 use compiled::Function;
 use layout::k_major_params;
 use lower::{BiasAdds, Constants, Lowering, eval_error, upload_constants};
+use values::{MlxState, MlxValue};
 
 /// How runs are evaluated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -445,114 +447,6 @@ impl Executable for MlxExecutable {
     }
 }
 
-/// An MLX array in a [`Value`], with the device of the executable that made it (reading it
-/// takes that device's turn).
-struct MlxValue {
-    array: Array,
-    device: Device,
-}
-
-impl DeviceValue for MlxValue {
-    fn to_host(&self) -> Result<HostTensor, RunError> {
-        let _gpu = device::gpu_turn(self.device);
-        self.array.to_host().map_err(backend_error)
-    }
-
-    fn share(&self) -> Box<dyn DeviceValue> {
-        let _gpu = device::gpu_turn(self.device);
-        Box::new(MlxValue {
-            array: self.array.clone(),
-            device: self.device,
-        })
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-}
-
-impl Value {
-    /// The MLX array this value holds, if it holds one.
-    ///
-    /// ```
-    /// use rlx::backend::Value;
-    /// use rlx::mlx::Array;
-    /// use rlx::tensor::HostTensor;
-    ///
-    /// let t = HostTensor::from_vec(vec![1.0f32, 2.0], [2])?;
-    /// let on_device = Value::from(Array::from_tensor(t.view())?);
-    /// assert!(on_device.mlx_array().is_some());
-    /// assert!(Value::from(t).mlx_array().is_none()); // a host value
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn mlx_array(&self) -> Option<&Array> {
-        self.device::<MlxValue>().map(|v| &v.array)
-    }
-
-    /// `array` as a value on this MLX value's device (else MLX's preferred one).
-    pub(crate) fn with_array(&self, array: Array) -> Value {
-        match self.device::<MlxValue>() {
-            Some(v) => {
-                let dtype = array.dtype().unwrap_or(DType::F32);
-                let shape = array.shape().unwrap_or_default();
-                Value::on_device(
-                    dtype,
-                    shape,
-                    MlxValue {
-                        array,
-                        device: v.device,
-                    },
-                )
-            }
-            None => Value::from(array),
-        }
-    }
-}
-
-impl From<Array> for Value {
-    /// An MLX array as a value, on the device [`Array::from_tensor`] uses
-    /// ([`Device::preferred`]). Its dtype and dims are read from the array.
-    fn from(array: Array) -> Value {
-        let dtype = array.dtype().unwrap_or(DType::F32);
-        let shape = array.shape().unwrap_or_default();
-        let device = Device::preferred();
-        Value::on_device(dtype, shape, MlxValue { array, device })
-    }
-}
-
-/// A context's states on MLX: one evaluated array each, on the executable's device
-/// (`None`, read as zeros, after a failed run that was to write it).
-struct MlxState {
-    arrays: Vec<Option<Array>>,
-    device: Device,
-}
-
-// SAFETY: the arrays are evaluated, and only the context's owner (`&mut Context`) builds
-// ops on them or replaces them; other threads never see them.
-unsafe impl Sync for MlxState {}
-
-impl StateStore for MlxState {
-    fn read(&self, k: usize, spec: &StateSpec) -> Result<HostTensor, RunError> {
-        let _gpu = device::gpu_turn(self.device);
-        match &self.arrays[k] {
-            Some(array) => array.to_host().map_err(backend_error),
-            None => Ok(HostTensor::zeros(spec.dtype, spec.shape.clone())),
-        }
-    }
-
-    fn write(&mut self, k: usize, value: TensorRef<'_>) -> Result<(), RunError> {
-        let _gpu = device::gpu_turn(self.device);
-        let array = Array::from_tensor_on(value, self.device).map_err(backend_error)?;
-        Array::eval(&[&array]).map_err(backend_error)?;
-        self.arrays[k] = Some(array);
-        Ok(())
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
-    }
-}
-
 impl MlxExecutable {
     /// The arrays of `inputs`: an MLX value's own array, a host value uploaded to the
     /// executable's device, each with its type.
@@ -588,12 +482,7 @@ impl MlxExecutable {
         results.truncate(self.graph.outputs().len());
         results
             .into_iter()
-            .map(|array| {
-                let dtype = array.dtype().map_err(backend_error)?;
-                let shape = array.shape().map_err(backend_error)?;
-                let device = self.device;
-                Ok(Value::on_device(dtype, shape, MlxValue { array, device }))
-            })
+            .map(|array| MlxValue::value(array, self.device).map_err(backend_error))
             .collect()
     }
 
