@@ -207,17 +207,36 @@ pub(super) fn matmul_layout(
         }
         offsets.push((oa, ob));
     }
+    // Entries that share one B and whose A rows follow each other are one product with
+    // their rows stacked (`[batch, m, k] · W`): one B packing instead of one per entry,
+    // and rows enough to split between workers.
+    let stacked = !transpose_a
+        && offsets.len() > 1
+        && offsets
+            .iter()
+            .enumerate()
+            .all(|(i, &(oa, ob))| ob == 0 && oa == i * m * k);
+    if stacked {
+        let dims = GemmDims {
+            m: m * offsets.len(),
+            ..dims
+        };
+        return (dims, vec![(0, 0)]);
+    }
     (dims, offsets)
 }
 
-/// Workers for the batch entries of a matmul: several when each product runs on one
-/// thread and there are enough products and flops to share.
-pub(super) fn batch_workers(plan: &GemmPlan, batches: usize, threads: usize) -> usize {
-    let d = plan.dims;
-    let flops = batches * d.m * d.n * d.k;
-    if plan.workers > 1 || batches < 2 || flops < 1 << 18 {
+/// Workers for the batch entries of a matmul: several, each running whole products on one
+/// thread, when there are enough products to share evenly (every worker then packs only its
+/// own operands and none waits on another mid-product) and flops enough to be worth waking
+/// them; 1 when each product is split between the threads instead.
+pub(super) fn batch_workers(dims: GemmDims, batches: usize, threads: usize) -> usize {
+    let flops = batches * dims.m * dims.n * dims.k;
+    let threads = threads.max(1);
+    let even = batches >= 2 * threads || (batches >= threads && batches % threads == 0);
+    if threads == 1 || !even || flops < 1 << 18 {
         1
     } else {
-        threads.max(1).min(batches)
+        threads
     }
 }

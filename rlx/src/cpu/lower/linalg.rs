@@ -179,8 +179,9 @@ fn gemm_layout(
         n.operands[1],
         n.out,
     );
-    let plan = GemmPlan::new(dims, n.threads, kernel_shape(accumulator(n.dtype)));
-    let workers = batch_workers(&plan, batches.len(), n.threads);
+    let workers = batch_workers(dims, batches.len(), n.threads);
+    let product_threads = if workers > 1 { 1 } else { n.threads };
+    let plan = GemmPlan::new(dims, product_threads, kernel_shape(accumulator(n.dtype)));
     (plan, batches, workers)
 }
 

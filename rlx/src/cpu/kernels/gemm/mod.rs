@@ -255,6 +255,9 @@ pub(crate) struct GemmPlan {
     pub workers: usize,
     /// `C += A·B` instead of `C = A·B`.
     adds: bool,
+    /// Workers split the rows of C, so each would pack all of B: B is packed once, by all
+    /// of them, into scratch ahead of their slots (unless it comes packed).
+    shares_b: bool,
 }
 
 impl GemmPlan {
@@ -299,6 +302,7 @@ impl GemmPlan {
             chunk,
             workers,
             adds: false,
+            shares_b: split == Split::Rows && workers > 1,
         }
     }
 
@@ -313,7 +317,16 @@ impl GemmPlan {
 
     /// Scratch elements of the accumulator type the product needs.
     pub(crate) fn scratch_len(&self) -> usize {
-        self.workers * self.slot_len()
+        self.shared_b_len() + self.workers * self.slot_len()
+    }
+
+    /// Scratch elements of the B all workers share, ahead of their slots.
+    fn shared_b_len(&self) -> usize {
+        if self.shares_b {
+            packed_b_len(self.dims.k, self.dims.n, self.shape)
+        } else {
+            0
+        }
     }
 }
 
@@ -347,6 +360,21 @@ fn pack_b<S: FloatStore>(
     } else {
         for jp in 0..panels {
             let panel = &mut out[jp * kc * nr..][..kc * nr];
+            let first = j0 + jp * nr;
+            if d.b_rs == 1 && first + nr <= j0 + nc && nr.is_multiple_of(8) {
+                // Columns contiguous along k: eight of them side by side, so each read walks
+                // a column in order and each write fills 8 adjacent values of a panel row.
+                for jb in (0..nr).step_by(8) {
+                    let columns: [&[S]; 8] =
+                        std::array::from_fn(|c| &b[(first + jb + c) * d.b_cs + p0..][..kc]);
+                    for (p, row) in panel.chunks_exact_mut(nr).enumerate() {
+                        for (o, column) in row[jb..jb + 8].iter_mut().zip(&columns) {
+                            *o = column[p].load();
+                        }
+                    }
+                }
+                continue;
+            }
             for jj in 0..nr {
                 let j = j0 + jp * nr + jj;
                 if j >= j0 + nc {
@@ -389,6 +417,20 @@ pub(crate) fn pack_b_whole<S: FloatStore>(
             &mut out[p0 * panels * shape.nr..],
         );
     }
+}
+
+/// [`pack_b_whole`] for a plan's blocks of `kc` rows, the blocks spread over the workers.
+fn pack_b_shared<S: FloatStore>(plan: &GemmPlan, b: &[S], out: &mut [S::Acc]) {
+    let d = plan.dims;
+    let nr = plan.shape.nr;
+    let block = plan.kc * d.n.div_ceil(nr) * nr;
+    out[..packed_b_len(d.k, d.n, plan.shape)]
+        .par_chunks_mut(block)
+        .enumerate()
+        .for_each(|(blk, out)| {
+            let p0 = blk * plan.kc;
+            pack_b(&d, b, p0, plan.kc.min(d.k - p0), 0, d.n, nr, out);
+        });
 }
 
 /// Packs rows `i0..i0+mc` and columns `p0..p0+kc` of A into `mr`-tall panels, zero-padded.
@@ -634,7 +676,14 @@ pub(crate) fn gemm<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
             );
         }
     };
-    let slots = &mut scratch[..plan.scratch_len()];
+    let (shared_b, slots) = scratch[..plan.scratch_len()].split_at_mut(plan.shared_b_len());
+    let prepacked_b: Option<&[SA::Acc]> = match prepacked_b {
+        None if plan.shares_b && parallel(d.m * d.n * d.k) => {
+            pack_b_shared(plan, b, shared_b);
+            Some(shared_b)
+        }
+        given => given,
+    };
     if plan.workers > 1 && parallel(d.m * d.n * d.k) {
         slots
             .par_chunks_mut(plan.slot_len())

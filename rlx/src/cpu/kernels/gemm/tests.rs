@@ -103,6 +103,8 @@ fn matches_naive_on_edges_and_blocks() {
         (16, 70, 400),
         (32, 64, 200),
         (45, 33, 385),
+        // Rows split between two workers that share one packing of B, over 3 blocks of k.
+        (300, 70, 400),
         (3, 5, 0),
     ] {
         for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
