@@ -2,7 +2,7 @@
 //! `shared/bench/gemm_bench.py` (numpy), so the two can be compared line by line:
 //!
 //! ```text
-//! cargo run --release --example gemm_bench [-- --threads N] [--cases MxKxN,...]
+//! cargo run --release --example gemm_bench [-- --threads N] [--cases MxKxN,...] [--b-input] [--transpose-b]
 //! gemm m=2048 n=2048 k=2048 gflops=160.2 impl=rlx
 //! ```
 //!
@@ -10,11 +10,16 @@
 //! bound as weights and `C` read in place with `run_with` (as numpy's `matmul(out=)`), so a
 //! run is the product and the executor's dispatch, no copies. The figure is 2·M·N·K over
 //! the median time of at least 5 runs and 0.5 s, after 2 warm-up runs.
+//!
+//! `--b-input` passes `B` as an input instead, packed on every run as a training step packs
+//! its weights; `--transpose-b` stores it `[N, K]` and multiplies by its transpose
+//! (`x · Wᵀ`, a linear layer's weight layout).
 
 use std::time::{Duration, Instant};
 
 use rlx::backend::{Backend, Executable};
 use rlx::cpu::{CpuBackend, CpuOptions};
+use rlx::ir::{MatMul, Op};
 use rlx::prelude::*;
 use rlx::tensor::HostTensor;
 
@@ -53,7 +58,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .collect::<Result<_, Box<dyn std::error::Error>>>()?,
         None => CASES.to_vec(),
     };
-    eprintln!("# rlx cpu backend, threads {threads}");
+    let b_input = args.iter().any(|a| a == "--b-input");
+    let transpose_b = args.iter().any(|a| a == "--transpose-b");
+    eprintln!("# rlx cpu backend, threads {threads}, b_input {b_input}, transpose_b {transpose_b}");
     let backend = CpuBackend::new(CpuOptions {
         threads,
         ..CpuOptions::default()
@@ -61,8 +68,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (m, k, n) in cases {
         let mut b = GraphBuilder::new();
         let a = b.param("a", DType::F32, [m, k])?;
-        let w = b.param("b", DType::F32, [k, n])?;
-        let c = b.matmul(a, w)?;
+        let b_dims = if transpose_b { [n, k] } else { [k, n] };
+        let w = if b_input {
+            b.input("b", DType::F32, b_dims)?
+        } else {
+            b.param("b", DType::F32, b_dims)?
+        };
+        let c = if transpose_b {
+            b.op(
+                Op::MatMul(MatMul {
+                    transpose_a: false,
+                    transpose_b: true,
+                }),
+                &[a, w],
+            )?
+        } else {
+            b.matmul(a, w)?
+        };
         b.output("c", c)?;
         let exe = backend.compile(&b.finish()?)?;
         let fill = |len: usize, seed: usize| -> Vec<f32> {
@@ -71,11 +93,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .collect()
         };
         let a = HostTensor::from_vec(fill(m * k, 1), [m, k])?;
-        let w = HostTensor::from_vec(fill(k * n, 2), [k, n])?;
+        let w = HostTensor::from_vec(fill(k * n, 2), b_dims)?;
         exe.set_weight("a", a.view())?;
-        exe.set_weight("b", w.view())?;
+        let inputs = if b_input {
+            vec![("b", w.view())]
+        } else {
+            exe.set_weight("b", w.view())?;
+            Vec::new()
+        };
         let mut checksum = 0u8;
-        let mut run = || exe.run_with(&[], &[], |out| checksum ^= out[0].bytes[0]);
+        let mut run = || exe.run_with(&inputs, &[], |out| checksum ^= out[0].bytes[0]);
         for _ in 0..2 {
             run()?;
         }

@@ -16,10 +16,12 @@
 //! cargo run --release --example train_bench -- [--backend cpu|mlx] [--workload mlp|block] [--profile]
 //! ```
 //!
-//! `--profile` also prints where a CPU block step spends its time, per op:
+//! `--profile` also prints where a CPU block step spends its time, per op and for the
+//! slowest kernels:
 //!
 //! ```text
 //! profile op=fused_matmul ms_per_step=.. kernels=..
+//! profile kernel=softmax ms_per_step=.. out=f32[batch,12,seq,seq] reads=f32[batch,12,seq,seq]
 //! ```
 
 use std::error::Error;
@@ -158,9 +160,27 @@ fn profile(graph: &Graph, inputs: &[(&str, HostTensor)]) -> Result<(), Box<dyn E
     println!("profile total_ms_per_step={:.2}", per_step(report.total));
     for (op, time, count) in report.by_op().into_iter().take(14) {
         println!(
-            "profile op={op} ms_per_step={:.2} kernels={}",
+            "profile op={op} ms_per_step={:.2} kernels={count}",
             per_step(time),
-            count / runs
+        );
+    }
+    // The slowest kernels, each with the type it computes and reads.
+    let graph = exe.graph();
+    let mut steps: Vec<_> = report.steps.iter().filter(|s| s.node.is_some()).collect();
+    steps.sort_by_key(|s| std::cmp::Reverse(s.time));
+    for step in steps.into_iter().take(12) {
+        let node = &graph[step.node.expect("kept steps with a node")];
+        let reads: Vec<String> = node
+            .inputs
+            .iter()
+            .map(|i| graph[*i].ty.to_string())
+            .collect();
+        println!(
+            "profile kernel={} ms_per_step={:.2} out={} reads={}",
+            step.op,
+            per_step(step.time),
+            node.ty,
+            reads.join(",")
         );
     }
     Ok(())

@@ -466,6 +466,72 @@ fn fused_elementwise_chains() {
     }
 }
 
+/// Operands broadcast inside a fused chain: a value per row (`[R, 1]`, as a row statistic)
+/// and one row for all rows (`[C]`, as a bias), against their f64 values on every backend,
+/// with rows shorter and longer than the CPU's fused blocks and a runtime row count.
+#[test]
+fn fused_elementwise_broadcast_operands() {
+    use rlx::backend::Backend;
+    use rlx::cpu::CpuBackend;
+    let mut rng = Rng(18);
+    // tanh((x − r) · c) + r
+    let chain = |b: &mut rlx::builder::GraphBuilder, i: &[rlx::ir::NodeId]| {
+        let (x, r, c) = (i[0], i[1], i[2]);
+        let t = b.binary(BinaryOp::Sub, x, r).unwrap();
+        let t = b.mul(t, c).unwrap();
+        let t = b.unary(UnaryOp::Tanh, t).unwrap();
+        b.add(t, r).unwrap()
+    };
+    type Case = (usize, usize, Vec<(usize, &'static str)>);
+    let cases: [Case; 3] = [
+        (100, 7, vec![]),
+        (3, 129, vec![(0, "rows")]),
+        (150, 300, vec![]),
+    ];
+    for dtype in FLOATS {
+        for (rows, cols, symbols) in &cases {
+            let shape = [*rows, *cols];
+            let x = random(&mut rng, dtype, &shape, -2.0, 2.0);
+            let r = random(&mut rng, dtype, &[*rows, 1], -1.0, 1.0);
+            let c = random(&mut rng, dtype, &[*cols], 0.25, 0.75);
+            let (nx, nr, nc) = (Nd::of(&x), Nd::of(&r), Nd::of(&c));
+            let expected = Nd::new(
+                &shape,
+                (0..rows * cols)
+                    .map(|i| {
+                        let (row, col) = (i / cols, i % cols);
+                        ((nx.data[i] - nr.data[row]) * nc.data[col]).tanh() + nr.data[row]
+                    })
+                    .collect(),
+            );
+            let inputs = [
+                ("x", dtype, declared(&shape, symbols)),
+                ("r", dtype, declared(&[*rows, 1], symbols)),
+                ("c", dtype, declared(&[*cols], &[])),
+            ];
+            let g = graph_of(&inputs, chain);
+            if matches!(dtype, DType::F32 | DType::F64) {
+                let lowered = CpuBackend::default()
+                    .compile(&g)
+                    .unwrap()
+                    .lowered()
+                    .to_string();
+                assert!(
+                    lowered.contains("fused_elementwise[sub, mul, tanh, add]"),
+                    "{lowered}"
+                );
+            }
+            check(
+                &g,
+                &[("x", &x), ("r", &r), ("c", &c)],
+                &[],
+                &[to_tensor(&expected, dtype)],
+                4.0,
+            );
+        }
+    }
+}
+
 /// The CPU backend fuses an elementwise chain into one kernel with the unfused graph's
 /// results; a value the graph exposes, and half precisions, stay unfused.
 #[test]

@@ -1,7 +1,7 @@
 //! Chains of elementwise float ops in one pass over memory.
 
 use super::{ElementwiseArg, ElementwiseStep, Fusion};
-use crate::ir::{DType, Graph, Node, NodeId, Op};
+use crate::ir::{DType, Dim, Graph, Node, NodeId, Op, Shape};
 
 /// The ops one fused node will compute, over its operands.
 #[derive(Clone, Default)]
@@ -51,7 +51,7 @@ impl Group {
 /// Folds chains of elementwise float ops (unary and binary, `f32` or `f64`) not yet fused
 /// into one pass each. An op joins the op that consumes it when it is that op's only user,
 /// is no graph output and has the consumer's shape; operands that stay outside must have
-/// the chain's shape or be scalars. A chain of one op stays as it was. Half precisions are
+/// the chain's shape or broadcast to it as scalars, per-row values or one row. A chain of one op stays as it was. Half precisions are
 /// left alone: fused, their intermediates would skip the rounding to half that the ops
 /// define.
 pub(super) fn fuse(graph: &Graph, fusions: &mut [Option<Fusion>]) {
@@ -100,8 +100,8 @@ pub(super) fn fuse(graph: &Graph, fusions: &mut [Option<Fusion>]) {
     }
 }
 
-/// A unary or binary op on `f32` or `f64` whose operands each have its shape or are
-/// scalars.
+/// A unary or binary op on `f32` or `f64` whose operands each have its shape or a shape
+/// the fused kernel broadcasts (see [`broadcast_operand`]).
 fn fusible(graph: &Graph, node: &Node) -> bool {
     let elementwise = match node.op {
         Op::Unary(kind) => kind.domain().admits(node.ty.dtype),
@@ -113,6 +113,26 @@ fn fusible(graph: &Graph, node: &Node) -> bool {
         && full_precision
         && node.inputs.iter().all(|&input| {
             let ty = &graph[input].ty;
-            ty == &node.ty || ty.dtype == node.ty.dtype && ty.shape.static_numel() == Some(1)
+            ty == &node.ty
+                || ty.dtype == node.ty.dtype && broadcast_operand(&ty.shape, &node.ty.shape)
         })
+}
+
+/// Whether an operand of shape `operand` is one the fused kernel broadcasts to `out`: a
+/// scalar, one value per row (`out`'s shape with the last dim 1, as a row statistic
+/// kept with `keep_dims`) or one row for all rows (the last dim alone, as a bias). The
+/// lowering (`cpu::lower::elementwise::fused`) reads each kind by the same rule.
+fn broadcast_operand(operand: &Shape, out: &Shape) -> bool {
+    let (a, o) = (operand.dims(), out.dims());
+    let one = |d: &Dim| d.as_static() == Some(1);
+    let scalar = operand.static_numel() == Some(1);
+    let per_row = a.len() == o.len()
+        && a.split_last()
+            .zip(o.split_last())
+            .is_some_and(|((last, lead), (_, out_lead))| one(last) && lead == out_lead);
+    let one_row = !a.is_empty()
+        && a.len() <= o.len()
+        && a.last() == o.last()
+        && a[..a.len() - 1].iter().all(one);
+    scalar || per_row || one_row
 }

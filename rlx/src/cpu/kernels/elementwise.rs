@@ -2,7 +2,7 @@
 
 use super::layout::{Strided, for_each_chunk};
 use super::numeric::{FloatStore, Int, Real};
-use super::simd::vectorized;
+use super::simd::{VectorKernel, vectorized};
 use crate::cpu::fuse::{ElementwiseArg, ElementwiseStep};
 use crate::ir::{BinaryOp, CompareOp, UnaryOp};
 
@@ -55,45 +55,57 @@ pub(crate) fn unary_float<T: FloatStore>(kind: UnaryOp, x: &[T], out: &mut [T]) 
     unary_float_on(kind, Target::Copy { x, out });
 }
 
-/// `kind` applied elementwise to `target`, for float storage types: the one definition of
-/// each float unary op on the CPU.
+/// The closure computing each float unary op, handed to `$go!`: the one definition of each
+/// float unary op on the CPU, used by the standalone and the fused kernels.
+macro_rules! float_unary {
+    ($kind:expr, $acc:ty, $go:ident) => {{
+        use UnaryOp as U;
+        let half = <$acc as Real>::from_f64(0.5);
+        let sqrt_half = <$acc as Real>::from_f64(std::f64::consts::FRAC_1_SQRT_2);
+        let one = <$acc as Real>::ONE;
+        let zero = <$acc as Real>::ZERO;
+        match $kind {
+            U::Neg => $go!(move |v: $acc| -v),
+            U::Abs => $go!(move |v: $acc| v.abs()),
+            U::Exp => $go!(move |v: $acc| v.exp()),
+            U::Log => $go!(move |v: $acc| v.ln()),
+            U::Sqrt => $go!(move |v: $acc| v.sqrt()),
+            U::Rsqrt => $go!(move |v: $acc| one / v.sqrt()),
+            U::Recip => $go!(move |v: $acc| one / v),
+            U::Sin => $go!(move |v: $acc| v.sin()),
+            U::Cos => $go!(move |v: $acc| v.cos()),
+            U::Tanh => $go!(move |v: $acc| v.tanh()),
+            U::Sigmoid => $go!(sigmoid::<$acc>),
+            U::Relu => $go!(move |v: $acc| if v > zero { v } else { zero }),
+            U::Gelu => $go!(move |v: $acc| half * v * (one + (v * sqrt_half).erf())),
+            U::GeluTanh => $go!(gelu_tanh::<$acc>),
+            U::Silu => $go!(move |v: $acc| v * sigmoid(v)),
+            U::Erf => $go!(move |v: $acc| v.erf()),
+            U::Floor => $go!(move |v: $acc| v.floor()),
+            U::Ceil => $go!(move |v: $acc| v.ceil()),
+            U::Round => $go!(move |v: $acc| v.round_even()),
+            U::Sign => $go!(move |v: $acc| {
+                if v > zero {
+                    one
+                } else if v < zero {
+                    -one
+                } else {
+                    v // keeps 0, -0 and NaN
+                }
+            }),
+            U::Softplus => $go!(softplus::<$acc>),
+        }
+    }};
+}
+
+/// `kind` applied elementwise to `target`, for float storage types.
 pub(crate) fn unary_float_on<T: FloatStore>(kind: UnaryOp, target: Target<'_, T>) {
-    use UnaryOp as U;
-    let half = <T::Acc as Real>::from_f64(0.5);
-    let sqrt_half = <T::Acc as Real>::from_f64(std::f64::consts::FRAC_1_SQRT_2);
-    let one = <T::Acc as Real>::ONE;
-    let zero = <T::Acc as Real>::ZERO;
-    match kind {
-        U::Neg => map_float(target, move |v| -v),
-        U::Abs => map_float(target, move |v| v.abs()),
-        U::Exp => map_float(target, move |v| v.exp()),
-        U::Log => map_float(target, move |v| v.ln()),
-        U::Sqrt => map_float(target, move |v| v.sqrt()),
-        U::Rsqrt => map_float(target, move |v| one / v.sqrt()),
-        U::Recip => map_float(target, move |v| one / v),
-        U::Sin => map_float(target, move |v| v.sin()),
-        U::Cos => map_float(target, move |v| v.cos()),
-        U::Tanh => map_float(target, move |v| v.tanh()),
-        U::Sigmoid => map_float(target, sigmoid),
-        U::Relu => map_float(target, move |v| if v > zero { v } else { zero }),
-        U::Gelu => map_float(target, move |v| half * v * (one + (v * sqrt_half).erf())),
-        U::GeluTanh => map_float(target, gelu_tanh),
-        U::Silu => map_float(target, move |v| v * sigmoid(v)),
-        U::Erf => map_float(target, move |v| v.erf()),
-        U::Floor => map_float(target, move |v| v.floor()),
-        U::Ceil => map_float(target, move |v| v.ceil()),
-        U::Round => map_float(target, move |v| v.round_even()),
-        U::Sign => map_float(target, move |v| {
-            if v > zero {
-                one
-            } else if v < zero {
-                -one
-            } else {
-                v // keeps 0, -0 and NaN
-            }
-        }),
-        U::Softplus => map_float(target, softplus),
+    macro_rules! go {
+        ($f:expr) => {
+            map_float(target, $f)
+        };
     }
+    float_unary!(kind, T::Acc, go)
 }
 
 fn map_int<T: Int>(x: &[T], out: &mut [T], f: impl Fn(T) -> T + Sync) {
@@ -218,6 +230,10 @@ pub(crate) enum FusedOperand<'a, T> {
     Full(&'a [T]),
     /// One value for every element.
     Scalar(T),
+    /// One value per row of the output, rows of the given length.
+    PerRow(&'a [T], usize),
+    /// One row of the given length, repeated for every row of the output.
+    OneRow(&'a [T], usize),
     /// The output's own value, element by element (updated in place).
     Output,
 }
@@ -240,8 +256,40 @@ pub(crate) fn fused_float<T: FloatStore>(
         operands.len(),
         steps.len()
     );
-    let zero = <T::Acc as Real>::ZERO;
     for_each_chunk(out, |start, chunk| {
+        vectorized(FusedChunk {
+            steps,
+            operands,
+            start,
+            chunk,
+        })
+    });
+}
+
+/// One worker's range of a fused elementwise kernel, compiled once per instruction set so
+/// every step's loop runs at the vector width (see [`vectorized`]).
+struct FusedChunk<'s, 'a, 'o, T> {
+    steps: &'s [ElementwiseStep],
+    operands: &'s [FusedOperand<'a, T>],
+    start: usize,
+    chunk: &'o mut [T],
+}
+
+impl<T: FloatStore> VectorKernel for FusedChunk<'_, '_, '_, T>
+where
+    T::Acc: FloatStore<Acc = T::Acc>,
+{
+    type Output = ();
+
+    #[inline(always)]
+    fn run(self) {
+        let FusedChunk {
+            steps,
+            operands,
+            start,
+            chunk,
+        } = self;
+        let zero = <T::Acc as Real>::ZERO;
         let mut values = [[zero; FUSED_BLOCK]; ElementwiseStep::MAX_VALUES];
         let (loaded, computed) = values.split_at_mut(operands.len());
         for (buf, operand) in loaded.iter_mut().zip(operands) {
@@ -253,10 +301,18 @@ pub(crate) fn fused_float<T: FloatStore>(
             let at = start + b * FUSED_BLOCK;
             let n = block.len();
             for (buf, operand) in loaded.iter_mut().zip(operands) {
-                let source = match operand {
+                let source = match *operand {
                     FusedOperand::Full(x) => &x[at..at + n],
                     FusedOperand::Output => &*block,
                     FusedOperand::Scalar(_) => continue,
+                    FusedOperand::PerRow(x, len) => {
+                        load_per_row(x, len, at, &mut buf[..n]);
+                        continue;
+                    }
+                    FusedOperand::OneRow(x, len) => {
+                        load_one_row(x, len, at, &mut buf[..n]);
+                        continue;
+                    }
                 };
                 for (v, s) in buf[..n].iter_mut().zip(source) {
                     *v = s.load();
@@ -272,13 +328,18 @@ pub(crate) fn fused_float<T: FloatStore>(
                     }
                 };
                 match *step {
-                    ElementwiseStep::Unary(kind, x) => unary_float_on::<T::Acc>(
-                        kind,
-                        Target::Copy {
-                            x: arg(x),
-                            out: dst,
-                        },
-                    ),
+                    ElementwiseStep::Unary(kind, x) => {
+                        let x = arg(x);
+                        macro_rules! go {
+                            ($f:expr) => {{
+                                let f = $f;
+                                for (o, v) in dst.iter_mut().zip(x) {
+                                    *o = f(*v);
+                                }
+                            }};
+                        }
+                        float_unary!(kind, T::Acc, go)
+                    }
                     ElementwiseStep::Binary(kind, x, y) => {
                         let (x, y) = (arg(x), arg(y));
                         macro_rules! go {
@@ -297,7 +358,33 @@ pub(crate) fn fused_float<T: FloatStore>(
                 *o = T::store(*v);
             }
         }
-    });
+    }
+}
+
+/// `buf[i]` = the value of the row (of `len` elements) that element `at + i` lies in.
+#[inline(always)]
+fn load_per_row<T: FloatStore>(x: &[T], len: usize, at: usize, buf: &mut [T::Acc]) {
+    let mut i = 0;
+    while i < buf.len() {
+        let row = (at + i) / len;
+        let end = ((row + 1) * len - at).min(buf.len());
+        buf[i..end].fill(x[row].load());
+        i = end;
+    }
+}
+
+/// `buf[i]` = element `(at + i) % len` of the one row `x`.
+#[inline(always)]
+fn load_one_row<T: FloatStore>(x: &[T], len: usize, at: usize, buf: &mut [T::Acc]) {
+    let mut i = 0;
+    while i < buf.len() {
+        let column = (at + i) % len;
+        let end = (i + len - column).min(buf.len());
+        for (v, s) in buf[i..end].iter_mut().zip(&x[column..]) {
+            *v = s.load();
+        }
+        i = end;
+    }
 }
 
 /// `out = kind(a, b)` for integers.

@@ -62,6 +62,10 @@ pub(crate) enum FusedInput {
     Full(View),
     /// One element, read once for every element.
     Scalar(View),
+    /// One value per row of the output (rows of the given length).
+    PerRow(View, usize),
+    /// One row (of the given length) repeated for every row of the output.
+    OneRow(View, usize),
     /// The output's own memory, read element by element before it is overwritten (a
     /// state updated in place, see `program::in_place_writes`).
     Output,
@@ -71,7 +75,10 @@ impl Kernel for FusedElementwise {
     fn accesses(&self) -> Accesses {
         let s = self.dtype.size_bytes();
         let reads = self.operands.iter().filter_map(|input| match input {
-            FusedInput::Full(v) | FusedInput::Scalar(v) => Some((*v, s)),
+            FusedInput::Full(v)
+            | FusedInput::Scalar(v)
+            | FusedInput::PerRow(v, _)
+            | FusedInput::OneRow(v, _) => Some((*v, s)),
             FusedInput::Output => None,
         });
         Accesses {
@@ -89,6 +96,12 @@ impl Kernel for FusedElementwise {
                         ew::FusedOperand::Scalar(mem.src::<T>(view)[0])
                     }
                     Some(&FusedInput::Full(view)) => ew::FusedOperand::Full(mem.src::<T>(view)),
+                    Some(&FusedInput::PerRow(view, len)) => {
+                        ew::FusedOperand::PerRow(mem.src::<T>(view), len)
+                    }
+                    Some(&FusedInput::OneRow(view, len)) => {
+                        ew::FusedOperand::OneRow(mem.src::<T>(view), len)
+                    }
                     Some(FusedInput::Output) => ew::FusedOperand::Output,
                     None => ew::FusedOperand::Full(&[]),
                 });
@@ -275,10 +288,13 @@ impl Kernel for Cast {
     }
 }
 
-/// The thunk of a chain of elementwise ops the CPU fused (`cpu::fuse::elementwise`): a
-/// size-1 operand of a larger output is read as a scalar, and an operand in the output's
-/// own memory (a state the chain updates in place) from the output.
+/// The thunk of a chain of elementwise ops the CPU fused (`cpu::fuse::elementwise`): an
+/// operand smaller than the output is read as the fuser admitted it (a scalar, a value per
+/// row, one row), and an operand in the output's own memory (a state the chain updates in
+/// place) from the output.
 pub(super) fn fused(n: &LowerInput<'_>, steps: &[ElementwiseStep]) -> Vec<Thunk> {
+    let out = n.out_shape;
+    let row = out.last().copied().unwrap_or(1);
     vec![boxed(FusedElementwise {
         steps: steps.to_vec(),
         dtype: n.dtype(),
@@ -289,10 +305,14 @@ pub(super) fn fused(n: &LowerInput<'_>, steps: &[ElementwiseStep]) -> Vec<Thunk>
             .map(|(view, shape)| {
                 if *view == n.out {
                     FusedInput::Output
-                } else if numel(shape) == 1 && numel(n.out_shape) != 1 {
-                    FusedInput::Scalar(*view)
-                } else {
+                } else if numel(shape) == numel(out) {
                     FusedInput::Full(*view)
+                } else if numel(shape) == 1 {
+                    FusedInput::Scalar(*view)
+                } else if shape.len() == out.len() && shape.last() == Some(&1) {
+                    FusedInput::PerRow(*view, row)
+                } else {
+                    FusedInput::OneRow(*view, row)
                 }
             })
             .collect(),

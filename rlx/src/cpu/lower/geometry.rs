@@ -233,7 +233,7 @@ pub(super) fn matmul_layout(
 pub(super) fn batch_workers(dims: GemmDims, batches: usize, threads: usize) -> usize {
     let flops = batches * dims.m * dims.n * dims.k;
     let threads = threads.max(1);
-    let even = batches >= 2 * threads || (batches >= threads && batches % threads == 0);
+    let even = batches >= 2 * threads || (batches >= threads && batches.is_multiple_of(threads));
     if threads == 1 || !even || flops < 1 << 18 {
         1
     } else {

@@ -80,12 +80,12 @@ impl Primitive for Attention {
     fn vjp(
         &self,
         e: &mut Emitter<'_>,
-        _: NodeId,
+        y: NodeId,
         x: &[NodeId],
         g: NodeId,
     ) -> Result<Vec<Grad>, GradError> {
         let length = self.key_length.then(|| x[x.len() - 1]);
-        let mut grads = attention_vjp(e, x, self.scale, self.mask, length, g)?;
+        let mut grads = attention_vjp(e, x, y, self.scale, self.mask, length, g)?;
         if self.key_length {
             grads.push(Grad::Discrete);
         }
@@ -207,9 +207,14 @@ fn attention_type(
 /// Recomputes the attention probabilities `P` (zero rows where every key is masked), then
 /// `dV = Pᵀ·g`, `dS = P ⊙ (g·Vᵀ − rowsum(…⊙P))`, `dQ = scale·dS·K`, `dK = scale·dSᵀ·Q`;
 /// grouped heads sum back onto their key/value head. An additive mask gets `dS`.
+/// The gradients of attention from the scores recomputed, in the usual order of a fused
+/// backward: `dS = P ⊙ (dP − D)` with `D = rowsum(dO ⊙ O)` (equal to `rowsum(dP ⊙ P)`
+/// since `O = P V`, over the value width instead of the keys), and the scale applied to `q`
+/// once, which `dK = dSᵀ (q·scale)` then needs no pass of its own.
 fn attention_vjp(
     e: &mut Emitter<'_>,
     x: &[NodeId],
+    y: NodeId,
     scale: f64,
     mask: AttentionMask,
     length: Option<NodeId>,
@@ -238,8 +243,8 @@ fn attention_vjp(
             &[a, b],
         )
     };
-    let raw = matmul(e, q, ke, false, true)?;
-    let mut scores = e.scale(raw, scale)?;
+    let q_scaled = e.scale(q, scale)?;
+    let mut scores = matmul(e, q_scaled, ke, false, true)?;
     let (seq_q, seq_k) = (qs[r - 2].clone(), ks[r - 2].clone());
     let mut allowed = match mask {
         AttentionMask::None => None,
@@ -283,14 +288,13 @@ fn attention_vjp(
 
     let dv = matmul(e, p, g, true, false)?;
     let dp = matmul(e, g, ve, false, true)?;
-    let dpp = e.mul(dp, p)?;
-    let rows = e.reduce(ReduceOp::Sum, dpp, vec![r - 1], true)?;
+    let go = e.mul(g, y)?;
+    let rows = e.reduce(ReduceOp::Sum, go, vec![r - 1], true)?;
     let centered = e.sub(dp, rows)?;
     let ds = e.mul(p, centered)?;
     let dq = matmul(e, ds, ke, false, false)?;
     let dq = e.scale(dq, scale)?;
-    let dk = matmul(e, ds, q, true, false)?;
-    let dk = e.scale(dk, scale)?;
+    let dk = matmul(e, ds, q_scaled, true, false)?;
     let dk = sum_heads(e, dk, &ks, group)?;
     let dv = sum_heads(e, dv, &vs, group)?;
     let mut grads = vec![

@@ -653,6 +653,14 @@ pub(crate) fn gemm<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
     }
     assert!(c.len() >= d.m * d.n, "C is too small for the product");
     let kernel = kernels.for_plan(plan);
+    let (shared_b, slots) = scratch[..plan.scratch_len()].split_at_mut(plan.shared_b_len());
+    let prepacked_b: Option<&[SA::Acc]> = match prepacked_b {
+        None if plan.shares_b && parallel(d.m * d.n * d.k) => {
+            pack_b_shared(plan, b, shared_b);
+            Some(shared_b)
+        }
+        given => given,
+    };
     // Workers write disjoint row or column ranges of C; the parallel section joins before
     // `gemm` returns.
     let shared = SharedMut::new(c);
@@ -675,14 +683,6 @@ pub(crate) fn gemm<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
                 epilogue,
             );
         }
-    };
-    let (shared_b, slots) = scratch[..plan.scratch_len()].split_at_mut(plan.shared_b_len());
-    let prepacked_b: Option<&[SA::Acc]> = match prepacked_b {
-        None if plan.shares_b && parallel(d.m * d.n * d.k) => {
-            pack_b_shared(plan, b, shared_b);
-            Some(shared_b)
-        }
-        given => given,
     };
     if plan.workers > 1 && parallel(d.m * d.n * d.k) {
         slots
