@@ -8,5 +8,6 @@ pub mod bench;
 pub mod block;
 pub mod digits;
 pub mod fuzz;
+pub mod gguf;
 pub mod rng;
 pub mod testing;

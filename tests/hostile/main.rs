@@ -5,6 +5,7 @@
 
 mod checkpoints;
 mod configs;
+mod gguf;
 mod inputs;
 mod text;
 
