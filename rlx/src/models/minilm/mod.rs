@@ -15,7 +15,8 @@
 mod fetch;
 mod tokenize;
 
-pub use fetch::{FetchError, ModelFiles, PACKAGE, VERSION};
+pub use crate::models::fetch::FetchError;
+pub use fetch::{ModelFiles, PACKAGE, VERSION};
 pub use tokenize::{Batch, Tokenizer};
 
 use super::bert::{Bert, BertConfig, ConfigError};
