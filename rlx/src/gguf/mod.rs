@@ -372,6 +372,7 @@ impl std::ops::Deref for Bytes {
 /// # Ok::<(), rlx::gguf::GgufError>(())
 /// ```
 pub struct Gguf {
+    path: Option<PathBuf>,
     bytes: Bytes,
     version: u32,
     metadata: Vec<(String, MetadataValue)>,
@@ -404,7 +405,9 @@ impl Gguf {
         // while it is mapped is outside what a reader can guard against (as for every
         // memory-mapped checkpoint); the safetensors loader maps files the same way.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        Gguf::checked(Bytes::Mapped(map))
+        let mut file = Gguf::checked(Bytes::Mapped(map))?;
+        file.path = Some(path.to_path_buf());
+        Ok(file)
     }
 
     /// Checks a file held in memory.
@@ -415,6 +418,7 @@ impl Gguf {
     fn checked(bytes: Bytes) -> Result<Gguf, GgufError> {
         let parsed = parse::parse(&bytes)?;
         Ok(Gguf {
+            path: None,
             data_start: parsed.data_start.min(bytes.len()),
             bytes,
             version: parsed.version,
@@ -422,6 +426,11 @@ impl Gguf {
             tensors: parsed.tensors,
             alignment: parsed.alignment,
         })
+    }
+
+    /// The file it was read from ([`Gguf::open`]); `None` for bytes in memory.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
     }
 
     /// The format version (2 or 3).

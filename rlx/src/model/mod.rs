@@ -240,6 +240,13 @@ impl Compiled {
         )
     }
 
+    /// Loads every weight from a GGUF file, strictly (every declared tensor present with
+    /// its dims, every file tensor declared), quantized tensors dequantized to the model's
+    /// `f32`. The weights change all at once.
+    pub fn load_gguf(&self, file: &crate::gguf::Gguf) -> Result<LoadReport, WeightsError> {
+        weights::load_gguf(self.executable.as_ref(), &self.manifest, file)
+    }
+
     /// Saves the bound weights to a safetensors file in the checkpoint's layout (transposed
     /// and fused back), so that [`Compiled::load_safetensors`] reads them back.
     pub fn save_safetensors(&self, path: impl AsRef<Path>) -> Result<(), WeightsError> {

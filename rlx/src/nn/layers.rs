@@ -23,6 +23,23 @@ impl<'g, I: Dim, O: Dim, E: Float> Linear<'g, I, O, E> {
     }
 }
 
+/// `y = x · W` along the last dim, without a bias (the projections of Llama-family
+/// decoders). The checkpoint stores `weight` `[out, in]`; it is transposed once when loaded.
+#[derive(Params)]
+pub struct Projection<'g, I: Dim, O: Dim, E: Float = f32> {
+    /// `[in, out]` in the graph, `[out, in]` in the checkpoint.
+    #[param(transpose)]
+    pub weight: Tensor<'g, (I, O), E>,
+}
+
+impl<'g, I: Dim, O: Dim, E: Float> Projection<'g, I, O, E> {
+    /// Applies the map to the last dim of `x`.
+    #[track_caller]
+    pub fn forward<S: LastDim<I>>(&self, x: Tensor<'g, S, E>) -> Tensor<'g, S::WithLast<O>, E> {
+        x.project(self.weight)
+    }
+}
+
 /// A lookup table of `V` vectors of size `D`.
 #[derive(Params)]
 pub struct Embedding<'g, V: Dim, D: Dim, E: Element = f32> {

