@@ -117,3 +117,71 @@ fn smollm2_matches_transformers_on_the_cpu() {
 fn smollm2_matches_transformers_on_mlx() {
     matches_transformers("mlx", &rlx::mlx::MlxBackend::default());
 }
+
+/// Generation step by step with key/value caches held in a context: the prompt in one
+/// step, then one token per step. Each step's logits equal the reference's at that
+/// position (within [`BOUND`]) and the greedy tokens are the reference's 32.
+fn generates_with_caches<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
+    use rlx::models::llama::{LlamaCacheConfig, LlamaStep};
+    let dir = SMOLLM2_135M_INSTRUCT.locate(None).unwrap();
+    let file = Gguf::open(dir.join("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    let config = LlamaCacheConfig {
+        model: LlamaConfig::from_gguf(&file).unwrap(),
+        capacity: 64,
+    };
+    let step = LlamaStep::compile(backend, &config).unwrap();
+    step.load_gguf(&file).unwrap();
+    let scalar = |v: usize| HostTensor::from_vec(vec![v as i64], []).unwrap();
+    let mut worst = 0f64;
+    for name in PROMPTS {
+        let r = reference(name);
+        let prompt = ids(&r["ids_no_bos"]);
+        let greedy = ids(&r["greedy"]["ids"]);
+        let tf = &r["teacher_forced"];
+        let mut ctx = step.new_context().unwrap();
+        let mut fed = prompt.clone();
+        let mut pos = 0;
+        for (t, expected) in greedy.iter().enumerate() {
+            let new = &fed[pos..];
+            let input = HostTensor::from_vec(new.to_vec(), [1, new.len()]).unwrap();
+            let logits = step
+                .run_in(&mut ctx, &input, &scalar(pos), &scalar(new.len() - 1))
+                .unwrap();
+            let row = logits.as_slice::<f32>().unwrap();
+            let at = fed.len() - 1;
+            let (top_ids, top_vals) = (&tf["topk_ids"][at], &tf["topk_vals"][at]);
+            for (id, val) in top_ids
+                .as_array()
+                .unwrap()
+                .iter()
+                .zip(top_vals.as_array().unwrap())
+            {
+                let got = f64::from(row[id.as_u64().unwrap() as usize]);
+                let err = (got - val.as_f64().unwrap()).abs();
+                worst = worst.max(err);
+                assert!(err < BOUND, "{name} step {t}: token {id}: {got} vs {val}");
+            }
+            let argmax = row
+                .iter()
+                .enumerate()
+                .max_by(|a, b| a.1.total_cmp(b.1))
+                .map(|(i, _)| i as i64)
+                .unwrap();
+            assert_eq!(argmax, *expected, "{name} greedy token {t}");
+            pos = fed.len();
+            fed.push(argmax);
+        }
+    }
+    println!("smollm2 {label} with caches: largest logit error {worst:.2e} (bound {BOUND})");
+}
+
+#[test]
+fn smollm2_generates_with_caches_on_the_cpu() {
+    generates_with_caches("cpu", &rlx::cpu::CpuBackend::default());
+}
+
+#[cfg(feature = "mlx")]
+#[test]
+fn smollm2_generates_with_caches_on_mlx() {
+    generates_with_caches("mlx", &rlx::mlx::MlxBackend::default());
+}

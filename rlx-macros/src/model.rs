@@ -33,6 +33,9 @@ struct Arg {
 #[derive(Default)]
 struct ModelAttrs {
     outputs: Option<Vec<Ident>>,
+    /// The fn makes states in its body (`g.state(..)`, a cache per layer): the model runs
+    /// in a context even without a `State` argument.
+    states: bool,
 }
 
 pub fn expand(attr: TokenStream, mut item: ItemFn) -> syn::Result<TokenStream> {
@@ -64,7 +67,7 @@ pub fn expand(attr: TokenStream, mut item: ItemFn) -> syn::Result<TokenStream> {
         None if output_count == 1 => vec!["output".to_string()],
         None => (0..output_count).map(|i| format!("output_{i}")).collect(),
     };
-    generate(&item, &args, &outputs)
+    generate(&item, &args, &outputs, attrs.states)
 }
 
 fn parse_model_attrs(attr: TokenStream) -> syn::Result<ModelAttrs> {
@@ -81,8 +84,11 @@ fn parse_model_attrs(attr: TokenStream) -> syn::Result<ModelAttrs> {
             })?;
             out.outputs = Some(names);
             Ok(())
+        } else if meta.path.is_ident("states") {
+            out.states = true;
+            Ok(())
         } else {
-            Err(meta.error("unknown `model` argument; expected `outputs(name, ..)`"))
+            Err(meta.error("unknown `model` argument; expected `outputs(name, ..)` or `states`"))
         }
     });
     syn::parse::Parser::parse2(parser, attr)?;
@@ -428,7 +434,12 @@ fn camel_case(name: &str) -> String {
         .collect()
 }
 
-fn generate(item: &ItemFn, args: &[Arg], outputs: &[String]) -> syn::Result<TokenStream> {
+fn generate(
+    item: &ItemFn,
+    args: &[Arg],
+    outputs: &[String],
+    body_states: bool,
+) -> syn::Result<TokenStream> {
     let fn_name = &item.sig.ident;
     let vis = &item.vis;
     let model = format_ident!(
@@ -507,7 +518,7 @@ fn generate(item: &ItemFn, args: &[Arg], outputs: &[String]) -> syn::Result<Toke
                 quote_spanned!(span=> ::rlx::model::output(__g, #name, #local);)
             });
     // A model with states runs in a context.
-    let stateful = !state_names.is_empty();
+    let stateful = body_states || !state_names.is_empty();
     let (run_call, context_param) = if stateful {
         (
             quote!(run_in_outputs),

@@ -53,7 +53,9 @@
 //! sizes of config dims and is passed on to `build` and `compile`), `cache: State<..>` (a
 //! state named `cache`, see [`State`](crate::typed::State)), and `g: &'g Scope<'g>`. A model
 //! with states has `run_in(&self, context: &mut Context, ..)` in place of `run` (its
-//! `STATES` lists them; `new_context` makes a context).
+//! `STATES` lists them; `new_context` makes a context). A model that makes its states in its
+//! body with `g.state(..)` (one cache per layer, their number from the config) says so with
+//! `#[rlx::model(states)]` and gets `run_in` too.
 
 use std::path::Path;
 

@@ -25,7 +25,7 @@
 use crate::Params;
 use crate::gguf::{Gguf, MetadataValue};
 use crate::nn::{Embedding, Projection, RmsNorm};
-use crate::typed::{Rope, Scope, Sizes, Tensor};
+use crate::typed::{Axis, Const, Dim, Rope, Scope, Sizes, State, Tensor};
 
 crate::dims!(
     /// Sequences in a batch.
@@ -52,7 +52,9 @@ crate::config_dims!(
     /// Token vocabulary.
     Vocab,
     /// `block_count`.
-    Layers
+    Layers,
+    /// Positions a key/value cache holds.
+    Capacity
 );
 
 /// The most blocks a config may ask for (the largest Llama models have about a hundred).
@@ -263,40 +265,71 @@ pub struct LlamaParams<'g> {
 /// Hidden states of a batch.
 pub type Hiddens<'g> = Tensor<'g, (Batch, Seq, Hidden)>;
 
-fn block<'g>(cfg: &LlamaConfig, p: &LlamaBlock<'g>, x: Hiddens<'g>) -> Hiddens<'g> {
+/// One block over `x` (`B` sequences of `Seq` new tokens); `offset`, when given, is the
+/// position of the first new token (0 otherwise), and `attend` turns the rotated queries,
+/// keys and values of the new tokens into the attention's output.
+fn block<'g, B: Dim>(
+    cfg: &LlamaConfig,
+    p: &LlamaBlock<'g>,
+    x: Tensor<'g, (B, Seq, Hidden)>,
+    offset: Option<Tensor<'g, (), i64>>,
+    attend: impl FnOnce(
+        Heads4<'g, B, Heads>,
+        Heads4<'g, B, KvHeads>,
+        Heads4<'g, B, KvHeads>,
+    ) -> Heads4<'g, B, Heads>,
+) -> Tensor<'g, (B, Seq, Hidden)> {
     let rope = Rope {
         dims: cfg.rope_dims,
         base: cfg.rope_base,
         scale: 1.0,
         traditional: true,
     };
+    let rotate = |t: Heads4<'g, B, _>| match offset {
+        Some(offset) => t.rope_from(rope, offset),
+        None => t.rope(rope),
+    };
     let h = p.attn_norm.forward(x, cfg.rms_norm_eps);
     let q = p
         .attn_q
         .forward(h)
-        .reshape::<(Batch, Seq, Heads, HeadDim)>()
-        .swap_axes::<1, 2>()
-        .rope(rope);
+        .reshape::<(B, Seq, Heads, HeadDim)>()
+        .swap_axes::<1, 2>();
     let k = p
         .attn_k
         .forward(h)
-        .reshape::<(Batch, Seq, KvHeads, HeadDim)>()
-        .swap_axes::<1, 2>()
-        .rope(rope);
+        .reshape::<(B, Seq, KvHeads, HeadDim)>()
+        .swap_axes::<1, 2>();
     let v = p
         .attn_v
         .forward(h)
-        .reshape::<(Batch, Seq, KvHeads, HeadDim)>()
+        .reshape::<(B, Seq, KvHeads, HeadDim)>()
         .swap_axes::<1, 2>();
-    let scale = 1.0 / (cfg.head_dim as f64).sqrt();
-    let context = q
-        .attention_causal_grouped(k, v, scale)
+    let context = attend(rotate(q), rotate_kv(rope, offset, k), v)
         .swap_axes::<1, 2>()
-        .reshape::<(Batch, Seq, QueryWidth)>();
+        .reshape::<(B, Seq, QueryWidth)>();
     let x = x + p.attn_output.forward(context);
     let h = p.ffn_norm.forward(x, cfg.rms_norm_eps);
     let gated = p.ffn_gate.forward(h).silu() * p.ffn_up.forward(h);
     x + p.ffn_down.forward(gated)
+}
+
+/// Per-head values of `B` sequences: `(B, N, Seq, HeadDim)` for `N` heads.
+type Heads4<'g, B, N> = Tensor<'g, (B, N, Seq, HeadDim)>;
+
+fn rotate_kv<'g, B: Dim>(
+    rope: Rope,
+    offset: Option<Tensor<'g, (), i64>>,
+    k: Heads4<'g, B, KvHeads>,
+) -> Heads4<'g, B, KvHeads> {
+    match offset {
+        Some(offset) => k.rope_from(rope, offset),
+        None => k.rope(rope),
+    }
+}
+
+fn scale(cfg: &LlamaConfig) -> f64 {
+    1.0 / (cfg.head_dim as f64).sqrt()
 }
 
 /// The decoder over a batch of token sequences (positions from 0, each token attending to
@@ -311,9 +344,67 @@ pub fn llama<'g>(
     let _ = g;
     let mut x = p.token_embd.forward(input_ids);
     for b in &p.blk {
-        x = block(cfg, b, x);
+        x = block(cfg, b, x, None, |q, k, v| {
+            q.attention_causal_grouped(k, v, scale(cfg))
+        });
     }
     p.output_norm
         .forward(x, cfg.rms_norm_eps)
+        .project_t(p.token_embd.weight)
+}
+
+/// A [`LlamaConfig`] with the capacity of its key/value caches: the most positions (prompt
+/// and generated tokens) a sequence can reach.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaCacheConfig {
+    /// The model.
+    pub model: LlamaConfig,
+    /// Positions each cache holds.
+    pub capacity: usize,
+}
+
+impl crate::model::Config for LlamaCacheConfig {
+    fn sizes(&self) -> Sizes {
+        self.model.sizes().with::<Capacity>(self.capacity)
+    }
+}
+
+/// One block's key or value cache: every position of one sequence so far, per key/value
+/// head. Named `blk.N.k_cache` and `blk.N.v_cache`.
+pub type Cache<'g> = State<'g, (Const<1>, KvHeads, Capacity, HeadDim)>;
+
+/// One step of generation for one sequence: the `Seq` new tokens `input_ids` (the prompt,
+/// or one sampled token) at positions `pos..pos + Seq` are appended to every block's
+/// caches, attend to everything cached before them and to each other causally, and the
+/// logits of the token after position `pos + last` (`last` = `Seq - 1`: the last new
+/// token) come out. The caches are states: the step runs in a
+/// [`Context`](crate::backend::Context) that holds them between steps, so one compiled
+/// step serves every position, and a context per sequence serves many sequences.
+#[crate::model(outputs(logits), states)]
+pub fn llama_step<'g>(
+    g: &'g Scope<'g>,
+    #[config] cfg: &LlamaCacheConfig,
+    p: &LlamaParams<'g>,
+    input_ids: Tensor<'g, (Const<1>, Seq), i64>,
+    pos: Tensor<'g, (), i64>,
+    last: Tensor<'g, (), i64>,
+) -> Tensor<'g, (Const<1>, Const<1>, Vocab)> {
+    let model = &cfg.model;
+    let filled = pos + last + g.full::<(), i64>(1);
+    let mut x = p.token_embd.forward(input_ids);
+    for (i, b) in p.blk.iter().enumerate() {
+        let keys: Cache<'g> = g.state(&format!("blk.{i}.k_cache"));
+        let values: Cache<'g> = g.state(&format!("blk.{i}.v_cache"));
+        x = block(model, b, x, Some(pos), |q, k, v| {
+            let k = keys.read().slice_update(Axis::<2>, k, pos);
+            let v = values.read().slice_update(Axis::<2>, v, pos);
+            keys.write(k);
+            values.write(v);
+            q.attention_causal_grouped_upto(k, v, filled, scale(model))
+        });
+    }
+    let x: Tensor<'g, (Const<1>, Const<1>, Hidden)> = x.dynamic_slice(Axis::<1>, last);
+    p.output_norm
+        .forward(x, model.rms_norm_eps)
         .project_t(p.token_embd.weight)
 }

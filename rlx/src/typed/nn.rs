@@ -62,6 +62,41 @@ impl<'g, B: Dim, H: Dim, Q: Dim, D: Dim, E: Float> Tensor<'g, (B, H, Q, D), E> {
         self.fused_attention(AttentionMask::Causal, scale, &[keys.id(), values.id()])
     }
 
+    /// [`attention_causal_grouped`](Self::attention_causal_grouped) over the first `length`
+    /// keys and values of a cache of capacity `C` (read in place): the `Q` queries are the
+    /// last `Q` of those `length` positions, query `i` seeing keys `0..=length - Q + i`. A
+    /// `length` outside `Q..=C` fails the run.
+    ///
+    /// ```
+    /// use rlx::typed::{Const, Tensor, build};
+    /// rlx::dims!(Seq);
+    /// let graph = build(|g| {
+    ///     let q: Tensor<(Const<1>, Const<4>, Seq, Const<8>)> = g.input("q");
+    ///     let k: Tensor<(Const<1>, Const<2>, Const<64>, Const<8>)> = g.input("k_cache");
+    ///     let v: Tensor<(Const<1>, Const<2>, Const<64>, Const<8>)> = g.input("v_cache");
+    ///     let filled: Tensor<(), i64> = g.input("filled");
+    ///     g.output("o", q.attention_causal_grouped_upto(k, v, filled, 0.35));
+    /// })?;
+    /// # Ok::<(), rlx::typed::BuildErrors>(())
+    /// ```
+    #[track_caller]
+    pub fn attention_causal_grouped_upto<G: Dim, C: Dim, V: Dim, X: Index>(
+        self,
+        keys: Tensor<'g, (B, G, C, D), E>,
+        values: Tensor<'g, (B, G, C, V), E>,
+        length: Tensor<'g, (), X>,
+        scale: f64,
+    ) -> Tensor<'g, (B, H, Q, V), E> {
+        self.then(
+            Op::Attention(crate::ir::Attention {
+                scale,
+                mask: AttentionMask::Causal,
+                key_length: true,
+            }),
+            &[keys.id(), values.id(), length.id()],
+        )
+    }
+
     /// Attention where query `i` of batch entry `b` sees key `j` only if
     /// `mask[b, j]` is true (the key-padding mask of right-padded batches).
     #[track_caller]
