@@ -1,0 +1,119 @@
+//! Text-generation speed of SmolLM2-135M-Instruct (f32 weights dequantized from its GGUF)
+//! on one backend, in the output format of `shared/bench/generate_bench.py` so the figures
+//! compare line by line with llama.cpp's and transformers':
+//!
+//! ```text
+//! cargo run --release --example generate_bench -- [--backend cpu|mlx] [--reps 5]
+//! generate_bench backend=cpu batch=1 prompt=128 phase=prefill tok_s=..
+//! generate_bench backend=cpu batch=1 prompt=512 phase=prefill tok_s=..
+//! generate_bench backend=cpu batch=1 prompt=128 phase=decode new=128 tok_s=..
+//! ```
+//!
+//! Prefill: one step over the whole prompt (its logits for the last token only), in a
+//! fresh context. Decode: 128 one-token steps after a 128-token prompt, each feeding the
+//! argmax of the step before (taken on the host, inside the timing). Figures are medians of
+//! `--reps` repetitions after one warm-up. The prompt's tokens are fixed pseudo-random ids:
+//! the time of a step does not depend on which tokens it reads. The caches hold 1,024
+//! positions.
+
+use std::error::Error;
+use std::time::Instant;
+
+use rlx::backend::Backend;
+use rlx::gguf::Gguf;
+use rlx::models::fetch::SMOLLM2_135M_INSTRUCT;
+use rlx::models::llama::{LlamaCacheConfig, LlamaConfig, LlamaStep};
+use rlx::tensor::HostTensor;
+
+fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    let i = args.iter().position(|a| a == name)?;
+    args.get(i + 1).map(String::as_str)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn argmax(logits: &HostTensor) -> Result<i64, Box<dyn Error>> {
+    let row = logits.as_slice::<f32>()?;
+    let best = row
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(i, _)| i as i64)
+        .ok_or("empty logits")?;
+    Ok(best)
+}
+
+fn bench<B: Backend<Executable: 'static>>(label: &str, backend: &B, reps: usize) -> Result<(), Box<dyn Error>> {
+    let dir = SMOLLM2_135M_INSTRUCT.locate(None)?;
+    let file = Gguf::open(dir.join("SmolLM2-135M-Instruct.Q4_1.gguf"))?;
+    let model = LlamaConfig::from_gguf(&file)?;
+    let vocab = model.vocab_size as u64;
+    let config = LlamaCacheConfig {
+        model,
+        capacity: 1024,
+    };
+    let step = LlamaStep::compile(backend, &config)?;
+    step.load_gguf(&file)?;
+    let scalar = |v: usize| HostTensor::from_vec(vec![v as i64], []);
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let tokens: Vec<i64> = (0..512)
+        .map(|_| {
+            seed ^= seed >> 12;
+            seed ^= seed << 25;
+            seed ^= seed >> 27;
+            (seed.wrapping_mul(0x2545_f491_4f6c_dd1d) % vocab) as i64
+        })
+        .collect();
+    for prompt in [128, 512] {
+        let input = HostTensor::from_vec(tokens[..prompt].to_vec(), [1, prompt])?;
+        let mut times = Vec::new();
+        for rep in 0..=reps {
+            let mut ctx = step.new_context()?;
+            let t = Instant::now();
+            step.run_in(&mut ctx, &input, &scalar(0)?, &scalar(prompt - 1)?)?;
+            if rep > 0 {
+                times.push(t.elapsed().as_secs_f64());
+            }
+        }
+        println!(
+            "generate_bench backend={label} batch=1 prompt={prompt} phase=prefill tok_s={:.1}",
+            prompt as f64 / median(times)
+        );
+    }
+    let (prompt, new) = (128, 128);
+    let input = HostTensor::from_vec(tokens[..prompt].to_vec(), [1, prompt])?;
+    let mut times = Vec::new();
+    for rep in 0..=reps {
+        let mut ctx = step.new_context()?;
+        let logits = step.run_in(&mut ctx, &input, &scalar(0)?, &scalar(prompt - 1)?)?;
+        let mut next = argmax(&logits)?;
+        let t = Instant::now();
+        for i in 0..new {
+            let token = HostTensor::from_vec(vec![next], [1, 1])?;
+            let logits = step.run_in(&mut ctx, &token, &scalar(prompt + i)?, &scalar(0)?)?;
+            next = argmax(&logits)?;
+        }
+        if rep > 0 {
+            times.push(t.elapsed().as_secs_f64());
+        }
+    }
+    println!(
+        "generate_bench backend={label} batch=1 prompt={prompt} phase=decode new={new} tok_s={:.1}",
+        new as f64 / median(times)
+    );
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let reps = flag(&args, "--reps").map_or(Ok(5), str::parse)?;
+    match flag(&args, "--backend").unwrap_or("cpu") {
+        "cpu" => bench("cpu", &rlx::cpu::CpuBackend::default(), reps),
+        #[cfg(feature = "mlx")]
+        "mlx" => bench("mlx", &rlx::mlx::MlxBackend::default(), reps),
+        other => Err(format!("unknown or unavailable backend {other:?} (cpu, mlx)").into()),
+    }
+}
