@@ -172,7 +172,7 @@ fn a_written_file_reads_back_with_its_metadata_and_tensors() {
         assert_eq!(
             file.get("tokenizer.ggml.tokens")
                 .and_then(MetadataValue::as_array),
-            Some(&MetadataArray::String(vec!["<s>".into(), "ab".into()]))
+            Some(&MetadataArray::Text(vec!["<s>".into(), "ab".into()]))
         );
         assert_eq!(
             file.get("nested"),

@@ -46,7 +46,11 @@ fn argmax(logits: &HostTensor) -> Result<i64, Box<dyn Error>> {
     Ok(best)
 }
 
-fn bench<B: Backend<Executable: 'static>>(label: &str, backend: &B, reps: usize) -> Result<(), Box<dyn Error>> {
+fn bench<B: Backend<Executable: 'static>>(
+    label: &str,
+    backend: &B,
+    reps: usize,
+) -> Result<(), Box<dyn Error>> {
     let dir = SMOLLM2_135M_INSTRUCT.locate(None)?;
     let file = Gguf::open(dir.join("SmolLM2-135M-Instruct.Q4_1.gguf"))?;
     let model = LlamaConfig::from_gguf(&file)?;

@@ -179,7 +179,7 @@ pub enum MetadataValue {
     /// A `bool` (GGUF value type bool).
     Bool(bool),
     /// A `String` (GGUF value type string).
-    String(String),
+    Text(String),
     /// An array of values of one type.
     Array(MetadataArray),
 }
@@ -210,7 +210,7 @@ pub enum MetadataArray {
     /// Elements of type `bool`.
     Bool(Vec<bool>),
     /// Elements of type `String`.
-    String(Vec<String>),
+    Text(Vec<String>),
     /// Elements of type `MetadataArray`.
     Array(Vec<MetadataArray>),
 }
@@ -260,7 +260,7 @@ impl MetadataValue {
     /// A string value.
     pub fn as_str(&self) -> Option<&str> {
         match self {
-            MetadataValue::String(s) => Some(s),
+            MetadataValue::Text(s) => Some(s),
             _ => None,
         }
     }
@@ -297,7 +297,7 @@ impl MetadataArray {
             MetadataArray::F32(v) => v.len(),
             MetadataArray::F64(v) => v.len(),
             MetadataArray::Bool(v) => v.len(),
-            MetadataArray::String(v) => v.len(),
+            MetadataArray::Text(v) => v.len(),
             MetadataArray::Array(v) => v.len(),
         }
     }

@@ -128,7 +128,7 @@ fn value(
                 }
             }
         }
-        8 => MetadataValue::String(c.string(&what())?),
+        8 => MetadataValue::Text(c.string(&what())?),
         9 => MetadataValue::Array(array(c, key, depth + 1)?),
         10 => MetadataValue::U64(c.u64(&what())?),
         11 => MetadataValue::I64(i64::from_le_bytes(c.array(&what())?)),
@@ -178,7 +178,7 @@ fn array(c: &mut Cursor<'_>, key: &str, depth: usize) -> Result<MetadataArray, G
         5 => each!(I32, V::I32(v) => v),
         6 => each!(F32, V::F32(v) => v),
         7 => each!(Bool, V::Bool(v) => v),
-        8 => each!(String, V::String(v) => v),
+        8 => each!(Text, V::Text(v) => v),
         9 => each!(Array, V::Array(v) => v),
         10 => each!(U64, V::U64(v) => v),
         11 => each!(I64, V::I64(v) => v),
