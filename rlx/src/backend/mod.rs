@@ -17,7 +17,9 @@ pub use error::{BindingFailure, CompileError, NodeSite, RunError, TensorRole};
 pub use profile::{Profile, ProfileStep};
 pub use shared::DEFAULT_PLAN_CACHE;
 pub use value::Value;
-pub(crate) use value::{DeviceValue, run_on_host};
+#[cfg(feature = "mlx")]
+pub(crate) use value::DeviceValue;
+pub(crate) use value::run_on_host;
 
 use crate::ir::{Graph, Op};
 use crate::tensor::{HostTensor, TensorRef};

@@ -40,12 +40,16 @@ pub struct Value {
     repr: Repr,
 }
 
+// Only a backend with memory of its own (MLX) makes device values; a build without one
+// keeps the type so that `Value` means the same in every build.
+#[cfg_attr(not(feature = "mlx"), allow(dead_code))]
 enum Repr {
     Host(HostTensor),
     Device(Box<dyn DeviceValue>),
 }
 
 /// What a backend stores in a [`Value`] of its own.
+#[cfg_attr(not(feature = "mlx"), allow(dead_code))]
 pub(crate) trait DeviceValue: Any + Send {
     /// A copy of the value in host memory.
     fn to_host(&self) -> Result<HostTensor, RunError>;
@@ -55,6 +59,7 @@ pub(crate) trait DeviceValue: Any + Send {
     fn as_any(&self) -> &dyn Any;
 }
 
+#[cfg_attr(not(feature = "mlx"), allow(dead_code))]
 impl Value {
     /// A value a backend keeps itself, of `dtype` and `shape`.
     pub(crate) fn on_device(dtype: DType, shape: Vec<usize>, value: impl DeviceValue) -> Value {
