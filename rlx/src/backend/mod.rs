@@ -16,9 +16,9 @@ pub use context::{Context, ContextError, StateSpec};
 pub use error::{BindingFailure, CompileError, NodeSite, RunError, TensorRole};
 pub use profile::{Profile, ProfileStep};
 pub use shared::DEFAULT_PLAN_CACHE;
-pub use value::Value;
 #[cfg(feature = "mlx")]
 pub(crate) use value::DeviceValue;
+pub use value::Value;
 pub(crate) use value::run_on_host;
 
 use crate::ir::{Graph, Op};
