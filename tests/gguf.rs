@@ -327,3 +327,43 @@ fn smollm2_reads_with_its_metadata_and_every_tensor() {
         assert!(values.iter().all(|v| v.is_finite()), "{}", info.name);
     }
 }
+
+/// SmolLM2's tokenizer from its GGUF: the ids of the public prompts (special tokens
+/// included) and of the shared prose text (1,093 tokens) equal transformers' (and
+/// llama.cpp's), and decoding gives the text back.
+#[test]
+fn smollm2_tokenizes_as_transformers_does() {
+    use rlx::gguf::GgufTokenizer;
+    use rlx::models::fetch::SMOLLM2_135M_INSTRUCT;
+    let dir = SMOLLM2_135M_INSTRUCT.locate(None).unwrap();
+    let file = Gguf::open(dir.join("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    let tokenizer = GgufTokenizer::from_gguf(&file).unwrap();
+    assert_eq!(tokenizer.vocab_size(), 49_152);
+    let data = std::env::var("RLX_TEST_DATA")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data"));
+    let json = |name: &str| -> serde_json::Value {
+        serde_json::from_str(
+            &std::fs::read_to_string(data.join(format!("llm/{name}.json"))).unwrap(),
+        )
+        .unwrap()
+    };
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    for name in ["capital", "story", "colors", "boiling", "poem"] {
+        let r = json(name);
+        let text = r["text"].as_str().unwrap();
+        let got = tokenizer.encode(text).unwrap();
+        assert_eq!(got, ids(&r["ids_no_bos"]), "{name}: {text:?}");
+        assert_eq!(tokenizer.decode(&got).unwrap(), text, "{name}");
+    }
+    let text = std::fs::read_to_string(data.join("llm/ppl_text.txt")).unwrap();
+    let got = tokenizer.encode(&text).unwrap();
+    assert_eq!(got, ids(&json("perplexity")["ids"]));
+    assert_eq!(tokenizer.decode(&got).unwrap(), text);
+}
