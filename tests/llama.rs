@@ -27,6 +27,37 @@ fn ids(v: &serde_json::Value) -> Vec<i64> {
         .collect()
 }
 
+/// The largest difference between `row` (one position's logits) and the reference's top 10
+/// at position `pos` of `r`, each asserted within [`BOUND`].
+fn top10_error(name: &str, r: &serde_json::Value, pos: usize, row: &[f32]) -> f64 {
+    let tf = &r["teacher_forced"];
+    let (ids_at, vals_at) = (&tf["topk_ids"][pos], &tf["topk_vals"][pos]);
+    let mut worst = 0f64;
+    for (id, val) in ids_at
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(vals_at.as_array().unwrap())
+    {
+        let got = f64::from(row[id.as_u64().unwrap() as usize]);
+        let err = (got - val.as_f64().unwrap()).abs();
+        worst = worst.max(err);
+        assert!(
+            err < BOUND,
+            "{name} position {pos} token {id}: {got} vs {val}"
+        );
+    }
+    worst
+}
+
+fn argmax(row: &[f32]) -> i64 {
+    row.iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(i, _)| i as i64)
+        .unwrap()
+}
+
 /// Runs every prompt with its continuation through `model` and returns the largest logit
 /// error seen, checking the greedy tokens on the way.
 fn check_prompts(model: &Llama) -> f64 {
@@ -41,38 +72,18 @@ fn check_prompts(model: &Llama) -> f64 {
         let logits = model.run(&input).unwrap();
         let vocab = logits.shape()[2];
         let logits = logits.as_slice::<f32>().unwrap();
-        let tf = &r["teacher_forced"];
-        let (top_ids, top_vals) = (
-            tf["topk_ids"].as_array().unwrap(),
-            tf["topk_vals"].as_array().unwrap(),
+        assert_eq!(
+            r["teacher_forced"]["topk_ids"].as_array().unwrap().len(),
+            tokens.len(),
+            "{name}"
         );
-        assert_eq!(top_ids.len(), tokens.len(), "{name}");
-        for (pos, (ids_at, vals_at)) in top_ids.iter().zip(top_vals).enumerate() {
+        for pos in 0..tokens.len() {
             let row = &logits[pos * vocab..(pos + 1) * vocab];
-            for (id, val) in ids_at
-                .as_array()
-                .unwrap()
-                .iter()
-                .zip(vals_at.as_array().unwrap())
-            {
-                let got = f64::from(row[id.as_u64().unwrap() as usize]);
-                let err = (got - val.as_f64().unwrap()).abs();
-                worst = worst.max(err);
-                assert!(
-                    err < BOUND,
-                    "{name} position {pos} token {id}: {got} vs {val}"
-                );
-            }
+            worst = worst.max(top10_error(name, &r, pos, row));
             // Greedy: the argmax after the prompt is the next reference token.
             if pos + 1 >= prompt && pos + 1 < tokens.len() {
-                let argmax = row
-                    .iter()
-                    .enumerate()
-                    .max_by(|a, b| a.1.total_cmp(b.1))
-                    .map(|(i, _)| i as i64)
-                    .unwrap();
                 assert_eq!(
-                    argmax,
+                    argmax(row),
                     tokens[pos + 1],
                     "{name} greedy token at position {pos}"
                 );
@@ -137,7 +148,6 @@ fn generates_with_caches<B: Backend<Executable: 'static>>(label: &str, backend: 
         let r = reference(name);
         let prompt = ids(&r["ids_no_bos"]);
         let greedy = ids(&r["greedy"]["ids"]);
-        let tf = &r["teacher_forced"];
         let mut ctx = step.new_context().unwrap();
         let mut fed = prompt.clone();
         let mut pos = 0;
@@ -148,28 +158,11 @@ fn generates_with_caches<B: Backend<Executable: 'static>>(label: &str, backend: 
                 .run_in(&mut ctx, &input, &scalar(pos), &scalar(new.len() - 1))
                 .unwrap();
             let row = logits.as_slice::<f32>().unwrap();
-            let at = fed.len() - 1;
-            let (top_ids, top_vals) = (&tf["topk_ids"][at], &tf["topk_vals"][at]);
-            for (id, val) in top_ids
-                .as_array()
-                .unwrap()
-                .iter()
-                .zip(top_vals.as_array().unwrap())
-            {
-                let got = f64::from(row[id.as_u64().unwrap() as usize]);
-                let err = (got - val.as_f64().unwrap()).abs();
-                worst = worst.max(err);
-                assert!(err < BOUND, "{name} step {t}: token {id}: {got} vs {val}");
-            }
-            let argmax = row
-                .iter()
-                .enumerate()
-                .max_by(|a, b| a.1.total_cmp(b.1))
-                .map(|(i, _)| i as i64)
-                .unwrap();
-            assert_eq!(argmax, *expected, "{name} greedy token {t}");
+            worst = worst.max(top10_error(name, &r, fed.len() - 1, row));
+            let next = argmax(row);
+            assert_eq!(next, *expected, "{name} greedy token {t}");
             pos = fed.len();
-            fed.push(argmax);
+            fed.push(next);
         }
     }
     println!("smollm2 {label} with caches: largest logit error {worst:.2e} (bound {BOUND})");

@@ -471,10 +471,11 @@ impl Gguf {
     }
 
     /// A tensor's bytes as stored.
-    pub fn tensor_bytes(&self, info: &TensorInfo) -> &[u8] {
-        // Parsing checked that every tensor lies inside the data section.
+    pub fn tensor_bytes(&self, name: &str) -> Result<&[u8], GgufError> {
+        let info = self.tensor(name)?;
+        // Parsing checked that every tensor of the table lies inside the data section.
         let start = self.data_start + info.offset as usize;
-        &self.bytes[start..start + info.bytes as usize]
+        Ok(&self.bytes[start..start + info.bytes as usize])
     }
 
     /// A tensor dequantized to an `f32` host tensor of its row-major shape.
@@ -487,7 +488,7 @@ impl Gguf {
             });
         }
         let mut values = vec![0f32; info.values()];
-        dequantize(info.kind, self.tensor_bytes(info), &mut values).map_err(|source| {
+        dequantize(info.kind, self.tensor_bytes(name)?, &mut values).map_err(|source| {
             GgufError::Dequantize {
                 tensor: name.to_string(),
                 source,

@@ -37,10 +37,12 @@ impl<'a> Cursor<'a> {
         self.bytes.len() - self.at
     }
 
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], GgufError> {
+    // Each read names its field with a closure, called only to report an error: a file's
+    // vocabulary is a hundred thousand reads.
+    fn take(&mut self, n: usize, what: impl FnOnce() -> String) -> Result<&'a [u8], GgufError> {
         if n > self.remaining() {
             return Err(GgufError::Truncated {
-                what: what.to_string(),
+                what: what(),
                 at: self.at as u64,
             });
         }
@@ -49,40 +51,40 @@ impl<'a> Cursor<'a> {
         Ok(bytes)
     }
 
-    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], GgufError> {
+    fn array<const N: usize>(
+        &mut self,
+        what: impl FnOnce() -> String,
+    ) -> Result<[u8; N], GgufError> {
         Ok(self.take(N, what)?.try_into().expect("took N bytes"))
     }
 
-    fn u32(&mut self, what: &str) -> Result<u32, GgufError> {
+    fn u32(&mut self, what: impl FnOnce() -> String) -> Result<u32, GgufError> {
         self.array(what).map(u32::from_le_bytes)
     }
 
-    fn u64(&mut self, what: &str) -> Result<u64, GgufError> {
+    fn u64(&mut self, what: impl FnOnce() -> String) -> Result<u64, GgufError> {
         self.array(what).map(u64::from_le_bytes)
     }
 
     /// A count of items of at least `min_bytes` each that the rest of the file must hold.
-    fn count(&mut self, min_bytes: usize, what: &str) -> Result<usize, GgufError> {
+    fn count(&mut self, min_bytes: usize, what: impl Fn() -> String) -> Result<usize, GgufError> {
         let at = self.at as u64;
-        let count = self.u64(what)?;
+        let count = self.u64(&what)?;
         let fits = usize::try_from(count)
             .ok()
             .filter(|c| c.saturating_mul(min_bytes.max(1)) <= self.remaining());
-        fits.ok_or(GgufError::Count {
-            what: what.to_string(),
+        fits.ok_or_else(|| GgufError::Count {
+            what: what(),
             count,
             at,
         })
     }
 
-    fn string(&mut self, what: &str) -> Result<String, GgufError> {
-        let len = self.count(1, what)?;
+    fn string(&mut self, what: impl Fn() -> String) -> Result<String, GgufError> {
+        let len = self.count(1, &what)?;
         let at = self.at as u64;
-        let bytes = self.take(len, what)?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| GgufError::BadString {
-            what: what.to_string(),
-            at,
-        })
+        let bytes = self.take(len, &what)?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| GgufError::BadString { what: what(), at })
     }
 }
 
@@ -107,16 +109,16 @@ fn value(
 ) -> Result<MetadataValue, GgufError> {
     let what = || format!("the value of {key}");
     Ok(match type_id {
-        0 => MetadataValue::U8(c.array::<1>(&what())?[0]),
-        1 => MetadataValue::I8(c.array::<1>(&what())?[0] as i8),
-        2 => MetadataValue::U16(u16::from_le_bytes(c.array(&what())?)),
-        3 => MetadataValue::I16(i16::from_le_bytes(c.array(&what())?)),
-        4 => MetadataValue::U32(c.u32(&what())?),
-        5 => MetadataValue::I32(i32::from_le_bytes(c.array(&what())?)),
-        6 => MetadataValue::F32(f32::from_le_bytes(c.array(&what())?)),
+        0 => MetadataValue::U8(c.array::<1>(what)?[0]),
+        1 => MetadataValue::I8(c.array::<1>(what)?[0] as i8),
+        2 => MetadataValue::U16(u16::from_le_bytes(c.array(what)?)),
+        3 => MetadataValue::I16(i16::from_le_bytes(c.array(what)?)),
+        4 => MetadataValue::U32(c.u32(what)?),
+        5 => MetadataValue::I32(i32::from_le_bytes(c.array(what)?)),
+        6 => MetadataValue::F32(f32::from_le_bytes(c.array(what)?)),
         7 => {
             let at = c.at as u64;
-            match c.array::<1>(&what())?[0] {
+            match c.array::<1>(what)?[0] {
                 0 => MetadataValue::Bool(false),
                 1 => MetadataValue::Bool(true),
                 byte => {
@@ -128,11 +130,11 @@ fn value(
                 }
             }
         }
-        8 => MetadataValue::Text(c.string(&what())?),
+        8 => MetadataValue::Text(c.string(what)?),
         9 => MetadataValue::Array(array(c, key, depth + 1)?),
-        10 => MetadataValue::U64(c.u64(&what())?),
-        11 => MetadataValue::I64(i64::from_le_bytes(c.array(&what())?)),
-        12 => MetadataValue::F64(f64::from_le_bytes(c.array(&what())?)),
+        10 => MetadataValue::U64(c.u64(what)?),
+        11 => MetadataValue::I64(i64::from_le_bytes(c.array(what)?)),
+        12 => MetadataValue::F64(f64::from_le_bytes(c.array(what)?)),
         _ => {
             return Err(GgufError::ValueType {
                 key: key.to_string(),
@@ -148,14 +150,14 @@ fn array(c: &mut Cursor<'_>, key: &str, depth: usize) -> Result<MetadataArray, G
             key: key.to_string(),
         });
     }
-    let type_id = c.u32(&format!("the element type of {key}"))?;
+    let type_id = c.u32(|| format!("the element type of {key}"))?;
     let Some(min) = min_size(type_id) else {
         return Err(GgufError::ValueType {
             key: key.to_string(),
             type_id,
         });
     };
-    let n = c.count(min, &format!("the length of {key}"))?;
+    let n = c.count(min, || format!("the length of {key}"))?;
     macro_rules! each {
         ($variant:ident, $pick:pat => $v:expr) => {{
             let mut items = Vec::with_capacity(n);
@@ -187,9 +189,9 @@ fn array(c: &mut Cursor<'_>, key: &str, depth: usize) -> Result<MetadataArray, G
 }
 
 fn tensor_info(c: &mut Cursor<'_>) -> Result<TensorInfo, GgufError> {
-    let name = c.string("a tensor name")?;
+    let name = c.string(|| "a tensor name".into())?;
     let at = c.at as u64;
-    let rank = c.u32(&format!("the rank of {name}"))?;
+    let rank = c.u32(|| format!("the rank of {name}"))?;
     if rank > MAX_DIMS {
         return Err(GgufError::Dims {
             tensor: name,
@@ -198,16 +200,16 @@ fn tensor_info(c: &mut Cursor<'_>) -> Result<TensorInfo, GgufError> {
     }
     let mut dims = Vec::with_capacity(rank as usize);
     for _ in 0..rank {
-        dims.push(c.u64(&format!("the dims of {name}"))?);
+        dims.push(c.u64(|| format!("the dims of {name}"))?);
     }
-    let type_id = c.u32(&format!("the type of {name}"))?;
+    let type_id = c.u32(|| format!("the type of {name}"))?;
     let Some(kind) = GgmlType::from_id(type_id) else {
         return Err(GgufError::TensorType {
             tensor: name,
             type_id,
         });
     };
-    let offset = c.u64(&format!("the offset of {name}"))?;
+    let offset = c.u64(|| format!("the offset of {name}"))?;
     let values = dims
         .iter()
         .try_fold(1u64, |n, d| n.checked_mul(*d))
@@ -247,22 +249,22 @@ fn tensor_info(c: &mut Cursor<'_>) -> Result<TensorInfo, GgufError> {
 /// inside the file at the file's alignment.
 pub(super) fn parse(bytes: &[u8]) -> Result<Parsed, GgufError> {
     let mut c = Cursor { bytes, at: 0 };
-    if c.array::<4>("the magic number")? != MAGIC {
+    if c.array::<4>(|| "the magic number".into())? != MAGIC {
         return Err(GgufError::NotGguf);
     }
-    let version = c.u32("the version")?;
+    let version = c.u32(|| "the version".into())?;
     if !(2..=3).contains(&version) {
         // A big-endian file reads its version byte-swapped.
         return Err(GgufError::Version(version));
     }
     // A tensor info takes at least 8 + 4 + 4 + 8 bytes, a key/value 8 + 4 + 1.
-    let tensor_count = c.count(24, "the tensor count")?;
-    let kv_count = c.count(13, "the metadata count")?;
+    let tensor_count = c.count(24, || "the tensor count".into())?;
+    let kv_count = c.count(13, || "the metadata count".into())?;
     let mut metadata = Vec::with_capacity(kv_count);
     let mut keys = HashSet::with_capacity(kv_count);
     for _ in 0..kv_count {
-        let key = c.string("a metadata key")?;
-        let type_id = c.u32(&format!("the type of {key}"))?;
+        let key = c.string(|| "a metadata key".into())?;
+        let type_id = c.u32(|| format!("the type of {key}"))?;
         let value = value(&mut c, type_id, &key, 0)?;
         if !keys.insert(key.clone()) {
             return Err(GgufError::Duplicate {

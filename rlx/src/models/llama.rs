@@ -285,10 +285,6 @@ fn block<'g, B: Dim>(
         scale: 1.0,
         traditional: true,
     };
-    let rotate = |t: Heads4<'g, B, _>| match offset {
-        Some(offset) => t.rope_from(rope, offset),
-        None => t.rope(rope),
-    };
     let h = p.attn_norm.forward(x, cfg.rms_norm_eps);
     let q = p
         .attn_q
@@ -305,7 +301,7 @@ fn block<'g, B: Dim>(
         .forward(h)
         .reshape::<(B, Seq, KvHeads, HeadDim)>()
         .swap_axes::<1, 2>();
-    let context = attend(rotate(q), rotate_kv(rope, offset, k), v)
+    let context = attend(rotate(rope, offset, q), rotate(rope, offset, k), v)
         .swap_axes::<1, 2>()
         .reshape::<(B, Seq, QueryWidth)>();
     let x = x + p.attn_output.forward(context);
@@ -317,14 +313,15 @@ fn block<'g, B: Dim>(
 /// Per-head values of `B` sequences: `(B, N, Seq, HeadDim)` for `N` heads.
 type Heads4<'g, B, N> = Tensor<'g, (B, N, Seq, HeadDim)>;
 
-fn rotate_kv<'g, B: Dim>(
+/// Rotary positions from `offset` (0 when absent) on the heads of `t`.
+fn rotate<'g, B: Dim, N: Dim>(
     rope: Rope,
     offset: Option<Tensor<'g, (), i64>>,
-    k: Heads4<'g, B, KvHeads>,
-) -> Heads4<'g, B, KvHeads> {
+    t: Heads4<'g, B, N>,
+) -> Heads4<'g, B, N> {
     match offset {
-        Some(offset) => k.rope_from(rope, offset),
-        None => k.rope(rope),
+        Some(offset) => t.rope_from(rope, offset),
+        None => t.rope(rope),
     }
 }
 

@@ -22,7 +22,7 @@ impl<'g, B: Dim, H: Dim, Q: Dim, D: Dim, E: Float> Tensor<'g, (B, H, Q, D), E> {
         values: Tensor<'g, (B, H, K, V), E>,
         scale: f64,
     ) -> Tensor<'g, (B, H, Q, V), E> {
-        self.fused_attention(AttentionMask::None, scale, &[keys.id(), values.id()])
+        self.fused_attention(AttentionMask::None, scale, false, &[keys.id(), values.id()])
     }
 
     /// Causal attention: query `i` sees keys `0..=i`.
@@ -33,7 +33,12 @@ impl<'g, B: Dim, H: Dim, Q: Dim, D: Dim, E: Float> Tensor<'g, (B, H, Q, D), E> {
         values: Tensor<'g, (B, H, K, V), E>,
         scale: f64,
     ) -> Tensor<'g, (B, H, Q, V), E> {
-        self.fused_attention(AttentionMask::Causal, scale, &[keys.id(), values.id()])
+        self.fused_attention(
+            AttentionMask::Causal,
+            scale,
+            false,
+            &[keys.id(), values.id()],
+        )
     }
 
     /// Causal attention with grouped key/value heads (grouped-query attention): the `H`
@@ -59,7 +64,12 @@ impl<'g, B: Dim, H: Dim, Q: Dim, D: Dim, E: Float> Tensor<'g, (B, H, Q, D), E> {
         values: Tensor<'g, (B, G, K, V), E>,
         scale: f64,
     ) -> Tensor<'g, (B, H, Q, V), E> {
-        self.fused_attention(AttentionMask::Causal, scale, &[keys.id(), values.id()])
+        self.fused_attention(
+            AttentionMask::Causal,
+            scale,
+            false,
+            &[keys.id(), values.id()],
+        )
     }
 
     /// [`attention_causal_grouped`](Self::attention_causal_grouped) over the first `length`
@@ -87,12 +97,10 @@ impl<'g, B: Dim, H: Dim, Q: Dim, D: Dim, E: Float> Tensor<'g, (B, H, Q, D), E> {
         length: Tensor<'g, (), X>,
         scale: f64,
     ) -> Tensor<'g, (B, H, Q, V), E> {
-        self.then(
-            Op::Attention(crate::ir::Attention {
-                scale,
-                mask: AttentionMask::Causal,
-                key_length: true,
-            }),
+        self.fused_attention(
+            AttentionMask::Causal,
+            scale,
+            true,
             &[keys.id(), values.id(), length.id()],
         )
     }
@@ -111,24 +119,27 @@ impl<'g, B: Dim, H: Dim, Q: Dim, D: Dim, E: Float> Tensor<'g, (B, H, Q, D), E> {
         self.fused_attention(
             AttentionMask::Tensor,
             scale,
+            false,
             &[keys.id(), values.id(), mask.id()],
         )
     }
 
-    /// The fused attention op with `mask` on the operands after the queries; the result
-    /// type is fixed by the typed method that calls this.
+    /// The fused attention op with `mask` (and, with `key_length`, a key count last) on
+    /// the operands after the queries; the result type is fixed by the typed method that
+    /// calls this.
     #[track_caller]
     fn fused_attention<S2: Shape>(
         self,
         mask: AttentionMask,
         scale: f64,
+        key_length: bool,
         operands: &[Option<NodeId>],
     ) -> Tensor<'g, S2, E> {
         self.then(
             Op::Attention(crate::ir::Attention {
                 scale,
                 mask,
-                key_length: false,
+                key_length,
             }),
             operands,
         )

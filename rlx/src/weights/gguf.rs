@@ -54,19 +54,17 @@ pub fn load_gguf(
             mismatched,
         });
     }
+    let tensors = files
+        .iter()
+        .map(|f| file.tensor_f32(&f.key))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|source| WeightsError::Gguf {
+            path: path.clone(),
+            source,
+        })?;
     let mut values: Vec<ParamValue<'_>> = Vec::with_capacity(manifest.params.len());
-    for f in &files {
-        let t = file
-            .tensor_f32(&f.key)
-            .map_err(|source| WeightsError::Gguf {
-                path: path.clone(),
-                source,
-            })?;
-        values.extend(param_values(
-            manifest,
-            f,
-            Cow::Owned(t.view().bytes.to_vec()),
-        ));
+    for (f, t) in files.iter().zip(&tensors) {
+        values.extend(param_values(manifest, f, Cow::Borrowed(t.view().bytes)));
     }
     Ok(LoadReport {
         loaded: bind(exe, &values)?,

@@ -255,9 +255,6 @@ pub(crate) struct GemmPlan {
     pub workers: usize,
     /// `C += A·B` instead of `C = A·B`.
     adds: bool,
-    /// Workers split the rows of C, so each would pack all of B: B is packed once, by all
-    /// of them, into scratch ahead of their slots (unless it comes packed).
-    shares_b: bool,
 }
 
 impl GemmPlan {
@@ -302,7 +299,6 @@ impl GemmPlan {
             chunk,
             workers,
             adds: false,
-            shares_b: split == Split::Rows && workers > 1,
         }
     }
 
@@ -320,9 +316,15 @@ impl GemmPlan {
         self.shared_b_len() + self.workers * self.slot_len()
     }
 
+    /// Workers split the rows of C, so each would pack all of B: B is packed once, by all
+    /// of them, into scratch ahead of their slots (unless it comes packed).
+    fn shares_b(&self) -> bool {
+        self.split == Split::Rows && self.workers > 1
+    }
+
     /// Scratch elements of the B all workers share, ahead of their slots.
     fn shared_b_len(&self) -> usize {
-        if self.shares_b {
+        if self.shares_b() {
             packed_b_len(self.dims.k, self.dims.n, self.shape)
         } else {
             0
@@ -655,7 +657,7 @@ pub(crate) fn gemm<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
     let kernel = kernels.for_plan(plan);
     let (shared_b, slots) = scratch[..plan.scratch_len()].split_at_mut(plan.shared_b_len());
     let prepacked_b: Option<&[SA::Acc]> = match prepacked_b {
-        None if plan.shares_b && parallel(d.m * d.n * d.k) => {
+        None if plan.shares_b() && parallel(d.m * d.n * d.k) => {
             pack_b_shared(plan, b, shared_b);
             Some(shared_b)
         }
