@@ -15,6 +15,7 @@ mod nn;
 mod norm;
 mod reduce;
 mod reference;
+mod sample;
 mod softmax;
 mod sort;
 mod spatial;

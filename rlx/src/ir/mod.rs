@@ -16,8 +16,8 @@ mod verify;
 pub use crate::ops::{
     ArgReduce, Attention, Broadcast, Cast, Concat, Conv, ConvTranspose, Cumsum, Custom,
     DynamicSlice, Gather, Judgement, LayerNorm, MatMul, Op, OpKind, Pad, Permute, Pool,
-    QuantizedMatMul, Reduce, ReferenceError, Reshape, RmsNorm, Rope, Sampled, Sampler, ScatterAdd,
-    Slice, SliceUpdate, Softmax, Sort, Tolerance, TopK, Upsample, evaluate_reference,
+    QuantizedMatMul, Reduce, ReferenceError, Reshape, RmsNorm, Rope, SampleToken, Sampled, Sampler,
+    ScatterAdd, Slice, SliceUpdate, Softmax, Sort, Tolerance, TopK, Upsample, evaluate_reference,
 };
 pub use constant::{ConstantData, ConstantError, Scalar};
 pub use dim::{Dim, DimExpr, EvalDimError, Symbol};

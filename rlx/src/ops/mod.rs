@@ -31,6 +31,7 @@ mod nn;
 mod norm;
 mod reduce;
 mod sample;
+mod sample_token;
 mod softmax;
 mod sort;
 mod spatial;
@@ -51,6 +52,7 @@ pub use nn::{Attention, Rope};
 pub use norm::{LayerNorm, RmsNorm};
 pub use reduce::{ArgReduce, Cumsum, Reduce};
 pub use sample::{Sampled, Sampler};
+pub use sample_token::SampleToken;
 pub use softmax::Softmax;
 pub use sort::{Sort, TopK};
 pub use spatial::{Conv, ConvTranspose, Pool, Upsample};
@@ -333,6 +335,8 @@ registry! {
             RmsNorm(RmsNorm);
             /// See [`Rope`].
             Rope(Rope);
+            /// See [`SampleToken`].
+            SampleToken(SampleToken);
         }
     }
 }

@@ -16,7 +16,9 @@
 //!   `1 / sqrt(var + eps)` and the weight's scale;
 //! - attention: the softmax bound over the keys with scores up to `d * scale^2 * |factor|`,
 //!   times the values' scale; a conv like a matmul over `C/groups * kernel`; rope `8u`;
-//!   scatter-add a sum of its updates; average pooling a mean, max pooling exact.
+//!   scatter-add a sum of its updates; average pooling a mean, max pooling exact;
+//! - a sampled token: exact, unjudged when a threshold or the draw's point lies within
+//!   rounding of a boundary.
 //! - solve: `16 n u cond(a)` relative to the solution's bound `|a⁻¹| |b|` (a singular
 //!   matrix is unjudged); a quantized matmul like a matmul over the dequantized weights;
 //!   a fused elementwise chain a transcendental's bound per step.
@@ -111,6 +113,8 @@ pub(crate) enum Bound {
     Exact,
     /// Within `rel * |want| + abs`; `growth` is how large intermediate values may get.
     Within { rel: f64, abs: f64, growth: f64 },
+    /// These operands leave the value to rounding (a draw at a boundary): no verdict.
+    Unjudged,
 }
 
 /// What an op's bound is computed from: the operands (widened to float64), the unit
@@ -184,7 +188,7 @@ fn smallest_normal(dtype: DType) -> f64 {
     }
 }
 
-fn unit(dtype: DType) -> f64 {
+pub(crate) fn unit(dtype: DType) -> f64 {
     match dtype {
         DType::F16 => 2f64.powi(-11),
         DType::BF16 => 2f64.powi(-8),
@@ -208,19 +212,6 @@ impl Op {
             max,
             judged: true,
         };
-        if !out.is_float() {
-            // Integers past 2^53 have no float64 of their own, so the reference cannot
-            // say where wrapping arithmetic on them lands.
-            let representable = operands
-                .iter()
-                .filter(|t| !t.dtype().is_float())
-                .flat_map(|t| t.to_f64_vec())
-                .all(|v| v.abs() < EXACT_INTEGERS);
-            return Tolerance {
-                judged: representable,
-                ..exact
-            };
-        }
         // One pass over the float operands: whether all are finite, and the largest finite
         // magnitude (at least 1).
         let (finite, scale) = operands
@@ -240,7 +231,25 @@ impl Op {
             tiny: 4.0 * smallest_normal(out),
             scale,
         };
-        match self.primitive().tolerance(&inputs) {
+        let bound = self.primitive().tolerance(&inputs);
+        if !out.is_float() {
+            // Integers past 2^53 have no float64 of their own, so the reference cannot
+            // say where wrapping arithmetic on them lands.
+            let representable = operands
+                .iter()
+                .filter(|t| !t.dtype().is_float())
+                .flat_map(|t| t.to_f64_vec())
+                .all(|v| v.abs() < EXACT_INTEGERS);
+            return Tolerance {
+                judged: representable && !matches!(bound, Bound::Unjudged),
+                ..exact
+            };
+        }
+        match bound {
+            Bound::Unjudged => Tolerance {
+                judged: false,
+                ..exact
+            },
             Bound::Exact => exact,
             Bound::Within { rel, abs, growth } => Tolerance {
                 exact: false,

@@ -51,6 +51,7 @@ pub use movement::{AppendDim, Index, Joins, Permute2, Permute3, Permute4, Replac
 pub use nn::{Channels, Rope};
 pub use scope::{BuildErrors, Scope, build, build_model, build_with};
 pub use shape::{Axis, HasAxis, RemoveAxis, Shape, SuffixOf};
+pub use sort::SamplingSettings;
 pub use spatial::{ConvConfig, ConvTransposeConfig, PoolConfig};
 pub use state::State;
 pub use tensor::{Broadcasts, LastDim, SameElement, Tensor};

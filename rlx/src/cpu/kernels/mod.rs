@@ -11,6 +11,7 @@ pub(crate) mod linalg;
 pub(crate) mod nn;
 pub(crate) mod numeric;
 pub(crate) mod reduce;
+pub(crate) mod sample;
 pub(crate) mod simd;
 pub(crate) mod sort;
 pub(crate) mod spatial;

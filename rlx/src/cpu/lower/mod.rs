@@ -13,6 +13,7 @@ mod linalg;
 mod movement;
 mod nn;
 mod reduce;
+mod sample;
 mod sort;
 mod spatial;
 
@@ -110,6 +111,7 @@ fn lowering(op: &Op) -> Option<&dyn Lower> {
         Op::LayerNorm(op) => Some(op),
         Op::RmsNorm(op) => Some(op),
         Op::Rope(op) => Some(op),
+        Op::SampleToken(op) => Some(op),
         _ => None,
     })
 }
