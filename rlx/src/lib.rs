@@ -25,6 +25,7 @@ pub mod builder;
 pub mod cpu;
 #[cfg(feature = "mlx")]
 pub mod distributed;
+pub mod generate;
 pub mod gguf;
 pub mod inspect;
 pub mod ir;

@@ -37,6 +37,9 @@ const CONTROL: i32 = 3;
 pub struct GgufTokenizer {
     inner: tokenizers::Tokenizer,
     add_bos: Option<u32>,
+    bos: Option<u32>,
+    /// End of sequence, then end of turn when the file names a different one.
+    stop: Vec<u32>,
 }
 
 impl std::fmt::Debug for GgufTokenizer {
@@ -131,13 +134,24 @@ impl GgufTokenizer {
             .get("tokenizer.ggml.add_bos_token")
             .and_then(MetadataValue::as_bool)
             .unwrap_or(false);
-        let bos = file
-            .get("tokenizer.ggml.bos_token_id")
-            .and_then(MetadataValue::as_u64)
-            .and_then(|id| u32::try_from(id).ok());
+        let id = |key: &str| {
+            file.get(key)
+                .and_then(MetadataValue::as_u64)
+                .and_then(|id| u32::try_from(id).ok())
+                .filter(|id| (*id as usize) < tokens.len())
+        };
+        let bos = id("tokenizer.ggml.bos_token_id");
+        let mut stop: Vec<u32> = id("tokenizer.ggml.eos_token_id").into_iter().collect();
+        if let Some(eot) = id("tokenizer.ggml.eot_token_id")
+            && !stop.contains(&eot)
+        {
+            stop.push(eot);
+        }
         Ok(GgufTokenizer {
             inner,
             add_bos: if add_bos { bos } else { None },
+            bos,
+            stop,
         })
     }
 
@@ -159,6 +173,30 @@ impl GgufTokenizer {
         self.inner
             .decode(ids, false)
             .map_err(|e| TokenizerError::Tokenizers(e.to_string()))
+    }
+
+    /// The text of `ids` as a reader sees it: special tokens left out.
+    pub fn decode_text(&self, ids: &[u32]) -> Result<String, TokenizerError> {
+        self.inner
+            .decode(ids, true)
+            .map_err(|e| TokenizerError::Tokenizers(e.to_string()))
+    }
+
+    /// The string of token `id` as the vocabulary spells it (byte-level symbols and all),
+    /// if it is one.
+    pub fn token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// The beginning-of-sequence token, if the file names one.
+    pub fn bos(&self) -> Option<u32> {
+        self.bos
+    }
+
+    /// The tokens that end a generation: end of sequence, and end of turn where the file
+    /// names another.
+    pub fn stop_tokens(&self) -> &[u32] {
+        &self.stop
     }
 
     /// Tokens in the vocabulary.

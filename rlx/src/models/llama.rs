@@ -374,7 +374,8 @@ pub type Cache<'g> = State<'g, (Const<1>, KvHeads, Capacity, HeadDim)>;
 /// or one sampled token) at positions `pos..pos + Seq` are appended to every block's
 /// caches, attend to everything cached before them and to each other causally, and the
 /// logits of the token after position `pos + last` (`last` = `Seq - 1`: the last new
-/// token) come out. The caches are states: the step runs in a
+/// token; tokens after `last` are padding, written to the caches and overwritten by the
+/// next step before any token reads them) come out. The caches are states: the step runs in a
 /// [`Context`](crate::backend::Context) that holds them between steps, so one compiled
 /// step serves every position, and a context per sequence serves many sequences.
 #[crate::model(outputs(logits), states)]
@@ -387,7 +388,10 @@ pub fn llama_step<'g>(
     last: Tensor<'g, (), i64>,
 ) -> Tensor<'g, (Const<1>, Const<1>, Vocab)> {
     let model = &cfg.model;
-    let filled = pos + last + g.full::<(), i64>(1);
+    // Every new token is in the cache after this step, padding included: the queries are
+    // the last `Seq` of the `filled` positions, and causality keeps padding after `last`
+    // out of sight of the real tokens.
+    let filled = pos + g.full::<(Seq,), i64>(1).sum::<0>();
     let mut x = p.token_embd.forward(input_ids);
     for (i, b) in p.blk.iter().enumerate() {
         let keys: Cache<'g> = g.state(&format!("blk.{i}.k_cache"));
@@ -404,4 +408,119 @@ pub fn llama_step<'g>(
     p.output_norm
         .forward(x, model.rms_norm_eps)
         .project_t(p.token_embd.weight)
+}
+
+/// Why a Llama-family decoder could not be made from a file.
+#[derive(Debug, thiserror::Error)]
+pub enum LlamaLoadError {
+    /// The file's metadata does not describe a model this code builds.
+    #[error(transparent)]
+    Config(#[from] LlamaConfigError),
+    /// The step did not build or compile.
+    #[error(transparent)]
+    Model(#[from] crate::model::ModelError),
+    /// The weights did not load.
+    #[error(transparent)]
+    Weights(#[from] crate::weights::WeightsError),
+    /// The cache holds no position, or more than the model was trained for.
+    #[error("a cache of {capacity} positions: the model takes 1 to {context_length}")]
+    Capacity {
+        /// Positions asked for.
+        capacity: usize,
+        /// The model's context length.
+        context_length: usize,
+    },
+}
+
+/// A Llama-family decoder ready to generate: its compiled [`llama_step`] with the weights
+/// bound, as a [`Decoder`](crate::generate::Decoder) for
+/// [`Generator`](crate::generate::Generator).
+pub struct LlamaDecoder {
+    step: LlamaStep,
+    config: LlamaCacheConfig,
+}
+
+impl std::fmt::Debug for LlamaDecoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlamaDecoder")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LlamaDecoder {
+    /// The model `file` describes, compiled for `backend` with caches of `capacity`
+    /// positions, its weights loaded (dequantized to float32).
+    pub fn from_gguf<B: crate::backend::Backend>(
+        backend: &B,
+        file: &Gguf,
+        capacity: usize,
+    ) -> Result<LlamaDecoder, LlamaLoadError> {
+        let model = LlamaConfig::from_gguf(file)?;
+        if capacity == 0 || capacity > model.context_length {
+            return Err(LlamaLoadError::Capacity {
+                capacity,
+                context_length: model.context_length,
+            });
+        }
+        let config = LlamaCacheConfig { model, capacity };
+        let step = LlamaStep::compile(backend, &config)?;
+        step.load_gguf(file)?;
+        Ok(LlamaDecoder { step, config })
+    }
+
+    /// The model and cache configuration.
+    pub fn config(&self) -> &LlamaCacheConfig {
+        &self.config
+    }
+
+    /// The compiled step.
+    pub fn step(&self) -> &LlamaStep {
+        &self.step
+    }
+}
+
+impl crate::generate::Decoder for LlamaDecoder {
+    fn vocab_size(&self) -> usize {
+        self.config.model.vocab_size
+    }
+
+    fn capacity(&self) -> usize {
+        self.config.capacity
+    }
+
+    fn new_context(&self) -> Result<crate::backend::Context, crate::backend::RunError> {
+        self.step.new_context()
+    }
+
+    fn step(
+        &self,
+        context: &mut crate::backend::Context,
+        tokens: &[i64],
+        pos: usize,
+        last: usize,
+    ) -> Result<crate::tensor::HostTensor, crate::backend::RunError> {
+        use crate::tensor::HostTensor;
+        let shape = [1, tokens.len()];
+        let ids = crate::tensor::TensorRef::new(
+            crate::ir::DType::I64,
+            &shape,
+            bytemuck::cast_slice(tokens),
+        )
+        .map_err(|e| crate::backend::RunError::Custom {
+            name: "llama".into(),
+            message: e.to_string(),
+        })?;
+        let pos = HostTensor::scalar(pos as i64);
+        let last = HostTensor::scalar(last as i64);
+        let [logits] = self.step.run_in_outputs(
+            context,
+            &[
+                ("input_ids", ids),
+                ("pos", pos.view()),
+                ("last", last.view()),
+            ],
+        )?;
+        Ok(logits)
+    }
 }

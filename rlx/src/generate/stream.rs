@@ -1,0 +1,142 @@
+//! A generation's tokens as pieces of text: never half a character, and never past a stop
+//! string.
+
+use super::{FinishReason, GenerateError, Generation, GenerationStats};
+use crate::gguf::GgufTokenizer;
+
+/// Tokens held back at most while their text does not yet end a character. A character is
+/// at most 4 bytes and a token holds at least one, so 4 complete any one character; only a
+/// run of tokens each completing one character and starting the next waits longer, and
+/// past this its text goes out with replacement characters rather than waiting forever.
+const MOST_PENDING: usize = 8;
+
+/// The text of a [`Generation`], piece by piece: each piece is whole UTF-8 characters
+/// (bytes of a character split across tokens wait for its last byte), special tokens are
+/// left out, and the text ends before the first stop string (which is not returned).
+/// Text that might begin a stop string is held back until it cannot.
+pub struct TextStream<'a> {
+    generation: Generation<'a>,
+    tokenizer: &'a GgufTokenizer,
+    stop: Vec<String>,
+    /// Tokens whose text does not yet end a character.
+    pending: Vec<u32>,
+    /// Decoded text not returned yet (it may begin a stop string).
+    held: String,
+    done: bool,
+}
+
+impl std::fmt::Debug for TextStream<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TextStream")
+            .field("generation", &self.generation)
+            .field("stop", &self.stop)
+            .field("held", &self.held)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> TextStream<'a> {
+    /// The text of `generation` by `tokenizer`, ending before any of `stop` (empty strings
+    /// are ignored).
+    pub fn new(
+        generation: Generation<'a>,
+        tokenizer: &'a GgufTokenizer,
+        stop: &[String],
+    ) -> TextStream<'a> {
+        TextStream {
+            generation,
+            tokenizer,
+            stop: stop.iter().filter(|s| !s.is_empty()).cloned().collect(),
+            pending: Vec::new(),
+            held: String::new(),
+            done: false,
+        }
+    }
+
+    /// Why it ended, once it has.
+    pub fn finish_reason(&self) -> Option<FinishReason> {
+        self.generation.finish_reason()
+    }
+
+    /// The generation's counts and times.
+    pub fn stats(&self) -> GenerationStats {
+        self.generation.stats()
+    }
+
+    /// The next piece: `Ok(None)` at the end.
+    fn advance(&mut self) -> Result<Option<String>, GenerateError> {
+        loop {
+            let Some(token) = self.generation.next().transpose()? else {
+                // The end: whatever is held (and any bytes left undecoded) is the last piece.
+                self.done = true;
+                if !self.pending.is_empty() {
+                    let tail = self.tokenizer.decode_text(&self.pending)?;
+                    self.held.push_str(&tail);
+                }
+                let rest = std::mem::take(&mut self.held);
+                return Ok((!rest.is_empty()).then_some(rest));
+            };
+            let token = u32::try_from(token)
+                .map_err(|_| GenerateError::Internal(format!("token {token}")))?;
+            self.pending.push(token);
+            let text = self.tokenizer.decode_text(&self.pending)?;
+            if text.ends_with(char::REPLACEMENT_CHARACTER) && self.pending.len() < MOST_PENDING {
+                continue;
+            }
+            self.pending.clear();
+            self.held.push_str(&text);
+            if let Some(at) = self.first_stop() {
+                self.held.truncate(at);
+                self.generation.finish(FinishReason::Stop);
+                self.done = true;
+                let rest = std::mem::take(&mut self.held);
+                return Ok((!rest.is_empty()).then_some(rest));
+            }
+            let keep = self.stop_prefix_len();
+            let ready = self.held.len() - keep;
+            if ready > 0 {
+                let rest = self.held.split_off(ready);
+                return Ok(Some(std::mem::replace(&mut self.held, rest)));
+            }
+        }
+    }
+
+    /// Where the first stop string begins in the held text.
+    fn first_stop(&self) -> Option<usize> {
+        self.stop.iter().filter_map(|s| self.held.find(s)).min()
+    }
+
+    /// The longest end of the held text that begins some stop string (on a character
+    /// boundary).
+    fn stop_prefix_len(&self) -> usize {
+        let text = &self.held;
+        let mut longest = 0;
+        for stop in &self.stop {
+            for (at, _) in text.char_indices() {
+                let tail = &text[at..];
+                if tail.len() < stop.len() && stop.starts_with(tail) {
+                    longest = longest.max(tail.len());
+                    break;
+                }
+            }
+        }
+        longest
+    }
+}
+
+impl Iterator for TextStream<'_> {
+    type Item = Result<String, GenerateError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.advance() {
+            Ok(piece) => piece.map(Ok),
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}

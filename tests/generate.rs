@@ -1,0 +1,347 @@
+//! Generation through the public API (`rlx::generate`) with SmolLM2-135M-Instruct against
+//! transformers (`tests/data/llm/`): greedy continuations of the public prompts and of chat
+//! conversations rendered with the file's template, prompts prefilled in chunks, seeded
+//! sampling, stop tokens and strings, budgets, and text streamed in whole characters.
+
+use std::sync::Arc;
+
+use rlx::backend::{Backend, Context, Executable, RunError};
+use rlx::generate::{
+    ChatMessage, ChatTemplate, Decoder, FinishReason, GenerateError, GenerateOptions, Generator,
+    SamplingParams, TextStream,
+};
+use rlx::gguf::{Gguf, GgufTokenizer};
+use rlx::models::fetch::SMOLLM2_135M_INSTRUCT;
+use rlx::models::llama::LlamaDecoder;
+use rlx::tensor::HostTensor;
+
+fn data_dir() -> std::path::PathBuf {
+    std::env::var("RLX_TEST_DATA")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data"))
+}
+
+fn reference(name: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(data_dir().join(format!("llm/{name}.json"))).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn ids(v: &serde_json::Value) -> Vec<i64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_i64().unwrap())
+        .collect()
+}
+
+fn smollm2() -> Gguf {
+    let dir = SMOLLM2_135M_INSTRUCT.locate(None).unwrap();
+    Gguf::open(dir.join("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap()
+}
+
+fn greedy(max_tokens: usize, stop_tokens: Vec<i64>) -> GenerateOptions {
+    GenerateOptions {
+        max_tokens,
+        sampling: SamplingParams::greedy(),
+        stop_tokens,
+    }
+}
+
+fn collect(generator: &Generator, prompt: &[i64], options: GenerateOptions) -> Vec<i64> {
+    generator
+        .generate(prompt, options)
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// Everything that needs the real model, on one backend (one load).
+fn generates<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
+    let file = smollm2();
+    let tokenizer = GgufTokenizer::from_gguf(&file).unwrap();
+    let decoder = Arc::new(LlamaDecoder::from_gguf(backend, &file, 400).unwrap());
+    // Small chunks, so the long prompt below runs in several and short ones are padded.
+    let generator = Generator::new(backend, decoder.clone())
+        .unwrap()
+        .with_prefill_chunk(64);
+
+    // The public prompts: transformers' 32 greedy tokens.
+    for name in ["capital", "story", "colors", "boiling", "poem"] {
+        let r = reference(name);
+        let prompt = ids(&r["ids_no_bos"]);
+        let got = collect(&generator, &prompt, greedy(32, vec![]));
+        assert_eq!(got, ids(&r["greedy"]["ids"]), "{label} {name}");
+    }
+
+    // Chat: the file's template renders what transformers renders, the tokenizer gives its
+    // ids, and greedy decoding stopped by the end-of-turn token gives its tokens.
+    let template = ChatTemplate::from_gguf(&file, &tokenizer).unwrap();
+    let stop: Vec<i64> = tokenizer
+        .stop_tokens()
+        .iter()
+        .map(|t| i64::from(*t))
+        .collect();
+    for case in reference("chat")["cases"].as_array().unwrap() {
+        let messages: Vec<ChatMessage> = case["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| ChatMessage::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+            .collect();
+        let add = case["add_generation_prompt"].as_bool().unwrap();
+        let text = template.render(&messages, add).unwrap();
+        assert_eq!(text, case["text"].as_str().unwrap(), "{label} template");
+        let prompt: Vec<i64> = tokenizer
+            .encode(&text)
+            .unwrap()
+            .into_iter()
+            .map(i64::from)
+            .collect();
+        assert_eq!(prompt, ids(&case["ids"]), "{label} chat ids");
+        if let Some(expected) = case.get("greedy_ids") {
+            let expected = ids(expected);
+            let mut generation = generator
+                .generate(&prompt, greedy(24, stop.clone()))
+                .unwrap();
+            let got: Vec<i64> = generation.by_ref().collect::<Result<_, _>>().unwrap();
+            match expected.iter().position(|t| stop.contains(t)) {
+                Some(end) => {
+                    assert_eq!(got, expected[..end], "{label} chat greedy");
+                    assert_eq!(generation.finish_reason(), Some(FinishReason::Stop));
+                }
+                None => {
+                    assert_eq!(got, expected, "{label} chat greedy");
+                    assert_eq!(generation.finish_reason(), Some(FinishReason::Length));
+                }
+            }
+        }
+    }
+
+    // A 300-token prompt prefilled in 64-token chunks continues as in one step.
+    let long = &ids(&reference("perplexity")["ids"])[..300];
+    let chunked = collect(&generator, long, greedy(12, vec![]));
+    let whole = Generator::new(backend, decoder.clone()).unwrap();
+    assert_eq!(
+        collect(&whole, long, greedy(12, vec![])),
+        chunked,
+        "{label} chunks"
+    );
+
+    // Seeded sampling: the same seed gives the same tokens, another seed others.
+    let prompt = ids(&reference("story")["ids_no_bos"]);
+    let sampled = |seed| {
+        let sampling = SamplingParams {
+            temperature: 0.9,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.02,
+            repetition_penalty: 1.1,
+            presence_penalty: 0.2,
+            frequency_penalty: 0.1,
+            seed,
+        };
+        let options = GenerateOptions {
+            sampling,
+            ..greedy(24, vec![])
+        };
+        collect(&generator, &prompt, options)
+    };
+    let (a, b, c) = (sampled(11), sampled(11), sampled(12));
+    assert_eq!(a, b, "{label} same seed");
+    assert_eq!(a.len(), 24);
+    assert_ne!(a, c, "{label} another seed");
+
+    // Text: pieces join to the decoded tokens, and a stop string cuts the text before it.
+    let prompt = ids(&reference("colors")["ids_no_bos"]);
+    let tokens = collect(&generator, &prompt, greedy(32, vec![]));
+    let tokens_u32: Vec<u32> = tokens.iter().map(|t| *t as u32).collect();
+    let full = tokenizer.decode_text(&tokens_u32).unwrap();
+    let generation = generator.generate(&prompt, greedy(32, vec![])).unwrap();
+    let pieces: Vec<String> = TextStream::new(generation, &tokenizer, &[])
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(pieces.len() > 10, "{label} streams piece by piece");
+    assert_eq!(pieces.concat(), full);
+    let generation = generator.generate(&prompt, greedy(32, vec![])).unwrap();
+    let mut stream = TextStream::new(generation, &tokenizer, &["blue".to_string()]);
+    let text: String = stream.by_ref().collect::<Result<_, _>>().unwrap();
+    assert_eq!(
+        text,
+        full[..full.find("blue").unwrap()],
+        "{label} stop string"
+    );
+    assert_eq!(stream.finish_reason(), Some(FinishReason::Stop));
+    let stats = stream.stats();
+    assert!(stats.generated_tokens < 32 && stats.decode_steps > 0);
+
+    // A full context ends the generation; the budget and bad prompts are checked.
+    let small = Arc::new(LlamaDecoder::from_gguf(backend, &file, 8).unwrap());
+    let small = Generator::new(backend, small).unwrap();
+    let mut generation = small.generate(&prompt, greedy(100, vec![])).unwrap();
+    let got: Vec<i64> = generation.by_ref().collect::<Result<_, _>>().unwrap();
+    assert_eq!(
+        got.len(),
+        8 - prompt.len() + 1,
+        "{label}: one token per free position and one more"
+    );
+    assert_eq!(generation.finish_reason(), Some(FinishReason::Capacity));
+    assert!(matches!(
+        small.generate(&[1; 9], greedy(1, vec![])),
+        Err(GenerateError::PromptTooLong {
+            prompt: 9,
+            capacity: 8
+        })
+    ));
+    assert!(matches!(
+        small.generate(&[], greedy(1, vec![])),
+        Err(GenerateError::EmptyPrompt)
+    ));
+    assert!(matches!(
+        small.generate(&[49_152], greedy(1, vec![])),
+        Err(GenerateError::Token { token: 49_152, .. })
+    ));
+    let bad = GenerateOptions {
+        sampling: SamplingParams {
+            top_p: 0.0,
+            ..SamplingParams::default()
+        },
+        ..GenerateOptions::default()
+    };
+    assert!(matches!(
+        small.generate(&prompt, bad),
+        Err(GenerateError::Setting { name: "top_p", .. })
+    ));
+}
+
+#[test]
+fn smollm2_generates_on_the_cpu() {
+    generates("cpu", &rlx::cpu::CpuBackend::default());
+}
+
+#[cfg(feature = "mlx")]
+#[test]
+fn smollm2_generates_on_mlx() {
+    generates("mlx", &rlx::mlx::MlxBackend::default());
+}
+
+/// A decoder that plays a fixed list of tokens (its logits put all weight on the next one),
+/// for the text stream's checks.
+struct Scripted {
+    script: Vec<i64>,
+    vocab: usize,
+    prompt: usize,
+    /// An executable without states, whose contexts are empty.
+    empty: Box<dyn Executable>,
+}
+
+impl Decoder for Scripted {
+    fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+
+    fn capacity(&self) -> usize {
+        1024
+    }
+
+    fn new_context(&self) -> Result<Context, RunError> {
+        self.empty.new_context()
+    }
+
+    fn step(
+        &self,
+        _: &mut Context,
+        _: &[i64],
+        pos: usize,
+        last: usize,
+    ) -> Result<HostTensor, RunError> {
+        let mut logits = vec![0f32; self.vocab];
+        let next = pos + last + 1 - self.prompt;
+        if let Some(t) = self.script.get(next) {
+            logits[*t as usize] = 100.0;
+        }
+        Ok(HostTensor::from_vec(logits, [self.vocab]).unwrap())
+    }
+}
+
+fn scripted(script: Vec<i64>, vocab: usize) -> Generator {
+    let backend = rlx::cpu::CpuBackend::default();
+    let mut b = rlx::GraphBuilder::new();
+    let x = b.input("x", rlx::ir::DType::F32, [1]).unwrap();
+    b.output("y", x).unwrap();
+    let empty = Box::new(backend.compile(&b.finish().unwrap()).unwrap());
+    let decoder = Scripted {
+        script,
+        vocab,
+        prompt: 1,
+        empty,
+    };
+    Generator::new(&backend, Arc::new(decoder)).unwrap()
+}
+
+/// Characters whose bytes are split across tokens come out whole, a stop string split
+/// across tokens is found, and text that might begin one is held back only until it
+/// cannot.
+#[test]
+fn text_streams_whole_characters_and_stops_across_tokens() {
+    let file = smollm2();
+    let tokenizer = GgufTokenizer::from_gguf(&file).unwrap();
+    let vocab = tokenizer.vocab_size();
+    // Byte-level tokens of one byte each, spelled in GPT-2's byte alphabet: printable
+    // bytes stand for themselves, the others for 256, 257, … in byte order.
+    let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
+    let symbol = |byte: u8| {
+        let b = u32::from(byte);
+        let code = if printable(b) {
+            b
+        } else {
+            256 + (0..b).filter(|c| !printable(*c)).count() as u32
+        };
+        char::from_u32(code).unwrap().to_string()
+    };
+    let byte_token = |byte: u8| {
+        let s = symbol(byte);
+        (0..vocab as u32)
+            .find(|id| tokenizer.token(*id).as_deref() == Some(s.as_str()))
+            .map(i64::from)
+            .unwrap_or_else(|| panic!("no token for byte {byte:#x}"))
+    };
+    let word = |text: &str| -> Vec<i64> {
+        tokenizer
+            .encode(text)
+            .unwrap()
+            .into_iter()
+            .map(i64::from)
+            .collect()
+    };
+    let e_acute = "é".bytes().map(byte_token);
+    let smile = "🙂".bytes().map(byte_token);
+    let mut script = word("caf");
+    script.extend(e_acute);
+    script.extend(word(" ok "));
+    script.extend(smile);
+    script.extend(word(" END here"));
+    let generator = scripted(script.clone(), vocab);
+    let run = |stop: &[String]| {
+        let generation = generator
+            .generate(&[0], greedy(script.len(), vec![]))
+            .unwrap();
+        let mut stream = TextStream::new(generation, &tokenizer, stop);
+        let pieces: Vec<String> = stream.by_ref().collect::<Result<_, _>>().unwrap();
+        (pieces, stream.finish_reason())
+    };
+    let (pieces, finish) = run(&[]);
+    assert_eq!(pieces.concat(), "café ok 🙂 END here");
+    assert!(
+        pieces
+            .iter()
+            .all(|p| !p.contains(char::REPLACEMENT_CHARACTER))
+    );
+    assert!(pieces.iter().any(|p| p.contains('é')) && pieces.iter().any(|p| p.contains('🙂')));
+    assert_eq!(finish, Some(FinishReason::Length));
+
+    let (pieces, finish) = run(&["D he".to_string(), "xyz".to_string()]);
+    assert_eq!(pieces.concat(), "café ok 🙂 EN");
+    assert_eq!(finish, Some(FinishReason::Stop));
+    // "ok 🙂" could begin no stop string: it was not held back until the end.
+    assert!(pieces.len() >= 3, "{pieces:?}");
+}
