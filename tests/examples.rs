@@ -235,3 +235,33 @@ fn minilm_tutorial() {
         "{stdout}"
     );
 }
+
+/// The generation tutorial: its stdout is exactly the generated text, a newline and the
+/// figures line; greedy, so the text is transformers' continuation of the prompt.
+#[test]
+fn generate_tutorial() {
+    let expected = " the primary colors of the RGB color model: red, blue, and green.";
+    let mut backends = vec!["cpu"];
+    if cfg!(feature = "mlx") {
+        backends.push("mlx");
+    }
+    for backend in backends {
+        let args = ["--backend", backend, "--max-tokens", "16"];
+        let stdout = run_example("09_generate", &args);
+        let (text, last) = stdout.trim_end_matches('\n').rsplit_once('\n').unwrap();
+        assert_eq!(text, expected, "{backend}: {stdout}");
+        let prefix =
+            format!("generate backend={backend} prompt_tokens=5 new_tokens=16 prefill_tok_s=");
+        assert!(last.starts_with(&prefix), "{last}");
+        assert!(last.contains(" decode_tok_s="), "{last}");
+    }
+    let stdout = run_example(
+        "09_generate",
+        &["--chat", "--prompt", "What is the capital of France?"],
+    );
+    assert!(
+        stdout.starts_with("The capital of France is Paris.\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("new_tokens=7 "), "{stdout}");
+}

@@ -46,10 +46,50 @@ fn argmax(logits: &HostTensor) -> Result<i64, Box<dyn Error>> {
     Ok(best)
 }
 
+/// Where one decode step (one token after 128 cached positions) spends its time: the ops
+/// taking the most, summed over their kernels, then the slowest kernels.
+fn profile_decode(step: &LlamaStep, token: i64) -> Result<(), Box<dyn Error>> {
+    let runs = 20;
+    let input = HostTensor::from_vec(vec![token], [1, 1])?;
+    let (pos, last) = (HostTensor::scalar(128i64), HostTensor::scalar(0i64));
+    let inputs = [
+        ("input_ids", input.view()),
+        ("pos", pos.view()),
+        ("last", last.view()),
+    ];
+    let report = step.executable().profile(&inputs, &[], runs)?;
+    let per_step = |d: std::time::Duration| d.as_secs_f64() * 1e3 / runs as f64;
+    println!("profile total_ms_per_step={:.2}", per_step(report.total));
+    for (op, time, count) in report.by_op().into_iter().take(10) {
+        println!(
+            "profile op={op} ms_per_step={:.3} kernels={}",
+            per_step(time),
+            count
+        );
+    }
+    let Some(cpu) = step.executable_as::<rlx::cpu::CpuExecutable>() else {
+        return Ok(());
+    };
+    let graph = cpu.graph();
+    let mut steps: Vec<_> = report.steps.iter().filter(|s| s.node.is_some()).collect();
+    steps.sort_by_key(|s| std::cmp::Reverse(s.time));
+    for s in steps.into_iter().take(8) {
+        let node = &graph[s.node.expect("kept steps with a node")];
+        println!(
+            "profile kernel={} ms_per_step={:.3} out={}",
+            s.op,
+            per_step(s.time),
+            node.ty
+        );
+    }
+    Ok(())
+}
+
 fn bench<B: Backend<Executable: 'static>>(
     label: &str,
     backend: &B,
     reps: usize,
+    profiled: bool,
 ) -> Result<(), Box<dyn Error>> {
     let dir = SMOLLM2_135M_INSTRUCT.locate(None)?;
     let file = Gguf::open(dir.join("SmolLM2-135M-Instruct.Q4_1.gguf"))?;
@@ -87,6 +127,9 @@ fn bench<B: Backend<Executable: 'static>>(
             prompt as f64 / median(times)
         );
     }
+    if profiled {
+        profile_decode(&step, tokens[0])?;
+    }
     let (prompt, new) = (128, 128);
     let input = HostTensor::from_vec(tokens[..prompt].to_vec(), [1, prompt])?;
     let mut times = Vec::new();
@@ -114,10 +157,11 @@ fn bench<B: Backend<Executable: 'static>>(
 fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().collect();
     let reps = flag(&args, "--reps").map_or(Ok(5), str::parse)?;
+    let profiled = args.iter().any(|a| a == "--profile");
     match flag(&args, "--backend").unwrap_or("cpu") {
-        "cpu" => bench("cpu", &rlx::cpu::CpuBackend::default(), reps),
+        "cpu" => bench("cpu", &rlx::cpu::CpuBackend::default(), reps, profiled),
         #[cfg(feature = "mlx")]
-        "mlx" => bench("mlx", &rlx::mlx::MlxBackend::default(), reps),
+        "mlx" => bench("mlx", &rlx::mlx::MlxBackend::default(), reps, false),
         other => Err(format!("unknown or unavailable backend {other:?} (cpu, mlx)").into()),
     }
 }

@@ -291,7 +291,38 @@ impl AttentionDims {
     }
 }
 
-/// One query block through every key block: online softmax over GEMM tiles.
+/// Query rows up to which a block's two products run as direct loops rather than GEMM:
+/// a decode step's one row per head would pay GEMM's packing of the keys and values for a
+/// single pass over them.
+const DIRECT_ROWS: usize = 2;
+
+/// `Σ a_i b_i` in the accumulator type, in 16 lanes summed pairwise (so it vectorizes).
+#[inline(always)]
+fn dot<T: FloatStore>(a: &[T], b: &[T]) -> T::Acc {
+    let mut lanes = [<T::Acc as Real>::ZERO; 16];
+    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for ((l, x), y) in lanes.iter_mut().zip(x).zip(y) {
+            *l += x.load() * y.load();
+        }
+    }
+    let mut tail = <T::Acc as Real>::ZERO;
+    for (x, y) in ra.iter().zip(rb) {
+        tail += x.load() * y.load();
+    }
+    let mut width = 16;
+    while width > 1 {
+        width /= 2;
+        for i in 0..width {
+            lanes[i] += lanes[i + width];
+        }
+    }
+    lanes[0] + tail
+}
+
+/// One query block through every key block: online softmax over GEMM tiles (direct loops
+/// for a block of [`DIRECT_ROWS`] rows or fewer).
 #[allow(clippy::too_many_arguments)]
 fn attention_block<'s, T: FloatStore>(
     d: &AttentionDims,
@@ -342,16 +373,28 @@ where
         let (score_dims, pv_dims) =
             AttentionTiling::products(rows, keys, (d.head_dim, dv), strides);
         let probs = &mut probs[..rows * keys];
-        gemm(
-            &GemmPlan::new(score_dims, 1, tiling.shape),
-            kernels,
-            q_block,
-            &k_head[k0 * k_at.row_stride..],
-            probs,
-            gemm_scratch,
-            None,
-            None,
-        );
+        let k_block = &k_head[k0 * k_at.row_stride..];
+        if rows <= DIRECT_ROWS {
+            vectorized(|| {
+                for (r, p) in probs.chunks_exact_mut(keys).enumerate() {
+                    let q_row = &q_block[r * strides[0]..][..d.head_dim];
+                    for (j, s) in p.iter_mut().enumerate() {
+                        *s = dot(q_row, &k_block[j * strides[1]..][..d.head_dim]);
+                    }
+                }
+            });
+        } else {
+            gemm(
+                &GemmPlan::new(score_dims, 1, tiling.shape),
+                kernels,
+                q_block,
+                k_block,
+                probs,
+                gemm_scratch,
+                None,
+                None,
+            );
+        }
         vectorized(ScoreRows {
             d,
             job,
@@ -366,16 +409,31 @@ where
             row_sum: &mut row_sum[..rows],
         });
         // The rows were rescaled to the new maxima above; add this block's P·V to them.
-        gemm(
-            &GemmPlan::new(pv_dims, 1, tiling.shape).adding(),
-            kernels,
-            &*probs,
-            &v_head[k0 * v_at.row_stride..],
-            &mut acc[..rows * dv],
-            gemm_scratch,
-            None,
-            None,
-        );
+        let v_block = &v_head[k0 * v_at.row_stride..];
+        if rows <= DIRECT_ROWS {
+            let acc = &mut acc[..rows * dv];
+            vectorized(|| {
+                for (p, o) in probs.chunks_exact(keys).zip(acc.chunks_exact_mut(dv)) {
+                    for (j, pj) in p.iter().enumerate() {
+                        let v_row = &v_block[j * strides[2]..][..dv];
+                        for (a, x) in o.iter_mut().zip(v_row) {
+                            *a += *pj * x.load();
+                        }
+                    }
+                }
+            });
+        } else {
+            gemm(
+                &GemmPlan::new(pv_dims, 1, tiling.shape).adding(),
+                kernels,
+                &*probs,
+                v_block,
+                &mut acc[..rows * dv],
+                gemm_scratch,
+                None,
+                None,
+            );
+        }
     }
     let (acc, row_max, row_sum) = (&mut acc[..rows * dv], &row_max[..rows], &row_sum[..rows]);
     vectorized(|| {
@@ -606,16 +664,25 @@ pub(crate) struct RopeDims {
 }
 
 /// Rotates the first `dims` features of each position by position-dependent angles.
+///
+/// An angle depends on the position and the pair only, so each is computed once and
+/// turns that pair in every row of that position (every head): the sines and cosines, not
+/// the rotations, are what cost here.
 pub(crate) fn rope<T: FloatStore>(r: &RopeDims, offset: i64, x: &[T], out: &mut [T]) {
+    /// Frequencies computed per pass, on the stack.
+    const PAIRS: usize = 64;
     let half = r.dims / 2;
-    for b in 0..r.batches {
+    let mut frequencies = [0f64; PAIRS];
+    for i0 in (0..half).step_by(PAIRS) {
+        let pairs = PAIRS.min(half - i0);
+        for (j, f) in frequencies[..pairs].iter_mut().enumerate() {
+            *f = r.base.powf(-2.0 * (i0 + j) as f64 / r.dims as f64);
+        }
         for s in 0..r.seq {
-            let row = (b * r.seq + s) * r.features;
-            let (xs, os) = (&x[row..row + r.features], &mut out[row..row + r.features]);
             let pos = (offset as f64 + s as f64) * r.scale;
-            for i in 0..half {
-                let theta = pos * r.base.powf(-2.0 * i as f64 / r.dims as f64);
-                let (sin, cos) = theta.sin_cos();
+            for (j, frequency) in frequencies[..pairs].iter().enumerate() {
+                let i = i0 + j;
+                let (sin, cos) = (pos * frequency).sin_cos();
                 let (sin, cos) = (
                     <T::Acc as Real>::from_f64(sin),
                     <T::Acc as Real>::from_f64(cos),
@@ -625,11 +692,19 @@ pub(crate) fn rope<T: FloatStore>(r: &RopeDims, offset: i64, x: &[T], out: &mut 
                 } else {
                     (i, i + half)
                 };
-                let (x1, x2) = (xs[a].load(), xs[b].load());
-                os[a] = T::store(x1 * cos - x2 * sin);
-                os[b] = T::store(x1 * sin + x2 * cos);
+                for batch in 0..r.batches {
+                    let row = (batch * r.seq + s) * r.features;
+                    let (x1, x2) = (x[row + a].load(), x[row + b].load());
+                    out[row + a] = T::store(x1 * cos - x2 * sin);
+                    out[row + b] = T::store(x1 * sin + x2 * cos);
+                }
             }
-            os[r.dims..].copy_from_slice(&xs[r.dims..]);
+        }
+    }
+    if r.dims < r.features {
+        for row in 0..r.batches * r.seq {
+            let at = row * r.features;
+            out[at + r.dims..at + r.features].copy_from_slice(&x[at + r.dims..at + r.features]);
         }
     }
 }

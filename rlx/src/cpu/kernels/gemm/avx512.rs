@@ -59,15 +59,28 @@ pub(crate) fn f32_kernels() -> Option<Kernels<f32>> {
 /// As [`super::KernelFn`], and the CPU supports AVX-512 F (checked by [`f32_kernels`]).
 #[cfg(target_arch = "x86_64")]
 unsafe fn entry(kc: usize, a: ARows<f32>, b: *const f32, tile: Tile<f32>) {
+    /// The kernel computing `$rows` rows, for A's layout.
+    macro_rules! rows {
+        ($rows:expr) => {
+            if a.packed {
+                kernel_12x32::<MR, $rows>(kc, a, b, tile)
+            } else if a.k_stride == 1 {
+                kernel_12x32::<1, $rows>(kc, a, b, tile)
+            } else {
+                kernel_12x32::<0, $rows>(kc, a, b, tile)
+            }
+        };
+    }
     // SAFETY: `f32_kernels` hands out this entry only after detecting AVX-512 F and FMA;
-    // the pointer contract is the caller's.
+    // the pointer contract is the caller's. A tile of few rows (a decode step's
+    // matrix-vector products) computes only those: the rows a 12-row tile would repeat
+    // cost multiply-adds that, at one row, take longer than streaming B from memory.
     unsafe {
-        if a.packed {
-            kernel_12x32::<MR>(kc, a, b, tile)
-        } else if a.k_stride == 1 {
-            kernel_12x32::<1>(kc, a, b, tile)
-        } else {
-            kernel_12x32::<0>(kc, a, b, tile)
+        match tile.mr {
+            1 => rows!(1),
+            2 => rows!(2),
+            3 | 4 => rows!(4),
+            _ => rows!(MR),
         }
     }
 }
@@ -94,8 +107,14 @@ fn lanes(nr: usize, from: usize) -> u16 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
 /// `KS` is A's `k_stride`: `MR` for a packed panel, 1 for rows read in place, 0 for adjacent
-/// rows read in place at the run-time stride `a.k_stride` (a column-major A).
-unsafe fn kernel_12x32<const KS: usize>(kc: usize, a: ARows<f32>, b: *const f32, tile: Tile<f32>) {
+/// rows read in place at the run-time stride `a.k_stride` (a column-major A). `ROWS` (at
+/// most `MR`, at least `tile.mr`) are the rows computed.
+unsafe fn kernel_12x32<const KS: usize, const ROWS: usize>(
+    kc: usize,
+    a: ARows<f32>,
+    b: *const f32,
+    tile: Tile<f32>,
+) {
     use std::arch::x86_64::*;
     let Tile {
         c,
@@ -109,7 +128,8 @@ unsafe fn kernel_12x32<const KS: usize>(kc: usize, a: ARows<f32>, b: *const f32,
     // so every load below is in bounds; stores stay inside the mr x nr tile of `c`: rows
     // below `mr` only, and columns masked to `nr`.
     unsafe {
-        let rows: [*const f32; MR] = a.row_starts(mr, KS == MR);
+        debug_assert!(mr <= ROWS && ROWS <= MR);
+        let rows: [*const f32; ROWS] = a.row_starts(mr, KS == MR);
         // A's stride along k: a constant the offsets fold into, or the run-time one.
         let ks = if KS == 0 { a.k_stride } else { KS };
         let mut off = 0;
@@ -118,7 +138,10 @@ unsafe fn kernel_12x32<const KS: usize>(kc: usize, a: ARows<f32>, b: *const f32,
             _mm_prefetch::<_MM_HINT_T0>(row);
             _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(124.min(4 * nr - 4)));
         }
-        let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+        let mut acc = [[_mm512_setzero_ps(); 2]; ROWS];
+        // B comes from memory when few rows share it: fetch far enough ahead to cover a
+        // memory latency at the pace of this many rows.
+        let ahead = if ROWS >= 8 { 8 } else { 32 };
         let mut bp = b;
         macro_rules! step {
             ($p:expr) => {{
@@ -136,9 +159,9 @@ unsafe fn kernel_12x32<const KS: usize>(kc: usize, a: ARows<f32>, b: *const f32,
                 _mm_prefetch::<_MM_HINT_T0>(rows[0].wrapping_add(off + 8 * ks).cast());
             }
             // B streams from memory when few rows share it (small batches): fetch the
-            // eight lines needed eight steps from now.
+            // eight lines needed `ahead` steps from now.
             for line in 0..8 {
-                _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(8 * NR + line * 16).cast());
+                _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(ahead * NR + line * 16).cast());
             }
             step!(0);
             step!(1);

@@ -65,7 +65,7 @@ impl<E> ARows<E> {
     /// stored. Only addresses are computed here; the kernel's contract covers the reads.
     #[inline(always)]
     pub(crate) fn row_starts<const MR: usize>(&self, mr: usize, packed: bool) -> [*const E; MR] {
-        debug_assert!(!packed || (self.row_stride == 1 && self.k_stride == MR));
+        debug_assert!(!packed || (self.row_stride == 1 && self.k_stride >= MR));
         std::array::from_fn(|i| {
             if packed {
                 self.ptr.wrapping_add(i)

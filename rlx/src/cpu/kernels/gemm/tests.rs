@@ -93,6 +93,11 @@ fn check(m: usize, n: usize, k: usize, ta: bool, tb: bool, threads: usize) {
 fn matches_naive_on_edges_and_blocks() {
     for &(m, n, k) in &[
         (1, 1, 1),
+        // Tiles of 1 to 4 rows, which compute only those rows.
+        (1, 100, 577),
+        (2, 35, 200),
+        (3, 40, 7),
+        (4, 33, 390),
         (6, 16, 3),
         (7, 17, 5),
         (13, 33, 300),
