@@ -58,13 +58,24 @@ pub(crate) fn f32_kernels() -> Option<Kernels<f32>> {
 /// As [`super::KernelFn`], and the CPU supports AVX2 and FMA (checked by [`f32_kernels`]).
 #[cfg(target_arch = "x86_64")]
 unsafe fn entry(kc: usize, a: ARows<f32>, b: *const f32, tile: Tile<f32>) {
+    /// The kernel computing `$rows` rows, for A's layout.
+    macro_rules! rows {
+        ($rows:expr) => {
+            if a.k_stride == 1 {
+                kernel_6x16::<1, $rows>(kc, a, b, tile)
+            } else {
+                kernel_6x16::<MR, $rows>(kc, a, b, tile)
+            }
+        };
+    }
     // SAFETY: `f32_kernels` hands out this entry only after detecting AVX2 and FMA; the
-    // pointer contract is the caller's.
+    // pointer contract is the caller's. A tile of one or two rows (a decode step's
+    // matrix-vector products) computes only those: see the AVX-512 kernel.
     unsafe {
-        if a.k_stride == 1 {
-            kernel_6x16::<1>(kc, a, b, tile)
-        } else {
-            kernel_6x16::<MR>(kc, a, b, tile)
+        match tile.mr {
+            1 => rows!(1),
+            2 => rows!(2),
+            _ => rows!(MR),
         }
     }
 }
@@ -83,8 +94,14 @@ unsafe fn tall_entry(kc: usize, a: ARows<f32>, b: *const f32, tile: Tile<f32>) {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-/// `KS` is A's `k_stride`: `MR` for a packed panel, 1 for rows read in place.
-unsafe fn kernel_6x16<const KS: usize>(kc: usize, a: ARows<f32>, b: *const f32, tile: Tile<f32>) {
+/// `KS` is A's `k_stride`: `MR` for a packed panel, 1 for rows read in place. `ROWS` (at
+/// most `MR`, at least `tile.mr`) are the rows computed.
+unsafe fn kernel_6x16<const KS: usize, const ROWS: usize>(
+    kc: usize,
+    a: ARows<f32>,
+    b: *const f32,
+    tile: Tile<f32>,
+) {
     use std::arch::x86_64::*;
     let Tile {
         c,
@@ -98,7 +115,8 @@ unsafe fn kernel_6x16<const KS: usize>(kc: usize, a: ARows<f32>, b: *const f32, 
     // so every load below is in bounds; stores stay inside the mr x nr tile of `c`, either
     // directly (full tile) or through the local buffer (edge tile).
     unsafe {
-        let rows: [*const f32; MR] = a.row_starts(mr, KS != 1);
+        debug_assert!(mr <= ROWS && ROWS <= MR);
+        let rows: [*const f32; ROWS] = a.row_starts(mr, KS != 1);
         let mut off = 0;
         // Start fetching the C tile now so it has arrived when the k-loop ends.
         for i in 0..mr {
@@ -106,7 +124,7 @@ unsafe fn kernel_6x16<const KS: usize>(kc: usize, a: ARows<f32>, b: *const f32, 
             _mm_prefetch::<_MM_HINT_T0>(row);
             _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(60.min(4 * nr - 4)));
         }
-        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+        let mut acc = [[_mm256_setzero_ps(); 2]; ROWS];
         let mut bp = b;
         // One step of the k-loop: a rank-1 update of the tile by column `$p` of the A panel
         // and row `$p` of the B panel.
@@ -146,7 +164,7 @@ unsafe fn kernel_6x16<const KS: usize>(kc: usize, a: ARows<f32>, b: *const f32, 
             off += KS;
             bp = bp.add(NR);
         }
-        if mr == MR && nr == NR {
+        if ROWS == MR && mr == MR && nr == NR {
             for (i, row) in acc.iter().enumerate() {
                 let dst = c.add(i * ldc);
                 let (mut lo, mut hi) = (row[0], row[1]);
