@@ -15,11 +15,11 @@
 //! use rlx::cpu::CpuBackend;
 //! use rlx::generate::{GenerateOptions, Generator, SamplingParams};
 //! use rlx::gguf::Gguf;
-//! use rlx::models::llama::Llama;
+//! use rlx::models::llama::LlamaDecoder;
 //!
 //! let backend = CpuBackend::default();
 //! let file = Gguf::open("SmolLM2-135M-Instruct.Q4_1.gguf")?;
-//! let model = Llama::from_gguf(&backend, &file, 2048)?;
+//! let model = LlamaDecoder::from_gguf(&backend, &file, 2048)?;
 //! let generator = Generator::new(&backend, Arc::new(model))?;
 //! let options = GenerateOptions { max_tokens: 16, sampling: SamplingParams::greedy(), ..Default::default() };
 //! let tokens: Vec<i64> = generator

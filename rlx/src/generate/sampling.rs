@@ -210,7 +210,7 @@ impl Sampler {
             .first()
             .and_then(|t| t.as_slice::<i64>().ok())
             .and_then(|t| t.first().copied())
-            .ok_or_else(|| RunError::OutputCount {
+            .ok_or(RunError::OutputCount {
                 expected: 1,
                 got: out.len(),
             })?;
