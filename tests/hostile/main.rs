@@ -8,6 +8,7 @@ mod configs;
 mod gguf;
 mod inputs;
 mod text;
+mod tokenizer;
 
 /// xorshift64*: a fixed, dependency-free stream of test choices.
 pub(crate) struct Rng(pub u64);

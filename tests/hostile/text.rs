@@ -17,7 +17,7 @@ const EMBED_EVERY: usize = 15;
 const SEED: u64 = 0x7e57_7e87_2026_1122;
 
 /// One hostile string from family `family`.
-fn text(family: usize, rng: &mut Rng) -> String {
+pub(crate) fn text(family: usize, rng: &mut Rng) -> String {
     let len = rng.below(40);
     let any_scalar = |rng: &mut Rng| loop {
         if let Some(c) = char::from_u32(rng.below(0x11_0000) as u32) {
