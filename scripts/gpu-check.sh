@@ -15,7 +15,7 @@
 # load the CUDA build of libmlx at run time through LD_LIBRARY_PATH.
 #
 # What runs (each step's output also goes to $RLX_GPU_LOG, default ./gpu-check.log;
-# RLX_GPU_ONLY=tests,fuzz,block,minilm,dp picks groups):
+# RLX_GPU_ONLY=tests,fuzz,block,minilm,dp,generate picks groups):
 #   - the op table (tests/ops), tests/mlx.rs, tests/mlx_device.rs, the state tests, the MiniLM parity tests,
 #     the concurrency stress test and the bounded random-graph run on the GPU, and the attention test again in TF32;
 #   - fuzz_graphs for $RLX_GPU_FUZZ_CASES (default 5000) random graphs from seed
@@ -26,6 +26,8 @@
 #     beside PyTorch (../shared/bench/minilm_gpu_bench.py or $RLX_TORCH_BENCH) when torch
 #     with CUDA is there; with RLX_GPU_TRACE=1 also a kernel trace of each at 256x128
 #     (scripts/gpu-trace/kernel_trace.cpp, built into the pack), written beside the log;
+#   - generation (group `generate`, when $RLX_SMOLLM2_DIR holds SmolLM2's GGUF): the
+#     llama and generate tests, 09_generate and generate_bench --backend mlx;
 #   - data-parallel training over NCCL, one rank per GPU (with 2 or more GPUs):
 #     08_data_parallel against one process, and data_parallel_bench on 1 and N GPUs.
 # The CUDA libraries libmlx needs (cuBLAS, cuDNN, NCCL, NVRTC, cudart, cuFFT, cuSOLVER) are
@@ -44,14 +46,16 @@ step() {
 }
 
 tests=(ops mlx mlx_device minilm concurrency fuzz data_parallel state model_state train)
-examples=(mlx_block_bench minilm_bench 05_mlx_backend fuzz_graphs concurrent_bench 08_data_parallel data_parallel_bench train_bench)
+# Need SmolLM2 (not in the pack): run by the `generate` group only.
+generation_tests=(llama generate)
+examples=(mlx_block_bench minilm_bench 05_mlx_backend fuzz_graphs concurrent_bench 08_data_parallel data_parallel_bench train_bench generate_bench 09_generate)
 
 # Builds the test and example binaries and prints their paths, one per line.
 build_binaries() {
   local features=$1
   cargo build --release --features "$features" "${examples[@]/#/--example=}" >&2
   cargo test --release --features "$features" --no-run --message-format=json \
-    "${tests[@]/#/--test=}" 2>/dev/null |
+    "${tests[@]/#/--test=}" "${generation_tests[@]/#/--test=}" 2>/dev/null |
     python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -132,7 +136,7 @@ link_cuda_libs() {
 # $3: MiniLM model folder; $4: groups to run (tests, fuzz, block, minilm, dp; default
 # all); $5: the digits data set's CSV (for dp).
 run_all() {
-  local bin=$1 prefix=$2 model=$3 only=${4:-tests,fuzz,block,minilm,dp} digits=${5:-} status=0
+  local bin=$1 prefix=$2 model=$3 only=${4:-tests,fuzz,block,minilm,dp,generate} digits=${5:-} status=0
   export LD_LIBRARY_PATH="$prefix/mlx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export RLX_MINILM_DIR=$model
   step nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
@@ -151,6 +155,15 @@ run_all() {
     if [ -n "$device_tests" ]; then
       MLX_ENABLE_TF32=1 step "$device_tests" --test-threads=4 attention || status=1
     fi
+  fi
+  if [[ ,$only, == *,generate,* ]] && [ -f "${RLX_SMOLLM2_DIR:-}/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
+    for t in llama generate; do
+      local exe
+      exe=$(ls "$bin"/"$t"-* 2>/dev/null | head -1)
+      [ -n "$exe" ] && { step "$exe" --nocapture mlx || status=1; }
+    done
+    step "$bin/09_generate" --backend mlx --max-tokens 32 || status=1
+    step "$bin/generate_bench" --backend mlx || status=1
   fi
   if [[ ,$only, == *,fuzz,* ]]; then
     step "$bin/fuzz_graphs" --cases "${RLX_GPU_FUZZ_CASES:-5000}" --seed "${RLX_GPU_FUZZ_SEED:-1}" || status=1
