@@ -7,11 +7,14 @@
 //! generate_bench backend=cpu batch=1 prompt=128 phase=prefill tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=512 phase=prefill tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=128 phase=decode new=128 tok_s=..
+//! generate_bench backend=cpu batch=1 prompt=128 phase=generate new=128 tok_s=..
 //! ```
 //!
 //! Prefill: one step over the whole prompt (its logits for the last token only), in a
 //! fresh context. Decode: 128 one-token steps after a 128-token prompt, each feeding the
-//! argmax of the step before (taken on the host, inside the timing). Figures are medians of
+//! argmax of the step before (taken on the host, inside the timing). Generate: the same
+//! through `rlx::generate` (decode steps per second), each token drawn by the sampling op
+//! on the backend (temperature 0.8, top-p 0.95, seeded). Figures are medians of
 //! `--reps` repetitions after one warm-up. The prompt's tokens are fixed pseudo-random ids:
 //! the time of a step does not depend on which tokens it reads. The caches hold 1,024
 //! positions.
@@ -19,10 +22,13 @@
 use std::error::Error;
 use std::time::Instant;
 
+use std::sync::Arc;
+
 use rlx::backend::Backend;
+use rlx::generate::{Decoder, GenerateOptions, Generator, SamplingParams};
 use rlx::gguf::Gguf;
 use rlx::models::fetch::SMOLLM2_135M_INSTRUCT;
-use rlx::models::llama::{LlamaCacheConfig, LlamaConfig, LlamaStep};
+use rlx::models::llama::{LlamaDecoder, LlamaStep};
 use rlx::tensor::HostTensor;
 
 fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
@@ -93,15 +99,8 @@ fn bench<B: Backend<Executable: 'static>>(
 ) -> Result<(), Box<dyn Error>> {
     let dir = SMOLLM2_135M_INSTRUCT.locate(None)?;
     let file = Gguf::open(dir.join("SmolLM2-135M-Instruct.Q4_1.gguf"))?;
-    let model = LlamaConfig::from_gguf(&file)?;
-    let vocab = model.vocab_size as u64;
-    let config = LlamaCacheConfig {
-        model,
-        capacity: 1024,
-    };
-    let step = LlamaStep::compile(backend, &config)?;
-    step.load_gguf(&file)?;
-    let scalar = |v: usize| HostTensor::from_vec(vec![v as i64], []);
+    let decoder = Arc::new(LlamaDecoder::from_gguf(backend, &file, 1024)?);
+    let vocab = decoder.config().model.vocab_size as u64;
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     let tokens: Vec<i64> = (0..512)
         .map(|_| {
@@ -112,12 +111,11 @@ fn bench<B: Backend<Executable: 'static>>(
         })
         .collect();
     for prompt in [128, 512] {
-        let input = HostTensor::from_vec(tokens[..prompt].to_vec(), [1, prompt])?;
         let mut times = Vec::new();
         for rep in 0..=reps {
-            let mut ctx = step.new_context()?;
+            let mut ctx = decoder.new_context()?;
             let t = Instant::now();
-            step.run_in(&mut ctx, &input, &scalar(0)?, &scalar(prompt - 1)?)?;
+            decoder.step(&mut ctx, &tokens[..prompt], 0, prompt - 1)?;
             if rep > 0 {
                 times.push(t.elapsed().as_secs_f64());
             }
@@ -128,19 +126,17 @@ fn bench<B: Backend<Executable: 'static>>(
         );
     }
     if profiled {
-        profile_decode(&step, tokens[0])?;
+        profile_decode(decoder.compiled(), tokens[0])?;
     }
     let (prompt, new) = (128, 128);
-    let input = HostTensor::from_vec(tokens[..prompt].to_vec(), [1, prompt])?;
     let mut times = Vec::new();
     for rep in 0..=reps {
-        let mut ctx = step.new_context()?;
-        let logits = step.run_in(&mut ctx, &input, &scalar(0)?, &scalar(prompt - 1)?)?;
+        let mut ctx = decoder.new_context()?;
+        let logits = decoder.step(&mut ctx, &tokens[..prompt], 0, prompt - 1)?;
         let mut next = argmax(&logits)?;
         let t = Instant::now();
         for i in 0..new {
-            let token = HostTensor::from_vec(vec![next], [1, 1])?;
-            let logits = step.run_in(&mut ctx, &token, &scalar(prompt + i)?, &scalar(0)?)?;
+            let logits = decoder.step(&mut ctx, &[next], prompt + i, 0)?;
             next = argmax(&logits)?;
         }
         if rep > 0 {
@@ -150,6 +146,32 @@ fn bench<B: Backend<Executable: 'static>>(
     println!(
         "generate_bench backend={label} batch=1 prompt={prompt} phase=decode new={new} tok_s={:.1}",
         new as f64 / median(times)
+    );
+    // The whole generation path: steps, penalties and the sampling op on the backend.
+    let generator = Generator::new(backend, decoder.clone())?;
+    let mut rates = Vec::new();
+    for rep in 0..=reps {
+        let options = GenerateOptions {
+            max_tokens: new + 1,
+            sampling: SamplingParams {
+                temperature: 0.8,
+                top_p: 0.95,
+                seed: rep as u64,
+                ..SamplingParams::default()
+            },
+            stop_tokens: Vec::new(),
+        };
+        let mut generation = generator.generate(&tokens[..prompt], options)?;
+        for token in generation.by_ref() {
+            token?;
+        }
+        if rep > 0 {
+            rates.push(generation.stats().decode_tokens_per_second());
+        }
+    }
+    println!(
+        "generate_bench backend={label} batch=1 prompt={prompt} phase=generate new={new} tok_s={:.1}",
+        median(rates)
     );
     Ok(())
 }

@@ -475,7 +475,7 @@ impl LlamaDecoder {
     }
 
     /// The compiled step.
-    pub fn step(&self) -> &LlamaStep {
+    pub fn compiled(&self) -> &LlamaStep {
         &self.step
     }
 }
