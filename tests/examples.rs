@@ -255,6 +255,11 @@ fn generate_tutorial() {
         assert!(last.starts_with(&prefix), "{last}");
         assert!(last.contains(" decode_tok_s="), "{last}");
     }
+    let stdout = run_example("09_generate", &["--stop", "blue"]);
+    assert!(
+        stdout.starts_with(" the primary colors of the RGB color model: red, \ngenerate "),
+        "{stdout}"
+    );
     let stdout = run_example(
         "09_generate",
         &["--chat", "--prompt", "What is the capital of France?"],

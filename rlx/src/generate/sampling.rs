@@ -148,20 +148,28 @@ impl History {
     }
 }
 
-/// The compiled graph that turns a row of logits, its history and its settings into the
-/// next token, on the decoder's backend.
+/// The compiled graphs that turn a row of logits, its history and its settings into the
+/// next token, on the decoder's backend: with the penalties, and without them for settings
+/// that leave them off (most), which then pass neither the history nor ten passes over the
+/// vocabulary.
 pub(crate) struct Sampler {
-    executable: Box<dyn Executable>,
+    penalized: Box<dyn Executable>,
+    plain: Box<dyn Executable>,
 }
 
 impl Sampler {
     pub(crate) fn compile<B: Backend<Executable: 'static>>(
         backend: &B,
     ) -> Result<Sampler, GenerateError> {
-        let graph = sampler_graph().map_err(|e| GenerateError::Internal(e.to_string()))?;
-        let executable = backend.compile(&graph).map_err(GenerateError::Compile)?;
+        let compile = |penalties| -> Result<Box<dyn Executable>, GenerateError> {
+            let graph =
+                sampler_graph(penalties).map_err(|e| GenerateError::Internal(e.to_string()))?;
+            let executable = backend.compile(&graph).map_err(GenerateError::Compile)?;
+            Ok(Box::new(executable))
+        };
         Ok(Sampler {
-            executable: Box::new(executable),
+            penalized: compile(true)?,
+            plain: compile(false)?,
         })
     }
 
@@ -184,28 +192,36 @@ impl Sampler {
             seen.map_err(tensor_error)?,
         );
         let one = |v: f32| HostTensor::from_vec(vec![v], [1]);
+        let penalized = params.repetition_penalty != 1.0
+            || params.presence_penalty != 0.0
+            || params.frequency_penalty != 0.0;
         let mut settings = Vec::with_capacity(8);
-        for (name, v) in [
+        let penalties = [
             ("repetition", params.repetition_penalty),
             ("presence", params.presence_penalty),
             ("frequency", params.frequency_penalty),
+        ];
+        for (name, v) in penalties.into_iter().filter(|_| penalized).chain([
             ("uniform", uniform),
             ("temperature", params.temperature),
             ("top_p", params.top_p),
             ("min_p", params.min_p),
-        ] {
+        ]) {
             settings.push((name, one(v).map_err(tensor_error)?));
         }
         let top_k = i64::try_from(params.top_k).unwrap_or(i64::MAX);
         let top_k = HostTensor::from_vec(vec![top_k], [1]).map_err(tensor_error)?;
-        let mut inputs = vec![
-            ("logits", logits),
-            ("output_counts", counts),
-            ("seen", seen),
-            ("top_k", top_k.view()),
-        ];
+        let mut inputs = vec![("logits", logits), ("top_k", top_k.view())];
+        if penalized {
+            inputs.extend([("output_counts", counts), ("seen", seen)]);
+        }
         inputs.extend(settings.iter().map(|(name, t)| (*name, t.view())));
-        let out = self.executable.run(&inputs, &[])?;
+        let executable = if penalized {
+            &self.penalized
+        } else {
+            &self.plain
+        };
+        let out = executable.run(&inputs, &[])?;
         let token = out
             .first()
             .and_then(|t| t.as_slice::<i64>().ok())
@@ -226,31 +242,50 @@ fn tensor_error(e: crate::tensor::TensorError) -> RunError {
 }
 
 /// `token = sample_token(penalized(logits), settings)` over `rows` rows of `vocab`, both
-/// runtime dims. Penalties: a seen token's logit is divided by the repetition penalty when
-/// positive and multiplied by it otherwise; then presence (once if generated) and
-/// frequency (per generation) are subtracted.
-fn sampler_graph() -> Result<Graph, BuildError> {
+/// runtime dims (without `penalties`, of the logits as they are). Penalties: a seen token's
+/// logit is divided by the repetition penalty when positive and multiplied by it otherwise;
+/// then presence (once if generated) and frequency (per generation) are subtracted.
+fn sampler_graph(penalties: bool) -> Result<Graph, BuildError> {
     let mut b = GraphBuilder::new();
     let (rows, vocab) = (Dim::sym("rows"), Dim::sym("vocab"));
     let table = [rows.clone(), vocab];
-    let logits = b.input("logits", DType::F32, table.clone())?;
-    let counts = b.input("output_counts", DType::F32, table.clone())?;
-    let seen = b.input("seen", DType::F32, table)?;
+    let mut logits = b.input("logits", DType::F32, table.clone())?;
     let setting = |b: &mut GraphBuilder, name: &str, dtype| -> Result<NodeId, BuildError> {
         b.input(name, dtype, [rows.clone()])
     };
-    let repetition = setting(&mut b, "repetition", DType::F32)?;
-    let presence = setting(&mut b, "presence", DType::F32)?;
-    let frequency = setting(&mut b, "frequency", DType::F32)?;
+    if penalties {
+        logits = penalize(&mut b, logits, &table, &setting)?;
+    }
     let uniform = setting(&mut b, "uniform", DType::F32)?;
     let temperature = setting(&mut b, "temperature", DType::F32)?;
     let top_k = setting(&mut b, "top_k", DType::I64)?;
     let top_p = setting(&mut b, "top_p", DType::F32)?;
     let min_p = setting(&mut b, "min_p", DType::F32)?;
-    let column = |b: &mut GraphBuilder, t: NodeId| b.reshape(t, [rows.clone(), Dim::Static(1)]);
+    let token = b.op(
+        Op::SampleToken(SampleToken),
+        &[logits, uniform, temperature, top_k, top_p, min_p],
+    )?;
+    b.output("token", token)?;
+    b.finish()
+}
 
+/// `logits` with the penalties applied, from the inputs `output_counts` and `seen` (shaped
+/// `table`) and the per-row `repetition`, `presence` and `frequency`.
+fn penalize(
+    b: &mut GraphBuilder,
+    logits: NodeId,
+    table: &[Dim; 2],
+    setting: &dyn Fn(&mut GraphBuilder, &str, DType) -> Result<NodeId, BuildError>,
+) -> Result<NodeId, BuildError> {
+    let counts = b.input("output_counts", DType::F32, table.clone())?;
+    let seen = b.input("seen", DType::F32, table.clone())?;
+    let repetition = setting(b, "repetition", DType::F32)?;
+    let presence = setting(b, "presence", DType::F32)?;
+    let frequency = setting(b, "frequency", DType::F32)?;
+    let rows = table[0].clone();
+    let column = |b: &mut GraphBuilder, t: NodeId| b.reshape(t, [rows.clone(), Dim::Static(1)]);
     let zero = b.scalar(0.0, DType::F32);
-    let repetition = column(&mut b, repetition)?;
+    let repetition = column(b, repetition)?;
     let positive = b.compare(CompareOp::Gt, logits, zero)?;
     let divided = b.binary(BinaryOp::Div, logits, repetition)?;
     let multiplied = b.mul(logits, repetition)?;
@@ -259,16 +294,10 @@ fn sampler_graph() -> Result<Graph, BuildError> {
     let logits = b.select(was_seen, damped, logits)?;
     let generated = b.compare(CompareOp::Gt, counts, zero)?;
     let generated = b.cast(generated, DType::F32)?;
-    let presence = column(&mut b, presence)?;
+    let presence = column(b, presence)?;
     let presence = b.mul(generated, presence)?;
-    let frequency = column(&mut b, frequency)?;
+    let frequency = column(b, frequency)?;
     let frequency = b.mul(counts, frequency)?;
     let logits = b.binary(BinaryOp::Sub, logits, presence)?;
-    let logits = b.binary(BinaryOp::Sub, logits, frequency)?;
-    let token = b.op(
-        Op::SampleToken(SampleToken),
-        &[logits, uniform, temperature, top_k, top_p, min_p],
-    )?;
-    b.output("token", token)?;
-    b.finish()
+    b.binary(BinaryOp::Sub, logits, frequency)
 }
