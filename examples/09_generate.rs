@@ -32,7 +32,7 @@ use rlx::generate::{
     ChatMessage, ChatTemplate, GenerateOptions, Generator, SamplingParams, TextStream,
 };
 use rlx::gguf::{Gguf, GgufTokenizer};
-use rlx::models::fetch::SMOLLM2_135M_INSTRUCT;
+use rlx::models::fetch::{SMOLLM2_135M_INSTRUCT, SMOLLM2_GGUF};
 use rlx::models::llama::LlamaDecoder;
 
 const USAGE: &str = "usage: 09_generate [--prompt TEXT] [--chat] [--backend cpu|mlx] \
@@ -102,9 +102,7 @@ fn generate<B: Backend<Executable: 'static>>(
 ) -> Result<(), Box<dyn Error>> {
     let path = match &args.model {
         Some(path) => path.clone(),
-        None => SMOLLM2_135M_INSTRUCT
-            .locate(None)?
-            .join("SmolLM2-135M-Instruct.Q4_1.gguf"),
+        None => SMOLLM2_135M_INSTRUCT.locate(None)?.join(SMOLLM2_GGUF),
     };
     eprintln!("loading {}", path.display());
     let file = Gguf::open(&path)?;

@@ -9,5 +9,6 @@ pub mod block;
 pub mod digits;
 pub mod fuzz;
 pub mod gguf;
+pub mod llm;
 pub mod rng;
 pub mod testing;

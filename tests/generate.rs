@@ -10,34 +10,10 @@ use rlx::generate::{
     ChatMessage, ChatTemplate, Decoder, FinishReason, GenerateError, GenerateOptions, Generator,
     SamplingParams, TextStream,
 };
-use rlx::gguf::{Gguf, GgufTokenizer};
-use rlx::models::fetch::SMOLLM2_135M_INSTRUCT;
+use rlx::gguf::GgufTokenizer;
 use rlx::models::llama::LlamaDecoder;
 use rlx::tensor::HostTensor;
-
-fn data_dir() -> std::path::PathBuf {
-    std::env::var("RLX_TEST_DATA")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data"))
-}
-
-fn reference(name: &str) -> serde_json::Value {
-    let text = std::fs::read_to_string(data_dir().join(format!("llm/{name}.json"))).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
-
-fn ids(v: &serde_json::Value) -> Vec<i64> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_i64().unwrap())
-        .collect()
-}
-
-fn smollm2() -> Gguf {
-    let dir = SMOLLM2_135M_INSTRUCT.locate(None).unwrap();
-    Gguf::open(dir.join("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap()
-}
+use rlx_testkit::llm::{byte_symbol, ids, reference, smollm2};
 
 fn greedy(max_tokens: usize, stop_tokens: Vec<i64>) -> GenerateOptions {
     GenerateOptions {
@@ -286,20 +262,9 @@ fn text_streams_whole_characters_and_stops_across_tokens() {
     let file = smollm2();
     let tokenizer = GgufTokenizer::from_gguf(&file).unwrap();
     let vocab = tokenizer.vocab_size();
-    // Byte-level tokens of one byte each, spelled in GPT-2's byte alphabet: printable
-    // bytes stand for themselves, the others for 256, 257, … in byte order.
-    let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
-    let symbol = |byte: u8| {
-        let b = u32::from(byte);
-        let code = if printable(b) {
-            b
-        } else {
-            256 + (0..b).filter(|c| !printable(*c)).count() as u32
-        };
-        char::from_u32(code).unwrap().to_string()
-    };
+    // Byte-level tokens of one byte each.
     let byte_token = |byte: u8| {
-        let s = symbol(byte);
+        let s = byte_symbol(byte);
         (0..vocab as u32)
             .find(|id| tokenizer.token(*id).as_deref() == Some(s.as_str()))
             .map(i64::from)

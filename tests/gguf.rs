@@ -278,9 +278,7 @@ fn structural_lies_are_named() {
 /// it, and every tensor dequantized to finite values of its shape.
 #[test]
 fn smollm2_reads_with_its_metadata_and_every_tensor() {
-    use rlx::models::fetch::SMOLLM2_135M_INSTRUCT;
-    let dir = SMOLLM2_135M_INSTRUCT.locate(None).unwrap();
-    let file = Gguf::open(dir.join("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    let file = rlx_testkit::llm::smollm2();
     assert_eq!(file.version(), 3);
     let get = |key: &str| file.get(key).unwrap_or_else(|| panic!("no {key}"));
     assert_eq!(get("general.architecture").as_str(), Some("llama"));
@@ -334,9 +332,7 @@ fn smollm2_reads_with_its_metadata_and_every_tensor() {
 #[test]
 fn smollm2_tokenizes_as_transformers_does() {
     use rlx::gguf::GgufTokenizer;
-    use rlx::models::fetch::SMOLLM2_135M_INSTRUCT;
-    let dir = SMOLLM2_135M_INSTRUCT.locate(None).unwrap();
-    let file = Gguf::open(dir.join("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    let file = rlx_testkit::llm::smollm2();
     let tokenizer = GgufTokenizer::from_gguf(&file).unwrap();
     assert_eq!(tokenizer.vocab_size(), 49_152);
     let data = std::env::var("RLX_TEST_DATA")

@@ -4,28 +4,11 @@
 //! position within a stated bound, and the greedy tokens identical.
 
 use rlx::backend::Backend;
-use rlx::gguf::Gguf;
-use rlx::models::fetch::SMOLLM2_135M_INSTRUCT;
 use rlx::models::llama::{Llama, LlamaConfig};
 use rlx::tensor::HostTensor;
+use rlx_testkit::llm::{ids, reference, smollm2};
 
 const PROMPTS: [&str; 5] = ["capital", "story", "colors", "boiling", "poem"];
-
-fn reference(name: &str) -> serde_json::Value {
-    let dir = std::env::var("RLX_TEST_DATA")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data"));
-    let text = std::fs::read_to_string(dir.join(format!("llm/{name}.json"))).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
-
-fn ids(v: &serde_json::Value) -> Vec<i64> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_i64().unwrap())
-        .collect()
-}
 
 /// The largest difference between `row` (one position's logits) and the reference's top 10
 /// at position `pos` of `r`, each asserted within [`BOUND`].
@@ -100,8 +83,7 @@ fn check_prompts(model: &Llama) -> f64 {
 const BOUND: f64 = 1e-3;
 
 fn matches_transformers<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
-    let dir = SMOLLM2_135M_INSTRUCT.locate(None).unwrap();
-    let file = Gguf::open(dir.join("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    let file = smollm2();
     let config = LlamaConfig::from_gguf(&file).unwrap();
     assert_eq!(
         (config.num_layers, config.hidden_size, config.vocab_size),
@@ -134,8 +116,7 @@ fn smollm2_matches_transformers_on_mlx() {
 /// position (within [`BOUND`]) and the greedy tokens are the reference's 32.
 fn generates_with_caches<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
     use rlx::models::llama::{LlamaCacheConfig, LlamaStep};
-    let dir = SMOLLM2_135M_INSTRUCT.locate(None).unwrap();
-    let file = Gguf::open(dir.join("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    let file = smollm2();
     let config = LlamaCacheConfig {
         model: LlamaConfig::from_gguf(&file).unwrap(),
         capacity: 64,
@@ -186,8 +167,7 @@ fn smollm2_perplexity_matches_transformers() {
     let r = reference("perplexity");
     let tokens = ids(&r["ids"]);
     let expected = r["perplexity"].as_f64().unwrap();
-    let dir = SMOLLM2_135M_INSTRUCT.locate(None).unwrap();
-    let file = Gguf::open(dir.join("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    let file = smollm2();
     let config = LlamaConfig::from_gguf(&file).unwrap();
     let model = Llama::compile(&rlx::cpu::CpuBackend::default(), &config).unwrap();
     model.load_gguf(&file).unwrap();

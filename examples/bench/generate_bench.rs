@@ -27,7 +27,7 @@ use std::sync::Arc;
 use rlx::backend::Backend;
 use rlx::generate::{Decoder, GenerateOptions, Generator, SamplingParams};
 use rlx::gguf::Gguf;
-use rlx::models::fetch::SMOLLM2_135M_INSTRUCT;
+use rlx::models::fetch::{SMOLLM2_135M_INSTRUCT, SMOLLM2_GGUF};
 use rlx::models::llama::{LlamaDecoder, LlamaStep};
 use rlx::tensor::HostTensor;
 
@@ -98,7 +98,7 @@ fn bench<B: Backend<Executable: 'static>>(
     profiled: bool,
 ) -> Result<(), Box<dyn Error>> {
     let dir = SMOLLM2_135M_INSTRUCT.locate(None)?;
-    let file = Gguf::open(dir.join("SmolLM2-135M-Instruct.Q4_1.gguf"))?;
+    let file = Gguf::open(dir.join(SMOLLM2_GGUF))?;
     let decoder = Arc::new(LlamaDecoder::from_gguf(backend, &file, 1024)?);
     let vocab = decoder.config().model.vocab_size as u64;
     let mut seed = 0x2545_f491_4f6c_dd1du64;

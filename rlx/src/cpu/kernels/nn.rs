@@ -296,7 +296,7 @@ impl AttentionDims {
 /// single pass over them.
 const DIRECT_ROWS: usize = 2;
 
-/// `Σ a_i b_i` in the accumulator type, in 16 lanes summed pairwise (so it vectorizes).
+/// `Σ a_i b_i` in the accumulator type, in 16 lanes (so it vectorizes).
 #[inline(always)]
 fn dot<T: FloatStore>(a: &[T], b: &[T]) -> T::Acc {
     let mut lanes = [<T::Acc as Real>::ZERO; 16];
@@ -311,6 +311,12 @@ fn dot<T: FloatStore>(a: &[T], b: &[T]) -> T::Acc {
     for (x, y) in ra.iter().zip(rb) {
         tail += x.load() * y.load();
     }
+    sum_lanes(lanes) + tail
+}
+
+/// The sum of 16 lanes, pairwise: the same rounding at every vector width.
+#[inline(always)]
+fn sum_lanes<R: Real>(mut lanes: [R; 16]) -> R {
     let mut width = 16;
     while width > 1 {
         width /= 2;
@@ -318,7 +324,7 @@ fn dot<T: FloatStore>(a: &[T], b: &[T]) -> T::Acc {
             lanes[i] += lanes[i + width];
         }
     }
-    lanes[0] + tail
+    lanes[0]
 }
 
 /// One query block through every key block: online softmax over GEMM tiles (direct loops
@@ -639,15 +645,7 @@ fn exp_and_sum_with<R: Real>(row: &mut [R], max: R, exp: impl Fn(R) -> R) -> R {
         *s = exp(*s - max);
         sum += *s;
     }
-    // Pairwise, for the same rounding at every vector width.
-    let mut width = 16;
-    while width > 1 {
-        width /= 2;
-        for i in 0..width {
-            lanes[i] += lanes[i + width];
-        }
-    }
-    lanes[0] + sum
+    sum_lanes(lanes) + sum
 }
 
 /// Rotary embedding parameters.
