@@ -12,6 +12,7 @@ struct FieldAttrs {
     transpose: bool,
     split: Option<(LitInt, LitInt, Option<syn::Expr>)>,
     len: Option<Type>,
+    when: Option<LitStr>,
     skip: bool,
 }
 
@@ -88,6 +89,28 @@ pub fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
             inits.push(quote_spanned!(span=> #ident: ::core::default::Default::default()));
             continue;
         }
+        if let Some(flag) = &attrs.when {
+            let Some(inner) = option_element(ty) else {
+                return Err(syn::Error::new(
+                    flag.span(),
+                    "`when` applies only to `Option` fields: the param is `Some` when the config flag is on",
+                ));
+            };
+            if attrs.len.is_some() {
+                return Err(syn::Error::new(
+                    flag.span(),
+                    "`when` and `len` cannot be combined: wrap the `Vec` in a params struct",
+                ));
+            }
+            inits.push(quote_spanned! {span=>
+                #ident: if __g.flag(#flag) {
+                    ::core::option::Option::Some(<#inner as ::rlx::params::Params<#brand>>::declare(__g, &#path))
+                } else {
+                    ::core::option::Option::None
+                }
+            });
+            continue;
+        }
         let init = match (vec_element(ty), &attrs.len) {
             (Some(elem), Some(len)) => quote_spanned! {span=>
                 {
@@ -137,9 +160,19 @@ fn type_is(ty: &Type, name: &str) -> bool {
 
 /// `T` if `ty` is `Vec<T>`.
 fn vec_element(ty: &Type) -> Option<&Type> {
+    generic_element(ty, "Vec")
+}
+
+/// `T` if `ty` is `Option<T>`.
+fn option_element(ty: &Type) -> Option<&Type> {
+    generic_element(ty, "Option")
+}
+
+/// `T` if `ty` is `wrapper<T>`.
+fn generic_element<'t>(ty: &'t Type, wrapper: &str) -> Option<&'t Type> {
     let Type::Path(p) = ty else { return None };
     let last = p.path.segments.last()?;
-    if last.ident != "Vec" {
+    if last.ident != wrapper {
         return None;
     }
     let PathArguments::AngleBracketed(args) = &last.arguments else {
@@ -166,6 +199,12 @@ fn parse_attrs(attrs: &[syn::Attribute]) -> syn::Result<FieldAttrs> {
                     return Err(meta.error("`transpose` is given twice"));
                 }
                 out.transpose = true;
+                Ok(())
+            } else if meta.path.is_ident("when") {
+                if out.when.is_some() {
+                    return Err(meta.error("`when` is given twice"));
+                }
+                out.when = Some(meta.value()?.parse()?);
                 Ok(())
             } else if meta.path.is_ident("skip") {
                 out.skip = true;
@@ -213,7 +252,7 @@ fn parse_attrs(attrs: &[syn::Attribute]) -> syn::Result<FieldAttrs> {
                 Ok(())
             } else {
                 Err(meta.error(
-                    "unknown `param` attribute; expected `rename = \"..\"`, `transpose`, `split(..)`, `len = Dim` or `skip`",
+                    "unknown `param` attribute; expected `rename = \"..\"`, `transpose`, `split(..)`, `len = Dim`, `when = \"flag\"` or `skip`",
                 ))
             }
         })?;

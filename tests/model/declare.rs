@@ -18,6 +18,42 @@ struct Stack<'g> {
     blocks: [Pair<'g>; 2],
 }
 
+#[derive(rlx::Params)]
+struct Gated<'g> {
+    weight: Tensor<'g, (Const<3>,)>,
+    #[param(rename = "weight_extra", when = "extra")]
+    extra: Option<Pair<'g>>,
+}
+
+#[test]
+fn optional_params_follow_their_config_flag() {
+    for on in [false, true] {
+        let (_, manifest) = build_model(&Sizes::new().with_flag("extra", on), |g| {
+            let p: Gated = g.params();
+            assert_eq!(p.extra.is_some(), on);
+            g.output("y", p.weight.relu());
+        })
+        .unwrap();
+        let names: Vec<&str> = manifest.params.iter().map(|p| p.name.as_str()).collect();
+        let expected: &[&str] = if on {
+            &["weight", "weight_extra.self"]
+        } else {
+            &["weight"]
+        };
+        assert_eq!(names, expected);
+    }
+    // A flag the config does not set is a build error naming it.
+    let err = build(|g| {
+        let p: Gated = g.params();
+        g.output("y", p.weight.relu());
+    })
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("the config flag `extra` is not set"),
+        "{err}"
+    );
+}
+
 #[test]
 fn arrays_and_renames_name_params_by_path() {
     let (graph, manifest) = build_model(&Sizes::new(), |g| {

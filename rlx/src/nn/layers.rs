@@ -40,6 +40,23 @@ impl<'g, I: Dim, O: Dim, E: Float> Projection<'g, I, O, E> {
     }
 }
 
+/// A learned shift along the last dim: the bias of a [`Projection`] that the checkpoint
+/// stores beside its weight (`attn_q.bias` next to `attn_q.weight`), present only in the
+/// variants of a model family that have one.
+#[derive(Params)]
+pub struct Bias<'g, N: Dim, E: Float = f32> {
+    /// `[N]`.
+    pub bias: Tensor<'g, (N,), E>,
+}
+
+impl<'g, N: Dim, E: Float> Bias<'g, N, E> {
+    /// Adds the bias to the last dim of `x`.
+    #[track_caller]
+    pub fn forward<S: LastDim<N>>(&self, x: Tensor<'g, S, E>) -> Tensor<'g, S, E> {
+        x.add_bias(self.bias)
+    }
+}
+
 /// A lookup table of `V` vectors of size `D`.
 #[derive(Params)]
 pub struct Embedding<'g, V: Dim, D: Dim, E: Element = f32> {

@@ -15,7 +15,10 @@
 //!   `axis` defaults to 0.
 //!
 //! `Vec` fields take their length from a dim: `#[param(len = Layers)]` where `Layers` is a
-//! config dim (or a `Const<N>`).
+//! config dim (or a `Const<N>`). `Option` fields follow a config flag:
+//! `#[param(when = "qkv_bias")]` declares the field only when the config sets that flag
+//! ([`Sizes::with_flag`](crate::typed::Sizes::with_flag)), for the weights one variant of a
+//! model family has and another lacks.
 //!
 //! ```
 //! use rlx::Params;

@@ -117,6 +117,7 @@ pub fn symbol_name(type_name: &str) -> String {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Sizes {
     values: Vec<(&'static str, usize)>,
+    flags: Vec<(&'static str, bool)>,
 }
 
 impl Sizes {
@@ -134,6 +135,25 @@ impl Sizes {
         self.values.retain(|(n, _)| *n != name);
         self.values.push((name, value));
         self
+    }
+
+    /// Sets the config flag `name`: a yes/no of the config that params declared
+    /// `#[param(when = "name")]` follow (present only when it is on).
+    ///
+    /// ```
+    /// let sizes = rlx::typed::Sizes::new().with_flag("qkv_bias", true);
+    /// assert_eq!(sizes.flag("qkv_bias"), Some(true));
+    /// assert_eq!(sizes.flag("qk_norm"), None);
+    /// ```
+    pub fn with_flag(mut self, name: &'static str, on: bool) -> Sizes {
+        self.flags.retain(|(n, _)| *n != name);
+        self.flags.push((name, on));
+        self
+    }
+
+    /// The value of the config flag `name`, if the config set it.
+    pub fn flag(&self, name: &str) -> Option<bool> {
+        self.flags.iter().find(|(n, _)| *n == name).map(|f| f.1)
     }
 
     /// The size of `D`: its value if static, its configured value if config-bound.

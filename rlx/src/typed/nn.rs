@@ -105,6 +105,59 @@ impl<'g, B: Dim, H: Dim, Q: Dim, D: Dim, E: Float> Tensor<'g, (B, H, Q, D), E> {
         )
     }
 
+    /// [`attention_causal_grouped`](Self::attention_causal_grouped) within a sliding
+    /// window: query `i` sees only the last `window` keys up to its own position
+    /// (`i - window < j <= i`, queries aligned to the end of the keys), the local layers of
+    /// Gemma and Mistral. A `window` of 0 is a build error.
+    ///
+    /// ```
+    /// use rlx::typed::{Const, Tensor, build};
+    /// rlx::dims!(Seq);
+    /// let graph = build(|g| {
+    ///     let q: Tensor<(Const<1>, Const<4>, Seq, Const<8>)> = g.input("q");
+    ///     let k: Tensor<(Const<1>, Const<2>, Seq, Const<8>)> = g.input("k");
+    ///     let v: Tensor<(Const<1>, Const<2>, Seq, Const<8>)> = g.input("v");
+    ///     g.output("o", q.attention_windowed_grouped(k, v, 512, 0.35));
+    /// })?;
+    /// assert!(graph.to_string().contains("window=512"));
+    /// # Ok::<(), rlx::typed::BuildErrors>(())
+    /// ```
+    #[track_caller]
+    pub fn attention_windowed_grouped<G: Dim, K: Dim, V: Dim>(
+        self,
+        keys: Tensor<'g, (B, G, K, D), E>,
+        values: Tensor<'g, (B, G, K, V), E>,
+        window: usize,
+        scale: f64,
+    ) -> Tensor<'g, (B, H, Q, V), E> {
+        self.fused_attention(
+            AttentionMask::SlidingWindow(window),
+            scale,
+            false,
+            &[keys.id(), values.id()],
+        )
+    }
+
+    /// [`attention_windowed_grouped`](Self::attention_windowed_grouped) over the first
+    /// `length` positions of a cache of capacity `C`, read in place, as
+    /// [`attention_causal_grouped_upto`](Self::attention_causal_grouped_upto) does.
+    #[track_caller]
+    pub fn attention_windowed_grouped_upto<G: Dim, C: Dim, V: Dim, X: Index>(
+        self,
+        keys: Tensor<'g, (B, G, C, D), E>,
+        values: Tensor<'g, (B, G, C, V), E>,
+        length: Tensor<'g, (), X>,
+        window: usize,
+        scale: f64,
+    ) -> Tensor<'g, (B, H, Q, V), E> {
+        self.fused_attention(
+            AttentionMask::SlidingWindow(window),
+            scale,
+            true,
+            &[keys.id(), values.id(), length.id()],
+        )
+    }
+
     /// Attention where query `i` of batch entry `b` sees key `j` only if
     /// `mask[b, j]` is true (the key-padding mask of right-padded batches).
     #[track_caller]

@@ -198,6 +198,23 @@ impl<'g> Scope<'g> {
         }
     }
 
+    /// The config flag `name` of this graph (see [`Sizes::with_flag`]); a flag the config
+    /// did not set records an error and reads as off.
+    #[track_caller]
+    pub fn flag(&self, name: &str) -> bool {
+        match self.sizes.flag(name) {
+            Some(on) => on,
+            None => {
+                self.reject(
+                    "flag",
+                    None,
+                    format!("the config flag `{name}` is not set: give it with `Sizes::with_flag(\"{name}\", ..)`"),
+                );
+                false
+            }
+        }
+    }
+
     /// Resolves typed dims to an IR shape; `None` (with the error recorded) if a config dim
     /// has no value.
     #[track_caller]

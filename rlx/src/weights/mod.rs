@@ -11,7 +11,9 @@ mod safetensors;
 
 pub use self::gguf::load_gguf;
 
-pub use self::safetensors::{load_safetensors, read_tensors, save_safetensors, save_tensors};
+pub use self::safetensors::{
+    load_safetensors, load_tensors, read_tensors, save_safetensors, save_tensors,
+};
 
 use std::fmt;
 use std::path::PathBuf;

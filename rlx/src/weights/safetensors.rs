@@ -67,40 +67,102 @@ pub fn load_safetensors(
     // reader, this assumes no other process truncates the file while we read it.
     let map = unsafe { Mmap::map(&file) }.map_err(io)?;
     let st = SafeTensors::deserialize(&map).map_err(|e| format_error(path, e))?;
+    let mut tensors = Vec::new();
+    let mut unreadable = Vec::new();
+    for (name, view) in st.tensors() {
+        match from_file_dtype(view.dtype()) {
+            Some(dtype) => tensors.push((name, dtype, view)),
+            None => unreadable.push(Mismatch {
+                key: name.clone(),
+                expected: String::new(),
+                found: format!("{:?}{:?}", view.dtype(), view.shape()),
+            }),
+        }
+    }
+    let named: Vec<(&str, TensorRef<'_>)> = tensors
+        .iter()
+        .map(|(name, dtype, view)| {
+            let value = TensorRef {
+                dtype: *dtype,
+                shape: view.shape(),
+                bytes: view.data(),
+            };
+            (name.as_str(), value)
+        })
+        .collect();
+    load_checked(exe, manifest, path, &named, unreadable, options)
+}
 
+/// Binds `tensors` (checkpoint key → value, from any source) as the weights of
+/// `manifest`, as strictly as [`load_safetensors`] binds a file's: nothing is bound unless
+/// every declared tensor is there with its dtype (or, with
+/// [`LoadOptions::convert_floats`], any float dtype) and dims, and nothing undeclared is
+/// (unless [`LoadOptions::allow_unexpected`]); `source` names the tensors' origin in
+/// errors. For checkpoints whose names or values need mapping first (a Hugging Face
+/// decoder's names onto GGUF's).
+pub fn load_tensors(
+    exe: &dyn Executable,
+    manifest: &Manifest,
+    source: &Path,
+    tensors: &[(&str, TensorRef<'_>)],
+    options: &LoadOptions,
+) -> Result<LoadReport, WeightsError> {
+    load_checked(exe, manifest, source, tensors, Vec::new(), options)
+}
+
+/// [`load_tensors`], with tensors of dtypes RLX cannot hold (`unreadable`) reported as
+/// mismatched where the model declares them and as unexpected elsewhere.
+fn load_checked(
+    exe: &dyn Executable,
+    manifest: &Manifest,
+    path: &Path,
+    tensors: &[(&str, TensorRef<'_>)],
+    unreadable: Vec<Mismatch>,
+    options: &LoadOptions,
+) -> Result<LoadReport, WeightsError> {
     let files = manifest.file_tensors();
+    let by_name: std::collections::HashMap<&str, &TensorRef<'_>> =
+        tensors.iter().map(|(name, value)| (*name, value)).collect();
+    let declared: std::collections::HashSet<&str> = files.iter().map(|f| f.key.as_str()).collect();
     let (mut missing, mut unexpected, mut mismatched) = (Vec::new(), Vec::new(), Vec::new());
     let mut report = LoadReport::default();
-    // The views found while checking, in `files` order, are the ones bound below.
-    let mut views = Vec::with_capacity(files.len());
+    // The tensors found while checking, in `files` order, are the ones bound below.
+    let mut found = Vec::with_capacity(files.len());
     for f in &files {
-        let Ok(view) = st.tensor(&f.key) else {
-            missing.push(f.key.clone());
+        let Some(&value) = by_name.get(f.key.as_str()) else {
+            match unreadable.iter().find(|m| m.key == f.key) {
+                Some(m) => mismatched.push(Mismatch {
+                    key: f.key.clone(),
+                    expected: describe(f.dtype, &f.shape),
+                    found: m.found.clone(),
+                }),
+                None => missing.push(f.key.clone()),
+            }
             continue;
         };
-        let found = from_file_dtype(view.dtype());
-        let dtype_ok = match found {
-            Some(d) if d == f.dtype => true,
-            Some(d) if options.convert_floats && d.is_float() && f.dtype.is_float() => {
+        let dtype_ok = match value.dtype {
+            d if d == f.dtype => true,
+            d if options.convert_floats && d.is_float() && f.dtype.is_float() => {
                 report.converted.push(f.key.clone());
                 true
             }
             _ => false,
         };
-        if !dtype_ok || view.shape() != f.shape.as_slice() {
+        if !dtype_ok || value.shape != f.shape.as_slice() {
             mismatched.push(Mismatch {
                 key: f.key.clone(),
                 expected: describe(f.dtype, &f.shape),
-                found: match found {
-                    Some(d) => describe(d, view.shape()),
-                    None => format!("{:?}{:?}", view.dtype(), view.shape()),
-                },
+                found: describe(value.dtype, value.shape),
             });
         }
-        views.push(view);
+        found.push(*value);
     }
-    for name in st.names() {
-        if !files.iter().any(|f| f.key == name) {
+    let names = tensors
+        .iter()
+        .map(|(name, _)| *name)
+        .chain(unreadable.iter().map(|m| m.key.as_str()));
+    for name in names {
+        if !declared.contains(name) {
             if options.allow_unexpected {
                 report.ignored.push(name.to_string());
             } else {
@@ -121,14 +183,13 @@ pub fn load_safetensors(
 
     // Each param's value in the model's layout, all bound at once below.
     let mut values: Vec<ParamValue> = Vec::with_capacity(manifest.params.len());
-    for (f, view) in files.iter().zip(views) {
-        let file_dtype = from_file_dtype(view.dtype()).unwrap_or(f.dtype);
-        let data: Cow<[u8]> = if file_dtype == f.dtype {
-            Cow::Borrowed(view.data())
+    for (f, value) in files.iter().zip(found) {
+        let data: Cow<[u8]> = if value.dtype == f.dtype {
+            Cow::Borrowed(value.bytes)
         } else {
             Cow::Owned(encode_floats(
                 f.dtype,
-                &decode_floats(file_dtype, view.data()),
+                &decode_floats(value.dtype, value.bytes),
             ))
         };
         values.extend(param_values(manifest, f, data));

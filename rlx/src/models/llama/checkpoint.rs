@@ -1,0 +1,173 @@
+//! Hugging Face checkpoints of the family: `model.safetensors`, or the shards a
+//! `model.safetensors.index.json` lists, their tensor names mapped onto GGUF's.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use super::LlamaConfig;
+use crate::ir::DType;
+use crate::model::Compiled;
+use crate::tensor::{HostTensor, TensorRef};
+use crate::weights::{LoadOptions, LoadReport, WeightsError};
+
+/// The GGUF name the model gives a Hugging Face tensor (`model.layers.3.self_attn.q_proj.weight`
+/// → `blk.3.attn_q.weight`), or `None` for a name outside the decoder. Gemma's norms
+/// (`sandwich_norms` set) are named by their place: its `post_attention_layernorm` follows
+/// attention, where Llama's comes before the feed-forward block. Multimodal checkpoints'
+/// language models (`model.language_model.`, `language_model.model.`) map too.
+///
+/// ```
+/// use rlx::models::llama::{LlamaConfig, hf_tensor_name};
+/// let llama = LlamaConfig::new(64, 2, 4, 2, 128, 100);
+/// let name = hf_tensor_name("model.layers.1.post_attention_layernorm.weight", &llama);
+/// assert_eq!(name.as_deref(), Some("blk.1.ffn_norm.weight"));
+/// assert_eq!(hf_tensor_name("lm_head.weight", &llama).as_deref(), Some("output.weight"));
+/// assert_eq!(hf_tensor_name("vision_tower.patch.weight", &llama), None);
+/// ```
+pub fn hf_tensor_name(name: &str, config: &LlamaConfig) -> Option<String> {
+    if name == "lm_head.weight" || name == "language_model.lm_head.weight" {
+        return Some("output.weight".into());
+    }
+    let rest = ["model.language_model.", "language_model.model.", "model."]
+        .iter()
+        .find_map(|prefix| name.strip_prefix(prefix))?;
+    match rest {
+        "embed_tokens.weight" => return Some("token_embd.weight".into()),
+        "norm.weight" => return Some("output_norm.weight".into()),
+        _ => {}
+    }
+    let rest = rest.strip_prefix("layers.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (module, kind) = rest.rsplit_once('.')?;
+    let gguf = match module {
+        "input_layernorm" => "attn_norm",
+        "self_attn.q_proj" => "attn_q",
+        "self_attn.k_proj" => "attn_k",
+        "self_attn.v_proj" => "attn_v",
+        "self_attn.o_proj" => "attn_output",
+        "self_attn.q_norm" => "attn_q_norm",
+        "self_attn.k_norm" => "attn_k_norm",
+        "post_attention_layernorm" if config.sandwich_norms => "post_attention_norm",
+        "post_attention_layernorm" => "ffn_norm",
+        "pre_feedforward_layernorm" => "ffn_norm",
+        "post_feedforward_layernorm" => "post_ffw_norm",
+        "mlp.gate_proj" => "ffn_gate",
+        "mlp.up_proj" => "ffn_up",
+        "mlp.down_proj" => "ffn_down",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{gguf}.{kind}"))
+}
+
+/// Whether a checkpoint tensor outside the decoder may be left unused: rotary tables some
+/// exports keep, and the vision parts of multimodal checkpoints.
+fn unused(name: &str) -> bool {
+    name.ends_with("rotary_emb.inv_freq")
+        || [
+            "vision_tower.",
+            "multi_modal_projector.",
+            "model.vision_tower.",
+            "model.multi_modal_projector.",
+        ]
+        .iter()
+        .any(|p| name.starts_with(p))
+}
+
+/// The safetensors files of the checkpoint in `dir`: the shards its
+/// `model.safetensors.index.json` lists, else `model.safetensors`.
+fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>, WeightsError> {
+    let index = dir.join("model.safetensors.index.json");
+    if !index.exists() {
+        return Ok(vec![dir.join("model.safetensors")]);
+    }
+    let format = |message: String| WeightsError::Format {
+        path: index.clone(),
+        message,
+    };
+    let text = std::fs::read_to_string(&index).map_err(|source| WeightsError::Io {
+        path: index.clone(),
+        source,
+    })?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format(format!("not JSON: {e}")))?;
+    let map = json
+        .get("weight_map")
+        .and_then(serde_json::Value::as_object)
+        .ok_or_else(|| format("no weight_map object".into()))?;
+    let mut files = BTreeSet::new();
+    for (key, file) in map {
+        let file = file
+            .as_str()
+            .ok_or_else(|| format(format!("{key}: the shard is not a file name")))?;
+        // A shard is a file beside the index, never a path out of the folder.
+        if file.is_empty() || file.contains(['/', '\\']) || file == ".." {
+            return Err(format(format!(
+                "{key}: {file:?} is not a file in the folder"
+            )));
+        }
+        files.insert(file.to_string());
+    }
+    Ok(files.into_iter().map(|f| dir.join(f)).collect())
+}
+
+/// Loads the Hugging Face checkpoint in `dir` (`model.safetensors` or the shards of
+/// `model.safetensors.index.json`; f32, f16 or bf16) into `model`, a compiled
+/// [`Llama`](super::Llama) or [`LlamaStep`](super::LlamaStep) of `config`: names are
+/// mapped by [`hf_tensor_name`], values converted to f32, and Gemma's norm scales, stored
+/// as offsets from 1, become `1 + w` (as llama.cpp's converter writes them). As strict as
+/// every load: every declared weight must be there with its dims, and a decoder tensor the
+/// model does not declare is an error.
+pub fn load_hf_checkpoint(
+    model: &Compiled,
+    config: &LlamaConfig,
+    dir: &Path,
+) -> Result<LoadReport, WeightsError> {
+    let mut tensors: Vec<(String, HostTensor)> = Vec::new();
+    let mut ignored = Vec::new();
+    for path in shard_paths(dir)? {
+        crate::weights::read_tensors(&path, &mut |name, value| {
+            let Some(gguf) = hf_tensor_name(name, config) else {
+                if unused(name) {
+                    ignored.push(name.to_string());
+                } else {
+                    // Kept under its own name: the load reports it as unexpected.
+                    tensors.push((name.to_string(), value.to_host()));
+                }
+                return Ok(());
+            };
+            let offset = config.sandwich_norms && gguf.ends_with("norm.weight");
+            tensors.push((gguf, to_f32(value, if offset { 1.0 } else { 0.0 })));
+            Ok(())
+        })?;
+    }
+    let named: Vec<(&str, TensorRef<'_>)> = tensors
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.view()))
+        .collect();
+    let mut report = crate::weights::load_tensors(
+        model.executable(),
+        model.manifest(),
+        dir,
+        &named,
+        &LoadOptions::default(),
+    )?;
+    ignored.sort();
+    report.ignored = ignored;
+    Ok(report)
+}
+
+/// A float tensor as f32 with `offset` added (integer tensors are kept as they are: the
+/// load then reports their dtype).
+fn to_f32(value: TensorRef<'_>, offset: f64) -> HostTensor {
+    if !value.dtype.is_float() {
+        return value.to_host();
+    }
+    let mut out = HostTensor::zeros(DType::F32, value.shape);
+    if let Ok(dst) = out.as_mut_slice::<f32>() {
+        for (d, v) in dst.iter_mut().zip(value.to_host().to_f64_vec()) {
+            *d = (v + offset) as f32;
+        }
+    }
+    out
+}

@@ -1,0 +1,395 @@
+//! Llama-family decoders: token embeddings, then blocks of RMSNorm → grouped-query
+//! attention with rotary positions → residual, RMSNorm → gated feed-forward → residual, a
+//! final RMSNorm and the output projection. One graph covers the family's variants, each a
+//! feature of [`LlamaConfig`]: Llama and SmolLM2 as they are; Qwen2's query/key/value
+//! biases; Qwen3's per-head query and key norms; Gemma 3's scaled embeddings, norms after
+//! attention and feed-forward, GeGLU, its own attention scale and local sliding-window
+//! layers between global ones.
+//!
+//! Param names are GGUF's (`blk.0.attn_q.weight`), so a GGUF file loads as it is
+//! ([`Compiled::load_gguf`](crate::model::Compiled::load_gguf)); a Hugging Face checkpoint
+//! loads through [`load_hf_checkpoint`], which renames its tensors. llama.cpp's converter
+//! stores Llama's query and key projections with the rows of each head interleaved for its
+//! rotary layout (rotating adjacent feature pairs); the model rotates adjacent pairs for
+//! those files ([`LlamaConfig::rope_traditional`]), so the weights need no permutation.
+//!
+//! ```
+//! use rlx::models::llama::{Llama, LlamaConfig};
+//! let mut config = LlamaConfig::new(64, 2, 4, 2, 128, 100);
+//! config.qkv_bias = true;
+//! let manifest = Llama::manifest(&config)?;
+//! assert_eq!(manifest.get("blk.1.attn_k.weight").unwrap().file_shape(), Some(vec![32, 64]));
+//! assert!(manifest.get("blk.1.attn_k.bias").is_some());
+//! assert!(manifest.get("blk.1.attn_k_norm.weight").is_none());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod checkpoint;
+mod config;
+mod decoder;
+
+pub use checkpoint::{hf_tensor_name, load_hf_checkpoint};
+pub use config::{Activation, LlamaConfig, LlamaConfigError, MAX_LAYERS, SlidingWindow};
+pub use decoder::{LlamaDecoder, LlamaLoadError};
+
+use crate::Params;
+use crate::nn::{Bias, Embedding, Projection, RmsNorm};
+use crate::typed::{Axis, Const, Dim, Rope, Scope, Sizes, State, Tensor};
+
+crate::dims!(
+    /// Sequences in a batch.
+    Batch,
+    /// Tokens per sequence.
+    Seq
+);
+crate::config_dims!(
+    /// `embedding_length`: the width of the residual stream.
+    Hidden,
+    /// Query heads.
+    Heads,
+    /// Key and value heads (grouped-query attention shares each among `Heads / KvHeads`
+    /// query heads).
+    KvHeads,
+    /// Features per head.
+    HeadDim,
+    /// `Heads × HeadDim`.
+    QueryWidth,
+    /// `KvHeads × HeadDim`.
+    KvWidth,
+    /// `feed_forward_length`.
+    Intermediate,
+    /// Token vocabulary.
+    Vocab,
+    /// `block_count`.
+    Layers,
+    /// Positions a key/value cache holds.
+    Capacity
+);
+
+impl crate::model::Config for LlamaConfig {
+    fn sizes(&self) -> Sizes {
+        Sizes::new()
+            .with::<Hidden>(self.hidden_size)
+            .with::<Heads>(self.num_heads)
+            .with::<KvHeads>(self.num_kv_heads)
+            .with::<HeadDim>(self.head_dim)
+            .with::<QueryWidth>(self.num_heads * self.head_dim)
+            .with::<KvWidth>(self.num_kv_heads * self.head_dim)
+            .with::<Intermediate>(self.intermediate_size)
+            .with::<Vocab>(self.vocab_size)
+            .with::<Layers>(self.num_layers)
+            .with_flag("qkv_bias", self.qkv_bias)
+            .with_flag("qk_norm", self.qk_norm)
+            .with_flag("separate_output", !self.tied_output)
+            .with_flag("sandwich_norms", self.sandwich_norms)
+    }
+}
+
+/// `blk.N.*`: one decoder block.
+#[derive(Params)]
+pub struct LlamaBlock<'g> {
+    /// Norm before attention.
+    pub attn_norm: RmsNorm<'g, Hidden>,
+    /// Query projection.
+    pub attn_q: Projection<'g, Hidden, QueryWidth>,
+    /// Its bias (Qwen2).
+    #[param(rename = "attn_q", when = "qkv_bias")]
+    pub attn_q_bias: Option<Bias<'g, QueryWidth>>,
+    /// Key projection.
+    pub attn_k: Projection<'g, Hidden, KvWidth>,
+    /// Its bias (Qwen2).
+    #[param(rename = "attn_k", when = "qkv_bias")]
+    pub attn_k_bias: Option<Bias<'g, KvWidth>>,
+    /// Value projection.
+    pub attn_v: Projection<'g, Hidden, KvWidth>,
+    /// Its bias (Qwen2).
+    #[param(rename = "attn_v", when = "qkv_bias")]
+    pub attn_v_bias: Option<Bias<'g, KvWidth>>,
+    /// Per-head norm of the queries (Qwen3, Gemma 3).
+    #[param(when = "qk_norm")]
+    pub attn_q_norm: Option<RmsNorm<'g, HeadDim>>,
+    /// Per-head norm of the keys (Qwen3, Gemma 3).
+    #[param(when = "qk_norm")]
+    pub attn_k_norm: Option<RmsNorm<'g, HeadDim>>,
+    /// Attention output projection.
+    pub attn_output: Projection<'g, QueryWidth, Hidden>,
+    /// Norm of the attention's output before the residual addition (Gemma 3).
+    #[param(when = "sandwich_norms")]
+    pub post_attention_norm: Option<RmsNorm<'g, Hidden>>,
+    /// Norm before the feed-forward block.
+    pub ffn_norm: RmsNorm<'g, Hidden>,
+    /// The gate.
+    pub ffn_gate: Projection<'g, Hidden, Intermediate>,
+    /// The up projection.
+    pub ffn_up: Projection<'g, Hidden, Intermediate>,
+    /// The down projection.
+    pub ffn_down: Projection<'g, Intermediate, Hidden>,
+    /// Norm of the feed-forward output before the residual addition (Gemma 3).
+    #[param(when = "sandwich_norms")]
+    pub post_ffw_norm: Option<RmsNorm<'g, Hidden>>,
+}
+
+/// Every weight of a Llama-family decoder.
+#[derive(Params)]
+pub struct LlamaParams<'g> {
+    /// Token vectors (also the output projection unless `output` is present).
+    pub token_embd: Embedding<'g, Vocab, Hidden>,
+    /// The blocks.
+    #[param(len = Layers)]
+    pub blk: Vec<LlamaBlock<'g>>,
+    /// The final norm.
+    pub output_norm: RmsNorm<'g, Hidden>,
+    /// The output projection, when it is not the embedding table.
+    #[param(when = "separate_output")]
+    pub output: Option<Projection<'g, Hidden, Vocab>>,
+}
+
+/// Hidden states of a batch.
+pub type Hiddens<'g> = Tensor<'g, (Batch, Seq, Hidden)>;
+
+/// Per-head values of `B` sequences: `(B, N, Seq, HeadDim)` for `N` heads.
+type Heads4<'g, B, N> = Tensor<'g, (B, N, Seq, HeadDim)>;
+
+/// How one block attends: `attend(q, k, v, window)` turns the rotated queries, keys and
+/// values of the new tokens into the attention's output, within `window` positions when
+/// the layer is local.
+trait Attend<'g, B: Dim> {
+    fn attend(
+        &mut self,
+        layer: usize,
+        q: Heads4<'g, B, Heads>,
+        k: Heads4<'g, B, KvHeads>,
+        v: Heads4<'g, B, KvHeads>,
+        window: Option<usize>,
+    ) -> Heads4<'g, B, Heads>;
+}
+
+/// The token vectors of `input_ids`, scaled as the config says.
+fn embed<'g, B: Dim>(
+    cfg: &LlamaConfig,
+    p: &LlamaParams<'g>,
+    input_ids: Tensor<'g, (B, Seq), i64>,
+) -> Tensor<'g, (B, Seq, Hidden)> {
+    let x = p.token_embd.forward(input_ids);
+    if cfg.embedding_scale == 1.0 {
+        x
+    } else {
+        // Gemma scales in the weights' dtype: the factor rounded to f32.
+        x * cfg.embedding_scale as f32
+    }
+}
+
+/// Every block over `x` (`B` sequences of `Seq` new tokens); `offset`, when given, is the
+/// position of the first new token (0 otherwise).
+fn blocks<'g, B: Dim>(
+    cfg: &LlamaConfig,
+    p: &LlamaParams<'g>,
+    mut x: Tensor<'g, (B, Seq, Hidden)>,
+    offset: Option<Tensor<'g, (), i64>>,
+    attend: &mut impl Attend<'g, B>,
+) -> Tensor<'g, (B, Seq, Hidden)> {
+    let eps = cfg.rms_norm_eps;
+    let sandwich = |norm: &Option<RmsNorm<'g, Hidden>>, t: Tensor<'g, (B, Seq, Hidden)>| match norm
+    {
+        Some(n) => n.forward(t, eps),
+        None => t,
+    };
+    for (i, p) in p.blk.iter().enumerate() {
+        let (rope, window) = cfg.layer(i);
+        let h = p.attn_norm.forward(x, eps);
+        let q =
+            with_bias(p.attn_q.forward(h), &p.attn_q_bias).reshape::<(B, Seq, Heads, HeadDim)>();
+        let k =
+            with_bias(p.attn_k.forward(h), &p.attn_k_bias).reshape::<(B, Seq, KvHeads, HeadDim)>();
+        let v =
+            with_bias(p.attn_v.forward(h), &p.attn_v_bias).reshape::<(B, Seq, KvHeads, HeadDim)>();
+        let q = head_norm(&p.attn_q_norm, q, eps).swap_axes::<1, 2>();
+        let k = head_norm(&p.attn_k_norm, k, eps).swap_axes::<1, 2>();
+        let v = v.swap_axes::<1, 2>();
+        let q = rotate(rope, offset, q);
+        let k = rotate(rope, offset, k);
+        let context = attend
+            .attend(i, q, k, v, window)
+            .swap_axes::<1, 2>()
+            .reshape::<(B, Seq, QueryWidth)>();
+        x = x + sandwich(&p.post_attention_norm, p.attn_output.forward(context));
+        let h = p.ffn_norm.forward(x, eps);
+        let gate = p.ffn_gate.forward(h);
+        let gate = match cfg.activation {
+            Activation::Silu => gate.silu(),
+            Activation::GeluTanh => gate.gelu_tanh(),
+        };
+        let out = p.ffn_down.forward(gate * p.ffn_up.forward(h));
+        x = x + sandwich(&p.post_ffw_norm, out);
+    }
+    x
+}
+
+fn with_bias<'g, S: crate::typed::LastDim<N>, N: Dim>(
+    t: Tensor<'g, S>,
+    bias: &Option<Bias<'g, N>>,
+) -> Tensor<'g, S> {
+    match bias {
+        Some(b) => b.forward(t),
+        None => t,
+    }
+}
+
+fn head_norm<'g, B: Dim, N: Dim>(
+    norm: &Option<RmsNorm<'g, HeadDim>>,
+    t: Tensor<'g, (B, Seq, N, HeadDim)>,
+    eps: f64,
+) -> Tensor<'g, (B, Seq, N, HeadDim)> {
+    match norm {
+        Some(n) => n.forward(t, eps),
+        None => t,
+    }
+}
+
+/// Rotary positions from `offset` (0 when absent) on the heads of `t`.
+fn rotate<'g, B: Dim, N: Dim>(
+    rope: Rope,
+    offset: Option<Tensor<'g, (), i64>>,
+    t: Heads4<'g, B, N>,
+) -> Heads4<'g, B, N> {
+    match offset {
+        Some(offset) => t.rope_from(rope, offset),
+        None => t.rope(rope),
+    }
+}
+
+/// The final norm, the output projection and the soft cap over hidden states `x`.
+fn logits<'g, B: Dim, Q: Dim>(
+    cfg: &LlamaConfig,
+    p: &LlamaParams<'g>,
+    x: Tensor<'g, (B, Q, Hidden)>,
+) -> Tensor<'g, (B, Q, Vocab)> {
+    let x = p.output_norm.forward(x, cfg.rms_norm_eps);
+    let logits = match &p.output {
+        Some(output) => output.forward(x),
+        None => x.project_t(p.token_embd.weight),
+    };
+    match cfg.final_logit_softcap {
+        Some(cap) => (logits * (1.0 / cap) as f32).tanh() * cap as f32,
+        None => logits,
+    }
+}
+
+/// Causal attention over the new tokens alone (the whole sequence at once).
+struct Causal(f64);
+
+impl<'g> Attend<'g, Batch> for Causal {
+    fn attend(
+        &mut self,
+        _: usize,
+        q: Heads4<'g, Batch, Heads>,
+        k: Heads4<'g, Batch, KvHeads>,
+        v: Heads4<'g, Batch, KvHeads>,
+        window: Option<usize>,
+    ) -> Heads4<'g, Batch, Heads> {
+        match window {
+            Some(w) => q.attention_windowed_grouped(k, v, w, self.0),
+            None => q.attention_causal_grouped(k, v, self.0),
+        }
+    }
+}
+
+/// The decoder over a batch of token sequences (positions from 0, each token attending to
+/// itself and those before it): the logits of the next token at every position.
+#[crate::model(outputs(logits))]
+pub fn llama<'g>(
+    g: &'g Scope<'g>,
+    #[config] cfg: &LlamaConfig,
+    p: &LlamaParams<'g>,
+    input_ids: Tensor<'g, (Batch, Seq), i64>,
+) -> Tensor<'g, (Batch, Seq, Vocab)> {
+    let _ = g;
+    let x = embed(cfg, p, input_ids);
+    let x = blocks(cfg, p, x, None, &mut Causal(cfg.attention_scale));
+    logits(cfg, p, x)
+}
+
+/// A [`LlamaConfig`] with the capacity of its key/value caches: the most positions (prompt
+/// and generated tokens) a sequence can reach.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaCacheConfig {
+    /// The model.
+    pub model: LlamaConfig,
+    /// Positions each cache holds.
+    pub capacity: usize,
+}
+
+impl crate::model::Config for LlamaCacheConfig {
+    fn sizes(&self) -> Sizes {
+        self.model.sizes().with::<Capacity>(self.capacity)
+    }
+}
+
+/// One block's key or value cache: every position of one sequence so far, per key/value
+/// head. Named `blk.N.k_cache` and `blk.N.v_cache`.
+pub type Cache<'g> = State<'g, (Const<1>, KvHeads, Capacity, HeadDim)>;
+
+/// Attention of new tokens over a sequence's caches: each block appends its keys and
+/// values at `pos` and attends over the `filled` positions, in place.
+struct Cached<'g> {
+    g: &'g Scope<'g>,
+    pos: Tensor<'g, (), i64>,
+    filled: Tensor<'g, (), i64>,
+    scale: f64,
+}
+
+impl<'g> Attend<'g, Const<1>> for Cached<'g> {
+    fn attend(
+        &mut self,
+        layer: usize,
+        q: Heads4<'g, Const<1>, Heads>,
+        k: Heads4<'g, Const<1>, KvHeads>,
+        v: Heads4<'g, Const<1>, KvHeads>,
+        window: Option<usize>,
+    ) -> Heads4<'g, Const<1>, Heads> {
+        let keys: Cache<'g> = self.g.state(&format!("blk.{layer}.k_cache"));
+        let values: Cache<'g> = self.g.state(&format!("blk.{layer}.v_cache"));
+        let k = keys.read().slice_update(Axis::<2>, k, self.pos);
+        let v = values.read().slice_update(Axis::<2>, v, self.pos);
+        keys.write(k);
+        values.write(v);
+        match window {
+            Some(w) => q.attention_windowed_grouped_upto(k, v, self.filled, w, self.scale),
+            None => q.attention_causal_grouped_upto(k, v, self.filled, self.scale),
+        }
+    }
+}
+
+/// One step of generation for one sequence: the `Seq` new tokens `input_ids` (the prompt,
+/// or one sampled token) at positions `pos..pos + Seq` are appended to every block's
+/// caches, attend to everything cached before them and to each other causally, and the
+/// logits of the token after position `pos + last` (`last` = `Seq - 1`: the last new
+/// token; tokens after `last` are padding, written to the caches and overwritten by the
+/// next step before any token reads them) come out. The caches are states: the step runs in a
+/// [`Context`](crate::backend::Context) that holds them between steps, so one compiled
+/// step serves every position, and a context per sequence serves many sequences.
+#[crate::model(outputs(logits), states)]
+pub fn llama_step<'g>(
+    g: &'g Scope<'g>,
+    #[config] cfg: &LlamaCacheConfig,
+    p: &LlamaParams<'g>,
+    input_ids: Tensor<'g, (Const<1>, Seq), i64>,
+    pos: Tensor<'g, (), i64>,
+    last: Tensor<'g, (), i64>,
+) -> Tensor<'g, (Const<1>, Const<1>, Vocab)> {
+    let model = &cfg.model;
+    // Every new token is in the cache after this step, padding included: the queries are
+    // the last `Seq` of the `filled` positions, and causality keeps padding after `last`
+    // out of sight of the real tokens.
+    let filled = pos + g.full::<(Seq,), i64>(1).sum::<0>();
+    let x = embed(model, p, input_ids);
+    let mut attend = Cached {
+        g,
+        pos,
+        filled,
+        scale: model.attention_scale,
+    };
+    let x = blocks(model, p, x, Some(pos), &mut attend);
+    let x: Tensor<'g, (Const<1>, Const<1>, Hidden)> = x.dynamic_slice(Axis::<1>, last);
+    logits(model, p, x)
+}

@@ -1,0 +1,312 @@
+//! The family's variants — Llama with a separate output and linear RoPE scaling, Qwen2
+//! (query/key/value biases), Qwen3 (per-head norms, wide heads), Gemma 3 (sliding-window
+//! layers, norms around each block, GeGLU, scaled embeddings, soft-capped logits) — as
+//! tiny Hugging Face checkpoints, against transformers (`scripts/tiny_decoders.py`,
+//! `tests/data/llm/tiny_decoders.json`): the weights come from a formula both sides
+//! compute, the checkpoint is written here in transformers' names (sharded for one case),
+//! and RLX loads it through the public API. Logits of the whole prompt, and 10 greedy
+//! tokens through the key/value caches.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rlx::backend::Backend;
+use rlx::generate::{Decoder, GenerateOptions, Generator, SamplingParams};
+use rlx::models::llama::{Llama, LlamaConfig, LlamaDecoder, load_hf_checkpoint};
+use rlx::tensor::HostTensor;
+use rlx_testkit::llm::{ids, reference};
+
+/// A folder removed when dropped.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(label: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("rlx-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const CASES: [&str; 4] = ["llama", "qwen2", "qwen3", "gemma3"];
+
+/// Logits within this of transformers' (both f32; the tiny models' logits are at most
+/// 3.5 and the two sides differ only in the order of their sums, about 1e-6 measured).
+const BOUND: f64 = 1e-4;
+
+fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(2_166_136_261u64, |h, b| {
+        ((h ^ u64::from(b)) * 16_777_619) & 0xFFFF_FFFF
+    })
+}
+
+/// The script's formula: element `i` of tensor `name`, a multiple of 0.001 in [-1, 1]
+/// scaled by the tensor's role.
+fn formula(name: &str, len: usize, gemma: bool) -> Vec<f32> {
+    let seed = fnv1a(name);
+    (0..len as u64)
+        .map(|i| {
+            let mut x = (i.wrapping_mul(2_654_435_761) + seed) & 0xFFFF_FFFF;
+            x ^= x >> 15;
+            x = x.wrapping_mul(2_246_822_519) & 0xFFFF_FFFF;
+            x ^= x >> 13;
+            let u = ((x % 2001) as f64 - 1000.0) / 1000.0;
+            let v = if name.ends_with("norm.weight") {
+                if gemma { 0.1 * u } else { 1.0 + 0.1 * u }
+            } else if name.ends_with(".bias") {
+                0.1 * u
+            } else {
+                0.2 * u
+            };
+            v as f32
+        })
+        .collect()
+}
+
+/// Writes case `case` as a Hugging Face folder: `config.json` and the formula's weights,
+/// in two shards with an index when `sharded`.
+fn write_checkpoint(case: &serde_json::Value, gemma: bool, dir: &Path, sharded: bool) {
+    std::fs::write(
+        dir.join("config.json"),
+        case["config_json"].as_str().unwrap(),
+    )
+    .unwrap();
+    let tensors: Vec<(String, HostTensor)> = case["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let name = t[0].as_str().unwrap().to_string();
+            let shape: Vec<usize> = t[1]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap() as usize)
+                .collect();
+            let values = formula(&name, shape.iter().product(), gemma);
+            (name, HostTensor::from_vec(values, shape).unwrap())
+        })
+        .collect();
+    if !sharded {
+        rlx::weights::save_tensors(&dir.join("model.safetensors"), &tensors).unwrap();
+        return;
+    }
+    let (first, second) = tensors.split_at(tensors.len() / 2);
+    let mut map = serde_json::Map::new();
+    for (file, part) in [
+        ("model-1-of-2.safetensors", first),
+        ("model-2-of-2.safetensors", second),
+    ] {
+        rlx::weights::save_tensors(&dir.join(file), part).unwrap();
+        for (name, _) in part {
+            map.insert(name.clone(), file.into());
+        }
+    }
+    let index = serde_json::json!({ "metadata": {}, "weight_map": map });
+    std::fs::write(dir.join("model.safetensors.index.json"), index.to_string()).unwrap();
+}
+
+fn argmax(row: &[f32]) -> i64 {
+    row.iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(i, _)| i as i64)
+        .unwrap()
+}
+
+fn variants_match<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
+    let data = reference("tiny_decoders");
+    let prompt = ids(&data["prompt"]);
+    for name in CASES {
+        let case = &data["cases"][name];
+        let gemma = name == "gemma3";
+        let dir = Scratch::new(&format!("tiny-{name}-{label}"));
+        write_checkpoint(case, gemma, dir.path(), name == "qwen3");
+        let config = LlamaConfig::from_hf_json(case["config_json"].as_str().unwrap()).unwrap();
+
+        // The whole prompt at once.
+        let model = Llama::compile(backend, &config).unwrap();
+        let report = load_hf_checkpoint(&model, &config, dir.path()).unwrap();
+        assert_eq!(
+            report.loaded,
+            case["tensors"].as_array().unwrap().len(),
+            "{name}"
+        );
+        let input = HostTensor::from_vec(prompt.clone(), [1, prompt.len()]).unwrap();
+        let logits = model.run(&input).unwrap();
+        let got = logits.as_slice::<f32>().unwrap();
+        let expected: Vec<f64> = case["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()))
+            .collect();
+        assert_eq!(got.len(), expected.len(), "{name}");
+        let worst = got
+            .iter()
+            .zip(&expected)
+            .map(|(g, e)| (f64::from(*g) - e).abs())
+            .fold(0f64, f64::max);
+        println!("{name} {label}: largest logit error {worst:.2e} (bound {BOUND})");
+        assert!(worst < BOUND, "{name} {label}: logits off by {worst}");
+
+        // Greedy through the caches: a Generator, and steps of 5 tokens by hand (so local
+        // layers see windows that span steps).
+        let margin = case["greedy_margin"].as_f64().unwrap();
+        assert!(
+            margin > 100.0 * BOUND,
+            "{name}: the reference's greedy lead {margin} is too thin to compare"
+        );
+        let expected = ids(&case["greedy"]);
+        let decoder = Arc::new(LlamaDecoder::from_hf_dir(backend, dir.path(), 64).unwrap());
+        let generator = Generator::new(backend, decoder.clone()).unwrap();
+        let options = GenerateOptions {
+            max_tokens: expected.len(),
+            sampling: SamplingParams::greedy(),
+            stop_tokens: vec![],
+        };
+        let tokens: Vec<i64> = generator
+            .generate(&prompt, options)
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(tokens, expected, "{name} {label} greedy");
+
+        let mut ctx = decoder.new_context().unwrap();
+        let mut fed = prompt.clone();
+        let mut pos = 0;
+        while fed.len() < prompt.len() + expected.len() {
+            let end = if pos < prompt.len() {
+                (pos + 5).min(prompt.len())
+            } else {
+                fed.len()
+            };
+            let logits = decoder
+                .step(&mut ctx, &fed[pos..end], pos, end - pos - 1)
+                .unwrap();
+            pos = end;
+            if pos == fed.len() {
+                fed.push(argmax(logits.as_slice::<f32>().unwrap()));
+            }
+        }
+        assert_eq!(
+            fed[prompt.len()..],
+            expected[..],
+            "{name} {label} greedy in steps of 5"
+        );
+    }
+}
+
+#[test]
+fn variants_match_transformers_on_the_cpu() {
+    variants_match("cpu", &rlx::cpu::CpuBackend::default());
+}
+
+#[cfg(feature = "mlx")]
+#[test]
+fn variants_match_transformers_on_mlx() {
+    variants_match("mlx", &rlx::mlx::MlxBackend::default());
+}
+
+/// The config keys of older files (`rope_theta`, `rope_scaling`, `rope_local_base_freq`,
+/// `sliding_window_pattern`) read as transformers reads them, and what RLX cannot build
+/// is an error naming its key.
+#[test]
+fn hf_configs_read_old_keys_and_name_what_is_unsupported() {
+    let gemma = LlamaConfig::from_hf_json(
+        r#"{"model_type": "gemma3", "text_config": {"hidden_size": 64,
+            "num_hidden_layers": 7, "num_attention_heads": 4, "num_key_value_heads": 1,
+            "head_dim": 32, "intermediate_size": 96, "vocab_size": 128,
+            "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+            "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+            "sliding_window": 512, "sliding_window_pattern": 3, "query_pre_attn_scalar": 16}}"#,
+    )
+    .unwrap();
+    let window = gemma.sliding_window.as_ref().unwrap();
+    assert_eq!(window.size, 512);
+    assert_eq!(window.local, [true, true, false, true, true, false, true]);
+    assert_eq!(
+        (gemma.rope_base, window.rope_base, gemma.rope_scale),
+        (1e6, 1e4, 0.125)
+    );
+    assert_eq!(gemma.attention_scale, 0.25);
+    assert!(gemma.tied_output && gemma.sandwich_norms && gemma.qk_norm);
+    assert_eq!(gemma.embedding_scale, 8.0);
+
+    let base = r#""hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "intermediate_size": 96, "vocab_size": 128"#;
+    let error = |extra: &str| {
+        LlamaConfig::from_hf_json(&format!("{{{base}, {extra}}}"))
+            .unwrap_err()
+            .to_string()
+    };
+    assert!(
+        error(r#""model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": 4.0}"#)
+            .starts_with("rope_scaling.rope_type")
+    );
+    assert!(
+        error(r#""model_type": "llama", "attention_bias": true"#).starts_with("attention_bias")
+    );
+    assert!(error(r#""model_type": "llama", "num_key_value_heads": 3"#).contains("head_count_kv"));
+    assert!(error(r#""model_type": "mamba""#).starts_with("model_type"));
+    assert!(error(r#""model_type": "llama", "hidden_act": "relu""#).starts_with("hidden_act"));
+    assert!(error(r#""model_type": "llama", "vocab_size": -1"#).starts_with("vocab_size"));
+    let missing = LlamaConfig::from_hf_json(r#"{"model_type": "qwen3", "hidden_size": 64}"#);
+    assert!(
+        missing
+            .unwrap_err()
+            .to_string()
+            .contains("num_attention_heads")
+    );
+}
+
+/// A checkpoint that does not fit the config is a typed error listing what is wrong, and
+/// an index that points outside the folder is refused.
+#[test]
+fn hf_checkpoints_that_do_not_fit_are_errors() {
+    let data = reference("tiny_decoders");
+    let case = &data["cases"]["qwen2"];
+    let dir = Scratch::new("tiny-misfit");
+    write_checkpoint(case, false, dir.path(), false);
+    let cpu = rlx::cpu::CpuBackend::default();
+    // Qwen3's config over Qwen2's tensors: biases unexpected, norms missing.
+    let mut config = LlamaConfig::from_hf_json(case["config_json"].as_str().unwrap()).unwrap();
+    config.qkv_bias = false;
+    config.qk_norm = true;
+    let model = Llama::compile(&cpu, &config).unwrap();
+    let message = load_hf_checkpoint(&model, &config, dir.path())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("missing: blk.0.attn_q_norm.weight"),
+        "{message}"
+    );
+    assert!(
+        message.contains("unexpected: blk.0.attn_q.bias"),
+        "{message}"
+    );
+
+    std::fs::write(
+        dir.path().join("model.safetensors.index.json"),
+        r#"{"weight_map": {"model.norm.weight": "../elsewhere.safetensors"}}"#,
+    )
+    .unwrap();
+    let message = LlamaDecoder::from_hf_dir(&cpu, dir.path(), 16)
+        .unwrap_err()
+        .to_string();
+    assert!(message.contains("not a file in the folder"), "{message}");
+    let message = LlamaDecoder::from_hf_dir(&cpu, Path::new("/nonexistent"), 16)
+        .unwrap_err()
+        .to_string();
+    assert!(message.contains("config.json"), "{message}");
+}
