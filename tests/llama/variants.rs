@@ -310,3 +310,90 @@ fn hf_checkpoints_that_do_not_fit_are_errors() {
         .to_string();
     assert!(message.contains("config.json"), "{message}");
 }
+
+/// Qwen2 and Qwen3 as llama.cpp's converter writes them (Hugging Face tensors renamed,
+/// dims reversed, query and key rows not permuted: these architectures rotate halves)
+/// read through [`LlamaConfig::from_gguf`] and `load_gguf`, against the same references.
+#[test]
+fn gguf_variants_match_transformers() {
+    use rlx_testkit::gguf::{Meta, Tensor, write};
+    let data = reference("tiny_decoders");
+    let prompt = ids(&data["prompt"]);
+    let cpu = rlx::cpu::CpuBackend::default();
+    for name in ["qwen2", "qwen3"] {
+        let case = &data["cases"][name];
+        let hf = LlamaConfig::from_hf_json(case["config_json"].as_str().unwrap()).unwrap();
+        let key = |k: &str| format!("{name}.{k}");
+        let mut metadata = vec![
+            ("general.architecture".to_string(), Meta::string(name)),
+            (key("embedding_length"), Meta::u32(hf.hidden_size as u32)),
+            (key("block_count"), Meta::u32(hf.num_layers as u32)),
+            (key("attention.head_count"), Meta::u32(hf.num_heads as u32)),
+            (
+                key("attention.head_count_kv"),
+                Meta::u32(hf.num_kv_heads as u32),
+            ),
+            (
+                key("feed_forward_length"),
+                Meta::u32(hf.intermediate_size as u32),
+            ),
+            (key("context_length"), Meta::u32(hf.context_length as u32)),
+            (key("vocab_size"), Meta::u32(hf.vocab_size as u32)),
+            (
+                key("attention.layer_norm_rms_epsilon"),
+                Meta::f32(hf.rms_norm_eps as f32),
+            ),
+            (key("rope.freq_base"), Meta::f32(hf.rope_base as f32)),
+        ];
+        if name == "qwen3" {
+            metadata.push((key("attention.key_length"), Meta::u32(hf.head_dim as u32)));
+        }
+        let tensors: Vec<Tensor> = case["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                let hf_name = t[0].as_str().unwrap();
+                let dims: Vec<u64> = t[1]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|d| d.as_u64().unwrap())
+                    .collect();
+                let values = formula(hf_name, dims.iter().product::<u64>() as usize, false);
+                Tensor {
+                    name: rlx::models::llama::hf_tensor_name(hf_name, &hf).unwrap(),
+                    dims: dims.into_iter().rev().collect(),
+                    type_id: 0,
+                    data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                }
+            })
+            .collect();
+        let metadata: Vec<(&str, Meta)> = metadata
+            .iter()
+            .map(|(k, m)| (k.as_str(), m.clone()))
+            .collect();
+        let (bytes, _) = write(&metadata, &tensors, 32);
+        let file = rlx::gguf::Gguf::from_bytes(bytes).unwrap();
+        let config = LlamaConfig::from_gguf(&file).unwrap();
+        assert!(!config.rope_traditional, "{name}");
+        assert_eq!(config.tied_output, hf.tied_output, "{name}");
+        let model = Llama::compile(&cpu, &config).unwrap();
+        model.load_gguf(&file).unwrap();
+        let input = HostTensor::from_vec(prompt.clone(), [1, prompt.len()]).unwrap();
+        let logits = model.run(&input).unwrap();
+        let expected = case["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()));
+        let worst = logits
+            .as_slice::<f32>()
+            .unwrap()
+            .iter()
+            .zip(expected)
+            .map(|(g, e)| (f64::from(*g) - e).abs())
+            .fold(0f64, f64::max);
+        assert!(worst < BOUND, "{name} from GGUF: logits off by {worst}");
+    }
+}

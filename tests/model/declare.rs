@@ -49,7 +49,8 @@ fn optional_params_follow_their_config_flag() {
     })
     .unwrap_err();
     assert!(
-        err.to_string().contains("the config flag `extra` is not set"),
+        err.to_string()
+            .contains("the config flag `extra` is not set"),
         "{err}"
     );
 }

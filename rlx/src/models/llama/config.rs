@@ -396,6 +396,17 @@ impl LlamaConfig {
                 format!("{} blocks are more than {MAX_LAYERS}", self.num_layers),
             ));
         }
+        for (name, heads) in [
+            ("head_count", self.num_heads),
+            ("head_count_kv", self.num_kv_heads),
+        ] {
+            if heads.checked_mul(self.head_dim).is_none() {
+                return Err(invalid(
+                    &key(name),
+                    format!("{heads} heads of {} features overflow", self.head_dim),
+                ));
+            }
+        }
         if !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return Err(invalid(
                 &key("head_count_kv"),
