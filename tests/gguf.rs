@@ -331,9 +331,9 @@ fn smollm2_reads_with_its_metadata_and_every_tensor() {
 /// llama.cpp's), and decoding gives the text back.
 #[test]
 fn smollm2_tokenizes_as_transformers_does() {
-    use rlx::gguf::GgufTokenizer;
+    use rlx::tokenizer::Tokenizer;
     let file = rlx_testkit::llm::smollm2();
-    let tokenizer = GgufTokenizer::from_gguf(&file).unwrap();
+    let tokenizer = Tokenizer::from_gguf(&file).unwrap();
     assert_eq!(tokenizer.vocab_size(), 49_152);
     let data = std::env::var("RLX_TEST_DATA")
         .map(std::path::PathBuf::from)

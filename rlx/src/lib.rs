@@ -39,6 +39,8 @@ pub mod params;
 pub mod passes;
 pub mod prelude;
 pub mod tensor;
+#[cfg(feature = "text")]
+pub mod tokenizer;
 pub mod train;
 pub mod typed;
 pub mod weights;

@@ -8,7 +8,7 @@ use crate::Rng;
 use crate::text::text;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use rlx::gguf::{Gguf, GgufTokenizer};
+use rlx::{gguf::Gguf, tokenizer::Tokenizer};
 use rlx_testkit::gguf::{Meta, write};
 use rlx_testkit::llm::{byte_symbol, smollm2};
 
@@ -18,7 +18,7 @@ const SEED: u64 = 0x70c3_2026_1127;
 #[test]
 fn hostile_text_round_trips_through_the_smollm2_tokenizer() {
     let file = smollm2();
-    let tokenizer = GgufTokenizer::from_gguf(&file).unwrap();
+    let tokenizer = Tokenizer::from_gguf(&file).unwrap();
     let vocab = tokenizer.vocab_size() as u32;
     // SmolLM2's vocabulary lacks 21 of the 256 byte tokens (0x04, 0xF1, …): bytes without
     // one are dropped, as transformers drops them. Text made of the others round-trips.
@@ -50,7 +50,7 @@ fn hostile_text_round_trips_through_the_smollm2_tokenizer() {
             if whole {
                 assert_eq!(back, s, "case {case}: text does not round-trip");
             }
-            Ok::<_, rlx::gguf::TokenizerError>(whole)
+            Ok::<_, rlx::tokenizer::TokenizerError>(whole)
         }));
         match outcome {
             Ok(Ok(true)) => round_trips += 1,
@@ -157,7 +157,7 @@ fn tokenizers_from_hostile_metadata_work_or_fail_with_a_typed_error() {
         let texts = [text(case % 6, &mut rng), "ab aab é b".to_string()];
         let ids: Vec<u32> = (0..rng.below(16)).map(|_| rng.below(20) as u32).collect();
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            let tokenizer = GgufTokenizer::from_gguf(&file)?;
+            let tokenizer = Tokenizer::from_gguf(&file)?;
             for t in &texts {
                 let encoded = tokenizer.encode(t);
                 if let Ok(encoded) = encoded {
@@ -167,7 +167,7 @@ fn tokenizers_from_hostile_metadata_work_or_fail_with_a_typed_error() {
             let _ = tokenizer.decode(&ids);
             let _ = tokenizer.decode_text(&ids);
             let _ = tokenizer.stop_tokens();
-            Ok::<_, rlx::gguf::TokenizerError>(())
+            Ok::<_, rlx::tokenizer::TokenizerError>(())
         }));
         match outcome {
             Ok(Ok(())) => built += 1,

@@ -14,107 +14,13 @@ use rlx::backend::Backend;
 use rlx::generate::{Decoder, GenerateOptions, Generator, SamplingParams};
 use rlx::models::llama::{Llama, LlamaConfig, LlamaDecoder, load_hf_checkpoint};
 use rlx::tensor::HostTensor;
-use rlx_testkit::llm::{ids, reference};
-
-/// A folder removed when dropped.
-struct Scratch(std::path::PathBuf);
-
-impl Scratch {
-    fn new(label: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("rlx-{label}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use rlx_testkit::llm::{Scratch, formula, ids, reference, write_checkpoint};
 
 const CASES: [&str; 4] = ["llama", "qwen2", "qwen3", "gemma3"];
 
 /// Logits within this of transformers' (both f32; the tiny models' logits are at most
 /// 3.5 and the two sides differ only in the order of their sums, about 1e-6 measured).
 const BOUND: f64 = 1e-4;
-
-fn fnv1a(text: &str) -> u64 {
-    text.bytes().fold(2_166_136_261u64, |h, b| {
-        ((h ^ u64::from(b)) * 16_777_619) & 0xFFFF_FFFF
-    })
-}
-
-/// The script's formula: element `i` of tensor `name`, a multiple of 0.001 in [-1, 1]
-/// scaled by the tensor's role.
-fn formula(name: &str, len: usize, gemma: bool) -> Vec<f32> {
-    let seed = fnv1a(name);
-    (0..len as u64)
-        .map(|i| {
-            let mut x = (i.wrapping_mul(2_654_435_761) + seed) & 0xFFFF_FFFF;
-            x ^= x >> 15;
-            x = x.wrapping_mul(2_246_822_519) & 0xFFFF_FFFF;
-            x ^= x >> 13;
-            let u = ((x % 2001) as f64 - 1000.0) / 1000.0;
-            let v = if name.ends_with("norm.weight") {
-                if gemma { 0.1 * u } else { 1.0 + 0.1 * u }
-            } else if name.ends_with(".bias") {
-                0.1 * u
-            } else {
-                0.2 * u
-            };
-            v as f32
-        })
-        .collect()
-}
-
-/// Writes case `case` as a Hugging Face folder: `config.json` and the formula's weights,
-/// in two shards with an index when `sharded`.
-fn write_checkpoint(case: &serde_json::Value, gemma: bool, dir: &Path, sharded: bool) {
-    std::fs::write(
-        dir.join("config.json"),
-        case["config_json"].as_str().unwrap(),
-    )
-    .unwrap();
-    let tensors: Vec<(String, HostTensor)> = case["tensors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| {
-            let name = t[0].as_str().unwrap().to_string();
-            let shape: Vec<usize> = t[1]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|d| d.as_u64().unwrap() as usize)
-                .collect();
-            let values = formula(&name, shape.iter().product(), gemma);
-            (name, HostTensor::from_vec(values, shape).unwrap())
-        })
-        .collect();
-    if !sharded {
-        rlx::weights::save_tensors(&dir.join("model.safetensors"), &tensors).unwrap();
-        return;
-    }
-    let (first, second) = tensors.split_at(tensors.len() / 2);
-    let mut map = serde_json::Map::new();
-    for (file, part) in [
-        ("model-1-of-2.safetensors", first),
-        ("model-2-of-2.safetensors", second),
-    ] {
-        rlx::weights::save_tensors(&dir.join(file), part).unwrap();
-        for (name, _) in part {
-            map.insert(name.clone(), file.into());
-        }
-    }
-    let index = serde_json::json!({ "metadata": {}, "weight_map": map });
-    std::fs::write(dir.join("model.safetensors.index.json"), index.to_string()).unwrap();
-}
 
 fn argmax(row: &[f32]) -> i64 {
     row.iter()
@@ -396,4 +302,56 @@ fn gguf_variants_match_transformers() {
             .fold(0f64, f64::max);
         assert!(worst < BOUND, "{name} from GGUF: logits off by {worst}");
     }
+}
+
+/// A Hugging Face folder's tokenizer (`tokenizer.json` of the SentencePiece style, with
+/// `tokenizer_config.json` and `generation_config.json`) and chat template give
+/// transformers' ids, text and rendering (`scripts/tiny_tokenizer.py`).
+#[test]
+fn hf_tokenizer_and_chat_template_match_transformers() {
+    use rlx::generate::{ChatMessage, ChatTemplate};
+    use rlx::tokenizer::Tokenizer;
+    let dir = rlx_testkit::llm::data_dir().join("llm/tiny_tokenizer");
+    let tokenizer = Tokenizer::from_hf_dir(&dir).unwrap();
+    assert_eq!(tokenizer.vocab_size(), 128);
+    assert_eq!(tokenizer.bos(), Some(1));
+    assert_eq!(tokenizer.stop_tokens(), [2, 4]);
+    let r = reference("tiny_tokenizer");
+    for case in r["cases"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        let got: Vec<i64> = tokenizer
+            .encode(text)
+            .unwrap()
+            .into_iter()
+            .map(i64::from)
+            .collect();
+        assert_eq!(got, ids(&case["ids"]), "{text:?}");
+        let ids: Vec<u32> = got.iter().map(|i| *i as u32).collect();
+        assert_eq!(
+            tokenizer.decode_text(&ids).unwrap(),
+            case["decoded"].as_str().unwrap(),
+            "{text:?}"
+        );
+    }
+    let template = ChatTemplate::from_hf_dir(&dir).unwrap();
+    let messages: Vec<ChatMessage> = r["chat"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| ChatMessage::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+        .collect();
+    let text = template.render(&messages, true).unwrap();
+    assert_eq!(text, r["chat"]["text"].as_str().unwrap());
+    // The rendered text already starts with `<s>`; encoding it adds another, as
+    // transformers' tokenizer would with its special tokens on.
+    let got: Vec<i64> = tokenizer
+        .encode(&text)
+        .unwrap()
+        .into_iter()
+        .map(i64::from)
+        .collect();
+    assert_eq!(got[1..], ids(&r["chat"]["ids"])[..]);
+
+    let missing = Tokenizer::from_hf_dir(Path::new("/nonexistent")).unwrap_err();
+    assert!(missing.to_string().contains("tokenizer.json"), "{missing}");
 }

@@ -5,7 +5,8 @@
 use minijinja::{Environment, ErrorKind, context};
 
 use super::GenerateError;
-use crate::gguf::{Gguf, GgufTokenizer, MetadataValue};
+use crate::gguf::{Gguf, MetadataValue};
+use crate::tokenizer::Tokenizer;
 
 /// One message of a conversation.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -88,10 +89,7 @@ impl ChatTemplate {
 
     /// The template a GGUF file carries (`tokenizer.chat_template`), with its tokenizer's
     /// beginning- and end-of-sequence strings.
-    pub fn from_gguf(
-        file: &Gguf,
-        tokenizer: &GgufTokenizer,
-    ) -> Result<ChatTemplate, GenerateError> {
+    pub fn from_gguf(file: &Gguf, tokenizer: &Tokenizer) -> Result<ChatTemplate, GenerateError> {
         let source = file
             .get("tokenizer.chat_template")
             .and_then(MetadataValue::as_str)
@@ -101,6 +99,50 @@ impl ChatTemplate {
         let text = |id: Option<u32>| id.and_then(|id| tokenizer.token(id)).unwrap_or_default();
         let eos = tokenizer.stop_tokens().first().copied();
         ChatTemplate::new(source, &text(tokenizer.bos()), &text(eos))
+    }
+
+    /// The template of the Hugging Face folder `dir`: `chat_template.jinja` when present,
+    /// else `tokenizer_config.json`'s `chat_template` (a string, or a list of named
+    /// templates of which the one named `default` is taken), with that file's
+    /// `bos_token` and `eos_token` strings.
+    pub fn from_hf_dir(dir: &std::path::Path) -> Result<ChatTemplate, GenerateError> {
+        let error = |what: String| GenerateError::Template(what);
+        let config_path = dir.join("tokenizer_config.json");
+        let config: serde_json::Value = match std::fs::read_to_string(&config_path) {
+            Ok(text) => serde_json::from_str(&text)
+                .map_err(|e| error(format!("{}: not JSON: {e}", config_path.display())))?,
+            Err(_) => serde_json::Value::Null,
+        };
+        let special = |key: &str| match config.get(key) {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(serde_json::Value::Object(o)) => o
+                .get("content")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            _ => String::new(),
+        };
+        let jinja = dir.join("chat_template.jinja");
+        let source = match std::fs::read_to_string(&jinja) {
+            Ok(source) => source,
+            Err(_) => match config.get("chat_template") {
+                Some(serde_json::Value::String(s)) => s.clone(),
+                Some(serde_json::Value::Array(named)) => named
+                    .iter()
+                    .find(|t| t.get("name").and_then(serde_json::Value::as_str) == Some("default"))
+                    .and_then(|t| t.get("template"))
+                    .and_then(serde_json::Value::as_str)
+                    .ok_or_else(|| error("no chat template named \"default\"".into()))?
+                    .to_string(),
+                _ => {
+                    return Err(error(format!(
+                        "{} has no chat template (no chat_template.jinja, no chat_template in tokenizer_config.json)",
+                        dir.display()
+                    )));
+                }
+            },
+        };
+        ChatTemplate::new(&source, &special("bos_token"), &special("eos_token"))
     }
 
     /// The conversation as the model expects to read it, ending with the opening of the

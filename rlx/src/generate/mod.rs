@@ -113,7 +113,7 @@ pub enum GenerateError {
     /// The tokenizer failed.
     #[cfg(feature = "text")]
     #[error(transparent)]
-    Tokenizer(#[from] crate::gguf::TokenizerError),
+    Tokenizer(#[from] crate::tokenizer::TokenizerError),
     /// The chat template is missing, does not parse or failed to render.
     #[error("chat template: {0}")]
     Template(String),

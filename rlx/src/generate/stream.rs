@@ -2,7 +2,7 @@
 //! string.
 
 use super::{FinishReason, GenerateError, Generation, GenerationStats};
-use crate::gguf::GgufTokenizer;
+use crate::tokenizer::Tokenizer;
 
 /// Tokens held back at most while their text does not yet end a character. A character is
 /// at most 4 bytes and a token holds at least one, so 4 complete any one character; only a
@@ -16,7 +16,7 @@ const MOST_PENDING: usize = 8;
 /// Text that might begin a stop string is held back until it cannot.
 pub struct TextStream<'a> {
     generation: Generation<'a>,
-    tokenizer: &'a GgufTokenizer,
+    tokenizer: &'a Tokenizer,
     stop: Vec<String>,
     /// Tokens whose text does not yet end a character.
     pending: Vec<u32>,
@@ -40,7 +40,7 @@ impl<'a> TextStream<'a> {
     /// are ignored).
     pub fn new(
         generation: Generation<'a>,
-        tokenizer: &'a GgufTokenizer,
+        tokenizer: &'a Tokenizer,
         stop: &[String],
     ) -> TextStream<'a> {
         TextStream {

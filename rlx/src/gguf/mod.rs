@@ -13,12 +13,8 @@
 
 mod blocks;
 mod parse;
-#[cfg(feature = "text")]
-mod tokenizer;
 
 pub use blocks::{DequantizeError, GgmlType, dequantize, dequantize_f64};
-#[cfg(feature = "text")]
-pub use tokenizer::{GgufTokenizer, TokenizerError};
 
 use std::path::{Path, PathBuf};
 

@@ -34,7 +34,7 @@ pub enum LlamaLoadError {
     },
 }
 
-/// A Llama-family decoder ready to generate: its compiled [`llama_step`] with the weights
+/// A Llama-family decoder ready to generate: its compiled [`llama_step`](super::llama_step) with the weights
 /// bound, as a [`Decoder`](crate::generate::Decoder) for
 /// [`Generator`](crate::generate::Generator).
 pub struct LlamaDecoder {

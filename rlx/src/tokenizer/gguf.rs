@@ -1,5 +1,4 @@
-//! The tokenizer a GGUF file carries (`tokenizer.ggml.*`), built on Hugging Face's
-//! `tokenizers` crate (feature `text`).
+//! The tokenizer a GGUF file carries (`tokenizer.ggml.*`).
 //!
 //! Today: GPT-2-style byte-level BPE (`tokenizer.ggml.model = gpt2`) with the pre-tokenizers
 //! llama.cpp names `smollm` (each digit alone, then GPT-2's split) and `default`/`gpt2`
@@ -12,44 +11,11 @@ use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::{AddedToken, PreTokenizerWrapper};
 
-use super::{Gguf, MetadataArray, MetadataValue};
-
-/// Why a GGUF file's tokenizer could not be built or used.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum TokenizerError {
-    /// A key the tokenizer needs is absent or of the wrong type.
-    #[error("{key}: {reason}")]
-    Metadata {
-        /// The metadata key.
-        key: &'static str,
-        /// What is wrong.
-        reason: String,
-    },
-    /// The `tokenizers` crate refused the vocabulary or a text.
-    #[error("tokenizer: {0}")]
-    Tokenizers(String),
-}
+use super::{Tokenizer, TokenizerError};
+use crate::gguf::{Gguf, MetadataArray, MetadataValue};
 
 /// Token type of control tokens in `tokenizer.ggml.token_type`.
 const CONTROL: i32 = 3;
-
-/// A GGUF file's tokenizer: text to ids and back.
-pub struct GgufTokenizer {
-    inner: tokenizers::Tokenizer,
-    add_bos: Option<u32>,
-    bos: Option<u32>,
-    /// End of sequence, then end of turn when the file names a different one.
-    stop: Vec<u32>,
-}
-
-impl std::fmt::Debug for GgufTokenizer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GgufTokenizer")
-            .field("vocab", &self.inner.get_vocab_size(true))
-            .field("add_bos", &self.add_bos)
-            .finish()
-    }
-}
 
 fn strings<'a>(file: &'a Gguf, key: &'static str) -> Result<&'a [String], TokenizerError> {
     match file.get(key).and_then(MetadataValue::as_array) {
@@ -65,9 +31,9 @@ fn strings<'a>(file: &'a Gguf, key: &'static str) -> Result<&'a [String], Tokeni
     }
 }
 
-impl GgufTokenizer {
+impl Tokenizer {
     /// Builds the tokenizer the file describes.
-    pub fn from_gguf(file: &Gguf) -> Result<GgufTokenizer, TokenizerError> {
+    pub fn from_gguf(file: &Gguf) -> Result<Tokenizer, TokenizerError> {
         let model = file
             .get("tokenizer.ggml.model")
             .and_then(MetadataValue::as_str);
@@ -147,60 +113,12 @@ impl GgufTokenizer {
         {
             stop.push(eot);
         }
-        Ok(GgufTokenizer {
+        Ok(Tokenizer {
             inner,
+            post_process: false,
             add_bos: if add_bos { bos } else { None },
             bos,
             stop,
         })
-    }
-
-    /// The ids of `text`, with the beginning-of-sequence token first when the file asks
-    /// for it; special-token strings in the text are those tokens.
-    pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
-        let encoding = self
-            .inner
-            .encode(text, false)
-            .map_err(|e| TokenizerError::Tokenizers(e.to_string()))?;
-        let mut ids = Vec::with_capacity(encoding.len() + 1);
-        ids.extend(self.add_bos);
-        ids.extend_from_slice(encoding.get_ids());
-        Ok(ids)
-    }
-
-    /// The text of `ids` (special tokens included as their strings).
-    pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizerError> {
-        self.inner
-            .decode(ids, false)
-            .map_err(|e| TokenizerError::Tokenizers(e.to_string()))
-    }
-
-    /// The text of `ids` as a reader sees it: special tokens left out.
-    pub fn decode_text(&self, ids: &[u32]) -> Result<String, TokenizerError> {
-        self.inner
-            .decode(ids, true)
-            .map_err(|e| TokenizerError::Tokenizers(e.to_string()))
-    }
-
-    /// The string of token `id` as the vocabulary spells it (byte-level symbols and all),
-    /// if it is one.
-    pub fn token(&self, id: u32) -> Option<String> {
-        self.inner.id_to_token(id)
-    }
-
-    /// The beginning-of-sequence token, if the file names one.
-    pub fn bos(&self) -> Option<u32> {
-        self.bos
-    }
-
-    /// The tokens that end a generation: end of sequence, and end of turn where the file
-    /// names another.
-    pub fn stop_tokens(&self) -> &[u32] {
-        &self.stop
-    }
-
-    /// Tokens in the vocabulary.
-    pub fn vocab_size(&self) -> usize {
-        self.inner.get_vocab_size(true)
     }
 }
