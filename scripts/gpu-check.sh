@@ -164,6 +164,11 @@ run_all() {
     done
     step "$bin/09_generate" --backend mlx --max-tokens 32 || status=1
     step "$bin/generate_bench" --backend mlx || status=1
+    # Where decode time goes: a small cache, MLX's lazy mode, and a kernel trace.
+    step "$bin/generate_bench" --backend mlx --capacity 256 --reps 3 || status=1
+    step "$bin/generate_bench" --backend mlx --mlx-mode lazy --reps 3 || status=1
+    RLX_TRACE_TOP=30 traced generate "$bin/generate_bench" --backend mlx --reps 1
+    [ -f "$(dirname "$log")/trace-generate.txt" ] && cat "$(dirname "$log")/trace-generate.txt"
   fi
   if [[ ,$only, == *,fuzz,* ]]; then
     step "$bin/fuzz_graphs" --cases "${RLX_GPU_FUZZ_CASES:-5000}" --seed "${RLX_GPU_FUZZ_SEED:-1}" || status=1

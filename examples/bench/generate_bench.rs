@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! cargo run --release --example generate_bench -- [--backend cpu|mlx] [--reps 5]
+//!     [--capacity 1024] [--mlx-mode eager|lazy|compiled] [--profile]
 //! generate_bench backend=cpu batch=1 prompt=128 phase=prefill tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=512 phase=prefill tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=128 phase=decode new=128 tok_s=..
@@ -16,8 +17,9 @@
 //! through `rlx::generate` (decode steps per second), each token drawn by the sampling op
 //! on the backend (temperature 0.8, top-p 0.95, seeded). Figures are medians of
 //! `--reps` repetitions after one warm-up. The prompt's tokens are fixed pseudo-random ids:
-//! the time of a step does not depend on which tokens it reads. The caches hold 1,024
-//! positions.
+//! the time of a step does not depend on which tokens it reads. The caches hold
+//! `--capacity` positions (1,024; at least 256). `--mlx-mode` overrides MLX's default mode
+//! (compiled on a GPU, lazy on a CPU).
 
 use std::error::Error;
 use std::time::Instant;
@@ -95,11 +97,12 @@ fn bench<B: Backend<Executable: 'static>>(
     label: &str,
     backend: &B,
     reps: usize,
+    capacity: usize,
     profiled: bool,
 ) -> Result<(), Box<dyn Error>> {
     let dir = SMOLLM2_135M_INSTRUCT.locate(None)?;
     let file = Gguf::open(dir.join(SMOLLM2_GGUF))?;
-    let decoder = Arc::new(LlamaDecoder::from_gguf(backend, &file, 1024)?);
+    let decoder = Arc::new(LlamaDecoder::from_gguf(backend, &file, capacity)?);
     let vocab = decoder.config().model.vocab_size as u64;
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     let tokens: Vec<i64> = (0..512)
@@ -180,10 +183,30 @@ fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().collect();
     let reps = flag(&args, "--reps").map_or(Ok(5), str::parse)?;
     let profiled = args.iter().any(|a| a == "--profile");
+    let capacity = flag(&args, "--capacity").map_or(Ok(1024), str::parse)?;
+    if capacity < 256 {
+        return Err("--capacity must be at least 256 (a 128-token prompt and 128 more)".into());
+    }
     match flag(&args, "--backend").unwrap_or("cpu") {
-        "cpu" => bench("cpu", &rlx::cpu::CpuBackend::default(), reps, profiled),
+        "cpu" => bench(
+            "cpu",
+            &rlx::cpu::CpuBackend::default(),
+            reps,
+            capacity,
+            profiled,
+        ),
         #[cfg(feature = "mlx")]
-        "mlx" => bench("mlx", &rlx::mlx::MlxBackend::default(), reps, false),
+        "mlx" => {
+            use rlx::mlx::{MlxBackend, MlxMode};
+            let mode = match flag(&args, "--mlx-mode") {
+                None => MlxMode::default(),
+                Some("eager") => MlxMode::Eager,
+                Some("lazy") => MlxMode::Lazy,
+                Some("compiled") => MlxMode::Compiled,
+                Some(other) => return Err(format!("unknown --mlx-mode {other:?}").into()),
+            };
+            bench("mlx", &MlxBackend::new(mode), reps, capacity, false)
+        }
         other => Err(format!("unknown or unavailable backend {other:?} (cpu, mlx)").into()),
     }
 }
