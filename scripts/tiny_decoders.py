@@ -57,12 +57,20 @@ COMMON = dict(
 )
 
 CASES = {
-    # Separate output projection; linear RoPE scaling.
+    # Separate output projection; Llama 3's RoPE scaling (an original context of 16, so
+    # that its fast, slow and smoothed pairs all occur among 16 features).
     "llama": dict(
         model_type="llama",
         tie_word_embeddings=False,
         rms_norm_eps=1e-5,
-        rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0},
+        rope_parameters={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 16,
+            "rope_theta": 10000.0,
+        },
     ),
     # Query/key/value biases, tied output.
     "qwen2": dict(
@@ -71,13 +79,19 @@ CASES = {
         rms_norm_eps=1e-6,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
     ),
-    # Per-head query/key norms, heads wider than hidden / heads.
+    # Per-head query/key norms, heads wider than hidden / heads; YaRN's RoPE scaling (its
+    # attention factor too).
     "qwen3": dict(
         model_type="qwen3",
         head_dim=32,
         tie_word_embeddings=False,
         rms_norm_eps=1e-6,
-        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        rope_parameters={
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 32,
+            "rope_theta": 1000000.0,
+        },
     ),
     # Local layers (window 4) around a global one with linear scaling, its own attention
     # scale, soft-capped logits, one key/value head.

@@ -114,7 +114,7 @@ fn rope_rotates_by_position_and_offset() {
         let x: Tensor<(Seq, C<2>)> = g.input("x");
         let offset: Tensor<(), i64> = g.input("offset");
         let rope = Rope::new(2, 10_000.0);
-        g.output("from_zero", x.rope(rope));
+        g.output("from_zero", x.rope(rope.clone()));
         g.output("from_offset", x.rope_from(rope, offset));
     })
     .unwrap();

@@ -336,16 +336,17 @@ bool cuda_rope_launch_invalid(const mx::array& x, int dims) {
 // kernels do (inverse frequency 2^(-(i / (dims / 2)) * log2(base)), angle = scale *
 // (position + offset) * it), so both MLX paths agree. `x` is float32 [.., T, D].
 mx::array rope_from_ops(const mx::array& x, int dims, bool traditional, float base, float scale,
-                        const mx::array& offset) {
+                        const mx::array& offset, const std::optional<mx::array>& periods) {
   const int nd = static_cast<int>(x.ndim());
   const int T = x.shape(-2), D = x.shape(-1), half = dims / 2;
   const mx::array position =
       mx::multiply(mx::add(mx::astype(mx::arange(T), mx::float32), mx::astype(offset, mx::float32)),
                    mx::array(scale));
   const mx::array step = mx::divide(mx::astype(mx::arange(half), mx::float32), mx::array(static_cast<float>(half)));
-  // 2^y as e^(y ln 2).
+  // 2^y as e^(y ln 2); or the reciprocals of the periods given, as MLX's kernels take them.
   const mx::array inverse =
-      mx::exp(mx::multiply(mx::negative(step), mx::array(std::log2(base) * static_cast<float>(M_LN2))));
+      periods ? mx::reciprocal(*periods)
+              : mx::exp(mx::multiply(mx::negative(step), mx::array(std::log2(base) * static_cast<float>(M_LN2))));
   const mx::array angle = mx::multiply(mx::reshape(position, {T, 1}), mx::reshape(inverse, {1, half}));
   const mx::array cos = mx::cos(angle), sin = mx::sin(angle);
   auto last = [&](int start, int stop) {
@@ -394,7 +395,7 @@ int rlx_mlx_attention(const rlx_mlx_array* q, const rlx_mlx_array* k, const rlx_
 }
 
 int rlx_mlx_rope(const rlx_mlx_array* x, int32_t dims, double base, double scale, bool traditional,
-                 const rlx_mlx_array* offset, rlx_mlx_array** out) {
+                 const rlx_mlx_array* offset, const rlx_mlx_array* periods, rlx_mlx_array** out) {
   return guard([&] {
     const mx::array& v = get(x);
     if (v.size() == 0) {
@@ -408,11 +409,15 @@ int rlx_mlx_rope(const rlx_mlx_array* x, int32_t dims, double base, double scale
     mx::array x3 = mx::contiguous(v.ndim() < 3 ? mx::reshape(up(v), {1, shape[0], shape[1]}) : up(v));
     mx::array off = offset != nullptr ? mx::astype(get(offset), mx::int32) : mx::array(0, mx::int32);
     const bool on_gpu = mx::default_device() == mx::Device::gpu;
+    const std::optional<mx::array> period =
+        periods != nullptr ? std::optional<mx::array>(mx::astype(get(periods), mx::float32)) : std::nullopt;
+    const std::optional<float> with_base =
+        period ? std::nullopt : std::optional<float>(static_cast<float>(base));
     mx::array y = on_gpu && cuda_rope_launch_invalid(x3, dims)
                       ? rope_from_ops(x3, dims, traditional, static_cast<float>(base),
-                                      static_cast<float>(scale), off)
-                      : mx::fast::rope(x3, dims, traditional, static_cast<float>(base),
-                                       static_cast<float>(scale), off);
+                                      static_cast<float>(scale), off, period)
+                      : mx::fast::rope(x3, dims, traditional, with_base, static_cast<float>(scale), off,
+                                       period);
     put(out, down(mx::reshape(y, shape), v.dtype()));
   });
 }

@@ -312,9 +312,11 @@ int rlx_mlx_slice_update(const rlx_mlx_array* x, const rlx_mlx_array* update,
 int rlx_mlx_attention(const rlx_mlx_array* q, const rlx_mlx_array* k, const rlx_mlx_array* v,
                       double scale, rlx_mlx_mask_kind mask_kind, int64_t window, const rlx_mlx_array* mask,
                       rlx_mlx_array** out);
-/* offset may be NULL (positions start at 0). */
+/* offset may be NULL (positions start at 0); periods (float, dims / 2 of them: each pair
+   turns by 1 / period radians per position) may be NULL (base's frequencies). */
 int rlx_mlx_rope(const rlx_mlx_array* x, int32_t dims, double base, double scale,
-                 bool traditional, const rlx_mlx_array* offset, rlx_mlx_array** out);
+                 bool traditional, const rlx_mlx_array* offset, const rlx_mlx_array* periods,
+                 rlx_mlx_array** out);
 /* Channels first, as in the IR; bias may be NULL. */
 int rlx_mlx_conv(const rlx_mlx_array* x, const rlx_mlx_array* w, const rlx_mlx_array* bias,
                  const int32_t* stride, const int32_t* pad_low, const int32_t* pad_high,

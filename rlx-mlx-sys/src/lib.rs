@@ -301,6 +301,7 @@ unsafe extern "C" {
         scale: f64,
         traditional: bool,
         offset: *const Array,
+        periods: *const Array,
         out: *mut *mut Array,
     ) -> c_int;
     pub fn rlx_mlx_conv(

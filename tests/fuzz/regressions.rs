@@ -484,6 +484,7 @@ fn rope_of_an_empty_batch() {
         base: 10000.0,
         scale: 1.0,
         traditional: false,
+        freqs: None,
     });
     let y = g.op(op, &[x]).unwrap();
     g.output("y", y).unwrap();
@@ -658,6 +659,7 @@ fn rope_of_a_broadcast_input_and_of_many_small_rows() {
             base: 10000.0,
             scale,
             traditional,
+            freqs: None,
         });
         let y = g.op(op, &[x]).unwrap();
         g.output("y", y).unwrap();

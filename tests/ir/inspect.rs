@@ -182,6 +182,7 @@ fn every_op_prints_its_attributes() {
                 base: 10000.0,
                 scale: 1.0,
                 traditional: true,
+                freqs: None,
             }),
             "rope[dims=64, base=10000, traditional]",
         ),

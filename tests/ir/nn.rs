@@ -143,6 +143,7 @@ fn rope(dims: usize) -> Op {
         base: 10000.0,
         scale: 1.0,
         traditional: false,
+        freqs: None,
     })
 }
 
@@ -195,6 +196,7 @@ fn rope_shapes_and_errors() {
             base: 0.0,
             scale: 1.0,
             traditional: true,
+            freqs: None,
         }),
         &["f32[4,64]"],
         "base must be finite and positive, got 0",

@@ -10,18 +10,33 @@ use crate::gradient::{Input, grad_check, op};
 use crate::harness::{check, declared, graph_of};
 use crate::reference::{FLOATS, Nd, Rng, indices, random, to_tensor};
 
+/// Frequencies of their own for `dims` rotated features, spread as Llama 3's scaling
+/// leaves them: the fast pairs as `base` makes them, the slow ones slowed further.
+fn own_frequencies(dims: usize) -> Vec<f64> {
+    (0..dims / 2)
+        .map(|i| 10000f64.powf(-2.0 * i as f64 / dims as f64) / (1.0 + i as f64))
+        .collect()
+}
+
 #[test]
 fn rope_both_layouts_with_offsets() {
     let mut rng = Rng(43);
     for dtype in FLOATS {
         for traditional in [false, true] {
-            for (dims, offset) in [(8usize, None), (4, Some(5i64))] {
+            for (dims, offset, own) in [
+                (8usize, None, false),
+                (4, Some(5i64), false),
+                (8, Some(3), true),
+                (4, None, true),
+            ] {
                 let x = random(&mut rng, dtype, &[2, 3, 8], -1.0, 1.0);
+                let freqs = own.then(|| own_frequencies(dims));
                 let op = Op::Rope(Rope {
                     dims,
                     base: 10000.0,
                     scale: 0.5,
                     traditional,
+                    freqs: freqs.clone().map(Into::into),
                 });
                 let mut inputs = vec![("x", dtype, declared(&[2, 3, 8], &[(1, "s")]))];
                 if offset.is_some() {
@@ -34,7 +49,11 @@ fn rope_both_layouts_with_offsets() {
                     for s in 0..3 {
                         let pos = (offset.unwrap_or(0) as f64 + s as f64) * 0.5;
                         for i in 0..dims / 2 {
-                            let theta = pos * 10000f64.powf(-2.0 * i as f64 / dims as f64);
+                            let frequency = match &freqs {
+                                Some(f) => f[i],
+                                None => 10000f64.powf(-2.0 * i as f64 / dims as f64),
+                            };
+                            let theta = pos * frequency;
                             let (p, q) = if traditional {
                                 (2 * i, 2 * i + 1)
                             } else {
@@ -642,10 +661,22 @@ fn gradient_rope_both_layouts() {
                 base: 100.0,
                 scale: 1.0,
                 traditional,
+                freqs: None,
             });
             op(g, r, &[i[0]])
         });
     }
+    let x = Input::float("x", &[2, 3, 8]);
+    grad_check("rope with frequencies of its own", 1103, &[x], &|g, i| {
+        let r = Op::Rope(Rope {
+            dims: 8,
+            base: 10000.0,
+            scale: 1.0,
+            traditional: false,
+            freqs: Some(own_frequencies(8).into()),
+        });
+        op(g, r, &[i[0]])
+    });
     let x = Input::float("x", &[1, 4, 4]);
     let offset = Input::indices("offset", &[], vec![3]);
     grad_check("rope with an offset", 1102, &[x, offset], &|g, i| {
@@ -654,6 +685,7 @@ fn gradient_rope_both_layouts() {
             base: 10.0,
             scale: 0.5,
             traditional: false,
+            freqs: None,
         });
         op(g, r, &[i[0], i[1]])
     });

@@ -327,7 +327,9 @@ impl Array {
         })
     }
 
-    /// Rotary position embedding of the first `dims` features.
+    /// Rotary position embedding of the first `dims` features; with `periods` (`dims / 2`
+    /// floats), pair `i` turns by `1 / periods[i]` radians per position instead of by
+    /// `base`'s frequency.
     pub fn rope(
         &self,
         dims: usize,
@@ -335,11 +337,13 @@ impl Array {
         scale: f64,
         traditional: bool,
         offset: Option<&Array>,
+        periods: Option<&Array>,
     ) -> Result<Array, MlxError> {
         let o = offset.map_or(ptr::null_mut(), Array::ptr);
+        let p = periods.map_or(ptr::null_mut(), Array::ptr);
         // SAFETY: the handles are live or null (allowed); `out` is a valid slot.
         make(|out| unsafe {
-            sys::rlx_mlx_rope(self.ptr(), dims as i32, base, scale, traditional, o, out)
+            sys::rlx_mlx_rope(self.ptr(), dims as i32, base, scale, traditional, o, p, out)
         })
     }
 

@@ -367,7 +367,7 @@ impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
 }
 
 /// Rotary position embedding settings, for [`Tensor::rope`].
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Rope {
     /// Features rotated, from the start of the last axis (even).
     pub dims: usize,
@@ -378,6 +378,9 @@ pub struct Rope {
     /// Rotate adjacent pairs `(2i, 2i+1)` (the original paper's layout) instead of the two
     /// halves of the rotated features (GPT-NeoX, Llama).
     pub traditional: bool,
+    /// Each pair's frequency (radians per position, `dims / 2` of them) in place of
+    /// `base^(−2i/dims)`: the scaled frequencies of long-context rotations (Llama 3, YaRN).
+    pub freqs: Option<std::sync::Arc<[f64]>>,
 }
 
 impl Rope {
@@ -394,6 +397,7 @@ impl Rope {
             base,
             scale: 1.0,
             traditional: false,
+            freqs: None,
         }
     }
 
@@ -403,6 +407,7 @@ impl Rope {
             base: self.base,
             scale: self.scale,
             traditional: self.traditional,
+            freqs: self.freqs,
         })
     }
 }

@@ -649,7 +649,7 @@ fn exp_and_sum_with<R: Real>(row: &mut [R], max: R, exp: impl Fn(R) -> R) -> R {
 }
 
 /// Rotary embedding parameters.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct RopeDims {
     /// Rows of `[seq, features]` (all leading dims flattened).
     pub batches: usize,
@@ -659,6 +659,8 @@ pub(crate) struct RopeDims {
     pub base: f64,
     pub scale: f64,
     pub traditional: bool,
+    /// Each pair's frequency, when not `base`'s.
+    pub freqs: Option<std::sync::Arc<[f64]>>,
 }
 
 /// Rotates the first `dims` features of each position by position-dependent angles.
@@ -674,7 +676,10 @@ pub(crate) fn rope<T: FloatStore>(r: &RopeDims, offset: i64, x: &[T], out: &mut 
     for i0 in (0..half).step_by(PAIRS) {
         let pairs = PAIRS.min(half - i0);
         for (j, f) in frequencies[..pairs].iter_mut().enumerate() {
-            *f = r.base.powf(-2.0 * (i0 + j) as f64 / r.dims as f64);
+            *f = match &r.freqs {
+                Some(freqs) => freqs[i0 + j],
+                None => r.base.powf(-2.0 * (i0 + j) as f64 / r.dims as f64),
+            };
         }
         for s in 0..r.seq {
             let pos = (offset as f64 + s as f64) * r.scale;

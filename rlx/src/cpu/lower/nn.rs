@@ -165,6 +165,7 @@ impl Lower for ir::Rope {
                 base: self.base,
                 scale: self.scale,
                 traditional: self.traditional,
+                freqs: self.freqs.clone(),
             },
             offset: (n.views.len() > 1).then(|| (n.views[1], n.dtypes[1])),
             x: n.views[0],

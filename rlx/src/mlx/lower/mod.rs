@@ -48,8 +48,10 @@ pub(crate) struct Lowering {
 #[derive(Default)]
 pub(crate) struct IndexArrays(std::sync::Mutex<Vec<IndexArray>>);
 
-/// One array of [`IndexArrays`]: its values, its dims, the array.
+/// One array of [`IndexArrays`]: its dtype, its values (a float's bits for `f32`), its
+/// dims, the array.
 struct IndexArray {
+    dtype: DType,
     values: Vec<i64>,
     dims: Vec<usize>,
     array: Array,
@@ -68,15 +70,43 @@ impl IndexArrays {
         dims: &[usize],
         device: Device,
     ) -> Result<Array, MlxError> {
+        self.made(DType::I64, values, dims, device, |v| {
+            crate::tensor::HostTensor::from_vec(v.to_vec(), dims.to_vec())
+        })
+    }
+
+    /// The `f32` array of `values` with `dims` on `device`, as [`get`](Self::get) makes
+    /// `i64` ones.
+    pub(crate) fn get_f32(
+        &self,
+        values: &[f32],
+        dims: &[usize],
+        device: Device,
+    ) -> Result<Array, MlxError> {
+        let bits = values.iter().map(|v| i64::from(v.to_bits())).collect();
+        self.made(DType::F32, bits, dims, device, |_| {
+            crate::tensor::HostTensor::from_vec(values.to_vec(), dims.to_vec())
+        })
+    }
+
+    fn made(
+        &self,
+        dtype: DType,
+        values: Vec<i64>,
+        dims: &[usize],
+        device: Device,
+        host: impl FnOnce(&[i64]) -> Result<crate::tensor::HostTensor, crate::tensor::TensorError>,
+    ) -> Result<Array, MlxError> {
         let mut made = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(known) = made.iter().find(|a| a.values == values && a.dims == dims) {
+        let same = |a: &&IndexArray| a.dtype == dtype && a.values == values && a.dims == dims;
+        if let Some(known) = made.iter().find(same) {
             return Ok(known.array.clone());
         }
-        let t = crate::tensor::HostTensor::from_vec(values.clone(), dims.to_vec())
-            .map_err(|e| MlxError::new(e.to_string()))?;
+        let t = host(&values).map_err(|e| MlxError::new(e.to_string()))?;
         let array = Array::from_tensor_on(t.view(), device)?;
         Array::eval(&[&array])?;
         made.push(IndexArray {
+            dtype,
             values,
             dims: dims.to_vec(),
             array: array.clone(),

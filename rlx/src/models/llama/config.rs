@@ -67,6 +67,10 @@ pub struct LlamaConfig {
     /// Positions are multiplied by this in global layers before rotating: 1 / the factor
     /// of linear RoPE scaling, 1 without scaling.
     pub rope_scale: f64,
+    /// The frequency of each rotated pair in global layers (radians per position), when
+    /// scaling sets them one by one (Llama 3's and YaRN's long-context rotations); `None`:
+    /// `rope_base`'s.
+    pub rope_freqs: Option<std::sync::Arc<[f64]>>,
     /// The longest context the model was trained for.
     pub context_length: usize,
     /// The query, key and value projections add a bias (Qwen2).
@@ -144,6 +148,7 @@ impl LlamaConfig {
             rope_dims: head_dim,
             rope_traditional: false,
             rope_scale: 1.0,
+            rope_freqs: None,
             context_length: 2048,
             qkv_bias: false,
             qk_norm: false,
@@ -365,13 +370,18 @@ impl LlamaConfig {
             None => ("rope_scaling", None),
         };
         let default_base = if gemma { 1_000_000.0 } else { 10_000.0 };
-        let (base, scale) = hf.rope(global_key, "rope_theta", default_base)?;
-        config.rope_base = base;
-        config.rope_scale = scale;
+        let context = config.context_length;
+        let global = hf.rope(global_key, "rope_theta", default_base, head_dim, context)?;
+        config.rope_base = global.base;
+        config.rope_scale = global.scale;
+        config.rope_freqs = global.freqs.map(Into::into);
         let local_base = match local_key {
-            Some(key) => hf.rope(key, "rope_local_base_freq", 10_000.0)?.0,
+            Some(key) => {
+                hf.rope(key, "rope_local_base_freq", 10_000.0, head_dim, context)?
+                    .base
+            }
             None if gemma => hf.float("rope_local_base_freq", Some(10_000.0))?,
-            None => base,
+            None => global.base,
         };
 
         if gemma {
@@ -382,6 +392,9 @@ impl LlamaConfig {
         } else {
             config.attention_scale = 1.0 / (head_dim as f64).sqrt();
         }
+        // YaRN scales the rotated queries and keys by its attention factor: the scores by
+        // its square (every feature is rotated: partial rotation is refused above).
+        config.attention_scale *= global.attention_factor * global.attention_factor;
         config.sliding_window = hf.sliding_window(model_type, config.num_layers, local_base)?;
         config.check(prefix)?;
         Ok(config)
@@ -435,12 +448,14 @@ impl LlamaConfig {
             base: self.rope_base,
             scale: self.rope_scale,
             traditional: self.rope_traditional,
+            freqs: self.rope_freqs.clone(),
         };
         let window = self.sliding_window.as_ref().and_then(|w| {
             let local = w.local.get(layer).copied().unwrap_or(false);
             local.then(|| {
                 rope.base = w.rope_base;
                 rope.scale = 1.0;
+                rope.freqs = None;
                 w.size
             })
         });
@@ -452,6 +467,17 @@ fn missing(key: &str) -> LlamaConfigError {
     LlamaConfigError::Missing {
         key: key.to_string(),
     }
+}
+
+/// A rotary block of a `config.json`: what [`HfKeys::rope`] reads.
+struct Rotary {
+    base: f64,
+    /// Position multiplier (linear scaling).
+    scale: f64,
+    /// Per-pair frequencies (Llama 3, YaRN).
+    freqs: Option<Vec<f64>>,
+    /// YaRN's factor on the rotated queries and keys.
+    attention_factor: f64,
 }
 
 /// The keys of one `config.json` object, `prefix` naming it in errors.
@@ -505,15 +531,19 @@ impl HfKeys<'_> {
         }
     }
 
-    /// The base and position scale of a rotary block at `path` (dotted, inside this
-    /// object): its `rope_theta` (else the top-level `theta_key`, else `default_base`) and
-    /// its linear factor; another `rope_type` is an error.
+    /// The rotation a rotary block at `path` (dotted, inside this object) describes for
+    /// heads of `dims` features: its `rope_theta` (else the top-level `theta_key`, else
+    /// `default_base`) and its scaling — linear, Llama 3's or YaRN's (with the model's
+    /// `context` as the original length where the block gives none); another `rope_type`
+    /// is an error naming it.
     fn rope(
         &self,
         path: &str,
         theta_key: &str,
         default_base: f64,
-    ) -> Result<(f64, f64), LlamaConfigError> {
+        dims: usize,
+        context: usize,
+    ) -> Result<Rotary, LlamaConfigError> {
         let block = path
             .split('.')
             .try_fold(self.json, |v, k| v.get(k))
@@ -530,17 +560,95 @@ impl HfKeys<'_> {
             .get("rope_type")
             .or_else(|| inner.get("type"))
             .and_then(Value::as_str);
-        let scale = match kind {
-            None | Some("default") => 1.0,
-            Some("linear") => 1.0 / inner.float("factor", None)?,
+        let mut rotary = Rotary {
+            base,
+            scale: 1.0,
+            freqs: None,
+            attention_factor: 1.0,
+        };
+        // HF's frequencies before scaling: base^(−2i/dims).
+        let plain: Vec<f64> = (0..dims / 2)
+            .map(|i| base.powf(-2.0 * i as f64 / dims as f64))
+            .collect();
+        let original = || inner.float("original_max_position_embeddings", Some(context as f64));
+        match kind {
+            None | Some("default") => {}
+            Some("linear") => rotary.scale = 1.0 / inner.float("factor", None)?,
+            Some("llama3") => {
+                let factor = inner.float("factor", None)?;
+                let low = inner.float("low_freq_factor", None)?;
+                let high = inner.float("high_freq_factor", None)?;
+                if high <= low {
+                    return Err(inner.invalid(
+                        "high_freq_factor",
+                        format!("{high} is not above low_freq_factor {low}"),
+                    ));
+                }
+                let old = original()?;
+                let (low_wavelen, high_wavelen) = (old / low, old / high);
+                let freqs = plain.iter().map(|&f| {
+                    let wavelen = 2.0 * std::f64::consts::PI / f;
+                    if wavelen < high_wavelen {
+                        f
+                    } else if wavelen > low_wavelen {
+                        f / factor
+                    } else {
+                        let smooth = (old / wavelen - low) / (high - low);
+                        (1.0 - smooth) * f / factor + smooth * f
+                    }
+                });
+                rotary.freqs = Some(freqs.collect());
+            }
+            Some("yarn") => {
+                let factor = inner.float("factor", None)?;
+                let mscale = |scale: f64, m: f64| {
+                    if scale <= 1.0 {
+                        1.0
+                    } else {
+                        0.1 * m * scale.ln() + 1.0
+                    }
+                };
+                rotary.attention_factor = match inner.float_opt("attention_factor")? {
+                    Some(a) => a,
+                    None => match (
+                        inner.float_opt("mscale")?,
+                        inner.float_opt("mscale_all_dim")?,
+                    ) {
+                        (Some(m), Some(all)) => mscale(factor, m) / mscale(factor, all),
+                        _ => mscale(factor, 1.0),
+                    },
+                };
+                let fast = inner.float_opt("beta_fast")?.unwrap_or(32.0);
+                let slow = inner.float_opt("beta_slow")?.unwrap_or(1.0);
+                let old = original()?;
+                let truncate = inner.flag("truncate", true)?;
+                let d = dims as f64;
+                let correction = |rotations: f64| {
+                    d * (old / (rotations * 2.0 * std::f64::consts::PI)).ln() / (2.0 * base.ln())
+                };
+                let (mut low, mut high) = (correction(fast), correction(slow));
+                if truncate {
+                    (low, high) = (low.floor(), high.ceil());
+                }
+                let (low, mut high) = (low.max(0.0), high.min(d - 1.0));
+                if low == high {
+                    high += 0.001;
+                }
+                let freqs = plain.iter().enumerate().map(|(i, &f)| {
+                    let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                    let extrapolate = 1.0 - ramp;
+                    f / factor * (1.0 - extrapolate) + f * extrapolate
+                });
+                rotary.freqs = Some(freqs.collect());
+            }
             Some(other) => {
                 return Err(inner.invalid(
                     "rope_type",
                     format!("rope scaling {other:?} is not supported yet"),
                 ));
             }
-        };
-        Ok((base, scale))
+        }
+        Ok(rotary)
     }
 
     /// The local layers: `layer_types` when the file lists them, else the family's rule

@@ -206,7 +206,7 @@ fn blocks<'g, B: Dim>(
         let q = head_norm(&p.attn_q_norm, q, eps).swap_axes::<1, 2>();
         let k = head_norm(&p.attn_k_norm, k, eps).swap_axes::<1, 2>();
         let v = v.swap_axes::<1, 2>();
-        let q = rotate(rope, offset, q);
+        let q = rotate(rope.clone(), offset, q);
         let k = rotate(rope, offset, k);
         let context = attend
             .attend(i, q, k, v, window)

@@ -20,12 +20,27 @@ use crate::ops::{Primitive, ReferenceError, composite};
 pub struct Rope {
     /// Features rotated (even, at most the last dim).
     pub dims: usize,
-    /// Frequency base, e.g. 10000.
+    /// Frequency base, e.g. 10000: pair `i` turns by `base^(−2i/dims)` radians per position.
     pub base: f64,
     /// Positions are multiplied by this.
     pub scale: f64,
     /// Rotate adjacent pairs `(2i, 2i+1)` instead of the two halves.
     pub traditional: bool,
+    /// Each pair's frequency (radians per position), `dims / 2` of them, in place of
+    /// `base`'s: the scaled frequencies of Llama 3's and YaRN's long-context rotations.
+    pub freqs: Option<std::sync::Arc<[f64]>>,
+}
+
+impl Rope {
+    /// The frequency of every pair: `freqs`, else `base^(−2i/dims)`.
+    pub fn frequencies(&self) -> Vec<f64> {
+        match &self.freqs {
+            Some(f) => f.to_vec(),
+            None => (0..self.dims / 2)
+                .map(|i| self.base.powf(-2.0 * i as f64 / self.dims as f64))
+                .collect(),
+        }
+    }
 }
 
 impl Primitive for Rope {
@@ -41,6 +56,11 @@ impl Primitive for Rope {
         if self.traditional {
             out.push("traditional".into());
         }
+        if let Some(f) = &self.freqs {
+            let shown: Vec<String> = f.iter().take(4).map(|v| format!("{v:.4e}")).collect();
+            let more = if f.len() > 4 { ", .." } else { "" };
+            out.push(format!("freqs=[{}{more}]", shown.join(", ")));
+        }
     }
 
     fn bind_dims(&self, _: &[usize]) -> Op {
@@ -48,6 +68,18 @@ impl Primitive for Rope {
     }
 
     fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+        if let Some(f) = &self.freqs {
+            if f.len() != self.dims / 2 {
+                return Err(attr_err!(
+                    "{} frequencies for {} rotated features: one per pair is needed",
+                    f.len(),
+                    self.dims
+                ));
+            }
+            if let Some(bad) = f.iter().find(|v| !v.is_finite()) {
+                return Err(attr_err!("frequencies must be finite, got {bad}"));
+            }
+        }
         rope_type(self.dims, self.base, self.scale, inputs)
     }
 
@@ -58,7 +90,7 @@ impl Primitive for Rope {
         x: &[NodeId],
         g: NodeId,
     ) -> Result<Vec<Grad>, GradError> {
-        rope_vjp(e, x, self.dims, self.base, self.scale, self.traditional, g)
+        rope_vjp(e, x, self, g)
     }
 
     fn tolerance(&self, x: &Operands<'_>) -> Bound {
@@ -69,7 +101,11 @@ impl Primitive for Rope {
         let offset = x.values.get(1).map_or(0.0, |o| {
             o.to_f64_vec().first().copied().unwrap_or(0.0).abs()
         });
-        let angle = (rows + offset) * self.scale.abs().max(1.0);
+        let fastest = self
+            .freqs
+            .as_ref()
+            .map_or(1.0, |f| f.iter().fold(1.0f64, |m, v| m.max(v.abs())));
+        let angle = (rows + offset) * self.scale.abs().max(1.0) * fastest;
         Bound::Within {
             rel: 8.0 * x.u,
             abs: 16.0 * x.u * x.scale * (1.0 + angle) + x.tiny,
@@ -125,17 +161,12 @@ fn rope_type(
 fn rope_vjp(
     e: &mut Emitter<'_>,
     x: &[NodeId],
-    dims: usize,
-    base: f64,
-    scale: f64,
-    traditional: bool,
+    op: &Rope,
     g: NodeId,
 ) -> Result<Vec<Grad>, GradError> {
     let back = Op::Rope(Rope {
-        dims,
-        base,
-        scale: -scale,
-        traditional,
+        scale: -op.scale,
+        ..op.clone()
     });
     let mut operands = vec![g];
     operands.extend(x.get(1).copied());
@@ -160,17 +191,25 @@ fn random_rope(s: &mut dyn Sampler) -> Sampled {
         let offset = s.below(4) as i64;
         operands.push(s.constant(ConstantData::from_slice(&[offset], [0usize; 0]).ok()?)?);
     }
+    // Now and then frequencies of their own, as Llama 3's scaling makes them.
+    let freqs = chance(s, 0.25).then(|| {
+        (0..rotated / 2)
+            .map(|i| 10000f64.powf(-2.0 * i as f64 / rotated as f64) / (1 + i % 3) as f64)
+            .collect()
+    });
     let op = Op::Rope(Rope {
         dims: rotated,
         base: 10000.0,
         scale: pick(s, &[1.0, 0.5]),
         traditional: chance(s, 0.5),
+        freqs,
     });
     Some((op, operands))
 }
 
 /// `x` of `[.., S, D]` with feature pairs `(p, q)` of its first `dims` turned by the angle
-/// `θ = (offset + s)·scale·base^(−2i/dims)` of position `s` and pair `i`:
+/// `θ = (offset + s)·scale·f_i` of position `s` and pair `i` (`f_i` = `freqs[i]`, else
+/// `base^(−2i/dims)`):
 /// `(x_p cos θ − x_q sin θ, x_p sin θ + x_q cos θ)`, where the pairs are `(i, i + dims/2)`,
 /// or `(2i, 2i + 1)` when `traditional`. Angles and products are computed in float32
 /// (float64 for float64 `x`) and rounded to `x`'s dtype once.
@@ -213,9 +252,7 @@ fn rope_decomposition(op: &Rope, b: &mut GraphBuilder, x: &[NodeId]) -> Result<N
     let position = b.mul(position, scale)?;
 
     // One frequency per pair, computed here in float64.
-    let frequencies: Vec<f64> = (0..half)
-        .map(|i| op.base.powf(-2.0 * i as f64 / op.dims as f64))
-        .collect();
+    let frequencies = op.frequencies();
     let frequencies = match compute {
         DType::F64 => ConstantData::from_slice(&frequencies, [1, half]),
         _ => {
