@@ -240,20 +240,29 @@ impl Lowering {
     /// The gathers, scatters and non-empty windows at run-time offsets, in graph order: each
     /// lowering makes one [`IndexCheck`] per node here.
     pub(crate) fn index_nodes(&self) -> Vec<NodeId> {
-        self.graph
-            .iter()
-            .filter(|(id, n)| match n.op {
-                Op::Gather(_) | Op::ScatterAdd(_) => true,
-                // An empty result is made without MLX, and an empty window is never out of
-                // range.
-                Op::DynamicSlice(_) | Op::SliceUpdate(_) => !self.shapes[id.index()].contains(&0),
+        let mut kept: Vec<(NodeId, usize)> = Vec::new();
+        for (id, n) in self.graph.iter() {
+            let empty = self.shapes[id.index()].contains(&0);
+            // The operand whose indices are checked; an empty result is made without MLX,
+            // and an empty window is never out of range.
+            let operand = match n.op {
+                Op::Gather(_) | Op::ScatterAdd(_) => 1,
+                Op::DynamicSlice(_) if !empty => 1,
+                Op::SliceUpdate(_) if !empty => 2,
                 Op::Attention(ir::Attention {
                     key_length: true, ..
-                }) => !self.shapes[id.index()].contains(&0),
-                _ => false,
-            })
-            .map(|(id, _)| id)
-            .collect()
+                }) if !empty => n.inputs.len() - 1,
+                _ => continue,
+            };
+            // As `NodeInput::check_indices` keeps them: once per distinct check.
+            if !kept
+                .iter()
+                .any(|&(k, at)| at == operand && self.same_site(k, id, operand))
+            {
+                kept.push((id, operand));
+            }
+        }
+        kept.into_iter().map(|(id, _)| id).collect()
     }
 
     /// Builds the graph's outputs from `leaves` (one array per entry of `self.leaves`).
@@ -275,6 +284,7 @@ impl Lowering {
         }
         let verify = !self.verified.load(Ordering::Relaxed);
         let mut checks = Vec::new();
+        let mut masks = Vec::new();
         for (id, node) in graph.iter() {
             if values[id.index()].is_some() || self.bias_adds.folded[id.index()] {
                 continue;
@@ -300,7 +310,7 @@ impl Lowering {
                     let empty = crate::tensor::HostTensor::zeros(node.ty.dtype, dims.clone());
                     Array::from_tensor_on(empty.view(), self.device).map_err(at)?
                 } else {
-                    match self.node(id, node, &operands, &mut checks) {
+                    match self.node(id, node, &operands, &mut checks, &mut masks) {
                         Ok(v) => v,
                         Err(NodeFailure::Mlx(e)) => return Err(at(e)),
                         Err(NodeFailure::Run(e)) => return Err(e),
@@ -363,6 +373,7 @@ impl Lowering {
         node: &Node,
         x: &[&Array],
         checks: &mut Vec<IndexCheck>,
+        masks: &mut Vec<(NodeId, Array)>,
     ) -> Result<Array, NodeFailure> {
         if let Some(BiasAdd { product: p, .. }) = &self.bias_adds.of[id.index()] {
             return Ok(x[0].matmul_bias(x[1], x[2], p.transpose_a, p.transpose_b)?);
@@ -380,7 +391,26 @@ impl Lowering {
             x,
             shape: &self.shapes[id.index()],
             checks,
+            masks,
         })
+    }
+
+    /// Whether nodes `a` and `b` compute the same thing from operand `operand`: the same
+    /// op (attributes included), the same node at that operand, and operands of the same
+    /// dims. Their index checks, and an attention's mask over a key length, are then the
+    /// same arrays: a decoder's blocks all write their caches at one offset and attend
+    /// over one length, and building (and running) those once instead of per block saves
+    /// a few kernels a block.
+    fn same_site(&self, a: NodeId, b: NodeId, operand: usize) -> bool {
+        let (na, nb) = (&self.graph[a], &self.graph[b]);
+        na.op == nb.op
+            && na.inputs.get(operand) == nb.inputs.get(operand)
+            && na.inputs.len() == nb.inputs.len()
+            && na
+                .inputs
+                .iter()
+                .zip(&nb.inputs)
+                .all(|(x, y)| self.shapes[x.index()] == self.shapes[y.index()])
     }
 }
 
@@ -399,17 +429,42 @@ pub(crate) struct NodeInput<'a> {
     /// Concrete dims of the output.
     pub shape: &'a [usize],
     checks: &'a mut Vec<IndexCheck>,
+    /// Attention masks over a key length built so far this run, by attention node.
+    masks: &'a mut Vec<(NodeId, Array)>,
 }
 
 impl NodeInput<'_> {
     /// Records the flag `bad` of the indices (or window offsets) at `operand`, read after
-    /// evaluation.
+    /// evaluation; unless an earlier node checks the very same indices against the same
+    /// bounds, whose flag says it all (this one is then never computed).
     pub(crate) fn check_indices(&mut self, bad: Array, operand: usize) {
+        let lowering = self.lowering;
+        let id = self.id;
+        if self.checks.iter().any(|c| {
+            lowering.graph[c.node].inputs.len() == self.node.inputs.len()
+                && lowering.same_site(c.node, id, operand)
+        }) {
+            return;
+        }
         self.checks.push(IndexCheck {
-            node: self.id,
+            node: id,
             bad,
             indices: self.x[operand].clone(),
         });
+    }
+
+    /// The key-length mask an earlier attention of this run built from the same length
+    /// over operands of the same dims, if any.
+    pub(crate) fn known_mask(&self, length_operand: usize) -> Option<Array> {
+        self.masks
+            .iter()
+            .find(|(node, _)| self.lowering.same_site(*node, self.id, length_operand))
+            .map(|(_, mask)| mask.clone())
+    }
+
+    /// Keeps this attention's key-length mask for the attentions after it.
+    pub(crate) fn remember_mask(&mut self, mask: &Array) {
+        self.masks.push((self.id, mask.clone()));
     }
 }
 

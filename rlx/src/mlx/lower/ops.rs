@@ -223,7 +223,19 @@ impl Lower for ir::SliceUpdate {
 impl Lower for ir::Attention {
     fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
         if self.key_length {
-            let allowed = self.length_mask(n)?;
+            let length = n.x.len() - 1;
+            // A tensor mask is part of the mask built: only the other kinds are shared.
+            let shared = self.mask != AttentionMask::Tensor;
+            let allowed = match n.known_mask(length).filter(|_| shared) {
+                Some(mask) => mask,
+                None => {
+                    let mask = self.length_mask(n)?;
+                    if shared {
+                        n.remember_mask(&mask);
+                    }
+                    mask
+                }
+            };
             return Ok(n.x[0].attention(n.x[1], n.x[2], self.scale, MaskArg::Array(&allowed))?);
         }
         let mask = match self.mask {
