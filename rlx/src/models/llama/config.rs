@@ -8,6 +8,10 @@ use crate::gguf::{Gguf, MetadataValue};
 /// The most blocks a config may ask for (the largest Llama models have about a hundred).
 pub const MAX_LAYERS: usize = 4096;
 
+/// The most features a head may have (the widest models use 256): bounds the per-pair
+/// tables a config makes before anything checks it against memory.
+pub const MAX_HEAD_DIM: usize = 1 << 16;
+
 /// The nonlinearity of the gated feed-forward block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
@@ -318,6 +322,12 @@ impl LlamaConfig {
             }
             Err(e) => return Err(e),
         };
+        if head_dim > MAX_HEAD_DIM {
+            return Err(hf.invalid(
+                "head_dim",
+                format!("{head_dim} features a head are more than {MAX_HEAD_DIM}"),
+            ));
+        }
         config.head_dim = head_dim;
         config.rope_dims = head_dim;
         if let Some(f) = hf.float_opt("partial_rotary_factor")?
@@ -407,6 +417,15 @@ impl LlamaConfig {
             return Err(invalid(
                 &key("block_count"),
                 format!("{} blocks are more than {MAX_LAYERS}", self.num_layers),
+            ));
+        }
+        if self.head_dim > MAX_HEAD_DIM {
+            return Err(invalid(
+                &key("key_length"),
+                format!(
+                    "{} features a head are more than {MAX_HEAD_DIM}",
+                    self.head_dim
+                ),
             ));
         }
         for (name, heads) in [
@@ -566,10 +585,8 @@ impl HfKeys<'_> {
             freqs: None,
             attention_factor: 1.0,
         };
-        // HF's frequencies before scaling: base^(−2i/dims).
-        let plain: Vec<f64> = (0..dims / 2)
-            .map(|i| base.powf(-2.0 * i as f64 / dims as f64))
-            .collect();
+        // HF's frequencies before scaling: base^(−2i/dims) (`dims` is at most MAX_HEAD_DIM).
+        let plain = || (0..dims / 2).map(|i| base.powf(-2.0 * i as f64 / dims as f64));
         let original = || inner.float("original_max_position_embeddings", Some(context as f64));
         match kind {
             None | Some("default") => {}
@@ -586,7 +603,7 @@ impl HfKeys<'_> {
                 }
                 let old = original()?;
                 let (low_wavelen, high_wavelen) = (old / low, old / high);
-                let freqs = plain.iter().map(|&f| {
+                let freqs = plain().map(|f| {
                     let wavelen = 2.0 * std::f64::consts::PI / f;
                     if wavelen < high_wavelen {
                         f
@@ -634,7 +651,7 @@ impl HfKeys<'_> {
                 if low == high {
                     high += 0.001;
                 }
-                let freqs = plain.iter().enumerate().map(|(i, &f)| {
+                let freqs = plain().enumerate().map(|(i, f)| {
                     let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
                     let extrapolate = 1.0 - ramp;
                     f / factor * (1.0 - extrapolate) + f * extrapolate

@@ -29,7 +29,9 @@ mod config;
 mod decoder;
 
 pub use checkpoint::{hf_tensor_name, load_hf_checkpoint};
-pub use config::{Activation, LlamaConfig, LlamaConfigError, MAX_LAYERS, SlidingWindow};
+pub use config::{
+    Activation, LlamaConfig, LlamaConfigError, MAX_HEAD_DIM, MAX_LAYERS, SlidingWindow,
+};
 pub use decoder::{LlamaDecoder, LlamaLoadError};
 
 use crate::Params;
