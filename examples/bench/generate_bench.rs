@@ -9,14 +9,18 @@
 //! generate_bench backend=cpu batch=1 prompt=512 phase=prefill tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=128 phase=decode new=128 tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=128 phase=generate new=128 tok_s=..
+//! generate_bench backend=cpu batch=8 prompt=128 phase=prefill tok_s=..
+//! generate_bench backend=cpu batch=8 prompt=128 phase=decode new=128 tok_s=..
 //! ```
 //!
 //! Prefill: one step over the whole prompt (its logits for the last token only), in a
 //! fresh context. Decode: 128 one-token steps after a 128-token prompt, each feeding the
 //! argmax of the step before (taken on the host, inside the timing). Generate: the same
 //! through `rlx::generate` (decode steps per second), each token drawn by the sampling op
-//! on the backend (temperature 0.8, top-p 0.95, seeded). Figures are medians of
-//! `--reps` repetitions after one warm-up. The prompt's tokens are fixed pseudo-random ids:
+//! on the backend (temperature 0.8, top-p 0.95, seeded). Batch 8: eight prompts prefilled
+//! in one `llama_batch_step`, then one token a row per step (tokens/s of all rows).
+//! Figures are medians of `--reps` repetitions after one warm-up. The prompt's tokens are
+//! fixed pseudo-random ids:
 //! the time of a step does not depend on which tokens it reads. The caches hold
 //! `--capacity` positions (1,024; at least 256). `--mlx-mode` overrides MLX's default mode
 //! (compiled on a GPU, lazy on a CPU).
@@ -30,7 +34,7 @@ use rlx::backend::Backend;
 use rlx::generate::{Decoder, GenerateOptions, Generator, SamplingParams};
 use rlx::gguf::Gguf;
 use rlx::models::fetch::{SMOLLM2_135M_INSTRUCT, SMOLLM2_GGUF};
-use rlx::models::llama::{LlamaDecoder, LlamaStep};
+use rlx::models::llama::{LlamaBatchConfig, LlamaBatchStep, LlamaDecoder, LlamaStep};
 use rlx::tensor::HostTensor;
 
 fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
@@ -175,6 +179,80 @@ fn bench<B: Backend<Executable: 'static>>(
     println!(
         "generate_bench backend={label} batch=1 prompt={prompt} phase=generate new={new} tok_s={:.1}",
         median(rates)
+    );
+    batched(label, backend, &file, &tokens, reps, capacity)
+}
+
+/// Batch 8 through `llama_batch_step`: eight 128-token prompts (different tokens) prefilled
+/// in one step, then 128 steps of one token per row, each row's argmax taken on the host.
+fn batched<B: Backend<Executable: 'static>>(
+    label: &str,
+    backend: &B,
+    file: &Gguf,
+    tokens: &[i64],
+    reps: usize,
+    capacity: usize,
+) -> Result<(), Box<dyn Error>> {
+    const ROWS: usize = 8;
+    let (prompt, new) = (128, 128);
+    let config = LlamaBatchConfig {
+        model: rlx::models::llama::LlamaConfig::from_gguf(file)?,
+        capacity,
+        slots: ROWS,
+    };
+    let vocab = config.model.vocab_size;
+    let step = LlamaBatchStep::compile(backend, &config)?;
+    step.load_gguf(file)?;
+    let run = |ctx: &mut rlx::backend::Context, ids: Vec<i64>, seq: usize, pos: i64, last: i64| {
+        let ids = HostTensor::from_vec(ids, [ROWS, seq])?;
+        let pos = HostTensor::from_vec(vec![pos; ROWS], [ROWS])?;
+        let last = HostTensor::from_vec(vec![last; ROWS], [ROWS])?;
+        let [logits] = step.run_in_outputs(
+            ctx,
+            &[
+                ("input_ids", ids.view()),
+                ("pos", pos.view()),
+                ("last", last.view()),
+            ],
+        )?;
+        let rows = logits.as_slice::<f32>()?;
+        let next: Vec<i64> = rows
+            .chunks(vocab)
+            .map(|row| {
+                row.iter()
+                    .enumerate()
+                    .max_by(|a, b| a.1.total_cmp(b.1))
+                    .map_or(0, |(i, _)| i as i64)
+            })
+            .collect();
+        Ok::<_, Box<dyn Error>>(next)
+    };
+    // Row r reads the prompt tokens rotated by r, so the rows differ.
+    let prompts: Vec<i64> = (0..ROWS)
+        .flat_map(|r| (0..prompt).map(move |i| tokens[(i + 16 * r) % tokens.len()]))
+        .collect();
+    let (mut prefill, mut decode) = (Vec::new(), Vec::new());
+    for rep in 0..=reps {
+        let mut ctx = step.new_context()?;
+        let t = Instant::now();
+        let mut next = run(&mut ctx, prompts.clone(), prompt, 0, prompt as i64 - 1)?;
+        let prefilled = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        for i in 0..new {
+            next = run(&mut ctx, next, 1, (prompt + i) as i64, 0)?;
+        }
+        if rep > 0 {
+            prefill.push(prefilled);
+            decode.push(t.elapsed().as_secs_f64());
+        }
+    }
+    println!(
+        "generate_bench backend={label} batch={ROWS} prompt={prompt} phase=prefill tok_s={:.1}",
+        (ROWS * prompt) as f64 / median(prefill)
+    );
+    println!(
+        "generate_bench backend={label} batch={ROWS} prompt={prompt} phase=decode new={new} tok_s={:.1}",
+        (ROWS * new) as f64 / median(decode)
     );
     Ok(())
 }

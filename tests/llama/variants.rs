@@ -354,3 +354,99 @@ fn hf_tokenizer_and_chat_template_match_transformers() {
     let missing = Tokenizer::from_hf_dir(Path::new("/nonexistent")).unwrap_err();
     assert!(missing.to_string().contains("tokenizer.json"), "{missing}");
 }
+
+/// A batched step whose rows are sequences at positions of their own (prompts of 8, 5 and
+/// 3 tokens prefilled together, padded; then one token each per step; the third slot
+/// starting a new sequence midway) gives, row by row, the logits of each sequence stepped
+/// alone, for Gemma 3 (local windows across steps) and Qwen3 (YaRN, per-head norms).
+fn batch_rows_match_single_sequences<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
+    use rlx::models::llama::{LlamaBatchConfig, LlamaBatchStep};
+    let data = reference("tiny_decoders");
+    for name in ["gemma3", "qwen3"] {
+        let case = &data["cases"][name];
+        let dir = Scratch::new(&format!("batch-{name}-{label}"));
+        write_checkpoint(case, name == "gemma3", dir.path(), false);
+        let model = LlamaConfig::from_hf_json(case["config_json"].as_str().unwrap()).unwrap();
+        let config = LlamaBatchConfig {
+            model: model.clone(),
+            capacity: 32,
+            slots: 3,
+        };
+        let batch = LlamaBatchStep::compile(backend, &config).unwrap();
+        load_hf_checkpoint(&batch, &model, dir.path()).unwrap();
+        let single = LlamaDecoder::from_hf_dir(backend, dir.path(), 32).unwrap();
+        let vocab = model.vocab_size;
+
+        let prompts: [Vec<i64>; 3] = [
+            (0..8).map(|i| (5 * i + 1) % 128).collect(),
+            (0..5).map(|i| (11 * i + 7) % 128).collect(),
+            (0..3).map(|i| (3 * i + 40) % 128).collect(),
+        ];
+        let mut histories: Vec<Vec<i64>> = prompts.to_vec();
+        let mut contexts: Vec<_> = (0..3).map(|_| single.new_context().unwrap()).collect();
+        let mut batch_ctx = batch.new_context().unwrap();
+        let mut worst = 0f64;
+        // Each row's new tokens this step, its position, and whether its slot starts over.
+        let mut rows: Vec<(Vec<i64>, usize)> = prompts.iter().map(|p| (p.clone(), 0)).collect();
+        for step in 0..7 {
+            let seq = rows.iter().map(|r| r.0.len()).max().unwrap();
+            let mut ids = Vec::new();
+            for (tokens, _) in &rows {
+                ids.extend(tokens);
+                ids.extend(std::iter::repeat_n(0, seq - tokens.len()));
+            }
+            let pos: Vec<i64> = rows.iter().map(|r| r.1 as i64).collect();
+            let last: Vec<i64> = rows.iter().map(|r| r.0.len() as i64 - 1).collect();
+            let inputs = [
+                ("input_ids", HostTensor::from_vec(ids, [3, seq]).unwrap()),
+                ("pos", HostTensor::from_vec(pos, [3]).unwrap()),
+                ("last", HostTensor::from_vec(last, [3]).unwrap()),
+            ];
+            let named: Vec<(&str, rlx::tensor::TensorRef<'_>)> =
+                inputs.iter().map(|(n, t)| (*n, t.view())).collect();
+            let [logits] = batch.run_in_outputs(&mut batch_ctx, &named).unwrap();
+            let logits = logits.as_slice::<f32>().unwrap();
+            let mut next_rows = Vec::new();
+            for (b, (tokens, pos)) in rows.iter().enumerate() {
+                let alone = single
+                    .step(&mut contexts[b], tokens, *pos, tokens.len() - 1)
+                    .unwrap();
+                let alone = alone.as_slice::<f32>().unwrap();
+                let row = &logits[b * vocab..(b + 1) * vocab];
+                let error = row
+                    .iter()
+                    .zip(alone)
+                    .map(|(x, y)| f64::from((x - y).abs()))
+                    .fold(0f64, f64::max);
+                assert!(
+                    error < BOUND,
+                    "{name} {label} step {step} row {b}: off by {error}"
+                );
+                worst = worst.max(error);
+                let token = argmax(row);
+                if b == 2 && step == 3 {
+                    // Slot 2 starts a new sequence of one token at position 0.
+                    contexts[2] = single.new_context().unwrap();
+                    histories[2] = vec![token];
+                    next_rows.push((vec![token], 0));
+                } else {
+                    histories[b].push(token);
+                    next_rows.push((vec![token], histories[b].len() - 1));
+                }
+            }
+            rows = next_rows;
+        }
+        println!("{name} {label} batch of 3: rows within {worst:.2e} of single sequences");
+    }
+}
+
+#[test]
+fn batch_rows_match_single_sequences_on_the_cpu() {
+    batch_rows_match_single_sequences("cpu", &rlx::cpu::CpuBackend::default());
+}
+
+#[cfg(feature = "mlx")]
+#[test]
+fn batch_rows_match_single_sequences_on_mlx() {
+    batch_rows_match_single_sequences("mlx", &rlx::mlx::MlxBackend::default());
+}

@@ -36,7 +36,7 @@ pub use decoder::{LlamaDecoder, LlamaLoadError};
 
 use crate::Params;
 use crate::nn::{Bias, Embedding, Projection, RmsNorm};
-use crate::typed::{Axis, Const, Dim, Rope, Scope, Sizes, State, Tensor};
+use crate::typed::{Axis, Const, Dim, Dyn, Rope, Scope, Sizes, State, Tensor};
 
 crate::dims!(
     /// Sequences in a batch.
@@ -65,7 +65,9 @@ crate::config_dims!(
     /// `block_count`.
     Layers,
     /// Positions a key/value cache holds.
-    Capacity
+    Capacity,
+    /// Sequences a batched step holds, each in caches of its own.
+    Slots
 );
 
 impl crate::model::Config for LlamaConfig {
@@ -152,13 +154,14 @@ pub type Hiddens<'g> = Tensor<'g, (Batch, Seq, Hidden)>;
 /// Per-head values of `B` sequences: `(B, N, Seq, HeadDim)` for `N` heads.
 type Heads4<'g, B, N> = Tensor<'g, (B, N, Seq, HeadDim)>;
 
-/// How one block attends: `attend(q, k, v, window)` turns the rotated queries, keys and
-/// values of the new tokens into the attention's output, within `window` positions when
-/// the layer is local.
+/// How one block attends: `attend` rotates the queries and keys of the new tokens by
+/// their positions (`rope`) and turns them and the values into the attention's output,
+/// within `window` positions when the layer is local.
 trait Attend<'g, B: Dim> {
     fn attend(
         &mut self,
         layer: usize,
+        rope: Rope,
         q: Heads4<'g, B, Heads>,
         k: Heads4<'g, B, KvHeads>,
         v: Heads4<'g, B, KvHeads>,
@@ -181,13 +184,11 @@ fn embed<'g, B: Dim>(
     }
 }
 
-/// Every block over `x` (`B` sequences of `Seq` new tokens); `offset`, when given, is the
-/// position of the first new token (0 otherwise).
+/// Every block over `x` (`B` sequences of `Seq` new tokens), attending as `attend` does.
 fn blocks<'g, B: Dim>(
     cfg: &LlamaConfig,
     p: &LlamaParams<'g>,
     mut x: Tensor<'g, (B, Seq, Hidden)>,
-    offset: Option<Tensor<'g, (), i64>>,
     attend: &mut impl Attend<'g, B>,
 ) -> Tensor<'g, (B, Seq, Hidden)> {
     let eps = cfg.rms_norm_eps;
@@ -208,10 +209,8 @@ fn blocks<'g, B: Dim>(
         let q = head_norm(&p.attn_q_norm, q, eps).swap_axes::<1, 2>();
         let k = head_norm(&p.attn_k_norm, k, eps).swap_axes::<1, 2>();
         let v = v.swap_axes::<1, 2>();
-        let q = rotate(rope.clone(), offset, q);
-        let k = rotate(rope, offset, k);
         let context = attend
-            .attend(i, q, k, v, window)
+            .attend(i, rope, q, k, v, window)
             .swap_axes::<1, 2>()
             .reshape::<(B, Seq, QueryWidth)>();
         x = x + sandwich(&p.post_attention_norm, p.attn_output.forward(context));
@@ -248,18 +247,6 @@ fn head_norm<'g, B: Dim, N: Dim>(
     }
 }
 
-/// Rotary positions from `offset` (0 when absent) on the heads of `t`.
-fn rotate<'g, B: Dim, N: Dim>(
-    rope: Rope,
-    offset: Option<Tensor<'g, (), i64>>,
-    t: Heads4<'g, B, N>,
-) -> Heads4<'g, B, N> {
-    match offset {
-        Some(offset) => t.rope_from(rope, offset),
-        None => t.rope(rope),
-    }
-}
-
 /// The final norm, the output projection and the soft cap over hidden states `x`.
 fn logits<'g, B: Dim, Q: Dim>(
     cfg: &LlamaConfig,
@@ -284,11 +271,13 @@ impl<'g> Attend<'g, Batch> for Causal {
     fn attend(
         &mut self,
         _: usize,
+        rope: Rope,
         q: Heads4<'g, Batch, Heads>,
         k: Heads4<'g, Batch, KvHeads>,
         v: Heads4<'g, Batch, KvHeads>,
         window: Option<usize>,
     ) -> Heads4<'g, Batch, Heads> {
+        let (q, k) = (q.rope(rope.clone()), k.rope(rope));
         match window {
             Some(w) => q.attention_windowed_grouped(k, v, w, self.0),
             None => q.attention_causal_grouped(k, v, self.0),
@@ -307,7 +296,7 @@ pub fn llama<'g>(
 ) -> Tensor<'g, (Batch, Seq, Vocab)> {
     let _ = g;
     let x = embed(cfg, p, input_ids);
-    let x = blocks(cfg, p, x, None, &mut Causal(cfg.attention_scale));
+    let x = blocks(cfg, p, x, &mut Causal(cfg.attention_scale));
     logits(cfg, p, x)
 }
 
@@ -344,20 +333,58 @@ impl<'g> Attend<'g, Const<1>> for Cached<'g> {
     fn attend(
         &mut self,
         layer: usize,
+        rope: Rope,
         q: Heads4<'g, Const<1>, Heads>,
         k: Heads4<'g, Const<1>, KvHeads>,
         v: Heads4<'g, Const<1>, KvHeads>,
         window: Option<usize>,
     ) -> Heads4<'g, Const<1>, Heads> {
-        let keys: Cache<'g> = self.g.state(&format!("blk.{layer}.k_cache"));
-        let values: Cache<'g> = self.g.state(&format!("blk.{layer}.v_cache"));
+        let (g, name) = (self.g, |what: &str| format!("blk.{layer}.{what}"));
+        let keys: Cache<'g> = g.state(&name("k_cache"));
+        let values: Cache<'g> = g.state(&name("v_cache"));
+        let at = Position {
+            pos: self.pos,
+            filled: self.filled,
+        };
+        at.attend(rope, q, k, v, keys, values, window, self.scale)
+    }
+}
+
+/// Where one sequence's new tokens go: `pos`, the first one's position, and `filled`, the
+/// positions its cache holds once they are in.
+#[derive(Clone, Copy)]
+struct Position<'g> {
+    pos: Tensor<'g, (), i64>,
+    filled: Tensor<'g, (), i64>,
+}
+
+impl<'g> Position<'g> {
+    /// One sequence's attention over its caches: its queries and keys rotated from `pos`,
+    /// its keys and values written at `pos` (in place), and its queries attending over the
+    /// `filled` positions.
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        self,
+        rope: Rope,
+        q: Heads4<'g, Const<1>, Heads>,
+        k: Heads4<'g, Const<1>, KvHeads>,
+        v: Heads4<'g, Const<1>, KvHeads>,
+        keys: Cache<'g>,
+        values: Cache<'g>,
+        window: Option<usize>,
+        scale: f64,
+    ) -> Heads4<'g, Const<1>, Heads> {
+        let (q, k) = (
+            q.rope_from(rope.clone(), self.pos),
+            k.rope_from(rope, self.pos),
+        );
         let k = keys.read().slice_update(Axis::<2>, k, self.pos);
         let v = values.read().slice_update(Axis::<2>, v, self.pos);
         keys.write(k);
         values.write(v);
         match window {
-            Some(w) => q.attention_windowed_grouped_upto(k, v, self.filled, w, self.scale),
-            None => q.attention_causal_grouped_upto(k, v, self.filled, self.scale),
+            Some(w) => q.attention_windowed_grouped_upto(k, v, self.filled, w, scale),
+            None => q.attention_causal_grouped_upto(k, v, self.filled, scale),
         }
     }
 }
@@ -391,7 +418,129 @@ pub fn llama_step<'g>(
         filled,
         scale: model.attention_scale,
     };
-    let x = blocks(model, p, x, Some(pos), &mut attend);
+    let x = blocks(model, p, x, &mut attend);
     let x: Tensor<'g, (Const<1>, Const<1>, Hidden)> = x.dynamic_slice(Axis::<1>, last);
+    logits(model, p, x)
+}
+
+/// A [`LlamaConfig`] with the caches of `slots` sequences, `capacity` positions each.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaBatchConfig {
+    /// The model.
+    pub model: LlamaConfig,
+    /// Positions each sequence's caches hold.
+    pub capacity: usize,
+    /// Sequences a step holds (at least 1).
+    pub slots: usize,
+}
+
+impl crate::model::Config for LlamaBatchConfig {
+    fn sizes(&self) -> Sizes {
+        self.model
+            .sizes()
+            .with::<Capacity>(self.capacity)
+            .with::<Slots>(self.slots)
+    }
+}
+
+/// Attention of a batch whose rows are sequences at positions of their own, each over the
+/// caches of its slot (`slotN.blk.M.k_cache`): the projections before it and the
+/// feed-forward after it run on the whole batch (one read of the weights for every row);
+/// the rotation, the cache writes and the attention run per row, at that row's position.
+struct Slotted<'g> {
+    g: &'g Scope<'g>,
+    rows: Vec<Position<'g>>,
+    scale: f64,
+}
+
+impl<'g> Attend<'g, Slots> for Slotted<'g> {
+    fn attend(
+        &mut self,
+        layer: usize,
+        rope: Rope,
+        q: Heads4<'g, Slots, Heads>,
+        k: Heads4<'g, Slots, KvHeads>,
+        v: Heads4<'g, Slots, KvHeads>,
+        window: Option<usize>,
+    ) -> Heads4<'g, Slots, Heads> {
+        let mut out: Option<Tensor<'g, (Dyn, Heads, Seq, HeadDim)>> = None;
+        for (b, at) in self.rows.iter().enumerate() {
+            let name = |what: &str| format!("slot{b}.blk.{layer}.{what}");
+            let keys: Cache<'g> = self.g.state(&name("k_cache"));
+            let values: Cache<'g> = self.g.state(&name("v_cache"));
+            let row = at.attend(
+                rope.clone(),
+                q.narrow::<0, Const<1>>(b),
+                k.narrow::<0, Const<1>>(b),
+                v.narrow::<0, Const<1>>(b),
+                keys,
+                values,
+                window,
+                self.scale,
+            );
+            out = Some(match out {
+                None => row.reshape(),
+                Some(rows) => rows.concat(Axis::<0>, row),
+            });
+        }
+        match out {
+            Some(rows) => rows.reshape(),
+            // No slot: an empty batch, nothing to attend.
+            None => q,
+        }
+    }
+}
+
+/// One step of generation for a batch of sequences, each at its own position: row `b`'s
+/// `Seq` new tokens `input_ids[b]` go to positions `pos[b]..pos[b] + Seq` of slot `b`'s
+/// caches, attend to what that slot holds before them and to each other causally, and the
+/// logits of the token after position `pos[b] + last[b]` come out as row `b` (tokens after
+/// `last[b]` are padding, as in [`llama_step`]: rows with fewer new tokens than `Seq` are
+/// padded to it). Every row's `pos[b] + Seq` must fit the capacity. A row whose slot is
+/// idle may repeat any token at any position: its slot is overwritten when a sequence
+/// starts there (from position 0). Each slot's logits equal [`llama_step`]'s for that
+/// sequence alone; the weights are read once per step for every row, which is what makes
+/// decoding a batch faster than decoding its sequences one by one.
+#[crate::model(outputs(logits), states)]
+pub fn llama_batch_step<'g>(
+    g: &'g Scope<'g>,
+    #[config] cfg: &LlamaBatchConfig,
+    p: &LlamaParams<'g>,
+    input_ids: Tensor<'g, (Slots, Seq), i64>,
+    pos: Tensor<'g, (Slots,), i64>,
+    last: Tensor<'g, (Slots,), i64>,
+) -> Tensor<'g, (Slots, Const<1>, Vocab)> {
+    let model = &cfg.model;
+    let new = g.full::<(Seq,), i64>(1).sum::<0>();
+    let rows = (0..cfg.slots)
+        .map(|b| {
+            let pos = pos.narrow::<0, Const<1>>(b).reshape::<()>();
+            Position {
+                pos,
+                filled: pos + new,
+            }
+        })
+        .collect();
+    let x = embed(model, p, input_ids);
+    let mut attend = Slotted {
+        g,
+        rows,
+        scale: model.attention_scale,
+    };
+    let x = blocks(model, p, x, &mut attend);
+    let mut out: Option<Tensor<'g, (Dyn, Const<1>, Hidden)>> = None;
+    for b in 0..cfg.slots {
+        let last = last.narrow::<0, Const<1>>(b).reshape::<()>();
+        let row: Tensor<'g, (Const<1>, Const<1>, Hidden)> =
+            x.narrow::<0, Const<1>>(b).dynamic_slice(Axis::<1>, last);
+        out = Some(match out {
+            None => row.reshape(),
+            Some(rows) => rows.concat(Axis::<0>, row),
+        });
+    }
+    let x: Tensor<'g, (Slots, Const<1>, Hidden)> = match out {
+        Some(rows) => rows.reshape(),
+        None => x.narrow::<1, Const<1>>(0),
+    };
     logits(model, p, x)
 }
