@@ -3,6 +3,7 @@
 //! its 32-token greedy continuation, the logits of the reference's top 10 at every
 //! position within a stated bound, and the greedy tokens identical.
 
+use super::argmax;
 use rlx::backend::Backend;
 use rlx::models::llama::{Llama, LlamaConfig};
 use rlx::tensor::HostTensor;
@@ -31,14 +32,6 @@ fn top10_error(name: &str, r: &serde_json::Value, pos: usize, row: &[f32]) -> f6
         );
     }
     worst
-}
-
-fn argmax(row: &[f32]) -> i64 {
-    row.iter()
-        .enumerate()
-        .max_by(|a, b| a.1.total_cmp(b.1))
-        .map(|(i, _)| i as i64)
-        .unwrap()
 }
 
 /// Runs every prompt with its continuation through `model` and returns the largest logit

@@ -11,6 +11,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use super::argmax;
 use rlx::backend::Backend;
 use rlx::generate::{Decoder, GenerateOptions, Generator, SamplingParams};
 use rlx::models::llama::{Llama, LlamaConfig, LlamaDecoder, load_hf_checkpoint};
@@ -22,14 +23,6 @@ const CASES: [&str; 4] = ["llama", "qwen2", "qwen3", "gemma3"];
 /// Logits within this of transformers' (both f32; the tiny models' logits are at most
 /// 3.5 and the two sides differ only in the order of their sums, about 1e-6 measured).
 const BOUND: f64 = 1e-4;
-
-fn argmax(row: &[f32]) -> i64 {
-    row.iter()
-        .enumerate()
-        .max_by(|a, b| a.1.total_cmp(b.1))
-        .map(|(i, _)| i as i64)
-        .unwrap()
-}
 
 fn variants_match<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
     let data = reference("tiny_decoders");
