@@ -252,6 +252,7 @@ impl MlxExecutable {
     fn binding_for(&self, values: &[usize]) -> Result<Arc<BindingPlan>, RunError> {
         self.bindings.get_or_make(values, || {
             let shapes = concrete_shapes(&self.graph, &self.signature, values, MAX_RANK, "MLX")?;
+            let repeats = lower::repeated_sites(&self.graph, &shapes);
             let lowering = Arc::new(Lowering {
                 graph: self.graph.clone(),
                 bias_adds: self.bias_adds.clone(),
@@ -263,6 +264,7 @@ impl MlxExecutable {
                 device: self.device,
                 verified: AtomicBool::new(false),
                 index_arrays: Default::default(),
+                repeats,
             });
             let function = if self.mode == MlxMode::Compiled {
                 Some(Function::new(lowering.clone()).map_err(backend_error)?)

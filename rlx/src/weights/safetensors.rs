@@ -72,11 +72,10 @@ pub fn load_safetensors(
     for (name, view) in st.tensors() {
         match from_file_dtype(view.dtype()) {
             Some(dtype) => tensors.push((name, dtype, view)),
-            None => unreadable.push(Mismatch {
-                key: name.clone(),
-                expected: String::new(),
-                found: format!("{:?}{:?}", view.dtype(), view.shape()),
-            }),
+            None => unreadable.push((
+                name.clone(),
+                format!("{:?}{:?}", view.dtype(), view.shape()),
+            )),
         }
     }
     let named: Vec<(&str, TensorRef<'_>)> = tensors
@@ -110,14 +109,15 @@ pub fn load_tensors(
     load_checked(exe, manifest, source, tensors, Vec::new(), options)
 }
 
-/// [`load_tensors`], with tensors of dtypes RLX cannot hold (`unreadable`) reported as
-/// mismatched where the model declares them and as unexpected elsewhere.
+/// [`load_tensors`], with tensors of dtypes RLX cannot hold (`unreadable`: key and what
+/// the file holds) reported as mismatched where the model declares them and as
+/// unexpected elsewhere.
 fn load_checked(
     exe: &dyn Executable,
     manifest: &Manifest,
     path: &Path,
     tensors: &[(&str, TensorRef<'_>)],
-    unreadable: Vec<Mismatch>,
+    unreadable: Vec<(String, String)>,
     options: &LoadOptions,
 ) -> Result<LoadReport, WeightsError> {
     let files = manifest.file_tensors();
@@ -130,11 +130,11 @@ fn load_checked(
     let mut found = Vec::with_capacity(files.len());
     for f in &files {
         let Some(&value) = by_name.get(f.key.as_str()) else {
-            match unreadable.iter().find(|m| m.key == f.key) {
-                Some(m) => mismatched.push(Mismatch {
+            match unreadable.iter().find(|(key, _)| *key == f.key) {
+                Some((_, found)) => mismatched.push(Mismatch {
                     key: f.key.clone(),
                     expected: describe(f.dtype, &f.shape),
-                    found: m.found.clone(),
+                    found: found.clone(),
                 }),
                 None => missing.push(f.key.clone()),
             }
@@ -160,7 +160,7 @@ fn load_checked(
     let names = tensors
         .iter()
         .map(|(name, _)| *name)
-        .chain(unreadable.iter().map(|m| m.key.as_str()));
+        .chain(unreadable.iter().map(|(key, _)| key.as_str()));
     for name in names {
         if !declared.contains(name) {
             if options.allow_unexpected {

@@ -42,6 +42,9 @@ pub(crate) struct Lowering {
     /// positions of an attention over a run-time length), made on the first run and
     /// reused, so later runs upload nothing for them.
     pub index_arrays: IndexArrays,
+    /// Per node: the earlier node whose index check (and, for an attention over a key
+    /// length, whose mask) is this node's too (see [`repeated_sites`]).
+    pub repeats: Vec<Option<NodeId>>,
 }
 
 /// Evaluated `i64` arrays by their values and dims (see [`Lowering::index_arrays`]).
@@ -240,29 +243,14 @@ impl Lowering {
     /// The gathers, scatters and non-empty windows at run-time offsets, in graph order: each
     /// lowering makes one [`IndexCheck`] per node here.
     pub(crate) fn index_nodes(&self) -> Vec<NodeId> {
-        let mut kept: Vec<(NodeId, usize)> = Vec::new();
-        for (id, n) in self.graph.iter() {
-            let empty = self.shapes[id.index()].contains(&0);
-            // The operand whose indices are checked; an empty result is made without MLX,
-            // and an empty window is never out of range.
-            let operand = match n.op {
-                Op::Gather(_) | Op::ScatterAdd(_) => 1,
-                Op::DynamicSlice(_) if !empty => 1,
-                Op::SliceUpdate(_) if !empty => 2,
-                Op::Attention(ir::Attention {
-                    key_length: true, ..
-                }) if !empty => n.inputs.len() - 1,
-                _ => continue,
-            };
-            // As `NodeInput::check_indices` keeps them: once per distinct check.
-            if !kept
-                .iter()
-                .any(|&(k, at)| at == operand && self.same_site(k, id, operand))
-            {
-                kept.push((id, operand));
-            }
-        }
-        kept.into_iter().map(|(id, _)| id).collect()
+        self.graph
+            .iter()
+            .filter(|(id, n)| {
+                checked_operand(n, &self.shapes[id.index()]).is_some()
+                    && self.repeats[id.index()].is_none()
+            })
+            .map(|(id, _)| id)
+            .collect()
     }
 
     /// Builds the graph's outputs from `leaves` (one array per entry of `self.leaves`).
@@ -394,24 +382,55 @@ impl Lowering {
             masks,
         })
     }
+}
 
-    /// Whether nodes `a` and `b` compute the same thing from operand `operand`: the same
-    /// op (attributes included), the same node at that operand, and operands of the same
-    /// dims. Their index checks, and an attention's mask over a key length, are then the
-    /// same arrays: a decoder's blocks all write their caches at one offset and attend
-    /// over one length, and building (and running) those once instead of per block saves
-    /// a few kernels a block.
-    fn same_site(&self, a: NodeId, b: NodeId, operand: usize) -> bool {
-        let (na, nb) = (&self.graph[a], &self.graph[b]);
-        na.op == nb.op
-            && na.inputs.get(operand) == nb.inputs.get(operand)
-            && na.inputs.len() == nb.inputs.len()
-            && na
-                .inputs
-                .iter()
-                .zip(&nb.inputs)
-                .all(|(x, y)| self.shapes[x.index()] == self.shapes[y.index()])
+/// The operand whose indices node `n` (of output dims `dims`) checks after evaluation, if
+/// it checks any: gathers and scatters their indices, windows their offsets, an attention
+/// over a run-time length that length. An empty result is made without MLX, and an empty
+/// window is never out of range.
+fn checked_operand(n: &Node, dims: &[usize]) -> Option<usize> {
+    let empty = dims.contains(&0);
+    match n.op {
+        Op::Gather(_) | Op::ScatterAdd(_) => Some(1),
+        Op::DynamicSlice(_) if !empty => Some(1),
+        Op::SliceUpdate(_) if !empty => Some(2),
+        Op::Attention(ir::Attention {
+            key_length: true, ..
+        }) if !empty => Some(n.inputs.len() - 1),
+        _ => None,
     }
+}
+
+/// Per node that checks indices, the first earlier node computing the same check: the same
+/// op (attributes included), the same node at the checked operand, and operands of the
+/// same dims. Its flag says it all, and for an attention over a key length its mask is
+/// this one's too (unless a mask tensor enters it). A decoder's blocks all write their
+/// caches at one offset and attend over one length: building (and running) those once
+/// instead of per block saves a few kernels a block. Found once per binding.
+pub(crate) fn repeated_sites(graph: &Graph, shapes: &[Vec<usize>]) -> Vec<Option<NodeId>> {
+    let mut repeats = vec![None; graph.len()];
+    let mut firsts: Vec<(NodeId, usize)> = Vec::new();
+    for (id, n) in graph.iter() {
+        let Some(operand) = checked_operand(n, &shapes[id.index()]) else {
+            continue;
+        };
+        let same = |&(first, at): &(NodeId, usize)| {
+            let f = &graph[first];
+            at == operand
+                && f.op == n.op
+                && f.inputs[at] == n.inputs[at]
+                && f.inputs.len() == n.inputs.len()
+                && f.inputs
+                    .iter()
+                    .zip(&n.inputs)
+                    .all(|(x, y)| shapes[x.index()] == shapes[y.index()])
+        };
+        match firsts.iter().find(|f| same(f)) {
+            Some(&(first, _)) => repeats[id.index()] = Some(first),
+            None => firsts.push((id, operand)),
+        }
+    }
+    repeats
 }
 
 /// How MLX computes one op: the arrays of its operands in, its array out (lazy).
@@ -436,29 +455,26 @@ pub(crate) struct NodeInput<'a> {
 impl NodeInput<'_> {
     /// Records the flag `bad` of the indices (or window offsets) at `operand`, read after
     /// evaluation; unless an earlier node checks the very same indices against the same
-    /// bounds, whose flag says it all (this one is then never computed).
+    /// bounds ([`repeated_sites`]), whose flag says it all (this one is then never
+    /// computed).
     pub(crate) fn check_indices(&mut self, bad: Array, operand: usize) {
-        let lowering = self.lowering;
-        let id = self.id;
-        if self.checks.iter().any(|c| {
-            lowering.graph[c.node].inputs.len() == self.node.inputs.len()
-                && lowering.same_site(c.node, id, operand)
-        }) {
+        if self.lowering.repeats[self.id.index()].is_some() {
             return;
         }
         self.checks.push(IndexCheck {
-            node: id,
+            node: self.id,
             bad,
             indices: self.x[operand].clone(),
         });
     }
 
-    /// The key-length mask an earlier attention of this run built from the same length
-    /// over operands of the same dims, if any.
-    pub(crate) fn known_mask(&self, length_operand: usize) -> Option<Array> {
+    /// The key-length mask an earlier attention of this run built for the same length
+    /// over operands of the same dims ([`repeated_sites`]), if any.
+    pub(crate) fn known_mask(&self) -> Option<Array> {
+        let first = self.lowering.repeats[self.id.index()]?;
         self.masks
             .iter()
-            .find(|(node, _)| self.lowering.same_site(*node, self.id, length_operand))
+            .find(|(node, _)| *node == first)
             .map(|(_, mask)| mask.clone())
     }
 

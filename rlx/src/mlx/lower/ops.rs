@@ -223,10 +223,9 @@ impl Lower for ir::SliceUpdate {
 impl Lower for ir::Attention {
     fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
         if self.key_length {
-            let length = n.x.len() - 1;
             // A tensor mask is part of the mask built: only the other kinds are shared.
             let shared = self.mask != AttentionMask::Tensor;
-            let allowed = match n.known_mask(length).filter(|_| shared) {
+            let allowed = match n.known_mask().filter(|_| shared) {
                 Some(mask) => mask,
                 None => {
                     let mask = self.length_mask(n)?;

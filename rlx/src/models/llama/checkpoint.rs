@@ -136,8 +136,17 @@ pub fn load_hf_checkpoint(
                 }
                 return Ok(());
             };
+            // Gemma's norm scales are stored as offsets from 1; the rest load as stored
+            // (the load converts f16 and bf16 to the model's f32).
             let offset = config.sandwich_norms && gguf.ends_with("norm.weight");
-            tensors.push((gguf, to_f32(value, if offset { 1.0 } else { 0.0 })));
+            tensors.push((
+                gguf,
+                if offset {
+                    plus_one(value)
+                } else {
+                    value.to_host()
+                },
+            ));
             Ok(())
         })?;
     }
@@ -150,23 +159,26 @@ pub fn load_hf_checkpoint(
         model.manifest(),
         dir,
         &named,
-        &LoadOptions::default(),
+        &LoadOptions {
+            convert_floats: true,
+            ..LoadOptions::default()
+        },
     )?;
     ignored.sort();
     report.ignored = ignored;
     Ok(report)
 }
 
-/// A float tensor as f32 with `offset` added (integer tensors are kept as they are: the
-/// load then reports their dtype).
-fn to_f32(value: TensorRef<'_>, offset: f64) -> HostTensor {
+/// A float tensor as f32 plus one (integer tensors are kept as they are: the load then
+/// reports their dtype).
+fn plus_one(value: TensorRef<'_>) -> HostTensor {
     if !value.dtype.is_float() {
         return value.to_host();
     }
     let mut out = HostTensor::zeros(DType::F32, value.shape);
     if let Ok(dst) = out.as_mut_slice::<f32>() {
         for (d, v) in dst.iter_mut().zip(value.to_host().to_f64_vec()) {
-            *d = (v + offset) as f32;
+            *d = (v + 1.0) as f32;
         }
     }
     out
