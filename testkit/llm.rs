@@ -167,3 +167,48 @@ pub fn write_checkpoint(case: &serde_json::Value, gemma: bool, dir: &Path, shard
     let index = serde_json::json!({ "metadata": {}, "weight_map": map });
     std::fs::write(dir.join("model.safetensors.index.json"), index.to_string()).unwrap();
 }
+
+/// A GGUF file holding only the SentencePiece vocabulary `model` of `llm/tiny_spm.json`
+/// (`scripts/tiny_spm.py`): pieces, scores and token types as `tokenizer.ggml.*`, with
+/// `<s>` added first when `add_bos`.
+///
+/// # Panics
+/// When the record is not what the script writes.
+pub fn tiny_spm_gguf(model: &serde_json::Value, add_bos: bool) -> Gguf {
+    use crate::gguf::{Meta, write};
+    let tokens: Vec<Meta> = model["tokens"]
+        .as_array()
+        .expect("tokens")
+        .iter()
+        .map(|t| Meta::string(t.as_str().expect("a piece")))
+        .collect();
+    let scores: Vec<Meta> = model["scores"]
+        .as_array()
+        .expect("scores")
+        .iter()
+        .map(|s| Meta::f32(s.as_f64().expect("a score") as f32))
+        .collect();
+    let types: Vec<Meta> = model["token_types"]
+        .as_array()
+        .expect("token types")
+        .iter()
+        .map(|t| Meta::raw(5, &(t.as_i64().expect("a type") as i32).to_le_bytes()))
+        .collect();
+    let id = |key: &str| Meta::u32(model[key].as_u64().expect("an id") as u32);
+    let metadata = [
+        ("tokenizer.ggml.model", Meta::string("llama")),
+        ("tokenizer.ggml.tokens", Meta::array(&tokens)),
+        ("tokenizer.ggml.scores", Meta::array(&scores)),
+        ("tokenizer.ggml.token_type", Meta::array(&types)),
+        ("tokenizer.ggml.unknown_token_id", id("unk")),
+        ("tokenizer.ggml.bos_token_id", id("bos")),
+        ("tokenizer.ggml.eos_token_id", id("eos")),
+        ("tokenizer.ggml.add_bos_token", Meta::bool(add_bos)),
+        (
+            "tokenizer.ggml.add_space_prefix",
+            Meta::bool(model["add_space_prefix"].as_bool().expect("a flag")),
+        ),
+    ];
+    let (bytes, _) = write(&metadata, &[], 32);
+    Gguf::from_bytes(bytes).expect("a well-formed file")
+}

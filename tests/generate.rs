@@ -1,16 +1,17 @@
 //! Generation through the public API (`rlx::generate`) with SmolLM2-135M-Instruct against
 //! transformers (`tests/data/llm/`): greedy continuations of the public prompts and of chat
 //! conversations rendered with the file's template, prompts prefilled in chunks, seeded
-//! sampling, stop tokens and strings, budgets, and text streamed in whole characters.
+//! sampling, stop tokens and strings, budgets, batches of prompts of different lengths, and
+//! text streamed in whole characters.
 
 use std::sync::Arc;
 
 use rlx::backend::{Backend, Context, Executable, RunError};
 use rlx::generate::{
-    ChatMessage, ChatTemplate, Decoder, FinishReason, GenerateError, GenerateOptions, Generator,
-    SamplingParams, TextStream,
+    BatchGenerator, ChatMessage, ChatTemplate, Decoder, FinishReason, GenerateError,
+    GenerateOptions, Generator, SamplingParams, TextStream,
 };
-use rlx::models::llama::LlamaDecoder;
+use rlx::models::llama::{LlamaBatchDecoder, LlamaDecoder};
 use rlx::tensor::HostTensor;
 use rlx::tokenizer::Tokenizer;
 use rlx_testkit::llm::{byte_symbol, ids, reference, smollm2};
@@ -126,6 +127,71 @@ fn generates<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
     assert_eq!(a, b, "{label} same seed");
     assert_eq!(a.len(), 24);
     assert_ne!(a, c, "{label} another seed");
+
+    // A batch of prompts of different lengths (one over three prefill chunks, the others
+    // ending in the first), greedy and sampled rows, one slot left empty: each row gives
+    // what it gives alone.
+    let batch = LlamaBatchDecoder::from_gguf(backend, &file, 400, 4).unwrap();
+    let batched = BatchGenerator::new(backend, Arc::new(batch))
+        .unwrap()
+        .with_prefill_chunk(64);
+    let long = &ids(&reference("perplexity")["ids"])[..150];
+    let story = ids(&reference("story")["ids_no_bos"]);
+    let capital = ids(&reference("capital")["ids_no_bos"]);
+    let sampled = GenerateOptions {
+        sampling: SamplingParams {
+            temperature: 0.8,
+            top_p: 0.9,
+            seed: 5,
+            ..SamplingParams::default()
+        },
+        ..greedy(20, vec![])
+    };
+    let options = [greedy(16, vec![]), sampled.clone(), greedy(32, vec![])];
+    let mut generation = batched
+        .generate(&[long, &story, &capital], &options)
+        .unwrap();
+    let first = generation.next().unwrap().unwrap();
+    assert_eq!(first.len(), 3);
+    let rest = generation.collect_rows().unwrap();
+    let rows: Vec<Vec<i64>> = first
+        .iter()
+        .zip(rest)
+        .map(|(t, mut row)| {
+            row.insert(0, t.unwrap());
+            row
+        })
+        .collect();
+    assert_eq!(
+        rows[0],
+        collect(&generator, long, greedy(16, vec![])),
+        "{label} batch"
+    );
+    assert_eq!(
+        rows[2],
+        ids(&reference("capital")["greedy"]["ids"]),
+        "{label} batch"
+    );
+    assert_eq!(rows[1].len(), 20);
+    if label == "cpu" {
+        assert_eq!(
+            rows[1],
+            collect(&generator, &story, sampled),
+            "{label} batch"
+        );
+    }
+    assert!(matches!(
+        batched.generate(&[capital.as_slice(); 5], &vec![greedy(1, vec![]); 5]),
+        Err(GenerateError::Batch {
+            prompts: 5,
+            slots: 4,
+            ..
+        })
+    ));
+    assert!(matches!(
+        batched.generate(&[capital.as_slice()], &[]),
+        Err(GenerateError::Batch { options: 0, .. })
+    ));
 
     // Text: pieces join to the decoded tokens, and a stop string cuts the text before it.
     let prompt = ids(&reference("colors")["ids_no_bos"]);
@@ -309,4 +375,30 @@ fn text_streams_whole_characters_and_stops_across_tokens() {
     assert_eq!(finish, Some(FinishReason::Stop));
     // "ok 🙂" could begin no stop string: it was not held back until the end.
     assert!(pieces.len() >= 3, "{pieces:?}");
+}
+
+/// A SentencePiece vocabulary's pieces carry their spaces (`▁the`), which its decoder
+/// drops at the start of a text: streamed piece by piece, the text keeps every space the
+/// tokens spell and equals the tokens decoded at once.
+#[test]
+fn text_streams_keep_the_spaces_of_sentencepiece_pieces() {
+    use rlx_testkit::llm::tiny_spm_gguf;
+    let data = reference("tiny_spm");
+    let tokenizer = Tokenizer::from_gguf(&tiny_spm_gguf(&data["llama"], false)).unwrap();
+    let text = "The capital of France is Paris; Zürich 🙂 is not.";
+    let script: Vec<i64> = tokenizer
+        .encode_plain(text)
+        .unwrap()
+        .into_iter()
+        .map(i64::from)
+        .collect();
+    let generator = scripted(script.clone(), tokenizer.vocab_size());
+    let generation = generator
+        .generate(&[0], greedy(script.len(), vec![]))
+        .unwrap();
+    let pieces: Vec<String> = TextStream::new(generation, &tokenizer, &[])
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(pieces.len() > 8, "{pieces:?}");
+    assert_eq!(pieces.concat(), text);
 }

@@ -363,3 +363,55 @@ fn smollm2_tokenizes_as_transformers_does() {
     assert_eq!(got, ids(&json("perplexity")["ids"]));
     assert_eq!(tokenizer.decode(&got).unwrap(), text);
 }
+
+/// SentencePiece vocabularies as GGUF files carry them (`tokenizer.ggml.model = llama`:
+/// scored pieces, byte fallback), Llama-style (a space put before the text) and
+/// Gemma-style (none, user-defined pieces in the text): ids and decoded text equal
+/// SentencePiece's own (`scripts/tiny_spm.py`) for plain text, whitespace runs, digits,
+/// code and characters only byte fallback can spell; `<s>` goes first when the file asks,
+/// and a control token's string in a text is that token.
+#[test]
+fn sentencepiece_vocabularies_tokenize_as_sentencepiece_does() {
+    use rlx::tokenizer::Tokenizer;
+    use rlx_testkit::llm::{reference, tiny_spm_gguf};
+    let data = reference("tiny_spm");
+    for style in ["llama", "gemma"] {
+        let model = &data[style];
+        let tokenizer = Tokenizer::from_gguf(&tiny_spm_gguf(model, true)).unwrap();
+        let plain = Tokenizer::from_gguf(&tiny_spm_gguf(model, false)).unwrap();
+        assert_eq!(
+            tokenizer.vocab_size(),
+            model["tokens"].as_array().unwrap().len()
+        );
+        let bos = model["bos"].as_u64().unwrap() as u32;
+        assert_eq!(tokenizer.bos(), Some(bos));
+        assert_eq!(
+            tokenizer.stop_tokens(),
+            &[model["eos"].as_u64().unwrap() as u32]
+        );
+        for case in model["cases"].as_array().unwrap() {
+            let text = case["text"].as_str().unwrap();
+            let expected: Vec<u32> = case["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as u32)
+                .collect();
+            let got = tokenizer.encode_plain(text).unwrap();
+            assert_eq!(got, expected, "{style}: {text:?}");
+            assert_eq!(plain.encode(text).unwrap(), expected, "{style}: {text:?}");
+            let with_bos = tokenizer.encode(text).unwrap();
+            assert_eq!(with_bos[0], bos, "{style}");
+            assert_eq!(&with_bos[1..], &expected[..], "{style}: {text:?}");
+            assert_eq!(
+                tokenizer.decode_text(&with_bos).unwrap(),
+                case["decoded"].as_str().unwrap(),
+                "{style}: {text:?}"
+            );
+        }
+        // Control tokens are found whole; their text is left out for a reader.
+        let marker = tokenizer.encode_plain("<|im_start|>a").unwrap();
+        assert_eq!(marker[0], 3, "{style}: {marker:?}");
+        assert_eq!(tokenizer.decode_text(&marker).unwrap(), "a", "{style}");
+    }
+}

@@ -202,7 +202,7 @@ fn batched<B: Backend<Executable: 'static>>(
     };
     let vocab = config.model.vocab_size;
     let step = LlamaBatchStep::compile(backend, &config)?;
-    step.load_gguf(file)?;
+    rlx::models::llama::load_gguf_checkpoint(&step, &config.model, file)?;
     let run = |ctx: &mut rlx::backend::Context, ids: Vec<i64>, seq: usize, pos: i64, last: i64| {
         let ids = HostTensor::from_vec(ids, [ROWS, seq])?;
         let pos = HostTensor::from_vec(vec![pos; ROWS], [ROWS])?;

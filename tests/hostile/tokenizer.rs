@@ -1,7 +1,8 @@
 //! Hostile input to GGUF tokenizers: SmolLM2's real tokenizer over the hostile strings of
 //! `text.rs` (every one must round-trip: byte-level BPE loses nothing) and random ids,
 //! and tokenizers built from mutated metadata (malformed merges, unknown or duplicate
-//! tokens, wrong types, ids out of range, unknown models and pre-tokenizers) each then used
+//! tokens, wrong types, ids out of range, unknown models and pre-tokenizers, SentencePiece
+//! scores that are not numbers, unknown token types) each then used
 //! on text and ids. The only acceptable outcomes are a correct result or a typed error.
 
 use crate::Rng;
@@ -123,10 +124,11 @@ fn metadata(family: usize, rng: &mut Rng) -> Vec<(&'static str, Meta)> {
                 ("tokenizer.ggml.bos_token_id", Meta::string("0")),
             ];
         }
-        _ => {
+        8 => {
             merges.clear();
             tokens.push("Ġab".repeat(1 + rng.below(2000)));
         }
+        _ => return sentencepiece(rng),
     }
     let strings =
         |v: &[String]| Meta::array(&v.iter().map(|s| Meta::string(s)).collect::<Vec<_>>());
@@ -145,10 +147,68 @@ fn metadata(family: usize, rng: &mut Rng) -> Vec<(&'static str, Meta)> {
     ]
 }
 
+/// Metadata for a tiny SentencePiece-style vocabulary (`tokenizer.ggml.model = llama`), one
+/// thing about it hostile: scores that are not numbers or missing, unknown token types,
+/// huge, empty or repeated pieces.
+fn sentencepiece(rng: &mut Rng) -> Vec<(&'static str, Meta)> {
+    let mut tokens: Vec<String> = [
+        "<unk>",
+        "<s>",
+        "</s>",
+        "\u{2581}",
+        "a",
+        "b",
+        "\u{2581}a",
+        "ab",
+        "<0x41>",
+        "é",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut scores: Vec<f32> = (0..tokens.len()).map(|i| -(i as f32)).collect();
+    let mut types: Vec<i32> = vec![2, 3, 3, 1, 1, 1, 1, 1, 6, 1];
+    let n = tokens.len();
+    match rng.below(6) {
+        0 => scores[rng.below(n)] = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY][rng.below(3)],
+        1 => scores.truncate(rng.below(n)),
+        2 => types[rng.below(n)] = [-7, 0, 99, 4, 5][rng.below(5)],
+        3 => {
+            tokens.push("\u{2581}ab".repeat(1 + rng.below(2000)));
+            scores.push(1.0);
+            types.push(1);
+        }
+        4 => tokens[rng.below(n)] = String::new(),
+        _ => tokens[rng.below(n)] = tokens[rng.below(n)].clone(),
+    }
+    let strings = Meta::array(&tokens.iter().map(|s| Meta::string(s)).collect::<Vec<_>>());
+    vec![
+        ("tokenizer.ggml.model", Meta::string("llama")),
+        ("tokenizer.ggml.tokens", strings),
+        (
+            "tokenizer.ggml.scores",
+            Meta::array(&scores.iter().map(|s| Meta::f32(*s)).collect::<Vec<_>>()),
+        ),
+        (
+            "tokenizer.ggml.token_type",
+            Meta::array(
+                &types
+                    .iter()
+                    .map(|t| Meta::raw(5, &t.to_le_bytes()))
+                    .collect::<Vec<_>>(),
+            ),
+        ),
+        ("tokenizer.ggml.bos_token_id", Meta::u32(1)),
+        (
+            "tokenizer.ggml.add_space_prefix",
+            Meta::bool(rng.below(2) == 0),
+        ),
+    ]
+}
+
 #[test]
 fn tokenizers_from_hostile_metadata_work_or_fail_with_a_typed_error() {
     let mut rng = Rng(SEED ^ 0xbad);
-    let families = 9;
+    let families = 10;
     let (mut built, mut typed_errors, mut panics) = (0usize, 0usize, Vec::new());
     for case in 0..CASES / 2 {
         let meta = metadata(case % families, &mut rng);

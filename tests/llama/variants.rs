@@ -211,21 +211,22 @@ fn hf_checkpoints_that_do_not_fit_are_errors() {
     assert!(message.contains("config.json"), "{message}");
 }
 
-/// Qwen2 as llama.cpp's converter writes it (Hugging Face tensors renamed, dims reversed,
-/// query and key rows not permuted: the architecture rotates halves) read through
-/// [`LlamaConfig::from_gguf`] and `load_gguf`, against the same references.
+/// Qwen2 and Gemma 3 as llama.cpp's converter writes them (Hugging Face tensors renamed,
+/// dims reversed, query and key rows not permuted: these architectures rotate halves;
+/// Gemma's norm scales stored as `1 + w`, its layer pattern as
+/// `attention.sliding_window_pattern`) read through [`LlamaConfig::from_gguf`] and
+/// `load_gguf_checkpoint`, against the same references.
 #[test]
 fn gguf_variants_match_transformers() {
     use rlx_testkit::gguf::{Meta, Tensor, write};
     let data = reference("tiny_decoders");
     let prompt = ids(&data["prompt"]);
     let cpu = rlx::cpu::CpuBackend::default();
-    {
-        let name = "qwen2";
+    for name in ["qwen2", "gemma3"] {
         let case = &data["cases"][name];
         let hf = LlamaConfig::from_hf_json(case["config_json"].as_str().unwrap()).unwrap();
         let key = |k: &str| format!("{name}.{k}");
-        let metadata = vec![
+        let mut metadata = vec![
             ("general.architecture".to_string(), Meta::string(name)),
             (key("embedding_length"), Meta::u32(hf.hidden_size as u32)),
             (key("block_count"), Meta::u32(hf.num_layers as u32)),
@@ -234,6 +235,7 @@ fn gguf_variants_match_transformers() {
                 key("attention.head_count_kv"),
                 Meta::u32(hf.num_kv_heads as u32),
             ),
+            (key("attention.key_length"), Meta::u32(hf.head_dim as u32)),
             (
                 key("feed_forward_length"),
                 Meta::u32(hf.intermediate_size as u32),
@@ -246,6 +248,27 @@ fn gguf_variants_match_transformers() {
             ),
             (key("rope.freq_base"), Meta::f32(hf.rope_base as f32)),
         ];
+        if let Some(window) = &hf.sliding_window {
+            metadata.push((
+                key("attention.sliding_window"),
+                Meta::u32(window.size as u32),
+            ));
+            let pattern: Vec<Meta> = window.local.iter().map(|l| Meta::bool(*l)).collect();
+            metadata.push((
+                key("attention.sliding_window_pattern"),
+                Meta::array(&pattern),
+            ));
+        }
+        if hf.rope_scale != 1.0 {
+            metadata.push((key("rope.scaling.type"), Meta::string("linear")));
+            metadata.push((
+                key("rope.scaling.factor"),
+                Meta::f32((1.0 / hf.rope_scale) as f32),
+            ));
+        }
+        if let Some(cap) = hf.final_logit_softcap {
+            metadata.push((key("final_logit_softcapping"), Meta::f32(cap as f32)));
+        }
         let tensors: Vec<Tensor> = case["tensors"]
             .as_array()
             .unwrap()
@@ -258,9 +281,17 @@ fn gguf_variants_match_transformers() {
                     .iter()
                     .map(|d| d.as_u64().unwrap())
                     .collect();
-                let values = formula(hf_name, dims.iter().product::<u64>() as usize, false);
+                let mut values = formula(
+                    hf_name,
+                    dims.iter().product::<u64>() as usize,
+                    hf.sandwich_norms,
+                );
+                let gguf = rlx::models::llama::hf_tensor_name(hf_name, &hf).unwrap();
+                if hf.sandwich_norms && gguf.ends_with("norm.weight") {
+                    values.iter_mut().for_each(|v| *v += 1.0);
+                }
                 Tensor {
-                    name: rlx::models::llama::hf_tensor_name(hf_name, &hf).unwrap(),
+                    name: gguf,
                     dims: dims.into_iter().rev().collect(),
                     type_id: 0,
                     data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
@@ -273,11 +304,25 @@ fn gguf_variants_match_transformers() {
             .collect();
         let (bytes, _) = write(&metadata, &tensors, 32);
         let file = rlx::gguf::Gguf::from_bytes(bytes).unwrap();
-        let config = LlamaConfig::from_gguf(&file).unwrap();
+        let mut config = LlamaConfig::from_gguf(&file).unwrap();
         assert!(!config.rope_traditional, "{name}");
         assert_eq!(config.tied_output, hf.tied_output, "{name}");
+        if name == "gemma3" {
+            // GGUF has no query scalar: llama.cpp scales by the head width (this tiny
+            // model's 24 is transformers' key); the rest must equal the config.json's.
+            let by_head = 1.0 / (hf.head_dim as f64).sqrt();
+            assert!((config.attention_scale - by_head).abs() < 1e-12);
+            config.attention_scale = hf.attention_scale;
+        }
+        // Everything else as config.json says (the epsilon through an f32).
+        assert!(
+            (config.rms_norm_eps - hf.rms_norm_eps).abs() < 1e-12,
+            "{name}"
+        );
+        config.rms_norm_eps = hf.rms_norm_eps;
+        assert_eq!(format!("{config:?}"), format!("{hf:?}"), "{name}");
         let model = Llama::compile(&cpu, &config).unwrap();
-        model.load_gguf(&file).unwrap();
+        rlx::models::llama::load_gguf_checkpoint(&model, &config, &file).unwrap();
         let input = HostTensor::from_vec(prompt.clone(), [1, prompt.len()]).unwrap();
         let logits = model.run(&input).unwrap();
         let expected = case["logits"]
@@ -294,6 +339,95 @@ fn gguf_variants_match_transformers() {
             .fold(0f64, f64::max);
         assert!(worst < BOUND, "{name} from GGUF: logits off by {worst}");
     }
+}
+
+/// Gemma 3 files as llama.cpp reads them where they are silent: every sixth layer global,
+/// local layers at base 10,000, queries scaled by the head width, but by the width per head
+/// for the 62-block (27B) model; Llama 3's `rope_freqs.weight` divides each pair's
+/// frequency, is read as configuration and is not a weight to bind.
+#[test]
+fn gguf_configs_follow_llama_cpp_where_files_are_silent() {
+    use rlx_testkit::gguf::{Meta, Tensor, write};
+    let gemma = |layers: u32| {
+        let metadata = [
+            ("general.architecture", Meta::string("gemma3")),
+            ("gemma3.embedding_length", Meta::u32(5376)),
+            ("gemma3.block_count", Meta::u32(layers)),
+            ("gemma3.attention.head_count", Meta::u32(32)),
+            ("gemma3.attention.head_count_kv", Meta::u32(16)),
+            ("gemma3.attention.key_length", Meta::u32(128)),
+            ("gemma3.feed_forward_length", Meta::u32(21504)),
+            ("gemma3.context_length", Meta::u32(131072)),
+            ("gemma3.vocab_size", Meta::u32(262_144)),
+            ("gemma3.attention.sliding_window", Meta::u32(1024)),
+        ];
+        let (bytes, _) = write(&metadata, &[], 32);
+        LlamaConfig::from_gguf(&rlx::gguf::Gguf::from_bytes(bytes).unwrap()).unwrap()
+    };
+    let big = gemma(62);
+    assert!((big.attention_scale - 1.0 / 168f64.sqrt()).abs() < 1e-12);
+    let window = big.sliding_window.as_ref().unwrap();
+    assert_eq!(window.size, 1024);
+    assert_eq!(window.rope_base, 10_000.0);
+    let globals: Vec<usize> = (0..62).filter(|i| !window.local[*i]).collect();
+    assert_eq!(globals, [5, 11, 17, 23, 29, 35, 41, 47, 53, 59]);
+    assert_eq!((big.rope_base, big.rms_norm_eps), (1_000_000.0, 1e-6));
+    assert!(big.tied_output && big.sandwich_norms && big.qk_norm);
+    assert!((gemma(34).attention_scale - 1.0 / 128f64.sqrt()).abs() < 1e-12);
+
+    // Llama 3: one divisor per rotated pair.
+    let config = LlamaConfig::new(64, 1, 4, 2, 96, 32);
+    let factors: [f32; 8] = [1.0, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0, 8.0];
+    let metadata = [
+        ("general.architecture", Meta::string("llama")),
+        ("llama.embedding_length", Meta::u32(64)),
+        ("llama.block_count", Meta::u32(1)),
+        ("llama.attention.head_count", Meta::u32(4)),
+        ("llama.attention.head_count_kv", Meta::u32(2)),
+        ("llama.feed_forward_length", Meta::u32(96)),
+        ("llama.context_length", Meta::u32(64)),
+        ("llama.vocab_size", Meta::u32(32)),
+        ("llama.attention.layer_norm_rms_epsilon", Meta::f32(1e-5)),
+        ("llama.rope.freq_base", Meta::f32(500_000.0)),
+    ];
+    let manifest = Llama::manifest(&config).unwrap();
+    let mut tensors: Vec<Tensor> = manifest
+        .file_tensors()
+        .iter()
+        .map(|f| Tensor {
+            name: f.key.clone(),
+            dims: f.shape.iter().rev().map(|d| *d as u64).collect(),
+            type_id: 0,
+            data: vec![0; 4 * f.shape.iter().product::<usize>()],
+        })
+        .collect();
+    tensors.push(Tensor {
+        name: "rope_freqs.weight".into(),
+        dims: vec![8],
+        type_id: 0,
+        data: factors.iter().flat_map(|f| f.to_le_bytes()).collect(),
+    });
+    let (bytes, _) = write(&metadata, &tensors, 32);
+    let file = rlx::gguf::Gguf::from_bytes(bytes).unwrap();
+    let read = LlamaConfig::from_gguf(&file).unwrap();
+    let freqs = read.rope_freqs.clone().unwrap();
+    for (i, (got, factor)) in freqs.iter().zip(factors).enumerate() {
+        let want = 500_000f64.powf(-2.0 * i as f64 / 16.0) / f64::from(factor);
+        assert!(
+            (got - want).abs() <= 1e-12 * want,
+            "pair {i}: {got} vs {want}"
+        );
+    }
+    let cpu = rlx::cpu::CpuBackend::default();
+    let model = Llama::compile(&cpu, &read).unwrap();
+    rlx::models::llama::load_gguf_checkpoint(&model, &read, &file).unwrap();
+    // Read as configuration only: strict loading alone calls it unexpected.
+    assert!(model.load_gguf(&file).is_err());
+    // A factor per pair, each positive, or the key is named.
+    tensors.last_mut().unwrap().data[..4].copy_from_slice(&(-1f32).to_le_bytes());
+    let (bytes, _) = write(&metadata, &tensors, 32);
+    let bad = LlamaConfig::from_gguf(&rlx::gguf::Gguf::from_bytes(bytes).unwrap());
+    assert!(bad.unwrap_err().to_string().contains("rope_freqs.weight"));
 }
 
 /// A Hugging Face folder's tokenizer (`tokenizer.json` of the SentencePiece style, with

@@ -6,9 +6,11 @@
 //! with the model file's own template.
 //!
 //! A [`Decoder`] is the one thing a model provides (the Llama family's is
-//! [`Llama`](crate::models::llama::Llama)); a [`Generator`] holds it with the compiled
-//! sampler, and each [`Generator::generate`] is an independent [`Generation`] with a
-//! context of its own, so many run side by side on one model.
+//! [`LlamaDecoder`](crate::models::llama::LlamaDecoder)); a [`Generator`] holds it with the
+//! compiled sampler, and each [`Generator::generate`] is an independent [`Generation`] with
+//! a context of its own, so many run side by side on one model. A [`BatchDecoder`] steps
+//! several sequences at once (reading the weights once for all); a [`BatchGenerator`]
+//! generates a batch of prompts of different lengths with it, each row as it would alone.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -29,9 +31,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod batch;
 #[cfg(feature = "text")]
 mod chat;
 mod sampling;
+mod sequence;
 #[cfg(feature = "text")]
 mod stream;
 
@@ -41,13 +45,15 @@ use std::time::{Duration, Instant};
 use crate::backend::{Backend, CompileError, Context, RunError};
 use crate::tensor::HostTensor;
 
+pub use batch::{BatchDecoder, BatchGeneration, BatchGenerator};
 #[cfg(feature = "text")]
 pub use chat::{ChatMessage, ChatTemplate};
 pub use sampling::SamplingParams;
 #[cfg(feature = "text")]
 pub use stream::TextStream;
 
-use sampling::{Draws, History, Sampler};
+use sampling::Sampler;
+use sequence::{Next, Sequence};
 
 /// A decoder language model stepping one sequence at a time through a cache held in a
 /// [`Context`]: what generation needs of a model.
@@ -95,6 +101,16 @@ pub enum GenerateError {
         prompt: usize,
         /// Positions a context holds.
         capacity: usize,
+    },
+    /// A batch needs one to `slots` prompts and one options per prompt.
+    #[error("a batch of {prompts} prompts with {options} options on a model of {slots} slots")]
+    Batch {
+        /// Prompts given.
+        prompts: usize,
+        /// Options given.
+        options: usize,
+        /// Sequences the model steps at once.
+        slots: usize,
     },
     /// A sampling setting is out of its range.
     #[error("sampling setting {name} {reason}")]
@@ -238,20 +254,8 @@ impl Generator {
         prompt: &[i64],
         options: GenerateOptions,
     ) -> Result<Generation<'_>, GenerateError> {
-        options.sampling.check()?;
         let (vocab, capacity) = (self.decoder.vocab_size(), self.decoder.capacity());
-        if prompt.is_empty() {
-            return Err(GenerateError::EmptyPrompt);
-        }
-        if let Some(&token) = prompt.iter().find(|t| !(0..vocab as i64).contains(*t)) {
-            return Err(GenerateError::Token { token, vocab });
-        }
-        if prompt.len() > capacity {
-            return Err(GenerateError::PromptTooLong {
-                prompt: prompt.len(),
-                capacity,
-            });
-        }
+        check_request(prompt, &options, vocab, capacity)?;
         let start = Instant::now();
         let mut context = self.decoder.new_context()?;
         let mut logits = None;
@@ -269,22 +273,14 @@ impl Generator {
         }
         let logits = logits.ok_or_else(|| GenerateError::Internal("no prefill step".into()))?;
         check_logits(&logits, vocab)?;
+        let mut sequence = Sequence::new(vocab, prompt, options);
+        sequence.stats.prefill = start.elapsed();
         Ok(Generation {
             generator: self,
             context,
-            history: History::new(vocab, prompt),
-            draws: Draws::new(options.sampling.seed),
-            options,
-            position: prompt.len(),
-            pending: None,
+            sequence,
             logits,
-            finish: None,
             failed: false,
-            stats: GenerationStats {
-                prompt_tokens: prompt.len(),
-                prefill: start.elapsed(),
-                ..GenerationStats::default()
-            },
         })
     }
 }
@@ -297,6 +293,30 @@ fn bucket(n: usize) -> usize {
     } else {
         n.div_ceil(BUCKET) * BUCKET
     }
+}
+
+/// Whether a prompt and its settings can start a generation on a model of `vocab` tokens
+/// whose contexts hold `capacity` positions.
+fn check_request(
+    prompt: &[i64],
+    options: &GenerateOptions,
+    vocab: usize,
+    capacity: usize,
+) -> Result<(), GenerateError> {
+    options.sampling.check()?;
+    if prompt.is_empty() {
+        return Err(GenerateError::EmptyPrompt);
+    }
+    if let Some(&token) = prompt.iter().find(|t| !(0..vocab as i64).contains(*t)) {
+        return Err(GenerateError::Token { token, vocab });
+    }
+    if prompt.len() > capacity {
+        return Err(GenerateError::PromptTooLong {
+            prompt: prompt.len(),
+            capacity,
+        });
+    }
+    Ok(())
 }
 
 fn check_logits(logits: &HostTensor, vocab: usize) -> Result<(), GenerateError> {
@@ -315,26 +335,18 @@ fn check_logits(logits: &HostTensor, vocab: usize) -> Result<(), GenerateError> 
 pub struct Generation<'a> {
     generator: &'a Generator,
     context: Context,
-    options: GenerateOptions,
-    history: History,
-    draws: Draws,
-    /// Tokens in the cache.
-    position: usize,
-    /// The last token returned, not yet run through the model.
-    pending: Option<i64>,
+    sequence: Sequence,
     /// The logits of the next token.
     logits: HostTensor,
-    finish: Option<FinishReason>,
     failed: bool,
-    stats: GenerationStats,
 }
 
 impl std::fmt::Debug for Generation<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Generation")
-            .field("position", &self.position)
-            .field("finish", &self.finish)
-            .field("stats", &self.stats)
+            .field("position", &self.sequence.position)
+            .field("finish", &self.sequence.finish)
+            .field("stats", &self.sequence.stats)
             .finish_non_exhaustive()
     }
 }
@@ -342,61 +354,38 @@ impl std::fmt::Debug for Generation<'_> {
 impl Generation<'_> {
     /// Why it ended, once it has.
     pub fn finish_reason(&self) -> Option<FinishReason> {
-        self.finish
+        self.sequence.finish
     }
 
     /// Its counts and times so far.
     pub fn stats(&self) -> GenerationStats {
-        self.stats
+        self.sequence.stats
     }
 
     /// Ends it with `reason` (a stop string found in its text, say).
     pub fn finish(&mut self, reason: FinishReason) {
-        self.finish.get_or_insert(reason);
+        self.sequence.finish.get_or_insert(reason);
     }
 
     fn advance(&mut self) -> Result<Option<i64>, GenerateError> {
-        if self.stats.generated_tokens >= self.options.max_tokens {
-            self.finish = Some(FinishReason::Length);
-            return Ok(None);
-        }
         let decoder = self.generator.decoder.as_ref();
         let start = Instant::now();
-        if let Some(token) = self.pending.take() {
-            if self.position >= decoder.capacity() {
-                self.finish = Some(FinishReason::Capacity);
-                return Ok(None);
+        match self.sequence.next(decoder.capacity()) {
+            Next::Done => return Ok(None),
+            Next::Draw => {}
+            Next::Run(token) => {
+                let position = self.sequence.position;
+                self.logits = decoder.step(&mut self.context, &[token], position, 0)?;
+                check_logits(&self.logits, decoder.vocab_size())?;
+                self.sequence.ran();
             }
-            self.logits = decoder.step(&mut self.context, &[token], self.position, 0)?;
-            check_logits(&self.logits, decoder.vocab_size())?;
-            self.position += 1;
-            self.stats.decode_steps += 1;
         }
-        let uniform = self.draws.next_uniform();
-        let token = self.generator.sampler.sample(
+        self.sequence.draw(
+            &self.generator.sampler,
             &self.logits,
-            &self.history,
-            &self.options.sampling,
-            uniform,
-        )?;
-        if self.stats.decode_steps > 0 {
-            self.stats.decode += start.elapsed();
-        } else {
-            self.stats.prefill += start.elapsed();
-        }
-        if !(0..decoder.vocab_size() as i64).contains(&token) {
-            return Err(GenerateError::Internal(format!(
-                "the sampler chose token {token}"
-            )));
-        }
-        if self.options.stop_tokens.contains(&token) {
-            self.finish = Some(FinishReason::Stop);
-            return Ok(None);
-        }
-        self.history.push(token);
-        self.pending = Some(token);
-        self.stats.generated_tokens += 1;
-        Ok(Some(token))
+            decoder.vocab_size(),
+            start,
+        )
     }
 }
 
@@ -404,7 +393,7 @@ impl Iterator for Generation<'_> {
     type Item = Result<i64, GenerateError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.finish.is_some() || self.failed {
+        if self.sequence.finish.is_some() || self.failed {
             return None;
         }
         match self.advance() {

@@ -10,6 +10,11 @@ use crate::tokenizer::Tokenizer;
 /// past this its text goes out with replacement characters rather than waiting forever.
 const MOST_PENDING: usize = 8;
 
+/// Tokens already returned that new ones are decoded after. A decoder may treat the start
+/// of a text apart (SentencePiece's drops the space a text begins with), so a token's
+/// text is what it adds to those before it, not its text alone.
+const CONTEXT: usize = 4;
+
 /// The text of a [`Generation`], piece by piece: each piece is whole UTF-8 characters
 /// (bytes of a character split across tokens wait for its last byte), special tokens are
 /// left out, and the text ends before the first stop string (which is not returned).
@@ -20,6 +25,8 @@ pub struct TextStream<'a> {
     stop: Vec<String>,
     /// Tokens whose text does not yet end a character.
     pending: Vec<u32>,
+    /// The last tokens returned, at most [`CONTEXT`].
+    context: Vec<u32>,
     /// Decoded text not returned yet (it may begin a stop string).
     held: String,
     done: bool,
@@ -48,6 +55,7 @@ impl<'a> TextStream<'a> {
             tokenizer,
             stop: stop.iter().filter(|s| !s.is_empty()).cloned().collect(),
             pending: Vec::new(),
+            context: Vec::new(),
             held: String::new(),
             done: false,
         }
@@ -70,7 +78,7 @@ impl<'a> TextStream<'a> {
                 // The end: whatever is held (and any bytes left undecoded) is the last piece.
                 self.done = true;
                 if !self.pending.is_empty() {
-                    let tail = self.tokenizer.decode_text(&self.pending)?;
+                    let tail = self.pending_text()?;
                     self.held.push_str(&tail);
                 }
                 let rest = std::mem::take(&mut self.held);
@@ -79,11 +87,13 @@ impl<'a> TextStream<'a> {
             let token = u32::try_from(token)
                 .map_err(|_| GenerateError::Internal(format!("token {token}")))?;
             self.pending.push(token);
-            let text = self.tokenizer.decode_text(&self.pending)?;
+            let text = self.pending_text()?;
             if text.ends_with(char::REPLACEMENT_CHARACTER) && self.pending.len() < MOST_PENDING {
                 continue;
             }
-            self.pending.clear();
+            self.context.append(&mut self.pending);
+            let stale = self.context.len().saturating_sub(CONTEXT);
+            self.context.drain(..stale);
             self.held.push_str(&text);
             if let Some(at) = self.first_stop() {
                 self.held.truncate(at);
@@ -98,6 +108,21 @@ impl<'a> TextStream<'a> {
                 let rest = self.held.split_off(ready);
                 return Ok(Some(std::mem::replace(&mut self.held, rest)));
             }
+        }
+    }
+
+    /// The text the pending tokens add after the context's.
+    fn pending_text(&self) -> Result<String, GenerateError> {
+        if self.context.is_empty() {
+            return Ok(self.tokenizer.decode_text(&self.pending)?);
+        }
+        let before = self.tokenizer.decode_text(&self.context)?;
+        let all: Vec<u32> = self.context.iter().chain(&self.pending).copied().collect();
+        let after = self.tokenizer.decode_text(&all)?;
+        match after.strip_prefix(&before) {
+            Some(added) => Ok(added.to_string()),
+            // A decoder that rewrites what came before: the tokens' own text.
+            None => Ok(self.tokenizer.decode_text(&self.pending)?),
         }
     }
 

@@ -246,7 +246,7 @@ impl Compiled {
     /// its dims, every file tensor declared), quantized tensors dequantized to the model's
     /// `f32`. The weights change all at once.
     pub fn load_gguf(&self, file: &crate::gguf::Gguf) -> Result<LoadReport, WeightsError> {
-        weights::load_gguf(self.executable.as_ref(), &self.manifest, file)
+        weights::load_gguf(self.executable.as_ref(), &self.manifest, file, &[])
     }
 
     /// Saves the bound weights to a safetensors file in the checkpoint's layout (transposed

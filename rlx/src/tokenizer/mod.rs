@@ -1,10 +1,11 @@
 //! Tokenizers: text to token ids and back, built on Hugging Face's `tokenizers` crate
 //! (feature `text`) from what a model's files say — a GGUF file's `tokenizer.ggml.*`
-//! metadata ([`Tokenizer::from_gguf`]) or a Hugging Face folder's `tokenizer.json`
-//! ([`Tokenizer::from_hf_dir`]).
+//! metadata ([`Tokenizer::from_gguf`]: byte-level BPE or SentencePiece-style) or a Hugging
+//! Face folder's `tokenizer.json` ([`Tokenizer::from_hf_dir`]).
 
 mod gguf;
 mod hf;
+mod sentencepiece;
 
 /// Why a tokenizer could not be built or used.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -13,12 +13,14 @@ use crate::params::Manifest;
 
 /// Binds every weight of `manifest` from `file`, strictly: every tensor the model declares
 /// must be in the file with its dims (GGUF's reversed), and every file tensor must be
-/// declared. Quantized tensors are dequantized exactly (see [`crate::gguf::dequantize`]);
-/// the model's params must be `f32`. The weights change all at once, as with safetensors.
+/// declared, but for `read_elsewhere` (tensors the caller took its configuration from).
+/// Quantized tensors are dequantized exactly (see [`crate::gguf::dequantize`]); the model's
+/// params must be `f32`. The weights change all at once, as with safetensors.
 pub fn load_gguf(
     exe: &dyn Executable,
     manifest: &Manifest,
     file: &Gguf,
+    read_elsewhere: &[&str],
 ) -> Result<LoadReport, WeightsError> {
     let path = file
         .path()
@@ -41,7 +43,9 @@ pub fn load_gguf(
         }
     }
     for info in file.tensors() {
-        if !files.iter().any(|f| f.key == info.name) {
+        if !files.iter().any(|f| f.key == info.name)
+            && !read_elsewhere.contains(&info.name.as_str())
+        {
             unexpected.push(info.name.clone());
         }
     }

@@ -1,10 +1,12 @@
-//! Hugging Face checkpoints of the family: `model.safetensors`, or the shards a
-//! `model.safetensors.index.json` lists, their tensor names mapped onto GGUF's.
+//! Checkpoints of the family: GGUF files, whose names the model's params carry, and Hugging
+//! Face checkpoints (`model.safetensors`, or the shards a `model.safetensors.index.json`
+//! lists), their tensor names mapped onto GGUF's.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use super::LlamaConfig;
+use crate::gguf::Gguf;
 use crate::ir::DType;
 use crate::model::Compiled;
 use crate::tensor::{HostTensor, TensorRef};
@@ -167,6 +169,36 @@ pub fn load_hf_checkpoint(
     ignored.sort();
     report.ignored = ignored;
     Ok(report)
+}
+
+/// The tensors of a GGUF file that [`LlamaConfig::from_gguf`] reads as configuration rather
+/// than weights: Llama 3's per-pair rotary factors.
+const GGUF_CONFIG_TENSORS: [&str; 1] = ["rope_freqs.weight"];
+
+/// Loads the weights of a GGUF file into `model`, a compiled [`Llama`](super::Llama) or
+/// [`LlamaStep`](super::LlamaStep) of `config`, as strictly as
+/// [`Compiled::load_gguf`] (quantized tensors dequantized to f32), except that the tensors
+/// `config` was read from (Llama 3's `rope_freqs.weight`) are not weights to bind.
+///
+/// ```no_run
+/// use rlx::models::llama::{Llama, LlamaConfig, load_gguf_checkpoint};
+/// let file = rlx::gguf::Gguf::open("Llama-3.2-1B-Instruct-Q8_0.gguf")?;
+/// let config = LlamaConfig::from_gguf(&file)?;
+/// let model = Llama::compile(&rlx::cpu::CpuBackend::default(), &config)?;
+/// load_gguf_checkpoint(&model, &config, &file)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn load_gguf_checkpoint(
+    model: &Compiled,
+    config: &LlamaConfig,
+    file: &Gguf,
+) -> Result<LoadReport, WeightsError> {
+    let read_elsewhere: &[&str] = if config.rope_freqs.is_some() {
+        &GGUF_CONFIG_TENSORS
+    } else {
+        &[]
+    };
+    crate::weights::load_gguf(model.executable(), model.manifest(), file, read_elsewhere)
 }
 
 /// A float tensor as f32 plus one (integer tensors are kept as they are: the load then

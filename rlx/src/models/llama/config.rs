@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::gguf::{Gguf, MetadataValue};
+use crate::gguf::{Gguf, MetadataArray, MetadataValue};
 
 /// The most blocks a config may ask for (the largest Llama models have about a hundred).
 pub const MAX_LAYERS: usize = 4096;
@@ -125,6 +125,42 @@ fn invalid(key: &str, reason: impl Into<String>) -> LlamaConfigError {
     }
 }
 
+/// The per-pair rotary frequencies of a GGUF file that has `rope_freqs.weight` (llama.cpp
+/// stores Llama 3's long-context scaling as one divisor per rotated pair).
+fn gguf_rope_freqs(
+    file: &Gguf,
+    base: f64,
+    dims: usize,
+) -> Result<Option<std::sync::Arc<[f64]>>, LlamaConfigError> {
+    const NAME: &str = "rope_freqs.weight";
+    if file.tensor(NAME).is_err() {
+        return Ok(None);
+    }
+    let factors = file
+        .tensor_f32(NAME)
+        .map_err(|e| invalid(NAME, e.to_string()))?
+        .to_f64_vec();
+    if factors.len() != dims / 2 {
+        return Err(invalid(
+            NAME,
+            format!("{} factors for {} rotated pairs", factors.len(), dims / 2),
+        ));
+    }
+    if let Some(bad) = factors.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
+        return Err(invalid(
+            NAME,
+            format!("factor {bad} is not a positive number"),
+        ));
+    }
+    Ok(Some(
+        factors
+            .iter()
+            .enumerate()
+            .map(|(i, factor)| base.powf(-2.0 * i as f64 / dims as f64) / factor)
+            .collect(),
+    ))
+}
+
 impl LlamaConfig {
     /// A plain Llama of the given sizes: heads of `hidden_size / num_heads` features all
     /// rotated in halves with base 10,000, epsilon 1e-5, a 2,048-token context, SwiGLU,
@@ -167,12 +203,17 @@ impl LlamaConfig {
     }
 
     /// Reads the config from a GGUF file's metadata. `general.architecture` names the
-    /// variant — `llama`, `qwen2` or `qwen3` — and prefixes its keys (`llama.block_count`);
-    /// the output projection is tied unless the file has `output.weight`.
+    /// variant — `llama`, `qwen2`, `qwen3` or `gemma3` — and prefixes its keys
+    /// (`llama.block_count`); the output projection is tied unless the file has
+    /// `output.weight`, and Llama 3's per-pair rotary factors come from `rope_freqs.weight`.
+    /// Gemma 3 follows llama.cpp where its files are silent: every sixth layer global unless
+    /// `attention.sliding_window_pattern` says otherwise, local layers rotating with base
+    /// 10,000 (or `rope.freq_base_swa`), and queries scaled by the head width but for the
+    /// 62-block (27B) model, scaled by `embedding_length / head_count`.
     pub fn from_gguf(file: &Gguf) -> Result<LlamaConfig, LlamaConfigError> {
         let arch_key = "general.architecture";
         let arch = match file.get(arch_key).and_then(MetadataValue::as_str) {
-            Some(a @ ("llama" | "qwen2" | "qwen3")) => a,
+            Some(a @ ("llama" | "qwen2" | "qwen3" | "gemma3")) => a,
             Some(other) => {
                 return Err(invalid(
                     arch_key,
@@ -242,18 +283,64 @@ impl LlamaConfig {
             size("feed_forward_length", None)?,
             size("vocab_size", tokens)?,
         );
+        let gemma = arch == "gemma3";
         config.head_dim = head_dim;
         config.rope_dims = size("rope.dimension_count", Some(head_dim))?;
-        config.rms_norm_eps = float("attention.layer_norm_rms_epsilon", None)?;
-        config.rope_base = float("rope.freq_base", Some(10_000.0))?;
+        config.rms_norm_eps = float("attention.layer_norm_rms_epsilon", gemma.then_some(1e-6))?;
+        config.rope_base = float(
+            "rope.freq_base",
+            Some(if gemma { 1_000_000.0 } else { 10_000.0 }),
+        )?;
         config.rope_scale = rope_scale;
+        config.rope_freqs = gguf_rope_freqs(file, config.rope_base, config.rope_dims)?;
         config.context_length = size("context_length", None)?;
         config.attention_scale = 1.0 / (head_dim as f64).sqrt();
         config.tied_output = file.tensor("output.weight").is_err();
         // llama.cpp permutes only Llama's query and key rows into the adjacent-pair layout.
         config.rope_traditional = arch == "llama";
         config.qkv_bias = arch == "qwen2";
-        config.qk_norm = arch == "qwen3";
+        config.qk_norm = matches!(arch, "qwen3" | "gemma3");
+        if value("final_logit_softcapping").is_some() {
+            config.final_logit_softcap = Some(float("final_logit_softcapping", None)?);
+        }
+        if gemma {
+            config.activation = Activation::GeluTanh;
+            config.embedding_scale = (hidden_size as f64).sqrt();
+            config.sandwich_norms = true;
+            // llama.cpp's rule: the 27B model (62 blocks) scales queries by the width per
+            // head, the others by the head width (transformers' `query_pre_attn_scalar`).
+            let scalar = if config.num_layers == 62 {
+                (hidden_size / num_heads) as f64
+            } else {
+                head_dim as f64
+            };
+            config.attention_scale = 1.0 / scalar.sqrt();
+            let key = format!("{arch}.attention.sliding_window_pattern");
+            let local: Vec<bool> = match value("attention.sliding_window_pattern") {
+                Some(MetadataValue::Array(MetadataArray::Bool(v)))
+                    if v.len() == config.num_layers =>
+                {
+                    v.clone()
+                }
+                Some(v @ MetadataValue::Array(_)) => {
+                    return Err(invalid(&key, format!("{v:?} is not one bool per block")));
+                }
+                Some(_) => {
+                    let period = size("attention.sliding_window_pattern", None)?;
+                    (0..config.num_layers)
+                        .map(|i| (i + 1) % period != 0)
+                        .collect()
+                }
+                None => (0..config.num_layers).map(|i| (i + 1) % 6 != 0).collect(),
+            };
+            if local.contains(&true) {
+                config.sliding_window = Some(SlidingWindow {
+                    size: size("attention.sliding_window", None)?,
+                    local,
+                    rope_base: float("rope.freq_base_swa", Some(10_000.0))?,
+                });
+            }
+        }
         config.check(&format!("{arch}."))?;
         Ok(config)
     }

@@ -1,8 +1,13 @@
 //! A compiled [`llama_step`](super::llama_step) with its weights: the family as a
 //! [`Decoder`](crate::generate::Decoder).
 
-use super::{LlamaCacheConfig, LlamaConfig, LlamaConfigError, LlamaStep};
+use super::{
+    LlamaBatchConfig, LlamaBatchStep, LlamaCacheConfig, LlamaConfig, LlamaConfigError, LlamaStep,
+};
+use crate::backend::{Context, RunError};
 use crate::gguf::Gguf;
+use crate::ir::DType;
+use crate::tensor::{HostTensor, TensorRef};
 
 /// Why a Llama-family decoder could not be made from a file.
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +29,9 @@ pub enum LlamaLoadError {
         /// What went wrong.
         message: String,
     },
+    /// A batch decoder of no slots.
+    #[error("a batch decoder needs at least one slot")]
+    Slots,
     /// The cache holds no position, or more than the model was trained for.
     #[error("a cache of {capacity} positions: the model takes 1 to {context_length}")]
     Capacity {
@@ -58,8 +66,9 @@ impl LlamaDecoder {
         file: &Gguf,
         capacity: usize,
     ) -> Result<LlamaDecoder, LlamaLoadError> {
-        let decoder = LlamaDecoder::compile(backend, LlamaConfig::from_gguf(file)?, capacity)?;
-        decoder.step.load_gguf(file)?;
+        let config = LlamaConfig::from_gguf(file)?;
+        let decoder = LlamaDecoder::compile(backend, config.clone(), capacity)?;
+        super::load_gguf_checkpoint(&decoder.step, &config, file)?;
         Ok(decoder)
     }
 
@@ -71,12 +80,7 @@ impl LlamaDecoder {
         dir: &std::path::Path,
         capacity: usize,
     ) -> Result<LlamaDecoder, LlamaLoadError> {
-        let path = dir.join("config.json");
-        let text = std::fs::read_to_string(&path).map_err(|e| LlamaLoadError::ConfigFile {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-        let model = LlamaConfig::from_hf_json(&text)?;
+        let model = hf_config(dir)?;
         let decoder = LlamaDecoder::compile(backend, model, capacity)?;
         super::load_hf_checkpoint(&decoder.step, &decoder.config.model, dir)?;
         Ok(decoder)
@@ -88,12 +92,7 @@ impl LlamaDecoder {
         model: LlamaConfig,
         capacity: usize,
     ) -> Result<LlamaDecoder, LlamaLoadError> {
-        if capacity == 0 || capacity > model.context_length {
-            return Err(LlamaLoadError::Capacity {
-                capacity,
-                context_length: model.context_length,
-            });
-        }
+        check_capacity(&model, capacity)?;
         let config = LlamaCacheConfig { model, capacity };
         let step = LlamaStep::compile(backend, &config)?;
         Ok(LlamaDecoder { step, config })
@@ -108,6 +107,27 @@ impl LlamaDecoder {
     pub fn compiled(&self) -> &LlamaStep {
         &self.step
     }
+}
+
+/// The `config.json` of the Hugging Face folder `dir`.
+fn hf_config(dir: &std::path::Path) -> Result<LlamaConfig, LlamaLoadError> {
+    let path = dir.join("config.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| LlamaLoadError::ConfigFile {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
+    Ok(LlamaConfig::from_hf_json(&text)?)
+}
+
+/// Whether caches of `capacity` positions suit `model`.
+fn check_capacity(model: &LlamaConfig, capacity: usize) -> Result<(), LlamaLoadError> {
+    if capacity == 0 || capacity > model.context_length {
+        return Err(LlamaLoadError::Capacity {
+            capacity,
+            context_length: model.context_length,
+        });
+    }
+    Ok(())
 }
 
 impl crate::generate::Decoder for LlamaDecoder {
@@ -157,5 +177,140 @@ impl crate::generate::Decoder for LlamaDecoder {
             ],
         )?;
         Ok(logits)
+    }
+}
+
+/// A Llama-family decoder that steps `slots` sequences at once: its compiled
+/// [`llama_batch_step`](super::llama_batch_step) with the weights bound, as a
+/// [`BatchDecoder`](crate::generate::BatchDecoder) for
+/// [`BatchGenerator`](crate::generate::BatchGenerator).
+pub struct LlamaBatchDecoder {
+    step: LlamaBatchStep,
+    config: LlamaBatchConfig,
+}
+
+impl std::fmt::Debug for LlamaBatchDecoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlamaBatchDecoder")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LlamaBatchDecoder {
+    /// The model `file` describes, compiled for `backend` with `slots` sequences of caches
+    /// of `capacity` positions each, its weights loaded (dequantized to float32).
+    pub fn from_gguf<B: crate::backend::Backend>(
+        backend: &B,
+        file: &Gguf,
+        capacity: usize,
+        slots: usize,
+    ) -> Result<LlamaBatchDecoder, LlamaLoadError> {
+        let config = LlamaConfig::from_gguf(file)?;
+        let decoder = LlamaBatchDecoder::compile(backend, config.clone(), capacity, slots)?;
+        super::load_gguf_checkpoint(&decoder.step, &config, file)?;
+        Ok(decoder)
+    }
+
+    /// The model of a Hugging Face folder, as [`LlamaDecoder::from_hf_dir`], with `slots`
+    /// sequences.
+    pub fn from_hf_dir<B: crate::backend::Backend>(
+        backend: &B,
+        dir: &std::path::Path,
+        capacity: usize,
+        slots: usize,
+    ) -> Result<LlamaBatchDecoder, LlamaLoadError> {
+        let config = hf_config(dir)?;
+        let decoder = LlamaBatchDecoder::compile(backend, config, capacity, slots)?;
+        super::load_hf_checkpoint(&decoder.step, &decoder.config.model, dir)?;
+        Ok(decoder)
+    }
+
+    fn compile<B: crate::backend::Backend>(
+        backend: &B,
+        model: LlamaConfig,
+        capacity: usize,
+        slots: usize,
+    ) -> Result<LlamaBatchDecoder, LlamaLoadError> {
+        check_capacity(&model, capacity)?;
+        if slots == 0 {
+            return Err(LlamaLoadError::Slots);
+        }
+        let config = LlamaBatchConfig {
+            model,
+            capacity,
+            slots,
+        };
+        let step = LlamaBatchStep::compile(backend, &config)?;
+        Ok(LlamaBatchDecoder { step, config })
+    }
+
+    /// The model, cache and batch configuration.
+    pub fn config(&self) -> &LlamaBatchConfig {
+        &self.config
+    }
+
+    /// The compiled step.
+    pub fn compiled(&self) -> &LlamaBatchStep {
+        &self.step
+    }
+}
+
+impl crate::generate::BatchDecoder for LlamaBatchDecoder {
+    fn vocab_size(&self) -> usize {
+        self.config.model.vocab_size
+    }
+
+    fn capacity(&self) -> usize {
+        self.config.capacity
+    }
+
+    fn slots(&self) -> usize {
+        self.config.slots
+    }
+
+    fn new_context(&self) -> Result<Context, RunError> {
+        self.step.new_context()
+    }
+
+    fn step(
+        &self,
+        context: &mut Context,
+        tokens: &[i64],
+        seq: usize,
+        pos: &[usize],
+        last: &[usize],
+    ) -> Result<HostTensor, RunError> {
+        let slots = self.config.slots;
+        let shape = [slots, seq];
+        let ids =
+            TensorRef::new(DType::I64, &shape, bytemuck::cast_slice(tokens)).map_err(run_error)?;
+        let pos: Vec<i64> = pos.iter().map(|p| *p as i64).collect();
+        let last: Vec<i64> = last.iter().map(|l| *l as i64).collect();
+        let rows = [slots];
+        let [logits] = self.step.run_in_outputs(
+            context,
+            &[
+                ("input_ids", ids),
+                (
+                    "pos",
+                    TensorRef::new(DType::I64, &rows, bytemuck::cast_slice(&pos))
+                        .map_err(run_error)?,
+                ),
+                (
+                    "last",
+                    TensorRef::new(DType::I64, &rows, bytemuck::cast_slice(&last))
+                        .map_err(run_error)?,
+                ),
+            ],
+        )?;
+        Ok(logits)
+    }
+}
+
+fn run_error(e: impl std::fmt::Display) -> RunError {
+    RunError::Custom {
+        name: "llama".into(),
+        message: e.to_string(),
     }
 }

@@ -7,8 +7,8 @@
 //! layers between global ones.
 //!
 //! Param names are GGUF's (`blk.0.attn_q.weight`), so a GGUF file loads as it is
-//! ([`Compiled::load_gguf`](crate::model::Compiled::load_gguf)); a Hugging Face checkpoint
-//! loads through [`load_hf_checkpoint`], which renames its tensors. llama.cpp's converter
+//! ([`load_gguf_checkpoint`]); a Hugging Face checkpoint loads through
+//! [`load_hf_checkpoint`], which renames its tensors. llama.cpp's converter
 //! stores Llama's query and key projections with the rows of each head interleaved for its
 //! rotary layout (rotating adjacent feature pairs); the model rotates adjacent pairs for
 //! those files ([`LlamaConfig::rope_traditional`]), so the weights need no permutation.
@@ -28,11 +28,11 @@ mod checkpoint;
 mod config;
 mod decoder;
 
-pub use checkpoint::{hf_tensor_name, load_hf_checkpoint};
+pub use checkpoint::{hf_tensor_name, load_gguf_checkpoint, load_hf_checkpoint};
 pub use config::{
     Activation, LlamaConfig, LlamaConfigError, MAX_HEAD_DIM, MAX_LAYERS, SlidingWindow,
 };
-pub use decoder::{LlamaDecoder, LlamaLoadError};
+pub use decoder::{LlamaBatchDecoder, LlamaDecoder, LlamaLoadError};
 
 use crate::Params;
 use crate::nn::{Bias, Embedding, Projection, RmsNorm};
