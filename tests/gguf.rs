@@ -415,3 +415,60 @@ fn sentencepiece_vocabularies_tokenize_as_sentencepiece_does() {
         assert_eq!(tokenizer.decode_text(&marker).unwrap(), "a", "{style}");
     }
 }
+
+/// Byte-level BPE vocabularies with Llama 3's and Qwen2's pre-tokenizers
+/// (`tokenizer.ggml.pre` `llama-bpe` and `qwen2`): ids and decoded text equal those of the
+/// `tokenizers` library built as those models' `tokenizer.json` files build them
+/// (`scripts/tiny_bpe.py`), for contractions in any case, digit runs, whitespace runs,
+/// line breaks, code, Unicode (composed and not) and special tokens.
+#[test]
+fn llama3_and_qwen2_pre_tokenizers_tokenize_as_their_tokenizer_json_does() {
+    use rlx::tokenizer::Tokenizer;
+    let data = rlx_testkit::llm::reference("tiny_bpe");
+    for pre in ["llama-bpe", "qwen2"] {
+        let model = &data[pre];
+        let strings = |key: &str| -> Vec<Meta> {
+            model[key]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| Meta::string(t.as_str().unwrap()))
+                .collect()
+        };
+        let types: Vec<Meta> = model["token_types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| Meta::raw(5, &(t.as_i64().unwrap() as i32).to_le_bytes()))
+            .collect();
+        let metadata = [
+            ("tokenizer.ggml.model", Meta::string("gpt2")),
+            ("tokenizer.ggml.pre", Meta::string(pre)),
+            ("tokenizer.ggml.tokens", Meta::array(&strings("tokens"))),
+            ("tokenizer.ggml.merges", Meta::array(&strings("merges"))),
+            ("tokenizer.ggml.token_type", Meta::array(&types)),
+            ("tokenizer.ggml.bos_token_id", Meta::u32(0)),
+            ("tokenizer.ggml.eos_token_id", Meta::u32(1)),
+            ("tokenizer.ggml.add_bos_token", Meta::bool(true)),
+        ];
+        let (bytes, _) = write(&metadata, &[], 32);
+        let tokenizer = Tokenizer::from_gguf(&Gguf::from_bytes(bytes).unwrap()).unwrap();
+        for case in model["cases"].as_array().unwrap() {
+            let text = case["text"].as_str().unwrap();
+            let expected: Vec<u32> = case["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as u32)
+                .collect();
+            let ids = tokenizer.encode(text).unwrap();
+            assert_eq!(ids[0], 0, "{pre}: the beginning of the text first");
+            assert_eq!(&ids[1..], &expected[..], "{pre}: {text:?}");
+            assert_eq!(
+                tokenizer.decode_text(&ids).unwrap(),
+                case["decoded"].as_str().unwrap(),
+                "{pre}: {text:?}"
+            );
+        }
+    }
+}

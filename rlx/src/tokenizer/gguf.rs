@@ -2,20 +2,31 @@
 //!
 //! Two models, as llama.cpp names them in `tokenizer.ggml.model`: `gpt2`, byte-level BPE
 //! with merges and the pre-tokenizers llama.cpp names `smollm` (each digit alone, then
-//! GPT-2's split) and `default`/`gpt2` (GPT-2's split); and `llama`, SentencePiece-style BPE
+//! GPT-2's split), `default`/`gpt2` (GPT-2's split), `llama-bpe` (Llama 3) and `qwen2`;
+//! and `llama`, SentencePiece-style BPE
 //! over scored pieces (Llama 1–2, Mistral, Gemma; [`super::sentencepiece`]). Control tokens
 //! (`token_type` 3) are special: found whole in a text, never split, left out of text for a
 //! reader. Other models and pre-tokenizers are a typed error naming the key.
 
 use tokenizers::models::bpe::{BPE, Vocab};
+use tokenizers::normalizers::unicode::NFC;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
-use tokenizers::{AddedToken, PreTokenizerWrapper};
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
 
 use super::sentencepiece::{self, TokenKind};
 use super::{Tokenizer, TokenizerError};
 use crate::gguf::{Gguf, MetadataArray, MetadataValue};
+
+/// How Llama 3's tokenizer splits a text before BPE (its `tokenizer.json`'s pattern):
+/// contractions, letters with one leading non-letter, digits in threes, punctuation runs,
+/// line breaks, spaces.
+const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// Qwen2's split: Llama 3's with each digit alone.
+const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 pub(super) fn strings<'a>(
     file: &'a Gguf,
@@ -150,9 +161,27 @@ fn byte_level_bpe(file: &Gguf, tokens: &[String]) -> Result<tokenizers::Tokenize
         .and_then(MetadataValue::as_str)
         .unwrap_or("default");
     let split = ByteLevel::new(false, true, true);
-    let pre_tokenizer: PreTokenizerWrapper = match pre {
-        "smollm" => Sequence::new(vec![Digits::new(true).into(), split.into()]).into(),
-        "default" | "gpt2" => split.into(),
+    // After a regex split of their own, the byte alphabet alone (GPT-2's split is off).
+    let bytes = ByteLevel::new(false, true, false);
+    let regex = |pattern: &str| -> Result<PreTokenizerWrapper, TokenizerError> {
+        let split = Split::new(
+            SplitPattern::Regex(pattern.into()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(|e| TokenizerError::Tokenizers(e.to_string()))?;
+        Ok(Sequence::new(vec![split.into(), bytes.into()]).into())
+    };
+    let (pre_tokenizer, ignore_merges, nfc): (PreTokenizerWrapper, bool, bool) = match pre {
+        "smollm" => (
+            Sequence::new(vec![Digits::new(true).into(), split.into()]).into(),
+            false,
+            false,
+        ),
+        "default" | "gpt2" => (split.into(), false, false),
+        // Llama 3 emits a word the vocabulary holds whole without merging it.
+        "llama-bpe" | "llama3" | "smaug-bpe" => (regex(LLAMA3_SPLIT)?, true, false),
+        "qwen2" | "deepseek-r1-qwen" => (regex(QWEN2_SPLIT)?, false, true),
         other => {
             return Err(TokenizerError::Metadata {
                 key: "tokenizer.ggml.pre",
@@ -178,9 +207,13 @@ fn byte_level_bpe(file: &Gguf, tokens: &[String]) -> Result<tokenizers::Tokenize
     }
     let bpe = BPE::builder()
         .vocab_and_merges(vocab, pairs)
+        .ignore_merges(ignore_merges)
         .build()
         .map_err(|e| TokenizerError::Tokenizers(e.to_string()))?;
     let mut inner = tokenizers::Tokenizer::new(bpe);
+    if nfc {
+        inner.with_normalizer(Some(NFC));
+    }
     inner.with_pre_tokenizer(Some(pre_tokenizer));
     inner.with_decoder(Some(ByteLevel::default()));
     Ok(inner)
