@@ -363,4 +363,10 @@ unsafe extern "C" {
         group_size: i32,
         out: *mut *mut Array,
     ) -> c_int;
+    pub fn rlx_mlx_block_matmul(
+        x: *const Array,
+        w: *const Array,
+        format: i32,
+        out: *mut *mut Array,
+    ) -> c_int;
 }

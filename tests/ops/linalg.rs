@@ -3,7 +3,8 @@
 
 use rlx::backend::{Backend, Executable, RunError};
 use rlx::cpu::CpuBackend;
-use rlx::ir::{DType, MatMul, Op, QuantizedMatMul};
+use rlx::gguf::GgmlType;
+use rlx::ir::{BlockMatMul, DType, MatMul, Op, QuantizedMatMul};
 use rlx::tensor::HostTensor;
 
 use crate::gradient::{Input, grad_check, op};
@@ -485,6 +486,81 @@ fn quantized_matmul_4_and_8_bits() {
             );
         }
     }
+}
+
+/// Weights in GGUF block formats, read in place: each format, batches of decoding size and
+/// of prompt size (the CPU's two paths), more output features than one tile, against the
+/// product with the weights dequantized in f64 as llama.cpp defines them.
+#[test]
+fn block_matmul_every_format_and_batch_size() {
+    let mut rng = Rng(49);
+    for format in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
+        for rows in [1usize, 3, 20] {
+            let (n, k) = (70, 96);
+            let blocks = n * k / 32;
+            let mut bytes = Vec::with_capacity(blocks * format.block_bytes());
+            for _ in 0..blocks {
+                let scale = half::f16::from_f32(0.002 + 0.05 * rng.int(0, 1000) as f32 / 1000.0);
+                bytes.extend(scale.to_le_bytes());
+                if format == GgmlType::Q4_1 {
+                    let min = half::f16::from_f32(-0.2 * rng.int(0, 1000) as f32 / 1000.0);
+                    bytes.extend(min.to_le_bytes());
+                }
+                let head = if format == GgmlType::Q4_1 { 4 } else { 2 };
+                bytes.extend((head..format.block_bytes()).map(|_| rng.int(0, 255) as u8));
+            }
+            let row_bytes = k / 32 * format.block_bytes();
+            let mut dense = vec![0f64; n * k];
+            for (row, out) in bytes.chunks(row_bytes).zip(dense.chunks_mut(k)) {
+                rlx::gguf::dequantize_f64(format, row, out).unwrap();
+            }
+            let w = HostTensor::from_vec(bytes, [n, row_bytes]).unwrap();
+            let x = random(&mut rng, DType::F32, &[rows, k], -1.0, 1.0);
+            let g = graph_of(
+                &[
+                    ("x", DType::F32, declared(&[rows, k], &[(0, "r")])),
+                    ("w", DType::U8, declared(&[n, row_bytes], &[])),
+                ],
+                |b, i| b.op(Op::BlockMatMul(BlockMatMul { format }), i).unwrap(),
+            );
+            let nx = Nd::of(&x);
+            let data = indices(&[rows, n])
+                .iter()
+                .map(|o| {
+                    (0..k)
+                        .map(|j| nx.at(&[o[0], j]) * dense[o[1] * k + j])
+                        .sum()
+                })
+                .collect();
+            check(
+                &g,
+                &[("x", &x), ("w", &w)],
+                &[],
+                &[to_tensor(&Nd::new(&[rows, n], data), DType::F32)],
+                16.0,
+            );
+        }
+    }
+}
+
+/// Formats the product does not take, and weights of the wrong width, are build errors.
+#[test]
+fn block_matmul_refuses_other_formats_and_widths() {
+    let build = |format, row_bytes: usize| {
+        let mut b = rlx::GraphBuilder::new();
+        let x = b.input("x", DType::F32, [2, 64]).unwrap();
+        let w = b.param("w", DType::U8, [3, row_bytes]).unwrap();
+        b.op(Op::BlockMatMul(BlockMatMul { format }), &[x, w])
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    assert!(build(GgmlType::Q8_0, 68).is_ok());
+    assert!(
+        build(GgmlType::Q8_0, 67)
+            .unwrap_err()
+            .contains("68 bytes per row")
+    );
+    assert!(build(GgmlType::Q6K, 210).unwrap_err().contains("Q6_K"));
 }
 
 #[test]

@@ -298,6 +298,67 @@ fn word(b: &[u8], at: usize) -> [u8; 4] {
 }
 
 /// The little-endian f16 at `at`, exactly.
+/// A block format that kernels dequantize block by block into `f32` (the values
+/// [`dequantize`] gives, computed alike).
+pub(crate) trait Block {
+    /// Bytes of one block of 32 values.
+    const BYTES: usize;
+    /// The 32 values of `block`.
+    fn values(block: &[u8], out: &mut [f32; 32]);
+}
+
+/// The f16 at `b[at..at + 2]` as f32.
+#[inline(always)]
+fn half_f32(b: &[u8], at: usize) -> f32 {
+    f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
+}
+
+/// [`GgmlType::Q8_0`] for kernels.
+pub(crate) struct Q8_0Block;
+
+impl Block for Q8_0Block {
+    const BYTES: usize = 34;
+    #[inline(always)]
+    fn values(b: &[u8], out: &mut [f32; 32]) {
+        let d = half_f32(b, 0);
+        for (y, q) in out.iter_mut().zip(&b[2..34]) {
+            *y = f32::from(*q as i8) * d;
+        }
+    }
+}
+
+/// [`GgmlType::Q4_0`] for kernels.
+pub(crate) struct Q4_0Block;
+
+impl Block for Q4_0Block {
+    const BYTES: usize = 18;
+    #[inline(always)]
+    fn values(b: &[u8], out: &mut [f32; 32]) {
+        let d = half_f32(b, 0);
+        let (low, high) = out.split_at_mut(16);
+        for ((l, h), q) in low.iter_mut().zip(high).zip(&b[2..18]) {
+            *l = f32::from(i16::from(q & 0xF) - 8) * d;
+            *h = f32::from(i16::from(q >> 4) - 8) * d;
+        }
+    }
+}
+
+/// [`GgmlType::Q4_1`] for kernels.
+pub(crate) struct Q4_1Block;
+
+impl Block for Q4_1Block {
+    const BYTES: usize = 20;
+    #[inline(always)]
+    fn values(b: &[u8], out: &mut [f32; 32]) {
+        let (d, m) = (half_f32(b, 0), half_f32(b, 2));
+        let (low, high) = out.split_at_mut(16);
+        for ((l, h), q) in low.iter_mut().zip(high).zip(&b[4..20]) {
+            *l = f32::from(q & 0xF) * d + m;
+            *h = f32::from(q >> 4) * d + m;
+        }
+    }
+}
+
 fn half<R: Real>(b: &[u8], at: usize) -> R {
     R::from_f64(f64::from(f16::from_bits(u16::from_le_bytes([
         b[at],

@@ -12,6 +12,7 @@
 //! row-major, so [`TensorInfo::shape`] is the reverse.
 
 mod blocks;
+pub(crate) use blocks::{Block, Q4_0Block, Q4_1Block, Q8_0Block};
 mod parse;
 
 pub use blocks::{DequantizeError, GgmlType, dequantize, dequantize_f64};

@@ -541,6 +541,15 @@ impl Array {
     }
 }
 
+impl Array {
+    /// `self · dequant(w)ᵀ` with `w` in the GGUF block format of GGML type id `format`
+    /// (see the IR op).
+    pub fn block_matmul(&self, w: &Array, format: u32) -> Result<Array, MlxError> {
+        // SAFETY: the handles are live; `out` is a valid slot.
+        make(|out| unsafe { sys::rlx_mlx_block_matmul(self.ptr(), w.ptr(), format as i32, out) })
+    }
+}
+
 /// An array holding a host tensor made on the spot.
 fn host_array(t: Result<HostTensor, TensorError>) -> Result<Array, MlxError> {
     let t = t.map_err(|e| MlxError::new(e.to_string()))?;

@@ -43,7 +43,7 @@ pub(crate) use elementwise::Where;
 pub use evaluate::{ReferenceError, evaluate_reference};
 pub(crate) use leaf::{Input, Param, State};
 pub(crate) use linalg::Solve;
-pub use linalg::{MatMul, QuantizedMatMul};
+pub use linalg::{BlockMatMul, MatMul, QuantizedMatMul, block_matmul_supports};
 pub(crate) use movement::StopGradient;
 pub use movement::{
     Broadcast, Concat, DynamicSlice, Gather, Pad, Permute, Reshape, ScatterAdd, Slice, SliceUpdate,
@@ -323,6 +323,8 @@ registry! {
             Solve = crate::ops::Solve;
             /// See [`QuantizedMatMul`].
             QuantizedMatMul(QuantizedMatMul);
+            /// See [`BlockMatMul`].
+            BlockMatMul(BlockMatMul);
             /// See [`Custom`].
             Custom(Custom);
         }

@@ -1,6 +1,7 @@
 //! Compute kernels of the CPU executor: plain functions over slices, chosen and
 //! parameterized when a plan is made.
 
+pub(crate) mod block_matmul;
 pub(crate) mod cast;
 pub(crate) mod conv;
 pub(crate) mod copy;

@@ -4,6 +4,7 @@ use super::geometry::{batch_workers, matmul_layout, numel};
 use super::{Lower, LowerInput, Sizes, boxed};
 use crate::backend::{NodeSite, RunError};
 use crate::cpu::fuse::MatMulEpilogue;
+use crate::cpu::kernels::block_matmul::{BlockDims, block_matmul};
 use crate::cpu::kernels::gemm::kernel_shape;
 use crate::cpu::kernels::gemm::{Epilogue, GemmAcc, GemmBatch, GemmPlan, gemm_batch};
 use crate::cpu::kernels::linalg::{self, QuantDims};
@@ -165,6 +166,34 @@ impl Kernel for QuantizedMatMul {
     }
 }
 
+/// `x · dequant(w)ᵀ` with `w` in a GGUF block format, read in place.
+#[derive(Clone, Debug)]
+pub(crate) struct BlockMatMul {
+    pub dims: BlockDims,
+    pub x: View,
+    pub w: View,
+    pub out: View,
+}
+
+impl Kernel for BlockMatMul {
+    fn accesses(&self) -> Accesses {
+        Accesses {
+            writes: vec![(self.out, 4)],
+            reads: vec![(self.x, 4), (self.w, 1)],
+        }
+    }
+
+    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
+        block_matmul(
+            &self.dims,
+            mem.src(self.x),
+            mem.src(self.w),
+            mem.dst(self.out),
+        );
+        Ok(())
+    }
+}
+
 /// The GEMM plan of a matmul of these sizes, its batch entries (offsets into `a` and `b`)
 /// and the workers they are spread over: decided alike for its scratch and its thunk.
 fn gemm_layout(
@@ -263,6 +292,23 @@ impl Lower for crate::ops::Solve {
             out: n.out,
             work: n.scratch[0],
             at: n.site(),
+        })]
+    }
+}
+
+impl Lower for ir::BlockMatMul {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        let x = n.shapes[0];
+        vec![boxed(BlockMatMul {
+            dims: BlockDims {
+                format: self.format,
+                rows: numel(&x[..x.len() - 1]),
+                n: n.shapes[1][0],
+                k: x[x.len() - 1],
+            },
+            x: n.views[0],
+            w: n.views[1],
+            out: n.out,
         })]
     }
 }

@@ -391,6 +391,13 @@ impl Lower for Solve {
     }
 }
 
+impl Lower for ir::BlockMatMul {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        let x = n.x;
+        Ok(x[0].block_matmul(x[1], self.format.id())?)
+    }
+}
+
 impl Lower for ir::QuantizedMatMul {
     fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
         let x = n.x;

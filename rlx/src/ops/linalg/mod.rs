@@ -1,10 +1,12 @@
-//! Matrix products (plain and quantized) and linear solves, one file per op; the helpers
+//! Matrix products (plain, quantized and in GGUF block formats) and linear solves, one file per op; the helpers
 //! they share (matrix views, the product emitted in gradients) here.
 
+mod block_matmul;
 mod matmul;
 mod quantized_matmul;
 mod solve;
 
+pub use block_matmul::{BlockMatMul, block_matmul_supports};
 pub use matmul::MatMul;
 pub use quantized_matmul::QuantizedMatMul;
 pub(crate) use solve::Solve;

@@ -1,0 +1,174 @@
+//! The matrix product with a weight kept in a GGUF block format (`Q8_0`, `Q4_0`, `Q4_1`):
+//! rows of blocks exactly as the file stores them, each block its scale (and minimum) and
+//! its quantized values, dequantized as llama.cpp does ([`crate::gguf::dequantize`]).
+
+use crate::autodiff::{Emitter, Grad, GradError};
+use crate::builder::{BuildError, GraphBuilder};
+use crate::gguf::{GgmlType, dequantize_f64};
+use crate::ir::{DType, Dim, InferError, NodeId, Op, TensorType, attr_err};
+use crate::ops::array::{Array, Out};
+use crate::ops::check::{arity, exact_rank, min_rank, require};
+use crate::ops::sample::{Sampled, Sampler, pick};
+use crate::ops::tolerance::{Bound, Operands};
+use crate::ops::{Primitive, ReferenceError};
+
+/// `x · dequant(w)ᵀ` with `w` in a GGUF block format. Operands: `x` `[.., K]` (`f32`),
+/// `w` `[N, K / block_values * block_bytes]` (`u8`: row `n` is output feature `n`'s `K`
+/// weights as consecutive blocks, a GGUF `[K, N]` tensor's bytes as they are). `K` is a
+/// multiple of the format's block (32 values). Formats: `Q8_0`, `Q4_0`, `Q4_1`.
+///
+/// ```
+/// use rlx::gguf::GgmlType;
+/// use rlx::ir::{BlockMatMul, DType, Op};
+/// let mut b = rlx::GraphBuilder::new();
+/// let x = b.input("x", DType::F32, [2, 64])?;
+/// let w = b.param("w", DType::U8, [3, 2 * 34])?; // two Q8_0 blocks of 34 bytes per row
+/// let y = b.op(Op::BlockMatMul(BlockMatMul { format: GgmlType::Q8_0 }), &[x, w])?;
+/// assert_eq!(b.ty(y).unwrap().shape.static_dims(), Some(vec![2, 3]));
+/// # Ok::<(), rlx::builder::BuildError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlockMatMul {
+    /// The block format of `w`.
+    pub format: GgmlType,
+}
+
+/// Whether [`BlockMatMul`] takes weights in `format`.
+pub fn block_matmul_supports(format: GgmlType) -> bool {
+    matches!(format, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1)
+}
+
+impl Primitive for BlockMatMul {
+    fn name(&self) -> &'static str {
+        "block_matmul"
+    }
+
+    fn attrs(&self, out: &mut Vec<String>) {
+        out.push(format!("format={}", self.format.name()));
+    }
+
+    fn bind_dims(&self, _: &[usize]) -> Op {
+        Op::BlockMatMul(self.clone())
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
+        arity(inputs, 2, "2 (x, w)")?;
+        if !block_matmul_supports(self.format) {
+            return Err(attr_err!(
+                "format {} is not one block_matmul takes (Q8_0, Q4_0, Q4_1)",
+                self.format.name()
+            ));
+        }
+        require(inputs, 0, |d| d == DType::F32, "f32")?;
+        require(inputs, 1, |d| d == DType::U8, "u8 (blocks)")?;
+        min_rank(inputs, 0, 1)?;
+        exact_rank(inputs, 1, 2)?;
+        let x = &inputs[0].shape;
+        let k = x[x.rank() - 1]
+            .as_static()
+            .ok_or_else(|| attr_err!("the input features of x must be static, got {x}"))?;
+        let block = self.format.block_values();
+        if k % block != 0 {
+            return Err(attr_err!(
+                "input features {k} are not a multiple of the {}-value block",
+                block
+            ));
+        }
+        let w = &inputs[1].shape;
+        let row_bytes = k / block * self.format.block_bytes();
+        if w[1].as_static() != Some(row_bytes) {
+            return Err(attr_err!(
+                "w must have {row_bytes} bytes per row ({k} {} values), got {w}",
+                self.format.name()
+            ));
+        }
+        let mut dims = x.dims()[..x.rank() - 1].to_vec();
+        dims.push(w[0].clone());
+        Ok(TensorType::new(DType::F32, dims))
+    }
+
+    /// Weights kept in a file's block format are not trained; the activations' gradient
+    /// needs the dequantized weight, which no op gives yet.
+    fn vjp(
+        &self,
+        _: &mut Emitter<'_>,
+        _: NodeId,
+        _: &[NodeId],
+        _: NodeId,
+    ) -> Result<Vec<Grad>, GradError> {
+        Ok(vec![Grad::NotYet, Grad::None])
+    }
+
+    fn tolerance(&self, x: &Operands<'_>) -> Bound {
+        // A sum over `k` products of an activation and a dequantized weight, each block's
+        // partial sum rounded in f32 before its scale applies.
+        let k = x.dims(0).last().copied().unwrap_or(1).max(1) as f64;
+        let terms = k * x.largest(0).max(1.0) * 4.0;
+        Bound::Within {
+            rel: 2.0 * x.u,
+            abs: 4.0 * x.u * k * terms + x.tiny,
+            growth: terms,
+        }
+    }
+
+    fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
+        let k = *x[0].shape.last().expect("x has rank 1 or more");
+        let (n, row_bytes) = (x[1].shape[0], x[1].shape[1]);
+        let bytes: Vec<u8> = x[1].data.iter().map(|b| *b as u8).collect();
+        let mut weights = vec![0f64; n * k];
+        for (row, dense) in bytes.chunks(row_bytes).zip(weights.chunks_mut(k)) {
+            dequantize_f64(self.format, row, dense)
+                .map_err(|e| ReferenceError::Infer(attr_err!("{e}")))?;
+        }
+        let rows = x[0].data.len() / k.max(1);
+        let mut data = Vec::with_capacity(rows * n);
+        for r in 0..rows {
+            let xs = &x[0].data[r * k..(r + 1) * k];
+            for w in weights.chunks(k) {
+                data.push(xs.iter().zip(w).map(|(a, b)| a * b).sum());
+            }
+        }
+        Ok(out.holding(data))
+    }
+
+    fn sample(s: &mut dyn Sampler) -> Sampled {
+        random_block_matmul(s)
+    }
+
+    /// A primitive.
+    fn decompose(&self, _: &mut GraphBuilder, _: &[NodeId]) -> Option<Result<NodeId, BuildError>> {
+        None
+    }
+}
+
+/// Random blocks of `format`: scales (and minimums) of an f16 in a modest range, values
+/// anywhere.
+fn random_blocks(format: GgmlType, blocks: usize, mut next: impl FnMut() -> f64) -> Vec<u8> {
+    let half = |v: f64| half::f16::from_f64(v).to_le_bytes();
+    let mut out = Vec::with_capacity(blocks * format.block_bytes());
+    for _ in 0..blocks {
+        out.extend(half(0.002 + 0.05 * next()));
+        if format == GgmlType::Q4_1 {
+            out.extend(half(-0.2 * next()));
+        }
+        let values = format.block_bytes() - if format == GgmlType::Q4_1 { 4 } else { 2 };
+        out.extend((0..values).map(|_| (next() * 256.0) as u8));
+    }
+    out
+}
+
+/// A new f32 input whose last axis is a multiple of 32, times a new weight of random
+/// blocks.
+fn random_block_matmul(s: &mut dyn Sampler) -> Sampled {
+    let format = pick(s, &[GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1]);
+    let k = 32 * (1 + s.below(3));
+    let n = 1 + s.below(5);
+    let mut x_dims: Vec<Dim> = (0..s.below(3)).map(|_| s.dim()).collect();
+    x_dims.push(Dim::from(k));
+    let x = s.input(DType::F32, x_dims)?;
+    let bytes = random_blocks(format, n * k / 32, || s.uniform(0.0, 1.0));
+    let row_bytes = k / 32 * format.block_bytes();
+    let values: Vec<f64> = bytes.iter().map(|b| f64::from(*b)).collect();
+    let w = s.param(DType::U8, &[n, row_bytes], Some(&values))?;
+    Some((Op::BlockMatMul(BlockMatMul { format }), vec![x, w]))
+}
