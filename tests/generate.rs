@@ -193,6 +193,44 @@ fn generates<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
         Err(GenerateError::Batch { options: 0, .. })
     ));
 
+    // The projections kept in the file's Q4_1 blocks (read in place, activations float32):
+    // the public prompts' greedy tokens as transformers', and the prompt's logits those of
+    // the weights dequantized at load up to the order of the sums.
+    let quantized = Arc::new(LlamaDecoder::from_gguf_quantized(backend, &file, 400).unwrap());
+    let formats = &quantized.config().model.block_formats;
+    assert_eq!(
+        formats.len(),
+        210,
+        "{label}: every projection kept in blocks"
+    );
+    let kept = Generator::new(backend, quantized.clone())
+        .unwrap()
+        .with_prefill_chunk(64);
+    // (MLX converts the blocks to its own groups on every step: two prompts there.)
+    let names: &[&str] = if label == "cpu" {
+        &["capital", "story", "colors", "boiling", "poem"]
+    } else {
+        &["capital", "poem"]
+    };
+    for name in names {
+        let r = reference(name);
+        let prompt = ids(&r["ids_no_bos"]);
+        let got = collect(&kept, &prompt, greedy(32, vec![]));
+        assert_eq!(got, ids(&r["greedy"]["ids"]), "{label} blocks {name}");
+    }
+    let prompt = ids(&reference("story")["ids_no_bos"]);
+    let logits = |d: &dyn Decoder| {
+        let mut context = d.new_context().unwrap();
+        let step = d.step(&mut context, &prompt, 0, prompt.len() - 1).unwrap();
+        step.as_slice::<f32>().unwrap().to_vec()
+    };
+    let worst = logits(quantized.as_ref())
+        .iter()
+        .zip(logits(decoder.as_ref()))
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(worst < 1e-3, "{label}: blocks' logits off by {worst}");
+
     // Text: pieces join to the decoded tokens, and a stop string cuts the text before it.
     let prompt = ids(&reference("colors")["ids_no_bos"]);
     let tokens = collect(&generator, &prompt, greedy(32, vec![]));

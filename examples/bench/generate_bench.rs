@@ -1,10 +1,10 @@
-//! Text-generation speed of SmolLM2-135M-Instruct (f32 weights dequantized from its GGUF)
-//! on one backend, in the output format of `shared/bench/generate_bench.py` so the figures
+//! Text-generation speed of SmolLM2-135M-Instruct (f32 weights dequantized from its GGUF,
+//! or with `--quant` its projections kept in the file's Q4_1 blocks) on one backend, in the output format of `shared/bench/generate_bench.py` so the figures
 //! compare line by line with llama.cpp's and transformers':
 //!
 //! ```text
 //! cargo run --release --example generate_bench -- [--backend cpu|mlx] [--reps 5]
-//!     [--capacity 1024] [--mlx-mode eager|lazy|compiled] [--profile]
+//!     [--capacity 1024] [--mlx-mode eager|lazy|compiled] [--quant] [--profile]
 //! generate_bench backend=cpu batch=1 prompt=128 phase=prefill tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=512 phase=prefill tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=128 phase=decode new=128 tok_s=..
@@ -103,10 +103,16 @@ fn bench<B: Backend<Executable: 'static>>(
     reps: usize,
     capacity: usize,
     profiled: bool,
+    quant: bool,
 ) -> Result<(), Box<dyn Error>> {
     let dir = SMOLLM2_135M_INSTRUCT.locate(None)?;
     let file = Gguf::open(dir.join(SMOLLM2_GGUF))?;
-    let decoder = Arc::new(LlamaDecoder::from_gguf(backend, &file, capacity)?);
+    let decoder = Arc::new(if quant {
+        eprintln!("weights: projections in the file's blocks, the rest float32");
+        LlamaDecoder::from_gguf_quantized(backend, &file, capacity)?
+    } else {
+        LlamaDecoder::from_gguf(backend, &file, capacity)?
+    });
     let vocab = decoder.config().model.vocab_size as u64;
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     let tokens: Vec<i64> = (0..512)
@@ -180,7 +186,7 @@ fn bench<B: Backend<Executable: 'static>>(
         "generate_bench backend={label} batch=1 prompt={prompt} phase=generate new={new} tok_s={:.1}",
         median(rates)
     );
-    batched(label, backend, &file, &tokens, reps, capacity)
+    batched(label, backend, &file, &tokens, reps, capacity, quant)
 }
 
 /// Batch 8 through `llama_batch_step`: eight 128-token prompts (different tokens) prefilled
@@ -192,11 +198,16 @@ fn batched<B: Backend<Executable: 'static>>(
     tokens: &[i64],
     reps: usize,
     capacity: usize,
+    quant: bool,
 ) -> Result<(), Box<dyn Error>> {
     const ROWS: usize = 8;
     let (prompt, new) = (128, 128);
+    let mut model = rlx::models::llama::LlamaConfig::from_gguf(file)?;
+    if quant {
+        model.keep_gguf_blocks(file);
+    }
     let config = LlamaBatchConfig {
-        model: rlx::models::llama::LlamaConfig::from_gguf(file)?,
+        model,
         capacity,
         slots: ROWS,
     };
@@ -262,6 +273,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let reps = flag(&args, "--reps").map_or(Ok(5), str::parse)?;
     let profiled = args.iter().any(|a| a == "--profile");
     let capacity = flag(&args, "--capacity").map_or(Ok(1024), str::parse)?;
+    let quant = args.iter().any(|a| a == "--quant");
     if capacity < 256 {
         return Err("--capacity must be at least 256 (a 128-token prompt and 128 more)".into());
     }
@@ -272,6 +284,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             reps,
             capacity,
             profiled,
+            quant,
         ),
         #[cfg(feature = "mlx")]
         "mlx" => {
@@ -283,7 +296,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                 Some("compiled") => MlxMode::Compiled,
                 Some(other) => return Err(format!("unknown --mlx-mode {other:?}").into()),
             };
-            bench("mlx", &MlxBackend::new(mode), reps, capacity, false)
+            bench("mlx", &MlxBackend::new(mode), reps, capacity, false, quant)
         }
         other => Err(format!("unknown or unavailable backend {other:?} (cpu, mlx)").into()),
     }

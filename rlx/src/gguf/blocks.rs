@@ -321,8 +321,9 @@ impl Block for Q8_0Block {
     #[inline(always)]
     fn values(b: &[u8], out: &mut [f32; 32]) {
         let d = half_f32(b, 0);
-        for (y, q) in out.iter_mut().zip(&b[2..34]) {
-            *y = f32::from(*q as i8) * d;
+        let q: &[u8; 32] = b[2..34].try_into().expect("a Q8_0 block has 34 bytes");
+        for j in 0..32 {
+            out[j] = f32::from(q[j] as i8) * d;
         }
     }
 }
@@ -335,10 +336,12 @@ impl Block for Q4_0Block {
     #[inline(always)]
     fn values(b: &[u8], out: &mut [f32; 32]) {
         let d = half_f32(b, 0);
-        let (low, high) = out.split_at_mut(16);
-        for ((l, h), q) in low.iter_mut().zip(high).zip(&b[2..18]) {
-            *l = f32::from(i16::from(q & 0xF) - 8) * d;
-            *h = f32::from(i16::from(q >> 4) - 8) * d;
+        let q: &[u8; 16] = b[2..18].try_into().expect("a Q4_0 block has 18 bytes");
+        for j in 0..16 {
+            out[j] = f32::from(i16::from(q[j] & 0xF) - 8) * d;
+        }
+        for j in 0..16 {
+            out[j + 16] = f32::from(i16::from(q[j] >> 4) - 8) * d;
         }
     }
 }
@@ -351,10 +354,12 @@ impl Block for Q4_1Block {
     #[inline(always)]
     fn values(b: &[u8], out: &mut [f32; 32]) {
         let (d, m) = (half_f32(b, 0), half_f32(b, 2));
-        let (low, high) = out.split_at_mut(16);
-        for ((l, h), q) in low.iter_mut().zip(high).zip(&b[4..20]) {
-            *l = f32::from(q & 0xF) * d + m;
-            *h = f32::from(q >> 4) * d + m;
+        let q: &[u8; 16] = b[4..20].try_into().expect("a Q4_1 block has 20 bytes");
+        for j in 0..16 {
+            out[j] = f32::from(q[j] & 0xF) * d + m;
+        }
+        for j in 0..16 {
+            out[j + 16] = f32::from(q[j] >> 4) * d + m;
         }
     }
 }

@@ -1,8 +1,11 @@
 //! Single-op layers: linear maps, embeddings and norms.
 
 use crate::Params;
+use crate::gguf::GgmlType;
+use crate::params::ParamPath;
 use crate::typed::AppendDim;
 use crate::typed::{Dim, Element, Float, Index, LastDim, Shape, Tensor};
+use crate::typed::{Dyn, Scope};
 
 /// `y = x · W + b` along the last dim. The checkpoint stores `weight` as PyTorch does,
 /// `[out, in]`; it is transposed once when loaded, so the graph holds `[in, out]`.
@@ -24,19 +27,51 @@ impl<'g, I: Dim, O: Dim, E: Float> Linear<'g, I, O, E> {
 }
 
 /// `y = x · W` along the last dim, without a bias (the projections of Llama-family
-/// decoders). The checkpoint stores `weight` `[out, in]`; it is transposed once when loaded.
-#[derive(Params)]
+/// decoders). The checkpoint stores `weight` `[out, in]`: it is transposed once when
+/// loaded, or, when the config keeps it in a GGUF block format
+/// ([`Sizes::with_block_format`](crate::typed::Sizes::with_block_format)), its blocks are
+/// kept as the file stores them and multiplied in place ([`Tensor::block_matmul`]).
 pub struct Projection<'g, I: Dim, O: Dim, E: Float = f32> {
+    weight: ProjectionWeight<'g, I, O, E>,
+}
+
+enum ProjectionWeight<'g, I: Dim, O: Dim, E: Float> {
     /// `[in, out]` in the graph, `[out, in]` in the checkpoint.
-    #[param(transpose)]
-    pub weight: Tensor<'g, (I, O), E>,
+    Dense(Tensor<'g, (I, O), E>),
+    /// `[out, blocks]`: the checkpoint's rows of blocks.
+    Blocks(Tensor<'g, (O, Dyn), u8>, GgmlType),
+}
+
+impl<'g, I: Dim, O: Dim, E: Float> Params<'g> for Projection<'g, I, O, E> {
+    #[track_caller]
+    fn declare(g: &'g Scope<'g>, at: &ParamPath) -> Self {
+        let at = at.field("weight");
+        let weight = match (g.block_format(at.key()), g.dim_value::<I>()) {
+            (Some(format), Some(inputs)) => {
+                ProjectionWeight::Blocks(g.block_param_at::<O>(&at, inputs, format), format)
+            }
+            _ => ProjectionWeight::Dense(g.param_at(&at.transposed())),
+        };
+        Projection { weight }
+    }
 }
 
 impl<'g, I: Dim, O: Dim, E: Float> Projection<'g, I, O, E> {
     /// Applies the map to the last dim of `x`.
     #[track_caller]
     pub fn forward<S: LastDim<I>>(&self, x: Tensor<'g, S, E>) -> Tensor<'g, S::WithLast<O>, E> {
-        x.project(self.weight)
+        match &self.weight {
+            ProjectionWeight::Dense(w) => x.project(*w),
+            ProjectionWeight::Blocks(w, format) => x.block_matmul::<I, O>(*w, *format),
+        }
+    }
+
+    /// The weight `[in, out]`, unless it is kept in blocks.
+    pub fn dense_weight(&self) -> Option<Tensor<'g, (I, O), E>> {
+        match &self.weight {
+            ProjectionWeight::Dense(w) => Some(*w),
+            ProjectionWeight::Blocks(..) => None,
+        }
     }
 }
 

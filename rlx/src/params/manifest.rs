@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::gguf::GgmlType;
 use crate::ir::{DType, Shape, TensorType};
 
 /// One part of a checkpoint tensor cut into equal pieces along an axis.
@@ -30,6 +31,9 @@ pub struct ParamSpec {
     pub transpose: bool,
     /// The weight is one piece of the checkpoint tensor.
     pub split: Option<Split>,
+    /// The weight is kept in this GGUF block format: a `u8` param `[rows, row bytes]`
+    /// holding the file tensor's blocks as they are (the file's dims are `[rows, values]`).
+    pub format: Option<GgmlType>,
 }
 
 impl ParamSpec {
@@ -49,6 +53,15 @@ impl ParamSpec {
     /// The dims the checkpoint tensor must have, if the declared shape is static.
     pub fn file_shape(&self) -> Option<Vec<usize>> {
         let mut dims = self.static_shape()?;
+        if let Some(format) = self.format {
+            let [rows, bytes] = dims[..] else {
+                return None;
+            };
+            return Some(vec![
+                rows,
+                bytes / format.block_bytes() * format.block_values(),
+            ]);
+        }
         if self.transpose {
             let n = dims.len();
             if n < 2 {
@@ -80,6 +93,8 @@ pub struct FileTensor {
     pub dtype: DType,
     /// Expected dims.
     pub shape: Vec<usize>,
+    /// The GGUF block format it is kept in, for a param of blocks.
+    pub format: Option<GgmlType>,
     /// Indices into [`Manifest::params`] of the params read from it.
     pub params: Vec<usize>,
 }
@@ -110,6 +125,7 @@ impl Manifest {
                 key: p.key.clone(),
                 dtype: p.dtype,
                 shape: p.file_shape().unwrap_or_default(),
+                format: p.format,
                 params: vec![i],
             });
         }

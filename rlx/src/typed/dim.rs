@@ -118,6 +118,7 @@ pub fn symbol_name(type_name: &str) -> String {
 pub struct Sizes {
     values: Vec<(&'static str, usize)>,
     flags: Vec<(&'static str, bool)>,
+    formats: Vec<(String, crate::gguf::GgmlType)>,
 }
 
 impl Sizes {
@@ -149,6 +150,27 @@ impl Sizes {
         self.flags.retain(|(n, _)| *n != name);
         self.flags.push((name, on));
         self
+    }
+
+    /// Keeps the weight read from checkpoint key `key` in the GGUF block `format`
+    /// (layers that can, such as [`Projection`](crate::nn::Projection), then multiply by
+    /// its blocks as they are instead of declaring a float weight).
+    ///
+    /// ```
+    /// use rlx::gguf::GgmlType;
+    /// let sizes = rlx::typed::Sizes::new().with_block_format("blk.0.attn_q.weight", GgmlType::Q4_1);
+    /// assert_eq!(sizes.block_format("blk.0.attn_q.weight"), Some(GgmlType::Q4_1));
+    /// assert_eq!(sizes.block_format("blk.0.attn_k.weight"), None);
+    /// ```
+    pub fn with_block_format(mut self, key: &str, format: crate::gguf::GgmlType) -> Sizes {
+        self.formats.retain(|(k, _)| k != key);
+        self.formats.push((key.to_string(), format));
+        self
+    }
+
+    /// The GGUF block format the weight of checkpoint key `key` is kept in, if any.
+    pub fn block_format(&self, key: &str) -> Option<crate::gguf::GgmlType> {
+        self.formats.iter().find(|(k, _)| k == key).map(|f| f.1)
     }
 
     /// The value of the config flag `name`, if the config set it.

@@ -4,7 +4,7 @@ use std::cell::RefCell;
 use std::fmt;
 use std::marker::PhantomData;
 
-use super::dim::{Dim, DimKind, Sizes, describe, symbol_name};
+use super::dim::{Dim, DimKind, Dyn, Sizes, describe, symbol_name};
 use super::element::Element;
 use super::shape::Shape;
 use super::tensor::Tensor;
@@ -167,6 +167,47 @@ impl<'g> Scope<'g> {
         P::declare(self, &ParamPath::root())
     }
 
+    /// The size of `D` when the graph is built: its value if static, its configured value
+    /// if config-bound, `None` for a runtime dim.
+    pub fn dim_value<D: Dim>(&self) -> Option<usize> {
+        self.sizes.get::<D>()
+    }
+
+    /// The GGUF block format the config keeps the weight of checkpoint key `key` in
+    /// ([`Sizes::with_block_format`]), if any.
+    pub fn block_format(&self, key: &str) -> Option<crate::gguf::GgmlType> {
+        self.sizes.block_format(key)
+    }
+
+    /// A weight kept in GGUF block `format`, declared at `at`: `rows` rows of the blocks of
+    /// `values` values each (`u8`, `[rows, values / 32 * block bytes]`), bound from the
+    /// file's bytes as they are. `values` must be a multiple of the format's block.
+    #[track_caller]
+    pub fn block_param_at<R: Dim>(
+        &'g self,
+        at: &ParamPath,
+        values: usize,
+        format: crate::gguf::GgmlType,
+    ) -> Tensor<'g, (R, Dyn), u8> {
+        let block = format.block_values();
+        if block == 0 || !values.is_multiple_of(block) {
+            let reason = format!(
+                "`{}`: {values} values are not whole {} blocks",
+                at.key(),
+                format.name()
+            );
+            return Tensor::from_id(self, self.reject("param", None, reason));
+        }
+        let bytes = values / block * format.block_bytes();
+        let id = self.declare_spec(
+            at,
+            ir::DType::U8,
+            &[R::KIND, DimKind::Static(bytes)],
+            Some(format),
+        );
+        Tensor::from_id(self, id)
+    }
+
     /// A weight declared at `at`, recorded in the manifest with its checkpoint layout.
     #[track_caller]
     pub fn param_at<S: Shape, E: Element>(&'g self, at: &ParamPath) -> Tensor<'g, S, E> {
@@ -323,6 +364,16 @@ impl<'g> Scope<'g> {
 
     #[track_caller]
     fn declare_param(&self, at: &ParamPath, dtype: ir::DType, dims: &[DimKind]) -> Option<NodeId> {
+        self.declare_spec(at, dtype, dims, None)
+    }
+
+    fn declare_spec(
+        &self,
+        at: &ParamPath,
+        dtype: ir::DType,
+        dims: &[DimKind],
+        format: Option<crate::gguf::GgmlType>,
+    ) -> Option<NodeId> {
         let shape = self.shape(dims)?;
         if at.key().is_empty() {
             return self.reject("param", None, "a param needs a name".to_string());
@@ -339,6 +390,7 @@ impl<'g> Scope<'g> {
             shape: shape.clone(),
             transpose: at.is_transposed(),
             split,
+            format,
         };
         if let Err(reason) = self.check_layout(&spec) {
             return self.reject("param", None, reason);

@@ -14,7 +14,9 @@ use crate::params::Manifest;
 /// Binds every weight of `manifest` from `file`, strictly: every tensor the model declares
 /// must be in the file with its dims (GGUF's reversed), and every file tensor must be
 /// declared, but for `read_elsewhere` (tensors the caller took its configuration from).
-/// Quantized tensors are dequantized exactly (see [`crate::gguf::dequantize`]); the model's
+/// Weights the model keeps in a block format ([`ParamSpec::format`](crate::params::ParamSpec))
+/// are bound from the file's blocks as they are, when the file has that format; other
+/// quantized tensors are dequantized exactly (see [`crate::gguf::dequantize`]); the model's
 /// params must be `f32`. The weights change all at once, as with safetensors.
 pub fn load_gguf(
     exe: &dyn Executable,
@@ -31,11 +33,19 @@ pub fn load_gguf(
         match file.tensor(&f.key) {
             Err(_) => missing.push(f.key.clone()),
             Ok(info) => {
-                let dequantizes = info.kind.dequantizes() && f.dtype == DType::F32;
-                if !dequantizes || info.shape() != f.shape {
+                let fits = match f.format {
+                    // Kept as blocks: the very format.
+                    Some(format) => info.kind == format,
+                    None => info.kind.dequantizes() && f.dtype == DType::F32,
+                };
+                if !fits || info.shape() != f.shape {
+                    let expected = match f.format {
+                        Some(format) => format!("{format}{:?}", f.shape),
+                        None => describe(f.dtype, &f.shape),
+                    };
                     mismatched.push(Mismatch {
                         key: f.key.clone(),
-                        expected: describe(f.dtype, &f.shape),
+                        expected,
                         found: format!("{}{:?}", info.kind, info.shape()),
                     });
                 }
@@ -58,17 +68,36 @@ pub fn load_gguf(
             mismatched,
         });
     }
+    let gguf_error = |source| WeightsError::Gguf {
+        path: path.clone(),
+        source,
+    };
+    // Float weights dequantized; weights kept as blocks bound from the file's bytes.
     let tensors = files
         .iter()
-        .map(|f| file.tensor_f32(&f.key))
+        .map(|f| match f.format {
+            Some(_) => Ok(None),
+            None => file.tensor_f32(&f.key).map(Some),
+        })
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|source| WeightsError::Gguf {
-            path: path.clone(),
-            source,
-        })?;
+        .map_err(gguf_error)?;
     let mut values: Vec<ParamValue<'_>> = Vec::with_capacity(manifest.params.len());
     for (f, t) in files.iter().zip(&tensors) {
-        values.extend(param_values(manifest, f, Cow::Borrowed(t.view().bytes)));
+        match t {
+            Some(t) => values.extend(param_values(manifest, f, Cow::Borrowed(t.view().bytes))),
+            None => {
+                let bytes = file.tensor_bytes(&f.key).map_err(gguf_error)?;
+                for &i in &f.params {
+                    let spec = &manifest.params[i];
+                    values.push(ParamValue {
+                        name: &spec.name,
+                        dtype: DType::U8,
+                        shape: spec.static_shape().unwrap_or_default(),
+                        bytes: Cow::Borrowed(bytes),
+                    });
+                }
+            }
+        }
     }
     Ok(LoadReport {
         loaded: bind(exe, &values)?,

@@ -14,14 +14,14 @@ use rayon::prelude::*;
 
 use super::gemm::{GemmAcc, GemmDims, GemmPlan, gemm, kernel_shape};
 use super::layout::{SharedMut, parallel};
-use super::simd::vectorized;
+use super::simd::{Isa, VectorKernel, isa, vectorized};
 use crate::gguf::{Block, GgmlType, Q4_0Block, Q4_1Block, Q8_0Block};
 use crate::ir::DType;
 
 /// Values per block of every format the product takes.
 const VALUES: usize = 32;
 /// Rows of `x` from which tiles of the weight go through the GEMM.
-const GEMM_ROWS: usize = 8;
+const GEMM_ROWS: usize = 16;
 /// Output features per dequantized tile.
 const TILE: usize = 64;
 /// Output features one decoding task computes, at least.
@@ -49,7 +49,7 @@ pub(crate) fn block_matmul(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) 
     }
 }
 
-fn product<F: Block>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
+fn product<F: wide::Wide>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
     if d.rows == 0 || d.n == 0 {
         return;
     }
@@ -60,19 +60,9 @@ fn product<F: Block>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
     }
 }
 
-/// The dot product of 32 values, in `LANES` partial sums.
-#[inline(always)]
-fn dot(x: &[f32], w: &[f32; VALUES]) -> f32 {
-    let mut lanes = [0f32; LANES];
-    for (xs, ws) in x[..VALUES].chunks_exact(LANES).zip(w.chunks_exact(LANES)) {
-        for ((lane, a), b) in lanes.iter_mut().zip(xs).zip(ws) {
-            *lane = a.mul_add(*b, *lane);
-        }
-    }
-    lanes.iter().sum()
-}
-
-/// Features `features` of every row, into `out` (row stride `d.n`).
+/// Features `features` of every row, into `out` (row stride `d.n`). Each row's products
+/// gather in `LANES` partial sums over the whole feature (the blocks' values carry their
+/// scales), summed once at the end.
 #[inline(always)]
 fn features<F: Block>(
     d: &BlockDims,
@@ -85,26 +75,91 @@ fn features<F: Block>(
     let mut values = [0f32; VALUES];
     for f in features {
         let blocks = &w[f * row_bytes..(f + 1) * row_bytes];
-        let mut sums = [0f32; GEMM_ROWS];
+        let mut lanes = [[0f32; LANES]; GEMM_ROWS];
         for (b, block) in blocks.chunks_exact(F::BYTES).enumerate() {
             F::values(block, &mut values);
-            for (r, sum) in sums.iter_mut().enumerate().take(d.rows) {
-                *sum += dot(&x[r * d.k + b * VALUES..], &values);
+            for (r, lanes) in lanes.iter_mut().enumerate().take(d.rows) {
+                let xs = &x[r * d.k + b * VALUES..][..VALUES];
+                for (xs, ws) in xs.chunks_exact(LANES).zip(values.chunks_exact(LANES)) {
+                    for ((lane, a), w) in lanes.iter_mut().zip(xs).zip(ws) {
+                        *lane = a.mul_add(*w, *lane);
+                    }
+                }
             }
         }
-        for (r, sum) in sums.iter().enumerate().take(d.rows) {
+        for (r, lanes) in lanes.iter().enumerate().take(d.rows) {
             // SAFETY: (r, f) lies inside the rows x n output, and feature f belongs to
             // this task alone.
-            unsafe { *out.ptr().add(r * d.n + f) = *sum };
+            unsafe { *out.ptr().add(r * d.n + f) = lanes.iter().sum() };
+        }
+    }
+}
+
+/// A range of features as a kernel compiled per instruction set (a struct, so that its body
+/// is inlined into each instruction set's copy and `mul_add` becomes an FMA instruction).
+struct Features<'a, F> {
+    d: &'a BlockDims,
+    x: &'a [f32],
+    w: &'a [u8],
+    range: std::ops::Range<usize>,
+    out: SharedMut<f32>,
+    format: std::marker::PhantomData<F>,
+}
+
+impl<F: Block> VectorKernel for Features<'_, F> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        features::<F>(self.d, self.x, self.w, self.range, self.out);
+    }
+}
+
+/// Dequantizes features `range` of `w` into `dense` (one row of `k` values each).
+struct Dequantize<'a, F> {
+    k: usize,
+    w: &'a [u8],
+    range: std::ops::Range<usize>,
+    dense: &'a mut [f32],
+    format: std::marker::PhantomData<F>,
+}
+
+impl<F: Block> VectorKernel for Dequantize<'_, F> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let row_bytes = self.k / VALUES * F::BYTES;
+        let mut values = [0f32; VALUES];
+        for (f, row) in self.range.zip(self.dense.chunks_exact_mut(self.k)) {
+            let blocks = &self.w[f * row_bytes..(f + 1) * row_bytes];
+            for (block, dst) in blocks
+                .chunks_exact(F::BYTES)
+                .zip(row.chunks_exact_mut(VALUES))
+            {
+                F::values(block, &mut values);
+                dst.copy_from_slice(&values);
+            }
         }
     }
 }
 
 /// Few rows: features in parallel, each feature's blocks dequantized once for all rows.
-fn decode<F: Block>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
+fn decode<F: wide::Wide>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
     let shared = SharedMut::new(out);
-    let run = |range: std::ops::Range<usize>| {
-        vectorized(|| features::<F>(d, x, w, range, shared));
+    let run = |range: std::ops::Range<usize>| match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `isa` returns Avx512 only when the CPU has AVX-512 F/BW/DQ/VL and FMA.
+        Isa::Avx512 => unsafe { wide::features_avx512::<F>(d, x, w, range, shared) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `isa` returns Avx2 only when the CPU has AVX2 and FMA.
+        Isa::Avx2 => unsafe { wide::features_avx2::<F>(d, x, w, range, shared) },
+        _ => vectorized(Features::<F> {
+            d,
+            x,
+            w,
+            range,
+            out: shared,
+            format: std::marker::PhantomData,
+        }),
     };
     if parallel(d.rows * d.n * d.k) {
         let tasks = d.n.div_ceil(FEATURES_PER_TASK);
@@ -125,8 +180,7 @@ thread_local! {
 
 /// Many rows: tiles of `TILE` features dequantized to float32 and multiplied by the GEMM,
 /// the tiles spread over the workers.
-fn tiled<F: Block>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
-    let row_bytes = d.k / VALUES * F::BYTES;
+fn tiled<F: wide::Wide>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
     let shared = SharedMut::new(out);
     let tile = |t: usize| {
         let first = t * TILE;
@@ -135,19 +189,22 @@ fn tiled<F: Block>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
             let (dense, product, scratch) = &mut *buffers.borrow_mut();
             dense.resize(cols * d.k, 0.0);
             product.resize(d.rows * cols, 0.0);
-            vectorized(|| {
-                let mut values = [0f32; VALUES];
-                for (c, row) in dense.chunks_exact_mut(d.k).enumerate() {
-                    let blocks = &w[(first + c) * row_bytes..(first + c + 1) * row_bytes];
-                    for (block, dst) in blocks
-                        .chunks_exact(F::BYTES)
-                        .zip(row.chunks_exact_mut(VALUES))
-                    {
-                        F::values(block, &mut values);
-                        dst.copy_from_slice(&values);
-                    }
-                }
-            });
+            let range = first..first + cols;
+            match isa() {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `isa` returns Avx512 only when the CPU has AVX-512 F/BW/DQ/VL.
+                Isa::Avx512 => unsafe { wide::dequantize_avx512::<F>(d.k, w, range, dense) },
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `isa` returns Avx2 only when the CPU has AVX2 and FMA.
+                Isa::Avx2 => unsafe { wide::dequantize_avx2::<F>(d.k, w, range, dense) },
+                _ => vectorized(Dequantize::<F> {
+                    k: d.k,
+                    w,
+                    range,
+                    dense,
+                    format: std::marker::PhantomData,
+                }),
+            }
             // product = x · denseᵀ: B's element (p, j) is dense[j][p].
             let dims = GemmDims {
                 m: d.rows,
@@ -189,4 +246,293 @@ fn tiled<F: Block>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
     } else {
         (0..tiles).for_each(tile);
     }
+}
+
+/// The decode kernels written with AVX-512 and AVX2 intrinsics: each block's values are
+/// widened from bytes to float vectors and multiplied into per-row vector accumulators,
+/// summed across lanes once per feature.
+#[cfg(target_arch = "x86_64")]
+mod wide {
+    use std::arch::x86_64::*;
+
+    use super::{BlockDims, GEMM_ROWS, SharedMut, VALUES};
+    use crate::gguf::{Block, Q4_0Block, Q4_1Block, Q8_0Block};
+
+    /// A block's 32 values as vectors: two of 16 lanes, or four of 8. Implementations read
+    /// `BYTES` bytes at `block`, which the caller guarantees.
+    pub(super) trait Wide: Block {
+        /// # Safety
+        /// AVX-512 F/BW must be available; `block` points at `BYTES` readable bytes.
+        unsafe fn avx512(block: *const u8) -> [__m512; 2];
+        /// # Safety
+        /// AVX2 and FMA must be available; `block` points at `BYTES` readable bytes.
+        unsafe fn avx2(block: *const u8) -> [__m256; 4];
+    }
+
+    /// The f16 at `at` as an f32.
+    #[inline(always)]
+    fn half(block: &[u8], at: usize) -> f32 {
+        half::f16::from_bits(u16::from_le_bytes([block[at], block[at + 1]])).to_f32()
+    }
+
+    impl Wide for Q8_0Block {
+        #[inline(always)]
+        unsafe fn avx512(block: *const u8) -> [__m512; 2] {
+            // SAFETY: 34 readable bytes at `block` (the trait's contract).
+            unsafe {
+                let d = _mm512_set1_ps(half(std::slice::from_raw_parts(block, 2), 0));
+                let q = _mm256_loadu_si256(block.add(2).cast());
+                let lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)));
+                let hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256::<1>(q)));
+                [_mm512_mul_ps(lo, d), _mm512_mul_ps(hi, d)]
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn avx2(block: *const u8) -> [__m256; 4] {
+            // SAFETY: 34 readable bytes at `block` (the trait's contract).
+            unsafe {
+                let d = _mm256_set1_ps(half(std::slice::from_raw_parts(block, 2), 0));
+                std::array::from_fn(|i| {
+                    let q = _mm_loadl_epi64(block.add(2 + 8 * i).cast());
+                    _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d)
+                })
+            }
+        }
+    }
+
+    /// The 16 bytes of nibbles at `qs`: values 0..15 (low nibbles) and 16..31 (high).
+    #[inline(always)]
+    unsafe fn nibbles(qs: *const u8) -> (__m128i, __m128i) {
+        // SAFETY: 16 readable bytes at `qs` (the callers' contract).
+        unsafe {
+            let q = _mm_loadu_si128(qs.cast());
+            let mask = _mm_set1_epi8(0x0F);
+            (
+                _mm_and_si128(q, mask),
+                _mm_and_si128(_mm_srli_epi16::<4>(q), mask),
+            )
+        }
+    }
+
+    /// Nibbles at `qs` as 32 floats `q * d + m` (two vectors of 16).
+    #[inline(always)]
+    unsafe fn affine_avx512(qs: *const u8, d: f32, m: f32) -> [__m512; 2] {
+        // SAFETY: 16 readable bytes at `qs` (the callers' contract); AVX-512 F enabled by
+        // the caller.
+        unsafe {
+            let (lo, hi) = nibbles(qs);
+            let (d, m) = (_mm512_set1_ps(d), _mm512_set1_ps(m));
+            let widen = |v| _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v));
+            [
+                _mm512_add_ps(_mm512_mul_ps(widen(lo), d), m),
+                _mm512_add_ps(_mm512_mul_ps(widen(hi), d), m),
+            ]
+        }
+    }
+
+    /// Nibbles at `qs` as 32 floats `q * d + m` (four vectors of 8).
+    #[inline(always)]
+    unsafe fn affine_avx2(qs: *const u8, d: f32, m: f32) -> [__m256; 4] {
+        // SAFETY: 16 readable bytes at `qs` (the callers' contract); AVX2 enabled by the
+        // caller.
+        unsafe {
+            let (lo, hi) = nibbles(qs);
+            let (d, m) = (_mm256_set1_ps(d), _mm256_set1_ps(m));
+            let widen = |v| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+            [
+                _mm256_add_ps(_mm256_mul_ps(widen(lo), d), m),
+                _mm256_add_ps(_mm256_mul_ps(widen(_mm_srli_si128::<8>(lo)), d), m),
+                _mm256_add_ps(_mm256_mul_ps(widen(hi), d), m),
+                _mm256_add_ps(_mm256_mul_ps(widen(_mm_srli_si128::<8>(hi)), d), m),
+            ]
+        }
+    }
+
+    impl Wide for Q4_0Block {
+        #[inline(always)]
+        unsafe fn avx512(block: *const u8) -> [__m512; 2] {
+            // SAFETY: 18 readable bytes at `block` (the trait's contract).
+            unsafe {
+                let d = half(std::slice::from_raw_parts(block, 2), 0);
+                // (q - 8) * d == q * d + (-8 d), both exact.
+                affine_avx512(block.add(2), d, -8.0 * d)
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn avx2(block: *const u8) -> [__m256; 4] {
+            // SAFETY: 18 readable bytes at `block` (the trait's contract).
+            unsafe {
+                let d = half(std::slice::from_raw_parts(block, 2), 0);
+                affine_avx2(block.add(2), d, -8.0 * d)
+            }
+        }
+    }
+
+    impl Wide for Q4_1Block {
+        #[inline(always)]
+        unsafe fn avx512(block: *const u8) -> [__m512; 2] {
+            // SAFETY: 20 readable bytes at `block` (the trait's contract).
+            unsafe {
+                let head = std::slice::from_raw_parts(block, 4);
+                affine_avx512(block.add(4), half(head, 0), half(head, 2))
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn avx2(block: *const u8) -> [__m256; 4] {
+            // SAFETY: 20 readable bytes at `block` (the trait's contract).
+            unsafe {
+                let head = std::slice::from_raw_parts(block, 4);
+                affine_avx2(block.add(4), half(head, 0), half(head, 2))
+            }
+        }
+    }
+
+    /// Features `features` of every row (fewer than `GEMM_ROWS`), into `out`.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/DQ/VL and FMA must be available; `x` holds `rows x k`, `w` `n` rows of
+    /// blocks, `out` `rows x n`, and no other task writes these features.
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512dq,avx512vl")]
+    pub(super) unsafe fn features_avx512<F: Wide>(
+        d: &BlockDims,
+        x: &[f32],
+        w: &[u8],
+        features: std::ops::Range<usize>,
+        out: SharedMut<f32>,
+    ) {
+        let row_bytes = d.k / VALUES * F::BYTES;
+        let rows = d.rows.min(GEMM_ROWS);
+        assert!(x.len() >= rows * d.k && w.len() >= features.end * row_bytes);
+        for f in features {
+            let mut sums = [_mm512_setzero_ps(); GEMM_ROWS];
+            for b in 0..d.k / VALUES {
+                // SAFETY: block b of feature f lies inside `w` (asserted above), and the
+                // caller guarantees AVX-512.
+                let [lo, hi] = unsafe { F::avx512(w.as_ptr().add(f * row_bytes + b * F::BYTES)) };
+                for (r, sum) in sums.iter_mut().enumerate().take(rows) {
+                    // SAFETY: values b*32..b*32+32 of row r lie inside `x` (asserted).
+                    unsafe {
+                        let at = x.as_ptr().add(r * d.k + b * VALUES);
+                        *sum = _mm512_fmadd_ps(_mm512_loadu_ps(at), lo, *sum);
+                        *sum = _mm512_fmadd_ps(_mm512_loadu_ps(at.add(16)), hi, *sum);
+                    }
+                }
+            }
+            for (r, sum) in sums.iter().enumerate().take(rows) {
+                // SAFETY: (r, f) lies inside the rows x n output, and feature f belongs to
+                // this task alone.
+                unsafe { *out.ptr().add(r * d.n + f) = _mm512_reduce_add_ps(*sum) };
+            }
+        }
+    }
+
+    /// Features `range` of `w` dequantized into `dense`, `k` values a feature.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/DQ/VL must be available.
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512dq,avx512vl")]
+    pub(super) unsafe fn dequantize_avx512<F: Wide>(
+        k: usize,
+        w: &[u8],
+        range: std::ops::Range<usize>,
+        dense: &mut [f32],
+    ) {
+        let row_bytes = k / VALUES * F::BYTES;
+        assert!(w.len() >= range.end * row_bytes && dense.len() >= range.len() * k);
+        for (c, f) in range.enumerate() {
+            for b in 0..k / VALUES {
+                // SAFETY: block b of feature f lies inside `w`, values b*32..+32 of row c
+                // inside `dense` (asserted above).
+                unsafe {
+                    let [lo, hi] = F::avx512(w.as_ptr().add(f * row_bytes + b * F::BYTES));
+                    let at = dense.as_mut_ptr().add(c * k + b * VALUES);
+                    _mm512_storeu_ps(at, lo);
+                    _mm512_storeu_ps(at.add(16), hi);
+                }
+            }
+        }
+    }
+
+    /// [`dequantize_avx512`] with 8-lane vectors.
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be available.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn dequantize_avx2<F: Wide>(
+        k: usize,
+        w: &[u8],
+        range: std::ops::Range<usize>,
+        dense: &mut [f32],
+    ) {
+        let row_bytes = k / VALUES * F::BYTES;
+        assert!(w.len() >= range.end * row_bytes && dense.len() >= range.len() * k);
+        for (c, f) in range.enumerate() {
+            for b in 0..k / VALUES {
+                // SAFETY: as in `dequantize_avx512`.
+                unsafe {
+                    let values = F::avx2(w.as_ptr().add(f * row_bytes + b * F::BYTES));
+                    let at = dense.as_mut_ptr().add(c * k + b * VALUES);
+                    for (i, v) in values.iter().enumerate() {
+                        _mm256_storeu_ps(at.add(8 * i), *v);
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`features_avx512`] with 8-lane vectors.
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be available; otherwise as [`features_avx512`].
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn features_avx2<F: Wide>(
+        d: &BlockDims,
+        x: &[f32],
+        w: &[u8],
+        features: std::ops::Range<usize>,
+        out: SharedMut<f32>,
+    ) {
+        let row_bytes = d.k / VALUES * F::BYTES;
+        let rows = d.rows.min(GEMM_ROWS);
+        assert!(x.len() >= rows * d.k && w.len() >= features.end * row_bytes);
+        for f in features {
+            let mut sums = [_mm256_setzero_ps(); GEMM_ROWS];
+            for b in 0..d.k / VALUES {
+                // SAFETY: block b of feature f lies inside `w` (asserted above), and the
+                // caller guarantees AVX2.
+                let values = unsafe { F::avx2(w.as_ptr().add(f * row_bytes + b * F::BYTES)) };
+                for (r, sum) in sums.iter_mut().enumerate().take(rows) {
+                    for (i, v) in values.iter().enumerate() {
+                        // SAFETY: values b*32+8i..+8 of row r lie inside `x` (asserted).
+                        unsafe {
+                            let at = x.as_ptr().add(r * d.k + b * VALUES + 8 * i);
+                            *sum = _mm256_fmadd_ps(_mm256_loadu_ps(at), *v, *sum);
+                        }
+                    }
+                }
+            }
+            for (r, sum) in sums.iter().enumerate().take(rows) {
+                // SAFETY: as in `features_avx512`; the lanes are summed by halves.
+                unsafe {
+                    let half = _mm_add_ps(
+                        _mm256_castps256_ps128(*sum),
+                        _mm256_extractf128_ps::<1>(*sum),
+                    );
+                    let pair = _mm_add_ps(half, _mm_movehl_ps(half, half));
+                    let one = _mm_add_ss(pair, _mm_shuffle_ps::<1>(pair, pair));
+                    *out.ptr().add(r * d.n + f) = _mm_cvtss_f32(one);
+                }
+            }
+        }
+    }
+}
+
+/// Without x86-64 intrinsics every format runs the portable loop.
+#[cfg(not(target_arch = "x86_64"))]
+mod wide {
+    pub(super) trait Wide: crate::gguf::Block {}
+    impl<T: crate::gguf::Block> Wide for T {}
 }

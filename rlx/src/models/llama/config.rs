@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::gguf::{Gguf, MetadataArray, MetadataValue};
+use crate::gguf::{GgmlType, Gguf, MetadataArray, MetadataValue};
 
 /// The most blocks a config may ask for (the largest Llama models have about a hundred).
 pub const MAX_LAYERS: usize = 4096;
@@ -97,6 +97,10 @@ pub struct LlamaConfig {
     pub sliding_window: Option<SlidingWindow>,
     /// Logits become `cap · tanh(logits / cap)` (Gemma's final soft-capping), if set.
     pub final_logit_softcap: Option<f64>,
+    /// Projection weights kept in a GGUF block format (checkpoint name and format), read in
+    /// place by [`block_matmul`](crate::ir::BlockMatMul); the others are float32. Empty
+    /// unless [`LlamaConfig::keep_gguf_blocks`] fills it.
+    pub block_formats: Vec<(String, GgmlType)>,
 }
 
 /// Why a config could not be read: the key at fault and what is wrong with it.
@@ -124,6 +128,17 @@ fn invalid(key: &str, reason: impl Into<String>) -> LlamaConfigError {
         reason: reason.into(),
     }
 }
+
+/// The projections of a block, by their GGUF names (`blk.N.{name}.weight`).
+const PROJECTIONS: [&str; 7] = [
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
+];
 
 /// The per-pair rotary frequencies of a GGUF file that has `rope_freqs.weight` (llama.cpp
 /// stores Llama 3's long-context scaling as one divisor per rotated pair).
@@ -199,7 +214,38 @@ impl LlamaConfig {
             attention_scale: 1.0 / (head_dim as f64).sqrt(),
             sliding_window: None,
             final_logit_softcap: None,
+            block_formats: Vec::new(),
         }
+    }
+
+    /// Keeps the projection weights `file` stores in a format
+    /// [`block_matmul`](crate::ir::BlockMatMul) multiplies in place (`Q8_0`, `Q4_0`, `Q4_1`)
+    /// in that format: a step then reads a quarter to an eighth of the bytes of float32
+    /// weights. The embedding table and the norms stay float32 (dequantized at load).
+    ///
+    /// ```no_run
+    /// use rlx::models::llama::LlamaConfig;
+    /// let file = rlx::gguf::Gguf::open("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// let mut config = LlamaConfig::from_gguf(&file)?;
+    /// config.keep_gguf_blocks(&file);
+    /// assert!(!config.block_formats.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn keep_gguf_blocks(&mut self, file: &Gguf) {
+        let projection = |name: &str| {
+            name == "output.weight"
+                || name
+                    .strip_prefix("blk.")
+                    .and_then(|rest| rest.split_once('.'))
+                    .and_then(|(_, rest)| rest.strip_suffix(".weight"))
+                    .is_some_and(|p| PROJECTIONS.contains(&p))
+        };
+        self.block_formats = file
+            .tensors()
+            .iter()
+            .filter(|t| projection(&t.name) && crate::ir::block_matmul_supports(t.kind))
+            .map(|t| (t.name.clone(), t.kind))
+            .collect();
     }
 
     /// Reads the config from a GGUF file's metadata. `general.architecture` names the

@@ -72,6 +72,22 @@ impl LlamaDecoder {
         Ok(decoder)
     }
 
+    /// As [`from_gguf`](Self::from_gguf), with the projections the file stores in `Q8_0`,
+    /// `Q4_0` or `Q4_1` kept in their blocks and multiplied in place
+    /// ([`LlamaConfig::keep_gguf_blocks`]): a decode step reads a quarter to an eighth of
+    /// the bytes, with activations still float32.
+    pub fn from_gguf_quantized<B: crate::backend::Backend>(
+        backend: &B,
+        file: &Gguf,
+        capacity: usize,
+    ) -> Result<LlamaDecoder, LlamaLoadError> {
+        let mut config = LlamaConfig::from_gguf(file)?;
+        config.keep_gguf_blocks(file);
+        let decoder = LlamaDecoder::compile(backend, config.clone(), capacity)?;
+        super::load_gguf_checkpoint(&decoder.step, &config, file)?;
+        Ok(decoder)
+    }
+
     /// The model of a Hugging Face folder (`config.json` beside `model.safetensors` or its
     /// shards), compiled for `backend` with caches of `capacity` positions, its weights
     /// loaded by [`load_hf_checkpoint`](super::load_hf_checkpoint).

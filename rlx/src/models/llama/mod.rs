@@ -72,7 +72,13 @@ crate::config_dims!(
 
 impl crate::model::Config for LlamaConfig {
     fn sizes(&self) -> Sizes {
-        Sizes::new()
+        let sizes = self
+            .block_formats
+            .iter()
+            .fold(Sizes::new(), |sizes, (key, format)| {
+                sizes.with_block_format(key, *format)
+            });
+        sizes
             .with::<Hidden>(self.hidden_size)
             .with::<Heads>(self.num_heads)
             .with::<KvHeads>(self.num_kv_heads)

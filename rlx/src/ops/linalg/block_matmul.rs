@@ -68,7 +68,7 @@ impl Primitive for BlockMatMul {
             .as_static()
             .ok_or_else(|| attr_err!("the input features of x must be static, got {x}"))?;
         let block = self.format.block_values();
-        if k % block != 0 {
+        if !k.is_multiple_of(block) {
             return Err(attr_err!(
                 "input features {k} are not a multiple of the {}-value block",
                 block
