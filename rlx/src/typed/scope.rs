@@ -367,6 +367,7 @@ impl<'g> Scope<'g> {
         self.declare_spec(at, dtype, dims, None)
     }
 
+    #[track_caller]
     fn declare_spec(
         &self,
         at: &ParamPath,

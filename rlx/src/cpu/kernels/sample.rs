@@ -41,12 +41,17 @@ pub(crate) fn sample_row<A: Real>(
     for (i, w) in weight[..vocab].iter_mut().enumerate() {
         *w = ((logit(i) - max) / s.temperature).exp();
     }
-    // Rank order: larger logit first, equal logits by index.
+    // Rank order: larger logit first, equal logits by index; NaN ranks above every number
+    // (as the argmax above takes it), so the order stays total for the sorts.
     let before = |a: &u32, b: &u32| -> Ordering {
         let (la, lb) = (logit(*a as usize), logit(*b as usize));
-        match lb.partial_cmp(&la) {
-            Some(Ordering::Equal) | None => a.cmp(b),
-            Some(o) => o,
+        match (la.is_nan(), lb.is_nan()) {
+            (true, false) => Ordering::Less,
+            (false, true) => Ordering::Greater,
+            _ => match lb.partial_cmp(&la) {
+                Some(Ordering::Equal) | None => a.cmp(b),
+                Some(o) => o,
+            },
         }
     };
     for (i, o) in order[..vocab].iter_mut().enumerate() {
