@@ -29,13 +29,43 @@ const FEATURES_PER_TASK: usize = 16;
 /// Partial sums per block dot product: one vector of the widest instruction set.
 const LANES: usize = 16;
 
-/// The sizes of one product: `rows` rows of `x`, `n` output features, `k` inputs.
+/// The sizes of one product: `rows` rows of `x`, `n` output features, `k` inputs; and,
+/// for products of many rows, the GEMM plans of a whole tile and of the last one, made
+/// once when the thunk is lowered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct BlockDims {
     pub format: GgmlType,
     pub rows: usize,
     pub n: usize,
     pub k: usize,
+    tiles: Option<[GemmPlan; 2]>,
+}
+
+impl BlockDims {
+    pub(crate) fn new(format: GgmlType, rows: usize, n: usize, k: usize) -> BlockDims {
+        // product = x · denseᵀ: B's element (p, j) is a tile's dense[j][p].
+        let plan = |cols: usize| {
+            let dims = GemmDims {
+                m: rows,
+                n: cols,
+                k,
+                a_rs: k,
+                a_cs: 1,
+                b_rs: 1,
+                b_cs: k,
+            };
+            GemmPlan::new(dims, 1, kernel_shape(DType::F32))
+        };
+        let tiles =
+            (rows >= GEMM_ROWS && n > 0).then(|| [plan(TILE), plan(n - (n - 1) / TILE * TILE)]);
+        BlockDims {
+            format,
+            rows,
+            n,
+            k,
+            tiles,
+        }
+    }
 }
 
 /// `out` (`rows x n`) = `x` (`rows x k`) · dequant(`w`)ᵀ, `w` `n` rows of blocks.
@@ -53,10 +83,9 @@ fn product<F: wide::Wide>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
     if d.rows == 0 || d.n == 0 {
         return;
     }
-    if d.rows >= GEMM_ROWS {
-        tiled::<F>(d, x, w, out);
-    } else {
-        decode::<F>(d, x, w, out);
+    match d.tiles {
+        Some(plans) => tiled::<F>(d, plans, x, w, out),
+        None => decode::<F>(d, x, w, out),
     }
 }
 
@@ -180,7 +209,7 @@ thread_local! {
 
 /// Many rows: tiles of `TILE` features dequantized to float32 and multiplied by the GEMM,
 /// the tiles spread over the workers.
-fn tiled<F: wide::Wide>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
+fn tiled<F: wide::Wide>(d: &BlockDims, plans: [GemmPlan; 2], x: &[f32], w: &[u8], out: &mut [f32]) {
     let shared = SharedMut::new(out);
     let tile = |t: usize| {
         let first = t * TILE;
@@ -205,17 +234,7 @@ fn tiled<F: wide::Wide>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
                     format: std::marker::PhantomData,
                 }),
             }
-            // product = x · denseᵀ: B's element (p, j) is dense[j][p].
-            let dims = GemmDims {
-                m: d.rows,
-                n: cols,
-                k: d.k,
-                a_rs: d.k,
-                a_cs: 1,
-                b_rs: 1,
-                b_cs: d.k,
-            };
-            let plan = GemmPlan::new(dims, 1, kernel_shape(DType::F32));
+            let plan = if cols == TILE { plans[0] } else { plans[1] };
             scratch.resize(plan.scratch_len(), 0.0);
             gemm::<f32, f32>(
                 &plan,

@@ -300,12 +300,12 @@ impl Lower for ir::BlockMatMul {
     fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
         let x = n.shapes[0];
         vec![boxed(BlockMatMul {
-            dims: BlockDims {
-                format: self.format,
-                rows: numel(&x[..x.len() - 1]),
-                n: n.shapes[1][0],
-                k: x[x.len() - 1],
-            },
+            dims: BlockDims::new(
+                self.format,
+                numel(&x[..x.len() - 1]),
+                n.shapes[1][0],
+                x[x.len() - 1],
+            ),
             x: n.views[0],
             w: n.views[1],
             out: n.out,

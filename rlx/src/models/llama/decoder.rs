@@ -66,10 +66,7 @@ impl LlamaDecoder {
         file: &Gguf,
         capacity: usize,
     ) -> Result<LlamaDecoder, LlamaLoadError> {
-        let config = LlamaConfig::from_gguf(file)?;
-        let decoder = LlamaDecoder::compile(backend, config.clone(), capacity)?;
-        super::load_gguf_checkpoint(&decoder.step, &config, file)?;
-        Ok(decoder)
+        LlamaDecoder::from_gguf_keeping(backend, file, capacity, false)
     }
 
     /// As [`from_gguf`](Self::from_gguf), with the projections the file stores in `Q8_0`,
@@ -81,10 +78,17 @@ impl LlamaDecoder {
         file: &Gguf,
         capacity: usize,
     ) -> Result<LlamaDecoder, LlamaLoadError> {
-        let mut config = LlamaConfig::from_gguf(file)?;
-        config.keep_gguf_blocks(file);
-        let decoder = LlamaDecoder::compile(backend, config.clone(), capacity)?;
-        super::load_gguf_checkpoint(&decoder.step, &config, file)?;
+        LlamaDecoder::from_gguf_keeping(backend, file, capacity, true)
+    }
+
+    fn from_gguf_keeping<B: crate::backend::Backend>(
+        backend: &B,
+        file: &Gguf,
+        capacity: usize,
+        keep_blocks: bool,
+    ) -> Result<LlamaDecoder, LlamaLoadError> {
+        let decoder = LlamaDecoder::compile(backend, gguf_config(file, keep_blocks)?, capacity)?;
+        super::load_gguf_checkpoint(&decoder.step, &decoder.config.model, file)?;
         Ok(decoder)
     }
 
@@ -125,6 +129,15 @@ impl LlamaDecoder {
     }
 }
 
+/// The config `file` describes, its block-format projections kept when `keep_blocks`.
+fn gguf_config(file: &Gguf, keep_blocks: bool) -> Result<LlamaConfig, LlamaLoadError> {
+    let mut config = LlamaConfig::from_gguf(file)?;
+    if keep_blocks {
+        config.keep_gguf_blocks(file);
+    }
+    Ok(config)
+}
+
 /// The `config.json` of the Hugging Face folder `dir`.
 fn hf_config(dir: &std::path::Path) -> Result<LlamaConfig, LlamaLoadError> {
     let path = dir.join("config.json");
@@ -155,27 +168,20 @@ impl crate::generate::Decoder for LlamaDecoder {
         self.config.capacity
     }
 
-    fn new_context(&self) -> Result<crate::backend::Context, crate::backend::RunError> {
+    fn new_context(&self) -> Result<Context, RunError> {
         self.step.new_context()
     }
 
     fn step(
         &self,
-        context: &mut crate::backend::Context,
+        context: &mut Context,
         tokens: &[i64],
         pos: usize,
         last: usize,
-    ) -> Result<crate::tensor::HostTensor, crate::backend::RunError> {
-        use crate::ir::DType;
-        use crate::tensor::TensorRef;
+    ) -> Result<HostTensor, RunError> {
         let shape = [1, tokens.len()];
         let ids =
-            TensorRef::new(DType::I64, &shape, bytemuck::cast_slice(tokens)).map_err(|e| {
-                crate::backend::RunError::Custom {
-                    name: "llama".into(),
-                    message: e.to_string(),
-                }
-            })?;
+            TensorRef::new(DType::I64, &shape, bytemuck::cast_slice(tokens)).map_err(run_error)?;
         let (pos, last) = ([pos as i64], [last as i64]);
         fn scalar(v: &[i64; 1]) -> TensorRef<'_> {
             TensorRef {
@@ -222,9 +228,9 @@ impl LlamaBatchDecoder {
         capacity: usize,
         slots: usize,
     ) -> Result<LlamaBatchDecoder, LlamaLoadError> {
-        let config = LlamaConfig::from_gguf(file)?;
-        let decoder = LlamaBatchDecoder::compile(backend, config.clone(), capacity, slots)?;
-        super::load_gguf_checkpoint(&decoder.step, &config, file)?;
+        let decoder =
+            LlamaBatchDecoder::compile(backend, gguf_config(file, false)?, capacity, slots)?;
+        super::load_gguf_checkpoint(&decoder.step, &decoder.config.model, file)?;
         Ok(decoder)
     }
 

@@ -1,0 +1,245 @@
+//! What a Llama-family decoder is made of, read from a GGUF file's metadata or a Hugging
+//! Face `config.json`: sizes, and the features that tell the family's variants apart.
+
+mod gguf;
+mod hf;
+
+use crate::gguf::GgmlType;
+
+/// The most blocks a config may ask for (the largest Llama models have about a hundred).
+pub const MAX_LAYERS: usize = 4096;
+
+/// The most features a head may have (the widest models use 256): bounds the per-pair
+/// tables a config makes before anything checks it against memory.
+pub const MAX_HEAD_DIM: usize = 1 << 16;
+
+/// The nonlinearity of the gated feed-forward block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// `silu(gate) · up` (SwiGLU: Llama, Qwen).
+    Silu,
+    /// `gelu_tanh(gate) · up` (GeGLU with GELU's tanh approximation: Gemma).
+    GeluTanh,
+}
+
+/// Local attention: the layers that see only the last `size` positions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlidingWindow {
+    /// Positions a local layer's query sees, its own included.
+    pub size: usize,
+    /// Per block: `true` for a local (windowed) layer, `false` for a global one.
+    pub local: Vec<bool>,
+    /// The rotary frequency base of local layers (Gemma 3 gives them their own; the others
+    /// share the global base).
+    pub rope_base: f64,
+}
+
+/// The sizes and constants of a Llama-family decoder, and the features that make it
+/// Llama, Qwen2, Qwen3 or Gemma 3.
+///
+/// ```
+/// use rlx::models::llama::{Activation, LlamaConfig};
+/// let config = LlamaConfig::new(64, 2, 4, 2, 128, 100);
+/// assert_eq!(config.head_dim, 16);
+/// assert_eq!(config.activation, Activation::Silu);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaConfig {
+    /// Width of the residual stream.
+    pub hidden_size: usize,
+    /// Decoder blocks.
+    pub num_layers: usize,
+    /// Query heads.
+    pub num_heads: usize,
+    /// Key/value heads (a divisor of `num_heads`).
+    pub num_kv_heads: usize,
+    /// Features per head.
+    pub head_dim: usize,
+    /// Width of the feed-forward block.
+    pub intermediate_size: usize,
+    /// Token vocabulary.
+    pub vocab_size: usize,
+    /// RMSNorm epsilon.
+    pub rms_norm_eps: f64,
+    /// Rotary frequency base (of global layers).
+    pub rope_base: f64,
+    /// Features of each head the rotation applies to (even, at most `head_dim`).
+    pub rope_dims: usize,
+    /// Rotate adjacent feature pairs instead of the two halves of each head. llama.cpp's
+    /// converter permutes the query and key rows of Llama models into this layout; Hugging
+    /// Face checkpoints and GGUF files of the other architectures keep the halves.
+    pub rope_traditional: bool,
+    /// Positions are multiplied by this in global layers before rotating: 1 / the factor
+    /// of linear RoPE scaling, 1 without scaling.
+    pub rope_scale: f64,
+    /// The frequency of each rotated pair in global layers (radians per position), when
+    /// scaling sets them one by one (Llama 3's and YaRN's long-context rotations); `None`:
+    /// `rope_base`'s.
+    pub rope_freqs: Option<std::sync::Arc<[f64]>>,
+    /// The longest context the model was trained for.
+    pub context_length: usize,
+    /// The query, key and value projections add a bias (Qwen2).
+    pub qkv_bias: bool,
+    /// Queries and keys are RMS-normalized per head before rotating (Qwen3, Gemma 3).
+    pub qk_norm: bool,
+    /// The output projection is the embedding table (no separate `output.weight`).
+    pub tied_output: bool,
+    /// The feed-forward block's nonlinearity.
+    pub activation: Activation,
+    /// Token vectors are multiplied by this (Gemma: √hidden; 1 elsewhere).
+    pub embedding_scale: f64,
+    /// The attention and feed-forward outputs are RMS-normalized before the residual
+    /// addition too (Gemma's `post_attention_norm` and `post_ffw_norm`).
+    pub sandwich_norms: bool,
+    /// Attention scores are multiplied by this (1/√`head_dim`, or Gemma's
+    /// 1/√`query_pre_attn_scalar`).
+    pub attention_scale: f64,
+    /// Local layers, if the model has any.
+    pub sliding_window: Option<SlidingWindow>,
+    /// Logits become `cap · tanh(logits / cap)` (Gemma's final soft-capping), if set.
+    pub final_logit_softcap: Option<f64>,
+    /// Projection weights kept in a GGUF block format (checkpoint name and format), read in
+    /// place by [`block_matmul`](crate::ir::BlockMatMul); the others are float32. Empty
+    /// unless [`LlamaConfig::keep_gguf_blocks`] fills it.
+    pub block_formats: Vec<(String, GgmlType)>,
+}
+
+/// Why a config could not be read: the key at fault and what is wrong with it.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum LlamaConfigError {
+    /// A key the model needs is absent.
+    #[error("the file has no {key}")]
+    Missing {
+        /// The metadata key.
+        key: String,
+    },
+    /// A key's value does not describe a model RLX can build.
+    #[error("{key}: {reason}")]
+    Invalid {
+        /// The metadata key.
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+fn invalid(key: &str, reason: impl Into<String>) -> LlamaConfigError {
+    LlamaConfigError::Invalid {
+        key: key.to_string(),
+        reason: reason.into(),
+    }
+}
+
+impl LlamaConfig {
+    /// A plain Llama of the given sizes: heads of `hidden_size / num_heads` features all
+    /// rotated in halves with base 10,000, epsilon 1e-5, a 2,048-token context, SwiGLU,
+    /// a tied output projection and no extra norms or biases. Change fields to describe
+    /// a variant.
+    pub fn new(
+        hidden_size: usize,
+        num_layers: usize,
+        num_heads: usize,
+        num_kv_heads: usize,
+        intermediate_size: usize,
+        vocab_size: usize,
+    ) -> LlamaConfig {
+        let head_dim = hidden_size / num_heads.max(1);
+        LlamaConfig {
+            hidden_size,
+            num_layers,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            intermediate_size,
+            vocab_size,
+            rms_norm_eps: 1e-5,
+            rope_base: 10_000.0,
+            rope_dims: head_dim,
+            rope_traditional: false,
+            rope_scale: 1.0,
+            rope_freqs: None,
+            context_length: 2048,
+            qkv_bias: false,
+            qk_norm: false,
+            tied_output: true,
+            activation: Activation::Silu,
+            embedding_scale: 1.0,
+            sandwich_norms: false,
+            attention_scale: 1.0 / (head_dim as f64).sqrt(),
+            sliding_window: None,
+            final_logit_softcap: None,
+            block_formats: Vec::new(),
+        }
+    }
+
+    /// Checks what every source must satisfy; `prefix` goes before the key names.
+    fn check(&self, prefix: &str) -> Result<(), LlamaConfigError> {
+        let key = |k: &str| format!("{prefix}{k}");
+        if self.num_layers > MAX_LAYERS {
+            return Err(invalid(
+                &key("block_count"),
+                format!("{} blocks are more than {MAX_LAYERS}", self.num_layers),
+            ));
+        }
+        if self.head_dim > MAX_HEAD_DIM {
+            return Err(invalid(
+                &key("key_length"),
+                format!(
+                    "{} features a head are more than {MAX_HEAD_DIM}",
+                    self.head_dim
+                ),
+            ));
+        }
+        for (name, heads) in [
+            ("head_count", self.num_heads),
+            ("head_count_kv", self.num_kv_heads),
+        ] {
+            if heads.checked_mul(self.head_dim).is_none() {
+                return Err(invalid(
+                    &key(name),
+                    format!("{heads} heads of {} features overflow", self.head_dim),
+                ));
+            }
+        }
+        if !self.num_heads.is_multiple_of(self.num_kv_heads) {
+            return Err(invalid(
+                &key("head_count_kv"),
+                format!(
+                    "{} key/value heads do not divide {} query heads",
+                    self.num_kv_heads, self.num_heads
+                ),
+            ));
+        }
+        if self.rope_dims > self.head_dim || !self.rope_dims.is_multiple_of(2) {
+            return Err(invalid(
+                &key("rope dimensions"),
+                format!(
+                    "{} is not an even number of at most {} features",
+                    self.rope_dims, self.head_dim
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// How block `layer` attends: its rotary embedding and its window (`None`: global).
+    pub(super) fn layer(&self, layer: usize) -> (crate::typed::Rope, Option<usize>) {
+        let mut rope = crate::typed::Rope {
+            dims: self.rope_dims,
+            base: self.rope_base,
+            scale: self.rope_scale,
+            traditional: self.rope_traditional,
+            freqs: self.rope_freqs.clone(),
+        };
+        let window = self.sliding_window.as_ref().and_then(|w| {
+            let local = w.local.get(layer).copied().unwrap_or(false);
+            local.then(|| {
+                rope.base = w.rope_base;
+                rope.scale = 1.0;
+                rope.freqs = None;
+                w.size
+            })
+        });
+        (rope, window)
+    }
+}
