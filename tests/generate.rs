@@ -11,6 +11,7 @@ use rlx::generate::{
     BatchGenerator, ChatMessage, ChatTemplate, Decoder, FinishReason, GenerateError,
     GenerateOptions, Generator, SamplingParams, TextStream,
 };
+use rlx::ir::ActivationPrecision;
 use rlx::models::llama::{LlamaBatchDecoder, LlamaDecoder};
 use rlx::tensor::HostTensor;
 use rlx::tokenizer::Tokenizer;
@@ -196,7 +197,9 @@ fn generates<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
     // The projections kept in the file's Q4_1 blocks (read in place, activations float32):
     // the public prompts' greedy tokens as transformers', and the prompt's logits those of
     // the weights dequantized at load up to the order of the sums.
-    let quantized = Arc::new(LlamaDecoder::from_gguf_quantized(backend, &file, 400).unwrap());
+    let quantized = Arc::new(
+        LlamaDecoder::from_gguf_quantized(backend, &file, 400, ActivationPrecision::Exact).unwrap(),
+    );
     let formats = &quantized.config().model.block_formats;
     assert_eq!(
         formats.len(),
@@ -230,6 +233,32 @@ fn generates<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
         .map(|(a, b)| (a - b).abs())
         .fold(0f32, f32::max);
     assert!(worst < 1e-3, "{label}: blocks' logits off by {worst}");
+
+    // Int8 activations in the decode steps (llama.cpp's recipe; MLX computes them exactly):
+    // a decode step's logits near the exact ones, the first greedy tokens transformers'
+    // (later ones may part: the perplexity test in tests/llama bounds the whole effect).
+    let int8 = Arc::new(
+        LlamaDecoder::from_gguf_quantized(backend, &file, 400, ActivationPrecision::Int8).unwrap(),
+    );
+    let fast = Generator::new(backend, int8.clone())
+        .unwrap()
+        .with_prefill_chunk(64);
+    let decode_logits = |d: &dyn Decoder| {
+        let mut context = d.new_context().unwrap();
+        d.step(&mut context, &prompt, 0, prompt.len() - 1).unwrap();
+        let step = d.step(&mut context, &prompt[..1], prompt.len(), 0).unwrap();
+        step.as_slice::<f32>().unwrap().to_vec()
+    };
+    let worst = decode_logits(int8.as_ref())
+        .iter()
+        .zip(decode_logits(quantized.as_ref()))
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    eprintln!("{label}: int8 activations move a decode step's logits by {worst}");
+    assert!(worst < 1.0, "{label}: int8 logits off by {worst}");
+    let capital = ids(&reference("capital")["ids_no_bos"]);
+    let got = collect(&fast, &capital, greedy(8, vec![]));
+    assert_eq!(got[..5], ids(&reference("capital")["greedy"]["ids"])[..5]);
 
     // Text: pieces join to the decoded tokens, and a stop string cuts the text before it.
     let prompt = ids(&reference("colors")["ids_no_bos"]);

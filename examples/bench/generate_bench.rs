@@ -1,10 +1,13 @@
 //! Text-generation speed of SmolLM2-135M-Instruct (f32 weights dequantized from its GGUF,
-//! or with `--quant` its projections kept in the file's Q4_1 blocks) on one backend, in the output format of `shared/bench/generate_bench.py` so the figures
-//! compare line by line with llama.cpp's and transformers':
+//! or with `--quant` its projections kept in the file's Q4_1 blocks, their products taking
+//! int8 activations as llama.cpp's do unless `--activations exact`) on one backend, in the
+//! output format of `shared/bench/generate_bench.py` so the figures compare line by line
+//! with llama.cpp's and transformers':
 //!
 //! ```text
 //! cargo run --release --example generate_bench -- [--backend cpu|mlx] [--reps 5]
-//!     [--capacity 1024] [--mlx-mode eager|lazy|compiled] [--quant] [--profile]
+//!     [--capacity 1024] [--mlx-mode eager|lazy|compiled] [--quant [--activations int8|exact]]
+//!     [--profile] [--perplexity]
 //! generate_bench backend=cpu batch=1 prompt=128 phase=prefill tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=512 phase=prefill tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=128 phase=decode new=128 tok_s=..
@@ -24,6 +27,11 @@
 //! the time of a step does not depend on which tokens it reads. The caches hold
 //! `--capacity` positions (1,024; at least 256). `--mlx-mode` overrides MLX's default mode
 //! (compiled on a GPU, lazy on a CPU).
+//!
+//! `--perplexity` instead scores the shared prose text (`tests/data/llm/perplexity.json`:
+//! 1,093 tokens, no BOS) as `generate_bench.py` does, one decode step a token (so every
+//! product is a decode step's), the log-softmax in f64:
+//! `perplexity engine=rlx backend=cpu weights=Q4_1 activations=int8 value=..`.
 
 use std::error::Error;
 use std::time::Instant;
@@ -33,6 +41,7 @@ use std::sync::Arc;
 use rlx::backend::Backend;
 use rlx::generate::{Decoder, GenerateOptions, Generator, SamplingParams};
 use rlx::gguf::Gguf;
+use rlx::ir::ActivationPrecision;
 use rlx::models::fetch::{SMOLLM2_135M_INSTRUCT, SMOLLM2_GGUF};
 use rlx::models::llama::{LlamaBatchConfig, LlamaBatchStep, LlamaDecoder, LlamaStep};
 use rlx::tensor::HostTensor;
@@ -103,16 +112,24 @@ fn bench<B: Backend<Executable: 'static>>(
     reps: usize,
     capacity: usize,
     profiled: bool,
-    quant: bool,
+    quant: Option<ActivationPrecision>,
+    perplexity: bool,
 ) -> Result<(), Box<dyn Error>> {
     let dir = SMOLLM2_135M_INSTRUCT.locate(None)?;
     let file = Gguf::open(dir.join(SMOLLM2_GGUF))?;
-    let decoder = Arc::new(if quant {
-        eprintln!("weights: projections in the file's blocks, the rest float32");
-        LlamaDecoder::from_gguf_quantized(backend, &file, capacity)?
-    } else {
-        LlamaDecoder::from_gguf(backend, &file, capacity)?
+    let decoder = Arc::new(match quant {
+        Some(activations) => {
+            eprintln!(
+                "weights: projections in the file's blocks ({} activations), the rest float32",
+                activations.name()
+            );
+            LlamaDecoder::from_gguf_quantized(backend, &file, capacity, activations)?
+        }
+        None => LlamaDecoder::from_gguf(backend, &file, capacity)?,
     });
+    if perplexity {
+        return score(label, decoder.as_ref(), quant);
+    }
     let vocab = decoder.config().model.vocab_size as u64;
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     let tokens: Vec<i64> = (0..512)
@@ -189,6 +206,36 @@ fn bench<B: Backend<Executable: 'static>>(
     batched(label, backend, &file, &tokens, reps, capacity, quant)
 }
 
+/// Perplexity of the shared prose text, one decode step a token.
+fn score(
+    label: &str,
+    decoder: &LlamaDecoder,
+    quant: Option<ActivationPrecision>,
+) -> Result<(), Box<dyn Error>> {
+    let tokens = rlx_testkit::llm::ids(&rlx_testkit::llm::reference("perplexity")["ids"]);
+    let mut ctx = decoder.new_context()?;
+    let mut nll = 0f64;
+    for pos in 0..tokens.len() - 1 {
+        let logits = decoder.step(&mut ctx, &tokens[pos..=pos], pos, 0)?;
+        let row = logits.as_slice::<f32>()?;
+        let max = row
+            .iter()
+            .fold(f64::NEG_INFINITY, |m, v| m.max(f64::from(*v)));
+        let sum: f64 = row.iter().map(|v| (f64::from(*v) - max).exp()).sum();
+        nll += sum.ln() + max - f64::from(row[tokens[pos + 1] as usize]);
+    }
+    let (weights, activations) = match quant {
+        Some(a) => ("Q4_1", a.name()),
+        None => ("f32", "exact"),
+    };
+    println!(
+        "perplexity engine=rlx backend={label} weights={weights} activations={activations} \
+         value={:.3}",
+        (nll / (tokens.len() - 1) as f64).exp()
+    );
+    Ok(())
+}
+
 /// Batch 8 through `llama_batch_step`: eight 128-token prompts (different tokens) prefilled
 /// in one step, then 128 steps of one token per row, each row's argmax taken on the host.
 fn batched<B: Backend<Executable: 'static>>(
@@ -198,13 +245,14 @@ fn batched<B: Backend<Executable: 'static>>(
     tokens: &[i64],
     reps: usize,
     capacity: usize,
-    quant: bool,
+    quant: Option<ActivationPrecision>,
 ) -> Result<(), Box<dyn Error>> {
     const ROWS: usize = 8;
     let (prompt, new) = (128, 128);
     let mut model = rlx::models::llama::LlamaConfig::from_gguf(file)?;
-    if quant {
+    if let Some(activations) = quant {
         model.keep_gguf_blocks(file);
+        model.block_activations = activations;
     }
     let config = LlamaBatchConfig {
         model,
@@ -273,7 +321,22 @@ fn main() -> Result<(), Box<dyn Error>> {
     let reps = flag(&args, "--reps").map_or(Ok(5), str::parse)?;
     let profiled = args.iter().any(|a| a == "--profile");
     let capacity = flag(&args, "--capacity").map_or(Ok(1024), str::parse)?;
-    let quant = args.iter().any(|a| a == "--quant");
+    let perplexity = args.iter().any(|a| a == "--perplexity");
+    let quant = match (
+        args.iter().any(|a| a == "--quant"),
+        flag(&args, "--activations"),
+    ) {
+        (false, None) => None,
+        (false, Some(_)) => return Err("--activations goes with --quant".into()),
+        (true, None | Some("int8")) => Some(ActivationPrecision::Int8),
+        (true, Some("exact")) => Some(ActivationPrecision::Exact),
+        (true, Some(other)) => return Err(format!("unknown --activations {other:?}").into()),
+    };
+    let capacity = if perplexity {
+        capacity.max(1100)
+    } else {
+        capacity
+    };
     if capacity < 256 {
         return Err("--capacity must be at least 256 (a 128-token prompt and 128 more)".into());
     }
@@ -285,6 +348,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             capacity,
             profiled,
             quant,
+            perplexity,
         ),
         #[cfg(feature = "mlx")]
         "mlx" => {
@@ -296,7 +360,15 @@ fn main() -> Result<(), Box<dyn Error>> {
                 Some("compiled") => MlxMode::Compiled,
                 Some(other) => return Err(format!("unknown --mlx-mode {other:?}").into()),
             };
-            bench("mlx", &MlxBackend::new(mode), reps, capacity, false, quant)
+            bench(
+                "mlx",
+                &MlxBackend::new(mode),
+                reps,
+                capacity,
+                false,
+                quant,
+                perplexity,
+            )
         }
         other => Err(format!("unknown or unavailable backend {other:?} (cpu, mlx)").into()),
     }

@@ -521,7 +521,10 @@ fn block_matmul_every_format_and_batch_size() {
                     ("x", DType::F32, declared(&[rows, k], &[(0, "r")])),
                     ("w", DType::U8, declared(&[n, row_bytes], &[])),
                 ],
-                |b, i| b.op(Op::BlockMatMul(BlockMatMul { format }), i).unwrap(),
+                |b, i| {
+                    b.op(Op::BlockMatMul(BlockMatMul::exact(format)), i)
+                        .unwrap()
+                },
             );
             let nx = Nd::of(&x);
             let data = indices(&[rows, n])
@@ -550,7 +553,7 @@ fn block_matmul_refuses_other_formats_and_widths() {
         let mut b = rlx::GraphBuilder::new();
         let x = b.input("x", DType::F32, [2, 64]).unwrap();
         let w = b.param("w", DType::U8, [3, row_bytes]).unwrap();
-        b.op(Op::BlockMatMul(BlockMatMul { format }), &[x, w])
+        b.op(Op::BlockMatMul(BlockMatMul::exact(format)), &[x, w])
             .map(|_| ())
             .map_err(|e| e.to_string())
     };

@@ -16,6 +16,7 @@ mod plan;
 mod program;
 mod thunk;
 mod view;
+mod workers;
 
 pub use custom::{CustomInputs, CustomKernel, TensorMut};
 pub use kernels::simd::{Isa, detected_isa, isa};
@@ -36,11 +37,13 @@ use kernels::layout::with_parallelism;
 use plan::Plan;
 use program::Program;
 use view::Memory;
+use workers::Team;
 
 /// Settings of the CPU backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CpuOptions {
-    /// Worker threads for large kernels; defaults to rayon's pool size (all cores).
+    /// Threads a run's parallel kernels spread over (the caller and workers that stay
+    /// awake for the run); defaults to rayon's pool size (all cores, or `RAYON_NUM_THREADS`).
     pub threads: usize,
     /// Run the optimization passes (simplify, CSE, DCE, constant folding).
     pub optimize: bool,
@@ -147,18 +150,11 @@ impl Backend for CpuBackend {
             })?;
         static_region.bytes_mut()[..statics.len()].copy_from_slice(&statics);
         let threads = self.options.threads.max(1);
-        // The global pool serves the default; another count gets a pool of its own.
-        let pool = if threads > 1 && threads != rayon::current_num_threads() {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .map_err(|e| CompileError::Threads(e.to_string()))?;
-            Some(std::sync::Arc::new(pool))
-        } else {
-            None
-        };
         Ok(CpuExecutable {
-            pool,
+            team: match threads {
+                1 => None,
+                _ => Some(Team::of(threads).map_err(CompileError::Threads)?),
+            },
             weights: RwLock::new(Weights {
                 statics: Arc::new(static_region),
                 params: ParamTable::of(&program.graph),
@@ -239,7 +235,8 @@ struct Scratch {
 pub struct CpuExecutable {
     /// Identifies this executable's contexts.
     program: Program,
-    pool: Option<std::sync::Arc<rayon::ThreadPool>>,
+    /// The workers of its runs' parallel kernels (none for one thread).
+    team: Option<Arc<Team>>,
     options: CpuOptions,
     weights: RwLock<Weights>,
     plans: PlanCache<Plan>,
@@ -459,13 +456,8 @@ impl CpuExecutable {
                 }
             })
         };
-        match &self.pool {
-            Some(pool) => pool.install(run)?,
-            // The whole run on a worker of the global pool, so that each parallel kernel
-            // forks from a worker. Called from outside the pool, every kernel would
-            // instead inject its work and put this thread to sleep until it is done: a
-            // wake-up per kernel, which costs small batches a tenth of their time.
-            None if threads > 1 => rayon::scope(|_| run())?,
+        match &self.team {
+            Some(team) => team.run(run)?,
             None => run()?,
         }
         Ok(plan)

@@ -297,7 +297,6 @@ fn word(b: &[u8], at: usize) -> [u8; 4] {
     [b[at], b[at + 1], b[at + 2], b[at + 3]]
 }
 
-/// The little-endian f16 at `at`, exactly.
 /// A block format that kernels dequantize block by block into `f32` (the values
 /// [`dequantize`] gives, computed alike).
 pub(crate) trait Block {

@@ -1,7 +1,7 @@
 //! Single-op layers: linear maps, embeddings and norms.
 
 use crate::Params;
-use crate::gguf::GgmlType;
+use crate::ir::BlockMatMul;
 use crate::params::ParamPath;
 use crate::typed::AppendDim;
 use crate::typed::{Dim, Element, Float, Index, LastDim, Shape, Tensor};
@@ -39,7 +39,7 @@ enum ProjectionWeight<'g, I: Dim, O: Dim, E: Float> {
     /// `[in, out]` in the graph, `[out, in]` in the checkpoint.
     Dense(Tensor<'g, (I, O), E>),
     /// `[out, blocks]`: the checkpoint's rows of blocks.
-    Blocks(Tensor<'g, (O, Dyn), u8>, GgmlType),
+    Blocks(Tensor<'g, (O, Dyn), u8>, BlockMatMul),
 }
 
 impl<'g, I: Dim, O: Dim, E: Float> Params<'g> for Projection<'g, I, O, E> {
@@ -47,9 +47,10 @@ impl<'g, I: Dim, O: Dim, E: Float> Params<'g> for Projection<'g, I, O, E> {
     fn declare(g: &'g Scope<'g>, at: &ParamPath) -> Self {
         let at = at.field("weight");
         let weight = match (g.block_format(at.key()), g.dim_value::<I>()) {
-            (Some(format), Some(inputs)) => {
-                ProjectionWeight::Blocks(g.block_param_at::<O>(&at, inputs, format), format)
-            }
+            (Some(format), Some(inputs)) => ProjectionWeight::Blocks(
+                g.block_param_at::<O>(&at, inputs, format),
+                BlockMatMul::exact(format).with_activations(g.block_activations()),
+            ),
             _ => ProjectionWeight::Dense(g.param_at(&at.transposed())),
         };
         Projection { weight }
@@ -62,7 +63,7 @@ impl<'g, I: Dim, O: Dim, E: Float> Projection<'g, I, O, E> {
     pub fn forward<S: LastDim<I>>(&self, x: Tensor<'g, S, E>) -> Tensor<'g, S::WithLast<O>, E> {
         match &self.weight {
             ProjectionWeight::Dense(w) => x.project(*w),
-            ProjectionWeight::Blocks(w, format) => x.block_matmul::<I, O>(*w, *format),
+            ProjectionWeight::Blocks(w, product) => x.block_matmul::<I, O>(*w, *product),
         }
     }
 

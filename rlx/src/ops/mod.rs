@@ -43,7 +43,9 @@ pub(crate) use elementwise::Where;
 pub use evaluate::{ReferenceError, evaluate_reference};
 pub(crate) use leaf::{Input, Param, State};
 pub(crate) use linalg::Solve;
-pub use linalg::{BlockMatMul, MatMul, QuantizedMatMul, block_matmul_supports};
+pub use linalg::{
+    ActivationPrecision, BlockMatMul, MatMul, QuantizedMatMul, block_matmul_supports,
+};
 pub(crate) use movement::StopGradient;
 pub use movement::{
     Broadcast, Concat, DynamicSlice, Gather, Pad, Permute, Reshape, ScatterAdd, Slice, SliceUpdate,

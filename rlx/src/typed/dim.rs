@@ -119,6 +119,7 @@ pub struct Sizes {
     values: Vec<(&'static str, usize)>,
     flags: Vec<(&'static str, bool)>,
     formats: Vec<(String, crate::gguf::GgmlType)>,
+    activations: crate::ir::ActivationPrecision,
 }
 
 impl Sizes {
@@ -166,6 +167,24 @@ impl Sizes {
         self.formats.retain(|(k, _)| k != key);
         self.formats.push((key.to_string(), format));
         self
+    }
+
+    /// Sets how products with weights kept in blocks take their activations (exact float32
+    /// unless set).
+    ///
+    /// ```
+    /// use rlx::ir::ActivationPrecision;
+    /// let sizes = rlx::typed::Sizes::new().with_block_activations(ActivationPrecision::Int8);
+    /// assert_eq!(sizes.block_activations(), ActivationPrecision::Int8);
+    /// ```
+    pub fn with_block_activations(mut self, activations: crate::ir::ActivationPrecision) -> Sizes {
+        self.activations = activations;
+        self
+    }
+
+    /// How products with weights kept in blocks take their activations.
+    pub fn block_activations(&self) -> crate::ir::ActivationPrecision {
+        self.activations
     }
 
     /// The GGUF block format the weight of checkpoint key `key` is kept in, if any.

@@ -184,19 +184,21 @@ impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
 
 impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
     /// `(.., K) x dequant(weight)ᵀ -> (.., N)`: a linear layer whose `N x K` weight is kept
-    /// in a GGUF block `format` (`Q8_0`, `Q4_0`, `Q4_1`), `weight` its rows of blocks as the
-    /// file stores them (see [`Scope::block_param_at`](super::Scope::block_param_at)). `x`
+    /// in a GGUF block format (`Q8_0`, `Q4_0`, `Q4_1`; `product` names it and how the
+    /// activations enter), `weight` its rows of blocks as the file stores them (see [`Scope::block_param_at`](super::Scope::block_param_at)). `x`
     /// must be `f32`, and `K` whole blocks (checked when the graph is built).
     ///
     /// ```
     /// use rlx::gguf::GgmlType;
+    /// use rlx::ir::BlockMatMul;
     /// use rlx::params::ParamPath;
     /// use rlx::typed::{Const, Tensor, build};
     /// rlx::dims!(Batch);
     /// let graph = build(|g| {
     ///     let x: Tensor<(Batch, Const<64>)> = g.input("x");
     ///     let w = g.block_param_at::<Const<16>>(&ParamPath::root().field("w"), 64, GgmlType::Q4_0);
-    ///     g.output("y", x.block_matmul::<Const<64>, Const<16>>(w, GgmlType::Q4_0)); // (Batch, 16)
+    ///     let product = BlockMatMul::exact(GgmlType::Q4_0);
+    ///     g.output("y", x.block_matmul::<Const<64>, Const<16>>(w, product)); // (Batch, 16)
     /// })?;
     /// # Ok::<(), rlx::typed::BuildErrors>(())
     /// ```
@@ -204,15 +206,12 @@ impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
     pub fn block_matmul<K: Dim, N: Dim>(
         self,
         weight: Tensor<'g, (N, super::Dyn), u8>,
-        format: crate::gguf::GgmlType,
+        product: crate::ir::BlockMatMul,
     ) -> Tensor<'g, <S as LastDim<K>>::WithLast<N>, E>
     where
         S: LastDim<K>,
     {
-        self.then(
-            Op::BlockMatMul(crate::ir::BlockMatMul { format }),
-            &[weight.id()],
-        )
+        self.then(Op::BlockMatMul(product), &[weight.id()])
     }
 }
 

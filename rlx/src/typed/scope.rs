@@ -179,6 +179,12 @@ impl<'g> Scope<'g> {
         self.sizes.block_format(key)
     }
 
+    /// How products with weights kept in blocks take their activations
+    /// ([`Sizes::with_block_activations`]).
+    pub fn block_activations(&self) -> crate::ir::ActivationPrecision {
+        self.sizes.block_activations()
+    }
+
     /// A weight kept in GGUF block `format`, declared at `at`: `rows` rows of the blocks of
     /// `values` values each (`u8`, `[rows, values / 32 * block bytes]`), bound from the
     /// file's bytes as they are. `values` must be a multiple of the format's block.

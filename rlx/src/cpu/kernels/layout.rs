@@ -4,8 +4,6 @@
 //! axes are merged) and walked row by row when the kernel runs, in parallel above a size
 //! threshold.
 
-use rayon::prelude::*;
-
 /// Below this many elements a kernel runs on the calling thread.
 pub(crate) const PARALLEL_MIN: usize = 1 << 15;
 
@@ -13,7 +11,7 @@ pub(crate) const PARALLEL_MIN: usize = 1 << 15;
 pub(crate) const MAX_RANK: usize = 16;
 
 thread_local! {
-    /// Whether kernels called on this thread may fan out to rayon (off for one thread).
+    /// Whether kernels called on this thread may spread over the run's workers (off for one thread).
     static PARALLEL: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
 }
 
@@ -187,17 +185,15 @@ impl<const K: usize> Strided<K> {
             });
             return;
         }
-        let rows_per_chunk = rows.div_ceil(rayon::current_num_threads() * 4).max(1);
-        out.par_chunks_mut(rows_per_chunk * len)
-            .enumerate()
-            .for_each(|(chunk, block)| {
-                let first = chunk * rows_per_chunk;
-                let count = block.len() / len;
-                self.walk_rows(first, count, |row, offs, inner| {
-                    let r = row - first;
-                    f(&mut block[r * len..(r + 1) * len], offs, inner)
-                });
+        let rows_per_chunk = rows.div_ceil(crate::cpu::workers::threads() * 4).max(1);
+        crate::cpu::workers::chunks_mut(out, rows_per_chunk * len, |chunk, block| {
+            let first = chunk * rows_per_chunk;
+            let count = block.len() / len;
+            self.walk_rows(first, count, |row, offs, inner| {
+                let r = row - first;
+                f(&mut block[r * len..(r + 1) * len], offs, inner)
             });
+        });
     }
 }
 
@@ -210,11 +206,9 @@ pub(crate) fn for_each_chunk<O: Send>(out: &mut [O], f: impl Fn(usize, &mut [O])
     }
     let chunk = out
         .len()
-        .div_ceil(rayon::current_num_threads() * 4)
+        .div_ceil(crate::cpu::workers::threads() * 4)
         .max(4096);
-    out.par_chunks_mut(chunk)
-        .enumerate()
-        .for_each(|(i, block)| f(i * chunk, block));
+    crate::cpu::workers::chunks_mut(out, chunk, |i, block| f(i * chunk, block));
 }
 
 #[cfg(test)]

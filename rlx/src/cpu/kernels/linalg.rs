@@ -1,7 +1,5 @@
 //! Dense solve and quantized matmul.
 
-use rayon::prelude::*;
-
 use super::layout::parallel;
 use super::numeric::{FloatStore, Real};
 
@@ -143,9 +141,7 @@ pub(crate) fn quantized_matmul<T: FloatStore>(
         }
     };
     if parallel(d.rows * d.n * d.k / 8) && d.rows > 1 {
-        out.par_chunks_mut(d.n)
-            .enumerate()
-            .for_each(|(r, row)| job(r, row));
+        crate::cpu::workers::chunks_mut(out, d.n, job);
     } else {
         out.chunks_mut(d.n)
             .enumerate()

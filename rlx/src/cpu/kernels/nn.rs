@@ -1,7 +1,5 @@
 //! Attention and rotary embeddings.
 
-use rayon::prelude::*;
-
 use super::gemm::{GemmAcc, GemmDims, GemmPlan, KernelShape, Kernels, gemm};
 use super::layout::{SharedMut, parallel};
 use super::numeric::{FloatStore, Real};
@@ -255,10 +253,9 @@ pub(crate) fn attention<T: FloatStore>(
     };
     let slots = &mut scratch[..tiling.workers * tiling.slot_len];
     if tiling.workers > 1 && parallel(d.heads * d.seq_q * d.seq_k * d.head_dim) {
-        slots
-            .par_chunks_mut(tiling.slot_len)
-            .enumerate()
-            .for_each(|(w, slot)| run(w * per_worker..tasks.min((w + 1) * per_worker), slot));
+        crate::cpu::workers::chunks_mut(slots, tiling.slot_len, |w, slot| {
+            run(w * per_worker..tasks.min((w + 1) * per_worker), slot)
+        });
     } else {
         run(0..tasks, &mut slots[..tiling.slot_len]);
     }

@@ -1,8 +1,6 @@
 //! Reductions, arg-reductions, cumulative sums, softmax and normalization, over an input
 //! viewed as `[outer, len, inner]` (the reduced axis in the middle).
 
-use rayon::prelude::*;
-
 use super::layout::parallel;
 use super::numeric::{FloatStore, Int, Real, lane_sum};
 use super::simd::{VectorKernel, vectorized};
@@ -32,9 +30,7 @@ fn per_outer<O: Send>(
             .enumerate()
             .for_each(|(o, b)| f(o, b));
     } else {
-        out.par_chunks_mut(per_outer)
-            .enumerate()
-            .for_each(|(o, b)| f(o, b));
+        crate::cpu::workers::chunks_mut(out, per_outer, f);
     }
 }
 
@@ -110,9 +106,7 @@ fn fold_middle<T: FloatStore, C>(
     };
     let blocks = |o: usize, row: &mut [T]| {
         if parallel(s.len * s.inner) && s.inner > COLUMNS {
-            row.par_chunks_mut(COLUMNS)
-                .enumerate()
-                .for_each(|(b, dst)| block(o, b * COLUMNS, dst));
+            crate::cpu::workers::chunks_mut(row, COLUMNS, |b, dst| block(o, b * COLUMNS, dst));
         } else {
             for (b, dst) in row.chunks_mut(COLUMNS).enumerate() {
                 block(o, b * COLUMNS, dst);

@@ -1,8 +1,6 @@
 //! Windows over spatial axes: pooling, the im2col step of convolution and its adjoint
 //! col2im (for the transposed convolution), and upsampling.
 
-use rayon::prelude::*;
-
 use super::layout::parallel;
 use super::numeric::{FloatStore, Real};
 use crate::ir::{PoolKind, UpsampleTap};
@@ -135,9 +133,10 @@ pub(crate) fn upsample<T: FloatStore>(r: &Resize, x: &[T], out: &mut [T]) {
         return;
     }
     if parallel(out.len()) {
-        x.par_chunks_exact(ih * iw)
-            .zip(out.par_chunks_exact_mut(out_plane))
-            .for_each(|(image, dst)| resize_image(r, image, dst));
+        let images = out.len() / out_plane;
+        crate::cpu::workers::chunks_mut(&mut out[..images * out_plane], out_plane, |i, dst| {
+            resize_image(r, &x[i * ih * iw..(i + 1) * ih * iw], dst)
+        });
     } else {
         for (image, dst) in x.chunks_exact(ih * iw).zip(out.chunks_exact_mut(out_plane)) {
             resize_image(r, image, dst);

@@ -302,6 +302,7 @@ impl Lower for ir::BlockMatMul {
         vec![boxed(BlockMatMul {
             dims: BlockDims::new(
                 self.format,
+                self.activations,
                 numel(&x[..x.len() - 1]),
                 n.shapes[1][0],
                 x[x.len() - 1],

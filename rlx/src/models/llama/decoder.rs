@@ -6,7 +6,7 @@ use super::{
 };
 use crate::backend::{Context, RunError};
 use crate::gguf::Gguf;
-use crate::ir::DType;
+use crate::ir::{ActivationPrecision, DType};
 use crate::tensor::{HostTensor, TensorRef};
 
 /// Why a Llama-family decoder could not be made from a file.
@@ -66,28 +66,31 @@ impl LlamaDecoder {
         file: &Gguf,
         capacity: usize,
     ) -> Result<LlamaDecoder, LlamaLoadError> {
-        LlamaDecoder::from_gguf_keeping(backend, file, capacity, false)
+        LlamaDecoder::from_gguf_keeping(backend, file, capacity, None)
     }
 
     /// As [`from_gguf`](Self::from_gguf), with the projections the file stores in `Q8_0`,
     /// `Q4_0` or `Q4_1` kept in their blocks and multiplied in place
     /// ([`LlamaConfig::keep_gguf_blocks`]): a decode step reads a quarter to an eighth of
-    /// the bytes, with activations still float32.
+    /// the bytes. `activations` says how the products take their activations: exact
+    /// float32, or int8 per block as llama.cpp decodes (faster, within the bound
+    /// [`ActivationPrecision`] states).
     pub fn from_gguf_quantized<B: crate::backend::Backend>(
         backend: &B,
         file: &Gguf,
         capacity: usize,
+        activations: ActivationPrecision,
     ) -> Result<LlamaDecoder, LlamaLoadError> {
-        LlamaDecoder::from_gguf_keeping(backend, file, capacity, true)
+        LlamaDecoder::from_gguf_keeping(backend, file, capacity, Some(activations))
     }
 
     fn from_gguf_keeping<B: crate::backend::Backend>(
         backend: &B,
         file: &Gguf,
         capacity: usize,
-        keep_blocks: bool,
+        blocks: Option<ActivationPrecision>,
     ) -> Result<LlamaDecoder, LlamaLoadError> {
-        let decoder = LlamaDecoder::compile(backend, gguf_config(file, keep_blocks)?, capacity)?;
+        let decoder = LlamaDecoder::compile(backend, gguf_config(file, blocks)?, capacity)?;
         super::load_gguf_checkpoint(&decoder.step, &decoder.config.model, file)?;
         Ok(decoder)
     }
@@ -130,10 +133,16 @@ impl LlamaDecoder {
 }
 
 /// The config `file` describes, its block-format projections kept when `keep_blocks`.
-fn gguf_config(file: &Gguf, keep_blocks: bool) -> Result<LlamaConfig, LlamaLoadError> {
+/// The config of `file`, its projections kept in blocks when `blocks` says how their
+/// products take activations.
+fn gguf_config(
+    file: &Gguf,
+    blocks: Option<ActivationPrecision>,
+) -> Result<LlamaConfig, LlamaLoadError> {
     let mut config = LlamaConfig::from_gguf(file)?;
-    if keep_blocks {
+    if let Some(activations) = blocks {
         config.keep_gguf_blocks(file);
+        config.block_activations = activations;
     }
     Ok(config)
 }
@@ -229,7 +238,7 @@ impl LlamaBatchDecoder {
         slots: usize,
     ) -> Result<LlamaBatchDecoder, LlamaLoadError> {
         let decoder =
-            LlamaBatchDecoder::compile(backend, gguf_config(file, false)?, capacity, slots)?;
+            LlamaBatchDecoder::compile(backend, gguf_config(file, None)?, capacity, slots)?;
         super::load_gguf_checkpoint(&decoder.step, &decoder.config.model, file)?;
         Ok(decoder)
     }

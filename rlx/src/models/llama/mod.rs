@@ -79,6 +79,7 @@ impl crate::model::Config for LlamaConfig {
                 sizes.with_block_format(key, *format)
             });
         sizes
+            .with_block_activations(self.block_activations)
             .with::<Hidden>(self.hidden_size)
             .with::<Heads>(self.num_heads)
             .with::<KvHeads>(self.num_kv_heads)

@@ -23,14 +23,72 @@ use crate::ops::{Primitive, ReferenceError};
 /// let mut b = rlx::GraphBuilder::new();
 /// let x = b.input("x", DType::F32, [2, 64])?;
 /// let w = b.param("w", DType::U8, [3, 2 * 34])?; // two Q8_0 blocks of 34 bytes per row
-/// let y = b.op(Op::BlockMatMul(BlockMatMul { format: GgmlType::Q8_0 }), &[x, w])?;
+/// let y = b.op(Op::BlockMatMul(BlockMatMul::exact(GgmlType::Q8_0)), &[x, w])?;
 /// assert_eq!(b.ty(y).unwrap().shape.static_dims(), Some(vec![2, 3]));
 /// # Ok::<(), rlx::builder::BuildError>(())
 /// ```
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockMatMul {
     /// The block format of `w`.
     pub format: GgmlType,
+    /// How the activations enter the products.
+    pub activations: ActivationPrecision,
+}
+
+/// How [`BlockMatMul`] multiplies the activations with the weight's blocks.
+///
+/// `Int8` is llama.cpp's recipe for decoding: each row of `x` is quantized per block of
+/// 32 values to int8 with the scale `max|x| / 127` (rounded to nearest, ties to even, in
+/// f32), and the products are integer dot products (AVX-512 VNNI `vpdpbusd`, AVX2
+/// `vpmaddubsw`) scaled once per block. Each activation then carries an error of at most
+/// half its block's step, so an output differs from the exact product by at most
+/// `Σ_blocks max|x_block| / 254 · Σ |w|` over its blocks (bounded by
+/// `k · max|x| · max|w| / 254`); in SmolLM2 that moves the logits by about 1e-2 and keeps
+/// the greedy tokens. Backends without an integer path (MLX, and the CPU's prompt-sized
+/// products of 16 rows or more) compute the exact product, which meets the same bound.
+///
+/// ```
+/// use rlx::gguf::GgmlType;
+/// use rlx::ir::{ActivationPrecision, BlockMatMul};
+/// let op = BlockMatMul::exact(GgmlType::Q4_1).with_activations(ActivationPrecision::Int8);
+/// assert_eq!(op.activations, ActivationPrecision::Int8);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ActivationPrecision {
+    /// float32 activations times the dequantized weights: the product up to the order of
+    /// its sums.
+    #[default]
+    Exact,
+    /// Activations quantized to int8 per block of 32, integer dot products.
+    Int8,
+}
+
+impl ActivationPrecision {
+    /// The name the IR prints (`exact`, `int8`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ActivationPrecision::Exact => "exact",
+            ActivationPrecision::Int8 => "int8",
+        }
+    }
+}
+
+impl BlockMatMul {
+    /// The product with float32 activations.
+    pub fn exact(format: GgmlType) -> BlockMatMul {
+        BlockMatMul {
+            format,
+            activations: ActivationPrecision::Exact,
+        }
+    }
+
+    /// This product with the activations entering as `activations` says.
+    pub fn with_activations(self, activations: ActivationPrecision) -> BlockMatMul {
+        BlockMatMul {
+            activations,
+            ..self
+        }
+    }
 }
 
 /// Whether [`BlockMatMul`] takes weights in `format`.
@@ -45,10 +103,13 @@ impl Primitive for BlockMatMul {
 
     fn attrs(&self, out: &mut Vec<String>) {
         out.push(format!("format={}", self.format.name()));
+        if self.activations != ActivationPrecision::Exact {
+            out.push(format!("activations={}", self.activations.name()));
+        }
     }
 
     fn bind_dims(&self, _: &[usize]) -> Op {
-        Op::BlockMatMul(self.clone())
+        Op::BlockMatMul(*self)
     }
 
     fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
@@ -104,9 +165,17 @@ impl Primitive for BlockMatMul {
         // partial sum rounded in f32 before its scale applies.
         let k = x.dims(0).last().copied().unwrap_or(1).max(1) as f64;
         let terms = k * x.largest(0).max(1.0) * 4.0;
+        // Int8 activations: each off by at most half its block's step, max|x| / 254.
+        let quantized = match self.activations {
+            ActivationPrecision::Exact => 0.0,
+            ActivationPrecision::Int8 => {
+                let w = largest_weight(self.format, x.values.get(1)).unwrap_or(f64::INFINITY);
+                k * x.largest(0) * w / 254.0
+            }
+        };
         Bound::Within {
             rel: 2.0 * x.u,
-            abs: 4.0 * x.u * k * terms + x.tiny,
+            abs: 4.0 * x.u * k * terms + quantized + x.tiny,
             growth: terms,
         }
     }
@@ -141,6 +210,14 @@ impl Primitive for BlockMatMul {
     }
 }
 
+/// The largest dequantized magnitude of the blocks `w` (`None` if they do not parse).
+fn largest_weight(format: GgmlType, w: Option<&crate::tensor::HostTensor>) -> Option<f64> {
+    let bytes: Vec<u8> = w?.to_f64_vec().iter().map(|b| *b as u8).collect();
+    let mut dense = vec![0f64; bytes.len() / format.block_bytes() * format.block_values()];
+    dequantize_f64(format, &bytes, &mut dense).ok()?;
+    Some(dense.iter().fold(0.0f64, |m, v| m.max(v.abs())))
+}
+
 /// Random blocks of `format`: scales (and minimums) of an f16 in a modest range, values
 /// anywhere.
 fn random_blocks(format: GgmlType, blocks: usize, mut next: impl FnMut() -> f64) -> Vec<u8> {
@@ -170,5 +247,7 @@ fn random_block_matmul(s: &mut dyn Sampler) -> Sampled {
     let row_bytes = k / 32 * format.block_bytes();
     let values: Vec<f64> = bytes.iter().map(|b| f64::from(*b)).collect();
     let w = s.param(DType::U8, &[n, row_bytes], Some(&values))?;
-    Some((Op::BlockMatMul(BlockMatMul { format }), vec![x, w]))
+    let activations = pick(s, &[ActivationPrecision::Exact, ActivationPrecision::Int8]);
+    let op = BlockMatMul::exact(format).with_activations(activations);
+    Some((Op::BlockMatMul(op), vec![x, w]))
 }

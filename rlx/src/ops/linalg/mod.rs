@@ -6,7 +6,7 @@ mod matmul;
 mod quantized_matmul;
 mod solve;
 
-pub use block_matmul::{BlockMatMul, block_matmul_supports};
+pub use block_matmul::{ActivationPrecision, BlockMatMul, block_matmul_supports};
 pub use matmul::MatMul;
 pub use quantized_matmul::QuantizedMatMul;
 pub(crate) use solve::Solve;

@@ -1,6 +1,6 @@
 //! Batched matrix products: one GEMM plan over many batch entries.
 
-use rayon::prelude::*;
+use crate::cpu::workers::{Chunks, for_each};
 
 use super::{Epilogue, GemmAcc, GemmPlan, RowEpilogue, gemm, in_accumulator};
 use crate::cpu::kernels::numeric::FloatStore;
@@ -57,18 +57,18 @@ pub(crate) fn gemm_batch<S: FloatStore>(
     }
     let per_worker = job.offsets.len().div_ceil(job.workers);
     let slot = scratch.len() / job.workers;
-    let work = |(w, (out, scratch)): (usize, (&mut [S], &mut [S::Acc])),
-                wide: Option<&mut [S::Acc]>| {
+    let outs = Chunks::new(out, per_worker * tile);
+    let slots = Chunks::new(scratch, slot);
+    let wides = wide.map(|wide| Chunks::new(wide, tile));
+    let shares = outs
+        .count()
+        .min(slots.count())
+        .min(wides.as_ref().map_or(usize::MAX, Chunks::count));
+    for_each(shares, |w| {
+        // SAFETY: `for_each` calls each index below every count once.
+        let (out, scratch) = unsafe { (outs.take(w), slots.take(w)) };
+        // SAFETY: as above.
+        let wide = wides.as_ref().map(|wides| unsafe { wides.take(w) });
         run(w * per_worker, out, scratch, wide)
-    };
-    let shares = out
-        .par_chunks_mut(per_worker * tile)
-        .zip(scratch.par_chunks_mut(slot))
-        .enumerate();
-    match wide {
-        None => shares.for_each(|share| work(share, None)),
-        Some(wide) => shares
-            .zip(wide.par_chunks_mut(tile))
-            .for_each(|(share, w)| work(share, Some(w))),
-    }
+    });
 }

@@ -9,7 +9,7 @@
 //! holding every row of `A` in registers lets each value of `B` come from memory once.
 //! Transposed operands cost nothing: packing reads through the strides. `f16`/`bf16`
 //! operands are widened to `f32` while packing. Work is split over (row block, column range)
-//! tasks on rayon; each worker owns one packed-`A` slot of the scratch, so a run allocates
+//! tasks on the run's workers (`cpu::workers`); each worker owns one packed-`A` slot of the scratch, so a run allocates
 //! nothing.
 
 mod avx2;
@@ -17,8 +17,6 @@ mod avx512;
 mod batch;
 mod epilogue;
 mod scalar;
-
-use rayon::prelude::*;
 
 pub(crate) use batch::{GemmBatch, gemm_batch};
 pub(crate) use epilogue::{Epilogue, RowEpilogue};
@@ -426,13 +424,11 @@ fn pack_b_shared<S: FloatStore>(plan: &GemmPlan, b: &[S], out: &mut [S::Acc]) {
     let d = plan.dims;
     let nr = plan.shape.nr;
     let block = plan.kc * d.n.div_ceil(nr) * nr;
-    out[..packed_b_len(d.k, d.n, plan.shape)]
-        .par_chunks_mut(block)
-        .enumerate()
-        .for_each(|(blk, out)| {
-            let p0 = blk * plan.kc;
-            pack_b(&d, b, p0, plan.kc.min(d.k - p0), 0, d.n, nr, out);
-        });
+    let out = &mut out[..packed_b_len(d.k, d.n, plan.shape)];
+    crate::cpu::workers::chunks_mut(out, block, |blk, out| {
+        let p0 = blk * plan.kc;
+        pack_b(&d, b, p0, plan.kc.min(d.k - p0), 0, d.n, nr, out);
+    });
 }
 
 /// Packs rows `i0..i0+mc` and columns `p0..p0+kc` of A into `mr`-tall panels, zero-padded.
@@ -687,10 +683,7 @@ pub(crate) fn gemm<SA: FloatStore, SB: FloatStore<Acc = SA::Acc>>(
         }
     };
     if plan.workers > 1 && parallel(d.m * d.n * d.k) {
-        slots
-            .par_chunks_mut(plan.slot_len())
-            .enumerate()
-            .for_each(work);
+        crate::cpu::workers::chunks_mut(slots, plan.slot_len(), |w, slot| work((w, slot)));
     } else {
         slots.chunks_mut(plan.slot_len()).enumerate().for_each(work);
     }

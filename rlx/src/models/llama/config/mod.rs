@@ -102,6 +102,10 @@ pub struct LlamaConfig {
     /// place by [`block_matmul`](crate::ir::BlockMatMul); the others are float32. Empty
     /// unless [`LlamaConfig::keep_gguf_blocks`] fills it.
     pub block_formats: Vec<(String, GgmlType)>,
+    /// How products with weights kept in blocks take their activations (exact float32, or
+    /// int8 per block as llama.cpp decodes; see
+    /// [`ActivationPrecision`](crate::ir::ActivationPrecision)).
+    pub block_activations: crate::ir::ActivationPrecision,
 }
 
 /// Why a config could not be read: the key at fault and what is wrong with it.
@@ -169,6 +173,7 @@ impl LlamaConfig {
             sliding_window: None,
             final_logit_softcap: None,
             block_formats: Vec::new(),
+            block_activations: crate::ir::ActivationPrecision::Exact,
         }
     }
 

@@ -5,18 +5,19 @@
 //! one at a time and multiplied with every row, the features spread over the workers.
 //! Many rows (a prompt): tiles of features are dequantized into a float32 panel and
 //! multiplied by the GEMM, which then does the arithmetic at its full rate. Activations
-//! stay float32 throughout, so the result is the float32 product with the dequantized
-//! weights up to the order of the sums.
+//! stay float32 on these paths, so the result is the float32 product with the dequantized
+//! weights up to the order of the sums; with int8 activations asked for, few rows take
+//! the integer kernels of [`int8`] instead.
+
+mod int8;
 
 use std::cell::RefCell;
-
-use rayon::prelude::*;
 
 use super::gemm::{GemmAcc, GemmDims, GemmPlan, gemm, kernel_shape};
 use super::layout::{SharedMut, parallel};
 use super::simd::{Isa, VectorKernel, isa, vectorized};
 use crate::gguf::{Block, GgmlType, Q4_0Block, Q4_1Block, Q8_0Block};
-use crate::ir::DType;
+use crate::ir::{ActivationPrecision, DType};
 
 /// Values per block of every format the product takes.
 const VALUES: usize = 32;
@@ -24,7 +25,7 @@ const VALUES: usize = 32;
 const GEMM_ROWS: usize = 16;
 /// Output features per dequantized tile.
 const TILE: usize = 64;
-/// Output features one decoding task computes, at least.
+/// Output features a decoding thread's share is a multiple of.
 const FEATURES_PER_TASK: usize = 16;
 /// Partial sums per block dot product: one vector of the widest instruction set.
 const LANES: usize = 16;
@@ -35,6 +36,7 @@ const LANES: usize = 16;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct BlockDims {
     pub format: GgmlType,
+    pub activations: ActivationPrecision,
     pub rows: usize,
     pub n: usize,
     pub k: usize,
@@ -42,7 +44,13 @@ pub(crate) struct BlockDims {
 }
 
 impl BlockDims {
-    pub(crate) fn new(format: GgmlType, rows: usize, n: usize, k: usize) -> BlockDims {
+    pub(crate) fn new(
+        format: GgmlType,
+        activations: ActivationPrecision,
+        rows: usize,
+        n: usize,
+        k: usize,
+    ) -> BlockDims {
         // product = x · denseᵀ: B's element (p, j) is a tile's dense[j][p].
         let plan = |cols: usize| {
             let dims = GemmDims {
@@ -60,6 +68,7 @@ impl BlockDims {
             (rows >= GEMM_ROWS && n > 0).then(|| [plan(TILE), plan(n - (n - 1) / TILE * TILE)]);
         BlockDims {
             format,
+            activations,
             rows,
             n,
             k,
@@ -79,13 +88,14 @@ pub(crate) fn block_matmul(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) 
     }
 }
 
-fn product<F: wide::Wide>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
+fn product<F: wide::Wide + int8::IntBlock>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
     if d.rows == 0 || d.n == 0 {
         return;
     }
-    match d.tiles {
-        Some(plans) => tiled::<F>(d, plans, x, w, out),
-        None => decode::<F>(d, x, w, out),
+    match (d.tiles, d.activations) {
+        (Some(plans), _) => tiled::<F>(d, plans, x, w, out),
+        (None, ActivationPrecision::Int8) => int8::decode::<F>(d, x, w, out),
+        (None, ActivationPrecision::Exact) => decode::<F>(d, x, w, out),
     }
 }
 
@@ -190,11 +200,19 @@ fn decode<F: wide::Wide>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
             format: std::marker::PhantomData,
         }),
     };
-    if parallel(d.rows * d.n * d.k) {
-        let tasks = d.n.div_ceil(FEATURES_PER_TASK);
-        (0..tasks).into_par_iter().for_each(|t| {
-            let start = t * FEATURES_PER_TASK;
-            run(start..d.n.min(start + FEATURES_PER_TASK));
+    spread_features(d, run);
+}
+
+/// Runs `run` over all features of a few-row product: one contiguous range per thread, so
+/// that each thread streams its part of the weight front to back (ranges interleaved finely
+/// between threads defeat the hardware prefetchers, and a product of many features then
+/// runs at half the memory bandwidth).
+fn spread_features(d: &BlockDims, run: impl Fn(std::ops::Range<usize>) + Sync) {
+    let threads = crate::cpu::workers::threads();
+    if threads > 1 && parallel(d.rows * d.n * d.k) {
+        let share = d.n.div_ceil(threads).next_multiple_of(FEATURES_PER_TASK);
+        crate::cpu::workers::for_each(d.n.div_ceil(share), |t| {
+            run(t * share..d.n.min((t + 1) * share));
         });
     } else {
         run(0..d.n);
@@ -261,7 +279,7 @@ fn tiled<F: wide::Wide>(d: &BlockDims, plans: [GemmPlan; 2], x: &[f32], w: &[u8]
     };
     let tiles = d.n.div_ceil(TILE);
     if parallel(d.rows * d.n * d.k) {
-        (0..tiles).into_par_iter().for_each(tile);
+        crate::cpu::workers::for_each(tiles, tile);
     } else {
         (0..tiles).for_each(tile);
     }

@@ -1,0 +1,170 @@
+//! Matrix-vector speed of `block_matmul` on the CPU: one row of activations times a weight
+//! kept in a GGUF block format, at the shapes of a SmolLM2-135M decode step (hidden 576,
+//! FFN 1536, vocabulary 49,152), for each format and activation precision, on 1 and 2
+//! threads. Prints the median time of a run and the weight bytes read per second:
+//!
+//! ```text
+//! cargo run --release --example block_matmul_bench -- [--runs 200]
+//! block_matmul format=Q4_1 activations=int8 threads=2 n=1536 k=576 us=.. gb_s=..
+//! ```
+//!
+//! Single products run on weights that stay in the cache between runs; the last lines
+//! (`chain`) time 128 products in one graph, alternately 576 → 1,536 and back (70 MB of
+//! `Q4_1`), whose weights stream from memory as a decode step's do.
+//!
+//! Random blocks: a product's time does not depend on the values.
+
+use std::time::Instant;
+
+use rlx::backend::{Backend, Executable};
+use rlx::cpu::{CpuBackend, CpuOptions};
+use rlx::gguf::GgmlType;
+use rlx::ir::{ActivationPrecision, BlockMatMul, DType, Op};
+use rlx::tensor::HostTensor;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let runs: usize = match args.iter().position(|a| a == "--runs") {
+        Some(i) => args.get(i + 1).ok_or("--runs takes a number")?.parse()?,
+        None => 200,
+    };
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut byte = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed >> 24) as u8
+    };
+    for format in [GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q8_0] {
+        for activations in [ActivationPrecision::Int8, ActivationPrecision::Exact] {
+            for threads in [1, 2] {
+                for (n, k) in [(576, 576), (1536, 576), (576, 1536), (49152, 576)] {
+                    let row_bytes = k / 32 * format.block_bytes();
+                    let mut b = rlx::GraphBuilder::new();
+                    let x = b.input("x", DType::F32, [1, k])?;
+                    let w = b.param("w", DType::U8, [n, row_bytes])?;
+                    let op = BlockMatMul::exact(format).with_activations(activations);
+                    let y = b.op(Op::BlockMatMul(op), &[x, w])?;
+                    b.output("y", y)?;
+                    let options = CpuOptions {
+                        threads,
+                        ..CpuOptions::default()
+                    };
+                    let exe = CpuBackend::new(options).compile(&b.finish()?)?;
+                    // Scales of a small positive f16 (0x2000), values random.
+                    let blocks: Vec<u8> = (0..n * row_bytes)
+                        .map(|i| match i % format.block_bytes() {
+                            0 => 0x00,
+                            1 => 0x20,
+                            _ => byte(),
+                        })
+                        .collect();
+                    exe.set_weight("w", HostTensor::from_vec(blocks, [n, row_bytes])?.view())?;
+                    let x = HostTensor::from_vec(
+                        (0..k).map(|i| (i as f32 * 0.37).sin()).collect::<Vec<_>>(),
+                        [1, k],
+                    )?;
+                    let inputs = [("x", x.view())];
+                    let mut outputs = Vec::new();
+                    for _ in 0..runs / 10 + 1 {
+                        exe.run_into(&inputs, &[], &mut outputs)?;
+                    }
+                    let mut times = Vec::with_capacity(runs);
+                    for _ in 0..runs.max(1) {
+                        let t = Instant::now();
+                        exe.run_into(&inputs, &[], &mut outputs)?;
+                        times.push(t.elapsed().as_secs_f64());
+                    }
+                    times.sort_by(f64::total_cmp);
+                    let median = times[times.len() / 2];
+                    println!(
+                        "block_matmul format={} activations={} threads={threads} n={n} k={k} \
+                         us={:.1} gb_s={:.2}",
+                        format.name(),
+                        activations.name(),
+                        median * 1e6,
+                        (n * row_bytes) as f64 / median / 1e9
+                    );
+                }
+            }
+        }
+    }
+    for activations in [ActivationPrecision::Int8, ActivationPrecision::Exact] {
+        for threads in [1, 2] {
+            chain(activations, threads, runs / 10 + 3, &mut byte)?;
+        }
+    }
+    Ok(())
+}
+
+/// 128 products in a row, each's output the next one's input.
+fn chain(
+    activations: ActivationPrecision,
+    threads: usize,
+    runs: usize,
+    byte: &mut impl FnMut() -> u8,
+) -> Result<(), Box<dyn std::error::Error>> {
+    const LAYERS: usize = 128;
+    let format = GgmlType::Q4_1;
+    let mut b = rlx::GraphBuilder::new();
+    let mut h = b.input("x", DType::F32, [1, 576])?;
+    let mut weights = Vec::new();
+    let mut bytes = 0;
+    for layer in 0..LAYERS {
+        let (n, k) = if layer % 2 == 0 {
+            (1536, 576)
+        } else {
+            (576, 1536)
+        };
+        let row_bytes = k / 32 * format.block_bytes();
+        let name = format!("w{layer}");
+        let w = b.param(&name, DType::U8, [n, row_bytes])?;
+        let op = BlockMatMul::exact(format).with_activations(activations);
+        h = b.op(Op::BlockMatMul(op), &[h, w])?;
+        let blocks: Vec<u8> = (0..n * row_bytes)
+            .map(|i| match i % format.block_bytes() {
+                1 => 0x18,
+                0 | 2 => 0x00,
+                3 => 0x98,
+                _ => byte(),
+            })
+            .collect();
+        bytes += blocks.len();
+        weights.push((name, HostTensor::from_vec(blocks, [n, row_bytes])?));
+    }
+    b.output("y", h)?;
+    let options = CpuOptions {
+        threads,
+        ..CpuOptions::default()
+    };
+    let exe = CpuBackend::new(options).compile(&b.finish()?)?;
+    for (name, w) in &weights {
+        exe.set_weight(name, w.view())?;
+    }
+    let x = HostTensor::from_vec(
+        (0..576)
+            .map(|i| (i as f32 * 0.37).sin())
+            .collect::<Vec<_>>(),
+        [1, 576],
+    )?;
+    let inputs = [("x", x.view())];
+    let mut outputs = Vec::new();
+    exe.run_into(&inputs, &[], &mut outputs)?;
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t = Instant::now();
+        exe.run_into(&inputs, &[], &mut outputs)?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    println!(
+        "block_matmul chain layers={LAYERS} format={} activations={} threads={threads} \
+         us={:.1} gb_s={:.2}",
+        format.name(),
+        activations.name(),
+        median * 1e6,
+        bytes as f64 / median / 1e9
+    );
+    Ok(())
+}

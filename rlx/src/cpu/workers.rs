@@ -1,0 +1,392 @@
+//! Worker threads that stay awake for a whole run.
+//!
+//! A decode step runs hundreds of kernels of a few microseconds each. Handing each one to
+//! a thread pool whose threads sleep between jobs pays a wake-up per kernel, and under a
+//! hypervisor a wake-up costs tens of microseconds: more than the kernel. So a run takes a
+//! [`Team`] for its whole length: the calling thread executes the thunks, and the team's
+//! helpers spin, watching for work. A kernel splits its work into tasks
+//! ([`for_each`]); the caller publishes them, takes tasks itself, and waits until every
+//! helper has reported back (a barrier per parallel kernel, as llama.cpp's threads meet).
+//! After a run the helpers linger briefly (the next decode step usually follows within
+//! microseconds), then sleep until another run wakes them.
+//!
+//! One team per thread count serves the process; a run that finds its team busy (another
+//! thread's run holds it) runs its kernels on its own thread. Tasks inside tasks run
+//! serially on the thread that reached them.
+
+use std::cell::{Cell, UnsafeCell};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long helpers keep spinning after a run before they sleep.
+const LINGER: Duration = Duration::from_micros(500);
+/// How long helpers spin inside a run without work before they yield between checks.
+const PATIENCE: Duration = Duration::from_millis(2);
+
+/// `tasks` calls of the closure behind `data`, made through `call`.
+#[derive(Clone, Copy)]
+struct Job {
+    data: *const (),
+    call: unsafe fn(*const (), usize),
+    tasks: usize,
+}
+
+/// A value on a cache line of its own, so that threads polling one counter do not slow
+/// the threads updating another.
+#[repr(align(128))]
+struct Line<T>(T);
+
+impl<T> std::ops::Deref for Line<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// What the caller and its helpers share.
+struct Shared {
+    helpers: usize,
+    /// Bumped once per published job; each helper serves every epoch exactly once.
+    epoch: Line<AtomicU64>,
+    /// Written by the caller only while no helper reads it (between a job's barrier and
+    /// the next epoch), read by helpers after they see the epoch change.
+    job: UnsafeCell<Job>,
+    /// The next task index to take.
+    next: Line<AtomicUsize>,
+    /// Helpers done with the current job.
+    reported: Line<AtomicUsize>,
+    /// A run holds the team: helpers spin rather than sleep.
+    active: AtomicBool,
+    stop: AtomicBool,
+    /// A task panicked on a helper; the caller panics in its place.
+    panicked: AtomicBool,
+    sleep: Mutex<()>,
+    wake: Condvar,
+}
+
+// SAFETY: `job` is written by the team's one caller only between a job's barrier (every
+// helper reported) and the next epoch's release store, and read by helpers only after
+// they acquire that epoch; the closure it points at is `Sync`. Everything else is atomic
+// or a lock.
+unsafe impl Sync for Shared {}
+// SAFETY: as above; the raw pointer in `job` is only dereferenced under that protocol.
+unsafe impl Send for Shared {}
+
+thread_local! {
+    /// The team of the run this thread is executing, if it holds one.
+    static CURRENT: Cell<*const Shared> = const { Cell::new(std::ptr::null()) };
+    /// This thread is inside a task: further splitting runs serially.
+    static IN_TASK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Helper threads for runs of one thread count.
+pub(crate) struct Team {
+    shared: Arc<Shared>,
+    owner: Mutex<()>,
+}
+
+impl Team {
+    /// The process's team of `threads` threads (the caller and `threads - 1` helpers),
+    /// started on first use; the error says why the system would not start a helper.
+    pub(crate) fn of(threads: usize) -> Result<Arc<Team>, String> {
+        static TEAMS: OnceLock<Mutex<Vec<Arc<Team>>>> = OnceLock::new();
+        let mut teams = TEAMS
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let threads = threads.max(1);
+        if let Some(team) = teams.iter().find(|t| t.shared.helpers + 1 == threads) {
+            return Ok(team.clone());
+        }
+        let team = Arc::new(Team::start(threads - 1)?);
+        teams.push(team.clone());
+        Ok(team)
+    }
+
+    fn start(helpers: usize) -> Result<Team, String> {
+        let shared = Arc::new(Shared {
+            helpers,
+            epoch: Line(AtomicU64::new(0)),
+            job: UnsafeCell::new(Job {
+                data: std::ptr::null(),
+                call: noop,
+                tasks: 0,
+            }),
+            next: Line(AtomicUsize::new(0)),
+            reported: Line(AtomicUsize::new(0)),
+            active: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            panicked: AtomicBool::new(false),
+            sleep: Mutex::new(()),
+            wake: Condvar::new(),
+        });
+        for i in 0..helpers {
+            let helper = shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("rlx-worker-{i}"))
+                .spawn(move || help(&helper));
+            if let Err(e) = spawned {
+                // The helpers already started leave.
+                shared.stop.store(true, Ordering::Release);
+                drop(shared.sleep.lock().unwrap_or_else(|e| e.into_inner()));
+                shared.wake.notify_all();
+                return Err(e.to_string());
+            }
+        }
+        Ok(Team {
+            shared,
+            owner: Mutex::new(()),
+        })
+    }
+
+    /// Runs `f` on this thread with the helpers awake for its parallel kernels, or, if
+    /// another run holds the team, with its kernels serial.
+    pub(crate) fn run<R>(&self, f: impl FnOnce() -> R) -> R {
+        let shared = &*self.shared;
+        if shared.helpers == 0 || !CURRENT.with(Cell::get).is_null() {
+            return f();
+        }
+        let guard = match self.owner.try_lock() {
+            Ok(guard) => guard,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return f(),
+        };
+        {
+            let _sleeping = shared.sleep.lock().unwrap_or_else(|e| e.into_inner());
+            shared.active.store(true, Ordering::Release);
+        }
+        shared.wake.notify_all();
+        CURRENT.with(|c| c.set(shared));
+        let result = catch_unwind(AssertUnwindSafe(f));
+        CURRENT.with(|c| c.set(std::ptr::null()));
+        shared.active.store(false, Ordering::Release);
+        drop(guard);
+        result.unwrap_or_else(|panic| resume_unwind(panic))
+    }
+}
+
+unsafe fn noop(_: *const (), _: usize) {}
+
+/// A helper's life: sleep until a run is active, then serve jobs until it has been
+/// inactive for `LINGER`.
+fn help(shared: &Shared) {
+    let mut seen = 0u64;
+    loop {
+        {
+            let mut sleeping = shared.sleep.lock().unwrap_or_else(|e| e.into_inner());
+            while !shared.active.load(Ordering::Acquire) && !shared.stop.load(Ordering::Acquire) {
+                sleeping = shared
+                    .wake
+                    .wait(sleeping)
+                    .unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        if shared.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let mut idle_since = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            let epoch = shared.epoch.load(Ordering::Acquire);
+            if epoch != seen {
+                seen = epoch;
+                serve(shared);
+                shared.reported.fetch_add(1, Ordering::Release);
+                idle_since = Instant::now();
+                spins = 0;
+                continue;
+            }
+            std::hint::spin_loop();
+            spins = spins.wrapping_add(1);
+            if !spins.is_multiple_of(256) {
+                continue;
+            }
+            if shared.stop.load(Ordering::Acquire) {
+                return;
+            }
+            let idle = idle_since.elapsed();
+            if shared.active.load(Ordering::Acquire) {
+                if idle > PATIENCE {
+                    std::thread::yield_now();
+                }
+            } else if idle > LINGER {
+                break;
+            }
+        }
+    }
+}
+
+/// Takes tasks of the published job until none is left.
+fn serve(shared: &Shared) {
+    // SAFETY: the epoch this helper acquired was released after the job was written, and
+    // the caller does not write it again before this helper reports.
+    let job = unsafe { *shared.job.get() };
+    IN_TASK.with(|t| t.set(true));
+    loop {
+        let i = shared.next.fetch_add(1, Ordering::Relaxed);
+        if i >= job.tasks {
+            break;
+        }
+        // SAFETY: `data` points at the caller's closure, alive until every helper has
+        // reported, and `call` is its matching trampoline.
+        let ran = catch_unwind(|| unsafe { (job.call)(job.data, i) });
+        if ran.is_err() {
+            shared.panicked.store(true, Ordering::Release);
+        }
+    }
+    IN_TASK.with(|t| t.set(false));
+}
+
+/// Calls `f(i)` for every `i` in `0..tasks`, spread over the run's team when this thread
+/// holds one (and is not inside a task already), else in order on this thread.
+pub(crate) fn for_each<F: Fn(usize) + Sync>(tasks: usize, f: F) {
+    let team = CURRENT.with(Cell::get);
+    if tasks <= 1 || team.is_null() || IN_TASK.with(Cell::get) {
+        (0..tasks).for_each(f);
+        return;
+    }
+    // SAFETY: `CURRENT` is set only while `Team::run` holds the team on this thread.
+    let shared = unsafe { &*team };
+    /// Calls the closure `data` points at.
+    unsafe fn call<F: Fn(usize)>(data: *const (), i: usize) {
+        // SAFETY: `data` was made from a `&F` that outlives the job.
+        unsafe { (*data.cast::<F>())(i) }
+    }
+    // SAFETY: every helper reported the previous job (the barrier below), so none reads
+    // `job` until the epoch changes.
+    unsafe {
+        *shared.job.get() = Job {
+            data: (&raw const f).cast(),
+            call: call::<F>,
+            tasks,
+        };
+    }
+    shared.next.store(0, Ordering::Relaxed);
+    shared.reported.store(0, Ordering::Relaxed);
+    shared.epoch.fetch_add(1, Ordering::Release);
+    IN_TASK.with(|t| t.set(true));
+    let mine = catch_unwind(AssertUnwindSafe(|| {
+        loop {
+            let i = shared.next.fetch_add(1, Ordering::Relaxed);
+            if i >= tasks {
+                break;
+            }
+            f(i);
+        }
+    }));
+    IN_TASK.with(|t| t.set(false));
+    // The barrier: `f` and the job stay alive until every helper is done with them.
+    while shared.reported.load(Ordering::Acquire) < shared.helpers {
+        std::hint::spin_loop();
+    }
+    if let Err(panic) = mine {
+        resume_unwind(panic);
+    }
+    if shared.panicked.swap(false, Ordering::AcqRel) {
+        panic!("a CPU kernel's task panicked on a worker thread");
+    }
+}
+
+/// Threads the current run's parallel kernels spread over (1 outside a team's run).
+pub(crate) fn threads() -> usize {
+    let team = CURRENT.with(Cell::get);
+    if team.is_null() || IN_TASK.with(Cell::get) {
+        return 1;
+    }
+    // SAFETY: as in `for_each`.
+    unsafe { (*team).helpers + 1 }
+}
+
+/// `out` cut into chunks of `size` (the last one shorter), handed out by index.
+pub(crate) struct Chunks<'a, T> {
+    ptr: *mut T,
+    len: usize,
+    size: usize,
+    marker: std::marker::PhantomData<&'a mut [T]>,
+}
+
+// SAFETY: `Chunks` hands each index's chunk to one task only (see `take`), so sharing it
+// between threads shares disjoint parts of a `&mut [T]` of `Send` items.
+unsafe impl<T: Send> Sync for Chunks<'_, T> {}
+
+impl<'a, T: Send> Chunks<'a, T> {
+    pub(crate) fn new(out: &'a mut [T], size: usize) -> Chunks<'a, T> {
+        Chunks {
+            ptr: out.as_mut_ptr(),
+            len: out.len(),
+            size: size.max(1),
+            marker: std::marker::PhantomData,
+        }
+    }
+
+    /// How many chunks there are.
+    pub(crate) fn count(&self) -> usize {
+        self.len.div_ceil(self.size)
+    }
+
+    /// Chunk `i`.
+    ///
+    /// # Safety
+    /// Each index may be taken once while the chunks live (as [`for_each`] calls each task
+    /// index once), and `i < count()`.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn take(&self, i: usize) -> &'a mut [T] {
+        let start = i * self.size;
+        let len = self.size.min(self.len - start);
+        // SAFETY: `start..start + len` lies inside the slice (`i < count()`), and no other
+        // reference to it exists (each index taken once).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), len) }
+    }
+}
+
+/// Calls `f(i, chunk)` for the chunks of `size` of `out`, spread as [`for_each`] spreads.
+pub(crate) fn chunks_mut<T: Send>(out: &mut [T], size: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+    let chunks = Chunks::new(out, size);
+    // SAFETY: `for_each` calls each index below `count()` once.
+    for_each(chunks.count(), |i| f(i, unsafe { chunks.take(i) }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every task runs once, on several threads when a team is held, and nested splitting
+    /// runs serially; a panic in a task reaches the caller and the team stays usable.
+    #[test]
+    fn tasks_run_once_each_and_panics_reach_the_caller() {
+        let team = Team::of(3).unwrap();
+        for tasks in [0usize, 1, 2, 7, 1000] {
+            let hits: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+            let seen = Mutex::new(std::collections::HashSet::new());
+            team.run(|| {
+                assert_eq!(threads(), 3);
+                for_each(tasks, |i| {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                    seen.lock().unwrap().insert(std::thread::current().id());
+                    for_each(3, |_| assert_eq!(threads(), 1));
+                    std::thread::sleep(Duration::from_micros(20));
+                });
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+            if tasks >= 7 {
+                assert!(
+                    seen.lock().unwrap().len() > 1,
+                    "{tasks} tasks on one thread"
+                );
+            }
+        }
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            team.run(|| for_each(64, |i| assert!(i != 40, "task 40 fails")))
+        }));
+        assert!(caught.is_err());
+        let mut out = vec![0usize; 100];
+        team.run(|| chunks_mut(&mut out, 7, |i, chunk| chunk.fill(i)));
+        assert!(out.iter().enumerate().all(|(j, v)| *v == j / 7));
+        // Outside a run: in order, on this thread.
+        let order = Mutex::new(Vec::new());
+        for_each(5, |i| order.lock().unwrap().push(i));
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+    }
+}
