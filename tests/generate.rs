@@ -203,9 +203,10 @@ fn generates<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
     let formats = &quantized.config().model.block_formats;
     assert_eq!(
         formats.len(),
-        210,
-        "{label}: every projection kept in blocks"
+        211,
+        "{label}: every projection and the token table kept in blocks"
     );
+    assert!(formats.contains(&("token_embd.weight".to_string(), rlx::gguf::GgmlType::Q8_0)));
     let kept = Generator::new(backend, quantized.clone())
         .unwrap()
         .with_prefill_chunk(64);

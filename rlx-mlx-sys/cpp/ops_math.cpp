@@ -474,59 +474,93 @@ int rlx_mlx_quantized_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w,
   });
 }
 
+}  // extern "C"
+
+namespace {
+
+/// GGUF blocks of 32 values as MLX's affine groups of 32, exactly.
+struct AffineBlocks {
+  mx::array words;
+  mx::array scales;
+  mx::array biases;
+  int bits;
+};
+
+/// `bytes` `[n, blocks * block_bytes]` of `format` (GGML's ids: 8 = Q8_0, 2 = Q4_0,
+/// 3 = Q4_1) as MLX affine groups: Q8_0 (f16 d, 32 signed bytes) is d * (q + 128) - 128 d;
+/// Q4_0 (f16 d, 16 bytes of nibbles) is d * q - 8 d; Q4_1 (f16 d, f16 m, nibbles) is
+/// d * q + m. A block holds values 0..15 in the low nibbles and 16..31 in the high ones;
+/// MLX wants value 2i in the low nibble of byte i.
+AffineBlocks affine_blocks(const mx::array& bytes, int32_t format, const char* op) {
+  int block_bytes = 0;
+  switch (format) {
+    case 8: block_bytes = 34; break;
+    case 2: block_bytes = 18; break;
+    case 3: block_bytes = 20; break;
+    default:
+      throw std::invalid_argument(std::string(op) + ": format " + std::to_string(format) +
+                                  " is not Q8_0, Q4_0 or Q4_1");
+  }
+  const int n = bytes.shape(0);
+  const int nb = bytes.shape(1) / block_bytes;
+  const mx::array blocks = mx::reshape(bytes, {n, nb, block_bytes});
+  auto field = [&](int start, int stop) {
+    return mx::contiguous(mx::slice(blocks, {0, 0, start}, {n, nb, stop}));
+  };
+  auto half_at = [&](int at) {
+    return mx::reshape(mx::astype(mx::view(field(at, at + 2), mx::float16), mx::float32), {n, nb});
+  };
+  const mx::array d = half_at(0);
+  if (format == 8) {
+    const mx::array q = mx::reshape(mx::bitwise_xor(field(2, 34), mx::array(128, mx::uint8)), {n, nb * 32});
+    return {mx::view(mx::contiguous(q), mx::uint32), d, mx::multiply(d, mx::array(-128.0f)), 8};
+  }
+  const int head = format == 3 ? 4 : 2;
+  const mx::array qs = field(head, head + 16);
+  const mx::array values = mx::reshape(
+      mx::concatenate({mx::bitwise_and(qs, mx::array(15, mx::uint8)),
+                       mx::right_shift(qs, mx::array(4, mx::uint8))},
+                      2),
+      {n, nb, 16, 2});
+  const mx::array even = mx::slice(values, {0, 0, 0, 0}, {n, nb, 16, 1});
+  const mx::array odd = mx::slice(values, {0, 0, 0, 1}, {n, nb, 16, 2});
+  const mx::array q = mx::reshape(mx::bitwise_or(even, mx::left_shift(odd, mx::array(4, mx::uint8))), {n, nb * 16});
+  const mx::array bias = format == 3 ? half_at(2) : mx::multiply(d, mx::array(-8.0f));
+  return {mx::view(mx::contiguous(q), mx::uint32), d, bias, 4};
+}
+
+}  // namespace
+
+extern "C" {
+
 int rlx_mlx_block_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w, int32_t format,
                          rlx_mlx_array** out) {
   return guard([&] {
-    // GGUF blocks of 32 values become MLX's affine groups of 32 exactly: Q8_0 (f16 d, 32
-    // signed bytes) is d * (q + 128) - 128 d; Q4_0 (f16 d, 16 bytes of nibbles) is
-    // d * q - 8 d; Q4_1 (f16 d, f16 m, nibbles) is d * q + m. A block holds values 0..15 in
-    // the low nibbles and 16..31 in the high ones; MLX wants value 2i in the low nibble of
-    // byte i.
-    int block_bytes = 0;
-    switch (format) {
-      case 8: block_bytes = 34; break;
-      case 2: block_bytes = 18; break;
-      case 3: block_bytes = 20; break;
-      default: throw std::invalid_argument("block_matmul: format " + std::to_string(format) + " is not Q8_0, Q4_0 or Q4_1");
-    }
-    const mx::array& bytes = get(w);
-    const int n = bytes.shape(0);
-    const int nb = bytes.shape(1) / block_bytes;
-    const mx::array blocks = mx::reshape(bytes, {n, nb, block_bytes});
-    auto field = [&](int start, int stop) {
-      return mx::contiguous(mx::slice(blocks, {0, 0, start}, {n, nb, stop}));
-    };
-    auto half_at = [&](int at) {
-      return mx::reshape(mx::astype(mx::view(field(at, at + 2), mx::float16), mx::float32), {n, nb});
-    };
-    const mx::array d = half_at(0);
-    mx::array q = mx::array(0);
-    mx::array bias = mx::array(0.0f);
-    int bits = 8;
-    if (format == 8) {
-      q = mx::reshape(mx::bitwise_xor(field(2, 34), mx::array(128, mx::uint8)), {n, nb * 32});
-      bias = mx::multiply(d, mx::array(-128.0f));
-    } else {
-      const int head = format == 3 ? 4 : 2;
-      const mx::array qs = field(head, head + 16);
-      const mx::array values = mx::reshape(
-          mx::concatenate({mx::bitwise_and(qs, mx::array(15, mx::uint8)),
-                           mx::right_shift(qs, mx::array(4, mx::uint8))},
-                          2),
-          {n, nb, 16, 2});
-      const mx::array even = mx::slice(values, {0, 0, 0, 0}, {n, nb, 16, 1});
-      const mx::array odd = mx::slice(values, {0, 0, 0, 1}, {n, nb, 16, 2});
-      q = mx::reshape(mx::bitwise_or(even, mx::left_shift(odd, mx::array(4, mx::uint8))), {n, nb * 16});
-      bits = 4;
-      bias = format == 3 ? half_at(2) : mx::multiply(d, mx::array(-8.0f));
-    }
-    const mx::array words = mx::view(mx::contiguous(q), mx::uint32);
+    const AffineBlocks a = affine_blocks(get(w), format, "block_matmul");
     const mx::array& xv = get(x);
     const bool vector = xv.ndim() == 1;
     const mx::array rows = vector ? mx::reshape(xv, {1, xv.shape(0)}) : xv;
-    mx::array y = mx::quantized_matmul(rows, words, d, bias, true, 32, bits);
+    mx::array y = mx::quantized_matmul(rows, a.words, a.scales, a.biases, true, 32, a.bits);
     if (vector) y = mx::reshape(y, {y.shape(-1)});
     put(out, y);
+  });
+}
+
+int rlx_mlx_block_dequantize(const rlx_mlx_array* w, int32_t format, rlx_mlx_array** out) {
+  return guard([&] {
+    const mx::array& bytes = get(w);
+    mx::Shape shape = bytes.shape();
+    const int row_bytes = shape.back();
+    const int rows = static_cast<int>(bytes.size() / std::max(row_bytes, 1));
+    if (rows == 0) {
+      shape.back() = row_bytes / (format == 8 ? 34 : format == 2 ? 18 : 20) * 32;
+      put(out, mx::zeros(shape, mx::float32));
+      return;
+    }
+    const AffineBlocks a = affine_blocks(mx::reshape(bytes, {rows, row_bytes}), format, "block_dequantize");
+    const mx::array values = mx::dequantize(a.words, a.scales, a.biases, 32, a.bits);
+    shape.back() = values.shape(-1);
+    put(out, mx::reshape(values, shape));
   });
 }
 

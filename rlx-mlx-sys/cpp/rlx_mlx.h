@@ -344,6 +344,8 @@ int rlx_mlx_quantized_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w,
    Q4_1), one row of blocks per output feature. */
 int rlx_mlx_block_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w, int32_t format,
                          rlx_mlx_array** out);
+/* The float32 values of `w`'s rows of GGUF blocks (`[.., row bytes]` -> `[.., values]`). */
+int rlx_mlx_block_dequantize(const rlx_mlx_array* w, int32_t format, rlx_mlx_array** out);
 
 #ifdef __cplusplus
 }

@@ -369,4 +369,5 @@ unsafe extern "C" {
         format: i32,
         out: *mut *mut Array,
     ) -> c_int;
+    pub fn rlx_mlx_block_dequantize(w: *const Array, format: i32, out: *mut *mut Array) -> c_int;
 }

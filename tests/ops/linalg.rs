@@ -4,7 +4,10 @@
 use rlx::backend::{Backend, Executable, RunError};
 use rlx::cpu::CpuBackend;
 use rlx::gguf::GgmlType;
-use rlx::ir::{BlockMatMul, DType, MatMul, Op, QuantizedMatMul};
+use rlx::ir::{
+    ActivationPrecision, BlockDequantize, BlockMatMul, DType, Judgement, MatMul, Op,
+    QuantizedMatMul,
+};
 use rlx::tensor::HostTensor;
 
 use crate::gradient::{Input, grad_check, op};
@@ -544,6 +547,149 @@ fn block_matmul_every_format_and_batch_size() {
             );
         }
     }
+}
+
+/// Random blocks of `format` (scales a small positive f16, minimums negative), `blocks` of
+/// them.
+fn random_gguf_blocks(rng: &mut Rng, format: GgmlType, blocks: usize) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(blocks * format.block_bytes());
+    for _ in 0..blocks {
+        let scale = half::f16::from_f32(0.002 + 0.05 * rng.int(0, 1000) as f32 / 1000.0);
+        bytes.extend(scale.to_le_bytes());
+        if format == GgmlType::Q4_1 {
+            let min = half::f16::from_f32(-0.2 * rng.int(0, 1000) as f32 / 1000.0);
+            bytes.extend(min.to_le_bytes());
+        }
+        let head = if format == GgmlType::Q4_1 { 4 } else { 2 };
+        bytes.extend((head..format.block_bytes()).map(|_| rng.int(0, 255) as u8));
+    }
+    bytes
+}
+
+/// Int8 activations on every backend (the CPU's integer kernels for few rows, its exact
+/// tiles for many, MLX's exact product), judged by the op's own bound against the f64
+/// product; and the CPU's integer kernels against the product of the activations quantized
+/// as `ActivationPrecision::Int8` defines it (per block of 32, scale `max|x| / 127` in f32,
+/// ties to even), up to float rounding.
+#[test]
+fn block_matmul_int8_activations_within_their_bound() {
+    let mut rng = Rng(50);
+    for format in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
+        for rows in [1usize, 2, 5, 20] {
+            let (n, k) = (40, 128);
+            let w = random_gguf_blocks(&mut rng, format, n * k / 32);
+            let row_bytes = k / 32 * format.block_bytes();
+            let w = HostTensor::from_vec(w, [n, row_bytes]).unwrap();
+            let x = random(&mut rng, DType::F32, &[rows, k], -3.0, 3.0);
+            let op = Op::BlockMatMul(
+                BlockMatMul::exact(format).with_activations(ActivationPrecision::Int8),
+            );
+            let g = graph_of(
+                &[
+                    ("x", DType::F32, declared(&[rows, k], &[])),
+                    ("w", DType::U8, declared(&[n, row_bytes], &[])),
+                ],
+                |b, i| b.op(op.clone(), i).unwrap(),
+            );
+            let widen =
+                |t: &HostTensor| HostTensor::from_vec(t.to_f64_vec(), t.shape().to_vec()).unwrap();
+            let operands = [widen(&x), widen(&w)];
+            let want = rlx::ir::evaluate_reference(&g, &[("x", &x), ("w", &w)], &[], &[]).unwrap()
+                [0]
+            .to_f64_vec();
+            let tolerance = op.tolerance(&operands, DType::F32);
+            let mut dense = vec![0f64; n * k];
+            for (row, out) in w
+                .as_slice::<u8>()
+                .unwrap()
+                .chunks(row_bytes)
+                .zip(dense.chunks_mut(k))
+            {
+                rlx::gguf::dequantize_f64(format, row, out).unwrap();
+            }
+            let quantized: Vec<f64> = x
+                .as_slice::<f32>()
+                .unwrap()
+                .chunks(32)
+                .flat_map(|block| {
+                    let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+                    let step = amax / 127.0;
+                    let inverse = if step == 0.0 { 0.0 } else { 1.0 / step };
+                    block
+                        .iter()
+                        .map(move |v| f64::from((v * inverse).round_ties_even()) * f64::from(step))
+                })
+                .collect();
+            crate::on_every_backend!(label, backend => {
+                let exe = backend.compile(&g).unwrap();
+                let out = exe.run(&[("x", x.view()), ("w", w.view())], &[]).unwrap();
+                let have = out[0].to_f64_vec();
+                for (i, (have, want)) in have.iter().zip(&want).enumerate() {
+                    assert_eq!(
+                        tolerance.accepts(*want, *have),
+                        Judgement::Agrees,
+                        "{label} {} rows={rows} [{i}]: {have} against {want} ({tolerance})",
+                        format.name()
+                    );
+                }
+                if label.starts_with("cpu") && rows < 16 {
+                    for (i, have) in have.iter().enumerate() {
+                        let (r, f) = (i / n, i % n);
+                        let terms = (0..k).map(|j| quantized[r * k + j] * dense[f * k + j]);
+                        let size: f64 = terms.clone().map(f64::abs).sum();
+                        let want: f64 = terms.sum();
+                        assert!(
+                            (have - want).abs() <= 1e-6 * size + 1e-9,
+                            "{label} {} rows={rows} [{i}]: {have} against int8's {want}",
+                            format.name()
+                        );
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// Rows of blocks dequantized on every backend as the f64 definition does, exactly but
+/// for the one rounding of `d * q + m`; other formats and ragged rows are build errors.
+#[test]
+fn block_dequantize_every_format() {
+    let mut rng = Rng(51);
+    for format in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
+        let (rows, blocks) = (6, 3);
+        let bytes = random_gguf_blocks(&mut rng, format, rows * blocks);
+        let mut dense = vec![0f64; rows * blocks * 32];
+        rlx::gguf::dequantize_f64(format, &bytes, &mut dense).unwrap();
+        let row_bytes = blocks * format.block_bytes();
+        let w = HostTensor::from_vec(bytes, [2, 3, row_bytes]).unwrap();
+        let g = graph_of(
+            &[("w", DType::U8, declared(&[2, 3, row_bytes], &[]))],
+            |b, i| {
+                b.op(Op::BlockDequantize(BlockDequantize { format }), i)
+                    .unwrap()
+            },
+        );
+        let expected = HostTensor::from_vec(
+            dense.iter().map(|v| *v as f32).collect::<Vec<_>>(),
+            [2, 3, blocks * 32],
+        )
+        .unwrap();
+        check(&g, &[("w", &w)], &[], &[expected], 1.0);
+    }
+    let build = |format, row_bytes: usize| {
+        let mut b = rlx::GraphBuilder::new();
+        let w = b.input("w", DType::U8, [3, row_bytes]).unwrap();
+        b.op(Op::BlockDequantize(BlockDequantize { format }), &[w])
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    assert!(build(GgmlType::Q4_0, 36).is_ok());
+    assert!(
+        build(GgmlType::Q4_0, 35)
+            .unwrap_err()
+            .contains("whole Q4_0 blocks")
+    );
+    assert!(build(GgmlType::Q5_0, 22).unwrap_err().contains("Q5_0"));
 }
 
 /// Formats the product does not take, and weights of the wrong width, are build errors.

@@ -548,6 +548,13 @@ impl Array {
         // SAFETY: the handles are live; `out` is a valid slot.
         make(|out| unsafe { sys::rlx_mlx_block_matmul(self.ptr(), w.ptr(), format as i32, out) })
     }
+
+    /// The float32 values of `self`'s rows of blocks in the GGUF format of GGML type id
+    /// `format` (see the IR op).
+    pub fn block_dequantize(&self, format: u32) -> Result<Array, MlxError> {
+        // SAFETY: the handle is live; `out` is a valid slot.
+        make(|out| unsafe { sys::rlx_mlx_block_dequantize(self.ptr(), format as i32, out) })
+    }
 }
 
 /// An array holding a host tensor made on the spot.

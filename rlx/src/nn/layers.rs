@@ -111,6 +111,76 @@ impl<'g, V: Dim, D: Dim, E: Element> Embedding<'g, V, D, E> {
     }
 }
 
+/// A decoder's token table `[V, D]`: looked up by token id, and, in models that tie them,
+/// the output projection too (`x · tableᵀ`). When the config keeps the checkpoint's table
+/// in a GGUF block format ([`Sizes::with_block_format`](crate::typed::Sizes::with_block_format)),
+/// its rows stay in their blocks: a lookup gathers the rows' bytes and dequantizes them
+/// ([`Tensor::block_dequantize`]), and the output projection multiplies the blocks in
+/// place ([`Tensor::block_matmul`]), so a decode step reads a quarter of the table's f32
+/// bytes (`Q8_0`) for the logits.
+pub struct TokenEmbedding<'g, V: Dim, D: Dim> {
+    table: TokenTable<'g, V, D>,
+}
+
+enum TokenTable<'g, V: Dim, D: Dim> {
+    Dense(Tensor<'g, (V, D)>),
+    /// `[V, blocks]`: the checkpoint's rows of blocks, and the product the output
+    /// projection uses.
+    Blocks(Tensor<'g, (V, Dyn), u8>, BlockMatMul),
+}
+
+impl<'g, V: Dim, D: Dim> Params<'g> for TokenEmbedding<'g, V, D> {
+    #[track_caller]
+    fn declare(g: &'g Scope<'g>, at: &ParamPath) -> Self {
+        let at = at.field("weight");
+        let table = match (g.block_format(at.key()), g.dim_value::<D>()) {
+            (Some(format), Some(width)) => TokenTable::Blocks(
+                g.block_param_at::<V>(&at, width, format),
+                BlockMatMul::exact(format).with_activations(g.block_activations()),
+            ),
+            _ => TokenTable::Dense(g.param_at(&at)),
+        };
+        TokenEmbedding { table }
+    }
+}
+
+impl<'g, V: Dim, D: Dim> TokenEmbedding<'g, V, D> {
+    /// The vectors of `ids`; an id outside `0..V` is a run-time error.
+    #[track_caller]
+    pub fn forward<S: Shape + AppendDim<D> + AppendDim<Dyn>, I: Index>(
+        &self,
+        ids: Tensor<'g, S, I>,
+    ) -> Tensor<'g, <S as AppendDim<D>>::Out, f32> {
+        match &self.table {
+            TokenTable::Dense(table) => table.embed(ids),
+            TokenTable::Blocks(table, product) => {
+                let rows: Tensor<'g, <S as AppendDim<Dyn>>::Out, u8> = table.embed(ids);
+                rows.block_dequantize(product.format)
+            }
+        }
+    }
+
+    /// `x · tableᵀ`: the logits of a model whose output projection is its token table.
+    #[track_caller]
+    pub fn project_out<S: LastDim<D>>(
+        &self,
+        x: Tensor<'g, S, f32>,
+    ) -> Tensor<'g, S::WithLast<V>, f32> {
+        match &self.table {
+            TokenTable::Dense(table) => x.project_t(*table),
+            TokenTable::Blocks(table, product) => x.block_matmul::<D, V>(*table, *product),
+        }
+    }
+
+    /// The table `[V, D]`, unless it is kept in blocks.
+    pub fn dense_table(&self) -> Option<Tensor<'g, (V, D)>> {
+        match &self.table {
+            TokenTable::Dense(table) => Some(*table),
+            TokenTable::Blocks(..) => None,
+        }
+    }
+}
+
 /// Layer normalization over the last dim, with a learned scale and shift.
 #[derive(Params)]
 pub struct LayerNorm<'g, N: Dim, E: Float = f32> {

@@ -27,4 +27,4 @@ mod attention;
 mod layers;
 
 pub use attention::{FeedForward, SelfAttention};
-pub use layers::{Bias, Embedding, LayerNorm, Linear, Projection, RmsNorm};
+pub use layers::{Bias, Embedding, LayerNorm, Linear, Projection, RmsNorm, TokenEmbedding};

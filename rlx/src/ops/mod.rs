@@ -44,7 +44,8 @@ pub use evaluate::{ReferenceError, evaluate_reference};
 pub(crate) use leaf::{Input, Param, State};
 pub(crate) use linalg::Solve;
 pub use linalg::{
-    ActivationPrecision, BlockMatMul, MatMul, QuantizedMatMul, block_matmul_supports,
+    ActivationPrecision, BlockDequantize, BlockMatMul, MatMul, QuantizedMatMul,
+    block_matmul_supports,
 };
 pub(crate) use movement::StopGradient;
 pub use movement::{
@@ -327,6 +328,8 @@ registry! {
             QuantizedMatMul(QuantizedMatMul);
             /// See [`BlockMatMul`].
             BlockMatMul(BlockMatMul);
+            /// See [`BlockDequantize`].
+            BlockDequantize(BlockDequantize);
             /// See [`Custom`].
             Custom(Custom);
         }

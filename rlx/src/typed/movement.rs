@@ -359,6 +359,33 @@ impl<'g, V: Dim, D: Dim, E: Element> Tensor<'g, (V, D), E> {
     }
 }
 
+impl<'g, S: Shape> Tensor<'g, S, u8> {
+    /// The float32 values of rows of GGUF blocks in `format` (`Q8_0`, `Q4_0`, `Q4_1`):
+    /// `self`'s last dim is bytes, whole blocks of them; the result's last dim, named by
+    /// `T`, is their values (checked when the graph is built).
+    ///
+    /// ```
+    /// use rlx::gguf::GgmlType;
+    /// use rlx::params::ParamPath;
+    /// use rlx::typed::{Const, build};
+    /// let graph = build(|g| {
+    ///     let at = ParamPath::root().field("table");
+    ///     let rows = g.block_param_at::<Const<4>>(&at, 64, GgmlType::Q4_0); // (4, 2 * 18 bytes)
+    ///     g.output("values", rows.block_dequantize::<(Const<4>, Const<64>)>(GgmlType::Q4_0));
+    /// })?;
+    /// # Ok::<(), rlx::typed::BuildErrors>(())
+    /// ```
+    #[track_caller]
+    pub fn block_dequantize<T: Shape>(self, format: crate::gguf::GgmlType) -> Tensor<'g, T, f32> {
+        let op = Op::BlockDequantize(crate::ir::BlockDequantize { format });
+        let made: Tensor<'g, T, f32> = self.then(op, &[]);
+        let id = self
+            .scope()
+            .declared("block_dequantize", self.id(), made.id(), T::DIMS);
+        Tensor::from_id(self.scope(), id)
+    }
+}
+
 impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
     /// `op` applied to `self` and `others`, whose result dims the types cannot compute:
     /// checked against the result type `S2` when the graph is built.

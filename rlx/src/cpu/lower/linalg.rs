@@ -4,7 +4,7 @@ use super::geometry::{batch_workers, matmul_layout, numel};
 use super::{Lower, LowerInput, Sizes, boxed};
 use crate::backend::{NodeSite, RunError};
 use crate::cpu::fuse::MatMulEpilogue;
-use crate::cpu::kernels::block_matmul::{BlockDims, block_matmul};
+use crate::cpu::kernels::block_matmul::{BlockDims, block_dequantize, block_matmul};
 use crate::cpu::kernels::gemm::kernel_shape;
 use crate::cpu::kernels::gemm::{Epilogue, GemmAcc, GemmBatch, GemmPlan, gemm_batch};
 use crate::cpu::kernels::linalg::{self, QuantDims};
@@ -12,6 +12,7 @@ use crate::cpu::kernels::numeric::{FloatStore, accumulator};
 use crate::cpu::thunk::Thunk;
 use crate::cpu::thunk::{Accesses, Kernel, float_type};
 use crate::cpu::view::{Memory, View};
+use crate::gguf::GgmlType;
 use crate::ir::{self, DType, UnaryOp};
 
 /// A batched matrix product over one GEMM plan.
@@ -194,6 +195,28 @@ impl Kernel for BlockMatMul {
     }
 }
 
+/// Rows of blocks turned into their values.
+#[derive(Clone, Debug)]
+pub(crate) struct BlockDequantize {
+    pub format: GgmlType,
+    pub w: View,
+    pub out: View,
+}
+
+impl Kernel for BlockDequantize {
+    fn accesses(&self) -> Accesses {
+        Accesses {
+            writes: vec![(self.out, 4)],
+            reads: vec![(self.w, 1)],
+        }
+    }
+
+    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
+        block_dequantize(self.format, mem.src(self.w), mem.dst(self.out));
+        Ok(())
+    }
+}
+
 /// The GEMM plan of a matmul of these sizes, its batch entries (offsets into `a` and `b`)
 /// and the workers they are spread over: decided alike for its scratch and its thunk.
 fn gemm_layout(
@@ -292,6 +315,16 @@ impl Lower for crate::ops::Solve {
             out: n.out,
             work: n.scratch[0],
             at: n.site(),
+        })]
+    }
+}
+
+impl Lower for ir::BlockDequantize {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        vec![boxed(BlockDequantize {
+            format: self.format,
+            w: n.views[0],
+            out: n.out,
         })]
     }
 }

@@ -391,6 +391,12 @@ impl Lower for Solve {
     }
 }
 
+impl Lower for ir::BlockDequantize {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].block_dequantize(self.format.id())?)
+    }
+}
+
 impl Lower for ir::BlockMatMul {
     /// Always the exact product: MLX has no int8-activation path, and the exact value meets
     /// the int8 bound too.

@@ -35,7 +35,7 @@ pub use config::{
 pub use decoder::{LlamaBatchDecoder, LlamaDecoder, LlamaLoadError};
 
 use crate::Params;
-use crate::nn::{Bias, Embedding, Projection, RmsNorm};
+use crate::nn::{Bias, Projection, RmsNorm, TokenEmbedding};
 use crate::typed::{Axis, Const, Dim, Dyn, Rope, Scope, Sizes, State, Tensor};
 
 crate::dims!(
@@ -144,7 +144,7 @@ pub struct LlamaBlock<'g> {
 #[derive(Params)]
 pub struct LlamaParams<'g> {
     /// Token vectors (also the output projection unless `output` is present).
-    pub token_embd: Embedding<'g, Vocab, Hidden>,
+    pub token_embd: TokenEmbedding<'g, Vocab, Hidden>,
     /// The blocks.
     #[param(len = Layers)]
     pub blk: Vec<LlamaBlock<'g>>,
@@ -263,7 +263,7 @@ fn logits<'g, B: Dim, Q: Dim>(
     let x = p.output_norm.forward(x, cfg.rms_norm_eps);
     let logits = match &p.output {
         Some(output) => output.forward(x),
-        None => x.project_t(p.token_embd.weight),
+        None => p.token_embd.project_out(x),
     };
     match cfg.final_logit_softcap {
         Some(cap) => (logits * (1.0 / cap) as f32).tanh() * cap as f32,

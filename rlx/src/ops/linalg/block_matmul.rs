@@ -220,7 +220,11 @@ fn largest_weight(format: GgmlType, w: Option<&crate::tensor::HostTensor>) -> Op
 
 /// Random blocks of `format`: scales (and minimums) of an f16 in a modest range, values
 /// anywhere.
-fn random_blocks(format: GgmlType, blocks: usize, mut next: impl FnMut() -> f64) -> Vec<u8> {
+pub(super) fn random_blocks(
+    format: GgmlType,
+    blocks: usize,
+    mut next: impl FnMut() -> f64,
+) -> Vec<u8> {
     let half = |v: f64| half::f16::from_f64(v).to_le_bytes();
     let mut out = Vec::with_capacity(blocks * format.block_bytes());
     for _ in 0..blocks {

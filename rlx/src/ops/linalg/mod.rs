@@ -1,11 +1,13 @@
 //! Matrix products (plain, quantized and in GGUF block formats) and linear solves, one file per op; the helpers
 //! they share (matrix views, the product emitted in gradients) here.
 
+mod block_dequantize;
 mod block_matmul;
 mod matmul;
 mod quantized_matmul;
 mod solve;
 
+pub use block_dequantize::BlockDequantize;
 pub use block_matmul::{ActivationPrecision, BlockMatMul, block_matmul_supports};
 pub use matmul::MatMul;
 pub use quantized_matmul::QuantizedMatMul;

@@ -88,6 +88,38 @@ pub(crate) fn block_matmul(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) 
     }
 }
 
+/// `out` = the values of the blocks `w` of `format`, in order (`out.len()` values, a
+/// multiple of 32).
+pub(crate) fn block_dequantize(format: GgmlType, w: &[u8], out: &mut [f32]) {
+    match format {
+        GgmlType::Q8_0 => dequantize_blocks::<Q8_0Block>(w, out),
+        GgmlType::Q4_0 => dequantize_blocks::<Q4_0Block>(w, out),
+        GgmlType::Q4_1 => dequantize_blocks::<Q4_1Block>(w, out),
+        // The op's type check admits no other format.
+        _ => out.fill(f32::NAN),
+    }
+}
+
+/// Every block of `w` into `out`, each block one 32-value "feature" of the tile kernels.
+fn dequantize_blocks<F: wide::Wide>(w: &[u8], out: &mut [f32]) {
+    let range = 0..out.len() / VALUES;
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `isa` returns Avx512 only when the CPU has AVX-512 F/BW/DQ/VL.
+        Isa::Avx512 => unsafe { wide::dequantize_avx512::<F>(VALUES, w, range, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `isa` returns Avx2 only when the CPU has AVX2 and FMA.
+        Isa::Avx2 => unsafe { wide::dequantize_avx2::<F>(VALUES, w, range, out) },
+        _ => vectorized(Dequantize::<F> {
+            k: VALUES,
+            w,
+            range,
+            dense: out,
+            format: std::marker::PhantomData,
+        }),
+    }
+}
+
 fn product<F: wide::Wide + int8::IntBlock>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
     if d.rows == 0 || d.n == 0 {
         return;

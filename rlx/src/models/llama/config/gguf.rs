@@ -52,10 +52,11 @@ fn gguf_rope_freqs(
 }
 
 impl LlamaConfig {
-    /// Keeps the projection weights `file` stores in a format
+    /// Keeps the projection weights and the token table that `file` stores in a format
     /// [`block_matmul`](crate::ir::BlockMatMul) multiplies in place (`Q8_0`, `Q4_0`, `Q4_1`)
     /// in that format: a step then reads a quarter to an eighth of the bytes of float32
-    /// weights. The embedding table and the norms stay float32 (dequantized at load).
+    /// weights (the table's rows are dequantized as they are looked up, and a tied output
+    /// projection multiplies its blocks). The norms stay float32.
     ///
     /// ```no_run
     /// use rlx::models::llama::LlamaConfig;
@@ -68,6 +69,7 @@ impl LlamaConfig {
     pub fn keep_gguf_blocks(&mut self, file: &Gguf) {
         let projection = |name: &str| {
             name == "output.weight"
+                || name == "token_embd.weight"
                 || name
                     .strip_prefix("blk.")
                     .and_then(|rest| rest.split_once('.'))
