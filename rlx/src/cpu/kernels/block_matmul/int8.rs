@@ -16,6 +16,12 @@ use crate::cpu::kernels::layout::SharedMut;
 use crate::cpu::kernels::simd::{Isa, isa, vectorized};
 use crate::gguf::{Block, Q4_0Block, Q4_1Block, Q8_0Block};
 
+/// How far ahead of the block being multiplied a decode kernel fetches the weight, in
+/// bytes: the hardware prefetchers alone keep too few lines in flight to stream a weight at
+/// the memory's rate (measured on Zen 4: 256–512 bytes ahead doubles a decode step's
+/// products' speed; 2 KiB ahead is slower again).
+const AHEAD: usize = 512;
+
 /// How a format's 32 stored integers become its values, besides the scale.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Offset {
@@ -202,7 +208,7 @@ pub(super) fn block_integers<F: IntBlock>(block: &[u8], ints: &mut [i32; VALUES]
 mod wide {
     use std::arch::x86_64::*;
 
-    use super::{IntBlock, Offset, QuantizedRows};
+    use super::{AHEAD, IntBlock, Offset, QuantizedRows};
     use crate::cpu::kernels::block_matmul::{BlockDims, GEMM_ROWS, VALUES};
     use crate::cpu::kernels::layout::SharedMut;
 
@@ -305,12 +311,6 @@ mod wide {
         first: usize,
         out: SharedMut<f32>,
     }
-
-    /// How far ahead of the block being multiplied the weight is fetched, in bytes: the
-    /// hardware prefetchers alone keep too few lines in flight to stream a weight at the
-    /// memory's rate (measured on Zen 4: 256–512 bytes ahead doubles a decode step's
-    /// products' speed; 2 KiB ahead is slower again).
-    const AHEAD: usize = 512;
 
     impl Tile<'_> {
         /// # Safety
