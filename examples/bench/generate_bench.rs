@@ -7,7 +7,7 @@
 //! ```text
 //! cargo run --release --example generate_bench -- [--backend cpu|mlx] [--reps 5]
 //!     [--capacity 1024] [--mlx-mode eager|lazy|compiled] [--quant [--activations int8|exact]]
-//!     [--profile] [--perplexity]
+//!     [--profile] [--perplexity] [--model FILE.gguf]
 //! generate_bench backend=cpu batch=1 prompt=128 phase=prefill tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=512 phase=prefill tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=128 phase=decode new=128 tok_s=..
@@ -26,7 +26,9 @@
 //! fixed pseudo-random ids:
 //! the time of a step does not depend on which tokens it reads. The caches hold
 //! `--capacity` positions (1,024; at least 256). `--mlx-mode` overrides MLX's default mode
-//! (compiled on a GPU, lazy on a CPU).
+//! (compiled on a GPU, lazy on a CPU). `--model` times another GGUF file of the family
+//! (the variants `generate_bench.py` makes: Q8_0, Q4_K_M, F16); its tensors' formats are
+//! printed to stderr.
 //!
 //! `--perplexity` instead scores the shared prose text (`tests/data/llm/perplexity.json`:
 //! 1,093 tokens, no BOS) as `generate_bench.py` does, one decode step a token (so every
@@ -106,17 +108,41 @@ fn profile_decode(step: &LlamaStep, token: i64) -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-fn bench<B: Backend<Executable: 'static>>(
-    label: &str,
-    backend: &B,
+/// What the command line asks for.
+#[derive(Clone, Copy)]
+struct Options<'a> {
     reps: usize,
     capacity: usize,
     profiled: bool,
+    /// Blocks kept, with this activation precision.
     quant: Option<ActivationPrecision>,
     perplexity: bool,
+    model: Option<&'a str>,
+}
+
+fn bench<B: Backend<Executable: 'static>>(
+    label: &str,
+    backend: &B,
+    options: &Options<'_>,
 ) -> Result<(), Box<dyn Error>> {
-    let dir = SMOLLM2_135M_INSTRUCT.locate(None)?;
-    let file = Gguf::open(dir.join(SMOLLM2_GGUF))?;
+    let Options {
+        reps,
+        capacity,
+        profiled,
+        quant,
+        perplexity,
+        model,
+    } = *options;
+    let path = match model {
+        Some(path) => path.into(),
+        None => SMOLLM2_135M_INSTRUCT.locate(None)?.join(SMOLLM2_GGUF),
+    };
+    let file = Gguf::open(&path)?;
+    let mut formats = std::collections::BTreeMap::new();
+    for tensor in file.tensors() {
+        *formats.entry(tensor.kind.name()).or_insert(0) += 1;
+    }
+    eprintln!("{}: tensors by format {formats:?}", path.display());
     let decoder = Arc::new(match quant {
         Some(activations) => {
             eprintln!(
@@ -128,7 +154,13 @@ fn bench<B: Backend<Executable: 'static>>(
         None => LlamaDecoder::from_gguf(backend, &file, capacity)?,
     });
     if perplexity {
-        return score(label, decoder.as_ref(), quant);
+        // The variant's name as the file names it (`SmolLM2-135M-Instruct.Q8_0.gguf`).
+        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+        let weights = match quant {
+            Some(_) => stem.rsplit('.').next().unwrap_or(stem),
+            None => "f32",
+        };
+        return score(label, decoder.as_ref(), weights, quant);
     }
     let vocab = decoder.config().model.vocab_size as u64;
     let mut seed = 0x2545_f491_4f6c_dd1du64;
@@ -210,6 +242,7 @@ fn bench<B: Backend<Executable: 'static>>(
 fn score(
     label: &str,
     decoder: &LlamaDecoder,
+    weights: &str,
     quant: Option<ActivationPrecision>,
 ) -> Result<(), Box<dyn Error>> {
     let tokens = rlx_testkit::llm::ids(&rlx_testkit::llm::reference("perplexity")["ids"]);
@@ -224,10 +257,7 @@ fn score(
         let sum: f64 = row.iter().map(|v| (f64::from(*v) - max).exp()).sum();
         nll += sum.ln() + max - f64::from(row[tokens[pos + 1] as usize]);
     }
-    let (weights, activations) = match quant {
-        Some(a) => ("Q4_1", a.name()),
-        None => ("f32", "exact"),
-    };
+    let activations = quant.map_or("exact", ActivationPrecision::name);
     println!(
         "perplexity engine=rlx backend={label} weights={weights} activations={activations} \
          value={:.3}",
@@ -340,16 +370,16 @@ fn main() -> Result<(), Box<dyn Error>> {
     if capacity < 256 {
         return Err("--capacity must be at least 256 (a 128-token prompt and 128 more)".into());
     }
+    let options = Options {
+        reps,
+        capacity,
+        profiled,
+        quant,
+        perplexity,
+        model: flag(&args, "--model"),
+    };
     match flag(&args, "--backend").unwrap_or("cpu") {
-        "cpu" => bench(
-            "cpu",
-            &rlx::cpu::CpuBackend::default(),
-            reps,
-            capacity,
-            profiled,
-            quant,
-            perplexity,
-        ),
+        "cpu" => bench("cpu", &rlx::cpu::CpuBackend::default(), &options),
         #[cfg(feature = "mlx")]
         "mlx" => {
             use rlx::mlx::{MlxBackend, MlxMode};
@@ -360,15 +390,11 @@ fn main() -> Result<(), Box<dyn Error>> {
                 Some("compiled") => MlxMode::Compiled,
                 Some(other) => return Err(format!("unknown --mlx-mode {other:?}").into()),
             };
-            bench(
-                "mlx",
-                &MlxBackend::new(mode),
-                reps,
-                capacity,
-                false,
-                quant,
-                perplexity,
-            )
+            let options = Options {
+                profiled: false,
+                ..options
+            };
+            bench("mlx", &MlxBackend::new(mode), &options)
         }
         other => Err(format!("unknown or unavailable backend {other:?} (cpu, mlx)").into()),
     }
