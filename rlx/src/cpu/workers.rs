@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 
 /// How long helpers keep spinning after a run before they sleep.
 const LINGER: Duration = Duration::from_micros(500);
-/// How long helpers spin inside a run without work before they yield between checks.
+/// How long helpers spin inside a run without work before they sleep (a run whose kernels
+/// are serial for a while should not keep a core busy).
 const PATIENCE: Duration = Duration::from_millis(2);
 
 /// `tasks` calls of the closure behind `data`, made through `call`.
@@ -57,8 +58,12 @@ struct Shared {
     next: Line<AtomicUsize>,
     /// Helpers done with the current job.
     reported: Line<AtomicUsize>,
-    /// A run holds the team: helpers spin rather than sleep.
+    /// A run holds the team: helpers spin `PATIENCE` rather than `LINGER` for work.
     active: AtomicBool,
+    /// Runs started; a sleeping helper wakes when it changes.
+    runs: AtomicU64,
+    /// Helpers asleep (or about to be): whoever publishes work wakes them.
+    parked: AtomicUsize,
     stop: AtomicBool,
     /// A task panicked on a helper; the caller panics in its place.
     panicked: AtomicBool,
@@ -117,6 +122,8 @@ impl Team {
             next: Line(AtomicUsize::new(0)),
             reported: Line(AtomicUsize::new(0)),
             active: AtomicBool::new(false),
+            runs: AtomicU64::new(0),
+            parked: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             panicked: AtomicBool::new(false),
             sleep: Mutex::new(()),
@@ -153,11 +160,9 @@ impl Team {
             Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return f(),
         };
-        {
-            let _sleeping = shared.sleep.lock().unwrap_or_else(|e| e.into_inner());
-            shared.active.store(true, Ordering::Release);
-        }
-        shared.wake.notify_all();
+        shared.active.store(true, Ordering::Release);
+        shared.runs.fetch_add(1, Ordering::SeqCst);
+        wake_sleepers(shared);
         CURRENT.with(|c| c.set(shared));
         let result = catch_unwind(AssertUnwindSafe(f));
         CURRENT.with(|c| c.set(std::ptr::null()));
@@ -169,23 +174,27 @@ impl Team {
 
 unsafe fn noop(_: *const (), _: usize) {}
 
-/// A helper's life: sleep until a run is active, then serve jobs until it has been
-/// inactive for `LINGER`.
+/// A helper's life: spin while work may come (inside a run, for `PATIENCE` without a
+/// job; after one, for `LINGER`), sleep otherwise until a job or a new run arrives.
 fn help(shared: &Shared) {
     let mut seen = 0u64;
     loop {
+        // Asleep until something new: a job, a run starting, or the end.
+        let runs = shared.runs.load(Ordering::SeqCst);
+        shared.parked.fetch_add(1, Ordering::SeqCst);
         {
             let mut sleeping = shared.sleep.lock().unwrap_or_else(|e| e.into_inner());
-            while !shared.active.load(Ordering::Acquire) && !shared.stop.load(Ordering::Acquire) {
+            while shared.epoch.load(Ordering::SeqCst) == seen
+                && shared.runs.load(Ordering::SeqCst) == runs
+                && !shared.stop.load(Ordering::SeqCst)
+            {
                 sleeping = shared
                     .wake
                     .wait(sleeping)
                     .unwrap_or_else(|e| e.into_inner());
             }
         }
-        if shared.stop.load(Ordering::Acquire) {
-            return;
-        }
+        shared.parked.fetch_sub(1, Ordering::SeqCst);
         let mut idle_since = Instant::now();
         let mut spins = 0u32;
         loop {
@@ -206,15 +215,23 @@ fn help(shared: &Shared) {
             if shared.stop.load(Ordering::Acquire) {
                 return;
             }
-            let idle = idle_since.elapsed();
-            if shared.active.load(Ordering::Acquire) {
-                if idle > PATIENCE {
-                    std::thread::yield_now();
-                }
-            } else if idle > LINGER {
+            let patience = if shared.active.load(Ordering::Acquire) {
+                PATIENCE
+            } else {
+                LINGER
+            };
+            if idle_since.elapsed() > patience {
                 break;
             }
         }
+    }
+}
+
+/// Wakes the helpers that sleep, if any (after a new epoch or run, published `SeqCst`).
+fn wake_sleepers(shared: &Shared) {
+    if shared.parked.load(Ordering::SeqCst) > 0 {
+        drop(shared.sleep.lock().unwrap_or_else(|e| e.into_inner()));
+        shared.wake.notify_all();
     }
 }
 
@@ -265,7 +282,8 @@ pub(crate) fn for_each<F: Fn(usize) + Sync>(tasks: usize, f: F) {
     }
     shared.next.store(0, Ordering::Relaxed);
     shared.reported.store(0, Ordering::Relaxed);
-    shared.epoch.fetch_add(1, Ordering::Release);
+    shared.epoch.fetch_add(1, Ordering::SeqCst);
+    wake_sleepers(shared);
     IN_TASK.with(|t| t.set(true));
     let mine = catch_unwind(AssertUnwindSafe(|| {
         loop {
