@@ -529,6 +529,40 @@ AffineBlocks affine_blocks(const mx::array& bytes, int32_t format, const char* o
   return {mx::view(mx::contiguous(q), mx::uint32), d, bias, 4};
 }
 
+/// Whether `format` is a 5-bit format (6 = Q5_0, 7 = Q5_1), which MLX's affine groups do
+/// not take: they are dequantized to float32 instead.
+bool five_bit(int32_t format) { return format == 6 || format == 7; }
+
+/// The float32 values of `bytes` `[n, blocks * block_bytes]` in a 5-bit format: nibbles
+/// (values 0..15 low, 16..31 high) with a fifth bit each from the block's 32-bit word;
+/// Q5_0 is d * (q - 16), Q5_1 is d * q + m. Exact: d * q is exact in float32, and the
+/// addition rounds once, as the CPU's dequantization does.
+mx::array five_bit_values(const mx::array& bytes, int32_t format) {
+  const int block_bytes = format == 6 ? 22 : 24;
+  const int head = format == 6 ? 2 : 4;
+  const int n = bytes.shape(0);
+  const int nb = bytes.shape(1) / block_bytes;
+  const mx::array blocks = mx::reshape(bytes, {n, nb, block_bytes});
+  auto field = [&](int start, int stop) {
+    return mx::contiguous(mx::slice(blocks, {0, 0, start}, {n, nb, stop}));
+  };
+  auto half_at = [&](int at) {
+    return mx::astype(mx::view(field(at, at + 2), mx::float16), mx::float32);  // [n, nb, 1]
+  };
+  const mx::array d = half_at(0);
+  const mx::array word = mx::view(field(head, head + 4), mx::uint32);  // [n, nb, 1]
+  const mx::array fifth = mx::bitwise_and(
+      mx::right_shift(word, mx::arange(0, 32, mx::uint32)), mx::array(1u, mx::uint32));
+  const mx::array qs = mx::astype(field(head + 4, head + 20), mx::uint32);
+  const mx::array nibbles = mx::concatenate(
+      {mx::bitwise_and(qs, mx::array(15u, mx::uint32)), mx::right_shift(qs, mx::array(4u, mx::uint32))}, 2);
+  const mx::array q = mx::astype(
+      mx::bitwise_or(nibbles, mx::left_shift(fifth, mx::array(4u, mx::uint32))), mx::float32);
+  const mx::array values = format == 6 ? mx::multiply(mx::subtract(q, mx::array(16.0f)), d)
+                                       : mx::add(mx::multiply(q, d), half_at(2));
+  return mx::reshape(values, {n, nb * 32});
+}
+
 }  // namespace
 
 extern "C" {
@@ -536,8 +570,12 @@ extern "C" {
 int rlx_mlx_block_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w, int32_t format,
                          rlx_mlx_array** out) {
   return guard([&] {
-    const AffineBlocks a = affine_blocks(get(w), format, "block_matmul");
     const mx::array& xv = get(x);
+    if (five_bit(format)) {
+      put(out, mx::matmul(xv, mx::transpose(five_bit_values(get(w), format))));
+      return;
+    }
+    const AffineBlocks a = affine_blocks(get(w), format, "block_matmul");
     const bool vector = xv.ndim() == 1;
     const mx::array rows = vector ? mx::reshape(xv, {1, xv.shape(0)}) : xv;
     mx::array y = mx::quantized_matmul(rows, a.words, a.scales, a.biases, true, 32, a.bits);
@@ -553,12 +591,19 @@ int rlx_mlx_block_dequantize(const rlx_mlx_array* w, int32_t format, rlx_mlx_arr
     const int row_bytes = shape.back();
     const int rows = static_cast<int>(bytes.size() / std::max(row_bytes, 1));
     if (rows == 0) {
-      shape.back() = row_bytes / (format == 8 ? 34 : format == 2 ? 18 : 20) * 32;
+      const int block_bytes = format == 8 ? 34 : format == 2 ? 18 : format == 3 ? 20 : format == 6 ? 22 : 24;
+      shape.back() = row_bytes / block_bytes * 32;
       put(out, mx::zeros(shape, mx::float32));
       return;
     }
-    const AffineBlocks a = affine_blocks(mx::reshape(bytes, {rows, row_bytes}), format, "block_dequantize");
-    const mx::array values = mx::dequantize(a.words, a.scales, a.biases, 32, a.bits);
+    const mx::array table = mx::reshape(bytes, {rows, row_bytes});
+    mx::array values = mx::array(0.0f);
+    if (five_bit(format)) {
+      values = five_bit_values(table, format);
+    } else {
+      const AffineBlocks a = affine_blocks(table, format, "block_dequantize");
+      values = mx::dequantize(a.words, a.scales, a.biases, 32, a.bits);
+    }
     shape.back() = values.shape(-1);
     put(out, mx::reshape(values, shape));
   });

@@ -497,21 +497,10 @@ fn quantized_matmul_4_and_8_bits() {
 #[test]
 fn block_matmul_every_format_and_batch_size() {
     let mut rng = Rng(49);
-    for format in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
+    for format in BLOCK_FORMATS {
         for rows in [1usize, 3, 20] {
             let (n, k) = (70, 96);
-            let blocks = n * k / 32;
-            let mut bytes = Vec::with_capacity(blocks * format.block_bytes());
-            for _ in 0..blocks {
-                let scale = half::f16::from_f32(0.002 + 0.05 * rng.int(0, 1000) as f32 / 1000.0);
-                bytes.extend(scale.to_le_bytes());
-                if format == GgmlType::Q4_1 {
-                    let min = half::f16::from_f32(-0.2 * rng.int(0, 1000) as f32 / 1000.0);
-                    bytes.extend(min.to_le_bytes());
-                }
-                let head = if format == GgmlType::Q4_1 { 4 } else { 2 };
-                bytes.extend((head..format.block_bytes()).map(|_| rng.int(0, 255) as u8));
-            }
+            let bytes = random_gguf_blocks(&mut rng, format, n * k / 32);
             let row_bytes = k / 32 * format.block_bytes();
             let mut dense = vec![0f64; n * k];
             for (row, out) in bytes.chunks(row_bytes).zip(dense.chunks_mut(k)) {
@@ -549,6 +538,15 @@ fn block_matmul_every_format_and_batch_size() {
     }
 }
 
+/// The formats `block_matmul` and `block_dequantize` take.
+const BLOCK_FORMATS: [GgmlType; 5] = [
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+];
+
 /// Random blocks of `format` (scales a small positive f16, minimums negative), `blocks` of
 /// them.
 fn random_gguf_blocks(rng: &mut Rng, format: GgmlType, blocks: usize) -> Vec<u8> {
@@ -556,11 +554,12 @@ fn random_gguf_blocks(rng: &mut Rng, format: GgmlType, blocks: usize) -> Vec<u8>
     for _ in 0..blocks {
         let scale = half::f16::from_f32(0.002 + 0.05 * rng.int(0, 1000) as f32 / 1000.0);
         bytes.extend(scale.to_le_bytes());
-        if format == GgmlType::Q4_1 {
+        let with_minimum = matches!(format, GgmlType::Q4_1 | GgmlType::Q5_1);
+        if with_minimum {
             let min = half::f16::from_f32(-0.2 * rng.int(0, 1000) as f32 / 1000.0);
             bytes.extend(min.to_le_bytes());
         }
-        let head = if format == GgmlType::Q4_1 { 4 } else { 2 };
+        let head = if with_minimum { 4 } else { 2 };
         bytes.extend((head..format.block_bytes()).map(|_| rng.int(0, 255) as u8));
     }
     bytes
@@ -574,7 +573,7 @@ fn random_gguf_blocks(rng: &mut Rng, format: GgmlType, blocks: usize) -> Vec<u8>
 #[test]
 fn block_matmul_int8_activations_within_their_bound() {
     let mut rng = Rng(50);
-    for format in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
+    for format in BLOCK_FORMATS {
         for rows in [1usize, 2, 5, 20] {
             let (n, k) = (40, 128);
             let w = random_gguf_blocks(&mut rng, format, n * k / 32);
@@ -655,7 +654,7 @@ fn block_matmul_int8_activations_within_their_bound() {
 #[test]
 fn block_dequantize_every_format() {
     let mut rng = Rng(51);
-    for format in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
+    for format in BLOCK_FORMATS {
         let (rows, blocks) = (6, 3);
         let bytes = random_gguf_blocks(&mut rng, format, rows * blocks);
         let mut dense = vec![0f64; rows * blocks * 32];
@@ -689,7 +688,7 @@ fn block_dequantize_every_format() {
             .unwrap_err()
             .contains("whole Q4_0 blocks")
     );
-    assert!(build(GgmlType::Q5_0, 22).unwrap_err().contains("Q5_0"));
+    assert!(build(GgmlType::Q6K, 210).unwrap_err().contains("Q6_K"));
 }
 
 /// Formats the product does not take, and weights of the wrong width, are build errors.

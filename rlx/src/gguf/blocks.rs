@@ -363,6 +363,37 @@ impl Block for Q4_1Block {
     }
 }
 
+/// [`GgmlType::Q5_0`] for kernels.
+pub(crate) struct Q5_0Block;
+
+impl Block for Q5_0Block {
+    const BYTES: usize = 22;
+    #[inline(always)]
+    fn values(b: &[u8], out: &mut [f32; 32]) {
+        let d = half_f32(b, 0);
+        let q = five_bits(u32::from_le_bytes(word(b, 2)), &b[6..22]);
+        for (out, q) in out.iter_mut().zip(q) {
+            // `q - 16` is a small integer, so the product rounds as the f64 reference's.
+            *out = (q - 16) as f32 * d;
+        }
+    }
+}
+
+/// [`GgmlType::Q5_1`] for kernels.
+pub(crate) struct Q5_1Block;
+
+impl Block for Q5_1Block {
+    const BYTES: usize = 24;
+    #[inline(always)]
+    fn values(b: &[u8], out: &mut [f32; 32]) {
+        let (d, m) = (half_f32(b, 0), half_f32(b, 2));
+        let q = five_bits(u32::from_le_bytes(word(b, 4)), &b[8..24]);
+        for (out, q) in out.iter_mut().zip(q) {
+            *out = q as f32 * d + m;
+        }
+    }
+}
+
 fn half<R: Real>(b: &[u8], at: usize) -> R {
     R::from_f64(f64::from(f16::from_bits(u16::from_le_bytes([
         b[at],

@@ -11,7 +11,7 @@ use crate::ops::sample::{Sampled, Sampler, pick};
 use crate::ops::tolerance::{Bound, Operands};
 use crate::ops::{Primitive, ReferenceError};
 
-use super::block_matmul::{block_matmul_supports, random_blocks};
+use super::block_matmul::{BLOCK_FORMATS, block_matmul_supports, random_blocks};
 
 /// `dequant(w)`: `w` `[.., B]` (`u8`, each row whole blocks of `format`) becomes `[.., K]`
 /// `f32`, `K = B / block_bytes * 32`. Formats: those [`BlockMatMul`](super::BlockMatMul)
@@ -50,7 +50,7 @@ impl Primitive for BlockDequantize {
         arity(inputs, 1, "1 (w)")?;
         if !block_matmul_supports(self.format) {
             return Err(attr_err!(
-                "format {} is not one block_dequantize takes (Q8_0, Q4_0, Q4_1)",
+                "format {} is not one block_dequantize takes (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1)",
                 self.format.name()
             ));
         }
@@ -104,7 +104,7 @@ impl Primitive for BlockDequantize {
     }
 
     fn sample(s: &mut dyn Sampler) -> Sampled {
-        let format = pick(s, &[GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1]);
+        let format = pick(s, &BLOCK_FORMATS);
         let rows = 1 + s.below(4);
         let blocks = 1 + s.below(3);
         let bytes = random_blocks(format, rows * blocks, || s.uniform(0.0, 1.0));

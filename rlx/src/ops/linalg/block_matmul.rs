@@ -1,6 +1,7 @@
-//! The matrix product with a weight kept in a GGUF block format (`Q8_0`, `Q4_0`, `Q4_1`):
-//! rows of blocks exactly as the file stores them, each block its scale (and minimum) and
-//! its quantized values, dequantized as llama.cpp does ([`crate::gguf::dequantize`]).
+//! The matrix product with a weight kept in a GGUF format of 32-value blocks (`Q8_0`,
+//! `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`): rows of blocks exactly as the file stores them, each
+//! block its scale (and minimum) and its quantized values, dequantized as llama.cpp does
+//! ([`crate::gguf::dequantize`]).
 
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::builder::{BuildError, GraphBuilder};
@@ -15,7 +16,7 @@ use crate::ops::{Primitive, ReferenceError};
 /// `x · dequant(w)ᵀ` with `w` in a GGUF block format. Operands: `x` `[.., K]` (`f32`),
 /// `w` `[N, K / block_values * block_bytes]` (`u8`: row `n` is output feature `n`'s `K`
 /// weights as consecutive blocks, a GGUF `[K, N]` tensor's bytes as they are). `K` is a
-/// multiple of the format's block (32 values). Formats: `Q8_0`, `Q4_0`, `Q4_1`.
+/// multiple of the format's block (32 values). Formats: `Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`.
 ///
 /// ```
 /// use rlx::gguf::GgmlType;
@@ -91,9 +92,21 @@ impl BlockMatMul {
     }
 }
 
+/// The formats [`BlockMatMul`] and [`BlockDequantize`](super::BlockDequantize) take.
+pub(super) const BLOCK_FORMATS: [GgmlType; 5] = [
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+];
+
 /// Whether [`BlockMatMul`] takes weights in `format`.
 pub fn block_matmul_supports(format: GgmlType) -> bool {
-    matches!(format, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1)
+    matches!(
+        format,
+        GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1
+    )
 }
 
 impl Primitive for BlockMatMul {
@@ -116,7 +129,7 @@ impl Primitive for BlockMatMul {
         arity(inputs, 2, "2 (x, w)")?;
         if !block_matmul_supports(self.format) {
             return Err(attr_err!(
-                "format {} is not one block_matmul takes (Q8_0, Q4_0, Q4_1)",
+                "format {} is not one block_matmul takes (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1)",
                 self.format.name()
             ));
         }
@@ -229,10 +242,11 @@ pub(super) fn random_blocks(
     let mut out = Vec::with_capacity(blocks * format.block_bytes());
     for _ in 0..blocks {
         out.extend(half(0.002 + 0.05 * next()));
-        if format == GgmlType::Q4_1 {
+        let with_minimum = matches!(format, GgmlType::Q4_1 | GgmlType::Q5_1);
+        if with_minimum {
             out.extend(half(-0.2 * next()));
         }
-        let values = format.block_bytes() - if format == GgmlType::Q4_1 { 4 } else { 2 };
+        let values = format.block_bytes() - if with_minimum { 4 } else { 2 };
         out.extend((0..values).map(|_| (next() * 256.0) as u8));
     }
     out
@@ -241,7 +255,7 @@ pub(super) fn random_blocks(
 /// A new f32 input whose last axis is a multiple of 32, times a new weight of random
 /// blocks.
 fn random_block_matmul(s: &mut dyn Sampler) -> Sampled {
-    let format = pick(s, &[GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1]);
+    let format = pick(s, &BLOCK_FORMATS);
     let k = 32 * (1 + s.below(3));
     let n = 1 + s.below(5);
     let mut x_dims: Vec<Dim> = (0..s.below(3)).map(|_| s.dim()).collect();

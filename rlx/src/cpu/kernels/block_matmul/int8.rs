@@ -14,7 +14,7 @@ use std::cell::RefCell;
 use super::{BlockDims, GEMM_ROWS, VALUES};
 use crate::cpu::kernels::layout::SharedMut;
 use crate::cpu::kernels::simd::{Isa, isa, vectorized};
-use crate::gguf::{Block, Q4_0Block, Q4_1Block, Q8_0Block};
+use crate::gguf::{Block, Q4_0Block, Q4_1Block, Q5_0Block, Q5_1Block, Q8_0Block};
 
 /// How far ahead of the block being multiplied a decode kernel fetches the weight, in
 /// bytes: the hardware prefetchers alone keep too few lines in flight to stream a weight at
@@ -29,30 +29,64 @@ pub(super) enum Offset {
     None,
     /// `d · (q − 8)` with `q` a nibble (`Q4_0`).
     Eight,
-    /// `d · q + m` with `q` a nibble and `m` the block's minimum (`Q4_1`).
+    /// `d · (q − 16)` with `q` five bits (`Q5_0`).
+    Sixteen,
+    /// `d · q + m` with `q` a nibble or five bits and `m` the block's minimum (`Q4_1`,
+    /// `Q5_1`).
     Minimum,
 }
 
-/// A block format as the integer kernels read it.
+impl Offset {
+    /// The factor of the activations' sum: `−8 d`, `−16 d`, `m` or 0, `m` read by `minimum`.
+    #[inline(always)]
+    fn factor(self, scale: f32, minimum: impl FnOnce() -> f32) -> f32 {
+        match self {
+            Offset::None => 0.0,
+            Offset::Eight => -8.0 * scale,
+            Offset::Sixteen => -16.0 * scale,
+            Offset::Minimum => minimum(),
+        }
+    }
+}
+
+/// A block format as the integer kernels read it: an f16 scale at byte 0 (and the minimum
+/// at byte 2), then the values.
 pub(super) trait IntBlock: Block {
-    /// Bytes before the 32 quantized values: the f16 scale (and minimum).
-    const HEAD: usize;
     const OFFSET: Offset;
+    /// Where the 32 signed bytes or 16 bytes of nibbles start.
+    const VALUES_AT: usize;
+    /// Where the 32 fifth bits (one little-endian word) are, in the 5-bit formats.
+    const FIFTH_BITS_AT: Option<usize>;
 }
 
 impl IntBlock for Q8_0Block {
-    const HEAD: usize = 2;
     const OFFSET: Offset = Offset::None;
+    const VALUES_AT: usize = 2;
+    const FIFTH_BITS_AT: Option<usize> = None;
 }
 
 impl IntBlock for Q4_0Block {
-    const HEAD: usize = 2;
     const OFFSET: Offset = Offset::Eight;
+    const VALUES_AT: usize = 2;
+    const FIFTH_BITS_AT: Option<usize> = None;
 }
 
 impl IntBlock for Q4_1Block {
-    const HEAD: usize = 4;
     const OFFSET: Offset = Offset::Minimum;
+    const VALUES_AT: usize = 4;
+    const FIFTH_BITS_AT: Option<usize> = None;
+}
+
+impl IntBlock for Q5_0Block {
+    const OFFSET: Offset = Offset::Sixteen;
+    const VALUES_AT: usize = 6;
+    const FIFTH_BITS_AT: Option<usize> = Some(2);
+}
+
+impl IntBlock for Q5_1Block {
+    const OFFSET: Offset = Offset::Minimum;
+    const VALUES_AT: usize = 8;
+    const FIFTH_BITS_AT: Option<usize> = Some(4);
 }
 
 /// The f16 at `b[at..at + 2]` as f32.
@@ -176,30 +210,25 @@ fn features_scalar<F: IntBlock>(
 }
 
 /// A block's 32 integers into `ints`, its scale, and the factor of the activations' sum
-/// (`−8 d`, `m` or 0).
+/// (`−8 d`, `−16 d`, `m` or 0).
 #[inline(always)]
 pub(super) fn block_integers<F: IntBlock>(block: &[u8], ints: &mut [i32; VALUES]) -> (f32, f32) {
     let scale = half_at(block, 0);
-    let values = &block[F::HEAD..F::BYTES];
-    match F::OFFSET {
-        Offset::None => {
-            for (i, v) in ints.iter_mut().zip(values) {
-                *i = i32::from(*v as i8);
-            }
-            (scale, 0.0)
+    let values = &block[F::VALUES_AT..F::BYTES];
+    if F::OFFSET == Offset::None {
+        for (i, v) in ints.iter_mut().zip(values) {
+            *i = i32::from(*v as i8);
         }
-        Offset::Eight | Offset::Minimum => {
-            for (j, v) in values.iter().enumerate() {
-                ints[j] = i32::from(v & 0xF);
-                ints[j + 16] = i32::from(v >> 4);
-            }
-            let offset = match F::OFFSET {
-                Offset::Eight => -8.0 * scale,
-                _ => half_at(block, 2),
-            };
-            (scale, offset)
+    } else {
+        let fifth = F::FIFTH_BITS_AT.map_or(0, |at| {
+            u32::from_le_bytes([block[at], block[at + 1], block[at + 2], block[at + 3]])
+        });
+        for (j, v) in values.iter().enumerate() {
+            ints[j] = i32::from(v & 0xF) | (((fifth >> j) & 1) << 4) as i32;
+            ints[j + 16] = i32::from(v >> 4) | (((fifth >> (j + 16)) & 1) << 4) as i32;
         }
     }
+    (scale, F::OFFSET.factor(scale, || half_at(block, 2)))
 }
 
 /// The integer kernels in AVX2 and AVX-512 VNNI intrinsics, on 256-bit vectors: one block
@@ -231,21 +260,37 @@ mod wide {
         }
     }
 
-    /// A block's 32 integers as bytes, in value order: nibbles (0..=15, low ones first) or
-    /// signed bytes.
+    /// A block's 32 integers as bytes, in value order: nibbles (0..=15, low ones first,
+    /// with their fifth bits in the 5-bit formats) or signed bytes.
     #[inline(always)]
     unsafe fn integers<F: IntBlock>(block: *const u8) -> __m256i {
         // SAFETY: `F::BYTES` readable bytes at `block` (the callers' contract).
         unsafe {
-            let values = block.add(F::HEAD);
-            match F::OFFSET {
-                Offset::None => _mm256_loadu_si256(values.cast()),
-                Offset::Eight | Offset::Minimum => {
-                    let q = _mm_loadu_si128(values.cast());
-                    let both = _mm256_set_m128i(_mm_srli_epi16::<4>(q), q);
-                    _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
-                }
+            let values = block.add(F::VALUES_AT);
+            if F::OFFSET == Offset::None {
+                return _mm256_loadu_si256(values.cast());
             }
+            let q = _mm_loadu_si128(values.cast());
+            let both = _mm256_set_m128i(_mm_srli_epi16::<4>(q), q);
+            let nibbles = _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+            let Some(at) = F::FIFTH_BITS_AT else {
+                return nibbles;
+            };
+            // Bit j of the word to 0x10 in byte j: each byte takes the word's byte j / 8,
+            // ORs in every bit but j % 8, and is all ones exactly when bit j % 8 was set.
+            let word = block.add(at).cast::<i32>().read_unaligned();
+            let spread = _mm256_shuffle_epi8(
+                _mm256_set1_epi32(word),
+                _mm256_setr_epi64x(
+                    0,
+                    0x0101_0101_0101_0101,
+                    0x0202_0202_0202_0202,
+                    0x0303_0303_0303_0303,
+                ),
+            );
+            let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+            let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
+            _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(0x10)))
         }
     }
 
@@ -336,11 +381,7 @@ mod wide {
                         let block = self.w.as_ptr().add(f * row_bytes + b * F::BYTES);
                         _mm_prefetch::<_MM_HINT_T0>(block.wrapping_add(AHEAD).cast());
                         let scale = half(block);
-                        let offset = match F::OFFSET {
-                            Offset::None => 0.0,
-                            Offset::Eight => -8.0 * scale,
-                            Offset::Minimum => half(block.add(2)),
-                        };
+                        let offset = F::OFFSET.factor(scale, || half(block.add(2)));
                         let ints = integers::<F>(block);
                         let magnitudes = match F::OFFSET {
                             Offset::None => _mm256_sign_epi8(ints, ints),
@@ -438,10 +479,11 @@ mod tests {
         let mut out = Vec::new();
         for _ in 0..count {
             out.extend(half::f16::from_f64(0.001 + 0.05 * rng.next()).to_le_bytes());
-            if format == GgmlType::Q4_1 {
+            let with_minimum = matches!(format, GgmlType::Q4_1 | GgmlType::Q5_1);
+            if with_minimum {
                 out.extend(half::f16::from_f64(-0.3 * rng.next()).to_le_bytes());
             }
-            let head = if format == GgmlType::Q4_1 { 4 } else { 2 };
+            let head = if with_minimum { 4 } else { 2 };
             out.extend((head..format.block_bytes()).map(|_| (rng.next() * 256.0) as u8));
         }
         out
@@ -452,7 +494,14 @@ mod tests {
     #[test]
     fn int8_products_are_the_integer_sums_and_within_the_bound() {
         let mut rng = Numbers(7);
-        for format in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
+        let formats = [
+            GgmlType::Q8_0,
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+        ];
+        for format in formats {
             for rows in [1usize, 3, 15] {
                 let (n, k) = (37, 96);
                 let w = blocks(format, n * k / VALUES, &mut rng);
@@ -506,7 +555,9 @@ mod tests {
                         match format {
                             GgmlType::Q8_0 => $f::<Q8_0Block>,
                             GgmlType::Q4_0 => $f::<Q4_0Block>,
-                            _ => $f::<Q4_1Block>,
+                            GgmlType::Q4_1 => $f::<Q4_1Block>,
+                            GgmlType::Q5_0 => $f::<Q5_0Block>,
+                            _ => $f::<Q5_1Block>,
                         }
                     };
                 }

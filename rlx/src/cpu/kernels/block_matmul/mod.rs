@@ -16,7 +16,7 @@ use std::cell::RefCell;
 use super::gemm::{GemmAcc, GemmDims, GemmPlan, gemm, kernel_shape};
 use super::layout::{SharedMut, parallel};
 use super::simd::{Isa, VectorKernel, isa, vectorized};
-use crate::gguf::{Block, GgmlType, Q4_0Block, Q4_1Block, Q8_0Block};
+use crate::gguf::{Block, GgmlType, Q4_0Block, Q4_1Block, Q5_0Block, Q5_1Block, Q8_0Block};
 use crate::ir::{ActivationPrecision, DType};
 
 /// Values per block of every format the product takes.
@@ -83,6 +83,8 @@ pub(crate) fn block_matmul(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) 
         GgmlType::Q8_0 => product::<Q8_0Block>(d, x, w, out),
         GgmlType::Q4_0 => product::<Q4_0Block>(d, x, w, out),
         GgmlType::Q4_1 => product::<Q4_1Block>(d, x, w, out),
+        GgmlType::Q5_0 => product::<Q5_0Block>(d, x, w, out),
+        GgmlType::Q5_1 => product::<Q5_1Block>(d, x, w, out),
         // The op's type check admits no other format.
         _ => out.fill(f32::NAN),
     }
@@ -95,6 +97,8 @@ pub(crate) fn block_dequantize(format: GgmlType, w: &[u8], out: &mut [f32]) {
         GgmlType::Q8_0 => dequantize_blocks::<Q8_0Block>(w, out),
         GgmlType::Q4_0 => dequantize_blocks::<Q4_0Block>(w, out),
         GgmlType::Q4_1 => dequantize_blocks::<Q4_1Block>(w, out),
+        GgmlType::Q5_0 => dequantize_blocks::<Q5_0Block>(w, out),
+        GgmlType::Q5_1 => dequantize_blocks::<Q5_1Block>(w, out),
         // The op's type check admits no other format.
         _ => out.fill(f32::NAN),
     }
@@ -325,7 +329,7 @@ mod wide {
     use std::arch::x86_64::*;
 
     use super::{BlockDims, GEMM_ROWS, SharedMut, VALUES};
-    use crate::gguf::{Block, Q4_0Block, Q4_1Block, Q8_0Block};
+    use crate::gguf::{Block, Q4_0Block, Q4_1Block, Q5_0Block, Q5_1Block, Q8_0Block};
 
     /// A block's 32 values as vectors: two of 16 lanes, or four of 8. Implementations read
     /// `BYTES` bytes at `block`, which the caller guarantees.
@@ -438,6 +442,36 @@ mod wide {
             }
         }
     }
+
+    /// The 5-bit formats through their scalar values (the exact path only; the int8 path
+    /// unpacks their fifth bits in registers).
+    macro_rules! through_values {
+        ($($format:ty),*) => {$(
+            impl Wide for $format {
+                #[inline(always)]
+                unsafe fn avx512(block: *const u8) -> [__m512; 2] {
+                    let mut values = [0f32; VALUES];
+                    // SAFETY: `BYTES` readable bytes at `block` (the trait's contract).
+                    unsafe {
+                        Self::values(std::slice::from_raw_parts(block, Self::BYTES), &mut values);
+                        [_mm512_loadu_ps(values.as_ptr()), _mm512_loadu_ps(values.as_ptr().add(16))]
+                    }
+                }
+
+                #[inline(always)]
+                unsafe fn avx2(block: *const u8) -> [__m256; 4] {
+                    let mut values = [0f32; VALUES];
+                    // SAFETY: as above.
+                    unsafe {
+                        Self::values(std::slice::from_raw_parts(block, Self::BYTES), &mut values);
+                        std::array::from_fn(|i| _mm256_loadu_ps(values.as_ptr().add(8 * i)))
+                    }
+                }
+            }
+        )*};
+    }
+
+    through_values!(Q5_0Block, Q5_1Block);
 
     impl Wide for Q4_1Block {
         #[inline(always)]
