@@ -13,7 +13,7 @@
 //! Gemma 3): a GGUF file, or a Hugging Face folder (`config.json`, safetensors weights,
 //! `tokenizer.json`, the chat template in `tokenizer_config.json`). Weights are
 //! dequantized or converted to float32 when they load, unless `--quant` keeps a GGUF
-//! file's `Q8_0`/`Q4_0`/`Q4_1` tensors in their blocks, multiplied with int8 activations
+//! file's `Q8_0`/`Q4_*`/`Q5_*` tensors in their blocks, multiplied with int8 activations
 //! as llama.cpp does (about 3x faster decoding on a CPU; perplexity 0.5% higher).
 //!
 //! Without `--chat` the prompt is the raw text (the tokenizer adds only what the file asks

@@ -360,7 +360,7 @@ impl<'g, V: Dim, D: Dim, E: Element> Tensor<'g, (V, D), E> {
 }
 
 impl<'g, S: Shape> Tensor<'g, S, u8> {
-    /// The float32 values of rows of GGUF blocks in `format` (`Q8_0`, `Q4_0`, `Q4_1`):
+    /// The float32 values of rows of GGUF blocks in `format` (`Q8_0`, `Q4_*`, `Q5_*`):
     /// `self`'s last dim is bytes, whole blocks of them; the result's last dim, named by
     /// `T`, is their values (checked when the graph is built).
     ///

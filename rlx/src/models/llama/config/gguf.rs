@@ -53,7 +53,7 @@ fn gguf_rope_freqs(
 
 impl LlamaConfig {
     /// Keeps the projection weights and the token table that `file` stores in a format
-    /// [`block_matmul`](crate::ir::BlockMatMul) multiplies in place (`Q8_0`, `Q4_0`, `Q4_1`)
+    /// [`block_matmul`](crate::ir::BlockMatMul) multiplies in place (`Q8_0`, `Q4_*`, `Q5_*`)
     /// in that format: a step then reads a quarter to an eighth of the bytes of float32
     /// weights (the table's rows are dequantized as they are looked up, and a tied output
     /// projection multiplies its blocks). The norms stay float32.
