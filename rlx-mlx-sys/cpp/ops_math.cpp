@@ -478,6 +478,21 @@ int rlx_mlx_quantized_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w,
 
 namespace {
 
+/// Bytes of one 32-value block of GGML type `format` (8 = Q8_0, 2 = Q4_0, 3 = Q4_1,
+/// 6 = Q5_0, 7 = Q5_1); `op` names the caller in the error for any other format.
+int block_bytes_of(int32_t format, const char* op) {
+  switch (format) {
+    case 8: return 34;
+    case 2: return 18;
+    case 3: return 20;
+    case 6: return 22;
+    case 7: return 24;
+    default:
+      throw std::invalid_argument(std::string(op) + ": format " + std::to_string(format) +
+                                  " is not Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1");
+  }
+}
+
 /// GGUF blocks of 32 values as MLX's affine groups of 32, exactly.
 struct AffineBlocks {
   mx::array words;
@@ -492,15 +507,7 @@ struct AffineBlocks {
 /// d * q + m. A block holds values 0..15 in the low nibbles and 16..31 in the high ones;
 /// MLX wants value 2i in the low nibble of byte i.
 AffineBlocks affine_blocks(const mx::array& bytes, int32_t format, const char* op) {
-  int block_bytes = 0;
-  switch (format) {
-    case 8: block_bytes = 34; break;
-    case 2: block_bytes = 18; break;
-    case 3: block_bytes = 20; break;
-    default:
-      throw std::invalid_argument(std::string(op) + ": format " + std::to_string(format) +
-                                  " is not Q8_0, Q4_0 or Q4_1");
-  }
+  const int block_bytes = block_bytes_of(format, op);
   const int n = bytes.shape(0);
   const int nb = bytes.shape(1) / block_bytes;
   const mx::array blocks = mx::reshape(bytes, {n, nb, block_bytes});
@@ -538,7 +545,7 @@ bool five_bit(int32_t format) { return format == 6 || format == 7; }
 /// Q5_0 is d * (q - 16), Q5_1 is d * q + m. Exact: d * q is exact in float32, and the
 /// addition rounds once, as the CPU's dequantization does.
 mx::array five_bit_values(const mx::array& bytes, int32_t format) {
-  const int block_bytes = format == 6 ? 22 : 24;
+  const int block_bytes = block_bytes_of(format, "five_bit_values");
   const int head = format == 6 ? 2 : 4;
   const int n = bytes.shape(0);
   const int nb = bytes.shape(1) / block_bytes;
@@ -591,8 +598,7 @@ int rlx_mlx_block_dequantize(const rlx_mlx_array* w, int32_t format, rlx_mlx_arr
     const int row_bytes = shape.back();
     const int rows = static_cast<int>(bytes.size() / std::max(row_bytes, 1));
     if (rows == 0) {
-      const int block_bytes = format == 8 ? 34 : format == 2 ? 18 : format == 3 ? 20 : format == 6 ? 22 : 24;
-      shape.back() = row_bytes / block_bytes * 32;
+      shape.back() = row_bytes / block_bytes_of(format, "block_dequantize") * 32;
       put(out, mx::zeros(shape, mx::float32));
       return;
     }

@@ -308,7 +308,7 @@ pub(crate) trait Block {
 
 /// The f16 at `b[at..at + 2]` as f32.
 #[inline(always)]
-fn half_f32(b: &[u8], at: usize) -> f32 {
+pub(crate) fn half_f32(b: &[u8], at: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
 }
 

@@ -12,7 +12,7 @@
 //! row-major, so [`TensorInfo::shape`] is the reverse.
 
 mod blocks;
-pub(crate) use blocks::{Block, Q4_0Block, Q4_1Block, Q5_0Block, Q5_1Block, Q8_0Block};
+pub(crate) use blocks::{Block, Q4_0Block, Q4_1Block, Q5_0Block, Q5_1Block, Q8_0Block, half_f32};
 mod parse;
 
 pub use blocks::{DequantizeError, GgmlType, dequantize, dequantize_f64};

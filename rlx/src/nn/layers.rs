@@ -26,6 +26,20 @@ impl<'g, I: Dim, O: Dim, E: Float> Linear<'g, I, O, E> {
     }
 }
 
+/// The weight at `at` (`R` rows of `C` values) as its checkpoint's rows of blocks and the
+/// product that multiplies them, when the config keeps it in a block format and `C` is
+/// known when the graph is built.
+#[track_caller]
+fn kept_blocks<'g, R: Dim, C: Dim>(
+    g: &'g Scope<'g>,
+    at: &ParamPath,
+) -> Option<(Tensor<'g, (R, Dyn), u8>, BlockMatMul)> {
+    let format = g.block_format(at.key())?;
+    let values = g.dim_value::<C>()?;
+    let product = BlockMatMul::exact(format).with_activations(g.block_activations());
+    Some((g.block_param_at::<R>(at, values, format), product))
+}
+
 /// `y = x · W` along the last dim, without a bias (the projections of Llama-family
 /// decoders). The checkpoint stores `weight` `[out, in]`: it is transposed once when
 /// loaded, or, when the config keeps it in a GGUF block format
@@ -46,12 +60,9 @@ impl<'g, I: Dim, O: Dim, E: Float> Params<'g> for Projection<'g, I, O, E> {
     #[track_caller]
     fn declare(g: &'g Scope<'g>, at: &ParamPath) -> Self {
         let at = at.field("weight");
-        let weight = match (g.block_format(at.key()), g.dim_value::<I>()) {
-            (Some(format), Some(inputs)) => ProjectionWeight::Blocks(
-                g.block_param_at::<O>(&at, inputs, format),
-                BlockMatMul::exact(format).with_activations(g.block_activations()),
-            ),
-            _ => ProjectionWeight::Dense(g.param_at(&at.transposed())),
+        let weight = match kept_blocks::<O, I>(g, &at) {
+            Some((w, product)) => ProjectionWeight::Blocks(w, product),
+            None => ProjectionWeight::Dense(g.param_at(&at.transposed())),
         };
         Projection { weight }
     }
@@ -133,12 +144,9 @@ impl<'g, V: Dim, D: Dim> Params<'g> for TokenEmbedding<'g, V, D> {
     #[track_caller]
     fn declare(g: &'g Scope<'g>, at: &ParamPath) -> Self {
         let at = at.field("weight");
-        let table = match (g.block_format(at.key()), g.dim_value::<D>()) {
-            (Some(format), Some(width)) => TokenTable::Blocks(
-                g.block_param_at::<V>(&at, width, format),
-                BlockMatMul::exact(format).with_activations(g.block_activations()),
-            ),
-            _ => TokenTable::Dense(g.param_at(&at)),
+        let table = match kept_blocks::<V, D>(g, &at) {
+            Some((w, product)) => TokenTable::Blocks(w, product),
+            None => TokenTable::Dense(g.param_at(&at)),
         };
         TokenEmbedding { table }
     }

@@ -11,7 +11,7 @@ use crate::ops::sample::{Sampled, Sampler, pick};
 use crate::ops::tolerance::{Bound, Operands};
 use crate::ops::{Primitive, ReferenceError};
 
-use super::block_matmul::{BLOCK_FORMATS, block_matmul_supports, random_blocks};
+use super::block_matmul::{BLOCK_FORMATS, check_block_format, random_blocks};
 
 /// `dequant(w)`: `w` `[.., B]` (`u8`, each row whole blocks of `format`) becomes `[.., K]`
 /// `f32`, `K = B / block_bytes * 32`. Formats: those [`BlockMatMul`](super::BlockMatMul)
@@ -48,12 +48,7 @@ impl Primitive for BlockDequantize {
 
     fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
         arity(inputs, 1, "1 (w)")?;
-        if !block_matmul_supports(self.format) {
-            return Err(attr_err!(
-                "format {} is not one block_dequantize takes (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1)",
-                self.format.name()
-            ));
-        }
+        check_block_format(self.name(), self.format)?;
         require(inputs, 0, |d| d == DType::U8, "u8 (blocks)")?;
         min_rank(inputs, 0, 1)?;
         let w = &inputs[0].shape;

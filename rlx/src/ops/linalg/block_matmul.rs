@@ -103,10 +103,20 @@ pub(super) const BLOCK_FORMATS: [GgmlType; 5] = [
 
 /// Whether [`BlockMatMul`] takes weights in `format`.
 pub fn block_matmul_supports(format: GgmlType) -> bool {
-    matches!(
-        format,
-        GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1
-    )
+    BLOCK_FORMATS.contains(&format)
+}
+
+/// `format` is one of [`BLOCK_FORMATS`], or the error `op` reports.
+pub(super) fn check_block_format(op: &str, format: GgmlType) -> Result<(), InferError> {
+    if block_matmul_supports(format) {
+        return Ok(());
+    }
+    let names: Vec<&str> = BLOCK_FORMATS.iter().map(|f| f.name()).collect();
+    Err(attr_err!(
+        "format {} is not one {op} takes ({})",
+        format.name(),
+        names.join(", ")
+    ))
 }
 
 impl Primitive for BlockMatMul {
@@ -127,12 +137,7 @@ impl Primitive for BlockMatMul {
 
     fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
         arity(inputs, 2, "2 (x, w)")?;
-        if !block_matmul_supports(self.format) {
-            return Err(attr_err!(
-                "format {} is not one block_matmul takes (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1)",
-                self.format.name()
-            ));
-        }
+        check_block_format(self.name(), self.format)?;
         require(inputs, 0, |d| d == DType::F32, "f32")?;
         require(inputs, 1, |d| d == DType::U8, "u8 (blocks)")?;
         min_rank(inputs, 0, 1)?;

@@ -14,7 +14,7 @@ use std::cell::RefCell;
 use super::{BlockDims, GEMM_ROWS, VALUES};
 use crate::cpu::kernels::layout::SharedMut;
 use crate::cpu::kernels::simd::{Isa, isa, vectorized};
-use crate::gguf::{Block, Q4_0Block, Q4_1Block, Q5_0Block, Q5_1Block, Q8_0Block};
+use crate::gguf::{Block, Q4_0Block, Q4_1Block, Q5_0Block, Q5_1Block, Q8_0Block, half_f32};
 
 /// How far ahead of the block being multiplied a decode kernel fetches the weight, in
 /// bytes: the hardware prefetchers alone keep too few lines in flight to stream a weight at
@@ -87,12 +87,6 @@ impl IntBlock for Q5_1Block {
     const OFFSET: Offset = Offset::Minimum;
     const VALUES_AT: usize = 8;
     const FIFTH_BITS_AT: Option<usize> = Some(4);
-}
-
-/// The f16 at `b[at..at + 2]` as f32.
-#[inline(always)]
-fn half_at(b: &[u8], at: usize) -> f32 {
-    half::f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
 }
 
 /// Rows of `x` quantized per block of 32: `values` (row-major, as `x`), and per block its
@@ -213,7 +207,7 @@ fn features_scalar<F: IntBlock>(
 /// (`−8 d`, `−16 d`, `m` or 0).
 #[inline(always)]
 pub(super) fn block_integers<F: IntBlock>(block: &[u8], ints: &mut [i32; VALUES]) -> (f32, f32) {
-    let scale = half_at(block, 0);
+    let scale = half_f32(block, 0);
     let values = &block[F::VALUES_AT..F::BYTES];
     if F::OFFSET == Offset::None {
         for (i, v) in ints.iter_mut().zip(values) {
@@ -228,7 +222,7 @@ pub(super) fn block_integers<F: IntBlock>(block: &[u8], ints: &mut [i32; VALUES]
             ints[j + 16] = i32::from(v >> 4) | (((fifth >> (j + 16)) & 1) << 4) as i32;
         }
     }
-    (scale, F::OFFSET.factor(scale, || half_at(block, 2)))
+    (scale, F::OFFSET.factor(scale, || half_f32(block, 2)))
 }
 
 /// The integer kernels in AVX2 and AVX-512 VNNI intrinsics, on 256-bit vectors: one block

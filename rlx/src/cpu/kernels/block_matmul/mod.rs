@@ -329,7 +329,7 @@ mod wide {
     use std::arch::x86_64::*;
 
     use super::{BlockDims, GEMM_ROWS, SharedMut, VALUES};
-    use crate::gguf::{Block, Q4_0Block, Q4_1Block, Q5_0Block, Q5_1Block, Q8_0Block};
+    use crate::gguf::{Block, Q4_0Block, Q4_1Block, Q5_0Block, Q5_1Block, Q8_0Block, half_f32};
 
     /// A block's 32 values as vectors: two of 16 lanes, or four of 8. Implementations read
     /// `BYTES` bytes at `block`, which the caller guarantees.
@@ -342,18 +342,12 @@ mod wide {
         unsafe fn avx2(block: *const u8) -> [__m256; 4];
     }
 
-    /// The f16 at `at` as an f32.
-    #[inline(always)]
-    fn half(block: &[u8], at: usize) -> f32 {
-        half::f16::from_bits(u16::from_le_bytes([block[at], block[at + 1]])).to_f32()
-    }
-
     impl Wide for Q8_0Block {
         #[inline(always)]
         unsafe fn avx512(block: *const u8) -> [__m512; 2] {
             // SAFETY: 34 readable bytes at `block` (the trait's contract).
             unsafe {
-                let d = _mm512_set1_ps(half(std::slice::from_raw_parts(block, 2), 0));
+                let d = _mm512_set1_ps(half_f32(std::slice::from_raw_parts(block, 2), 0));
                 let q = _mm256_loadu_si256(block.add(2).cast());
                 let lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)));
                 let hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256::<1>(q)));
@@ -365,7 +359,7 @@ mod wide {
         unsafe fn avx2(block: *const u8) -> [__m256; 4] {
             // SAFETY: 34 readable bytes at `block` (the trait's contract).
             unsafe {
-                let d = _mm256_set1_ps(half(std::slice::from_raw_parts(block, 2), 0));
+                let d = _mm256_set1_ps(half_f32(std::slice::from_raw_parts(block, 2), 0));
                 std::array::from_fn(|i| {
                     let q = _mm_loadl_epi64(block.add(2 + 8 * i).cast());
                     _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d)
@@ -427,7 +421,7 @@ mod wide {
         unsafe fn avx512(block: *const u8) -> [__m512; 2] {
             // SAFETY: 18 readable bytes at `block` (the trait's contract).
             unsafe {
-                let d = half(std::slice::from_raw_parts(block, 2), 0);
+                let d = half_f32(std::slice::from_raw_parts(block, 2), 0);
                 // (q - 8) * d == q * d + (-8 d), both exact.
                 affine_avx512(block.add(2), d, -8.0 * d)
             }
@@ -437,7 +431,7 @@ mod wide {
         unsafe fn avx2(block: *const u8) -> [__m256; 4] {
             // SAFETY: 18 readable bytes at `block` (the trait's contract).
             unsafe {
-                let d = half(std::slice::from_raw_parts(block, 2), 0);
+                let d = half_f32(std::slice::from_raw_parts(block, 2), 0);
                 affine_avx2(block.add(2), d, -8.0 * d)
             }
         }
@@ -479,7 +473,7 @@ mod wide {
             // SAFETY: 20 readable bytes at `block` (the trait's contract).
             unsafe {
                 let head = std::slice::from_raw_parts(block, 4);
-                affine_avx512(block.add(4), half(head, 0), half(head, 2))
+                affine_avx512(block.add(4), half_f32(head, 0), half_f32(head, 2))
             }
         }
 
@@ -488,7 +482,7 @@ mod wide {
             // SAFETY: 20 readable bytes at `block` (the trait's contract).
             unsafe {
                 let head = std::slice::from_raw_parts(block, 4);
-                affine_avx2(block.add(4), half(head, 0), half(head, 2))
+                affine_avx2(block.add(4), half_f32(head, 0), half_f32(head, 2))
             }
         }
     }
