@@ -26,6 +26,9 @@ impl<'g, I: Dim, O: Dim, E: Float> Linear<'g, I, O, E> {
     }
 }
 
+/// `R` rows of GGUF blocks, as a checkpoint stores them.
+type BlockRows<'g, R> = Tensor<'g, (R, Dyn), u8>;
+
 /// The weight at `at` (`R` rows of `C` values) as its checkpoint's rows of blocks and the
 /// product that multiplies them, when the config keeps it in a block format and `C` is
 /// known when the graph is built.
@@ -33,7 +36,7 @@ impl<'g, I: Dim, O: Dim, E: Float> Linear<'g, I, O, E> {
 fn kept_blocks<'g, R: Dim, C: Dim>(
     g: &'g Scope<'g>,
     at: &ParamPath,
-) -> Option<(Tensor<'g, (R, Dyn), u8>, BlockMatMul)> {
+) -> Option<(BlockRows<'g, R>, BlockMatMul)> {
     let format = g.block_format(at.key())?;
     let values = g.dim_value::<C>()?;
     let product = BlockMatMul::exact(format).with_activations(g.block_activations());
