@@ -478,8 +478,9 @@ int rlx_mlx_quantized_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w,
 
 namespace {
 
-/// Bytes of one 32-value block of GGML type `format` (8 = Q8_0, 2 = Q4_0, 3 = Q4_1,
-/// 6 = Q5_0, 7 = Q5_1); `op` names the caller in the error for any other format.
+/// Bytes of one block of GGML type `format` (8 = Q8_0, 2 = Q4_0, 3 = Q4_1, 6 = Q5_0,
+/// 7 = Q5_1 of 32 values; 10 to 14 = Q2_K to Q6_K of 256); `op` names the caller in the
+/// error for any other format.
 int block_bytes_of(int32_t format, const char* op) {
   switch (format) {
     case 8: return 34;
@@ -487,11 +488,140 @@ int block_bytes_of(int32_t format, const char* op) {
     case 3: return 20;
     case 6: return 22;
     case 7: return 24;
+    case 10: return 84;
+    case 11: return 110;
+    case 12: return 144;
+    case 13: return 176;
+    case 14: return 210;
     default:
       throw std::invalid_argument(std::string(op) + ": format " + std::to_string(format) +
-                                  " is not Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1");
+                                  " is not Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 or Q2_K to Q6_K");
   }
 }
+
+/// Values of one block of `format`.
+int block_values_of(int32_t format) { return format >= 10 && format <= 14 ? 256 : 32; }
+
+/// A `[n, nb, block_bytes]` view of rows of blocks, cut into fields.
+struct BlockFields {
+  mx::array blocks;
+  int n;
+  int nb;
+
+  BlockFields(const mx::array& bytes, int block_bytes)
+      : blocks(mx::reshape(bytes, {bytes.shape(0), bytes.shape(1) / block_bytes, block_bytes})),
+        n(bytes.shape(0)),
+        nb(bytes.shape(1) / block_bytes) {}
+
+  /// Bytes `start..stop` of every block, `[n, nb, stop - start]`, as `dtype`.
+  mx::array bytes(int start, int stop) const {
+    return mx::astype(mx::slice(blocks, {0, 0, start}, {n, nb, stop}), mx::uint32);
+  }
+
+  /// Bytes `start..stop` of every block as signed bytes, in float32.
+  mx::array signed_bytes(int start, int stop) const {
+    return mx::astype(
+        mx::view(mx::contiguous(mx::slice(blocks, {0, 0, start}, {n, nb, stop})), mx::int8),
+        mx::float32);
+  }
+
+  /// The f16 at byte `at` of every block as float32, `[n, nb, 1]`.
+  mx::array half(int at) const {
+    return mx::astype(
+        mx::view(mx::contiguous(mx::slice(blocks, {0, 0, at}, {n, nb, at + 2})), mx::float16),
+        mx::float32);
+  }
+};
+
+mx::array u32(uint32_t v) { return mx::array(v, mx::uint32); }
+
+/// `v >> shifts & mask` with `shifts` a list broadcast along a new axis before the last.
+mx::array shifted(const mx::array& v, std::vector<uint32_t> shifts, uint32_t mask) {
+  const int count = static_cast<int>(shifts.size());
+  const mx::array by = mx::reshape(mx::array(shifts.begin(), {count}, mx::uint32), {count, 1});
+  return mx::bitwise_and(mx::right_shift(mx::expand_dims(v, -2), by), u32(mask));
+}
+
+/// The 8 6-bit scales and minimums of Q4_K/Q5_K blocks (12 bytes from byte 4), each
+/// `[n, nb, 8]` float32: scales j < 4 are the low 6 bits of bytes j, minimums of bytes
+/// j + 4; j >= 4 take their low 4 bits from byte j + 4 (low or high nibble) and their high
+/// 2 from the top bits of bytes j - 4 (scales) or j (minimums).
+std::pair<mx::array, mx::array> k_scales_minimums(const BlockFields& f) {
+  const mx::array first = f.bytes(4, 8), second = f.bytes(8, 12), third = f.bytes(12, 16);
+  auto join = [](const mx::array& low, const mx::array& high) {
+    return mx::astype(mx::concatenate({low, high}, 2), mx::float32);
+  };
+  const mx::array scales = join(
+      mx::bitwise_and(first, u32(63)),
+      mx::bitwise_or(mx::bitwise_and(third, u32(15)), mx::left_shift(mx::right_shift(first, u32(6)), u32(4))));
+  const mx::array minimums = join(
+      mx::bitwise_and(second, u32(63)),
+      mx::bitwise_or(mx::right_shift(third, u32(4)), mx::left_shift(mx::right_shift(second, u32(6)), u32(4))));
+  return {scales, minimums};
+}
+
+/// Q4_K's nibbles, `[n, nb, 8, 32]` (group c: the low nibbles of bytes 32 (c / 2).. for
+/// even c, the high ones for odd), from 128 bytes at `at`.
+mx::array k_nibbles(const BlockFields& f, int at) {
+  const mx::array qs = mx::reshape(f.bytes(at, at + 128), {f.n, f.nb, 4, 32});
+  return mx::reshape(shifted(qs, {0, 4}, 15), {f.n, f.nb, 8, 32});
+}
+
+/// The float32 values `[n, nb * 256]` of rows of K-quant blocks, each format as
+/// `rlx::gguf` defines it (the scale products first, then the integer, then the minimum).
+mx::array k_quant_values(const mx::array& bytes, int32_t format) {
+  const BlockFields f(bytes, block_bytes_of(format, "k_quant_values"));
+  const int n = f.n, nb = f.nb;
+  auto flat = [&](const mx::array& v) { return mx::reshape(v, {n, nb * 256}); };
+  auto ints = [](const mx::array& v) { return mx::astype(v, mx::float32); };
+  switch (format) {
+    case 10: {  // Q2_K: groups of 16, scale and minimum nibbles, 2-bit values.
+      const mx::array sc = f.bytes(0, 16);
+      const mx::array dl = mx::reshape(mx::multiply(f.half(80), ints(mx::bitwise_and(sc, u32(15)))), {n, nb, 8, 2, 1});
+      const mx::array ml = mx::reshape(mx::multiply(f.half(82), ints(mx::right_shift(sc, u32(4)))), {n, nb, 8, 2, 1});
+      const mx::array qs = mx::reshape(f.bytes(16, 80), {n, nb, 2, 32});
+      const mx::array q = mx::reshape(shifted(qs, {0, 2, 4, 6}, 3), {n, nb, 8, 2, 16});
+      return flat(mx::subtract(mx::multiply(dl, ints(q)), ml));
+    }
+    case 11: {  // Q3_K: groups of 16, 6-bit signed scales, 2-bit values, high bits.
+      const mx::array packed = f.bytes(96, 104);
+      const mx::array low = mx::concatenate({mx::bitwise_and(packed, u32(15)), mx::right_shift(packed, u32(4))}, 2);
+      const mx::array high = mx::reshape(shifted(f.bytes(104, 108), {0, 2, 4, 6}, 3), {n, nb, 16});
+      const mx::array scale = mx::subtract(ints(mx::bitwise_or(low, mx::left_shift(high, u32(4)))), mx::array(32.0f));
+      const mx::array dl = mx::reshape(mx::multiply(f.half(108), scale), {n, nb, 8, 2, 1});
+      const mx::array qs = mx::reshape(f.bytes(32, 96), {n, nb, 2, 32});
+      const mx::array low2 = mx::reshape(shifted(qs, {0, 2, 4, 6}, 3), {n, nb, 8, 32});
+      const mx::array bit = shifted(f.bytes(0, 32), {0, 1, 2, 3, 4, 5, 6, 7}, 1);
+      const mx::array q = mx::subtract(ints(low2), mx::multiply(mx::array(4.0f), mx::subtract(mx::array(1.0f), ints(bit))));
+      return flat(mx::multiply(dl, mx::reshape(q, {n, nb, 8, 2, 16})));
+    }
+    case 12:
+    case 13: {  // Q4_K, Q5_K: groups of 32, 6-bit scales and minimums, (fifth bits,) nibbles.
+      const auto [scales, minimums] = k_scales_minimums(f);
+      const mx::array dl = mx::expand_dims(mx::multiply(f.half(0), scales), -1);
+      const mx::array ml = mx::expand_dims(mx::multiply(f.half(2), minimums), -1);
+      mx::array q = k_nibbles(f, format == 12 ? 16 : 48);
+      if (format == 13) {
+        const mx::array fifth = shifted(f.bytes(16, 48), {0, 1, 2, 3, 4, 5, 6, 7}, 1);
+        q = mx::bitwise_or(q, mx::left_shift(fifth, u32(4)));
+      }
+      return flat(mx::subtract(mx::multiply(dl, ints(q)), ml));
+    }
+    default: {  // Q6_K: groups of 16, signed 8-bit scales, 4 + 2 bits less 32.
+      const mx::array ql = mx::reshape(f.bytes(0, 128), {n, nb, 2, 2, 32});
+      const mx::array low = mx::concatenate({mx::bitwise_and(ql, u32(15)), mx::right_shift(ql, u32(4))}, 3);
+      const mx::array qh = mx::reshape(f.bytes(128, 192), {n, nb, 2, 32});
+      const mx::array high = shifted(qh, {0, 2, 4, 6}, 3);
+      const mx::array q = mx::subtract(ints(mx::bitwise_or(low, mx::left_shift(high, u32(4)))), mx::array(32.0f));
+      const mx::array scale = f.signed_bytes(192, 208);
+      const mx::array dl = mx::reshape(mx::multiply(f.half(208), scale), {n, nb, 2, 4, 2, 1});
+      return flat(mx::multiply(dl, mx::reshape(q, {n, nb, 2, 4, 2, 16})));
+    }
+  }
+}
+
+/// Whether `format` is a K-quant (10 to 14 = Q2_K to Q6_K).
+bool k_quant(int32_t format) { return format >= 10 && format <= 14; }
 
 /// GGUF blocks of 32 values as MLX's affine groups of 32, exactly.
 struct AffineBlocks {
@@ -578,8 +708,9 @@ int rlx_mlx_block_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w, int32_t
                          rlx_mlx_array** out) {
   return guard([&] {
     const mx::array& xv = get(x);
-    if (five_bit(format)) {
-      put(out, mx::matmul(xv, mx::transpose(five_bit_values(get(w), format))));
+    if (five_bit(format) || k_quant(format)) {
+      const mx::array values = k_quant(format) ? k_quant_values(get(w), format) : five_bit_values(get(w), format);
+      put(out, mx::matmul(xv, mx::transpose(values)));
       return;
     }
     const AffineBlocks a = affine_blocks(get(w), format, "block_matmul");
@@ -598,13 +729,15 @@ int rlx_mlx_block_dequantize(const rlx_mlx_array* w, int32_t format, rlx_mlx_arr
     const int row_bytes = shape.back();
     const int rows = static_cast<int>(bytes.size() / std::max(row_bytes, 1));
     if (rows == 0) {
-      shape.back() = row_bytes / block_bytes_of(format, "block_dequantize") * 32;
+      shape.back() = row_bytes / block_bytes_of(format, "block_dequantize") * block_values_of(format);
       put(out, mx::zeros(shape, mx::float32));
       return;
     }
     const mx::array table = mx::reshape(bytes, {rows, row_bytes});
     mx::array values = mx::array(0.0f);
-    if (five_bit(format)) {
+    if (k_quant(format)) {
+      values = k_quant_values(table, format);
+    } else if (five_bit(format)) {
       values = five_bit_values(table, format);
     } else {
       const AffineBlocks a = affine_blocks(table, format, "block_dequantize");

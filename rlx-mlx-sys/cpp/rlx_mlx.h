@@ -340,8 +340,8 @@ int rlx_mlx_solve(const rlx_mlx_array* a, const rlx_mlx_array* b, rlx_mlx_array*
 int rlx_mlx_quantized_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w,
                              const rlx_mlx_array* scales, const rlx_mlx_array* biases,
                              int32_t bits, int32_t group_size, rlx_mlx_array** out);
-/* w is uint8 [N, blocks] in the GGUF block format `format` (its GGML type id: Q8_0, Q4_0 or
-   Q4_1), one row of blocks per output feature. */
+/* w is uint8 [N, blocks] in the GGUF block format `format` (its GGML type id: Q8_0, Q4_0,
+   Q4_1, Q5_0, Q5_1, Q2_K to Q6_K), one row of blocks per output feature. */
 int rlx_mlx_block_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w, int32_t format,
                          rlx_mlx_array** out);
 /* The float32 values of `w`'s rows of GGUF blocks (`[.., row bytes]` -> `[.., values]`). */

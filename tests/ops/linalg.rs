@@ -499,9 +499,9 @@ fn block_matmul_every_format_and_batch_size() {
     let mut rng = Rng(49);
     for format in BLOCK_FORMATS {
         for rows in [1usize, 3, 20] {
-            let (n, k) = (70, 96);
-            let bytes = random_gguf_blocks(&mut rng, format, n * k / 32);
-            let row_bytes = k / 32 * format.block_bytes();
+            let (n, k) = (70, 2 * format.block_values().max(48));
+            let bytes = random_gguf_blocks(&mut rng, format, n * k / format.block_values());
+            let row_bytes = k / format.block_values() * format.block_bytes();
             let mut dense = vec![0f64; n * k];
             for (row, out) in bytes.chunks(row_bytes).zip(dense.chunks_mut(k)) {
                 rlx::gguf::dequantize_f64(format, row, out).unwrap();
@@ -539,28 +539,43 @@ fn block_matmul_every_format_and_batch_size() {
 }
 
 /// The formats `block_matmul` and `block_dequantize` take.
-const BLOCK_FORMATS: [GgmlType; 5] = [
+const BLOCK_FORMATS: [GgmlType; 10] = [
     GgmlType::Q8_0,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
     GgmlType::Q5_1,
+    GgmlType::Q2K,
+    GgmlType::Q3K,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
 ];
 
-/// Random blocks of `format` (scales a small positive f16, minimums negative), `blocks` of
-/// them.
+/// Random blocks of `format`, `blocks` of them: random bytes, then the f16 scale set small
+/// and positive (divided by the largest sub-scale of the K-quants) and the minimum, where
+/// the format has one, of the sign that makes values of both signs.
 fn random_gguf_blocks(rng: &mut Rng, format: GgmlType, blocks: usize) -> Vec<u8> {
+    // (scale's byte, minimum's byte, largest sub-scale, minimum's sign).
+    let (scale_at, minimum_at, sub_scale, sign) = match format {
+        GgmlType::Q4_1 | GgmlType::Q5_1 => (0, Some(2), 1.0, -1.0),
+        GgmlType::Q2K => (80, Some(82), 15.0, 1.0),
+        GgmlType::Q3K => (108, None, 32.0, 1.0),
+        GgmlType::Q4K | GgmlType::Q5K => (0, Some(2), 63.0, 1.0),
+        GgmlType::Q6K => (208, None, 128.0, 1.0),
+        _ => (0, None, 1.0, 1.0),
+    };
+    let mut unit = || rng.int(0, 1000) as f32 / 1000.0;
     let mut bytes = Vec::with_capacity(blocks * format.block_bytes());
     for _ in 0..blocks {
-        let scale = half::f16::from_f32(0.002 + 0.05 * rng.int(0, 1000) as f32 / 1000.0);
-        bytes.extend(scale.to_le_bytes());
-        let with_minimum = matches!(format, GgmlType::Q4_1 | GgmlType::Q5_1);
-        if with_minimum {
-            let min = half::f16::from_f32(-0.2 * rng.int(0, 1000) as f32 / 1000.0);
-            bytes.extend(min.to_le_bytes());
+        let at = bytes.len();
+        bytes.extend((0..format.block_bytes()).map(|_| (unit() * 255.9) as u8));
+        let scale = half::f16::from_f32((0.002 + 0.05 * unit()) / sub_scale);
+        bytes[at + scale_at..][..2].copy_from_slice(&scale.to_le_bytes());
+        if let Some(m) = minimum_at {
+            let min = half::f16::from_f32(sign * 0.2 * unit() / sub_scale);
+            bytes[at + m..][..2].copy_from_slice(&min.to_le_bytes());
         }
-        let head = if with_minimum { 4 } else { 2 };
-        bytes.extend((head..format.block_bytes()).map(|_| rng.int(0, 255) as u8));
     }
     bytes
 }
@@ -575,9 +590,9 @@ fn block_matmul_int8_activations_within_their_bound() {
     let mut rng = Rng(50);
     for format in BLOCK_FORMATS {
         for rows in [1usize, 2, 5, 20] {
-            let (n, k) = (40, 128);
-            let w = random_gguf_blocks(&mut rng, format, n * k / 32);
-            let row_bytes = k / 32 * format.block_bytes();
+            let (n, k) = (40, 2 * format.block_values().max(64));
+            let w = random_gguf_blocks(&mut rng, format, n * k / format.block_values());
+            let row_bytes = k / format.block_values() * format.block_bytes();
             let w = HostTensor::from_vec(w, [n, row_bytes]).unwrap();
             let x = random(&mut rng, DType::F32, &[rows, k], -3.0, 3.0);
             let op = Op::BlockMatMul(
@@ -657,7 +672,7 @@ fn block_dequantize_every_format() {
     for format in BLOCK_FORMATS {
         let (rows, blocks) = (6, 3);
         let bytes = random_gguf_blocks(&mut rng, format, rows * blocks);
-        let mut dense = vec![0f64; rows * blocks * 32];
+        let mut dense = vec![0f64; rows * blocks * format.block_values()];
         rlx::gguf::dequantize_f64(format, &bytes, &mut dense).unwrap();
         let row_bytes = blocks * format.block_bytes();
         let w = HostTensor::from_vec(bytes, [2, 3, row_bytes]).unwrap();
@@ -670,7 +685,7 @@ fn block_dequantize_every_format() {
         );
         let expected = HostTensor::from_vec(
             dense.iter().map(|v| *v as f32).collect::<Vec<_>>(),
-            [2, 3, blocks * 32],
+            [2, 3, blocks * format.block_values()],
         )
         .unwrap();
         check(&g, &[("w", &w)], &[], &[expected], 1.0);
@@ -688,7 +703,7 @@ fn block_dequantize_every_format() {
             .unwrap_err()
             .contains("whole Q4_0 blocks")
     );
-    assert!(build(GgmlType::Q6K, 210).unwrap_err().contains("Q6_K"));
+    assert!(build(GgmlType::Q8K, 292).unwrap_err().contains("Q8_K"));
 }
 
 /// Formats the product does not take, and weights of the wrong width, are build errors.
@@ -708,7 +723,12 @@ fn block_matmul_refuses_other_formats_and_widths() {
             .unwrap_err()
             .contains("68 bytes per row")
     );
-    assert!(build(GgmlType::Q6K, 210).unwrap_err().contains("Q6_K"));
+    assert!(build(GgmlType::Q8K, 292).unwrap_err().contains("Q8_K"));
+    assert!(
+        build(GgmlType::Q4K, 144)
+            .unwrap_err()
+            .contains("not a multiple of the 256-value block")
+    );
 }
 
 #[test]

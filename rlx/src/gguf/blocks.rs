@@ -297,13 +297,15 @@ fn word(b: &[u8], at: usize) -> [u8; 4] {
     [b[at], b[at + 1], b[at + 2], b[at + 3]]
 }
 
-/// A block format that kernels dequantize block by block into `f32` (the values
+/// A block format that kernels dequantize 32 values at a time into `f32` (the values
 /// [`dequantize`] gives, computed alike).
 pub(crate) trait Block {
-    /// Bytes of one block of 32 values.
+    /// Bytes of one block.
     const BYTES: usize;
-    /// The 32 values of `block`.
-    fn values(block: &[u8], out: &mut [f32; 32]);
+    /// Values of one block: 32, or 256 for the K-quants.
+    const VALUES: usize = 32;
+    /// Values `32 · chunk..32 · chunk + 32` of `block`.
+    fn values(block: &[u8], chunk: usize, out: &mut [f32; 32]);
 }
 
 /// The f16 at `b[at..at + 2]` as f32.
@@ -318,7 +320,7 @@ pub(crate) struct Q8_0Block;
 impl Block for Q8_0Block {
     const BYTES: usize = 34;
     #[inline(always)]
-    fn values(b: &[u8], out: &mut [f32; 32]) {
+    fn values(b: &[u8], _: usize, out: &mut [f32; 32]) {
         let d = half_f32(b, 0);
         let q: &[u8; 32] = b[2..34].try_into().expect("a Q8_0 block has 34 bytes");
         for j in 0..32 {
@@ -333,7 +335,7 @@ pub(crate) struct Q4_0Block;
 impl Block for Q4_0Block {
     const BYTES: usize = 18;
     #[inline(always)]
-    fn values(b: &[u8], out: &mut [f32; 32]) {
+    fn values(b: &[u8], _: usize, out: &mut [f32; 32]) {
         let d = half_f32(b, 0);
         let q: &[u8; 16] = b[2..18].try_into().expect("a Q4_0 block has 18 bytes");
         for j in 0..16 {
@@ -351,7 +353,7 @@ pub(crate) struct Q4_1Block;
 impl Block for Q4_1Block {
     const BYTES: usize = 20;
     #[inline(always)]
-    fn values(b: &[u8], out: &mut [f32; 32]) {
+    fn values(b: &[u8], _: usize, out: &mut [f32; 32]) {
         let (d, m) = (half_f32(b, 0), half_f32(b, 2));
         let q: &[u8; 16] = b[4..20].try_into().expect("a Q4_1 block has 20 bytes");
         for j in 0..16 {
@@ -369,7 +371,7 @@ pub(crate) struct Q5_0Block;
 impl Block for Q5_0Block {
     const BYTES: usize = 22;
     #[inline(always)]
-    fn values(b: &[u8], out: &mut [f32; 32]) {
+    fn values(b: &[u8], _: usize, out: &mut [f32; 32]) {
         let d = half_f32(b, 0);
         let q = five_bits(u32::from_le_bytes(word(b, 2)), &b[6..22]);
         for (out, q) in out.iter_mut().zip(q) {
@@ -385,7 +387,7 @@ pub(crate) struct Q5_1Block;
 impl Block for Q5_1Block {
     const BYTES: usize = 24;
     #[inline(always)]
-    fn values(b: &[u8], out: &mut [f32; 32]) {
+    fn values(b: &[u8], _: usize, out: &mut [f32; 32]) {
         let (d, m) = (half_f32(b, 0), half_f32(b, 2));
         let q = five_bits(u32::from_le_bytes(word(b, 4)), &b[8..24]);
         for (out, q) in out.iter_mut().zip(q) {
@@ -464,76 +466,74 @@ fn q8_0<R: Real>(b: &[u8], y: &mut [R]) {
     }
 }
 
+/// A K-quant's 256 values, chunk by chunk of 32 (`chunk(b, c, y)` writes values
+/// `32c..32c + 32` into `y`).
+fn by_chunks<R: Real>(b: &[u8], y: &mut [R], chunk: fn(&[u8], usize, &mut [R])) {
+    for (c, y) in y.chunks_exact_mut(32).enumerate() {
+        chunk(b, c, y);
+    }
+}
+
 /// 256 values in 16 groups of 16: 16 bytes of 4-bit scale (low) and minimum (high) per
 /// group, 64 bytes of 2-bit values, f16 `d` and `dmin`;
-/// `(d · scale) · q − (dmin · min)`.
+/// `(d · scale) · q − (dmin · min)`. Chunk `c` (values `32c..`) takes bits `2 (c mod 4)`
+/// of bytes `32 (c / 4)..+32`, groups `2c` and `2c + 1`.
 fn q2_k<R: Real>(b: &[u8], y: &mut [R]) {
-    let (scales, qs) = (&b[0..16], &b[16..80]);
+    by_chunks(b, y, q2_k_chunk);
+}
+
+fn q2_k_chunk<R: Real>(b: &[u8], c: usize, y: &mut [R]) {
     let (d, dmin): (R, R) = (half(b, 80), half(b, 82));
-    let mut group = 0;
-    for half_block in 0..2 {
-        let q = &qs[half_block * 32..][..32];
-        for shift in [0, 2, 4, 6] {
-            for part in 0..2 {
-                let sc = scales[group];
-                group += 1;
-                let dl = d * int(i32::from(sc & 0xF));
-                let ml = dmin * int(i32::from(sc >> 4));
-                let at = half_block * 128 + shift / 2 * 32 + part * 16;
-                for l in 0..16 {
-                    let v = i32::from((q[part * 16 + l] >> shift) & 3);
-                    y[at + l] = dl * int(v) - ml;
-                }
-            }
+    let q = &b[16 + (c / 4) * 32..][..32];
+    let shift = 2 * (c % 4);
+    for part in 0..2 {
+        let sc = b[2 * c + part];
+        let dl = d * int(i32::from(sc & 0xF));
+        let ml = dmin * int(i32::from(sc >> 4));
+        for l in 0..16 {
+            let v = i32::from((q[part * 16 + l] >> shift) & 3);
+            y[part * 16 + l] = dl * int(v) - ml;
         }
     }
 }
 
 /// The 16 6-bit scales of a Q3_K block, packed in 12 bytes: the low 4 bits of each in the
 /// first 8 bytes (two per byte), the high 2 bits in the last 4.
-fn q3_k_scales(packed: &[u8]) -> [i32; 16] {
-    let mut s = [0; 16];
-    for (j, s) in s.iter_mut().enumerate() {
-        let low = if j < 8 {
-            packed[j] & 0xF
-        } else {
-            packed[j - 8] >> 4
-        };
-        let high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
-        *s = i32::from(low | (high << 4)) - 32;
-    }
-    s
+pub(crate) fn q3_k_scale(packed: &[u8], j: usize) -> i32 {
+    let low = if j < 8 {
+        packed[j] & 0xF
+    } else {
+        packed[j - 8] >> 4
+    };
+    let high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+    i32::from(low | (high << 4)) - 32
 }
 
 /// 256 values in 16 groups of 16: 32 bytes of high bits (bit set: no offset), 64 bytes of
-/// 2-bit values, 12 bytes of 6-bit scales, f16 `d`; `(d · scale) · (q − 4·!high)`.
+/// 2-bit values, 12 bytes of 6-bit scales, f16 `d`; `(d · scale) · (q − 4·!high)`. Chunk
+/// `c` takes bits `2 (c mod 4)` of bytes `32 (c / 4)..+32` and high bit `c` of each of the
+/// 32 bytes, groups `2c` and `2c + 1`.
 fn q3_k<R: Real>(b: &[u8], y: &mut [R]) {
-    let (hmask, qs) = (&b[0..32], &b[32..96]);
-    let scales = q3_k_scales(&b[96..108]);
+    by_chunks(b, y, q3_k_chunk);
+}
+
+fn q3_k_chunk<R: Real>(b: &[u8], c: usize, y: &mut [R]) {
+    let (hmask, q) = (&b[0..32], &b[32 + (c / 4) * 32..][..32]);
     let d: R = half(b, 108);
-    let mut group = 0;
-    let mut mask = 1u8;
-    for half_block in 0..2 {
-        let q = &qs[half_block * 32..][..32];
-        for shift in [0, 2, 4, 6] {
-            for part in 0..2 {
-                let dl = d * int(scales[group]);
-                group += 1;
-                let at = half_block * 128 + shift / 2 * 32 + part * 16;
-                for l in 0..16 {
-                    let i = part * 16 + l;
-                    let low = i32::from((q[i] >> shift) & 3);
-                    let offset = if hmask[i] & mask != 0 { 0 } else { 4 };
-                    y[at + l] = dl * int(low - offset);
-                }
-            }
-            mask <<= 1;
+    let shift = 2 * (c % 4);
+    for part in 0..2 {
+        let dl = d * int(q3_k_scale(&b[96..108], 2 * c + part));
+        for l in 0..16 {
+            let i = part * 16 + l;
+            let low = i32::from((q[i] >> shift) & 3);
+            let offset = if hmask[i] & (1 << c) != 0 { 0 } else { 4 };
+            y[i] = dl * int(low - offset);
         }
     }
 }
 
 /// Scale and minimum `j` (of 8) of a Q4_K/Q5_K block, 6 bits each in 12 bytes.
-fn scale_min(j: usize, q: &[u8]) -> (i32, i32) {
+pub(crate) fn scale_min(j: usize, q: &[u8]) -> (i32, i32) {
     let (d, m) = if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
@@ -546,64 +546,123 @@ fn scale_min(j: usize, q: &[u8]) -> (i32, i32) {
 }
 
 /// 256 values in 8 groups of 32: f16 `d`, `dmin`, 12 bytes of 6-bit scales and minimums,
-/// 128 bytes of nibbles; `(d · scale) · q − (dmin · min)`.
+/// 128 bytes of nibbles; `(d · scale) · q − (dmin · min)`. Group `c` is the low (even `c`)
+/// or high nibbles of bytes `32 (c / 2)..+32`.
 fn q4_k<R: Real>(b: &[u8], y: &mut [R]) {
+    by_chunks(b, y, q4_k_chunk);
+}
+
+fn q4_k_chunk<R: Real>(b: &[u8], c: usize, y: &mut [R]) {
     let (d, dmin): (R, R) = (half(b, 0), half(b, 2));
-    let (scales, qs) = (&b[4..16], &b[16..144]);
-    for chunk in 0..4 {
-        let q = &qs[chunk * 32..][..32];
-        for (nibble, shift) in [(0, 0), (1, 4)] {
-            let (sc, mn) = scale_min(2 * chunk + nibble, scales);
-            let (dl, ml) = (d * int(sc), dmin * int(mn));
-            let at = chunk * 64 + nibble * 32;
-            for l in 0..32 {
-                y[at + l] = dl * int(i32::from((q[l] >> shift) & 0xF)) - ml;
-            }
-        }
+    let q = &b[16 + (c / 2) * 32..][..32];
+    let (sc, mn) = scale_min(c, &b[4..16]);
+    let (dl, ml) = (d * int(sc), dmin * int(mn));
+    let shift = 4 * (c % 2);
+    for l in 0..32 {
+        y[l] = dl * int(i32::from((q[l] >> shift) & 0xF)) - ml;
     }
 }
 
 /// 256 values in 8 groups of 32: as Q4_K with a fifth bit per value from 32 bytes of high
-/// bits (bit `g` of byte `l` for value `l` of group `g`).
+/// bits (bit `c` of byte `l` for value `l` of group `c`).
 fn q5_k<R: Real>(b: &[u8], y: &mut [R]) {
+    by_chunks(b, y, q5_k_chunk);
+}
+
+fn q5_k_chunk<R: Real>(b: &[u8], c: usize, y: &mut [R]) {
     let (d, dmin): (R, R) = (half(b, 0), half(b, 2));
-    let (scales, qh, qs) = (&b[4..16], &b[16..48], &b[48..176]);
-    for chunk in 0..4 {
-        let q = &qs[chunk * 32..][..32];
-        for (nibble, shift) in [(0, 0), (1, 4)] {
-            let group = 2 * chunk + nibble;
-            let (sc, mn) = scale_min(group, scales);
-            let (dl, ml) = (d * int(sc), dmin * int(mn));
-            for l in 0..32 {
-                let high = if qh[l] & (1 << group) != 0 { 16 } else { 0 };
-                let v = i32::from((q[l] >> shift) & 0xF) + high;
-                y[group * 32 + l] = dl * int(v) - ml;
-            }
-        }
+    let (qh, q) = (&b[16..48], &b[48 + (c / 2) * 32..][..32]);
+    let (sc, mn) = scale_min(c, &b[4..16]);
+    let (dl, ml) = (d * int(sc), dmin * int(mn));
+    let shift = 4 * (c % 2);
+    for l in 0..32 {
+        let high = if qh[l] & (1 << c) != 0 { 16 } else { 0 };
+        let v = i32::from((q[l] >> shift) & 0xF) + high;
+        y[l] = dl * int(v) - ml;
     }
 }
 
 /// 256 values in 16 groups of 16: 128 bytes of low nibbles, 64 bytes of 2-bit high parts,
-/// 16 signed 8-bit scales, f16 `d`; `(d · scale) · (q − 32)`.
+/// 16 signed 8-bit scales, f16 `d`; `(d · scale) · (q − 32)`. Chunk `c` (half `h = c / 4`,
+/// part `p = c mod 4`) takes the low (`p` < 2) or high nibbles of bytes
+/// `64h + 32 (p mod 2)..+32`, bits `2p` of bytes `128 + 32h..+32`, scales `8h + 2p` and
+/// `8h + 2p + 1`.
 fn q6_k<R: Real>(b: &[u8], y: &mut [R]) {
+    by_chunks(b, y, q6_k_chunk);
+}
+
+fn q6_k_chunk<R: Real>(b: &[u8], c: usize, y: &mut [R]) {
     let d: R = half(b, 208);
-    for half_block in 0..2 {
-        let ql = &b[half_block * 64..][..64];
-        let qh = &b[128 + half_block * 32..][..32];
-        let sc = &b[192 + half_block * 8..][..8];
-        let out = &mut y[half_block * 128..][..128];
-        for l in 0..32 {
-            let group = l / 16;
-            let q = [
-                (ql[l] & 0xF) | ((qh[l] & 3) << 4),
-                (ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4),
-                (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4),
-                (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4),
-            ];
-            for (k, q) in q.into_iter().enumerate() {
-                let scale = int::<R>(i32::from(sc[group + 2 * k] as i8));
-                out[l + 32 * k] = d * scale * int(i32::from(q) - 32);
+    let (h, p) = (c / 4, c % 4);
+    let ql = &b[h * 64 + 32 * (p % 2)..][..32];
+    let qh = &b[128 + h * 32..][..32];
+    let (low_shift, high_shift) = (4 * (p / 2), 2 * p);
+    for l in 0..32 {
+        let q = ((ql[l] >> low_shift) & 0xF) | (((qh[l] >> high_shift) & 3) << 4);
+        let scale = int::<R>(i32::from(b[192 + h * 8 + 2 * p + l / 16] as i8));
+        y[l] = d * scale * int(i32::from(q) - 32);
+    }
+}
+
+/// The kernels' view of the K-quants: chunk by chunk, through the definitions above.
+macro_rules! k_quant_blocks {
+    ($($(#[$doc:meta])* $name:ident, $bytes:expr, $chunk:ident;)*) => {$(
+        $(#[$doc])*
+        pub(crate) struct $name;
+
+        impl Block for $name {
+            const BYTES: usize = $bytes;
+            const VALUES: usize = 256;
+            #[inline(always)]
+            fn values(block: &[u8], chunk: usize, out: &mut [f32; 32]) {
+                $chunk::<f32>(block, chunk, out);
             }
         }
+    )*};
+}
+
+k_quant_blocks! {
+    /// [`GgmlType::Q2K`] for kernels.
+    Q2KBlock, 84, q2_k_chunk;
+    /// [`GgmlType::Q3K`] for kernels.
+    Q3KBlock, 110, q3_k_chunk;
+    /// [`GgmlType::Q4K`] for kernels.
+    Q4KBlock, 144, q4_k_chunk;
+    /// [`GgmlType::Q5K`] for kernels.
+    Q5KBlock, 176, q5_k_chunk;
+    /// [`GgmlType::Q6K`] for kernels.
+    Q6KBlock, 210, q6_k_chunk;
+}
+
+/// `count` blocks of `format` with random values and modest scales: every byte from
+/// `next` (uniform in `[0, 1)`), then the f16 scale (and minimum) set so that a value's
+/// magnitude stays below about 0.3. For generated tests and benchmarks.
+pub(crate) fn random_blocks(
+    format: GgmlType,
+    count: usize,
+    mut next: impl FnMut() -> f64,
+) -> Vec<u8> {
+    use GgmlType as G;
+    // Where the f16 scale and minimum lie, the largest sub-scale they are multiplied by,
+    // and the minimum's sign (subtracted in the K-quants, added in Q4_1 and Q5_1).
+    let (scale_at, minimum_at, sub_scale, sign) = match format {
+        G::Q4_1 | G::Q5_1 => (0, Some(2), 1.0, -1.0),
+        G::Q2K => (80, Some(82), 15.0, 1.0),
+        G::Q3K => (108, None, 32.0, 1.0),
+        G::Q4K | G::Q5K => (0, Some(2), 63.0, 1.0),
+        G::Q6K => (208, None, 128.0, 1.0),
+        _ => (0, None, 1.0, 1.0),
+    };
+    let half = |v: f64| f16::from_f64(v).to_le_bytes();
+    let size = format.block_bytes();
+    let mut out = Vec::with_capacity(count * size);
+    for _ in 0..count {
+        let at = out.len();
+        out.extend((0..size).map(|_| (next() * 256.0) as u8));
+        out[at + scale_at..][..2].copy_from_slice(&half((0.002 + 0.05 * next()) / sub_scale));
+        if let Some(m) = minimum_at {
+            out[at + m..][..2].copy_from_slice(&half(sign * 0.2 * next() / sub_scale));
+        }
     }
+    out
 }

@@ -12,7 +12,10 @@
 //! row-major, so [`TensorInfo::shape`] is the reverse.
 
 mod blocks;
-pub(crate) use blocks::{Block, Q4_0Block, Q4_1Block, Q5_0Block, Q5_1Block, Q8_0Block, half_f32};
+pub(crate) use blocks::{
+    Block, Q2KBlock, Q3KBlock, Q4_0Block, Q4_1Block, Q4KBlock, Q5_0Block, Q5_1Block, Q5KBlock,
+    Q6KBlock, Q8_0Block, half_f32, q3_k_scale, random_blocks, scale_min,
+};
 mod parse;
 
 pub use blocks::{DequantizeError, GgmlType, dequantize, dequantize_f64};

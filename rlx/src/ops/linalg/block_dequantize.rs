@@ -3,7 +3,7 @@
 
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::builder::{BuildError, GraphBuilder};
-use crate::gguf::{GgmlType, dequantize_f64};
+use crate::gguf::{GgmlType, dequantize_f64, random_blocks};
 use crate::ir::{DType, Dim, InferError, NodeId, Op, TensorType, attr_err};
 use crate::ops::array::{Array, Out};
 use crate::ops::check::{arity, min_rank, require};
@@ -11,10 +11,10 @@ use crate::ops::sample::{Sampled, Sampler, pick};
 use crate::ops::tolerance::{Bound, Operands};
 use crate::ops::{Primitive, ReferenceError};
 
-use super::block_matmul::{BLOCK_FORMATS, check_block_format, random_blocks};
+use super::block_matmul::{BLOCK_FORMATS, check_block_format};
 
 /// `dequant(w)`: `w` `[.., B]` (`u8`, each row whole blocks of `format`) becomes `[.., K]`
-/// `f32`, `K = B / block_bytes * 32`. Formats: those [`BlockMatMul`](super::BlockMatMul)
+/// `f32`, `K = B / block_bytes * block_values`. Formats: those [`BlockMatMul`](super::BlockMatMul)
 /// takes. Gathering rows of a table kept in blocks and dequantizing them is an embedding
 /// lookup that reads the table's bytes as the file stores them.
 ///

@@ -1,11 +1,11 @@
-//! The matrix product with a weight kept in a GGUF format of 32-value blocks (`Q8_0`,
-//! `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`): rows of blocks exactly as the file stores them, each
-//! block its scale (and minimum) and its quantized values, dequantized as llama.cpp does
-//! ([`crate::gguf::dequantize`]).
+//! The matrix product with a weight kept in a GGUF block format (`Q8_0`, `Q4_0`, `Q4_1`,
+//! `Q5_0`, `Q5_1` of 32 values a block; the K-quants `Q2_K` to `Q6_K` of 256): rows of
+//! blocks exactly as the file stores them, each block its scales (and minimums) and its
+//! quantized values, dequantized as llama.cpp does ([`crate::gguf::dequantize`]).
 
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::builder::{BuildError, GraphBuilder};
-use crate::gguf::{GgmlType, dequantize_f64};
+use crate::gguf::{GgmlType, dequantize_f64, random_blocks};
 use crate::ir::{DType, Dim, InferError, NodeId, Op, TensorType, attr_err};
 use crate::ops::array::{Array, Out};
 use crate::ops::check::{arity, exact_rank, min_rank, require};
@@ -16,7 +16,8 @@ use crate::ops::{Primitive, ReferenceError};
 /// `x · dequant(w)ᵀ` with `w` in a GGUF block format. Operands: `x` `[.., K]` (`f32`),
 /// `w` `[N, K / block_values * block_bytes]` (`u8`: row `n` is output feature `n`'s `K`
 /// weights as consecutive blocks, a GGUF `[K, N]` tensor's bytes as they are). `K` is a
-/// multiple of the format's block (32 values). Formats: `Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`.
+/// multiple of the format's block (32 values, 256 for the K-quants). Formats: `Q8_0`,
+/// `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K`.
 ///
 /// ```
 /// use rlx::gguf::GgmlType;
@@ -93,12 +94,17 @@ impl BlockMatMul {
 }
 
 /// The formats [`BlockMatMul`] and [`BlockDequantize`](super::BlockDequantize) take.
-pub(super) const BLOCK_FORMATS: [GgmlType; 5] = [
+pub(super) const BLOCK_FORMATS: [GgmlType; 10] = [
     GgmlType::Q8_0,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
     GgmlType::Q5_1,
+    GgmlType::Q2K,
+    GgmlType::Q3K,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
 ];
 
 /// Whether [`BlockMatMul`] takes weights in `format`.
@@ -236,38 +242,18 @@ fn largest_weight(format: GgmlType, w: Option<&crate::tensor::HostTensor>) -> Op
     Some(dense.iter().fold(0.0f64, |m, v| m.max(v.abs())))
 }
 
-/// Random blocks of `format`: scales (and minimums) of an f16 in a modest range, values
-/// anywhere.
-pub(super) fn random_blocks(
-    format: GgmlType,
-    blocks: usize,
-    mut next: impl FnMut() -> f64,
-) -> Vec<u8> {
-    let half = |v: f64| half::f16::from_f64(v).to_le_bytes();
-    let mut out = Vec::with_capacity(blocks * format.block_bytes());
-    for _ in 0..blocks {
-        out.extend(half(0.002 + 0.05 * next()));
-        let with_minimum = matches!(format, GgmlType::Q4_1 | GgmlType::Q5_1);
-        if with_minimum {
-            out.extend(half(-0.2 * next()));
-        }
-        let values = format.block_bytes() - if with_minimum { 4 } else { 2 };
-        out.extend((0..values).map(|_| (next() * 256.0) as u8));
-    }
-    out
-}
-
-/// A new f32 input whose last axis is a multiple of 32, times a new weight of random
+/// A new f32 input whose last axis is a multiple of the format's block, times a new weight of random
 /// blocks.
 fn random_block_matmul(s: &mut dyn Sampler) -> Sampled {
     let format = pick(s, &BLOCK_FORMATS);
-    let k = 32 * (1 + s.below(3));
+    let k = format.block_values() * (1 + s.below(3));
     let n = 1 + s.below(5);
     let mut x_dims: Vec<Dim> = (0..s.below(3)).map(|_| s.dim()).collect();
     x_dims.push(Dim::from(k));
     let x = s.input(DType::F32, x_dims)?;
-    let bytes = random_blocks(format, n * k / 32, || s.uniform(0.0, 1.0));
-    let row_bytes = k / 32 * format.block_bytes();
+    let blocks = k / format.block_values();
+    let bytes = random_blocks(format, n * blocks, || s.uniform(0.0, 1.0));
+    let row_bytes = blocks * format.block_bytes();
     let values: Vec<f64> = bytes.iter().map(|b| f64::from(*b)).collect();
     let w = s.param(DType::U8, &[n, row_bytes], Some(&values))?;
     let activations = pick(s, &[ActivationPrecision::Exact, ActivationPrecision::Int8]);

@@ -16,10 +16,14 @@ use std::cell::RefCell;
 use super::gemm::{GemmAcc, GemmDims, GemmPlan, gemm, kernel_shape};
 use super::layout::{SharedMut, parallel};
 use super::simd::{Isa, VectorKernel, isa, vectorized};
-use crate::gguf::{Block, GgmlType, Q4_0Block, Q4_1Block, Q5_0Block, Q5_1Block, Q8_0Block};
+use crate::gguf::{
+    Block, GgmlType, Q2KBlock, Q3KBlock, Q4_0Block, Q4_1Block, Q4KBlock, Q5_0Block, Q5_1Block,
+    Q5KBlock, Q6KBlock, Q8_0Block,
+};
 use crate::ir::{ActivationPrecision, DType};
 
-/// Values per block of every format the product takes.
+/// Values the kernels dequantize or multiply at a time: a block of the 32-value formats, an
+/// eighth of a K-quant's.
 const VALUES: usize = 32;
 /// Rows of `x` from which tiles of the weight go through the GEMM.
 const GEMM_ROWS: usize = 16;
@@ -85,13 +89,18 @@ pub(crate) fn block_matmul(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) 
         GgmlType::Q4_1 => product::<Q4_1Block>(d, x, w, out),
         GgmlType::Q5_0 => product::<Q5_0Block>(d, x, w, out),
         GgmlType::Q5_1 => product::<Q5_1Block>(d, x, w, out),
+        GgmlType::Q2K => product::<Q2KBlock>(d, x, w, out),
+        GgmlType::Q3K => product::<Q3KBlock>(d, x, w, out),
+        GgmlType::Q4K => product::<Q4KBlock>(d, x, w, out),
+        GgmlType::Q5K => product::<Q5KBlock>(d, x, w, out),
+        GgmlType::Q6K => product::<Q6KBlock>(d, x, w, out),
         // The op's type check admits no other format.
         _ => out.fill(f32::NAN),
     }
 }
 
-/// `out` = the values of the blocks `w` of `format`, in order (`out.len()` values, a
-/// multiple of 32).
+/// `out` = the values of the blocks `w` of `format`, in order (`out.len()` values, whole
+/// blocks).
 pub(crate) fn block_dequantize(format: GgmlType, w: &[u8], out: &mut [f32]) {
     match format {
         GgmlType::Q8_0 => dequantize_blocks::<Q8_0Block>(w, out),
@@ -99,23 +108,28 @@ pub(crate) fn block_dequantize(format: GgmlType, w: &[u8], out: &mut [f32]) {
         GgmlType::Q4_1 => dequantize_blocks::<Q4_1Block>(w, out),
         GgmlType::Q5_0 => dequantize_blocks::<Q5_0Block>(w, out),
         GgmlType::Q5_1 => dequantize_blocks::<Q5_1Block>(w, out),
+        GgmlType::Q2K => dequantize_blocks::<Q2KBlock>(w, out),
+        GgmlType::Q3K => dequantize_blocks::<Q3KBlock>(w, out),
+        GgmlType::Q4K => dequantize_blocks::<Q4KBlock>(w, out),
+        GgmlType::Q5K => dequantize_blocks::<Q5KBlock>(w, out),
+        GgmlType::Q6K => dequantize_blocks::<Q6KBlock>(w, out),
         // The op's type check admits no other format.
         _ => out.fill(f32::NAN),
     }
 }
 
-/// Every block of `w` into `out`, each block one 32-value "feature" of the tile kernels.
+/// Every block of `w` into `out`, each block one "feature" of the tile kernels.
 fn dequantize_blocks<F: wide::Wide>(w: &[u8], out: &mut [f32]) {
-    let range = 0..out.len() / VALUES;
+    let range = 0..out.len() / F::VALUES;
     match isa() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `isa` returns Avx512 only when the CPU has AVX-512 F/BW/DQ/VL.
-        Isa::Avx512 => unsafe { wide::dequantize_avx512::<F>(VALUES, w, range, out) },
+        Isa::Avx512 => unsafe { wide::dequantize_avx512::<F>(F::VALUES, w, range, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `isa` returns Avx2 only when the CPU has AVX2 and FMA.
-        Isa::Avx2 => unsafe { wide::dequantize_avx2::<F>(VALUES, w, range, out) },
+        Isa::Avx2 => unsafe { wide::dequantize_avx2::<F>(F::VALUES, w, range, out) },
         _ => vectorized(Dequantize::<F> {
-            k: VALUES,
+            k: F::VALUES,
             w,
             range,
             dense: out,
@@ -146,13 +160,14 @@ fn features<F: Block>(
     features: std::ops::Range<usize>,
     out: SharedMut<f32>,
 ) {
-    let row_bytes = d.k / VALUES * F::BYTES;
+    let row_bytes = d.k / F::VALUES * F::BYTES;
     let mut values = [0f32; VALUES];
     for f in features {
         let blocks = &w[f * row_bytes..(f + 1) * row_bytes];
         let mut lanes = [[0f32; LANES]; GEMM_ROWS];
-        for (b, block) in blocks.chunks_exact(F::BYTES).enumerate() {
-            F::values(block, &mut values);
+        for b in 0..d.k / VALUES {
+            let (at, chunk) = chunk_at::<F>(b);
+            F::values(&blocks[at..at + F::BYTES], chunk, &mut values);
             for (r, lanes) in lanes.iter_mut().enumerate().take(d.rows) {
                 let xs = &x[r * d.k + b * VALUES..][..VALUES];
                 for (xs, ws) in xs.chunks_exact(LANES).zip(values.chunks_exact(LANES)) {
@@ -168,6 +183,14 @@ fn features<F: Block>(
             unsafe { *out.ptr().add(r * d.n + f) = lanes.iter().sum() };
         }
     }
+}
+
+/// Where the `b`-th run of 32 values of a row of `F` blocks lies: the byte offset of its
+/// block in the row, and which 32 of the block's values it is.
+#[inline(always)]
+fn chunk_at<F: Block>(b: usize) -> (usize, usize) {
+    let per_block = F::VALUES / VALUES;
+    (b / per_block * F::BYTES, b % per_block)
 }
 
 /// A range of features as a kernel compiled per instruction set (a struct, so that its body
@@ -202,15 +225,13 @@ impl<F: Block> VectorKernel for Dequantize<'_, F> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
-        let row_bytes = self.k / VALUES * F::BYTES;
+        let row_bytes = self.k / F::VALUES * F::BYTES;
         let mut values = [0f32; VALUES];
         for (f, row) in self.range.zip(self.dense.chunks_exact_mut(self.k)) {
             let blocks = &self.w[f * row_bytes..(f + 1) * row_bytes];
-            for (block, dst) in blocks
-                .chunks_exact(F::BYTES)
-                .zip(row.chunks_exact_mut(VALUES))
-            {
-                F::values(block, &mut values);
+            for (b, dst) in row.chunks_exact_mut(VALUES).enumerate() {
+                let (at, chunk) = chunk_at::<F>(b);
+                F::values(&blocks[at..at + F::BYTES], chunk, &mut values);
                 dst.copy_from_slice(&values);
             }
         }
@@ -328,23 +349,27 @@ fn tiled<F: wide::Wide>(d: &BlockDims, plans: [GemmPlan; 2], x: &[f32], w: &[u8]
 mod wide {
     use std::arch::x86_64::*;
 
-    use super::{BlockDims, GEMM_ROWS, SharedMut, VALUES};
-    use crate::gguf::{Block, Q4_0Block, Q4_1Block, Q5_0Block, Q5_1Block, Q8_0Block, half_f32};
+    use super::{BlockDims, GEMM_ROWS, SharedMut, VALUES, chunk_at};
+    use crate::gguf::{
+        Block, Q2KBlock, Q3KBlock, Q4_0Block, Q4_1Block, Q4KBlock, Q5_0Block, Q5_1Block, Q5KBlock,
+        Q6KBlock, Q8_0Block, half_f32,
+    };
 
-    /// A block's 32 values as vectors: two of 16 lanes, or four of 8. Implementations read
-    /// `BYTES` bytes at `block`, which the caller guarantees.
+    /// 32 of a block's values (`chunk` says which, as in [`Block::values`]) as vectors: two
+    /// of 16 lanes, or four of 8. Implementations read `BYTES` bytes at `block`, which the
+    /// caller guarantees.
     pub(super) trait Wide: Block {
         /// # Safety
         /// AVX-512 F/BW must be available; `block` points at `BYTES` readable bytes.
-        unsafe fn avx512(block: *const u8) -> [__m512; 2];
+        unsafe fn avx512(block: *const u8, chunk: usize) -> [__m512; 2];
         /// # Safety
         /// AVX2 and FMA must be available; `block` points at `BYTES` readable bytes.
-        unsafe fn avx2(block: *const u8) -> [__m256; 4];
+        unsafe fn avx2(block: *const u8, chunk: usize) -> [__m256; 4];
     }
 
     impl Wide for Q8_0Block {
         #[inline(always)]
-        unsafe fn avx512(block: *const u8) -> [__m512; 2] {
+        unsafe fn avx512(block: *const u8, _: usize) -> [__m512; 2] {
             // SAFETY: 34 readable bytes at `block` (the trait's contract).
             unsafe {
                 let d = _mm512_set1_ps(half_f32(std::slice::from_raw_parts(block, 2), 0));
@@ -356,7 +381,7 @@ mod wide {
         }
 
         #[inline(always)]
-        unsafe fn avx2(block: *const u8) -> [__m256; 4] {
+        unsafe fn avx2(block: *const u8, _: usize) -> [__m256; 4] {
             // SAFETY: 34 readable bytes at `block` (the trait's contract).
             unsafe {
                 let d = _mm256_set1_ps(half_f32(std::slice::from_raw_parts(block, 2), 0));
@@ -418,7 +443,7 @@ mod wide {
 
     impl Wide for Q4_0Block {
         #[inline(always)]
-        unsafe fn avx512(block: *const u8) -> [__m512; 2] {
+        unsafe fn avx512(block: *const u8, _: usize) -> [__m512; 2] {
             // SAFETY: 18 readable bytes at `block` (the trait's contract).
             unsafe {
                 let d = half_f32(std::slice::from_raw_parts(block, 2), 0);
@@ -428,7 +453,7 @@ mod wide {
         }
 
         #[inline(always)]
-        unsafe fn avx2(block: *const u8) -> [__m256; 4] {
+        unsafe fn avx2(block: *const u8, _: usize) -> [__m256; 4] {
             // SAFETY: 18 readable bytes at `block` (the trait's contract).
             unsafe {
                 let d = half_f32(std::slice::from_raw_parts(block, 2), 0);
@@ -437,27 +462,29 @@ mod wide {
         }
     }
 
-    /// The 5-bit formats through their scalar values (the exact path only; the int8 path
-    /// unpacks their fifth bits in registers).
+    /// The 5-bit formats and the K-quants through their scalar values (the exact path only;
+    /// the int8 path unpacks their integers in registers).
     macro_rules! through_values {
         ($($format:ty),*) => {$(
             impl Wide for $format {
                 #[inline(always)]
-                unsafe fn avx512(block: *const u8) -> [__m512; 2] {
+                unsafe fn avx512(block: *const u8, chunk: usize) -> [__m512; 2] {
                     let mut values = [0f32; VALUES];
                     // SAFETY: `BYTES` readable bytes at `block` (the trait's contract).
                     unsafe {
-                        Self::values(std::slice::from_raw_parts(block, Self::BYTES), &mut values);
+                        let block = std::slice::from_raw_parts(block, Self::BYTES);
+                        Self::values(block, chunk, &mut values);
                         [_mm512_loadu_ps(values.as_ptr()), _mm512_loadu_ps(values.as_ptr().add(16))]
                     }
                 }
 
                 #[inline(always)]
-                unsafe fn avx2(block: *const u8) -> [__m256; 4] {
+                unsafe fn avx2(block: *const u8, chunk: usize) -> [__m256; 4] {
                     let mut values = [0f32; VALUES];
                     // SAFETY: as above.
                     unsafe {
-                        Self::values(std::slice::from_raw_parts(block, Self::BYTES), &mut values);
+                        let block = std::slice::from_raw_parts(block, Self::BYTES);
+                        Self::values(block, chunk, &mut values);
                         std::array::from_fn(|i| _mm256_loadu_ps(values.as_ptr().add(8 * i)))
                     }
                 }
@@ -465,11 +492,13 @@ mod wide {
         )*};
     }
 
-    through_values!(Q5_0Block, Q5_1Block);
+    through_values!(
+        Q5_0Block, Q5_1Block, Q2KBlock, Q3KBlock, Q4KBlock, Q5KBlock, Q6KBlock
+    );
 
     impl Wide for Q4_1Block {
         #[inline(always)]
-        unsafe fn avx512(block: *const u8) -> [__m512; 2] {
+        unsafe fn avx512(block: *const u8, _: usize) -> [__m512; 2] {
             // SAFETY: 20 readable bytes at `block` (the trait's contract).
             unsafe {
                 let head = std::slice::from_raw_parts(block, 4);
@@ -478,7 +507,7 @@ mod wide {
         }
 
         #[inline(always)]
-        unsafe fn avx2(block: *const u8) -> [__m256; 4] {
+        unsafe fn avx2(block: *const u8, _: usize) -> [__m256; 4] {
             // SAFETY: 20 readable bytes at `block` (the trait's contract).
             unsafe {
                 let head = std::slice::from_raw_parts(block, 4);
@@ -500,15 +529,16 @@ mod wide {
         features: std::ops::Range<usize>,
         out: SharedMut<f32>,
     ) {
-        let row_bytes = d.k / VALUES * F::BYTES;
+        let row_bytes = d.k / F::VALUES * F::BYTES;
         let rows = d.rows.min(GEMM_ROWS);
         assert!(x.len() >= rows * d.k && w.len() >= features.end * row_bytes);
         for f in features {
             let mut sums = [_mm512_setzero_ps(); GEMM_ROWS];
             for b in 0..d.k / VALUES {
-                // SAFETY: block b of feature f lies inside `w` (asserted above), and the
-                // caller guarantees AVX-512.
-                let [lo, hi] = unsafe { F::avx512(w.as_ptr().add(f * row_bytes + b * F::BYTES)) };
+                let (at, chunk) = chunk_at::<F>(b);
+                // SAFETY: the block of run b of feature f lies inside `w` (asserted above),
+                // and the caller guarantees AVX-512.
+                let [lo, hi] = unsafe { F::avx512(w.as_ptr().add(f * row_bytes + at), chunk) };
                 for (r, sum) in sums.iter_mut().enumerate().take(rows) {
                     // SAFETY: values b*32..b*32+32 of row r lie inside `x` (asserted).
                     unsafe {
@@ -537,14 +567,15 @@ mod wide {
         range: std::ops::Range<usize>,
         dense: &mut [f32],
     ) {
-        let row_bytes = k / VALUES * F::BYTES;
+        let row_bytes = k / F::VALUES * F::BYTES;
         assert!(w.len() >= range.end * row_bytes && dense.len() >= range.len() * k);
         for (c, f) in range.enumerate() {
             for b in 0..k / VALUES {
                 // SAFETY: block b of feature f lies inside `w`, values b*32..+32 of row c
                 // inside `dense` (asserted above).
                 unsafe {
-                    let [lo, hi] = F::avx512(w.as_ptr().add(f * row_bytes + b * F::BYTES));
+                    let (at, chunk) = chunk_at::<F>(b);
+                    let [lo, hi] = F::avx512(w.as_ptr().add(f * row_bytes + at), chunk);
                     let at = dense.as_mut_ptr().add(c * k + b * VALUES);
                     _mm512_storeu_ps(at, lo);
                     _mm512_storeu_ps(at.add(16), hi);
@@ -564,13 +595,14 @@ mod wide {
         range: std::ops::Range<usize>,
         dense: &mut [f32],
     ) {
-        let row_bytes = k / VALUES * F::BYTES;
+        let row_bytes = k / F::VALUES * F::BYTES;
         assert!(w.len() >= range.end * row_bytes && dense.len() >= range.len() * k);
         for (c, f) in range.enumerate() {
             for b in 0..k / VALUES {
                 // SAFETY: as in `dequantize_avx512`.
                 unsafe {
-                    let values = F::avx2(w.as_ptr().add(f * row_bytes + b * F::BYTES));
+                    let (at, chunk) = chunk_at::<F>(b);
+                    let values = F::avx2(w.as_ptr().add(f * row_bytes + at), chunk);
                     let at = dense.as_mut_ptr().add(c * k + b * VALUES);
                     for (i, v) in values.iter().enumerate() {
                         _mm256_storeu_ps(at.add(8 * i), *v);
@@ -592,15 +624,16 @@ mod wide {
         features: std::ops::Range<usize>,
         out: SharedMut<f32>,
     ) {
-        let row_bytes = d.k / VALUES * F::BYTES;
+        let row_bytes = d.k / F::VALUES * F::BYTES;
         let rows = d.rows.min(GEMM_ROWS);
         assert!(x.len() >= rows * d.k && w.len() >= features.end * row_bytes);
         for f in features {
             let mut sums = [_mm256_setzero_ps(); GEMM_ROWS];
             for b in 0..d.k / VALUES {
-                // SAFETY: block b of feature f lies inside `w` (asserted above), and the
-                // caller guarantees AVX2.
-                let values = unsafe { F::avx2(w.as_ptr().add(f * row_bytes + b * F::BYTES)) };
+                let (at, chunk) = chunk_at::<F>(b);
+                // SAFETY: the block of run b of feature f lies inside `w` (asserted above),
+                // and the caller guarantees AVX2.
+                let values = unsafe { F::avx2(w.as_ptr().add(f * row_bytes + at), chunk) };
                 for (r, sum) in sums.iter_mut().enumerate().take(rows) {
                     for (i, v) in values.iter().enumerate() {
                         // SAFETY: values b*32+8i..+8 of row r lie inside `x` (asserted).
