@@ -4,15 +4,18 @@
 //! threads. Prints the median time of a run and the weight bytes read per second:
 //!
 //! ```text
-//! cargo run --release --example block_matmul_bench -- [--runs 200]
+//! cargo run --release --example block_matmul_bench -- [--runs 200] [--formats Q4_1,Q6_K]
 //! block_matmul format=Q4_1 activations=int8 threads=2 n=1536 k=576 us=.. gb_s=..
 //! ```
 //!
-//! Single products run on weights that stay in the cache between runs; the last lines
-//! (`chain`) time 128 products in one graph, alternately 576 → 1,536 and back (70 MB of
-//! `Q4_1`), whose weights stream from memory as a decode step's do.
+//! `--formats` lists the formats to time (default `Q4_1,Q4_0,Q8_0`); shapes whose inputs
+//! are not whole blocks of a format (576 in K-quants of 256) are left out. Single products
+//! run on weights that stay in the cache between runs; the last lines (`chain`) time 128
+//! products in one graph of the first format, alternately 576 (512 for K-quants) → 1,536
+//! and back (70 MB of `Q4_1`), whose weights stream from memory as a decode step's do.
 //!
-//! Random blocks: a product's time does not depend on the values.
+//! Random blocks: a product's time does not depend on the values. Every byte has bit 6
+//! clear and bit 2 set, so that any two bytes read as an f16 scale are a normal number.
 
 use std::time::Instant;
 
@@ -28,18 +31,35 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(i) => args.get(i + 1).ok_or("--runs takes a number")?.parse()?,
         None => 200,
     };
+    let formats: Vec<GgmlType> = match args.iter().position(|a| a == "--formats") {
+        Some(i) => args
+            .get(i + 1)
+            .ok_or("--formats takes a list of GGML type names")?
+            .split(',')
+            .map(|name| {
+                (0..64)
+                    .filter_map(GgmlType::from_id)
+                    .find(|t| t.name() == name && rlx::ir::block_matmul_supports(*t))
+                    .ok_or_else(|| format!("{name} is not a format block_matmul takes"))
+            })
+            .collect::<Result<_, _>>()?,
+        None => vec![GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q8_0],
+    };
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut byte = move || {
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
-        (seed >> 24) as u8
+        (seed >> 24) as u8 & 0x3F | 0x04
     };
-    for format in [GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q8_0] {
+    for &format in &formats {
         for activations in [ActivationPrecision::Int8, ActivationPrecision::Exact] {
             for threads in [1, 2] {
                 for (n, k) in [(576, 576), (1536, 576), (576, 1536), (49152, 576)] {
-                    let row_bytes = k / 32 * format.block_bytes();
+                    if k % format.block_values() != 0 {
+                        continue;
+                    }
+                    let row_bytes = k / format.block_values() * format.block_bytes();
                     let mut b = rlx::GraphBuilder::new();
                     let x = b.input("x", DType::F32, [1, k])?;
                     let w = b.param("w", DType::U8, [n, row_bytes])?;
@@ -51,14 +71,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         ..CpuOptions::default()
                     };
                     let exe = CpuBackend::new(options).compile(&b.finish()?)?;
-                    // Scales of a small positive f16 (0x2000), values random.
-                    let blocks: Vec<u8> = (0..n * row_bytes)
-                        .map(|i| match i % format.block_bytes() {
-                            0 => 0x00,
-                            1 => 0x20,
-                            _ => byte(),
-                        })
-                        .collect();
+                    let blocks: Vec<u8> = (0..n * row_bytes).map(|_| byte()).collect();
                     exe.set_weight("w", HostTensor::from_vec(blocks, [n, row_bytes])?.view())?;
                     let x = HostTensor::from_vec(
                         (0..k).map(|i| (i as f32 * 0.37).sin()).collect::<Vec<_>>(),
@@ -91,7 +104,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     for activations in [ActivationPrecision::Int8, ActivationPrecision::Exact] {
         for threads in [1, 2] {
-            chain(activations, threads, runs / 10 + 3, &mut byte)?;
+            chain(formats[0], activations, threads, runs / 10 + 3, &mut byte)?;
         }
     }
     Ok(())
@@ -99,36 +112,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// 128 products in a row, each's output the next one's input.
 fn chain(
+    format: GgmlType,
     activations: ActivationPrecision,
     threads: usize,
     runs: usize,
     byte: &mut impl FnMut() -> u8,
 ) -> Result<(), Box<dyn std::error::Error>> {
     const LAYERS: usize = 128;
-    let format = GgmlType::Q4_1;
+    let hidden = 576 / format.block_values() * format.block_values();
     let mut b = rlx::GraphBuilder::new();
-    let mut h = b.input("x", DType::F32, [1, 576])?;
+    let mut h = b.input("x", DType::F32, [1, hidden])?;
     let mut weights = Vec::new();
     let mut bytes = 0;
     for layer in 0..LAYERS {
         let (n, k) = if layer % 2 == 0 {
-            (1536, 576)
+            (1536, hidden)
         } else {
-            (576, 1536)
+            (hidden, 1536)
         };
-        let row_bytes = k / 32 * format.block_bytes();
+        let row_bytes = k / format.block_values() * format.block_bytes();
         let name = format!("w{layer}");
         let w = b.param(&name, DType::U8, [n, row_bytes])?;
         let op = BlockMatMul::exact(format).with_activations(activations);
         h = b.op(Op::BlockMatMul(op), &[h, w])?;
-        let blocks: Vec<u8> = (0..n * row_bytes)
-            .map(|i| match i % format.block_bytes() {
-                1 => 0x18,
-                0 | 2 => 0x00,
-                3 => 0x98,
-                _ => byte(),
-            })
-            .collect();
+        let blocks: Vec<u8> = (0..n * row_bytes).map(|_| byte()).collect();
         bytes += blocks.len();
         weights.push((name, HostTensor::from_vec(blocks, [n, row_bytes])?));
     }
@@ -142,10 +149,10 @@ fn chain(
         exe.set_weight(name, w.view())?;
     }
     let x = HostTensor::from_vec(
-        (0..576)
+        (0..hidden)
             .map(|i| (i as f32 * 0.37).sin())
             .collect::<Vec<_>>(),
-        [1, 576],
+        [1, hidden],
     )?;
     let inputs = [("x", x.view())];
     let mut outputs = Vec::new();

@@ -533,7 +533,7 @@ fn q3_k_chunk<R: Real>(b: &[u8], c: usize, y: &mut [R]) {
 }
 
 /// Scale and minimum `j` (of 8) of a Q4_K/Q5_K block, 6 bits each in 12 bytes.
-pub(crate) fn scale_min(j: usize, q: &[u8]) -> (i32, i32) {
+fn scale_min(j: usize, q: &[u8]) -> (i32, i32) {
     let (d, m) = if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {

@@ -14,7 +14,7 @@
 mod blocks;
 pub(crate) use blocks::{
     Block, Q2KBlock, Q3KBlock, Q4_0Block, Q4_1Block, Q4KBlock, Q5_0Block, Q5_1Block, Q5KBlock,
-    Q6KBlock, Q8_0Block, half_f32, q3_k_scale, random_blocks, scale_min,
+    Q6KBlock, Q8_0Block, half_f32, q3_k_scale, random_blocks,
 };
 mod parse;
 

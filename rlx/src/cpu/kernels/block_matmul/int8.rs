@@ -15,408 +15,17 @@
 
 use std::cell::RefCell;
 
+use super::formats::{Chunk, IntBlock, Sums};
 use super::{BlockDims, GEMM_ROWS, VALUES};
 use crate::cpu::kernels::layout::SharedMut;
 use crate::cpu::kernels::simd::{Isa, isa, vectorized};
-use crate::gguf::{
-    Block, Q2KBlock, Q3KBlock, Q4_0Block, Q4_1Block, Q4KBlock, Q5_0Block, Q5_1Block, Q5KBlock,
-    Q6KBlock, Q8_0Block, half_f32, q3_k_scale, scale_min,
-};
+use crate::gguf::half_f32;
 
 /// How far ahead of the block being multiplied a decode kernel fetches the weight, in
 /// bytes: the hardware prefetchers alone keep too few lines in flight to stream a weight at
 /// the memory's rate (measured on Zen 4: 256–512 bytes ahead doubles a decode step's
 /// products' speed; 2 KiB ahead is slower again).
 const AHEAD: usize = 512;
-
-/// Which sums of the activations a format's offsets multiply.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Sums {
-    /// None: the values have no offset (`Q8_0`, `Q3_K`, `Q6_K`: signed integers).
-    None,
-    /// The sum of the 32 activations (`Chunk::offsets[0]`).
-    Whole,
-    /// The sum of each half of 16 (`Q2_K`'s minimums per group of 16).
-    Halves,
-}
-
-/// 32 of a block's values as the integer kernels use them: their dot product with 32
-/// activation integers is `scale · (halves[0] · dot(first 16) + halves[1] · dot(last 16))`
-/// plus the offsets times the activations' sums, all times the activations' scale.
-#[derive(Clone, Copy)]
-pub(super) struct Chunk {
-    /// The float factor of the integer dot product.
-    pub scale: f32,
-    /// The factors of the activations' sums: of all 32 (`[0]`) or of each half.
-    pub offsets: [f32; 2],
-    /// The integer scale of each half, where the format has groups of 16.
-    pub halves: [i32; 2],
-}
-
-/// A block format as the integer kernels read it: 32 integers and their factors at a time
-/// (one run of a 32-value block, or one of a K-quant's eight).
-pub(super) trait IntBlock: Block {
-    /// Whether the integers are signed (the vector kernels multiply their magnitudes).
-    const SIGNED: bool;
-    /// Whether each half of 16 has its own integer scale (`Chunk::halves`).
-    const HALVES: bool;
-    /// Which sums of the activations the offsets multiply.
-    const SUMS: Sums;
-    /// Run `c`'s factors; `half(at)` reads the f16 at byte `at` of `block`.
-    fn chunk(block: &[u8], c: usize, half: impl Fn(usize) -> f32) -> Chunk;
-    /// Run `c`'s 32 integers.
-    fn integers(block: &[u8], c: usize, out: &mut [i32; VALUES]);
-    /// Run `c`'s 32 integers as bytes, in value order.
-    ///
-    /// # Safety
-    /// AVX2 must be available; `block` points at `BYTES` readable bytes.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn integers_avx2(block: *const u8, c: usize) -> std::arch::x86_64::__m256i;
-}
-
-/// How a 32-value format's stored integers become its values, besides the scale.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Offset {
-    /// `d · q` with `q` a signed byte (`Q8_0`).
-    None,
-    /// `d · (q − 8)` with `q` a nibble (`Q4_0`).
-    Eight,
-    /// `d · (q − 16)` with `q` five bits (`Q5_0`).
-    Sixteen,
-    /// `d · q + m` with `q` a nibble or five bits and `m` the block's minimum (`Q4_1`,
-    /// `Q5_1`).
-    Minimum,
-}
-
-/// A format of 32-value blocks: an f16 scale at byte 0 (and the minimum at byte 2), then
-/// the values.
-trait Classic: Block {
-    const OFFSET: Offset;
-    /// Where the 32 signed bytes or 16 bytes of nibbles start.
-    const VALUES_AT: usize;
-    /// Where the 32 fifth bits (one little-endian word) are, in the 5-bit formats.
-    const FIFTH_BITS_AT: Option<usize>;
-}
-
-impl Classic for Q8_0Block {
-    const OFFSET: Offset = Offset::None;
-    const VALUES_AT: usize = 2;
-    const FIFTH_BITS_AT: Option<usize> = None;
-}
-
-impl Classic for Q4_0Block {
-    const OFFSET: Offset = Offset::Eight;
-    const VALUES_AT: usize = 2;
-    const FIFTH_BITS_AT: Option<usize> = None;
-}
-
-impl Classic for Q4_1Block {
-    const OFFSET: Offset = Offset::Minimum;
-    const VALUES_AT: usize = 4;
-    const FIFTH_BITS_AT: Option<usize> = None;
-}
-
-impl Classic for Q5_0Block {
-    const OFFSET: Offset = Offset::Sixteen;
-    const VALUES_AT: usize = 6;
-    const FIFTH_BITS_AT: Option<usize> = Some(2);
-}
-
-impl Classic for Q5_1Block {
-    const OFFSET: Offset = Offset::Minimum;
-    const VALUES_AT: usize = 8;
-    const FIFTH_BITS_AT: Option<usize> = Some(4);
-}
-
-impl<F: Classic> IntBlock for F {
-    const SIGNED: bool = matches!(F::OFFSET, Offset::None);
-    const HALVES: bool = false;
-    const SUMS: Sums = if Self::SIGNED {
-        Sums::None
-    } else {
-        Sums::Whole
-    };
-
-    #[inline(always)]
-    fn chunk(_: &[u8], _: usize, half: impl Fn(usize) -> f32) -> Chunk {
-        let scale = half(0);
-        let offset = match F::OFFSET {
-            Offset::None => 0.0,
-            Offset::Eight => -8.0 * scale,
-            Offset::Sixteen => -16.0 * scale,
-            Offset::Minimum => half(2),
-        };
-        Chunk {
-            scale,
-            offsets: [offset, 0.0],
-            halves: [1, 1],
-        }
-    }
-
-    #[inline(always)]
-    fn integers(block: &[u8], _: usize, ints: &mut [i32; VALUES]) {
-        let values = &block[F::VALUES_AT..F::BYTES];
-        if F::OFFSET == Offset::None {
-            for (i, v) in ints.iter_mut().zip(values) {
-                *i = i32::from(*v as i8);
-            }
-            return;
-        }
-        let fifth = F::FIFTH_BITS_AT.map_or(0, |at| {
-            u32::from_le_bytes([block[at], block[at + 1], block[at + 2], block[at + 3]])
-        });
-        for (j, v) in values.iter().enumerate() {
-            ints[j] = i32::from(v & 0xF) | (((fifth >> j) & 1) << 4) as i32;
-            ints[j + 16] = i32::from(v >> 4) | (((fifth >> (j + 16)) & 1) << 4) as i32;
-        }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn integers_avx2(block: *const u8, _: usize) -> std::arch::x86_64::__m256i {
-        use std::arch::x86_64::*;
-        // SAFETY: `F::BYTES` readable bytes at `block` and AVX2 (the caller's contract).
-        unsafe {
-            let values = block.add(F::VALUES_AT);
-            if F::OFFSET == Offset::None {
-                return _mm256_loadu_si256(values.cast());
-            }
-            let q = _mm_loadu_si128(values.cast());
-            let both = _mm256_set_m128i(_mm_srli_epi16::<4>(q), q);
-            let nibbles = _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
-            let Some(at) = F::FIFTH_BITS_AT else {
-                return nibbles;
-            };
-            // Bit j of the word to 0x10 in byte j: each byte takes the word's byte j / 8,
-            // ORs in every bit but j % 8, and is all ones exactly when bit j % 8 was set.
-            let word = block.add(at).cast::<i32>().read_unaligned();
-            let spread = _mm256_shuffle_epi8(
-                _mm256_set1_epi32(word),
-                _mm256_setr_epi64x(
-                    0,
-                    0x0101_0101_0101_0101,
-                    0x0202_0202_0202_0202,
-                    0x0303_0303_0303_0303,
-                ),
-            );
-            let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
-            let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
-            _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(0x10)))
-        }
-    }
-}
-
-/// The vector pieces the K-quants' integers are cut from.
-#[cfg(target_arch = "x86_64")]
-mod bits {
-    use std::arch::x86_64::*;
-
-    /// The 32 bytes at `at`, each shifted right by `shift` and masked with `mask`.
-    ///
-    /// # Safety
-    /// AVX2 must be available; 32 readable bytes at `at`.
-    #[inline(always)]
-    pub(super) unsafe fn field(at: *const u8, shift: usize, mask: i8) -> __m256i {
-        // SAFETY: the caller's contract. A 16-bit shift moves bits across the bytes of a
-        // pair, but the mask keeps only bits that came from the byte itself.
-        unsafe {
-            let v = _mm256_loadu_si256(at.cast());
-            let shifted = _mm256_srl_epi16(v, _mm_cvtsi32_si128(shift as i32));
-            _mm256_and_si256(shifted, _mm256_set1_epi8(mask))
-        }
-    }
-
-    /// Per byte of the 32 at `at`: all ones where bit `bit` is set, else zero.
-    ///
-    /// # Safety
-    /// AVX2 must be available; 32 readable bytes at `at`.
-    #[inline(always)]
-    pub(super) unsafe fn bit_set(at: *const u8, bit: usize) -> __m256i {
-        // SAFETY: the caller's contract.
-        unsafe {
-            let v = _mm256_loadu_si256(at.cast());
-            let b = _mm256_set1_epi8((1u8 << bit) as i8);
-            _mm256_cmpeq_epi8(_mm256_and_si256(v, b), b)
-        }
-    }
-}
-
-impl IntBlock for Q2KBlock {
-    const SIGNED: bool = false;
-    const HALVES: bool = true;
-    const SUMS: Sums = Sums::Halves;
-
-    #[inline(always)]
-    fn chunk(block: &[u8], c: usize, half: impl Fn(usize) -> f32) -> Chunk {
-        let (d, dmin) = (half(80), half(82));
-        let (a, b) = (block[2 * c], block[2 * c + 1]);
-        Chunk {
-            scale: d,
-            offsets: [-dmin * f32::from(a >> 4), -dmin * f32::from(b >> 4)],
-            halves: [i32::from(a & 0xF), i32::from(b & 0xF)],
-        }
-    }
-
-    #[inline(always)]
-    fn integers(block: &[u8], c: usize, ints: &mut [i32; VALUES]) {
-        let q = &block[16 + (c / 4) * 32..][..32];
-        for (i, q) in ints.iter_mut().zip(q) {
-            *i = i32::from((q >> (2 * (c % 4))) & 3);
-        }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn integers_avx2(block: *const u8, c: usize) -> std::arch::x86_64::__m256i {
-        // SAFETY: 84 readable bytes at `block` and AVX2 (the caller's contract).
-        unsafe { bits::field(block.add(16 + (c / 4) * 32), 2 * (c % 4), 3) }
-    }
-}
-
-impl IntBlock for Q3KBlock {
-    const SIGNED: bool = true;
-    const HALVES: bool = true;
-    const SUMS: Sums = Sums::None;
-
-    #[inline(always)]
-    fn chunk(block: &[u8], c: usize, half: impl Fn(usize) -> f32) -> Chunk {
-        let scales = &block[96..108];
-        Chunk {
-            scale: half(108),
-            offsets: [0.0; 2],
-            halves: [q3_k_scale(scales, 2 * c), q3_k_scale(scales, 2 * c + 1)],
-        }
-    }
-
-    #[inline(always)]
-    fn integers(block: &[u8], c: usize, ints: &mut [i32; VALUES]) {
-        let q = &block[32 + (c / 4) * 32..][..32];
-        for (l, i) in ints.iter_mut().enumerate() {
-            let low = i32::from((q[l] >> (2 * (c % 4))) & 3);
-            *i = if block[l] & (1 << c) != 0 {
-                low
-            } else {
-                low - 4
-            };
-        }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn integers_avx2(block: *const u8, c: usize) -> std::arch::x86_64::__m256i {
-        use std::arch::x86_64::*;
-        // SAFETY: 110 readable bytes at `block` and AVX2 (the caller's contract).
-        unsafe {
-            let low = bits::field(block.add(32 + (c / 4) * 32), 2 * (c % 4), 3);
-            let offset = _mm256_andnot_si256(bits::bit_set(block, c), _mm256_set1_epi8(4));
-            _mm256_sub_epi8(low, offset)
-        }
-    }
-}
-
-impl IntBlock for Q4KBlock {
-    const SIGNED: bool = false;
-    const HALVES: bool = false;
-    const SUMS: Sums = Sums::Whole;
-
-    #[inline(always)]
-    fn chunk(block: &[u8], c: usize, half: impl Fn(usize) -> f32) -> Chunk {
-        let (scale, minimum) = scale_min(c, &block[4..16]);
-        Chunk {
-            scale: half(0) * scale as f32,
-            offsets: [-half(2) * minimum as f32, 0.0],
-            halves: [1, 1],
-        }
-    }
-
-    #[inline(always)]
-    fn integers(block: &[u8], c: usize, ints: &mut [i32; VALUES]) {
-        let q = &block[16 + (c / 2) * 32..][..32];
-        for (i, q) in ints.iter_mut().zip(q) {
-            *i = i32::from((q >> (4 * (c % 2))) & 0xF);
-        }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn integers_avx2(block: *const u8, c: usize) -> std::arch::x86_64::__m256i {
-        // SAFETY: 144 readable bytes at `block` and AVX2 (the caller's contract).
-        unsafe { bits::field(block.add(16 + (c / 2) * 32), 4 * (c % 2), 0x0F) }
-    }
-}
-
-impl IntBlock for Q5KBlock {
-    const SIGNED: bool = false;
-    const HALVES: bool = false;
-    const SUMS: Sums = Sums::Whole;
-
-    #[inline(always)]
-    fn chunk(block: &[u8], c: usize, half: impl Fn(usize) -> f32) -> Chunk {
-        Q4KBlock::chunk(block, c, half)
-    }
-
-    #[inline(always)]
-    fn integers(block: &[u8], c: usize, ints: &mut [i32; VALUES]) {
-        let (qh, q) = (&block[16..48], &block[48 + (c / 2) * 32..][..32]);
-        for l in 0..VALUES {
-            let high = i32::from((qh[l] >> c) & 1) << 4;
-            ints[l] = i32::from((q[l] >> (4 * (c % 2))) & 0xF) | high;
-        }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn integers_avx2(block: *const u8, c: usize) -> std::arch::x86_64::__m256i {
-        use std::arch::x86_64::*;
-        // SAFETY: 176 readable bytes at `block` and AVX2 (the caller's contract).
-        unsafe {
-            let low = bits::field(block.add(48 + (c / 2) * 32), 4 * (c % 2), 0x0F);
-            let high = _mm256_and_si256(bits::bit_set(block.add(16), c), _mm256_set1_epi8(0x10));
-            _mm256_or_si256(low, high)
-        }
-    }
-}
-
-impl IntBlock for Q6KBlock {
-    const SIGNED: bool = true;
-    const HALVES: bool = true;
-    const SUMS: Sums = Sums::None;
-
-    #[inline(always)]
-    fn chunk(block: &[u8], c: usize, half: impl Fn(usize) -> f32) -> Chunk {
-        let at = 192 + (c / 4) * 8 + 2 * (c % 4);
-        Chunk {
-            scale: half(208),
-            offsets: [0.0; 2],
-            halves: [i32::from(block[at] as i8), i32::from(block[at + 1] as i8)],
-        }
-    }
-
-    #[inline(always)]
-    fn integers(block: &[u8], c: usize, ints: &mut [i32; VALUES]) {
-        let (h, p) = (c / 4, c % 4);
-        let ql = &block[h * 64 + 32 * (p % 2)..][..32];
-        let qh = &block[128 + h * 32..][..32];
-        for l in 0..VALUES {
-            let q = ((ql[l] >> (4 * (p / 2))) & 0xF) | (((qh[l] >> (2 * p)) & 3) << 4);
-            ints[l] = i32::from(q) - 32;
-        }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn integers_avx2(block: *const u8, c: usize) -> std::arch::x86_64::__m256i {
-        use std::arch::x86_64::*;
-        let (h, p) = (c / 4, c % 4);
-        // SAFETY: 210 readable bytes at `block` and AVX2 (the caller's contract).
-        unsafe {
-            let low = bits::field(block.add(h * 64 + 32 * (p % 2)), 4 * (p / 2), 0x0F);
-            let high = bits::field(block.add(128 + h * 32), 2 * p, 3);
-            let q = _mm256_or_si256(low, _mm256_slli_epi16::<4>(high));
-            _mm256_sub_epi8(q, _mm256_set1_epi8(32))
-        }
-    }
-}
 
 /// Rows of `x` quantized per block of 32: `values` (row-major, as `x`), and per block its
 /// `scale`, `sum` (the scale times the sum of its integers) and the same sum of each half
@@ -539,7 +148,7 @@ fn features_scalar<F: IntBlock>(
             let block = &w[at..at + F::BYTES];
             let c = b % per_block;
             F::integers(block, c, &mut ints);
-            let chunk = F::chunk(block, c, |at| half_f32(block, at));
+            let chunk = F::chunk(&F::head(block, |at| half_f32(block, at)), block, c);
             for (r, sum) in sums.iter_mut().enumerate().take(d.rows) {
                 let at = r * runs + b;
                 let xs = &q.values[at * VALUES..][..VALUES];
@@ -566,6 +175,7 @@ mod wide {
     use std::arch::x86_64::*;
 
     use super::{AHEAD, IntBlock, QuantizedRows, offset_term};
+    use crate::cpu::kernels::block_matmul::formats::half_f16c as half;
     use crate::cpu::kernels::block_matmul::{BlockDims, GEMM_ROWS, VALUES};
     use crate::cpu::kernels::layout::SharedMut;
 
@@ -575,17 +185,6 @@ mod wide {
         *VNNI.get_or_init(|| {
             is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl")
         })
-    }
-
-    /// The f16 at `at` as an f32, by F16C.
-    #[inline(always)]
-    unsafe fn half(at: *const u8) -> f32 {
-        // SAFETY: two readable bytes at `at` (the callers' contract); F16C comes with the
-        // callers' AVX2 (every AVX2 CPU has it) and is enabled on them.
-        unsafe {
-            let bits = i32::from(at.cast::<u16>().read_unaligned());
-            _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)))
-        }
     }
 
     /// The sum of the 8 lanes of `v`.
@@ -668,44 +267,50 @@ mod wide {
                 // SAFETY: AVX is enabled by the callers.
                 let mut sums = [unsafe { _mm256_setzero_ps() }; R];
                 let mut offsets = [0f32; R];
-                for b in 0..runs {
-                    let c = b % per_block;
-                    // SAFETY: run b of feature f lies inside `w`, and rows first..first + R's
-                    // block b inside `q` (the callers' asserts); a prefetch of any address is
-                    // harmless.
-                    unsafe {
-                        let block = self
-                            .w
-                            .as_ptr()
-                            .add(f * row_bytes + b / per_block * F::BYTES);
-                        let ahead = AHEAD + c * F::BYTES / per_block;
-                        _mm_prefetch::<_MM_HINT_T0>(block.wrapping_add(ahead).cast());
-                        let bytes = std::slice::from_raw_parts(block, F::BYTES);
-                        let chunk = F::chunk(bytes, c, |at| half(block.add(at)));
-                        let ints = F::integers_avx2(block, c);
-                        let magnitudes = if F::SIGNED {
-                            _mm256_sign_epi8(ints, ints)
-                        } else {
-                            ints
-                        };
-                        let [low, high] = chunk.halves;
-                        let halves = _mm256_setr_epi32(low, low, low, low, high, high, high, high);
-                        for r in 0..R {
-                            let at = (self.first + r) * runs + b;
-                            let xs = _mm256_loadu_si256(q.values.as_ptr().add(at * VALUES).cast());
-                            let xs = if F::SIGNED {
-                                _mm256_sign_epi8(xs, ints)
+                for at_block in 0..d.k / F::VALUES {
+                    // SAFETY: block `at_block` of feature f lies inside `w` (the callers'
+                    // asserts).
+                    let block = unsafe { self.w.as_ptr().add(f * row_bytes + at_block * F::BYTES) };
+                    // SAFETY: as above, `F::BYTES` bytes.
+                    let bytes = unsafe { std::slice::from_raw_parts(block, F::BYTES) };
+                    // SAFETY: bytes at..at + 2 lie in the block; F16C is enabled by the callers.
+                    let head = F::head(bytes, |at| unsafe { half(block.add(at)) });
+                    for c in 0..per_block {
+                        let b = at_block * per_block + c;
+                        // SAFETY: rows first..first + R's run b lies inside `q` (the callers'
+                        // asserts); a prefetch of any address is harmless; the vector
+                        // instructions are enabled by the callers.
+                        unsafe {
+                            let ahead = AHEAD + c * F::BYTES / per_block;
+                            _mm_prefetch::<_MM_HINT_T0>(block.wrapping_add(ahead).cast());
+                            let chunk = F::chunk(&head, bytes, c);
+                            let ints = F::integers_avx2(block, c);
+                            let magnitudes = if F::SIGNED {
+                                _mm256_sign_epi8(ints, ints)
                             } else {
-                                xs
+                                ints
                             };
-                            let mut lanes = dot(magnitudes, xs);
-                            if F::HALVES {
-                                lanes = _mm256_mullo_epi32(lanes, halves);
+                            let [low, high] = chunk.halves;
+                            let halves =
+                                _mm256_setr_epi32(low, low, low, low, high, high, high, high);
+                            for r in 0..R {
+                                let at = (self.first + r) * runs + b;
+                                let xs =
+                                    _mm256_loadu_si256(q.values.as_ptr().add(at * VALUES).cast());
+                                let xs = if F::SIGNED {
+                                    _mm256_sign_epi8(xs, ints)
+                                } else {
+                                    xs
+                                };
+                                let mut lanes = dot(magnitudes, xs);
+                                if F::HALVES {
+                                    lanes = _mm256_mullo_epi32(lanes, halves);
+                                }
+                                let products = _mm256_cvtepi32_ps(lanes);
+                                let scale = chunk.scale * *q.scales.get_unchecked(at);
+                                sums[r] = _mm256_fmadd_ps(products, _mm256_set1_ps(scale), sums[r]);
+                                offsets[r] += offset_term::<F>(&chunk, q, at);
                             }
-                            let products = _mm256_cvtepi32_ps(lanes);
-                            let factor = _mm256_set1_ps(chunk.scale * *q.scales.get_unchecked(at));
-                            sums[r] = _mm256_fmadd_ps(products, factor, sums[r]);
-                            offsets[r] += offset_term::<F>(&chunk, q, at);
                         }
                     }
                 }
@@ -766,7 +371,10 @@ mod wide {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gguf::{GgmlType, dequantize_f64, random_blocks};
+    use crate::gguf::{
+        GgmlType, Q2KBlock, Q3KBlock, Q4_0Block, Q4_1Block, Q4KBlock, Q5_0Block, Q5_1Block,
+        Q5KBlock, Q6KBlock, Q8_0Block, dequantize_f64, random_blocks,
+    };
 
     /// A little generator of reproducible numbers in `[0, 1)`.
     struct Numbers(u64);

@@ -9,6 +9,7 @@
 //! weights up to the order of the sums; with int8 activations asked for, few rows take
 //! the integer kernels of [`int8`] instead.
 
+mod formats;
 mod int8;
 
 use std::cell::RefCell;
@@ -119,7 +120,7 @@ pub(crate) fn block_dequantize(format: GgmlType, w: &[u8], out: &mut [f32]) {
 }
 
 /// Every block of `w` into `out`, each block one "feature" of the tile kernels.
-fn dequantize_blocks<F: wide::Wide>(w: &[u8], out: &mut [f32]) {
+fn dequantize_blocks<F: formats::IntBlock>(w: &[u8], out: &mut [f32]) {
     let range = 0..out.len() / F::VALUES;
     match isa() {
         #[cfg(target_arch = "x86_64")]
@@ -138,7 +139,7 @@ fn dequantize_blocks<F: wide::Wide>(w: &[u8], out: &mut [f32]) {
     }
 }
 
-fn product<F: wide::Wide + int8::IntBlock>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
+fn product<F: formats::IntBlock>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
     if d.rows == 0 || d.n == 0 {
         return;
     }
@@ -239,7 +240,7 @@ impl<F: Block> VectorKernel for Dequantize<'_, F> {
 }
 
 /// Few rows: features in parallel, each feature's blocks dequantized once for all rows.
-fn decode<F: wide::Wide>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
+fn decode<F: formats::IntBlock>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
     let shared = SharedMut::new(out);
     let run = |range: std::ops::Range<usize>| match isa() {
         #[cfg(target_arch = "x86_64")]
@@ -284,7 +285,13 @@ thread_local! {
 
 /// Many rows: tiles of `TILE` features dequantized to float32 and multiplied by the GEMM,
 /// the tiles spread over the workers.
-fn tiled<F: wide::Wide>(d: &BlockDims, plans: [GemmPlan; 2], x: &[f32], w: &[u8], out: &mut [f32]) {
+fn tiled<F: formats::IntBlock>(
+    d: &BlockDims,
+    plans: [GemmPlan; 2],
+    x: &[f32],
+    w: &[u8],
+    out: &mut [f32],
+) {
     let shared = SharedMut::new(out);
     let tile = |t: usize| {
         let first = t * TILE;
@@ -342,176 +349,130 @@ fn tiled<F: wide::Wide>(d: &BlockDims, plans: [GemmPlan; 2], x: &[f32], w: &[u8]
     }
 }
 
-/// The decode kernels written with AVX-512 and AVX2 intrinsics: each block's values are
-/// widened from bytes to float vectors and multiplied into per-row vector accumulators,
-/// summed across lanes once per feature.
+/// The exact path's kernels written with AVX-512 and AVX2 intrinsics: 32 values of a block
+/// at a time, their integers (as [`formats`] reads them) widened to float vectors and
+/// scaled, then multiplied into per-row vector accumulators (summed across lanes once per
+/// feature) or stored.
 #[cfg(target_arch = "x86_64")]
 mod wide {
     use std::arch::x86_64::*;
 
-    use super::{BlockDims, GEMM_ROWS, SharedMut, VALUES, chunk_at};
-    use crate::gguf::{
-        Block, Q2KBlock, Q3KBlock, Q4_0Block, Q4_1Block, Q4KBlock, Q5_0Block, Q5_1Block, Q5KBlock,
-        Q6KBlock, Q8_0Block, half_f32,
-    };
+    use super::formats::{IntBlock, Sums, half_f16c};
+    use super::{BlockDims, GEMM_ROWS, SharedMut, VALUES};
 
-    /// 32 of a block's values (`chunk` says which, as in [`Block::values`]) as vectors: two
-    /// of 16 lanes, or four of 8. Implementations read `BYTES` bytes at `block`, which the
-    /// caller guarantees.
-    pub(super) trait Wide: Block {
-        /// # Safety
-        /// AVX-512 F/BW must be available; `block` points at `BYTES` readable bytes.
-        unsafe fn avx512(block: *const u8, chunk: usize) -> [__m512; 2];
-        /// # Safety
-        /// AVX2 and FMA must be available; `block` points at `BYTES` readable bytes.
-        unsafe fn avx2(block: *const u8, chunk: usize) -> [__m256; 4];
-    }
-
-    impl Wide for Q8_0Block {
-        #[inline(always)]
-        unsafe fn avx512(block: *const u8, _: usize) -> [__m512; 2] {
-            // SAFETY: 34 readable bytes at `block` (the trait's contract).
-            unsafe {
-                let d = _mm512_set1_ps(half_f32(std::slice::from_raw_parts(block, 2), 0));
-                let q = _mm256_loadu_si256(block.add(2).cast());
-                let lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)));
-                let hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256::<1>(q)));
-                [_mm512_mul_ps(lo, d), _mm512_mul_ps(hi, d)]
-            }
-        }
-
-        #[inline(always)]
-        unsafe fn avx2(block: *const u8, _: usize) -> [__m256; 4] {
-            // SAFETY: 34 readable bytes at `block` (the trait's contract).
-            unsafe {
-                let d = _mm256_set1_ps(half_f32(std::slice::from_raw_parts(block, 2), 0));
-                std::array::from_fn(|i| {
-                    let q = _mm_loadl_epi64(block.add(2 + 8 * i).cast());
-                    _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d)
-                })
-            }
-        }
-    }
-
-    /// The 16 bytes of nibbles at `qs`: values 0..15 (low nibbles) and 16..31 (high).
+    /// The scale and offset of half `h` (of 16 values) of a run.
     #[inline(always)]
-    unsafe fn nibbles(qs: *const u8) -> (__m128i, __m128i) {
-        // SAFETY: 16 readable bytes at `qs` (the callers' contract).
-        unsafe {
-            let q = _mm_loadu_si128(qs.cast());
-            let mask = _mm_set1_epi8(0x0F);
-            (
-                _mm_and_si128(q, mask),
-                _mm_and_si128(_mm_srli_epi16::<4>(q), mask),
-            )
-        }
+    fn factors<F: IntBlock>(chunk: &super::formats::Chunk, h: usize) -> (f32, f32) {
+        let scale = if F::HALVES {
+            chunk.scale * chunk.halves[h] as f32
+        } else {
+            chunk.scale
+        };
+        let offset = match F::SUMS {
+            Sums::None => 0.0,
+            Sums::Whole => chunk.offsets[0],
+            Sums::Halves => chunk.offsets[h],
+        };
+        (scale, offset)
     }
 
-    /// Nibbles at `qs` as 32 floats `q * d + m` (two vectors of 16).
+    /// Run `c` of the block at `block` as two vectors of 16 values.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW and F16C must be available; `block` points at `F::BYTES` readable bytes.
     #[inline(always)]
-    unsafe fn affine_avx512(qs: *const u8, d: f32, m: f32) -> [__m512; 2] {
-        // SAFETY: 16 readable bytes at `qs` (the callers' contract); AVX-512 F enabled by
-        // the caller.
+    unsafe fn values_avx512<F: IntBlock>(
+        head: &F::Head,
+        block: *const u8,
+        c: usize,
+    ) -> [__m512; 2] {
+        // SAFETY: the caller's contract.
         unsafe {
-            let (lo, hi) = nibbles(qs);
-            let (d, m) = (_mm512_set1_ps(d), _mm512_set1_ps(m));
-            let widen = |v| _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v));
-            [
-                _mm512_add_ps(_mm512_mul_ps(widen(lo), d), m),
-                _mm512_add_ps(_mm512_mul_ps(widen(hi), d), m),
-            ]
-        }
-    }
-
-    /// Nibbles at `qs` as 32 floats `q * d + m` (four vectors of 8).
-    #[inline(always)]
-    unsafe fn affine_avx2(qs: *const u8, d: f32, m: f32) -> [__m256; 4] {
-        // SAFETY: 16 readable bytes at `qs` (the callers' contract); AVX2 enabled by the
-        // caller.
-        unsafe {
-            let (lo, hi) = nibbles(qs);
-            let (d, m) = (_mm256_set1_ps(d), _mm256_set1_ps(m));
-            let widen = |v| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
-            [
-                _mm256_add_ps(_mm256_mul_ps(widen(lo), d), m),
-                _mm256_add_ps(_mm256_mul_ps(widen(_mm_srli_si128::<8>(lo)), d), m),
-                _mm256_add_ps(_mm256_mul_ps(widen(hi), d), m),
-                _mm256_add_ps(_mm256_mul_ps(widen(_mm_srli_si128::<8>(hi)), d), m),
-            ]
-        }
-    }
-
-    impl Wide for Q4_0Block {
-        #[inline(always)]
-        unsafe fn avx512(block: *const u8, _: usize) -> [__m512; 2] {
-            // SAFETY: 18 readable bytes at `block` (the trait's contract).
-            unsafe {
-                let d = half_f32(std::slice::from_raw_parts(block, 2), 0);
-                // (q - 8) * d == q * d + (-8 d), both exact.
-                affine_avx512(block.add(2), d, -8.0 * d)
-            }
-        }
-
-        #[inline(always)]
-        unsafe fn avx2(block: *const u8, _: usize) -> [__m256; 4] {
-            // SAFETY: 18 readable bytes at `block` (the trait's contract).
-            unsafe {
-                let d = half_f32(std::slice::from_raw_parts(block, 2), 0);
-                affine_avx2(block.add(2), d, -8.0 * d)
-            }
-        }
-    }
-
-    /// The 5-bit formats and the K-quants through their scalar values (the exact path only;
-    /// the int8 path unpacks their integers in registers).
-    macro_rules! through_values {
-        ($($format:ty),*) => {$(
-            impl Wide for $format {
-                #[inline(always)]
-                unsafe fn avx512(block: *const u8, chunk: usize) -> [__m512; 2] {
-                    let mut values = [0f32; VALUES];
-                    // SAFETY: `BYTES` readable bytes at `block` (the trait's contract).
-                    unsafe {
-                        let block = std::slice::from_raw_parts(block, Self::BYTES);
-                        Self::values(block, chunk, &mut values);
-                        [_mm512_loadu_ps(values.as_ptr()), _mm512_loadu_ps(values.as_ptr().add(16))]
-                    }
+            let chunk = F::chunk(head, std::slice::from_raw_parts(block, F::BYTES), c);
+            let ints = F::integers_avx2(block, c);
+            let parts = [
+                _mm256_castsi256_si128(ints),
+                _mm256_extracti128_si256::<1>(ints),
+            ];
+            std::array::from_fn(|h| {
+                let wide = if F::SIGNED {
+                    _mm512_cvtepi8_epi32(parts[h])
+                } else {
+                    _mm512_cvtepu8_epi32(parts[h])
+                };
+                let (scale, offset) = factors::<F>(&chunk, h);
+                let v = _mm512_mul_ps(_mm512_cvtepi32_ps(wide), _mm512_set1_ps(scale));
+                if F::SUMS == Sums::None {
+                    v
+                } else {
+                    _mm512_add_ps(v, _mm512_set1_ps(offset))
                 }
-
-                #[inline(always)]
-                unsafe fn avx2(block: *const u8, chunk: usize) -> [__m256; 4] {
-                    let mut values = [0f32; VALUES];
-                    // SAFETY: as above.
-                    unsafe {
-                        let block = std::slice::from_raw_parts(block, Self::BYTES);
-                        Self::values(block, chunk, &mut values);
-                        std::array::from_fn(|i| _mm256_loadu_ps(values.as_ptr().add(8 * i)))
-                    }
-                }
-            }
-        )*};
+            })
+        }
     }
 
-    through_values!(
-        Q5_0Block, Q5_1Block, Q2KBlock, Q3KBlock, Q4KBlock, Q5KBlock, Q6KBlock
-    );
-
-    impl Wide for Q4_1Block {
-        #[inline(always)]
-        unsafe fn avx512(block: *const u8, _: usize) -> [__m512; 2] {
-            // SAFETY: 20 readable bytes at `block` (the trait's contract).
-            unsafe {
-                let head = std::slice::from_raw_parts(block, 4);
-                affine_avx512(block.add(4), half_f32(head, 0), half_f32(head, 2))
-            }
+    /// Run `c` of the block at `block` as four vectors of 8 values.
+    ///
+    /// # Safety
+    /// AVX2 and F16C must be available; `block` points at `F::BYTES` readable bytes.
+    #[inline(always)]
+    unsafe fn values_avx2<F: IntBlock>(head: &F::Head, block: *const u8, c: usize) -> [__m256; 4] {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let chunk = F::chunk(head, std::slice::from_raw_parts(block, F::BYTES), c);
+            let ints = F::integers_avx2(block, c);
+            let (low, high) = (
+                _mm256_castsi256_si128(ints),
+                _mm256_extracti128_si256::<1>(ints),
+            );
+            let parts = [
+                low,
+                _mm_srli_si128::<8>(low),
+                high,
+                _mm_srli_si128::<8>(high),
+            ];
+            std::array::from_fn(|i| {
+                let wide = if F::SIGNED {
+                    _mm256_cvtepi8_epi32(parts[i])
+                } else {
+                    _mm256_cvtepu8_epi32(parts[i])
+                };
+                let (scale, offset) = factors::<F>(&chunk, i / 2);
+                let v = _mm256_mul_ps(_mm256_cvtepi32_ps(wide), _mm256_set1_ps(scale));
+                if F::SUMS == Sums::None {
+                    v
+                } else {
+                    _mm256_add_ps(v, _mm256_set1_ps(offset))
+                }
+            })
         }
+    }
 
-        #[inline(always)]
-        unsafe fn avx2(block: *const u8, _: usize) -> [__m256; 4] {
-            // SAFETY: 20 readable bytes at `block` (the trait's contract).
+    /// Calls `each(b, values)` for every run `b` of 32 values of feature `f`'s blocks, the
+    /// values made by `values` from the block's head.
+    ///
+    /// # Safety
+    /// `w` holds at least `f + 1` rows of `k` values' blocks; `values` may read `F::BYTES`
+    /// bytes at the pointer it is given.
+    #[inline(always)]
+    unsafe fn runs<F: IntBlock, V>(
+        k: usize,
+        w: &[u8],
+        f: usize,
+        values: impl Fn(&F::Head, *const u8, usize) -> V,
+        mut each: impl FnMut(usize, V),
+    ) {
+        let per_block = F::VALUES / VALUES;
+        let row_bytes = k / F::VALUES * F::BYTES;
+        for at_block in 0..k / F::VALUES {
+            // SAFETY: block `at_block` of feature f lies inside `w` (the caller's contract).
             unsafe {
-                let head = std::slice::from_raw_parts(block, 4);
-                affine_avx2(block.add(4), half_f32(head, 0), half_f32(head, 2))
+                let block = w.as_ptr().add(f * row_bytes + at_block * F::BYTES);
+                let bytes = std::slice::from_raw_parts(block, F::BYTES);
+                let head = F::head(bytes, |at| half_f16c(block.add(at)));
+                for c in 0..per_block {
+                    each(at_block * per_block + c, values(&head, block, c));
+                }
             }
         }
     }
@@ -519,34 +480,37 @@ mod wide {
     /// Features `features` of every row (fewer than `GEMM_ROWS`), into `out`.
     ///
     /// # Safety
-    /// AVX-512 F/BW/DQ/VL and FMA must be available; `x` holds `rows x k`, `w` `n` rows of
-    /// blocks, `out` `rows x n`, and no other task writes these features.
-    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512dq,avx512vl")]
-    pub(super) unsafe fn features_avx512<F: Wide>(
+    /// AVX-512 F/BW/DQ/VL, FMA and F16C must be available; `x` holds `rows x k`, `w` `n`
+    /// rows of blocks, `out` `rows x n`, and no other task writes these features.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")]
+    pub(super) unsafe fn features_avx512<F: IntBlock>(
         d: &BlockDims,
         x: &[f32],
         w: &[u8],
         features: std::ops::Range<usize>,
         out: SharedMut<f32>,
     ) {
-        let row_bytes = d.k / F::VALUES * F::BYTES;
         let rows = d.rows.min(GEMM_ROWS);
-        assert!(x.len() >= rows * d.k && w.len() >= features.end * row_bytes);
+        assert!(x.len() >= rows * d.k && w.len() >= features.end * (d.k / F::VALUES) * F::BYTES);
         for f in features {
             let mut sums = [_mm512_setzero_ps(); GEMM_ROWS];
-            for b in 0..d.k / VALUES {
-                let (at, chunk) = chunk_at::<F>(b);
-                // SAFETY: the block of run b of feature f lies inside `w` (asserted above),
-                // and the caller guarantees AVX-512.
-                let [lo, hi] = unsafe { F::avx512(w.as_ptr().add(f * row_bytes + at), chunk) };
-                for (r, sum) in sums.iter_mut().enumerate().take(rows) {
-                    // SAFETY: values b*32..b*32+32 of row r lie inside `x` (asserted).
-                    unsafe {
-                        let at = x.as_ptr().add(r * d.k + b * VALUES);
-                        *sum = _mm512_fmadd_ps(_mm512_loadu_ps(at), lo, *sum);
-                        *sum = _mm512_fmadd_ps(_mm512_loadu_ps(at.add(16)), hi, *sum);
-                    }
-                }
+            // SAFETY: `w` holds feature f's blocks (asserted above); the caller guarantees
+            // the instructions.
+            unsafe {
+                runs::<F, _>(
+                    d.k,
+                    w,
+                    f,
+                    |h, b, c| values_avx512::<F>(h, b, c),
+                    |b, [lo, hi]| {
+                        for (r, sum) in sums.iter_mut().enumerate().take(rows) {
+                            // SAFETY: values b*32..b*32+32 of row r lie inside `x` (asserted).
+                            let at = x.as_ptr().add(r * d.k + b * VALUES);
+                            *sum = _mm512_fmadd_ps(_mm512_loadu_ps(at), lo, *sum);
+                            *sum = _mm512_fmadd_ps(_mm512_loadu_ps(at.add(16)), hi, *sum);
+                        }
+                    },
+                );
             }
             for (r, sum) in sums.iter().enumerate().take(rows) {
                 // SAFETY: (r, f) lies inside the rows x n output, and feature f belongs to
@@ -559,27 +523,31 @@ mod wide {
     /// Features `range` of `w` dequantized into `dense`, `k` values a feature.
     ///
     /// # Safety
-    /// AVX-512 F/BW/DQ/VL must be available.
-    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512dq,avx512vl")]
-    pub(super) unsafe fn dequantize_avx512<F: Wide>(
+    /// AVX-512 F/BW/DQ/VL and F16C must be available.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")]
+    pub(super) unsafe fn dequantize_avx512<F: IntBlock>(
         k: usize,
         w: &[u8],
         range: std::ops::Range<usize>,
         dense: &mut [f32],
     ) {
-        let row_bytes = k / F::VALUES * F::BYTES;
-        assert!(w.len() >= range.end * row_bytes && dense.len() >= range.len() * k);
-        for (c, f) in range.enumerate() {
-            for b in 0..k / VALUES {
-                // SAFETY: block b of feature f lies inside `w`, values b*32..+32 of row c
-                // inside `dense` (asserted above).
-                unsafe {
-                    let (at, chunk) = chunk_at::<F>(b);
-                    let [lo, hi] = F::avx512(w.as_ptr().add(f * row_bytes + at), chunk);
-                    let at = dense.as_mut_ptr().add(c * k + b * VALUES);
-                    _mm512_storeu_ps(at, lo);
-                    _mm512_storeu_ps(at.add(16), hi);
-                }
+        assert!(w.len() >= range.end * (k / F::VALUES) * F::BYTES);
+        assert!(dense.len() >= range.len() * k);
+        for (row, f) in range.enumerate() {
+            // SAFETY: `w` holds feature f's blocks, and `dense` row `row`'s values b*32..+32
+            // (asserted above); the caller guarantees the instructions.
+            unsafe {
+                let base = dense.as_mut_ptr().add(row * k);
+                runs::<F, _>(
+                    k,
+                    w,
+                    f,
+                    |h, b, c| values_avx512::<F>(h, b, c),
+                    |b, [lo, hi]| {
+                        _mm512_storeu_ps(base.add(b * VALUES), lo);
+                        _mm512_storeu_ps(base.add(b * VALUES + 16), hi);
+                    },
+                );
             }
         }
     }
@@ -587,27 +555,31 @@ mod wide {
     /// [`dequantize_avx512`] with 8-lane vectors.
     ///
     /// # Safety
-    /// AVX2 and FMA must be available.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn dequantize_avx2<F: Wide>(
+    /// AVX2, FMA and F16C must be available.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dequantize_avx2<F: IntBlock>(
         k: usize,
         w: &[u8],
         range: std::ops::Range<usize>,
         dense: &mut [f32],
     ) {
-        let row_bytes = k / F::VALUES * F::BYTES;
-        assert!(w.len() >= range.end * row_bytes && dense.len() >= range.len() * k);
-        for (c, f) in range.enumerate() {
-            for b in 0..k / VALUES {
-                // SAFETY: as in `dequantize_avx512`.
-                unsafe {
-                    let (at, chunk) = chunk_at::<F>(b);
-                    let values = F::avx2(w.as_ptr().add(f * row_bytes + at), chunk);
-                    let at = dense.as_mut_ptr().add(c * k + b * VALUES);
-                    for (i, v) in values.iter().enumerate() {
-                        _mm256_storeu_ps(at.add(8 * i), *v);
-                    }
-                }
+        assert!(w.len() >= range.end * (k / F::VALUES) * F::BYTES);
+        assert!(dense.len() >= range.len() * k);
+        for (row, f) in range.enumerate() {
+            // SAFETY: as in `dequantize_avx512`.
+            unsafe {
+                let base = dense.as_mut_ptr().add(row * k);
+                runs::<F, _>(
+                    k,
+                    w,
+                    f,
+                    |h, b, c| values_avx2::<F>(h, b, c),
+                    |b, values| {
+                        for (i, v) in values.iter().enumerate() {
+                            _mm256_storeu_ps(base.add(b * VALUES + 8 * i), *v);
+                        }
+                    },
+                );
             }
         }
     }
@@ -615,34 +587,36 @@ mod wide {
     /// [`features_avx512`] with 8-lane vectors.
     ///
     /// # Safety
-    /// AVX2 and FMA must be available; otherwise as [`features_avx512`].
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn features_avx2<F: Wide>(
+    /// AVX2, FMA and F16C must be available; otherwise as [`features_avx512`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn features_avx2<F: IntBlock>(
         d: &BlockDims,
         x: &[f32],
         w: &[u8],
         features: std::ops::Range<usize>,
         out: SharedMut<f32>,
     ) {
-        let row_bytes = d.k / F::VALUES * F::BYTES;
         let rows = d.rows.min(GEMM_ROWS);
-        assert!(x.len() >= rows * d.k && w.len() >= features.end * row_bytes);
+        assert!(x.len() >= rows * d.k && w.len() >= features.end * (d.k / F::VALUES) * F::BYTES);
         for f in features {
             let mut sums = [_mm256_setzero_ps(); GEMM_ROWS];
-            for b in 0..d.k / VALUES {
-                let (at, chunk) = chunk_at::<F>(b);
-                // SAFETY: the block of run b of feature f lies inside `w` (asserted above),
-                // and the caller guarantees AVX2.
-                let values = unsafe { F::avx2(w.as_ptr().add(f * row_bytes + at), chunk) };
-                for (r, sum) in sums.iter_mut().enumerate().take(rows) {
-                    for (i, v) in values.iter().enumerate() {
-                        // SAFETY: values b*32+8i..+8 of row r lie inside `x` (asserted).
-                        unsafe {
-                            let at = x.as_ptr().add(r * d.k + b * VALUES + 8 * i);
-                            *sum = _mm256_fmadd_ps(_mm256_loadu_ps(at), *v, *sum);
+            // SAFETY: as in `features_avx512`.
+            unsafe {
+                runs::<F, _>(
+                    d.k,
+                    w,
+                    f,
+                    |h, b, c| values_avx2::<F>(h, b, c),
+                    |b, values| {
+                        for (r, sum) in sums.iter_mut().enumerate().take(rows) {
+                            for (i, v) in values.iter().enumerate() {
+                                // SAFETY: values b*32+8i..+8 of row r lie inside `x` (asserted).
+                                let at = x.as_ptr().add(r * d.k + b * VALUES + 8 * i);
+                                *sum = _mm256_fmadd_ps(_mm256_loadu_ps(at), *v, *sum);
+                            }
                         }
-                    }
-                }
+                    },
+                );
             }
             for (r, sum) in sums.iter().enumerate().take(rows) {
                 // SAFETY: as in `features_avx512`; the lanes are summed by halves.
@@ -662,7 +636,4 @@ mod wide {
 
 /// Without x86-64 intrinsics every format runs the portable loop.
 #[cfg(not(target_arch = "x86_64"))]
-mod wide {
-    pub(super) trait Wide: crate::gguf::Block {}
-    impl<T: crate::gguf::Block> Wide for T {}
-}
+mod wide {}
