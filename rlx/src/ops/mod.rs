@@ -25,7 +25,7 @@ mod custom;
 mod elementwise;
 mod evaluate;
 mod leaf;
-mod linalg;
+pub(crate) mod linalg;
 mod movement;
 mod nn;
 mod norm;

@@ -94,7 +94,7 @@ impl BlockMatMul {
 }
 
 /// The formats [`BlockMatMul`] and [`BlockDequantize`](super::BlockDequantize) take.
-pub(super) const BLOCK_FORMATS: [GgmlType; 10] = [
+pub(crate) const BLOCK_FORMATS: [GgmlType; 10] = [
     GgmlType::Q8_0,
     GgmlType::Q4_0,
     GgmlType::Q4_1,

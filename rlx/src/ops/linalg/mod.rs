@@ -8,6 +8,8 @@ mod quantized_matmul;
 mod solve;
 
 pub use block_dequantize::BlockDequantize;
+#[cfg(test)]
+pub(crate) use block_matmul::BLOCK_FORMATS;
 pub use block_matmul::{ActivationPrecision, BlockMatMul, block_matmul_supports};
 pub use matmul::MatMul;
 pub use quantized_matmul::QuantizedMatMul;

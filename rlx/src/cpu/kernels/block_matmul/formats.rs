@@ -51,12 +51,17 @@ pub(super) trait IntBlock: Block {
     fn chunk(head: &Self::Head, block: &[u8], c: usize) -> Chunk;
     /// Run `c`'s 32 integers.
     fn integers(block: &[u8], c: usize, out: &mut [i32; VALUES]);
-    /// Run `c`'s 32 integers as bytes, in value order.
+    /// Run `c`'s 32 integers as bytes, in value order; with `MASKS`, bits spread to bytes
+    /// through AVX-512's mask registers (one instruction for what AVX2 takes four).
     ///
     /// # Safety
-    /// AVX2 must be available; `block` points at `BYTES` readable bytes.
+    /// AVX2 must be available, and AVX-512 BW/VL with `MASKS`; `block` points at `BYTES`
+    /// readable bytes.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn integers_avx2(block: *const u8, c: usize) -> std::arch::x86_64::__m256i;
+    unsafe fn integers_x86<const MASKS: bool>(
+        block: *const u8,
+        c: usize,
+    ) -> std::arch::x86_64::__m256i;
 }
 
 /// How a 32-value format's stored integers become its values, besides the scale.
@@ -164,7 +169,10 @@ impl<F: Classic> IntBlock for F {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn integers_avx2(block: *const u8, _: usize) -> std::arch::x86_64::__m256i {
+    unsafe fn integers_x86<const MASKS: bool>(
+        block: *const u8,
+        _: usize,
+    ) -> std::arch::x86_64::__m256i {
         use std::arch::x86_64::*;
         // SAFETY: `F::BYTES` readable bytes at `block` and AVX2 (the caller's contract).
         unsafe {
@@ -178,21 +186,8 @@ impl<F: Classic> IntBlock for F {
             let Some(at) = F::FIFTH_BITS_AT else {
                 return nibbles;
             };
-            // Bit j of the word to 0x10 in byte j: each byte takes the word's byte j / 8,
-            // ORs in every bit but j % 8, and is all ones exactly when bit j % 8 was set.
-            let word = block.add(at).cast::<i32>().read_unaligned();
-            let spread = _mm256_shuffle_epi8(
-                _mm256_set1_epi32(word),
-                _mm256_setr_epi64x(
-                    0,
-                    0x0101_0101_0101_0101,
-                    0x0202_0202_0202_0202,
-                    0x0303_0303_0303_0303,
-                ),
-            );
-            let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
-            let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
-            _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(0x10)))
+            let word = block.add(at).cast::<u32>().read_unaligned();
+            _mm256_or_si256(nibbles, bits::spread::<MASKS>(word, 0x10))
         }
     }
 }
@@ -232,17 +227,62 @@ mod bits {
         }
     }
 
-    /// Per byte of the 32 at `at`: all ones where bit `bit` is set, else zero.
+    /// Per byte of the 32 at `at`: `value` where bit `bit` is set (or, unless `set`, clear),
+    /// else zero.
     ///
     /// # Safety
-    /// AVX2 must be available; 32 readable bytes at `at`.
+    /// AVX2 must be available, and AVX-512 BW/VL with `MASKS`; 32 readable bytes at `at`.
     #[inline(always)]
-    pub(super) unsafe fn bit_set(at: *const u8, bit: usize) -> __m256i {
+    pub(super) unsafe fn bit_value<const MASKS: bool>(
+        at: *const u8,
+        bit: usize,
+        set: bool,
+        value: i8,
+    ) -> __m256i {
         // SAFETY: the caller's contract.
         unsafe {
             let v = _mm256_loadu_si256(at.cast());
             let b = _mm256_set1_epi8((1u8 << bit) as i8);
-            _mm256_cmpeq_epi8(_mm256_and_si256(v, b), b)
+            if MASKS {
+                let mask = _mm256_test_epi8_mask(v, b);
+                let mask = if set { mask } else { !mask };
+                return _mm256_maskz_mov_epi8(mask, _mm256_set1_epi8(value));
+            }
+            let is_set = _mm256_cmpeq_epi8(_mm256_and_si256(v, b), b);
+            let chosen = if set {
+                is_set
+            } else {
+                _mm256_xor_si256(is_set, _mm256_set1_epi8(-1))
+            };
+            _mm256_and_si256(chosen, _mm256_set1_epi8(value))
+        }
+    }
+
+    /// Per byte j of 32: `value` where bit j of `word` is set, else zero.
+    ///
+    /// # Safety
+    /// AVX2 must be available, and AVX-512 BW/VL with `MASKS`.
+    #[inline(always)]
+    pub(super) unsafe fn spread<const MASKS: bool>(word: u32, value: i8) -> __m256i {
+        // SAFETY: the caller's contract.
+        unsafe {
+            if MASKS {
+                return _mm256_maskz_mov_epi8(word, _mm256_set1_epi8(value));
+            }
+            // Each byte takes the word's byte j / 8, ORs in every bit but j % 8, and is all
+            // ones exactly when bit j % 8 was set.
+            let bytes = _mm256_shuffle_epi8(
+                _mm256_set1_epi32(word as i32),
+                _mm256_setr_epi64x(
+                    0,
+                    0x0101_0101_0101_0101,
+                    0x0202_0202_0202_0202,
+                    0x0303_0303_0303_0303,
+                ),
+            );
+            let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+            let set = _mm256_cmpeq_epi8(_mm256_or_si256(bytes, others), _mm256_set1_epi8(-1));
+            _mm256_and_si256(set, _mm256_set1_epi8(value))
         }
     }
 }
@@ -279,7 +319,10 @@ impl IntBlock for Q2KBlock {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn integers_avx2(block: *const u8, c: usize) -> std::arch::x86_64::__m256i {
+    unsafe fn integers_x86<const MASKS: bool>(
+        block: *const u8,
+        c: usize,
+    ) -> std::arch::x86_64::__m256i {
         // SAFETY: 84 readable bytes at `block` and AVX2 (the caller's contract).
         unsafe { bits::field(block.add(16 + (c / 4) * 32), 2 * (c % 4), 3) }
     }
@@ -322,13 +365,15 @@ impl IntBlock for Q3KBlock {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn integers_avx2(block: *const u8, c: usize) -> std::arch::x86_64::__m256i {
+    unsafe fn integers_x86<const MASKS: bool>(
+        block: *const u8,
+        c: usize,
+    ) -> std::arch::x86_64::__m256i {
         use std::arch::x86_64::*;
         // SAFETY: 110 readable bytes at `block` and AVX2 (the caller's contract).
         unsafe {
             let low = bits::field(block.add(32 + (c / 4) * 32), 2 * (c % 4), 3);
-            let offset = _mm256_andnot_si256(bits::bit_set(block, c), _mm256_set1_epi8(4));
-            _mm256_sub_epi8(low, offset)
+            _mm256_sub_epi8(low, bits::bit_value::<MASKS>(block, c, false, 4))
         }
     }
 }
@@ -401,7 +446,10 @@ impl IntBlock for Q4KBlock {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn integers_avx2(block: *const u8, c: usize) -> std::arch::x86_64::__m256i {
+    unsafe fn integers_x86<const MASKS: bool>(
+        block: *const u8,
+        c: usize,
+    ) -> std::arch::x86_64::__m256i {
         // SAFETY: 144 readable bytes at `block` and AVX2 (the caller's contract).
         unsafe { bits::field(block.add(16 + (c / 2) * 32), 4 * (c % 2), 0x0F) }
     }
@@ -434,13 +482,15 @@ impl IntBlock for Q5KBlock {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn integers_avx2(block: *const u8, c: usize) -> std::arch::x86_64::__m256i {
+    unsafe fn integers_x86<const MASKS: bool>(
+        block: *const u8,
+        c: usize,
+    ) -> std::arch::x86_64::__m256i {
         use std::arch::x86_64::*;
         // SAFETY: 176 readable bytes at `block` and AVX2 (the caller's contract).
         unsafe {
             let low = bits::field(block.add(48 + (c / 2) * 32), 4 * (c % 2), 0x0F);
-            let high = _mm256_and_si256(bits::bit_set(block.add(16), c), _mm256_set1_epi8(0x10));
-            _mm256_or_si256(low, high)
+            _mm256_or_si256(low, bits::bit_value::<MASKS>(block.add(16), c, true, 0x10))
         }
     }
 }
@@ -480,7 +530,10 @@ impl IntBlock for Q6KBlock {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn integers_avx2(block: *const u8, c: usize) -> std::arch::x86_64::__m256i {
+    unsafe fn integers_x86<const MASKS: bool>(
+        block: *const u8,
+        c: usize,
+    ) -> std::arch::x86_64::__m256i {
         use std::arch::x86_64::*;
         let (h, p) = (c / 4, c % 4);
         // SAFETY: 210 readable bytes at `block` and AVX2 (the caller's contract).

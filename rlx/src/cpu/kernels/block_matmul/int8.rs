@@ -208,7 +208,7 @@ mod wide {
     /// values, `w` at least `range.end` rows of blocks, and no other task writes these
     /// features of `out` (`rows x n`).
     #[inline(always)]
-    unsafe fn features<F: IntBlock>(
+    unsafe fn features<F: IntBlock, const MASKS: bool>(
         d: &BlockDims,
         q: &QuantizedRows,
         w: &[u8],
@@ -232,10 +232,10 @@ mod wide {
             // SAFETY: the caller's contract, and rows first.. lie inside the `rows` asserted.
             unsafe {
                 match rows - first {
-                    1 => tile.run::<F, 1>(range.clone(), dot),
-                    2 => tile.run::<F, 2>(range.clone(), dot),
-                    3 => tile.run::<F, 3>(range.clone(), dot),
-                    _ => tile.run::<F, 4>(range.clone(), dot),
+                    1 => tile.run::<F, 1, MASKS>(range.clone(), dot),
+                    2 => tile.run::<F, 2, MASKS>(range.clone(), dot),
+                    3 => tile.run::<F, 3, MASKS>(range.clone(), dot),
+                    _ => tile.run::<F, 4, MASKS>(range.clone(), dot),
                 }
             }
         }
@@ -254,7 +254,7 @@ mod wide {
         /// # Safety
         /// As [`features`], with rows `first..first + R` inside the product.
         #[inline(always)]
-        unsafe fn run<F: IntBlock, const R: usize>(
+        unsafe fn run<F: IntBlock, const R: usize, const MASKS: bool>(
             &self,
             range: std::ops::Range<usize>,
             dot: impl Fn(__m256i, __m256i) -> __m256i + Copy,
@@ -284,7 +284,7 @@ mod wide {
                             let ahead = AHEAD + c * F::BYTES / per_block;
                             _mm_prefetch::<_MM_HINT_T0>(block.wrapping_add(ahead).cast());
                             let chunk = F::chunk(&head, bytes, c);
-                            let ints = F::integers_avx2(block, c);
+                            let ints = F::integers_x86::<MASKS>(block, c);
                             let magnitudes = if F::SIGNED {
                                 _mm256_sign_epi8(ints, ints)
                             } else {
@@ -329,8 +329,9 @@ mod wide {
     /// Features `range` of every row with AVX-512 VNNI's `vpdpbusd`.
     ///
     /// # Safety
-    /// AVX2, FMA, F16C, AVX-512 VNNI and VL must be available; otherwise as [`features`].
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    /// AVX2, FMA, F16C, AVX-512 F/BW/VL and VNNI must be available; otherwise as
+    /// [`features`].
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     pub(super) unsafe fn features_vnni<F: IntBlock>(
         d: &BlockDims,
         q: &QuantizedRows,
@@ -340,7 +341,7 @@ mod wide {
     ) {
         // SAFETY: the features `features` needs are enabled here.
         unsafe {
-            features::<F>(d, q, w, range, out, |u, s| {
+            features::<F, true>(d, q, w, range, out, |u, s| {
                 _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
             })
         }
@@ -361,7 +362,7 @@ mod wide {
     ) {
         // SAFETY: the features `features` needs are enabled here.
         unsafe {
-            features::<F>(d, q, w, range, out, |u, s| {
+            features::<F, false>(d, q, w, range, out, |u, s| {
                 _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
             })
         }
