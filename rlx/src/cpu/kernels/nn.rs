@@ -378,13 +378,13 @@ where
         let probs = &mut probs[..rows * keys];
         let k_block = &k_head[k0 * k_at.row_stride..];
         if rows <= DIRECT_ROWS {
-            vectorized(|| {
-                for (r, p) in probs.chunks_exact_mut(keys).enumerate() {
-                    let q_row = &q_block[r * strides[0]..][..d.head_dim];
-                    for (j, s) in p.iter_mut().enumerate() {
-                        *s = dot(q_row, &k_block[j * strides[1]..][..d.head_dim]);
-                    }
-                }
+            vectorized(DirectScores {
+                probs: &mut *probs,
+                keys,
+                q_block,
+                k_block,
+                strides,
+                head_dim: d.head_dim,
             });
         } else {
             gemm(
@@ -414,16 +414,13 @@ where
         // The rows were rescaled to the new maxima above; add this block's P·V to them.
         let v_block = &v_head[k0 * v_at.row_stride..];
         if rows <= DIRECT_ROWS {
-            let acc = &mut acc[..rows * dv];
-            vectorized(|| {
-                for (p, o) in probs.chunks_exact(keys).zip(acc.chunks_exact_mut(dv)) {
-                    for (j, pj) in p.iter().enumerate() {
-                        let v_row = &v_block[j * strides[2]..][..dv];
-                        for (a, x) in o.iter_mut().zip(v_row) {
-                            *a += *pj * x.load();
-                        }
-                    }
-                }
+            vectorized(DirectValues {
+                acc: &mut acc[..rows * dv],
+                probs: &*probs,
+                keys,
+                v_block,
+                v_stride: strides[2],
+                value_dim: dv,
             });
         } else {
             gemm(
@@ -453,6 +450,60 @@ where
         }
     });
     acc
+}
+
+/// A block's scores `q · kᵀ` as direct dot products, one per key (a struct, so that the
+/// loops are compiled inside each instruction set's copy).
+struct DirectScores<'a, T: FloatStore> {
+    probs: &'a mut [T::Acc],
+    keys: usize,
+    q_block: &'a [T],
+    k_block: &'a [T],
+    strides: [usize; 3],
+    head_dim: usize,
+}
+
+impl<T: FloatStore> VectorKernel for DirectScores<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        for (r, p) in self.probs.chunks_exact_mut(self.keys).enumerate() {
+            let q_row = &self.q_block[r * self.strides[0]..][..self.head_dim];
+            for (j, s) in p.iter_mut().enumerate() {
+                *s = dot(q_row, &self.k_block[j * self.strides[1]..][..self.head_dim]);
+            }
+        }
+    }
+}
+
+/// A block's `P · V` added to the running outputs, key by key.
+struct DirectValues<'a, T: FloatStore> {
+    acc: &'a mut [T::Acc],
+    probs: &'a [T::Acc],
+    keys: usize,
+    v_block: &'a [T],
+    v_stride: usize,
+    value_dim: usize,
+}
+
+impl<T: FloatStore> VectorKernel for DirectValues<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let dv = self.value_dim;
+        for (p, o) in self
+            .probs
+            .chunks_exact(self.keys)
+            .zip(self.acc.chunks_exact_mut(dv))
+        {
+            for (j, pj) in p.iter().enumerate() {
+                let v_row = &self.v_block[j * self.v_stride..][..dv];
+                for (a, x) in o.iter_mut().zip(v_row) {
+                    *a += *pj * x.load();
+                }
+            }
+        }
+    }
 }
 
 /// One key block's scores of a query block turned into unnormalised probabilities: scale,

@@ -18,7 +18,7 @@ use std::cell::RefCell;
 use super::formats::{Chunk, IntBlock, Sums};
 use super::{BlockDims, GEMM_ROWS, VALUES};
 use crate::cpu::kernels::layout::SharedMut;
-use crate::cpu::kernels::simd::{Isa, isa, vectorized};
+use crate::cpu::kernels::simd::{Isa, VectorKernel, isa, vectorized};
 use crate::gguf::half_f32;
 
 /// How far ahead of the block being multiplied a decode kernel fetches the weight, in
@@ -48,20 +48,35 @@ impl QuantizedRows {
         self.scales.resize(blocks, 0.0);
         self.sums.resize(blocks, 0.0);
         self.half_sums.resize(blocks, [0.0; 2]);
-        vectorized(|| {
-            for ((((xs, qs), scale), sum), halves) in x
-                .chunks_exact(VALUES)
-                .zip(self.values.chunks_exact_mut(VALUES))
-                .zip(self.scales.iter_mut())
-                .zip(self.sums.iter_mut())
-                .zip(self.half_sums.iter_mut())
-            {
-                let (d, totals) = quantize_block(xs.try_into().expect("32 values"), qs);
-                *scale = d;
-                *sum = d * (totals[0] + totals[1]) as f32;
-                *halves = [d * totals[0] as f32, d * totals[1] as f32];
-            }
-        });
+        vectorized(Quantize { x, rows: self });
+    }
+}
+
+/// [`QuantizedRows::quantize`]'s loop (a struct, so that it is compiled inside each
+/// instruction set's copy).
+struct Quantize<'a> {
+    x: &'a [f32],
+    rows: &'a mut QuantizedRows,
+}
+
+impl VectorKernel for Quantize<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let q = self.rows;
+        for ((((xs, qs), scale), sum), halves) in self
+            .x
+            .chunks_exact(VALUES)
+            .zip(q.values.chunks_exact_mut(VALUES))
+            .zip(q.scales.iter_mut())
+            .zip(q.sums.iter_mut())
+            .zip(q.half_sums.iter_mut())
+        {
+            let (d, totals) = quantize_block(xs.try_into().expect("32 values"), qs);
+            *scale = d;
+            *sum = d * (totals[0] + totals[1]) as f32;
+            *halves = [d * totals[0] as f32, d * totals[1] as f32];
+        }
     }
 }
 
