@@ -664,6 +664,70 @@ fn block_matmul_int8_activations_within_their_bound() {
     }
 }
 
+/// The activations' gradient of a product with blocks is `g · dequant(w)` on every backend
+/// (int8 activations too: their rounding is taken as the identity), for a matrix and a
+/// vector of activations; the weight's bytes take none.
+#[test]
+fn block_matmul_activation_gradient_every_format() {
+    let mut rng = Rng(52);
+    for format in BLOCK_FORMATS {
+        for (rows, activations) in [
+            (Some(3usize), ActivationPrecision::Exact),
+            (None, ActivationPrecision::Int8),
+        ] {
+            let (n, k) = (5, format.block_values());
+            let bytes = random_gguf_blocks(&mut rng, format, n);
+            let row_bytes = format.block_bytes();
+            let mut dense = vec![0f64; n * k];
+            rlx::gguf::dequantize_f64(format, &bytes, &mut dense).unwrap();
+            let lead: Vec<usize> = rows.into_iter().collect();
+            let x_dims: Vec<usize> = lead.iter().copied().chain([k]).collect();
+            let c_dims: Vec<usize> = lead.iter().copied().chain([n]).collect();
+            let mut b = rlx::GraphBuilder::new();
+            let x = b.input("x", DType::F32, &x_dims[..]).unwrap();
+            let c = b.input("c", DType::F32, &c_dims[..]).unwrap();
+            let w = b.param("w", DType::U8, [n, row_bytes]).unwrap();
+            let op = BlockMatMul::exact(format).with_activations(activations);
+            let y = b.op(Op::BlockMatMul(op), &[x, w]).unwrap();
+            let weighted = b.mul(y, c).unwrap();
+            let axes: Vec<usize> = (0..c_dims.len()).collect();
+            let loss = b
+                .reduce(rlx::ir::ReduceOp::Sum, weighted, &axes, false)
+                .unwrap();
+            b.output("loss", loss).unwrap();
+            let forward = b.finish().unwrap();
+            let wrt = rlx::autodiff::Wrt::Named(vec!["x".into()]);
+            let g = rlx::autodiff::gradients(&forward, "loss", &wrt).unwrap();
+            let x_t = random(&mut rng, DType::F32, &x_dims, -1.0, 1.0);
+            let c_t = random(&mut rng, DType::F32, &c_dims, -1.0, 1.0);
+            let w_t = HostTensor::from_vec(bytes, [n, row_bytes]).unwrap();
+            let cs = c_t.to_f64_vec();
+            let rows = rows.unwrap_or(1);
+            let want: Vec<f64> = (0..rows * k)
+                .map(|i| {
+                    let (r, j) = (i / k, i % k);
+                    (0..n).map(|f| cs[r * n + f] * dense[f * k + j]).sum()
+                })
+                .collect();
+            crate::on_every_backend!(label, backend => {
+                let exe = backend.compile(&g).unwrap();
+                exe.set_weight("w", w_t.view()).unwrap();
+                let out = exe.run(&[("x", x_t.view()), ("c", c_t.view())], &[]).unwrap();
+                let dx = out[1].to_f64_vec();
+                assert_eq!(out[1].shape(), &x_dims[..], "{label}");
+                for (i, (have, want)) in dx.iter().zip(&want).enumerate() {
+                    let size: f64 = (0..n).map(|f| (cs[(i / k) * n + f] * dense[f * k + i % k]).abs()).sum();
+                    assert!(
+                        (have - want).abs() <= 1e-5 * size + 1e-7,
+                        "{label} {} [{i}]: {have} against {want}",
+                        format.name()
+                    );
+                }
+            });
+        }
+    }
+}
+
 /// Rows of blocks dequantized on every backend as the f64 definition does, exactly but
 /// for the one rounding of `d * q + m`; other formats and ragged rows are build errors.
 #[test]

@@ -6,7 +6,7 @@
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::builder::{BuildError, GraphBuilder};
 use crate::gguf::{GgmlType, dequantize_f64, random_blocks};
-use crate::ir::{DType, Dim, InferError, NodeId, Op, TensorType, attr_err};
+use crate::ir::{DType, Dim, InferError, MatMul, NodeId, Op, Shape, TensorType, attr_err};
 use crate::ops::array::{Array, Out};
 use crate::ops::check::{arity, exact_rank, min_rank, require};
 use crate::ops::sample::{Sampled, Sampler, pick};
@@ -172,16 +172,37 @@ impl Primitive for BlockMatMul {
         Ok(TensorType::new(DType::F32, dims))
     }
 
-    /// Weights kept in a file's block format are not trained; the activations' gradient
-    /// needs the dequantized weight, which no op gives yet.
+    /// Weights kept in a file's block format are not trained (their bytes have no
+    /// derivative); the activations' gradient is `g · dequant(w)`, the exact product's
+    /// whatever the activations' precision (int8 rounding is taken as the identity, as in
+    /// quantization-aware training).
     fn vjp(
         &self,
-        _: &mut Emitter<'_>,
+        e: &mut Emitter<'_>,
         _: NodeId,
-        _: &[NodeId],
-        _: NodeId,
+        x: &[NodeId],
+        g: NodeId,
     ) -> Result<Vec<Grad>, GradError> {
-        Ok(vec![Grad::NotYet, Grad::None])
+        let dense = e.op(
+            Op::BlockDequantize(super::BlockDequantize {
+                format: self.format,
+            }),
+            &[x[1]],
+        )?;
+        let product = MatMul {
+            transpose_a: false,
+            transpose_b: false,
+        };
+        let x_shape = e.shape(x[0]);
+        let dx = if x_shape.rank() == 1 {
+            // A vector of activations: the product of a one-row matrix.
+            let row = e.reshape(g, Shape::from(vec![Dim::from(1), e.shape(g)[0].clone()]))?;
+            let product = e.op(Op::MatMul(product), &[row, dense])?;
+            e.reshape(product, x_shape)?
+        } else {
+            e.op(Op::MatMul(product), &[g, dense])?
+        };
+        Ok(vec![Grad::Some(dx), Grad::None])
     }
 
     fn tolerance(&self, x: &Operands<'_>) -> Bound {
