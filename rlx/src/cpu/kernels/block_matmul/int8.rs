@@ -131,14 +131,21 @@ pub(super) fn decode<F: IntBlock>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut 
     });
 }
 
-/// The factor of the activations' sums a run of 32 adds: its offsets times the sums.
+/// The factor of the activations' sums a run of 32 adds: its offsets times the sums of
+/// block `at`, read without bounds checks (the kernels assert the sizes once).
+///
+/// # Safety
+/// `at` is below `q.sums.len()` and `q.half_sums.len()`.
 #[inline(always)]
-fn offset_term<F: IntBlock>(chunk: &Chunk, q: &QuantizedRows, at: usize) -> f32 {
+unsafe fn offset_term<F: IntBlock>(chunk: &Chunk, q: &QuantizedRows, at: usize) -> f32 {
+    debug_assert!(at < q.sums.len() && at < q.half_sums.len());
     match F::SUMS {
         Sums::None => 0.0,
-        Sums::Whole => chunk.offsets[0] * q.sums[at],
+        // SAFETY: the caller's contract.
+        Sums::Whole => chunk.offsets[0] * unsafe { *q.sums.get_unchecked(at) },
         Sums::Halves => {
-            let [a, b] = q.half_sums[at];
+            // SAFETY: the caller's contract.
+            let [a, b] = unsafe { *q.half_sums.get_unchecked(at) };
             chunk.offsets[0] * a + chunk.offsets[1] * b
         }
     }
@@ -172,7 +179,10 @@ fn features_scalar<F: IntBlock>(
                     ws.iter().zip(xs).map(|(a, b)| a * i32::from(*b)).sum()
                 };
                 let dot = dot(0) * chunk.halves[0] + dot(1) * chunk.halves[1];
-                *sum += chunk.scale * q.scales[at] * dot as f32 + offset_term::<F>(&chunk, q, at);
+                assert!(at < q.sums.len() && at < q.half_sums.len());
+                // SAFETY: `at` is inside both (asserted).
+                let offset = unsafe { offset_term::<F>(&chunk, q, at) };
+                *sum += chunk.scale * q.scales[at] * dot as f32 + offset;
             }
         }
         for (r, sum) in sums.iter().enumerate().take(d.rows) {
@@ -189,7 +199,7 @@ fn features_scalar<F: IntBlock>(
 mod wide {
     use std::arch::x86_64::*;
 
-    use super::{AHEAD, IntBlock, QuantizedRows, offset_term};
+    use super::{AHEAD, IntBlock, QuantizedRows, Sums, offset_term};
     use crate::cpu::kernels::block_matmul::formats::half_f16c as half;
     use crate::cpu::kernels::block_matmul::{BlockDims, GEMM_ROWS, VALUES};
     use crate::cpu::kernels::layout::SharedMut;
@@ -324,7 +334,9 @@ mod wide {
                                 let products = _mm256_cvtepi32_ps(lanes);
                                 let scale = chunk.scale * *q.scales.get_unchecked(at);
                                 sums[r] = _mm256_fmadd_ps(products, _mm256_set1_ps(scale), sums[r]);
-                                offsets[r] += offset_term::<F>(&chunk, q, at);
+                                if F::SUMS != Sums::None {
+                                    offsets[r] += offset_term::<F>(&chunk, q, at);
+                                }
                             }
                         }
                     }
