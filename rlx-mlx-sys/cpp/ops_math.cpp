@@ -4,6 +4,8 @@
 // composed here from MLX ops.
 #include "shim_internal.h"
 
+#include <variant>
+
 namespace rlx {
 
 // ---- elementwise ----
@@ -670,6 +672,24 @@ AffineBlocks affine_blocks(const mx::array& bytes, int32_t format, const char* o
 /// not take: they are dequantized to float32 instead.
 bool five_bit(int32_t format) { return format == 6 || format == 7; }
 
+/// Q4_K blocks as MLX's affine groups of 32, exactly: group c of a block is
+/// `(d · scale_c) · q - dmin · min_c` (`d · scale_c · q` is exact in float32, so the one
+/// addition rounds as the CPU's does), its nibbles repacked in value order.
+AffineBlocks q4_k_affine(const mx::array& bytes) {
+  const BlockFields f(bytes, block_bytes_of(12, "q4_k_affine"));
+  const int n = f.n, nb = f.nb;
+  const auto [scales, minimums] = k_scales_minimums(f);
+  const mx::array dl = mx::reshape(mx::multiply(f.half(0), scales), {n, nb * 8});
+  const mx::array ml = mx::reshape(mx::multiply(f.half(2), minimums), {n, nb * 8});
+  const mx::array q = mx::reshape(k_nibbles(f, 16), {n, nb * 128, 2});
+  const mx::array even = mx::slice(q, {0, 0, 0}, {n, nb * 128, 1});
+  const mx::array odd = mx::slice(q, {0, 0, 1}, {n, nb * 128, 2});
+  const mx::array packed = mx::astype(
+      mx::reshape(mx::bitwise_or(even, mx::left_shift(odd, u32(4))), {n, nb * 128}), mx::uint8);
+  return {mx::view(mx::contiguous(packed), mx::uint32), dl, mx::negative(ml), 4};
+}
+
+
 /// The float32 values of `bytes` `[n, blocks * block_bytes]` in a 5-bit format: nibbles
 /// (values 0..15 low, 16..31 high) with a fifth bit each from the block's 32-bit word;
 /// Q5_0 is d * (q - 16), Q5_1 is d * q + m. Exact: d * q is exact in float32, and the
@@ -700,6 +720,16 @@ mx::array five_bit_values(const mx::array& bytes, int32_t format) {
   return mx::reshape(values, {n, nb * 32});
 }
 
+/// `bytes` as MLX affine groups of 32 where the format maps onto them exactly (Q8_0, Q4_0,
+/// Q4_1, Q4_K); the other formats' float values instead.
+std::variant<AffineBlocks, mx::array> groups_or_values(const mx::array& bytes, int32_t format,
+                                                       const char* op) {
+  if (format == 12) return q4_k_affine(bytes);
+  if (k_quant(format)) return k_quant_values(bytes, format);
+  if (five_bit(format)) return five_bit_values(bytes, format);
+  return affine_blocks(bytes, format, op);
+}
+
 }  // namespace
 
 extern "C" {
@@ -708,12 +738,12 @@ int rlx_mlx_block_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w, int32_t
                          rlx_mlx_array** out) {
   return guard([&] {
     const mx::array& xv = get(x);
-    if (five_bit(format) || k_quant(format)) {
-      const mx::array values = k_quant(format) ? k_quant_values(get(w), format) : five_bit_values(get(w), format);
-      put(out, mx::matmul(xv, mx::transpose(values)));
+    auto weights = groups_or_values(get(w), format, "block_matmul");
+    if (const mx::array* values = std::get_if<mx::array>(&weights)) {
+      put(out, mx::matmul(xv, mx::transpose(*values)));
       return;
     }
-    const AffineBlocks a = affine_blocks(get(w), format, "block_matmul");
+    const AffineBlocks& a = std::get<AffineBlocks>(weights);
     const bool vector = xv.ndim() == 1;
     const mx::array rows = vector ? mx::reshape(xv, {1, xv.shape(0)}) : xv;
     mx::array y = mx::quantized_matmul(rows, a.words, a.scales, a.biases, true, 32, a.bits);
@@ -734,13 +764,12 @@ int rlx_mlx_block_dequantize(const rlx_mlx_array* w, int32_t format, rlx_mlx_arr
       return;
     }
     const mx::array table = mx::reshape(bytes, {rows, row_bytes});
+    auto weights = groups_or_values(table, format, "block_dequantize");
     mx::array values = mx::array(0.0f);
-    if (k_quant(format)) {
-      values = k_quant_values(table, format);
-    } else if (five_bit(format)) {
-      values = five_bit_values(table, format);
+    if (const mx::array* dense = std::get_if<mx::array>(&weights)) {
+      values = *dense;
     } else {
-      const AffineBlocks a = affine_blocks(table, format, "block_dequantize");
+      const AffineBlocks& a = std::get<AffineBlocks>(weights);
       values = mx::dequantize(a.words, a.scales, a.biases, 32, a.bits);
     }
     shape.back() = values.shape(-1);
