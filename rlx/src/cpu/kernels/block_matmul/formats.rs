@@ -192,6 +192,14 @@ impl<F: Classic> IntBlock for F {
     }
 }
 
+/// The first 32 bytes of `bytes`, each shifted right by `shift` and masked with `mask`
+/// (the scalar twin of `bits::field`).
+#[inline(always)]
+fn field(bytes: &[u8], shift: usize, mask: u8) -> [i32; VALUES] {
+    let bytes = &bytes[..VALUES];
+    std::array::from_fn(|l| i32::from((bytes[l] >> shift) & mask))
+}
+
 /// The f16 at `at` as an f32, by F16C.
 ///
 /// # Safety
@@ -311,10 +319,7 @@ impl IntBlock for Q2KBlock {
 
     #[inline(always)]
     fn integers(block: &[u8], c: usize, ints: &mut [i32; VALUES]) {
-        let q = &block[16 + (c / 4) * 32..][..32];
-        for (i, q) in ints.iter_mut().zip(q) {
-            *i = i32::from((q >> (2 * (c % 4))) & 3);
-        }
+        *ints = field(&block[16 + (c / 4) * 32..], 2 * (c % 4), 3);
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -352,14 +357,9 @@ impl IntBlock for Q3KBlock {
 
     #[inline(always)]
     fn integers(block: &[u8], c: usize, ints: &mut [i32; VALUES]) {
-        let q = &block[32 + (c / 4) * 32..][..32];
-        for (l, i) in ints.iter_mut().enumerate() {
-            let low = i32::from((q[l] >> (2 * (c % 4))) & 3);
-            *i = if block[l] & (1 << c) != 0 {
-                low
-            } else {
-                low - 4
-            };
+        *ints = field(&block[32 + (c / 4) * 32..], 2 * (c % 4), 3);
+        for (i, high) in ints.iter_mut().zip(field(block, c, 1)) {
+            *i -= 4 * (1 - high);
         }
     }
 
@@ -438,10 +438,7 @@ impl IntBlock for Q4KBlock {
 
     #[inline(always)]
     fn integers(block: &[u8], c: usize, ints: &mut [i32; VALUES]) {
-        let q = &block[16 + (c / 2) * 32..][..32];
-        for (i, q) in ints.iter_mut().zip(q) {
-            *i = i32::from((q >> (4 * (c % 2))) & 0xF);
-        }
+        *ints = field(&block[16 + (c / 2) * 32..], 4 * (c % 2), 0x0F);
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -473,10 +470,9 @@ impl IntBlock for Q5KBlock {
 
     #[inline(always)]
     fn integers(block: &[u8], c: usize, ints: &mut [i32; VALUES]) {
-        let (qh, q) = (&block[16..48], &block[48 + (c / 2) * 32..][..32]);
-        for l in 0..VALUES {
-            let high = i32::from((qh[l] >> c) & 1) << 4;
-            ints[l] = i32::from((q[l] >> (4 * (c % 2))) & 0xF) | high;
+        *ints = field(&block[48 + (c / 2) * 32..], 4 * (c % 2), 0x0F);
+        for (i, high) in ints.iter_mut().zip(field(&block[16..], c, 1)) {
+            *i |= high << 4;
         }
     }
 
@@ -520,11 +516,9 @@ impl IntBlock for Q6KBlock {
     #[inline(always)]
     fn integers(block: &[u8], c: usize, ints: &mut [i32; VALUES]) {
         let (h, p) = (c / 4, c % 4);
-        let ql = &block[h * 64 + 32 * (p % 2)..][..32];
-        let qh = &block[128 + h * 32..][..32];
-        for l in 0..VALUES {
-            let q = ((ql[l] >> (4 * (p / 2))) & 0xF) | (((qh[l] >> (2 * p)) & 3) << 4);
-            ints[l] = i32::from(q) - 32;
+        *ints = field(&block[h * 64 + 32 * (p % 2)..], 4 * (p / 2), 0x0F);
+        for (i, high) in ints.iter_mut().zip(field(&block[128 + h * 32..], 2 * p, 3)) {
+            *i = (*i | high << 4) - 32;
         }
     }
 

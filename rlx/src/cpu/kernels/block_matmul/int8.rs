@@ -162,27 +162,31 @@ fn features_scalar<F: IntBlock>(
     let runs = d.k / VALUES;
     let per_block = F::VALUES / VALUES;
     let row_bytes = d.k / F::VALUES * F::BYTES;
+    assert!(q.sums.len() >= d.rows * runs && q.half_sums.len() >= d.rows * runs);
     let mut ints = [0i32; VALUES];
     for f in range {
         let mut sums = [0f32; GEMM_ROWS];
-        for b in 0..runs {
-            let at = f * row_bytes + b / per_block * F::BYTES;
-            let block = &w[at..at + F::BYTES];
-            let c = b % per_block;
-            F::integers(block, c, &mut ints);
-            let chunk = F::chunk(&F::head(block, |at| half_f32(block, at)), block, c);
-            for (r, sum) in sums.iter_mut().enumerate().take(d.rows) {
-                let at = r * runs + b;
-                let xs = &q.values[at * VALUES..][..VALUES];
-                let dot = |half: usize| -> i32 {
-                    let (ws, xs) = (&ints[half * 16..][..16], &xs[half * 16..][..16]);
-                    ws.iter().zip(xs).map(|(a, b)| a * i32::from(*b)).sum()
-                };
-                let dot = dot(0) * chunk.halves[0] + dot(1) * chunk.halves[1];
-                assert!(at < q.sums.len() && at < q.half_sums.len());
-                // SAFETY: `at` is inside both (asserted).
-                let offset = unsafe { offset_term::<F>(&chunk, q, at) };
-                *sum += chunk.scale * q.scales[at] * dot as f32 + offset;
+        for (at_block, block) in w[f * row_bytes..][..row_bytes]
+            .chunks_exact(F::BYTES)
+            .enumerate()
+        {
+            let head = F::head(block, |at| half_f32(block, at));
+            for c in 0..per_block {
+                let b = at_block * per_block + c;
+                F::integers(block, c, &mut ints);
+                let chunk = F::chunk(&head, block, c);
+                for (r, sum) in sums.iter_mut().enumerate().take(d.rows) {
+                    let at = r * runs + b;
+                    let xs = &q.values[at * VALUES..][..VALUES];
+                    let dot = |half: usize| -> i32 {
+                        let (ws, xs) = (&ints[half * 16..][..16], &xs[half * 16..][..16]);
+                        ws.iter().zip(xs).map(|(a, b)| a * i32::from(*b)).sum()
+                    };
+                    let dot = dot(0) * chunk.halves[0] + dot(1) * chunk.halves[1];
+                    // SAFETY: `at` is below `d.rows * runs`, inside both sums (asserted).
+                    let offset = unsafe { offset_term::<F>(&chunk, q, at) };
+                    *sum += chunk.scale * q.scales[at] * dot as f32 + offset;
+                }
             }
         }
         for (r, sum) in sums.iter().enumerate().take(d.rows) {
@@ -422,19 +426,7 @@ mod tests {
     #[test]
     fn int8_products_are_the_integer_sums_and_within_the_bound() {
         let mut rng = Numbers(7);
-        let formats = [
-            GgmlType::Q8_0,
-            GgmlType::Q4_0,
-            GgmlType::Q4_1,
-            GgmlType::Q5_0,
-            GgmlType::Q5_1,
-            GgmlType::Q2K,
-            GgmlType::Q3K,
-            GgmlType::Q4K,
-            GgmlType::Q5K,
-            GgmlType::Q6K,
-        ];
-        for format in formats {
+        for format in crate::ops::linalg::BLOCK_FORMATS {
             for rows in [1usize, 3, 15] {
                 let (n, k) = (37, 3 * format.block_values());
                 let w = random_blocks(format, n * k / format.block_values(), || rng.next());

@@ -520,6 +520,32 @@ mod wide {
         }
     }
 
+    /// Features `range` of `w` dequantized into `dense`, `k` values a feature: each run's
+    /// values made by `values` and written by `store` at the run's first value.
+    ///
+    /// # Safety
+    /// `values` and `store` may use what the caller enables; `store` writes 32 values.
+    #[inline(always)]
+    unsafe fn dequantize_rows<F: IntBlock, V>(
+        k: usize,
+        w: &[u8],
+        range: std::ops::Range<usize>,
+        dense: &mut [f32],
+        values: impl Fn(&F::Head, *const u8, usize) -> V + Copy,
+        store: impl Fn(*mut f32, V) + Copy,
+    ) {
+        assert!(w.len() >= range.end * (k / F::VALUES) * F::BYTES);
+        assert!(dense.len() >= range.len() * k);
+        for (row, f) in range.enumerate() {
+            // SAFETY: `w` holds feature f's blocks, and `dense` row `row`'s values b*32..+32
+            // (asserted above); the caller guarantees the instructions.
+            unsafe {
+                let base = dense.as_mut_ptr().add(row * k);
+                runs::<F, _>(k, w, f, values, |b, v| store(base.add(b * VALUES), v));
+            }
+        }
+    }
+
     /// Features `range` of `w` dequantized into `dense`, `k` values a feature.
     ///
     /// # Safety
@@ -531,24 +557,15 @@ mod wide {
         range: std::ops::Range<usize>,
         dense: &mut [f32],
     ) {
-        assert!(w.len() >= range.end * (k / F::VALUES) * F::BYTES);
-        assert!(dense.len() >= range.len() * k);
-        for (row, f) in range.enumerate() {
-            // SAFETY: `w` holds feature f's blocks, and `dense` row `row`'s values b*32..+32
-            // (asserted above); the caller guarantees the instructions.
-            unsafe {
-                let base = dense.as_mut_ptr().add(row * k);
-                runs::<F, _>(
-                    k,
-                    w,
-                    f,
-                    |h, b, c| values_avx512::<F>(h, b, c),
-                    |b, [lo, hi]| {
-                        _mm512_storeu_ps(base.add(b * VALUES), lo);
-                        _mm512_storeu_ps(base.add(b * VALUES + 16), hi);
-                    },
-                );
-            }
+        // SAFETY: `runs` passes a pointer to a whole block; the caller enables the
+        // instructions.
+        let values = |h: &F::Head, b, c| unsafe { values_avx512::<F>(h, b, c) };
+        // SAFETY: the caller enables the instructions; each store writes 32 values.
+        unsafe {
+            dequantize_rows::<F, _>(k, w, range, dense, values, |at, [lo, hi]| {
+                _mm512_storeu_ps(at, lo);
+                _mm512_storeu_ps(at.add(16), hi);
+            })
         }
     }
 
@@ -563,24 +580,16 @@ mod wide {
         range: std::ops::Range<usize>,
         dense: &mut [f32],
     ) {
-        assert!(w.len() >= range.end * (k / F::VALUES) * F::BYTES);
-        assert!(dense.len() >= range.len() * k);
-        for (row, f) in range.enumerate() {
-            // SAFETY: as in `dequantize_avx512`.
-            unsafe {
-                let base = dense.as_mut_ptr().add(row * k);
-                runs::<F, _>(
-                    k,
-                    w,
-                    f,
-                    |h, b, c| values_avx2::<F>(h, b, c),
-                    |b, values| {
-                        for (i, v) in values.iter().enumerate() {
-                            _mm256_storeu_ps(base.add(b * VALUES + 8 * i), *v);
-                        }
-                    },
-                );
-            }
+        // SAFETY: `runs` passes a pointer to a whole block; the caller enables the
+        // instructions.
+        let values = |h: &F::Head, b, c| unsafe { values_avx2::<F>(h, b, c) };
+        // SAFETY: the caller enables the instructions; each store writes 32 values.
+        unsafe {
+            dequantize_rows::<F, _>(k, w, range, dense, values, |at, v: [__m256; 4]| {
+                for (i, v) in v.iter().enumerate() {
+                    _mm256_storeu_ps(at.add(8 * i), *v);
+                }
+            })
         }
     }
 
