@@ -1,6 +1,7 @@
 //! Compute kernels of the CPU executor: plain functions over slices, chosen and
 //! parameterized when a plan is made.
 
+pub(crate) mod attention;
 pub(crate) mod block_matmul;
 pub(crate) mod cast;
 pub(crate) mod conv;
@@ -9,9 +10,9 @@ pub(crate) mod elementwise;
 pub(crate) mod gemm;
 pub(crate) mod layout;
 pub(crate) mod linalg;
-pub(crate) mod nn;
 pub(crate) mod numeric;
 pub(crate) mod reduce;
+pub(crate) mod rope;
 pub(crate) mod sample;
 pub(crate) mod simd;
 pub(crate) mod sort;

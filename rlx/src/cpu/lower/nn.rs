@@ -3,13 +3,14 @@
 use super::geometry::numel;
 use super::{Lower, LowerInput, Sizes, boxed};
 use crate::backend::RunError;
+use crate::cpu::kernels::attention::{
+    self, AttentionDims, AttentionTiling, HeadLayout, KeyRange, MaskLayout, MaskValues,
+};
 use crate::cpu::kernels::gemm::GemmAcc;
 use crate::cpu::kernels::gemm::kernel_shape;
 use crate::cpu::kernels::layout::contiguous_strides;
-use crate::cpu::kernels::nn::{
-    self, AttentionDims, AttentionTiling, HeadLayout, KeyRange, MaskLayout, MaskValues, RopeDims,
-};
 use crate::cpu::kernels::numeric::{FloatStore, accumulator};
+use crate::cpu::kernels::rope::{self, RopeDims};
 use crate::cpu::thunk::Thunk;
 use crate::cpu::thunk::{Accesses, Kernel, float_type};
 use crate::cpu::view::{Memory, View};
@@ -42,7 +43,7 @@ impl Kernel for Rope {
             Some((v, DType::I32)) => i64::from(mem.src::<i32>(v)[0]),
             Some((v, _)) => mem.src::<i64>(v)[0],
         };
-        float_type!(self.dtype, |T| nn::rope::<T>(
+        float_type!(self.dtype, |T| rope::rope::<T>(
             &self.dims,
             offset,
             mem.src(self.x),
@@ -80,7 +81,7 @@ impl Attention {
             Some((v, DType::Bool)) => MaskValues::Bool(mem.src::<u8>(v)),
             Some((v, _)) => MaskValues::Additive(mem.src::<T>(v)),
         };
-        nn::attention::<T>(
+        attention::attention::<T>(
             dims,
             &self.tiling,
             mem.src(self.q),
