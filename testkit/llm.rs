@@ -128,12 +128,16 @@ pub fn formula(name: &str, len: usize, gemma: bool) -> Vec<f32> {
 /// # Panics
 /// When the case is malformed or the files cannot be written.
 pub fn write_checkpoint(case: &serde_json::Value, gemma: bool, dir: &Path, sharded: bool) {
-    std::fs::write(
-        dir.join("config.json"),
-        case["config_json"].as_str().unwrap(),
-    )
-    .unwrap();
-    let tensors: Vec<(String, HostTensor)> = case["tensors"]
+    write_tensors(case, &checkpoint_tensors(case, gemma), dir, sharded);
+}
+
+/// The tensors of a case of `tests/data/llm/tiny_decoders.json`, in transformers' names,
+/// valued by the formula.
+///
+/// # Panics
+/// When the case is malformed.
+pub fn checkpoint_tensors(case: &serde_json::Value, gemma: bool) -> Vec<(String, HostTensor)> {
+    case["tensors"]
         .as_array()
         .unwrap()
         .iter()
@@ -148,9 +152,27 @@ pub fn write_checkpoint(case: &serde_json::Value, gemma: bool, dir: &Path, shard
             let values = formula(&name, shape.iter().product(), gemma);
             (name, HostTensor::from_vec(values, shape).unwrap())
         })
-        .collect();
+        .collect()
+}
+
+/// Writes `tensors` as the checkpoint of `case` (its `config.json` beside them), in two
+/// shards with an index when `sharded`.
+///
+/// # Panics
+/// When the files cannot be written.
+pub fn write_tensors(
+    case: &serde_json::Value,
+    tensors: &[(String, HostTensor)],
+    dir: &Path,
+    sharded: bool,
+) {
+    std::fs::write(
+        dir.join("config.json"),
+        case["config_json"].as_str().unwrap(),
+    )
+    .unwrap();
     if !sharded {
-        rlx::weights::save_tensors(&dir.join("model.safetensors"), &tensors).unwrap();
+        rlx::weights::save_tensors(&dir.join("model.safetensors"), tensors).unwrap();
         return;
     }
     let (first, second) = tensors.split_at(tensors.len() / 2);

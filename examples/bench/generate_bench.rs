@@ -7,7 +7,7 @@
 //! ```text
 //! cargo run --release --example generate_bench -- [--backend cpu|mlx] [--reps 5]
 //!     [--capacity 1024] [--mlx-mode eager|lazy|compiled] [--quant [--activations int8|exact]]
-//!     [--profile] [--perplexity] [--model FILE.gguf]
+//!     [--quantize Q8_0|Q4_0|Q4_1|Q5_0|Q5_1] [--profile] [--perplexity] [--model FILE.gguf]
 //! generate_bench backend=cpu batch=1 prompt=128 phase=prefill tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=512 phase=prefill tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=128 phase=decode new=128 tok_s=..
@@ -28,7 +28,8 @@
 //! `--capacity` positions (1,024; at least 256). `--mlx-mode` overrides MLX's default mode
 //! (compiled on a GPU, lazy on a CPU). `--model` times another GGUF file of the family
 //! (the variants `generate_bench.py` makes: Q8_0, Q4_K_M, F16); its tensors' formats are
-//! printed to stderr.
+//! printed to stderr. `--quantize FORMAT` (implies `--quant`) quantizes the file's float
+//! projections into `FORMAT` as they load (an F16 file, say), beside the blocks it keeps.
 //!
 //! `--perplexity` instead scores the shared prose text (`tests/data/llm/perplexity.json`:
 //! 1,093 tokens, no BOS) as `generate_bench.py` does, one decode step a token (so every
@@ -42,10 +43,10 @@ use std::sync::Arc;
 
 use rlx::backend::Backend;
 use rlx::generate::{Decoder, GenerateOptions, Generator, SamplingParams};
-use rlx::gguf::Gguf;
+use rlx::gguf::{GgmlType, Gguf};
 use rlx::ir::ActivationPrecision;
 use rlx::models::fetch::{SMOLLM2_135M_INSTRUCT, SMOLLM2_GGUF};
-use rlx::models::llama::{LlamaBatchConfig, LlamaBatchStep, LlamaDecoder, LlamaStep};
+use rlx::models::llama::{LlamaBatchConfig, LlamaBatchStep, LlamaDecoder, LlamaStep, Quantization};
 use rlx::tensor::HostTensor;
 
 fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
@@ -114,8 +115,9 @@ struct Options<'a> {
     reps: usize,
     capacity: usize,
     profiled: bool,
-    /// Blocks kept, with this activation precision.
-    quant: Option<ActivationPrecision>,
+    /// Blocks kept (and float projections quantized into a format), with this activation
+    /// precision.
+    quant: Option<Quantization>,
     perplexity: bool,
     model: Option<&'a str>,
 }
@@ -144,23 +146,33 @@ fn bench<B: Backend<Executable: 'static>>(
     }
     eprintln!("{}: tensors by format {formats:?}", path.display());
     let decoder = Arc::new(match quant {
-        Some(activations) => {
+        Some(quantization) => {
+            let floats = quantization
+                .float_weights
+                .map_or(String::new(), |f| format!(", float ones quantized to {f}"));
             eprintln!(
-                "weights: projections in the file's blocks ({} activations), the rest float32",
-                activations.name()
+                "weights: projections in the file's blocks{floats} ({} activations), \
+                 the rest float32",
+                quantization.activations.name()
             );
-            LlamaDecoder::from_gguf_quantized(backend, &file, capacity, activations)?
+            LlamaDecoder::from_gguf_quantized(backend, &file, capacity, quantization)?
         }
         None => LlamaDecoder::from_gguf(backend, &file, capacity)?,
     });
     if perplexity {
         // The variant's name as the file names it (`SmolLM2-135M-Instruct.Q8_0.gguf`).
         let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+        let variant = stem.rsplit('.').next().unwrap_or(stem);
         let weights = match quant {
-            Some(_) => stem.rsplit('.').next().unwrap_or(stem),
-            None => "f32",
+            Some(Quantization {
+                float_weights: Some(format),
+                ..
+            }) => format!("{variant}->{format}"),
+            Some(_) => variant.to_string(),
+            None => "f32".to_string(),
         };
-        return score(label, decoder.as_ref(), weights, quant);
+        let activations = quant.map(|q| q.activations);
+        return score(label, decoder.as_ref(), &weights, activations);
     }
     let vocab = decoder.config().model.vocab_size as u64;
     let mut seed = 0x2545_f491_4f6c_dd1du64;
@@ -275,14 +287,14 @@ fn batched<B: Backend<Executable: 'static>>(
     tokens: &[i64],
     reps: usize,
     capacity: usize,
-    quant: Option<ActivationPrecision>,
+    quant: Option<Quantization>,
 ) -> Result<(), Box<dyn Error>> {
     const ROWS: usize = 8;
     let (prompt, new) = (128, 128);
     let mut model = rlx::models::llama::LlamaConfig::from_gguf(file)?;
-    if let Some(activations) = quant {
+    if let Some(quantization) = quant {
         model.keep_gguf_blocks(file);
-        model.block_activations = activations;
+        quantization.apply_to(&mut model)?;
     }
     let config = LlamaBatchConfig {
         model,
@@ -352,8 +364,18 @@ fn main() -> Result<(), Box<dyn Error>> {
     let profiled = args.iter().any(|a| a == "--profile");
     let capacity = flag(&args, "--capacity").map_or(Ok(1024), str::parse)?;
     let perplexity = args.iter().any(|a| a == "--perplexity");
-    let quant = match (
-        args.iter().any(|a| a == "--quant"),
+    let quantize = match flag(&args, "--quantize") {
+        None => None,
+        Some(name) => Some(
+            GgmlType::from_name(name)
+                .filter(|f| rlx::gguf::quantizes(*f))
+                .ok_or(format!(
+                    "--quantize {name:?}: one of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1"
+                ))?,
+        ),
+    };
+    let activations = match (
+        args.iter().any(|a| a == "--quant") || quantize.is_some(),
         flag(&args, "--activations"),
     ) {
         (false, None) => None,
@@ -362,6 +384,10 @@ fn main() -> Result<(), Box<dyn Error>> {
         (true, Some("exact")) => Some(ActivationPrecision::Exact),
         (true, Some(other)) => return Err(format!("unknown --activations {other:?}").into()),
     };
+    let quant = activations.map(|a| Quantization {
+        activations: a,
+        float_weights: quantize,
+    });
     let capacity = if perplexity {
         capacity.max(1100)
     } else {

@@ -129,6 +129,17 @@ impl GgmlType {
         TYPES.iter().find(|t| t.1 == id).map(|t| t.0)
     }
 
+    /// The type GGML names `name` (`Q4_K`, `F16`), if this module knows it.
+    ///
+    /// ```
+    /// use rlx::gguf::GgmlType;
+    /// assert_eq!(GgmlType::from_name("Q8_0"), Some(GgmlType::Q8_0));
+    /// assert_eq!(GgmlType::from_name("Q9"), None);
+    /// ```
+    pub fn from_name(name: &str) -> Option<GgmlType> {
+        TYPES.iter().find(|t| t.4 == name).map(|t| t.0)
+    }
+
     fn entry(self) -> &'static (GgmlType, u32, usize, usize, &'static str) {
         TYPES
             .iter()

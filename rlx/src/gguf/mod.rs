@@ -17,8 +17,10 @@ pub(crate) use blocks::{
     Q6KBlock, Q8_0Block, half_f32, q3_k_scale, random_blocks,
 };
 mod parse;
+mod quantize;
 
 pub use blocks::{DequantizeError, GgmlType, dequantize, dequantize_f64};
+pub use quantize::{QuantizeError, quantize, quantizes};
 
 use std::path::{Path, PathBuf};
 

@@ -4,10 +4,10 @@
 use std::borrow::Cow;
 use std::path::PathBuf;
 
-use super::safetensors::{ParamValue, bind, param_values};
+use super::safetensors::{ParamValue, bind, block_values, param_values};
 use super::{LoadReport, Mismatch, WeightsError, describe};
 use crate::backend::Executable;
-use crate::gguf::Gguf;
+use crate::gguf::{GgmlType, Gguf};
 use crate::ir::DType;
 use crate::params::Manifest;
 
@@ -34,8 +34,8 @@ pub fn load_gguf(
             Err(_) => missing.push(f.key.clone()),
             Ok(info) => {
                 let fits = match f.format {
-                    // Kept as blocks: the very format.
-                    Some(format) => info.kind == format,
+                    // Kept as blocks: the very format, or floats quantized into it.
+                    Some(format) => info.kind == format || is_float(info.kind),
                     None => info.kind.dequantizes() && f.dtype == DType::F32,
                 };
                 if !fits || info.shape() != f.shape {
@@ -72,35 +72,47 @@ pub fn load_gguf(
         path: path.clone(),
         source,
     };
-    // Float weights dequantized; weights kept as blocks bound from the file's bytes.
-    let tensors = files
-        .iter()
-        .map(|f| match f.format {
-            Some(_) => Ok(None),
-            None => file.tensor_f32(&f.key).map(Some),
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(gguf_error)?;
-    let mut values: Vec<ParamValue<'_>> = Vec::with_capacity(manifest.params.len());
-    for (f, t) in files.iter().zip(&tensors) {
-        match t {
-            Some(t) => values.extend(param_values(manifest, f, Cow::Borrowed(t.view().bytes))),
-            None => {
-                let bytes = file.tensor_bytes(&f.key).map_err(gguf_error)?;
-                for &i in &f.params {
-                    let spec = &manifest.params[i];
-                    values.push(ParamValue {
-                        name: &spec.name,
-                        dtype: DType::U8,
-                        shape: spec.static_shape().unwrap_or_default(),
-                        bytes: Cow::Borrowed(bytes),
-                    });
-                }
-            }
-        }
+    // Float weights dequantized; weights kept as blocks bound from the file's bytes, or
+    // quantized from its floats.
+    enum Source<'f> {
+        Floats(crate::tensor::HostTensor),
+        Blocks(Cow<'f, [u8]>),
     }
-    Ok(LoadReport {
-        loaded: bind(exe, &values)?,
-        ..LoadReport::default()
-    })
+    let mut report = LoadReport::default();
+    let mut sources = Vec::with_capacity(files.len());
+    for f in &files {
+        let kind = file.tensor(&f.key).map_err(gguf_error)?.kind;
+        sources.push(match f.format {
+            Some(format) if kind == format => Source::Blocks(Cow::Borrowed(
+                file.tensor_bytes(&f.key).map_err(gguf_error)?,
+            )),
+            Some(format) => {
+                let floats = file.tensor_f32(&f.key).map_err(gguf_error)?;
+                let floats = floats.as_slice::<f32>().unwrap_or_default();
+                report.quantized.push(f.key.clone());
+                Source::Blocks(Cow::Owned(super::quantize_tensor(
+                    &path, &f.key, format, floats,
+                )?))
+            }
+            None => Source::Floats(file.tensor_f32(&f.key).map_err(gguf_error)?),
+        });
+    }
+    let mut values: Vec<ParamValue<'_>> = Vec::with_capacity(manifest.params.len());
+    for (f, source) in files.iter().zip(&sources) {
+        values.extend(match source {
+            Source::Floats(t) => param_values(manifest, f, Cow::Borrowed(t.view().bytes)),
+            Source::Blocks(bytes) => block_values(manifest, f, Cow::Borrowed(bytes.as_ref())),
+        });
+    }
+    report.loaded = bind(exe, &values)?;
+    Ok(report)
+}
+
+/// Whether a GGUF tensor type holds plain floats (quantized at load into a block format the
+/// model keeps).
+fn is_float(kind: GgmlType) -> bool {
+    matches!(
+        kind,
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::F64
+    )
 }

@@ -41,6 +41,26 @@ pub struct LoadReport {
     pub converted: Vec<String>,
     /// Checkpoint tensors left unused (only with [`LoadOptions::allow_unexpected`]).
     pub ignored: Vec<String>,
+    /// Float checkpoint tensors quantized into the block format the model keeps them in
+    /// ([`ParamSpec::format`](crate::params::ParamSpec)).
+    pub quantized: Vec<String>,
+}
+
+/// The blocks of `format` holding the float tensor `value` (`[rows, values]`, any float
+/// dtype), row by row: a float checkpoint bound to a weight the model keeps in blocks.
+pub(crate) fn quantize_tensor(
+    path: &std::path::Path,
+    key: &str,
+    format: crate::gguf::GgmlType,
+    value: &[f32],
+) -> Result<Vec<u8>, WeightsError> {
+    let mut blocks = Vec::new();
+    crate::gguf::quantize(format, value, &mut blocks).map_err(|source| WeightsError::Quantize {
+        path: path.to_path_buf(),
+        key: key.to_string(),
+        source,
+    })?;
+    Ok(blocks)
 }
 
 /// One checkpoint tensor that does not fit its declaration.
@@ -106,6 +126,17 @@ pub enum WeightsError {
     /// The backend refused a weight, or has none bound under a name.
     #[error(transparent)]
     Backend(#[from] RunError),
+    /// A float tensor the model keeps in a block format could not be quantized into it
+    /// (a NaN or infinite value, or a block whose scale overflows f16).
+    #[error("{path}: tensor {key:?}: {source}")]
+    Quantize {
+        /// The checkpoint.
+        path: PathBuf,
+        /// The checkpoint key.
+        key: String,
+        /// Why.
+        source: crate::gguf::QuantizeError,
+    },
     /// The manifest cannot be saved as a checkpoint (a split tensor lacks a part).
     #[error("cannot save {key:?}: {reason}")]
     Layout {

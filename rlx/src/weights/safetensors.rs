@@ -141,6 +141,8 @@ fn load_checked(
             continue;
         };
         let dtype_ok = match value.dtype {
+            // Kept in blocks: quantized from any float tensor of the file's dims.
+            d if f.format.is_some() => d.is_float(),
             d if d == f.dtype => true,
             d if options.convert_floats && d.is_float() && f.dtype.is_float() => {
                 report.converted.push(f.key.clone());
@@ -151,7 +153,10 @@ fn load_checked(
         if !dtype_ok || value.shape != f.shape.as_slice() {
             mismatched.push(Mismatch {
                 key: f.key.clone(),
-                expected: describe(f.dtype, &f.shape),
+                expected: match f.format {
+                    Some(format) => format!("a float tensor {:?} (kept as {format})", f.shape),
+                    None => describe(f.dtype, &f.shape),
+                },
                 found: describe(value.dtype, value.shape),
             });
         }
@@ -184,6 +189,21 @@ fn load_checked(
     // Each param's value in the model's layout, all bound at once below.
     let mut values: Vec<ParamValue> = Vec::with_capacity(manifest.params.len());
     for (f, value) in files.iter().zip(found) {
+        if let Some(format) = f.format {
+            // Converted a slice at a time: no f64 copy of a whole embedding table.
+            let mut floats = Vec::with_capacity(value.bytes.len() / value.dtype.size_bytes());
+            for bytes in value.bytes.chunks(value.dtype.size_bytes() << 16) {
+                floats.extend(
+                    decode_floats(value.dtype, bytes)
+                        .into_iter()
+                        .map(|v| v as f32),
+                );
+            }
+            let blocks = super::quantize_tensor(path, &f.key, format, &floats)?;
+            values.extend(block_values(manifest, f, Cow::Owned(blocks)));
+            report.quantized.push(f.key.clone());
+            continue;
+        }
         let data: Cow<[u8]> = if value.dtype == f.dtype {
             Cow::Borrowed(value.bytes)
         } else {
@@ -245,6 +265,27 @@ pub(super) fn param_values<'a>(
         });
     }
     values
+}
+
+/// The values of the params kept in blocks read from file tensor `f`: its blocks `bytes`
+/// as they are, a `u8` param `[rows, row bytes]` each.
+pub(super) fn block_values<'a>(
+    manifest: &'a Manifest,
+    f: &FileTensor,
+    bytes: Cow<'a, [u8]>,
+) -> Vec<ParamValue<'a>> {
+    f.params
+        .iter()
+        .map(|&i| {
+            let spec = &manifest.params[i];
+            ParamValue {
+                name: &spec.name,
+                dtype: DType::U8,
+                shape: spec.static_shape().unwrap_or_default(),
+                bytes: bytes.clone(),
+            }
+        })
+        .collect()
 }
 
 /// Binds `values` in `exe` all at once.

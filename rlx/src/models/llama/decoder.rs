@@ -29,6 +29,9 @@ pub enum LlamaLoadError {
         /// What went wrong.
         message: String,
     },
+    /// The weights cannot be quantized into the format asked for.
+    #[error(transparent)]
+    Quantize(#[from] crate::gguf::QuantizeError),
     /// A batch decoder of no slots.
     #[error("a batch decoder needs at least one slot")]
     Slots,
@@ -69,26 +72,27 @@ impl LlamaDecoder {
         LlamaDecoder::from_gguf_keeping(backend, file, capacity, None)
     }
 
-    /// As [`from_gguf`](Self::from_gguf), with the projections the file stores in `Q8_0`,
-    /// `Q4_0` or `Q4_1` kept in their blocks and multiplied in place
-    /// ([`LlamaConfig::keep_gguf_blocks`]): a decode step reads a quarter to an eighth of
-    /// the bytes. `activations` says how the products take their activations: exact
+    /// As [`from_gguf`](Self::from_gguf), with the projections the file stores in a block
+    /// format (`Q8_0`, `Q4_*`, `Q5_*`, the K-quants) kept in their blocks and multiplied in
+    /// place ([`LlamaConfig::keep_gguf_blocks`]): a decode step reads a quarter to an eighth
+    /// of the bytes. `quantization` says how the products take their activations — exact
     /// float32, or int8 per block as llama.cpp decodes (faster, within the bound
-    /// [`ActivationPrecision`] states).
+    /// [`ActivationPrecision`] states) — and whether the file's float projections are
+    /// quantized as they load ([`Quantization::float_weights`]).
     pub fn from_gguf_quantized<B: crate::backend::Backend>(
         backend: &B,
         file: &Gguf,
         capacity: usize,
-        activations: ActivationPrecision,
+        quantization: impl Into<Quantization>,
     ) -> Result<LlamaDecoder, LlamaLoadError> {
-        LlamaDecoder::from_gguf_keeping(backend, file, capacity, Some(activations))
+        LlamaDecoder::from_gguf_keeping(backend, file, capacity, Some(quantization.into()))
     }
 
     fn from_gguf_keeping<B: crate::backend::Backend>(
         backend: &B,
         file: &Gguf,
         capacity: usize,
-        blocks: Option<ActivationPrecision>,
+        blocks: Option<Quantization>,
     ) -> Result<LlamaDecoder, LlamaLoadError> {
         let decoder = LlamaDecoder::compile(backend, gguf_config(file, blocks)?, capacity)?;
         super::load_gguf_checkpoint(&decoder.step, &decoder.config.model, file)?;
@@ -104,6 +108,37 @@ impl LlamaDecoder {
         capacity: usize,
     ) -> Result<LlamaDecoder, LlamaLoadError> {
         let model = hf_config(dir)?;
+        let decoder = LlamaDecoder::compile(backend, model, capacity)?;
+        super::load_hf_checkpoint(&decoder.step, &decoder.config.model, dir)?;
+        Ok(decoder)
+    }
+
+    /// As [`from_hf_dir`](Self::from_hf_dir), with the projections quantized into
+    /// `quantization`'s [`float_weights`](Quantization::float_weights) format as they load
+    /// ([`LlamaConfig::quantize_projections`]) and multiplied in place.
+    ///
+    /// ```no_run
+    /// use rlx::gguf::GgmlType;
+    /// use rlx::ir::ActivationPrecision;
+    /// use rlx::models::llama::{LlamaDecoder, Quantization};
+    /// let quantization = Quantization::from(ActivationPrecision::Int8).quantizing(GgmlType::Q8_0);
+    /// let backend = rlx::cpu::CpuBackend::default();
+    /// let decoder = LlamaDecoder::from_hf_dir_quantized(
+    ///     &backend,
+    ///     "SmolLM2-135M-Instruct".as_ref(),
+    ///     1024,
+    ///     quantization,
+    /// )?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_hf_dir_quantized<B: crate::backend::Backend>(
+        backend: &B,
+        dir: &std::path::Path,
+        capacity: usize,
+        quantization: Quantization,
+    ) -> Result<LlamaDecoder, LlamaLoadError> {
+        let mut model = hf_config(dir)?;
+        quantization.apply_to(&mut model)?;
         let decoder = LlamaDecoder::compile(backend, model, capacity)?;
         super::load_hf_checkpoint(&decoder.step, &decoder.config.model, dir)?;
         Ok(decoder)
@@ -132,17 +167,74 @@ impl LlamaDecoder {
     }
 }
 
-/// The config `file` describes, its block-format projections kept when `keep_blocks`.
-/// The config of `file`, its projections kept in blocks when `blocks` says how their
-/// products take activations.
-fn gguf_config(
-    file: &Gguf,
-    blocks: Option<ActivationPrecision>,
-) -> Result<LlamaConfig, LlamaLoadError> {
+/// Which projection weights a decoder keeps in GGUF blocks beyond those a file stores in
+/// blocks, and how products with blocks take their activations. From an
+/// [`ActivationPrecision`] alone: a file's own blocks kept, its floats left float.
+///
+/// ```
+/// use rlx::gguf::GgmlType;
+/// use rlx::ir::ActivationPrecision;
+/// use rlx::models::llama::Quantization;
+/// let q = Quantization::from(ActivationPrecision::Int8).quantizing(GgmlType::Q4_0);
+/// assert_eq!(q.float_weights, Some(GgmlType::Q4_0));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quantization {
+    /// How products with weights kept in blocks take their activations.
+    pub activations: ActivationPrecision,
+    /// The format float projection weights are quantized into as they load
+    /// ([`LlamaConfig::quantize_projections`]); `None` leaves them float32.
+    pub float_weights: Option<crate::gguf::GgmlType>,
+}
+
+impl Quantization {
+    /// The same, with float projections quantized into `format` as they load.
+    pub fn quantizing(self, format: crate::gguf::GgmlType) -> Quantization {
+        Quantization {
+            float_weights: Some(format),
+            ..self
+        }
+    }
+
+    /// Sets `config`'s activations and the formats of its float projections (after
+    /// [`LlamaConfig::keep_gguf_blocks`], for a GGUF file's).
+    ///
+    /// ```
+    /// use rlx::gguf::GgmlType;
+    /// use rlx::ir::ActivationPrecision;
+    /// use rlx::models::llama::{LlamaConfig, Quantization};
+    /// let mut config = LlamaConfig::new(64, 2, 4, 2, 128, 100);
+    /// Quantization::from(ActivationPrecision::Int8)
+    ///     .quantizing(GgmlType::Q4_0)
+    ///     .apply_to(&mut config)?;
+    /// assert_eq!(config.block_activations, ActivationPrecision::Int8);
+    /// # Ok::<(), rlx::gguf::QuantizeError>(())
+    /// ```
+    pub fn apply_to(self, config: &mut LlamaConfig) -> Result<(), crate::gguf::QuantizeError> {
+        config.block_activations = self.activations;
+        match self.float_weights {
+            Some(format) => config.quantize_projections(format),
+            None => Ok(()),
+        }
+    }
+}
+
+impl From<ActivationPrecision> for Quantization {
+    fn from(activations: ActivationPrecision) -> Quantization {
+        Quantization {
+            activations,
+            float_weights: None,
+        }
+    }
+}
+
+/// The config of `file`, its block-format projections kept (and its float ones quantized
+/// where asked) when `blocks` is given.
+fn gguf_config(file: &Gguf, blocks: Option<Quantization>) -> Result<LlamaConfig, LlamaLoadError> {
     let mut config = LlamaConfig::from_gguf(file)?;
-    if let Some(activations) = blocks {
+    if let Some(quantization) = blocks {
         config.keep_gguf_blocks(file);
-        config.block_activations = activations;
+        quantization.apply_to(&mut config)?;
     }
     Ok(config)
 }

@@ -32,7 +32,7 @@ pub use checkpoint::{hf_tensor_name, load_gguf_checkpoint, load_hf_checkpoint};
 pub use config::{
     Activation, LlamaConfig, LlamaConfigError, MAX_HEAD_DIM, MAX_LAYERS, SlidingWindow,
 };
-pub use decoder::{LlamaBatchDecoder, LlamaDecoder, LlamaLoadError};
+pub use decoder::{LlamaBatchDecoder, LlamaDecoder, LlamaLoadError, Quantization};
 
 use crate::Params;
 use crate::nn::{Bias, Projection, RmsNorm, TokenEmbedding};

@@ -2,7 +2,7 @@
 //! and which projections stay in their blocks.
 
 use super::{Activation, LlamaConfig, LlamaConfigError, SlidingWindow, invalid};
-use crate::gguf::{Gguf, MetadataArray, MetadataValue};
+use crate::gguf::{GgmlType, Gguf, MetadataArray, MetadataValue};
 
 /// The projections of a block, by their GGUF names (`blk.N.{name}.weight`).
 const PROJECTIONS: [&str; 7] = [
@@ -82,6 +82,53 @@ impl LlamaConfig {
             .filter(|t| projection(&t.name) && crate::ir::block_matmul_supports(t.kind))
             .map(|t| (t.name.clone(), t.kind))
             .collect();
+    }
+
+    /// Keeps every projection weight and the token table in `format` (`Q8_0`, `Q4_0`,
+    /// `Q4_1`, `Q5_0` or `Q5_1`; see [`crate::gguf::quantize`]) where their rows are whole
+    /// blocks, quantized from the checkpoint's floats as they load — a safetensors model, or
+    /// the float tensors of a GGUF file — beside the formats
+    /// [`keep_gguf_blocks`](Self::keep_gguf_blocks) kept already.
+    ///
+    /// ```
+    /// use rlx::gguf::GgmlType;
+    /// use rlx::models::llama::LlamaConfig;
+    /// let mut config = LlamaConfig::new(64, 2, 4, 2, 128, 100);
+    /// config.quantize_projections(GgmlType::Q8_0)?;
+    /// // Seven projections in each of 2 blocks, and the token table (the output is tied).
+    /// assert_eq!(config.block_formats.len(), 15);
+    /// assert!(config.quantize_projections(GgmlType::Q4K).is_err());
+    /// # Ok::<(), rlx::gguf::QuantizeError>(())
+    /// ```
+    pub fn quantize_projections(
+        &mut self,
+        format: GgmlType,
+    ) -> Result<(), crate::gguf::QuantizeError> {
+        if !crate::gguf::quantizes(format) {
+            return Err(crate::gguf::QuantizeError::Unsupported(format));
+        }
+        let hidden = self.hidden_size;
+        let mut weights = vec![("token_embd.weight".to_string(), hidden)];
+        if !self.tied_output {
+            weights.push(("output.weight".to_string(), hidden));
+        }
+        for layer in 0..self.num_layers {
+            for projection in PROJECTIONS {
+                let width = match projection {
+                    "attn_output" => self.num_heads * self.head_dim,
+                    "ffn_down" => self.intermediate_size,
+                    _ => hidden,
+                };
+                weights.push((format!("blk.{layer}.{projection}.weight"), width));
+            }
+        }
+        for (name, width) in weights {
+            let kept = self.block_formats.iter().any(|(n, _)| *n == name);
+            if !kept && width.is_multiple_of(format.block_values()) {
+                self.block_formats.push((name, format));
+            }
+        }
+        Ok(())
     }
 
     /// Reads the config from a GGUF file's metadata. `general.architecture` names the

@@ -1,0 +1,162 @@
+//! Float checkpoints quantized into GGUF block formats as they load
+//! ([`LlamaDecoder::from_hf_dir_quantized`]): each tiny variant of `tiny_decoders.json`,
+//! its projections and token table quantized to `Q8_0` and `Q4_0`, gives the logits of the
+//! float model whose weights are those blocks' values ([`rlx::gguf::quantize`] then
+//! [`rlx::gguf::dequantize`], written as a second checkpoint), on every backend.
+
+use rlx::backend::Backend;
+use rlx::generate::Decoder;
+use rlx::gguf::{GgmlType, dequantize, quantize};
+use rlx::ir::ActivationPrecision;
+use rlx::models::llama::{LlamaDecoder, Quantization};
+use rlx::tensor::HostTensor;
+use rlx_testkit::llm::{Scratch, checkpoint_tensors, ids, reference, write_tensors};
+
+use super::argmax;
+
+/// Both sides multiply the same values in float32, in different orders (measured: about
+/// 1e-6 on logits of at most a few units).
+const BOUND: f64 = 1e-4;
+
+/// Whether the checkpoint tensor `name` is one the decoder keeps in blocks.
+fn kept_in_blocks(name: &str) -> bool {
+    name.ends_with("proj.weight")
+        || name.ends_with("embed_tokens.weight")
+        || name == "lm_head.weight"
+}
+
+/// `tensor`'s values as `format` holds them.
+fn through_blocks(format: GgmlType, tensor: &HostTensor) -> HostTensor {
+    let values = tensor.as_slice::<f32>().unwrap();
+    let mut blocks = Vec::new();
+    quantize(format, values, &mut blocks).unwrap();
+    let mut back = vec![0f32; values.len()];
+    dequantize(format, &blocks, &mut back).unwrap();
+    HostTensor::from_vec(back, tensor.shape().to_vec()).unwrap()
+}
+
+/// The last logits of each step: the prompt, then 6 greedy tokens one at a time.
+fn steps(decoder: &LlamaDecoder, prompt: &[i64]) -> Vec<Vec<f32>> {
+    let mut context = decoder.new_context().unwrap();
+    let mut fed = prompt.to_vec();
+    let mut rows = Vec::new();
+    let mut pos = 0;
+    for _ in 0..7 {
+        let logits = decoder
+            .step(&mut context, &fed[pos..], pos, fed.len() - pos - 1)
+            .unwrap();
+        let row = logits.as_slice::<f32>().unwrap().to_vec();
+        pos = fed.len();
+        fed.push(argmax(&row));
+        rows.push(row);
+    }
+    rows
+}
+
+fn largest_difference(a: &[Vec<f32>], b: &[Vec<f32>]) -> f64 {
+    a.iter()
+        .flatten()
+        .zip(b.iter().flatten())
+        .map(|(x, y)| f64::from((x - y).abs()))
+        .fold(0f64, f64::max)
+}
+
+fn quantized_at_load<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
+    let data = reference("tiny_decoders");
+    let prompt = ids(&data["prompt"]);
+    for name in ["llama", "qwen2", "qwen3", "gemma3"] {
+        let case = &data["cases"][name];
+        let tensors = checkpoint_tensors(case, name == "gemma3");
+        let float_dir = Scratch::new(&format!("quantize-{name}-{label}"));
+        write_tensors(case, &tensors, float_dir.path(), false);
+        let float = steps(
+            &LlamaDecoder::from_hf_dir(backend, float_dir.path(), 32).unwrap(),
+            &prompt,
+        );
+        for format in [GgmlType::Q8_0, GgmlType::Q4_0] {
+            let quantization = Quantization::from(ActivationPrecision::Exact).quantizing(format);
+            let decoder =
+                LlamaDecoder::from_hf_dir_quantized(backend, float_dir.path(), 32, quantization)
+                    .unwrap();
+            let kept = &decoder.config().model.block_formats;
+            assert!(
+                kept.len() > 7 && kept.iter().all(|(_, f)| *f == format),
+                "{name} {format}: {kept:?}"
+            );
+            let got = steps(&decoder, &prompt);
+
+            // The float model of the blocks' values.
+            let blocks_dir = Scratch::new(&format!("quantize-{name}-{format}-{label}"));
+            let as_blocks: Vec<(String, HostTensor)> = tensors
+                .iter()
+                .map(|(n, t)| {
+                    let t = if kept_in_blocks(n) {
+                        through_blocks(format, t)
+                    } else {
+                        t.clone()
+                    };
+                    (n.clone(), t)
+                })
+                .collect();
+            write_tensors(case, &as_blocks, blocks_dir.path(), false);
+            let expected = steps(
+                &LlamaDecoder::from_hf_dir(backend, blocks_dir.path(), 32).unwrap(),
+                &prompt,
+            );
+            let error = largest_difference(&got, &expected);
+            let moved = largest_difference(&got, &float);
+            println!(
+                "{name} {format} {label}: within {error:.1e} of the blocks' float model, \
+                 {moved:.1e} from the float checkpoint"
+            );
+            assert!(error < BOUND, "{name} {format} {label}: off by {error}");
+            // The weights did change (and with them, here, the greedy tokens).
+            assert!(
+                moved > 10.0 * BOUND,
+                "{name} {format} {label}: nothing quantized?"
+            );
+        }
+    }
+}
+
+#[test]
+fn float_checkpoints_quantize_at_load_on_the_cpu() {
+    quantized_at_load("cpu", &rlx::cpu::CpuBackend::default());
+}
+
+/// A value blocks cannot hold is an error naming the tensor, and a format with no
+/// quantizer is refused before anything loads.
+#[test]
+fn values_blocks_cannot_hold_are_errors() {
+    let data = reference("tiny_decoders");
+    let case = &data["cases"]["llama"];
+    let mut tensors = checkpoint_tensors(case, false);
+    let (name, tensor) = tensors
+        .iter_mut()
+        .find(|(n, _)| n.ends_with("layers.1.mlp.up_proj.weight"))
+        .unwrap();
+    tensor.as_mut_slice::<f32>().unwrap()[40] = f32::NAN;
+    let name = name.clone();
+    let dir = Scratch::new("quantize-nan");
+    write_tensors(case, &tensors, dir.path(), false);
+    let cpu = rlx::cpu::CpuBackend::default();
+    let q8 = Quantization::from(ActivationPrecision::Int8).quantizing(GgmlType::Q8_0);
+    let message = LlamaDecoder::from_hf_dir_quantized(&cpu, dir.path(), 16, q8)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("blk.1.ffn_up.weight") && message.contains("NaN"),
+        "{message} ({name})"
+    );
+    let q4k = Quantization::from(ActivationPrecision::Int8).quantizing(GgmlType::Q4K);
+    let message = LlamaDecoder::from_hf_dir_quantized(&cpu, dir.path(), 16, q4k)
+        .unwrap_err()
+        .to_string();
+    assert!(message.contains("Q4_K"), "{message}");
+}
+
+#[cfg(feature = "mlx")]
+#[test]
+fn float_checkpoints_quantize_at_load_on_mlx() {
+    quantized_at_load("mlx", &rlx::mlx::MlxBackend::default());
+}
