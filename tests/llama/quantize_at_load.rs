@@ -119,6 +119,44 @@ fn quantized_at_load<B: Backend<Executable: 'static>>(label: &str, backend: &B) 
     }
 }
 
+/// A batch decoder quantized as it loads gives each row the logits of the single-sequence
+/// decoder quantized alike (int8 activations: both run the same kernels).
+fn batch_rows_match_single<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
+    use rlx::generate::BatchDecoder;
+    use rlx::models::llama::LlamaBatchDecoder;
+    let data = reference("tiny_decoders");
+    let case = &data["cases"]["qwen2"];
+    let dir = Scratch::new(&format!("quantize-batch-{label}"));
+    write_tensors(case, &checkpoint_tensors(case, false), dir.path(), false);
+    let q = Quantization::from(ActivationPrecision::Int8).quantizing(GgmlType::Q4_1);
+    let single = LlamaDecoder::from_hf_dir_quantized(backend, dir.path(), 16, q).unwrap();
+    let batch = LlamaBatchDecoder::from_hf_dir_quantized(backend, dir.path(), 16, 2, q).unwrap();
+    let prompts: [Vec<i64>; 2] = [vec![5, 9, 14, 3], vec![77, 2, 0, 120]];
+    let mut context = batch.new_context().unwrap();
+    let tokens: Vec<i64> = prompts.concat();
+    let logits = batch
+        .step(&mut context, &tokens, 4, &[0, 0], &[3, 3])
+        .unwrap();
+    let rows = logits.as_slice::<f32>().unwrap();
+    let vocab = single.vocab_size();
+    for (b, prompt) in prompts.iter().enumerate() {
+        let mut alone = single.new_context().unwrap();
+        let expected = single.step(&mut alone, prompt, 0, 3).unwrap();
+        let error = largest_difference(
+            &[rows[b * vocab..(b + 1) * vocab].to_vec()],
+            &[expected.as_slice::<f32>().unwrap().to_vec()],
+        );
+        assert!(error < BOUND, "{label} row {b}: off by {error}");
+    }
+}
+
+#[test]
+fn batch_rows_quantized_at_load_match_single_sequences() {
+    batch_rows_match_single("cpu", &rlx::cpu::CpuBackend::default());
+    #[cfg(feature = "mlx")]
+    batch_rows_match_single("mlx", &rlx::mlx::MlxBackend::default());
+}
+
 #[test]
 fn float_checkpoints_quantize_at_load_on_the_cpu() {
     quantized_at_load("cpu", &rlx::cpu::CpuBackend::default());

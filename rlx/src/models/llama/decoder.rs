@@ -335,6 +335,37 @@ impl LlamaBatchDecoder {
         Ok(decoder)
     }
 
+    /// The model `file` describes with its projections kept in blocks, as
+    /// [`LlamaDecoder::from_gguf_quantized`], with `slots` sequences.
+    pub fn from_gguf_quantized<B: crate::backend::Backend>(
+        backend: &B,
+        file: &Gguf,
+        capacity: usize,
+        slots: usize,
+        quantization: impl Into<Quantization>,
+    ) -> Result<LlamaBatchDecoder, LlamaLoadError> {
+        let config = gguf_config(file, Some(quantization.into()))?;
+        let decoder = LlamaBatchDecoder::compile(backend, config, capacity, slots)?;
+        super::load_gguf_checkpoint(&decoder.step, &decoder.config.model, file)?;
+        Ok(decoder)
+    }
+
+    /// The model of a Hugging Face folder quantized as it loads, as
+    /// [`LlamaDecoder::from_hf_dir_quantized`], with `slots` sequences.
+    pub fn from_hf_dir_quantized<B: crate::backend::Backend>(
+        backend: &B,
+        dir: &std::path::Path,
+        capacity: usize,
+        slots: usize,
+        quantization: Quantization,
+    ) -> Result<LlamaBatchDecoder, LlamaLoadError> {
+        let mut config = hf_config(dir)?;
+        quantization.apply_to(&mut config)?;
+        let decoder = LlamaBatchDecoder::compile(backend, config, capacity, slots)?;
+        super::load_hf_checkpoint(&decoder.step, &decoder.config.model, dir)?;
+        Ok(decoder)
+    }
+
     /// The model of a Hugging Face folder, as [`LlamaDecoder::from_hf_dir`], with `slots`
     /// sequences.
     pub fn from_hf_dir<B: crate::backend::Backend>(
