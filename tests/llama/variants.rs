@@ -211,8 +211,9 @@ fn hf_checkpoints_that_do_not_fit_are_errors() {
     assert!(message.contains("config.json"), "{message}");
 }
 
-/// Qwen2 and Gemma 3 as llama.cpp's converter writes them (Hugging Face tensors renamed,
-/// dims reversed, query and key rows not permuted: these architectures rotate halves;
+/// Qwen2, Qwen3 and Gemma 3 as llama.cpp's converter writes them (Hugging Face tensors
+/// renamed, dims reversed, query and key rows not permuted: these architectures rotate
+/// halves; Qwen3's YaRN as `rope.scaling.type`, `factor` and `original_context_length`;
 /// Gemma's norm scales stored as `1 + w`, its layer pattern as
 /// `attention.sliding_window_pattern`) read through [`LlamaConfig::from_gguf`] and
 /// `load_gguf_checkpoint`, against the same references.
@@ -222,8 +223,10 @@ fn gguf_variants_match_transformers() {
     let data = reference("tiny_decoders");
     let prompt = ids(&data["prompt"]);
     let cpu = rlx::cpu::CpuBackend::default();
-    for name in ["qwen2", "gemma3"] {
+    for name in ["qwen2", "qwen3", "gemma3"] {
         let case = &data["cases"][name];
+        let json: serde_json::Value =
+            serde_json::from_str(case["config_json"].as_str().unwrap()).unwrap();
         let hf = LlamaConfig::from_hf_json(case["config_json"].as_str().unwrap()).unwrap();
         let key = |k: &str| format!("{name}.{k}");
         let mut metadata = vec![
@@ -264,6 +267,19 @@ fn gguf_variants_match_transformers() {
             metadata.push((
                 key("rope.scaling.factor"),
                 Meta::f32((1.0 / hf.rope_scale) as f32),
+            ));
+        }
+        // Qwen3's YaRN as llama.cpp's converter writes it.
+        let rope = &json["rope_parameters"];
+        if rope["rope_type"] == "yarn" {
+            metadata.push((key("rope.scaling.type"), Meta::string("yarn")));
+            metadata.push((
+                key("rope.scaling.factor"),
+                Meta::f32(rope["factor"].as_f64().unwrap() as f32),
+            ));
+            metadata.push((
+                key("rope.scaling.original_context_length"),
+                Meta::u32(rope["original_max_position_embeddings"].as_u64().unwrap() as u32),
             ));
         }
         if let Some(cap) = hf.final_logit_softcap {

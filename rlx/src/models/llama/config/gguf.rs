@@ -1,7 +1,7 @@
 //! A Llama-family config from a GGUF file: its metadata, Llama 3's `rope_freqs.weight`,
 //! and which projections stay in their blocks.
 
-use super::{Activation, LlamaConfig, LlamaConfigError, SlidingWindow, invalid};
+use super::{Activation, LlamaConfig, LlamaConfigError, SlidingWindow, Yarn, invalid};
 use crate::gguf::{GgmlType, Gguf, MetadataArray, MetadataValue};
 
 /// The projections of a block, by their GGUF names (`blk.N.{name}.weight`).
@@ -135,6 +135,9 @@ impl LlamaConfig {
     /// variant — `llama`, `qwen2`, `qwen3` or `gemma3` — and prefixes its keys
     /// (`llama.block_count`); the output projection is tied unless the file has
     /// `output.weight`, and Llama 3's per-pair rotary factors come from `rope_freqs.weight`.
+    /// RoPE scaling (`rope.scaling.type`) is linear or YaRN (`factor`,
+    /// `original_context_length`, and optionally `attn_factor`, `yarn_beta_fast`,
+    /// `yarn_beta_slow`), computed as llama.cpp computes it.
     /// Gemma 3 follows llama.cpp where its files are silent: every sixth layer global unless
     /// `attention.sliding_window_pattern` says otherwise, local layers rotating with base
     /// 10,000 (or `rope.freq_base_swa`), and queries scaled by the head width but for the
@@ -178,9 +181,25 @@ impl LlamaConfig {
             }
         };
         let mut rope_scale = 1.0;
+        let mut yarn = None;
         match value("rope.scaling.type").and_then(MetadataValue::as_str) {
             None | Some("none") => {}
             Some("linear") => rope_scale = 1.0 / float("rope.scaling.factor", None)?,
+            // llama.cpp's keys; its ramp always rounds out to whole pairs.
+            Some("yarn") => {
+                let factor = float("rope.scaling.factor", None)?;
+                let attention = float("rope.scaling.attn_factor", Some(1.0))?;
+                yarn = Some((
+                    Yarn {
+                        factor,
+                        original: float("rope.scaling.original_context_length", None)?,
+                        beta_fast: float("rope.scaling.yarn_beta_fast", Some(32.0))?,
+                        beta_slow: float("rope.scaling.yarn_beta_slow", Some(1.0))?,
+                        truncate: true,
+                    },
+                    attention * Yarn::magnitude(factor, 1.0),
+                ));
+            }
             Some(kind) => {
                 return Err(invalid(
                     &format!("{arch}.rope.scaling.type"),
@@ -222,6 +241,17 @@ impl LlamaConfig {
         )?;
         config.rope_scale = rope_scale;
         config.rope_freqs = gguf_rope_freqs(file, config.rope_base, config.rope_dims)?;
+        let mut attention_factor = 1.0;
+        if let Some((yarn, factor)) = yarn {
+            if config.rope_freqs.is_some() {
+                return Err(invalid(
+                    &format!("{arch}.rope.scaling.type"),
+                    "YaRN scaling beside per-pair factors in rope_freqs.weight",
+                ));
+            }
+            config.rope_freqs = Some(yarn.freqs(config.rope_base, config.rope_dims).into());
+            attention_factor = factor;
+        }
         config.context_length = size("context_length", None)?;
         config.attention_scale = 1.0 / (head_dim as f64).sqrt();
         config.tied_output = file.tensor("output.weight").is_err();
@@ -270,6 +300,8 @@ impl LlamaConfig {
                 });
             }
         }
+        // YaRN scales rotated queries and keys: the scores by the factor's square.
+        config.attention_scale *= attention_factor * attention_factor;
         config.check(&format!("{arch}."))?;
         Ok(config)
     }

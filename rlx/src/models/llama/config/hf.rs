@@ -3,7 +3,9 @@
 
 use serde_json::Value;
 
-use super::{Activation, LlamaConfig, LlamaConfigError, MAX_HEAD_DIM, SlidingWindow, invalid};
+use super::{
+    Activation, LlamaConfig, LlamaConfigError, MAX_HEAD_DIM, SlidingWindow, Yarn, invalid,
+};
 
 impl LlamaConfig {
     /// Parses a Hugging Face `config.json` of a `LlamaForCausalLM`, `Qwen2ForCausalLM`,
@@ -295,45 +297,25 @@ impl HfKeys<'_> {
             }
             Some("yarn") => {
                 let factor = inner.float("factor", None)?;
-                let mscale = |scale: f64, m: f64| {
-                    if scale <= 1.0 {
-                        1.0
-                    } else {
-                        0.1 * m * scale.ln() + 1.0
-                    }
-                };
+                let magnitude = Yarn::magnitude;
                 rotary.attention_factor = match inner.float_opt("attention_factor")? {
                     Some(a) => a,
                     None => match (
                         inner.float_opt("mscale")?,
                         inner.float_opt("mscale_all_dim")?,
                     ) {
-                        (Some(m), Some(all)) => mscale(factor, m) / mscale(factor, all),
-                        _ => mscale(factor, 1.0),
+                        (Some(m), Some(all)) => magnitude(factor, m) / magnitude(factor, all),
+                        _ => magnitude(factor, 1.0),
                     },
                 };
-                let fast = inner.float_opt("beta_fast")?.unwrap_or(32.0);
-                let slow = inner.float_opt("beta_slow")?.unwrap_or(1.0);
-                let old = original()?;
-                let truncate = inner.flag("truncate", true)?;
-                let d = dims as f64;
-                let correction = |rotations: f64| {
-                    d * (old / (rotations * 2.0 * std::f64::consts::PI)).ln() / (2.0 * base.ln())
+                let yarn = Yarn {
+                    factor,
+                    original: original()?,
+                    beta_fast: inner.float_opt("beta_fast")?.unwrap_or(32.0),
+                    beta_slow: inner.float_opt("beta_slow")?.unwrap_or(1.0),
+                    truncate: inner.flag("truncate", true)?,
                 };
-                let (mut low, mut high) = (correction(fast), correction(slow));
-                if truncate {
-                    (low, high) = (low.floor(), high.ceil());
-                }
-                let (low, mut high) = (low.max(0.0), high.min(d - 1.0));
-                if low == high {
-                    high += 0.001;
-                }
-                let freqs = plain().enumerate().map(|(i, f)| {
-                    let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
-                    let extrapolate = 1.0 - ramp;
-                    f / factor * (1.0 - extrapolate) + f * extrapolate
-                });
-                rotary.freqs = Some(freqs.collect());
+                rotary.freqs = Some(yarn.freqs(base, dims));
             }
             Some(other) => {
                 return Err(inner.invalid(

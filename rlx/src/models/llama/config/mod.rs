@@ -127,6 +127,53 @@ pub enum LlamaConfigError {
     },
 }
 
+/// YaRN's long-context rotation (as transformers and llama.cpp compute it): per pair of
+/// `dims` rotated features, base `base`, the frequency divided by `factor` for pairs that
+/// turn fewer than `beta_slow` times over the `original` context, kept for those that turn
+/// more than `beta_fast` times, and ramped linearly between (the ramp's ends rounded out to
+/// whole pairs when `truncate`).
+struct Yarn {
+    factor: f64,
+    original: f64,
+    beta_fast: f64,
+    beta_slow: f64,
+    truncate: bool,
+}
+
+impl Yarn {
+    fn freqs(&self, base: f64, dims: usize) -> Vec<f64> {
+        let d = dims as f64;
+        let correction = |rotations: f64| {
+            d * (self.original / (rotations * 2.0 * std::f64::consts::PI)).ln() / (2.0 * base.ln())
+        };
+        let (mut low, mut high) = (correction(self.beta_fast), correction(self.beta_slow));
+        if self.truncate {
+            (low, high) = (low.floor(), high.ceil());
+        }
+        let (low, mut high) = (low.max(0.0), high.min(d - 1.0));
+        if low == high {
+            high += 0.001;
+        }
+        (0..dims / 2)
+            .map(|i| {
+                let f = base.powf(-2.0 * i as f64 / d);
+                let extrapolate = 1.0 - ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                f / self.factor * (1.0 - extrapolate) + f * extrapolate
+            })
+            .collect()
+    }
+
+    /// The factor on rotated queries and keys for a context stretched by `scale` and a
+    /// multiplier `m`: `0.1 · m · ln(scale) + 1` (1 without stretching).
+    fn magnitude(scale: f64, m: f64) -> f64 {
+        if scale <= 1.0 {
+            1.0
+        } else {
+            0.1 * m * scale.ln() + 1.0
+        }
+    }
+}
+
 fn invalid(key: &str, reason: impl Into<String>) -> LlamaConfigError {
     LlamaConfigError::Invalid {
         key: key.to_string(),
