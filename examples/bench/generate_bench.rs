@@ -7,7 +7,8 @@
 //! ```text
 //! cargo run --release --example generate_bench -- [--backend cpu|mlx] [--reps 5]
 //!     [--capacity 1024] [--mlx-mode eager|lazy|compiled] [--quant [--activations int8|exact]]
-//!     [--quantize Q8_0|Q4_0|Q4_1|Q5_0|Q5_1] [--profile] [--perplexity] [--model FILE.gguf]
+//!     [--quantize Q8_0|Q4_0|Q4_1|Q5_0|Q5_1] [--kv-cache f32|int8] [--profile] [--perplexity]
+//!     [--model FILE.gguf]
 //! generate_bench backend=cpu batch=1 prompt=128 phase=prefill tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=512 phase=prefill tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=128 phase=decode new=128 tok_s=..
@@ -29,7 +30,8 @@
 //! (compiled on a GPU, lazy on a CPU). `--model` times another GGUF file of the family
 //! (the variants `generate_bench.py` makes: Q8_0, Q4_K_M, F16); its tensors' formats are
 //! printed to stderr. `--quantize FORMAT` (implies `--quant`) quantizes the file's float
-//! projections into `FORMAT` as they load (an F16 file, say), beside the blocks it keeps.
+//! projections into `FORMAT` as they load (an F16 file, say), beside the blocks it keeps;
+//! `--kv-cache int8` (with `--quant`) keeps the key/value caches in int8.
 //!
 //! `--perplexity` instead scores the shared prose text (`tests/data/llm/perplexity.json`:
 //! 1,093 tokens, no BOS) as `generate_bench.py` does, one decode step a token (so every
@@ -46,7 +48,9 @@ use rlx::generate::{Decoder, GenerateOptions, Generator, SamplingParams};
 use rlx::gguf::{GgmlType, Gguf};
 use rlx::ir::ActivationPrecision;
 use rlx::models::fetch::{SMOLLM2_135M_INSTRUCT, SMOLLM2_GGUF};
-use rlx::models::llama::{LlamaBatchConfig, LlamaBatchStep, LlamaDecoder, LlamaStep, Quantization};
+use rlx::models::llama::{
+    KvCacheFormat, LlamaBatchConfig, LlamaBatchStep, LlamaDecoder, LlamaStep, Quantization,
+};
 use rlx::tensor::HostTensor;
 
 fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
@@ -170,6 +174,10 @@ fn bench<B: Backend<Executable: 'static>>(
             }) => format!("{variant}->{format}"),
             Some(_) => variant.to_string(),
             None => "f32".to_string(),
+        };
+        let weights = match quant.map(|q| q.kv_cache) {
+            Some(KvCacheFormat::Int8) => format!("{weights}+kv_int8"),
+            _ => weights,
         };
         let activations = quant.map(|q| q.activations);
         return score(label, decoder.as_ref(), &weights, activations);
@@ -384,10 +392,19 @@ fn main() -> Result<(), Box<dyn Error>> {
         (true, Some("exact")) => Some(ActivationPrecision::Exact),
         (true, Some(other)) => return Err(format!("unknown --activations {other:?}").into()),
     };
+    let kv_cache = match flag(&args, "--kv-cache") {
+        None | Some("f32") => KvCacheFormat::F32,
+        Some("int8") => KvCacheFormat::Int8,
+        Some(other) => return Err(format!("unknown --kv-cache {other:?} (f32, int8)").into()),
+    };
     let quant = activations.map(|a| Quantization {
         activations: a,
         float_weights: quantize,
+        kv_cache,
     });
+    if quant.is_none() && kv_cache != KvCacheFormat::F32 {
+        return Err("--kv-cache goes with --quant".into());
+    }
     let capacity = if perplexity {
         capacity.max(1100)
     } else {

@@ -185,6 +185,8 @@ pub struct Quantization {
     /// The format float projection weights are quantized into as they load
     /// ([`LlamaConfig::quantize_projections`]); `None` leaves them float32.
     pub float_weights: Option<crate::gguf::GgmlType>,
+    /// How the key/value caches hold their rows ([`LlamaConfig::kv_cache`]).
+    pub kv_cache: super::KvCacheFormat,
 }
 
 impl Quantization {
@@ -196,7 +198,15 @@ impl Quantization {
         }
     }
 
-    /// Sets `config`'s activations and the formats of its float projections (after
+    /// The same, with key/value caches in `format`.
+    pub fn with_kv_cache(self, format: super::KvCacheFormat) -> Quantization {
+        Quantization {
+            kv_cache: format,
+            ..self
+        }
+    }
+
+    /// Sets `config`'s activations, cache format and the formats of its float projections (after
     /// [`LlamaConfig::keep_gguf_blocks`], for a GGUF file's).
     ///
     /// ```
@@ -212,6 +222,7 @@ impl Quantization {
     /// ```
     pub fn apply_to(self, config: &mut LlamaConfig) -> Result<(), crate::gguf::QuantizeError> {
         config.block_activations = self.activations;
+        config.kv_cache = self.kv_cache;
         match self.float_weights {
             Some(format) => config.quantize_projections(format),
             None => Ok(()),
@@ -224,6 +235,7 @@ impl From<ActivationPrecision> for Quantization {
         Quantization {
             activations,
             float_weights: None,
+            kv_cache: super::KvCacheFormat::F32,
         }
     }
 }

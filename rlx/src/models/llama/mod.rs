@@ -30,7 +30,8 @@ mod decoder;
 
 pub use checkpoint::{hf_tensor_name, load_gguf_checkpoint, load_hf_checkpoint};
 pub use config::{
-    Activation, LlamaConfig, LlamaConfigError, MAX_HEAD_DIM, MAX_LAYERS, SlidingWindow,
+    Activation, KvCacheFormat, LlamaConfig, LlamaConfigError, MAX_HEAD_DIM, MAX_LAYERS,
+    SlidingWindow,
 };
 pub use decoder::{LlamaBatchDecoder, LlamaDecoder, LlamaLoadError, Quantization};
 
@@ -327,6 +328,64 @@ impl crate::model::Config for LlamaCacheConfig {
 /// head. Named `blk.N.k_cache` and `blk.N.v_cache`.
 pub type Cache<'g> = State<'g, (Const<1>, KvHeads, Capacity, HeadDim)>;
 
+/// The dims of one block's key or value cache.
+type CacheShape = (Const<1>, KvHeads, Capacity, HeadDim);
+
+/// A key or value cache in int8 ([`KvCacheFormat::Int8`]): the rows (`blk.N.k_cache`,
+/// `i8`) and a float32 scale per row (`blk.N.k_scale`).
+struct Int8Cache<'g> {
+    rows: State<'g, (Const<1>, KvHeads, Capacity, HeadDim), i8>,
+    scales: State<'g, (Const<1>, KvHeads, Capacity, Const<1>)>,
+}
+
+/// One block's key or value cache in the config's format.
+enum KvCache<'g> {
+    F32(Cache<'g>),
+    Int8(Int8Cache<'g>),
+}
+
+impl<'g> KvCache<'g> {
+    /// The cache named `{prefix}k` or `{prefix}v` (`what`), as `format` keeps it.
+    fn new(g: &'g Scope<'g>, format: KvCacheFormat, prefix: &str, what: &str) -> KvCache<'g> {
+        match format {
+            KvCacheFormat::F32 => KvCache::F32(g.state(&format!("{prefix}{what}_cache"))),
+            KvCacheFormat::Int8 => KvCache::Int8(Int8Cache {
+                rows: g.state(&format!("{prefix}{what}_cache")),
+                scales: g.state(&format!("{prefix}{what}_scale")),
+            }),
+        }
+    }
+
+    /// Writes `rows` at `pos` (in place) and returns the whole cache as attention reads
+    /// it: in int8, each row rounded to the nearest of 255 steps of its largest magnitude,
+    /// then scaled back.
+    fn append(
+        &self,
+        rows: Heads4<'g, Const<1>, KvHeads>,
+        pos: Tensor<'g, (), i64>,
+    ) -> Tensor<'g, (Const<1>, KvHeads, Capacity, HeadDim)> {
+        match self {
+            KvCache::F32(cache) => {
+                let all = cache.read().slice_update(Axis::<2>, rows, pos);
+                cache.write(all);
+                all
+            }
+            KvCache::Int8(cache) => {
+                // A row of zeros keeps a tiny positive scale: its integers are all 0.
+                let scale = (rows.abs().max_keepdim::<3>() * (1.0 / 127.0)).clamp_min(1e-30);
+                let ints = (rows / scale.broadcast::<(Const<1>, KvHeads, Seq, HeadDim)>())
+                    .round()
+                    .cast::<i8>();
+                let all_rows = cache.rows.read().slice_update(Axis::<2>, ints, pos);
+                let all_scales = cache.scales.read().slice_update(Axis::<2>, scale, pos);
+                cache.rows.write(all_rows);
+                cache.scales.write(all_scales);
+                all_rows.cast::<f32>() * all_scales.broadcast::<CacheShape>()
+            }
+        }
+    }
+}
+
 /// Attention of new tokens over a sequence's caches: each block appends its keys and
 /// values at `pos` and attends over the `filled` positions, in place.
 struct Cached<'g> {
@@ -334,6 +393,7 @@ struct Cached<'g> {
     pos: Tensor<'g, (), i64>,
     filled: Tensor<'g, (), i64>,
     scale: f64,
+    format: KvCacheFormat,
 }
 
 impl<'g> Attend<'g, Const<1>> for Cached<'g> {
@@ -346,9 +406,9 @@ impl<'g> Attend<'g, Const<1>> for Cached<'g> {
         v: Heads4<'g, Const<1>, KvHeads>,
         window: Option<usize>,
     ) -> Heads4<'g, Const<1>, Heads> {
-        let (g, name) = (self.g, |what: &str| format!("blk.{layer}.{what}"));
-        let keys: Cache<'g> = g.state(&name("k_cache"));
-        let values: Cache<'g> = g.state(&name("v_cache"));
+        let prefix = format!("blk.{layer}.");
+        let keys = KvCache::new(self.g, self.format, &prefix, "k");
+        let values = KvCache::new(self.g, self.format, &prefix, "v");
         let at = Position {
             pos: self.pos,
             filled: self.filled,
@@ -376,8 +436,8 @@ impl<'g> Position<'g> {
         q: Heads4<'g, Const<1>, Heads>,
         k: Heads4<'g, Const<1>, KvHeads>,
         v: Heads4<'g, Const<1>, KvHeads>,
-        keys: Cache<'g>,
-        values: Cache<'g>,
+        keys: KvCache<'g>,
+        values: KvCache<'g>,
         window: Option<usize>,
         scale: f64,
     ) -> Heads4<'g, Const<1>, Heads> {
@@ -385,10 +445,8 @@ impl<'g> Position<'g> {
             q.rope_from(rope.clone(), self.pos),
             k.rope_from(rope, self.pos),
         );
-        let k = keys.read().slice_update(Axis::<2>, k, self.pos);
-        let v = values.read().slice_update(Axis::<2>, v, self.pos);
-        keys.write(k);
-        values.write(v);
+        let k = keys.append(k, self.pos);
+        let v = values.append(v, self.pos);
         match window {
             Some(w) => q.attention_windowed_grouped_upto(k, v, self.filled, w, scale),
             None => q.attention_causal_grouped_upto(k, v, self.filled, scale),
@@ -424,6 +482,7 @@ pub fn llama_step<'g>(
         pos,
         filled,
         scale: model.attention_scale,
+        format: model.kv_cache,
     };
     let x = blocks(model, p, x, &mut attend);
     let x: Tensor<'g, (Const<1>, Const<1>, Hidden)> = x.dynamic_slice(Axis::<1>, last);
@@ -458,6 +517,7 @@ struct Slotted<'g> {
     g: &'g Scope<'g>,
     rows: Vec<Position<'g>>,
     scale: f64,
+    format: KvCacheFormat,
 }
 
 impl<'g> Attend<'g, Slots> for Slotted<'g> {
@@ -472,9 +532,9 @@ impl<'g> Attend<'g, Slots> for Slotted<'g> {
     ) -> Heads4<'g, Slots, Heads> {
         let mut out: Option<Tensor<'g, (Dyn, Heads, Seq, HeadDim)>> = None;
         for (b, at) in self.rows.iter().enumerate() {
-            let name = |what: &str| format!("slot{b}.blk.{layer}.{what}");
-            let keys: Cache<'g> = self.g.state(&name("k_cache"));
-            let values: Cache<'g> = self.g.state(&name("v_cache"));
+            let prefix = format!("slot{b}.blk.{layer}.");
+            let keys = KvCache::new(self.g, self.format, &prefix, "k");
+            let values = KvCache::new(self.g, self.format, &prefix, "v");
             let row = at.attend(
                 rope.clone(),
                 q.narrow::<0, Const<1>>(b),
@@ -533,6 +593,7 @@ pub fn llama_batch_step<'g>(
         g,
         rows,
         scale: model.attention_scale,
+        format: model.kv_cache,
     };
     let x = blocks(model, p, x, &mut attend);
     let mut out: Option<Tensor<'g, (Dyn, Const<1>, Hidden)>> = None;

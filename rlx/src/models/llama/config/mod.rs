@@ -106,6 +106,20 @@ pub struct LlamaConfig {
     /// int8 per block as llama.cpp decodes; see
     /// [`ActivationPrecision`](crate::ir::ActivationPrecision)).
     pub block_activations: crate::ir::ActivationPrecision,
+    /// How the key/value caches of a decoding step hold their rows.
+    pub kv_cache: KvCacheFormat,
+}
+
+/// How key/value caches hold the rows of keys and values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvCacheFormat {
+    /// Float32, as the model computes them.
+    #[default]
+    F32,
+    /// Each row of a head (`head_dim` values) as int8 with one float32 scale (its largest
+    /// magnitude over 127, rounded to nearest): a little over a quarter of the memory; the
+    /// attention reads the rows scaled back (exactly the stored values).
+    Int8,
 }
 
 /// Why a config could not be read: the key at fault and what is wrong with it.
@@ -221,6 +235,7 @@ impl LlamaConfig {
             final_logit_softcap: None,
             block_formats: Vec::new(),
             block_activations: crate::ir::ActivationPrecision::Exact,
+            kv_cache: KvCacheFormat::F32,
         }
     }
 
