@@ -8,7 +8,10 @@
 //! - [`matmul`]: a matmul with the bias add, activation and residual add that alone
 //!   consume it, in the GEMM's row epilogue.
 //! - [`elementwise`]: chains of elementwise float ops in one pass over memory.
+//! - [`attention`]: an attention reading int8 key or value rows and their scales in
+//!   place.
 
+mod attention;
 mod elementwise;
 mod matmul;
 
@@ -78,6 +81,10 @@ pub(crate) enum Fusion {
         steps: Vec<ElementwiseStep>,
         operands: Vec<NodeId>,
     },
+    /// An attention whose keys (`int8[0]`) or values (`int8[1]`) are int8 rows scaled back
+    /// by a float32 scale per row. Operands: the attention's, with those rows in place of the
+    /// float keys or values, then the scales of the keys and of the values as present.
+    Attention { int8: [bool; 2], operands: Vec<NodeId> },
 }
 
 impl Fusion {
@@ -87,6 +94,7 @@ impl Fusion {
             Fusion::Absorbed => "absorbed",
             Fusion::MatMul { .. } => "fused_matmul",
             Fusion::Elementwise { .. } => "fused_elementwise",
+            Fusion::Attention { .. } => "fused_attention",
         }
     }
 
@@ -94,7 +102,9 @@ impl Fusion {
     pub(crate) fn operands(&self) -> &[NodeId] {
         match self {
             Fusion::Absorbed => &[],
-            Fusion::MatMul { operands, .. } | Fusion::Elementwise { operands, .. } => operands,
+            Fusion::MatMul { operands, .. }
+            | Fusion::Elementwise { operands, .. }
+            | Fusion::Attention { operands, .. } => operands,
         }
     }
 }
@@ -130,6 +140,14 @@ impl fmt::Display for Fusion {
             Fusion::Elementwise { steps, .. } => {
                 attrs.extend(steps.iter().map(ElementwiseStep::name));
             }
+            Fusion::Attention { int8, .. } => {
+                if int8[0] {
+                    attrs.push("int8_keys");
+                }
+                if int8[1] {
+                    attrs.push("int8_values");
+                }
+            }
         }
         if !attrs.is_empty() {
             write!(f, "[{}]", attrs.join(", "))?;
@@ -139,11 +157,13 @@ impl fmt::Display for Fusion {
 }
 
 /// Per node of `graph`: how the CPU computes it, `None` for as itself. Matmul epilogues
-/// are fused first, then elementwise chains of what is left.
+/// are fused first, then elementwise chains of what is left, then attentions over int8 rows
+/// (which take back the chains that scaled those rows).
 pub(crate) fn fuse(graph: &Graph) -> Vec<Option<Fusion>> {
     let mut fusions = vec![None; graph.len()];
     matmul::fuse(graph, &mut fusions);
     elementwise::fuse(graph, &mut fusions);
+    attention::fuse(graph, &mut fusions);
     fusions
 }
 

@@ -103,6 +103,16 @@ pub(crate) enum MaskValues<'a, T> {
     Additive(&'a [T]),
 }
 
+/// Key or value rows as an attention reads them.
+#[derive(Clone, Copy)]
+pub(crate) enum Rows<'a, T> {
+    Float(&'a [T]),
+    /// Int8 rows (stored contiguously, `[.., S, width]`), each scaled back by its float32
+    /// scale: the row at element offset `r · width` by `scales[r]`. A block of rows is
+    /// scaled back into scratch as the kernel reaches it.
+    Int8 { values: &'a [i8], scales: &'a [f32] },
+}
+
 /// How one attention problem is cut into tasks: blocks of query rows of one head, each
 /// walking the keys in blocks (`S = Q·Kᵀ` by GEMM, an online softmax, `O += P·V` by GEMM),
 /// so no score matrix larger than one tile is ever held.
@@ -201,17 +211,20 @@ impl AttentionTiling {
 }
 
 /// `out = softmax(q kᵀ · scale + mask) v`, blocked as [`AttentionTiling`] says. `scratch`
-/// holds `tiling.workers` slots of `tiling.slot_len` elements.
+/// holds `tiling.workers` slots of `tiling.slot_len` elements; `rows_scratch` holds
+/// `tiling.workers` blocks of [`int8_rows_len`] values where `k` or `v` is int8 (else it
+/// may be empty).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention<T: FloatStore>(
     d: &AttentionDims,
     tiling: &AttentionTiling,
     q: &[T],
-    k: &[T],
-    v: &[T],
+    k: Rows<'_, T>,
+    v: Rows<'_, T>,
     mask: MaskValues<'_, T>,
     out: &mut [T],
     scratch: &mut [T::Acc],
+    rows_scratch: &mut [T],
 ) where
     T::Acc: GemmAcc,
 {
@@ -228,15 +241,29 @@ pub(crate) fn attention<T: FloatStore>(
     );
     // Tasks write disjoint rows; the parallel section joins before `attention` returns.
     let shared = SharedMut::new(out);
+    let int8 = matches!(k, Rows::Int8 { .. }) || matches!(v, Rows::Int8 { .. });
+    let rows_len = if int8 { int8_rows_len(d, tiling) } else { 0 };
+    assert!(
+        rows_scratch.len() >= tiling.workers * rows_len,
+        "attention scratch for int8 rows too small"
+    );
+    let shared_rows = SharedMut::new(rows_scratch);
     let kernels = T::Acc::micro_kernels();
     let per_worker = tasks.div_ceil(tiling.workers);
-    let run = |tasks: std::ops::Range<usize>, slot: &mut [T::Acc]| {
+    let run = |tasks: std::ops::Range<usize>, w: usize, slot: &mut [T::Acc]| {
+        // SAFETY: worker `w` alone uses block `w` of the int8 rows' scratch, which lies
+        // inside it (checked above: `workers` blocks of `rows_len`).
+        let rows_block = unsafe {
+            std::slice::from_raw_parts_mut(shared_rows.ptr().add(w * rows_len), rows_len)
+        };
         for task in tasks {
             let (h, block) = (task / blocks_per_head, task % blocks_per_head);
             let q0 = block * tiling.query_block;
             let rows = tiling.query_block.min(d.seq_q - q0);
             let job = QueryBlock { h, q0, rows };
-            let result = attention_block(d, tiling, kernels, job, q, k, v, mask, slot);
+            let operands = (q, k, v, mask);
+            let result =
+                attention_block(d, tiling, kernels, job, operands, slot, &mut *rows_block);
             for (r, values) in result.chunks_exact(d.value_dim).enumerate() {
                 let at = out_layout.row(h, q0 + r);
                 // SAFETY: row q0+r of head h is this task's alone (tasks partition heads ×
@@ -255,11 +282,16 @@ pub(crate) fn attention<T: FloatStore>(
     let slots = &mut scratch[..tiling.workers * tiling.slot_len];
     if tiling.workers > 1 && parallel(d.heads * d.seq_q * d.seq_k * d.head_dim) {
         crate::cpu::workers::chunks_mut(slots, tiling.slot_len, |w, slot| {
-            run(w * per_worker..tasks.min((w + 1) * per_worker), slot)
+            run(w * per_worker..tasks.min((w + 1) * per_worker), w, slot)
         });
     } else {
-        run(0..tasks, &mut slots[..tiling.slot_len]);
+        run(0..tasks, 0, &mut slots[..tiling.slot_len]);
     }
+}
+
+/// Values of one worker's scratch for int8 rows: a key block of keys and of values.
+pub(crate) fn int8_rows_len(d: &AttentionDims, tiling: &AttentionTiling) -> usize {
+    tiling.key_block * (d.head_dim + d.value_dim)
 }
 
 /// Query rows `q0..q0 + rows` of flattened head `h`.
@@ -333,11 +365,9 @@ fn attention_block<'s, T: FloatStore>(
     tiling: &AttentionTiling,
     kernels: Kernels<T::Acc>,
     job: QueryBlock,
-    q: &[T],
-    k: &[T],
-    v: &[T],
-    mask: MaskValues<'_, T>,
+    (q, k, v, mask): (&[T], Rows<'_, T>, Rows<'_, T>, MaskValues<'_, T>),
     slot: &'s mut [T::Acc],
+    rows_scratch: &mut [T],
 ) -> &'s [T::Acc]
 where
     T::Acc: GemmAcc,
@@ -363,10 +393,18 @@ where
         outer * (d.q_heads_axis / d.group) + head / d.group
     };
     let [q_at, k_at, v_at, _] = d.layouts;
-    let strides = [q_at.row_stride, k_at.row_stride, v_at.row_stride];
+    let (k_scratch, v_scratch) = rows_scratch.split_at_mut(rows_scratch.len().min(kb * d.head_dim));
+    // Int8 rows are read from scratch, a key block of them scaled back at a time.
+    let stride_of = |rows: Rows<'_, T>, at: HeadLayout, width: usize| match rows {
+        Rows::Float(_) => at.row_stride,
+        Rows::Int8 { .. } => width,
+    };
+    let strides = [
+        q_at.row_stride,
+        stride_of(k, k_at, d.head_dim),
+        stride_of(v, v_at, dv),
+    ];
     let q_block = &q[q_at.row(job.h, job.q0)..];
-    let k_head = &k[k_at.row(kv_h, 0)..];
-    let v_head = &v[v_at.row(kv_h, 0)..];
     // Keys any row of the block may see (row ranges only move forward with the row).
     let first = d.key_range(job.q0).0;
     let last = d.key_range(job.q0 + rows - 1).1;
@@ -377,7 +415,7 @@ where
         let (score_dims, pv_dims) =
             AttentionTiling::products(rows, keys, (d.head_dim, dv), strides);
         let probs = &mut probs[..rows * keys];
-        let k_block = &k_head[k0 * k_at.row_stride..];
+        let k_block = block_rows(k, k_at, (kv_h, k0, keys), d.head_dim, &mut *k_scratch);
         if rows <= DIRECT_ROWS {
             vectorized(DirectScores {
                 probs: &mut *probs,
@@ -413,7 +451,7 @@ where
             row_sum: &mut row_sum[..rows],
         });
         // The rows were rescaled to the new maxima above; add this block's P·V to them.
-        let v_block = &v_head[k0 * v_at.row_stride..];
+        let v_block = block_rows(v, v_at, (kv_h, k0, keys), dv, &mut *v_scratch);
         if rows <= DIRECT_ROWS {
             vectorized(DirectValues {
                 acc: &mut acc[..rows * dv],
@@ -451,6 +489,59 @@ where
         }
     });
     acc
+}
+
+/// Rows `first..first + count` of head `h` of `rows` (each `width` values), from row
+/// `first` on: float rows where they lie, int8 rows scaled back into `scratch` (rows
+/// `width` apart).
+fn block_rows<'a, T: FloatStore>(
+    rows: Rows<'a, T>,
+    at: HeadLayout,
+    (h, first, count): (usize, usize, usize),
+    width: usize,
+    scratch: &'a mut [T],
+) -> &'a [T] {
+    match rows {
+        Rows::Float(values) => &values[at.row(h, first)..],
+        Rows::Int8 { values, scales } => {
+            let start = at.row(h, first);
+            let out = &mut scratch[..count * width];
+            vectorized(ScaleRows {
+                out: &mut *out,
+                values: &values[start..start + count * width],
+                scales: &scales[start / width..][..count],
+                width,
+            });
+            out
+        }
+    }
+}
+
+/// Int8 rows scaled back: value by value `f32(q) · scale`, as the graph's cast and
+/// product compute them.
+struct ScaleRows<'a, T> {
+    out: &'a mut [T],
+    values: &'a [i8],
+    scales: &'a [f32],
+    width: usize,
+}
+
+impl<T: FloatStore> VectorKernel for ScaleRows<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        for ((out, row), scale) in self
+            .out
+            .chunks_exact_mut(self.width)
+            .zip(self.values.chunks_exact(self.width))
+            .zip(self.scales)
+        {
+            for (o, q) in out.iter_mut().zip(row) {
+                let value = f32::from(*q) * scale;
+                *o = T::store(<T::Acc as Real>::from_f64(f64::from(value)));
+            }
+        }
+    }
 }
 
 /// A block's scores `q · kᵀ` as direct dot products, one per key (a struct, so that the

@@ -150,6 +150,7 @@ pub(crate) fn scratch_requests(
             ..
         }) => linalg::gemm_scratch(&sizes, *transpose_a, *transpose_b),
         Some(Fusion::Absorbed | Fusion::Elementwise { .. }) => Vec::new(),
+        Some(Fusion::Attention { int8, .. }) => nn::int8_attention_scratch(&sizes, *int8),
     }
 }
 
@@ -170,6 +171,10 @@ pub(crate) fn lower(n: LowerInput<'_>) -> Vec<Thunk> {
             ..
         }) => linalg::gemm(&n, *transpose_a, *transpose_b, Some(epilogue)),
         Some(Fusion::Elementwise { steps, .. }) => elementwise::fused(&n, steps),
+        Some(Fusion::Attention { int8, .. }) => match &n.node.op {
+            crate::ir::Op::Attention(op) => nn::lower_attention(op, &n, *int8),
+            _ => unreachable!("only attentions fuse so"),
+        },
     }
 }
 

@@ -4,7 +4,7 @@ use super::geometry::numel;
 use super::{Lower, LowerInput, Sizes, boxed};
 use crate::backend::RunError;
 use crate::cpu::kernels::attention::{
-    self, AttentionDims, AttentionTiling, HeadLayout, KeyRange, MaskLayout, MaskValues,
+    self, AttentionDims, AttentionTiling, HeadLayout, KeyRange, MaskLayout, MaskValues, Rows,
 };
 use crate::cpu::kernels::gemm::GemmAcc;
 use crate::cpu::kernels::gemm::kernel_shape;
@@ -69,6 +69,17 @@ pub(crate) struct Attention {
     pub at: crate::backend::NodeSite,
     /// One slot per worker, in the accumulator type.
     pub scratch: View,
+    /// For int8 keys and values (`k` and `v` then views of `i8`): their scales per row,
+    /// and the workers' blocks of rows scaled back.
+    pub int8: Option<Int8Rows>,
+}
+
+/// Where an attention over int8 rows finds their scales and its scratch.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Int8Rows {
+    pub key_scales: Option<View>,
+    pub value_scales: Option<View>,
+    pub scratch: View,
 }
 
 impl Attention {
@@ -81,15 +92,28 @@ impl Attention {
             Some((v, DType::Bool)) => MaskValues::Bool(mem.src::<u8>(v)),
             Some((v, _)) => MaskValues::Additive(mem.src::<T>(v)),
         };
+        let rows = |values: View, scales: Option<View>| match scales {
+            None => Rows::Float(mem.src::<T>(values)),
+            Some(scales) => Rows::Int8 {
+                values: mem.src::<i8>(values),
+                scales: mem.src::<f32>(scales),
+            },
+        };
+        let scales = self.int8.map_or([None; 2], |i| [i.key_scales, i.value_scales]);
+        let rows_scratch: &mut [T] = match self.int8 {
+            Some(i) => mem.dst(i.scratch),
+            None => &mut [],
+        };
         attention::attention::<T>(
             dims,
             &self.tiling,
             mem.src(self.q),
-            mem.src(self.k),
-            mem.src(self.v),
+            rows(self.k, scales[0]),
+            rows(self.v, scales[1]),
             mask,
             mem.dst(self.out),
             mem.dst(self.scratch),
+            rows_scratch,
         )
     }
 }
@@ -97,16 +121,22 @@ impl Attention {
 impl Kernel for Attention {
     fn accesses(&self) -> Accesses {
         let s = self.dtype.size_bytes();
-        let mut reads = vec![(self.q, s), (self.k, s), (self.v, s)];
+        let scales = self.int8.map_or([None; 2], |i| [i.key_scales, i.value_scales]);
+        let row_size = |scale: Option<View>| if scale.is_some() { 1 } else { s };
+        let mut reads = vec![
+            (self.q, s),
+            (self.k, row_size(scales[0])),
+            (self.v, row_size(scales[1])),
+        ];
         reads.extend(self.mask.map(|(v, d)| (v, d.size_bytes())));
         reads.extend(self.key_length.map(|(v, d)| (v, d.size_bytes())));
-        Accesses {
-            writes: vec![
-                (self.out, s),
-                (self.scratch, accumulator(self.dtype).size_bytes()),
-            ],
-            reads,
-        }
+        reads.extend(scales.into_iter().flatten().map(|v| (v, 4)));
+        let mut writes = vec![
+            (self.out, s),
+            (self.scratch, accumulator(self.dtype).size_bytes()),
+        ];
+        writes.extend(self.int8.map(|i| (i.scratch, s)));
+        Accesses { writes, reads }
     }
 
     fn execute(&self, mem: &Memory) -> Result<(), RunError> {
@@ -184,8 +214,35 @@ impl Lower for ir::Attention {
     }
 
     fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        lower_attention(self, n, [false; 2])
+    }
+}
+
+/// The scratch of an attention reading int8 keys (`int8[0]`) or values (`int8[1]`): its
+/// slots, then each worker's block of rows scaled back.
+pub(super) fn int8_attention_scratch(n: &Sizes<'_>, int8: [bool; 2]) -> Vec<(DType, usize)> {
+    let tiling = attention_tiling(n);
+    let (q, v) = (n.operands[0], n.operands[2]);
+    let rank = q.len();
+    let rows = tiling.key_block * (q[rank - 1] + v[rank - 1]);
+    let mut scratch = vec![(accumulator(n.dtype), tiling.workers * tiling.slot_len)];
+    if int8 != [false; 2] {
+        scratch.push((n.dtype, tiling.workers * rows));
+    }
+    scratch
+}
+
+/// The attention thunk; `int8` says which of the keys and values are int8 rows whose
+/// scales follow the attention's operands (an attention fused over them).
+pub(super) fn lower_attention(
+    op: &ir::Attention,
+    n: &LowerInput<'_>,
+    int8: [bool; 2],
+) -> Vec<Thunk> {
+    {
+        let this = op;
         let dtype = n.dtype();
-        let mask = self.mask;
+        let mask = this.mask;
         let (q, k) = (n.shapes[0], n.shapes[1]);
         let rank = q.len();
         let heads = numel(&q[..rank - 2]);
@@ -242,7 +299,7 @@ impl Lower for ir::Attention {
                 seq_k: k[rank - 2],
                 head_dim: q[rank - 1],
                 value_dim: n.out_shape[rank - 1],
-                scale: self.scale,
+                scale: this.scale,
                 keys,
                 mask: mask_layout,
                 q_heads_axis,
@@ -259,13 +316,25 @@ impl Lower for ir::Attention {
             k: n.views[1],
             v: n.views[2],
             mask: (mask == AttentionMask::Tensor).then(|| (n.views[3], n.dtypes[3])),
-            key_length: self.key_length.then(|| {
-                let last = n.views.len() - 1;
-                (n.views[last], n.dtypes[last])
+            key_length: this.key_length.then(|| {
+                let at = 3 + usize::from(mask == AttentionMask::Tensor);
+                (n.views[at], n.dtypes[at])
             }),
             out: n.out,
             at: n.site(),
             scratch: n.scratch[0],
+            int8: (int8 != [false; 2]).then(|| {
+                // The scales follow the attention's own operands, keys' first.
+                let first = 3
+                    + usize::from(mask == AttentionMask::Tensor)
+                    + usize::from(this.key_length);
+                let mut scales = n.views[first..].iter().copied();
+                Int8Rows {
+                    key_scales: if int8[0] { scales.next() } else { None },
+                    value_scales: if int8[1] { scales.next() } else { None },
+                    scratch: n.scratch[1],
+                }
+            }),
         })]
     }
 }
