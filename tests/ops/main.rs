@@ -4,6 +4,7 @@
 //! against the CPU). One file per op family of `rlx/src/ops`, holding both. The harnesses are
 //! generic over [`rlx::backend::Backend`], so the same cases run on every backend.
 
+mod attention_int8;
 mod custom;
 mod elementwise;
 mod gradient;

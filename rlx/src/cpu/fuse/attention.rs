@@ -38,8 +38,7 @@ pub(super) fn fuse(graph: &Graph, fusions: &mut [Option<Fusion>]) {
                 continue;
             };
             let stored = |x: NodeId| !matches!(fusions[x.index()], Some(Fusion::Absorbed));
-            if members.iter().all(|m| only_here(*m, product)) && stored(rows) && stored(scale)
-            {
+            if members.iter().all(|m| only_here(*m, product)) && stored(rows) && stored(scale) {
                 int8[slot] = true;
                 operands[at] = rows;
                 scales.push(scale);

@@ -84,7 +84,10 @@ pub(crate) enum Fusion {
     /// An attention whose keys (`int8[0]`) or values (`int8[1]`) are int8 rows scaled back
     /// by a float32 scale per row. Operands: the attention's, with those rows in place of the
     /// float keys or values, then the scales of the keys and of the values as present.
-    Attention { int8: [bool; 2], operands: Vec<NodeId> },
+    Attention {
+        int8: [bool; 2],
+        operands: Vec<NodeId>,
+    },
 }
 
 impl Fusion {

@@ -110,7 +110,10 @@ pub(crate) enum Rows<'a, T> {
     /// Int8 rows (stored contiguously, `[.., S, width]`), each scaled back by its float32
     /// scale: the row at element offset `r · width` by `scales[r]`. A block of rows is
     /// scaled back into scratch as the kernel reaches it.
-    Int8 { values: &'a [i8], scales: &'a [f32] },
+    Int8 {
+        values: &'a [i8],
+        scales: &'a [f32],
+    },
 }
 
 /// How one attention problem is cut into tasks: blocks of query rows of one head, each
@@ -262,8 +265,7 @@ pub(crate) fn attention<T: FloatStore>(
             let rows = tiling.query_block.min(d.seq_q - q0);
             let job = QueryBlock { h, q0, rows };
             let operands = (q, k, v, mask);
-            let result =
-                attention_block(d, tiling, kernels, job, operands, slot, &mut *rows_block);
+            let result = attention_block(d, tiling, kernels, job, operands, slot, &mut *rows_block);
             for (r, values) in result.chunks_exact(d.value_dim).enumerate() {
                 let at = out_layout.row(h, q0 + r);
                 // SAFETY: row q0+r of head h is this task's alone (tasks partition heads ×

@@ -99,7 +99,9 @@ impl Attention {
                 scales: mem.src::<f32>(scales),
             },
         };
-        let scales = self.int8.map_or([None; 2], |i| [i.key_scales, i.value_scales]);
+        let scales = self
+            .int8
+            .map_or([None; 2], |i| [i.key_scales, i.value_scales]);
         let rows_scratch: &mut [T] = match self.int8 {
             Some(i) => mem.dst(i.scratch),
             None => &mut [],
@@ -121,7 +123,9 @@ impl Attention {
 impl Kernel for Attention {
     fn accesses(&self) -> Accesses {
         let s = self.dtype.size_bytes();
-        let scales = self.int8.map_or([None; 2], |i| [i.key_scales, i.value_scales]);
+        let scales = self
+            .int8
+            .map_or([None; 2], |i| [i.key_scales, i.value_scales]);
         let row_size = |scale: Option<View>| if scale.is_some() { 1 } else { s };
         let mut reads = vec![
             (self.q, s),
@@ -325,9 +329,8 @@ pub(super) fn lower_attention(
             scratch: n.scratch[0],
             int8: (int8 != [false; 2]).then(|| {
                 // The scales follow the attention's own operands, keys' first.
-                let first = 3
-                    + usize::from(mask == AttentionMask::Tensor)
-                    + usize::from(this.key_length);
+                let first =
+                    3 + usize::from(mask == AttentionMask::Tensor) + usize::from(this.key_length);
                 let mut scales = n.views[first..].iter().copied();
                 Int8Rows {
                     key_scales: if int8[0] { scales.next() } else { None },

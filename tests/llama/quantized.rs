@@ -1,14 +1,14 @@
-//! Float checkpoints quantized into GGUF block formats as they load
-//! ([`LlamaDecoder::from_hf_dir_quantized`]): each tiny variant of `tiny_decoders.json`,
-//! its projections and token table quantized to `Q8_0` and `Q4_0`, gives the logits of the
-//! float model whose weights are those blocks' values ([`rlx::gguf::quantize`] then
-//! [`rlx::gguf::dequantize`], written as a second checkpoint), on every backend.
+//! Quantized weights and caches on the tiny variants of `tiny_decoders.json`, on every
+//! backend: float checkpoints quantized into GGUF block formats as they load
+//! ([`LlamaDecoder::from_hf_dir_quantized`]) give the logits of the float model whose
+//! weights are those blocks' values ([`rlx::gguf::quantize`] then [`rlx::gguf::dequantize`],
+//! written as a second checkpoint); int8 key/value caches stay near float32 ones.
 
 use rlx::backend::Backend;
 use rlx::generate::Decoder;
 use rlx::gguf::{GgmlType, dequantize, quantize};
 use rlx::ir::ActivationPrecision;
-use rlx::models::llama::{LlamaDecoder, Quantization};
+use rlx::models::llama::{KvCacheFormat, LlamaDecoder, Quantization};
 use rlx::tensor::HostTensor;
 use rlx_testkit::llm::{Scratch, checkpoint_tensors, ids, reference, write_tensors};
 
@@ -155,6 +155,68 @@ fn batch_rows_quantized_at_load_match_single_sequences() {
     batch_rows_match_single("cpu", &rlx::cpu::CpuBackend::default());
     #[cfg(feature = "mlx")]
     batch_rows_match_single("mlx", &rlx::mlx::MlxBackend::default());
+}
+
+/// Logits through int8 caches within this of those through float32 caches (the tiny
+/// models' logits are at most about 3.5; measured: up to 4.8e-2, Llama's).
+const INT8_CACHE_BOUND: f64 = 0.15;
+
+/// Each variant decoding through int8 key/value caches (the prompt, then one token a step,
+/// the greedy tokens of the float32 caches fed to both) stays within
+/// [`INT8_CACHE_BOUND`] of the float32 caches; returns the logits per variant.
+fn int8_caches<B: Backend<Executable: 'static>>(label: &str, backend: &B) -> Vec<Vec<Vec<f32>>> {
+    let data = reference("tiny_decoders");
+    let prompt = ids(&data["prompt"]);
+    let mut all = Vec::new();
+    for name in ["llama", "qwen2", "qwen3", "gemma3"] {
+        let case = &data["cases"][name];
+        let dir = Scratch::new(&format!("int8-cache-{name}-{label}"));
+        write_tensors(
+            case,
+            &checkpoint_tensors(case, name == "gemma3"),
+            dir.path(),
+            false,
+        );
+        let float = LlamaDecoder::from_hf_dir(backend, dir.path(), 32).unwrap();
+        let int8 =
+            Quantization::from(ActivationPrecision::Exact).with_kv_cache(KvCacheFormat::Int8);
+        let int8 = LlamaDecoder::from_hf_dir_quantized(backend, dir.path(), 32, int8).unwrap();
+        let expected = steps(&float, &prompt);
+        // The same tokens through both: the float32 caches' greedy choices.
+        let mut fed = prompt.clone();
+        fed.extend(expected.iter().take(6).map(|row| argmax(row)));
+        let mut context = int8.new_context().unwrap();
+        let mut got = Vec::new();
+        let mut pos = 0;
+        for end in std::iter::once(prompt.len()).chain(prompt.len() + 1..=fed.len()) {
+            let logits = int8
+                .step(&mut context, &fed[pos..end], pos, end - pos - 1)
+                .unwrap();
+            got.push(logits.as_slice::<f32>().unwrap().to_vec());
+            pos = end;
+        }
+        let error = largest_difference(&got, &expected);
+        println!("{name} {label}: int8 caches within {error:.1e} of float32 caches");
+        assert!(error < INT8_CACHE_BOUND, "{name} {label}: off by {error}");
+        assert!(error > 0.0, "{name} {label}: int8 caches change nothing?");
+        all.push(got);
+    }
+    all
+}
+
+#[test]
+fn int8_caches_stay_near_float_caches() {
+    #[cfg_attr(not(feature = "mlx"), allow(unused_variables))]
+    let cpu = int8_caches("cpu", &rlx::cpu::CpuBackend::default());
+    #[cfg(feature = "mlx")]
+    {
+        // Both backends round the same rows to the same integers.
+        let mlx = int8_caches("mlx", &rlx::mlx::MlxBackend::default());
+        for (c, m) in cpu.iter().zip(&mlx) {
+            let error = largest_difference(c, m);
+            assert!(error < BOUND, "int8 caches: CPU and MLX differ by {error}");
+        }
+    }
 }
 
 #[test]
