@@ -7,7 +7,7 @@ use super::argmax;
 use rlx::backend::Backend;
 use rlx::generate::Decoder;
 use rlx::ir::ActivationPrecision;
-use rlx::models::llama::{Llama, LlamaConfig, LlamaDecoder};
+use rlx::models::llama::{KvCacheFormat, Llama, LlamaConfig, LlamaDecoder, Quantization};
 use rlx::tensor::HostTensor;
 use rlx_testkit::llm::{ids, reference, smollm2};
 
@@ -202,14 +202,25 @@ fn mean_nll<'a>(tokens: &[i64], rows: impl Iterator<Item = &'a [f32]>) -> f64 {
 /// transformers' (measured 21.37 against 21.28; llama.cpp's, also int8, 21.45).
 #[test]
 fn smollm2_int8_activations_keep_perplexity() {
+    int8_perplexity(KvCacheFormat::F32);
+}
+
+/// As above, with the key/value caches in int8 too (measured 21.44; 21.37 with float32
+/// caches).
+#[test]
+fn smollm2_int8_caches_keep_perplexity() {
+    int8_perplexity(KvCacheFormat::Int8);
+}
+
+fn int8_perplexity(kv_cache: KvCacheFormat) {
     let r = reference("perplexity");
     let tokens = ids(&r["ids"]);
     let expected = r["perplexity"].as_f64().unwrap();
     let file = smollm2();
     let backend = rlx::cpu::CpuBackend::default();
+    let quantization = Quantization::from(ActivationPrecision::Int8).with_kv_cache(kv_cache);
     let decoder =
-        LlamaDecoder::from_gguf_quantized(&backend, &file, tokens.len(), ActivationPrecision::Int8)
-            .unwrap();
+        LlamaDecoder::from_gguf_quantized(&backend, &file, tokens.len(), quantization).unwrap();
     let mut context = decoder.new_context().unwrap();
     let rows: Vec<Vec<f32>> = (0..tokens.len() - 1)
         .map(|pos| {
@@ -220,7 +231,9 @@ fn smollm2_int8_activations_keep_perplexity() {
         })
         .collect();
     let perplexity = mean_nll(&tokens, rows.iter().map(Vec::as_slice)).exp();
-    println!("smollm2 int8 perplexity {perplexity:.4} (transformers {expected:.4})");
+    println!(
+        "smollm2 int8 perplexity {perplexity:.4} with {kv_cache:?} caches (transformers {expected:.4})"
+    );
     assert!(
         (perplexity / expected - 1.0).abs() < 1e-2,
         "{perplexity} vs {expected}"
