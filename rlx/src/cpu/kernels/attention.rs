@@ -1,6 +1,8 @@
 //! Fused attention: `softmax(q kᵀ · scale + mask) v` blocked over queries and keys with
 //! an online softmax, never holding a score matrix larger than one tile.
 
+pub(crate) use super::attention_rows::Rows;
+use super::attention_rows::{DirectScores, DirectValues, block_rows, sum_lanes};
 use super::gemm::{GemmAcc, GemmDims, GemmPlan, KernelShape, Kernels, gemm};
 use super::layout::{SharedMut, parallel};
 use super::numeric::{FloatStore, Real};
@@ -76,7 +78,7 @@ impl HeadLayout {
     }
 
     /// The element offset of row `i` of head `h`.
-    fn row(&self, h: usize, i: usize) -> usize {
+    pub(super) fn row(&self, h: usize, i: usize) -> usize {
         (h / self.heads) * self.outer_stride
             + (h % self.heads) * self.head_stride
             + i * self.row_stride
@@ -101,19 +103,6 @@ pub(crate) enum MaskValues<'a, T> {
     Bool(&'a [u8]),
     /// Added to the scaled scores.
     Additive(&'a [T]),
-}
-
-/// Key or value rows as an attention reads them.
-#[derive(Clone, Copy)]
-pub(crate) enum Rows<'a, T> {
-    Float(&'a [T]),
-    /// Int8 rows (stored contiguously, `[.., S, width]`), each scaled back by its float32
-    /// scale: the row at element offset `r · width` by `scales[r]`. A block of rows is
-    /// scaled back into scratch as the kernel reaches it.
-    Int8 {
-        values: &'a [i8],
-        scales: &'a [f32],
-    },
 }
 
 /// How one attention problem is cut into tasks: blocks of query rows of one head, each
@@ -328,37 +317,6 @@ impl AttentionDims {
 /// single pass over them.
 const DIRECT_ROWS: usize = 2;
 
-/// `Σ a_i b_i` in the accumulator type, in 16 lanes (so it vectorizes).
-#[inline(always)]
-fn dot<T: FloatStore>(a: &[T], b: &[T]) -> T::Acc {
-    let mut lanes = [<T::Acc as Real>::ZERO; 16];
-    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for ((l, x), y) in lanes.iter_mut().zip(x).zip(y) {
-            *l += x.load() * y.load();
-        }
-    }
-    let mut tail = <T::Acc as Real>::ZERO;
-    for (x, y) in ra.iter().zip(rb) {
-        tail += x.load() * y.load();
-    }
-    sum_lanes(lanes) + tail
-}
-
-/// The sum of 16 lanes, pairwise: the same rounding at every vector width.
-#[inline(always)]
-fn sum_lanes<R: Real>(mut lanes: [R; 16]) -> R {
-    let mut width = 16;
-    while width > 1 {
-        width /= 2;
-        for i in 0..width {
-            lanes[i] += lanes[i + width];
-        }
-    }
-    lanes[0]
-}
-
 /// One query block through every key block: online softmax over GEMM tiles (direct loops
 /// for a block of [`DIRECT_ROWS`] rows or fewer).
 #[allow(clippy::too_many_arguments)]
@@ -491,132 +449,6 @@ where
         }
     });
     acc
-}
-
-/// Rows `first..first + count` of head `h` of `rows` (each `width` values), from row
-/// `first` on: float rows where they lie, int8 rows scaled back into `scratch` (rows
-/// `width` apart).
-fn block_rows<'a, T: FloatStore>(
-    rows: Rows<'a, T>,
-    at: HeadLayout,
-    (h, first, count): (usize, usize, usize),
-    width: usize,
-    scratch: &'a mut [T],
-) -> &'a [T] {
-    match rows {
-        Rows::Float(values) => &values[at.row(h, first)..],
-        Rows::Int8 { values, scales } => {
-            let start = at.row(h, first);
-            let out = &mut scratch[..count * width];
-            vectorized(ScaleRows {
-                out: &mut *out,
-                values: &values[start..start + count * width],
-                scales: &scales[start / width..][..count],
-                width,
-            });
-            out
-        }
-    }
-}
-
-/// Int8 rows scaled back: value by value `f32(q) · scale`, as the graph's cast and
-/// product compute them.
-struct ScaleRows<'a, T> {
-    out: &'a mut [T],
-    values: &'a [i8],
-    scales: &'a [f32],
-    width: usize,
-}
-
-impl<T: FloatStore> VectorKernel for ScaleRows<'_, T> {
-    type Output = ();
-    #[inline(always)]
-    fn run(self) {
-        for ((out, row), scale) in self
-            .out
-            .chunks_exact_mut(self.width)
-            .zip(self.values.chunks_exact(self.width))
-            .zip(self.scales)
-        {
-            for (o, q) in out.iter_mut().zip(row) {
-                let value = f32::from(*q) * scale;
-                *o = T::store(<T::Acc as Real>::from_f64(f64::from(value)));
-            }
-        }
-    }
-}
-
-/// A block's scores `q · kᵀ` as direct dot products, one per key (a struct, so that the
-/// loops are compiled inside each instruction set's copy).
-struct DirectScores<'a, T: FloatStore> {
-    probs: &'a mut [T::Acc],
-    keys: usize,
-    q_block: &'a [T],
-    k_block: &'a [T],
-    strides: [usize; 3],
-    head_dim: usize,
-}
-
-impl<T: FloatStore> VectorKernel for DirectScores<'_, T> {
-    type Output = ();
-    #[inline(always)]
-    fn run(self) {
-        for (r, p) in self.probs.chunks_exact_mut(self.keys).enumerate() {
-            let q_row = &self.q_block[r * self.strides[0]..][..self.head_dim];
-            for (j, s) in p.iter_mut().enumerate() {
-                *s = dot(q_row, &self.k_block[j * self.strides[1]..][..self.head_dim]);
-            }
-        }
-    }
-}
-
-/// A block's `P · V` added to the running outputs, key by key.
-struct DirectValues<'a, T: FloatStore> {
-    acc: &'a mut [T::Acc],
-    probs: &'a [T::Acc],
-    keys: usize,
-    v_block: &'a [T],
-    v_stride: usize,
-    value_dim: usize,
-}
-
-impl<T: FloatStore> VectorKernel for DirectValues<'_, T> {
-    type Output = ();
-    #[inline(always)]
-    fn run(self) {
-        // Sixteen outputs at a time stay in registers through every key (the same sums, in
-        // the same order, as adding row by row into memory).
-        const LANES: usize = 16;
-        let dv = self.value_dim;
-        for (p, o) in self
-            .probs
-            .chunks_exact(self.keys)
-            .zip(self.acc.chunks_exact_mut(dv))
-        {
-            for (c, out) in o.chunks_mut(LANES).enumerate() {
-                let at = c * LANES;
-                if let Ok(out) = <&mut [T::Acc; LANES]>::try_from(&mut *out) {
-                    let mut lanes = *out;
-                    for (j, pj) in p.iter().enumerate() {
-                        let v: &[T; LANES] = self.v_block[j * self.v_stride + at..][..LANES]
-                            .try_into()
-                            .expect("16 values");
-                        for (a, x) in lanes.iter_mut().zip(v) {
-                            *a += *pj * x.load();
-                        }
-                    }
-                    *out = lanes;
-                } else {
-                    for (j, pj) in p.iter().enumerate() {
-                        let v = &self.v_block[j * self.v_stride + at..][..out.len()];
-                        for (a, x) in out.iter_mut().zip(v) {
-                            *a += *pj * x.load();
-                        }
-                    }
-                }
-            }
-        }
-    }
 }
 
 /// One key block's scores of a query block turned into unnormalised probabilities: scale,
