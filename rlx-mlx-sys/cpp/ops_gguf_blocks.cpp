@@ -45,23 +45,24 @@ struct BlockFields {
         n(bytes.shape(0)),
         nb(bytes.shape(1) / block_bytes) {}
 
-  /// Bytes `start..stop` of every block, `[n, nb, stop - start]`, as `dtype`.
+  /// Bytes `start..stop` of every block as they are, contiguous, `[n, nb, stop - start]`.
+  mx::array raw(int start, int stop) const {
+    return mx::contiguous(mx::slice(blocks, {0, 0, start}, {n, nb, stop}));
+  }
+
+  /// Bytes `start..stop` of every block, `[n, nb, stop - start]`, as uint32.
   mx::array bytes(int start, int stop) const {
     return mx::astype(mx::slice(blocks, {0, 0, start}, {n, nb, stop}), mx::uint32);
   }
 
   /// Bytes `start..stop` of every block as signed bytes, in float32.
   mx::array signed_bytes(int start, int stop) const {
-    return mx::astype(
-        mx::view(mx::contiguous(mx::slice(blocks, {0, 0, start}, {n, nb, stop})), mx::int8),
-        mx::float32);
+    return mx::astype(mx::view(raw(start, stop), mx::int8), mx::float32);
   }
 
   /// The f16 at byte `at` of every block as float32, `[n, nb, 1]`.
   mx::array half(int at) const {
-    return mx::astype(
-        mx::view(mx::contiguous(mx::slice(blocks, {0, 0, at}, {n, nb, at + 2})), mx::float16),
-        mx::float32);
+    return mx::astype(mx::view(raw(at, at + 2), mx::float16), mx::float32);
   }
 };
 
@@ -169,23 +170,17 @@ struct AffineBlocks {
 /// d * q + m. A block holds values 0..15 in the low nibbles and 16..31 in the high ones;
 /// MLX wants value 2i in the low nibble of byte i.
 AffineBlocks affine_blocks(const mx::array& bytes, int32_t format, const char* op) {
-  const int block_bytes = block_bytes_of(format, op);
-  const int n = bytes.shape(0);
-  const int nb = bytes.shape(1) / block_bytes;
-  const mx::array blocks = mx::reshape(bytes, {n, nb, block_bytes});
-  auto field = [&](int start, int stop) {
-    return mx::contiguous(mx::slice(blocks, {0, 0, start}, {n, nb, stop}));
-  };
-  auto half_at = [&](int at) {
-    return mx::reshape(mx::astype(mx::view(field(at, at + 2), mx::float16), mx::float32), {n, nb});
-  };
+  const BlockFields f(bytes, block_bytes_of(format, op));
+  const int n = f.n;
+  const int nb = f.nb;
+  auto half_at = [&](int at) { return mx::reshape(f.half(at), {n, nb}); };
   const mx::array d = half_at(0);
   if (format == 8) {
-    const mx::array q = mx::reshape(mx::bitwise_xor(field(2, 34), mx::array(128, mx::uint8)), {n, nb * 32});
+    const mx::array q = mx::reshape(mx::bitwise_xor(f.raw(2, 34), mx::array(128, mx::uint8)), {n, nb * 32});
     return {mx::view(mx::contiguous(q), mx::uint32), d, mx::multiply(d, mx::array(-128.0f)), 8};
   }
   const int head = format == 3 ? 4 : 2;
-  const mx::array qs = field(head, head + 16);
+  const mx::array qs = f.raw(head, head + 16);
   const mx::array values = mx::reshape(
       mx::concatenate({mx::bitwise_and(qs, mx::array(15, mx::uint8)),
                        mx::right_shift(qs, mx::array(4, mx::uint8))},
@@ -225,29 +220,20 @@ AffineBlocks q4_k_affine(const mx::array& bytes) {
 /// Q5_0 is d * (q - 16), Q5_1 is d * q + m. Exact: d * q is exact in float32, and the
 /// addition rounds once, as the CPU's dequantization does.
 mx::array five_bit_values(const mx::array& bytes, int32_t format) {
-  const int block_bytes = block_bytes_of(format, "five_bit_values");
+  const BlockFields f(bytes, block_bytes_of(format, "five_bit_values"));
   const int head = format == 6 ? 2 : 4;
-  const int n = bytes.shape(0);
-  const int nb = bytes.shape(1) / block_bytes;
-  const mx::array blocks = mx::reshape(bytes, {n, nb, block_bytes});
-  auto field = [&](int start, int stop) {
-    return mx::contiguous(mx::slice(blocks, {0, 0, start}, {n, nb, stop}));
-  };
-  auto half_at = [&](int at) {
-    return mx::astype(mx::view(field(at, at + 2), mx::float16), mx::float32);  // [n, nb, 1]
-  };
-  const mx::array d = half_at(0);
-  const mx::array word = mx::view(field(head, head + 4), mx::uint32);  // [n, nb, 1]
+  const mx::array d = f.half(0);  // [n, nb, 1]
+  const mx::array word = mx::view(f.raw(head, head + 4), mx::uint32);  // [n, nb, 1]
   const mx::array fifth = mx::bitwise_and(
       mx::right_shift(word, mx::arange(0, 32, mx::uint32)), mx::array(1u, mx::uint32));
-  const mx::array qs = mx::astype(field(head + 4, head + 20), mx::uint32);
+  const mx::array qs = f.bytes(head + 4, head + 20);
   const mx::array nibbles = mx::concatenate(
       {mx::bitwise_and(qs, mx::array(15u, mx::uint32)), mx::right_shift(qs, mx::array(4u, mx::uint32))}, 2);
   const mx::array q = mx::astype(
       mx::bitwise_or(nibbles, mx::left_shift(fifth, mx::array(4u, mx::uint32))), mx::float32);
   const mx::array values = format == 6 ? mx::multiply(mx::subtract(q, mx::array(16.0f)), d)
-                                       : mx::add(mx::multiply(q, d), half_at(2));
-  return mx::reshape(values, {n, nb * 32});
+                                       : mx::add(mx::multiply(q, d), f.half(2));
+  return mx::reshape(values, {f.n, f.nb * 32});
 }
 
 /// `bytes` as MLX affine groups of 32 where the format maps onto them exactly (Q8_0, Q4_0,

@@ -55,24 +55,31 @@ pub fn quantizes(kind: GgmlType) -> bool {
     layout(kind).is_some()
 }
 
-/// How a classic format lays out its integers: bits per value, whether the integers are
-/// offset (symmetric formats store `q + 2^(bits−1)`), and whether a minimum follows the
-/// scale.
+/// How a classic format holds its integers: `bits` per value, the range `low..=high` of
+/// `n` in `d · n + m` (`m` is 0 without a stored `minimum`), stored as `n − low` (Q8_0
+/// stores the signed byte of `n` itself).
 struct Layout {
     bits: u32,
-    symmetric: bool,
+    low: f32,
+    high: f32,
+    minimum: bool,
 }
 
 fn layout(kind: GgmlType) -> Option<Layout> {
-    let (bits, symmetric) = match kind {
-        GgmlType::Q8_0 => (8, true),
-        GgmlType::Q4_0 => (4, true),
-        GgmlType::Q4_1 => (4, false),
-        GgmlType::Q5_0 => (5, true),
-        GgmlType::Q5_1 => (5, false),
+    let (bits, low, high, minimum) = match kind {
+        GgmlType::Q8_0 => (8, -127.0, 127.0, false),
+        GgmlType::Q4_0 => (4, -8.0, 7.0, false),
+        GgmlType::Q4_1 => (4, 0.0, 15.0, true),
+        GgmlType::Q5_0 => (5, -16.0, 15.0, false),
+        GgmlType::Q5_1 => (5, 0.0, 31.0, true),
         _ => return None,
     };
-    Some(Layout { bits, symmetric })
+    Some(Layout {
+        bits,
+        low,
+        high,
+        minimum,
+    })
 }
 
 /// `values` (a multiple of 32 of them) as blocks of `kind`, appended to `out`; the blocks
@@ -137,66 +144,45 @@ fn largest(x: &[f32; 32]) -> (usize, f32) {
 }
 
 /// Writes the block's scale (and minimum) to `out` and returns its integers, stored form
-/// (`0..2^bits`); `None` when the scale overflows an f16.
+/// (`0..2^bits`); `None` when the scale or minimum overflows an f16.
 fn quantize_block(layout: &Layout, x: &[f32; 32], out: &mut Vec<u8>) -> Option<[u8; 32]> {
-    let levels = (1u32 << layout.bits) as f32;
-    let top = levels - 1.0;
-    let mut q = [0u8; 32];
-    if layout.symmetric {
-        // The value of largest magnitude becomes the range's negative end (−2^(bits−1));
-        // Q8_0 keeps the range symmetric (±127).
-        let half_range = levels / 2.0;
-        let (_, max) = largest(x);
-        let d = if layout.bits == 8 {
-            max.abs() / 127.0
-        } else {
-            -max / half_range
-        };
-        let stored = f16::from_f32(d);
-        if !stored.is_finite() {
-            return None;
-        }
-        out.extend_from_slice(&stored.to_le_bytes());
-        let d = stored.to_f32();
-        let (low, high) = if layout.bits == 8 {
-            (-127.0, 127.0)
-        } else {
-            (-half_range, half_range - 1.0)
-        };
-        for (q, &v) in q.iter_mut().zip(x) {
-            let n = if d == 0.0 {
-                0.0
-            } else {
-                nearest(v, d, 0.0).clamp(low, high)
-            };
-            // Stored offset by half the range (Q8_0 stores the signed byte itself).
-            *q = if layout.bits == 8 {
-                (n as i8) as u8
-            } else {
-                (n + half_range) as u8
-            };
-        }
-    } else {
+    let (low, high) = (layout.low, layout.high);
+    let (d, m) = if layout.minimum {
+        // `[min, max]` onto the whole range.
         let (min, max) = x
             .iter()
             .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
                 (lo.min(v), hi.max(v))
             });
-        let (stored_d, stored_m) = (f16::from_f32((max - min) / top), f16::from_f32(min));
-        if !(stored_d.is_finite() && stored_m.is_finite()) {
-            return None;
-        }
-        out.extend_from_slice(&stored_d.to_le_bytes());
-        out.extend_from_slice(&stored_m.to_le_bytes());
-        let (d, m) = (stored_d.to_f32(), stored_m.to_f32());
-        for (q, &v) in q.iter_mut().zip(x) {
-            let n = if d == 0.0 {
-                0.0
-            } else {
-                nearest(v, d, m).clamp(0.0, top)
-            };
-            *q = n as u8;
-        }
+        ((max - min) / high, min)
+    } else {
+        // The value of largest magnitude onto the range's negative end (Q8_0's range is
+        // symmetric: onto its magnitude).
+        let (_, max) = largest(x);
+        let end = if low == -high { -max.abs() } else { max };
+        (end / low, 0.0)
+    };
+    let (d, m) = (f16::from_f32(d), f16::from_f32(m));
+    if !(d.is_finite() && m.is_finite()) {
+        return None;
+    }
+    out.extend_from_slice(&d.to_le_bytes());
+    if layout.minimum {
+        out.extend_from_slice(&m.to_le_bytes());
+    }
+    let (d, m) = (d.to_f32(), m.to_f32());
+    let mut q = [0u8; 32];
+    for (q, &v) in q.iter_mut().zip(x) {
+        let n = if d == 0.0 {
+            0.0
+        } else {
+            nearest(v, d, m).clamp(low, high)
+        };
+        *q = if layout.bits == 8 {
+            (n as i8) as u8
+        } else {
+            (n - low) as u8
+        };
     }
     Some(q)
 }
@@ -356,7 +342,7 @@ mod tests {
             // Zeros come back exactly; so does a constant block where a minimum holds it.
             let n = x.len();
             assert!(back[n - 64..n - 32].iter().all(|&v| v == 0.0), "{kind}");
-            if !layout(kind).unwrap().symmetric {
+            if layout(kind).unwrap().minimum {
                 assert!(back[n - 96..n - 64].iter().all(|&v| v == 0.75), "{kind}");
             }
         }

@@ -46,8 +46,9 @@ pub struct LoadReport {
     pub quantized: Vec<String>,
 }
 
-/// The blocks of `format` holding the float tensor `value` (`[rows, values]`, any float
-/// dtype), row by row: a float checkpoint bound to a weight the model keeps in blocks.
+/// The blocks of `format` holding `value`, the f32 values of checkpoint tensor `key`
+/// (`[rows, values]`, rows of whole blocks): a float checkpoint bound to a weight the model
+/// keeps in blocks; a value blocks cannot hold is an error naming `key` in `path`.
 pub(crate) fn quantize_tensor(
     path: &std::path::Path,
     key: &str,

@@ -234,7 +234,11 @@ pub(crate) fn attention<T: FloatStore>(
     // Tasks write disjoint rows; the parallel section joins before `attention` returns.
     let shared = SharedMut::new(out);
     let int8 = matches!(k, Rows::Int8 { .. }) || matches!(v, Rows::Int8 { .. });
-    let rows_len = if int8 { int8_rows_len(d, tiling) } else { 0 };
+    let rows_len = if int8 {
+        int8_rows_len(tiling, d.head_dim, d.value_dim)
+    } else {
+        0
+    };
     assert!(
         rows_scratch.len() >= tiling.workers * rows_len,
         "attention scratch for int8 rows too small"
@@ -281,8 +285,8 @@ pub(crate) fn attention<T: FloatStore>(
 }
 
 /// Values of one worker's scratch for int8 rows: a key block of keys and of values.
-pub(crate) fn int8_rows_len(d: &AttentionDims, tiling: &AttentionTiling) -> usize {
-    tiling.key_block * (d.head_dim + d.value_dim)
+pub(crate) fn int8_rows_len(tiling: &AttentionTiling, head_dim: usize, value_dim: usize) -> usize {
+    tiling.key_block * (head_dim + value_dim)
 }
 
 /// Query rows `q0..q0 + rows` of flattened head `h`.

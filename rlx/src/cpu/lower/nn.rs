@@ -226,9 +226,8 @@ impl Lower for ir::Attention {
 /// slots, then each worker's block of rows scaled back.
 pub(super) fn int8_attention_scratch(n: &Sizes<'_>, int8: [bool; 2]) -> Vec<(DType, usize)> {
     let tiling = attention_tiling(n);
-    let (q, v) = (n.operands[0], n.operands[2]);
-    let rank = q.len();
-    let rows = tiling.key_block * (q[rank - 1] + v[rank - 1]);
+    let rank = n.out.len();
+    let rows = attention::int8_rows_len(&tiling, n.operands[0][rank - 1], n.out[rank - 1]);
     let mut scratch = vec![(accumulator(n.dtype), tiling.workers * tiling.slot_len)];
     if int8 != [false; 2] {
         scratch.push((n.dtype, tiling.workers * rows));
@@ -243,101 +242,97 @@ pub(super) fn lower_attention(
     n: &LowerInput<'_>,
     int8: [bool; 2],
 ) -> Vec<Thunk> {
-    {
-        let this = op;
-        let dtype = n.dtype();
-        let mask = this.mask;
-        let (q, k) = (n.shapes[0], n.shapes[1]);
-        let rank = q.len();
-        let heads = numel(&q[..rank - 2]);
-        let (q_heads_axis, group) = if rank >= 3 {
-            (q[rank - 3], q[rank - 3] / k[rank - 3])
-        } else {
-            (1, 1)
-        };
-        let mut scores_shape = q[..rank - 1].to_vec();
-        scores_shape.push(k[rank - 2]);
-        let mask_layout = (mask == AttentionMask::Tensor).then(|| {
-            // The mask broadcasts (right-aligned) to [lead.., Sq, Sk]; each flattened head
-            // gets its own offset, since a mask may vary with some leading axes only
-            // (e.g. a [B, 1, 1, Sk] padding mask).
-            let m = n.shapes[3];
-            let own = contiguous_strides(m);
-            let offset = scores_shape.len() - m.len();
-            let stride = |axis: usize| -> usize {
-                if axis < offset || m[axis - offset] == 1 {
-                    0
-                } else {
-                    own[axis - offset]
-                }
-            };
-            let lead = &q[..rank - 2];
-            let head_offsets: Vec<usize> = (0..heads)
-                .map(|flat| {
-                    let (mut rest, mut at) = (flat, 0);
-                    for axis in (0..lead.len()).rev() {
-                        at += (rest % lead[axis]) * stride(axis);
-                        rest /= lead[axis];
-                    }
-                    at
-                })
-                .collect();
-            MaskLayout {
-                head_offsets: head_offsets.into(),
-                query_stride: stride(rank - 2),
-                key_stride: stride(rank - 1),
+    let dtype = n.dtype();
+    let mask = op.mask;
+    let (q, k) = (n.shapes[0], n.shapes[1]);
+    let rank = q.len();
+    let heads = numel(&q[..rank - 2]);
+    let (q_heads_axis, group) = if rank >= 3 {
+        (q[rank - 3], q[rank - 3] / k[rank - 3])
+    } else {
+        (1, 1)
+    };
+    let mut scores_shape = q[..rank - 1].to_vec();
+    scores_shape.push(k[rank - 2]);
+    let mask_layout = (mask == AttentionMask::Tensor).then(|| {
+        // The mask broadcasts (right-aligned) to [lead.., Sq, Sk]; each flattened head
+        // gets its own offset, since a mask may vary with some leading axes only
+        // (e.g. a [B, 1, 1, Sk] padding mask).
+        let m = n.shapes[3];
+        let own = contiguous_strides(m);
+        let offset = scores_shape.len() - m.len();
+        let stride = |axis: usize| -> usize {
+            if axis < offset || m[axis - offset] == 1 {
+                0
+            } else {
+                own[axis - offset]
             }
-        });
-        let keys = match mask {
-            AttentionMask::Causal => KeyRange::Causal { window: None },
-            AttentionMask::SlidingWindow(w) => KeyRange::Causal { window: Some(w) },
-            AttentionMask::None | AttentionMask::Tensor => KeyRange::All,
         };
-        vec![boxed(Attention {
-            dtype,
-            tiling: attention_tiling(&n.sizes()),
-            dims: AttentionDims {
-                heads,
-                group,
-                seq_q: q[rank - 2],
-                seq_k: k[rank - 2],
-                head_dim: q[rank - 1],
-                value_dim: n.out_shape[rank - 1],
-                scale: this.scale,
-                keys,
-                mask: mask_layout,
-                q_heads_axis,
-                layouts: std::array::from_fn(|i| {
-                    let shape = if i < 3 { n.shapes[i] } else { n.out_shape };
-                    if n.sequence_major[i] {
-                        HeadLayout::sequence_major(shape)
-                    } else {
-                        HeadLayout::contiguous(shape)
-                    }
-                }),
-            },
-            q: n.views[0],
-            k: n.views[1],
-            v: n.views[2],
-            mask: (mask == AttentionMask::Tensor).then(|| (n.views[3], n.dtypes[3])),
-            key_length: this.key_length.then(|| {
-                let at = 3 + usize::from(mask == AttentionMask::Tensor);
-                (n.views[at], n.dtypes[at])
-            }),
-            out: n.out,
-            at: n.site(),
-            scratch: n.scratch[0],
-            int8: (int8 != [false; 2]).then(|| {
-                // The scales follow the attention's own operands, keys' first.
-                let first =
-                    3 + usize::from(mask == AttentionMask::Tensor) + usize::from(this.key_length);
-                let mut scales = n.views[first..].iter().copied();
-                Int8Rows {
-                    key_scales: if int8[0] { scales.next() } else { None },
-                    value_scales: if int8[1] { scales.next() } else { None },
-                    scratch: n.scratch[1],
+        let lead = &q[..rank - 2];
+        let head_offsets: Vec<usize> = (0..heads)
+            .map(|flat| {
+                let (mut rest, mut at) = (flat, 0);
+                for axis in (0..lead.len()).rev() {
+                    at += (rest % lead[axis]) * stride(axis);
+                    rest /= lead[axis];
+                }
+                at
+            })
+            .collect();
+        MaskLayout {
+            head_offsets: head_offsets.into(),
+            query_stride: stride(rank - 2),
+            key_stride: stride(rank - 1),
+        }
+    });
+    let keys = match mask {
+        AttentionMask::Causal => KeyRange::Causal { window: None },
+        AttentionMask::SlidingWindow(w) => KeyRange::Causal { window: Some(w) },
+        AttentionMask::None | AttentionMask::Tensor => KeyRange::All,
+    };
+    vec![boxed(Attention {
+        dtype,
+        tiling: attention_tiling(&n.sizes()),
+        dims: AttentionDims {
+            heads,
+            group,
+            seq_q: q[rank - 2],
+            seq_k: k[rank - 2],
+            head_dim: q[rank - 1],
+            value_dim: n.out_shape[rank - 1],
+            scale: op.scale,
+            keys,
+            mask: mask_layout,
+            q_heads_axis,
+            layouts: std::array::from_fn(|i| {
+                let shape = if i < 3 { n.shapes[i] } else { n.out_shape };
+                if n.sequence_major[i] {
+                    HeadLayout::sequence_major(shape)
+                } else {
+                    HeadLayout::contiguous(shape)
                 }
             }),
-        })]
-    }
+        },
+        q: n.views[0],
+        k: n.views[1],
+        v: n.views[2],
+        mask: (mask == AttentionMask::Tensor).then(|| (n.views[3], n.dtypes[3])),
+        key_length: op.key_length.then(|| {
+            let at = 3 + usize::from(mask == AttentionMask::Tensor);
+            (n.views[at], n.dtypes[at])
+        }),
+        out: n.out,
+        at: n.site(),
+        scratch: n.scratch[0],
+        int8: (int8 != [false; 2]).then(|| {
+            // The scales follow the attention's own operands, keys' first.
+            let first = 3 + usize::from(mask == AttentionMask::Tensor) + usize::from(op.key_length);
+            let mut scales = n.views[first..].iter().copied();
+            Int8Rows {
+                key_scales: if int8[0] { scales.next() } else { None },
+                value_scales: if int8[1] { scales.next() } else { None },
+                scratch: n.scratch[1],
+            }
+        }),
+    })]
 }

@@ -107,10 +107,7 @@ impl LlamaDecoder {
         dir: &std::path::Path,
         capacity: usize,
     ) -> Result<LlamaDecoder, LlamaLoadError> {
-        let model = hf_config(dir)?;
-        let decoder = LlamaDecoder::compile(backend, model, capacity)?;
-        super::load_hf_checkpoint(&decoder.step, &decoder.config.model, dir)?;
-        Ok(decoder)
+        LlamaDecoder::from_hf_keeping(backend, dir, capacity, None)
     }
 
     /// As [`from_hf_dir`](Self::from_hf_dir), with the projections quantized into
@@ -137,9 +134,16 @@ impl LlamaDecoder {
         capacity: usize,
         quantization: Quantization,
     ) -> Result<LlamaDecoder, LlamaLoadError> {
-        let mut model = hf_config(dir)?;
-        quantization.apply_to(&mut model)?;
-        let decoder = LlamaDecoder::compile(backend, model, capacity)?;
+        LlamaDecoder::from_hf_keeping(backend, dir, capacity, Some(quantization))
+    }
+
+    fn from_hf_keeping<B: crate::backend::Backend>(
+        backend: &B,
+        dir: &std::path::Path,
+        capacity: usize,
+        blocks: Option<Quantization>,
+    ) -> Result<LlamaDecoder, LlamaLoadError> {
+        let decoder = LlamaDecoder::compile(backend, hf_config(dir, blocks)?, capacity)?;
         super::load_hf_checkpoint(&decoder.step, &decoder.config.model, dir)?;
         Ok(decoder)
     }
@@ -251,14 +255,21 @@ fn gguf_config(file: &Gguf, blocks: Option<Quantization>) -> Result<LlamaConfig,
     Ok(config)
 }
 
-/// The `config.json` of the Hugging Face folder `dir`.
-fn hf_config(dir: &std::path::Path) -> Result<LlamaConfig, LlamaLoadError> {
+/// The `config.json` of the Hugging Face folder `dir`, quantized as `blocks` says if given.
+fn hf_config(
+    dir: &std::path::Path,
+    blocks: Option<Quantization>,
+) -> Result<LlamaConfig, LlamaLoadError> {
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path).map_err(|e| LlamaLoadError::ConfigFile {
         path: path.clone(),
         message: e.to_string(),
     })?;
-    Ok(LlamaConfig::from_hf_json(&text)?)
+    let mut config = LlamaConfig::from_hf_json(&text)?;
+    if let Some(quantization) = blocks {
+        quantization.apply_to(&mut config)?;
+    }
+    Ok(config)
 }
 
 /// Whether caches of `capacity` positions suit `model`.
@@ -341,10 +352,7 @@ impl LlamaBatchDecoder {
         capacity: usize,
         slots: usize,
     ) -> Result<LlamaBatchDecoder, LlamaLoadError> {
-        let decoder =
-            LlamaBatchDecoder::compile(backend, gguf_config(file, None)?, capacity, slots)?;
-        super::load_gguf_checkpoint(&decoder.step, &decoder.config.model, file)?;
-        Ok(decoder)
+        LlamaBatchDecoder::from_gguf_keeping(backend, file, capacity, slots, None)
     }
 
     /// The model `file` describes with its projections kept in blocks, as
@@ -356,7 +364,18 @@ impl LlamaBatchDecoder {
         slots: usize,
         quantization: impl Into<Quantization>,
     ) -> Result<LlamaBatchDecoder, LlamaLoadError> {
-        let config = gguf_config(file, Some(quantization.into()))?;
+        let blocks = Some(quantization.into());
+        LlamaBatchDecoder::from_gguf_keeping(backend, file, capacity, slots, blocks)
+    }
+
+    fn from_gguf_keeping<B: crate::backend::Backend>(
+        backend: &B,
+        file: &Gguf,
+        capacity: usize,
+        slots: usize,
+        blocks: Option<Quantization>,
+    ) -> Result<LlamaBatchDecoder, LlamaLoadError> {
+        let config = gguf_config(file, blocks)?;
         let decoder = LlamaBatchDecoder::compile(backend, config, capacity, slots)?;
         super::load_gguf_checkpoint(&decoder.step, &decoder.config.model, file)?;
         Ok(decoder)
@@ -371,8 +390,17 @@ impl LlamaBatchDecoder {
         slots: usize,
         quantization: Quantization,
     ) -> Result<LlamaBatchDecoder, LlamaLoadError> {
-        let mut config = hf_config(dir)?;
-        quantization.apply_to(&mut config)?;
+        LlamaBatchDecoder::from_hf_keeping(backend, dir, capacity, slots, Some(quantization))
+    }
+
+    fn from_hf_keeping<B: crate::backend::Backend>(
+        backend: &B,
+        dir: &std::path::Path,
+        capacity: usize,
+        slots: usize,
+        blocks: Option<Quantization>,
+    ) -> Result<LlamaBatchDecoder, LlamaLoadError> {
+        let config = hf_config(dir, blocks)?;
         let decoder = LlamaBatchDecoder::compile(backend, config, capacity, slots)?;
         super::load_hf_checkpoint(&decoder.step, &decoder.config.model, dir)?;
         Ok(decoder)
@@ -386,10 +414,7 @@ impl LlamaBatchDecoder {
         capacity: usize,
         slots: usize,
     ) -> Result<LlamaBatchDecoder, LlamaLoadError> {
-        let config = hf_config(dir)?;
-        let decoder = LlamaBatchDecoder::compile(backend, config, capacity, slots)?;
-        super::load_hf_checkpoint(&decoder.step, &decoder.config.model, dir)?;
-        Ok(decoder)
+        LlamaBatchDecoder::from_hf_keeping(backend, dir, capacity, slots, None)
     }
 
     fn compile<B: crate::backend::Backend>(
