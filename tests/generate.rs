@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use rlx::backend::{Backend, Context, Executable, RunError};
 use rlx::generate::{
-    BatchGenerator, ChatMessage, ChatTemplate, Decoder, FinishReason, GenerateError,
-    GenerateOptions, Generator, SamplingParams, TextStream,
+    BatchGenerator, BatchSession, ChatMessage, ChatTemplate, Decoder, FinishReason, GenerateError,
+    GenerateOptions, Generator, RowEvent, RowId, SamplingParams, TextStream,
 };
 use rlx::ir::ActivationPrecision;
 use rlx::models::llama::{LlamaBatchDecoder, LlamaDecoder};
@@ -193,6 +193,7 @@ fn generates<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
         batched.generate(&[capital.as_slice()], &[]),
         Err(GenerateError::Batch { options: 0, .. })
     ));
+    continuous_batching(label, &batched, &generator);
 
     // The projections kept in the file's Q4_1 blocks (read in place, activations float32):
     // the public prompts' greedy tokens as transformers', and the prompt's logits those of
@@ -321,6 +322,91 @@ fn generates<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
         small.generate(&prompt, bad),
         Err(GenerateError::Setting { name: "top_p", .. })
     ));
+}
+
+/// Continuous batching (`BatchSession`): five requests over four slots, joining while
+/// others decode (their prompts prefilled in chunks within the same steps), one cancelled
+/// to free a slot for the fifth; each row's tokens are those it gives alone.
+fn continuous_batching(label: &str, batched: &BatchGenerator, alone: &Generator) {
+    let long = ids(&reference("perplexity")["ids"])[..150].to_vec();
+    let story = ids(&reference("story")["ids_no_bos"]);
+    let capital = ids(&reference("capital")["ids_no_bos"]);
+    let sampled = GenerateOptions {
+        sampling: SamplingParams {
+            temperature: 0.8,
+            top_p: 0.9,
+            seed: 9,
+            ..SamplingParams::default()
+        },
+        ..greedy(14, vec![])
+    };
+    let requests = [
+        (long.clone(), greedy(12, vec![])),
+        (story.clone(), sampled.clone()),
+        (capital.clone(), greedy(40, vec![])),
+        (story.clone(), greedy(10, vec![])),
+        (capital.clone(), greedy(6, vec![])),
+    ];
+    let mut session = batched.session().unwrap();
+    let mut rows: Vec<(RowId, Vec<i64>, Option<FinishReason>)> = Vec::new();
+    let admit = |session: &mut BatchSession, k: usize| {
+        let (prompt, options) = &requests[k];
+        session.admit(prompt, options.clone(), Some(3)).unwrap()
+    };
+    for k in 0..2 {
+        rows.push((admit(&mut session, k), Vec::new(), None));
+    }
+    let mut steps = 0;
+    while session.rows() > 0 {
+        for (row, event) in session.step().unwrap() {
+            let k = rows.iter().position(|r| r.0 == row).unwrap();
+            let entry = &mut rows[k];
+            match event {
+                RowEvent::Token { token, logprob } => {
+                    let logprob = logprob.unwrap();
+                    assert!(logprob.logprob <= 0.0 && logprob.top.len() == 3);
+                    assert!(logprob.top[0].1 >= logprob.top[2].1);
+                    if k != 1 {
+                        // Greedy rows choose the likeliest token.
+                        assert_eq!(logprob.top[0], (token, logprob.logprob), "{label} {row}");
+                    }
+                    entry.1.push(token);
+                }
+                RowEvent::Finished { reason, stats } => {
+                    assert_eq!(stats.generated_tokens, entry.1.len());
+                    entry.2 = Some(reason);
+                }
+            }
+        }
+        steps += 1;
+        match steps {
+            // Joins while the long prompt is still being prefilled, then while rows decode.
+            1 | 4 => rows.push((admit(&mut session, rows.len()), Vec::new(), None)),
+            6 => {
+                assert!(matches!(
+                    session.admit(&capital, greedy(1, vec![]), None),
+                    Err(GenerateError::Full { slots: 4 })
+                ));
+                assert!(session.cancel(rows[2].0));
+                assert!(!session.cancel(rows[2].0));
+                rows.push((admit(&mut session, 4), Vec::new(), None));
+            }
+            _ => {}
+        }
+        assert!(steps < 200, "{label}: the session does not end");
+    }
+    assert_eq!(rows.len(), 5);
+    for (k, (row, tokens, reason)) in rows.iter().enumerate() {
+        let (prompt, options) = &requests[k];
+        let expected = collect(alone, prompt, options.clone());
+        if k == 2 {
+            assert_eq!(*reason, None, "{label} {row}: cancelled");
+            assert!(!tokens.is_empty() && expected.starts_with(tokens), "{label} {row}");
+        } else if k != 1 || label == "cpu" {
+            assert_eq!(*tokens, expected, "{label} {row}");
+            assert_eq!(*reason, Some(FinishReason::Length), "{label} {row}");
+        }
+    }
 }
 
 #[test]

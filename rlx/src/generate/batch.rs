@@ -65,9 +65,9 @@ pub trait BatchDecoder: Send + Sync {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct BatchGenerator {
-    decoder: Arc<dyn BatchDecoder>,
-    sampler: Sampler,
-    prefill_chunk: usize,
+    pub(super) decoder: Arc<dyn BatchDecoder>,
+    pub(super) sampler: Sampler,
+    pub(super) prefill_chunk: usize,
 }
 
 impl std::fmt::Debug for BatchGenerator {
@@ -176,7 +176,7 @@ impl BatchGenerator {
 }
 
 /// The `slots` rows of `vocab` logits of a batch step, each a tensor of its own.
-fn split_rows(
+pub(super) fn split_rows(
     logits: &HostTensor,
     slots: usize,
     vocab: usize,

@@ -10,7 +10,9 @@
 //! compiled sampler, and each [`Generator::generate`] is an independent [`Generation`] with
 //! a context of its own, so many run side by side on one model. A [`BatchDecoder`] steps
 //! several sequences at once (reading the weights once for all); a [`BatchGenerator`]
-//! generates a batch of prompts of different lengths with it, each row as it would alone.
+//! generates a batch of prompts of different lengths with it, each row as it would alone,
+//! and its [`BatchSession`] lets sequences join and leave the running batch between steps
+//! (continuous batching, as a server needs).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -36,6 +38,7 @@ mod batch;
 mod chat;
 mod sampling;
 mod sequence;
+mod session;
 #[cfg(feature = "text")]
 mod stream;
 
@@ -49,8 +52,9 @@ pub use batch::{BatchDecoder, BatchGeneration, BatchGenerator};
 #[cfg(feature = "text")]
 pub use chat::{ChatMessage, ChatTemplate};
 pub use sampling::SamplingParams;
+pub use session::{BatchSession, RowEvent, RowId, TokenLogprob};
 #[cfg(feature = "text")]
-pub use stream::TextStream;
+pub use stream::{Piece, TextPieces, TextStream};
 
 use sampling::Sampler;
 use sequence::{Next, Sequence};
@@ -109,6 +113,12 @@ pub enum GenerateError {
         prompts: usize,
         /// Options given.
         options: usize,
+        /// Sequences the model steps at once.
+        slots: usize,
+    },
+    /// Every slot of a [`BatchSession`] holds a row.
+    #[error("every one of the batch's {slots} slots is taken")]
+    Full {
         /// Sequences the model steps at once.
         slots: usize,
     },
