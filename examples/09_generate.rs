@@ -33,19 +33,16 @@
 
 use std::error::Error;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use rlx::backend::Backend;
-use rlx::generate::{
-    ChatMessage, ChatTemplate, GenerateOptions, Generator, SamplingParams, TextStream,
-};
+use rlx::generate::{ChatMessage, GenerateOptions, Generator, SamplingParams, TextStream};
 use rlx::gguf::GgmlType;
 use rlx::ir::ActivationPrecision;
 use rlx::models::fetch::{SMOLLM2_135M_INSTRUCT, SMOLLM2_GGUF};
-use rlx::models::llama::{KvCacheFormat, LlamaConfig, LlamaDecoder, Quantization};
-use rlx::{gguf::Gguf, tokenizer::Tokenizer};
+use rlx::models::llama::{KvCacheFormat, LlamaFiles, Quantization};
 
 const USAGE: &str = "usage: 09_generate [--prompt TEXT] [--chat] [--backend cpu|mlx] \
     [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R] \
@@ -143,7 +140,7 @@ fn generate<B: Backend<Executable: 'static>>(
         None => SMOLLM2_135M_INSTRUCT.locate(None)?.join(SMOLLM2_GGUF),
     };
     eprintln!("loading {}", path.display());
-    let files = ModelFiles::open(&path)?;
+    let files = LlamaFiles::open(&path)?;
     let tokenizer = files.tokenizer()?;
 
     // The prompt as the model reads it: raw text, or a chat turn in the model's template.
@@ -161,6 +158,14 @@ fn generate<B: Backend<Executable: 'static>>(
     // Caches sized for this prompt and its answer, within the model's context.
     let start = Instant::now();
     let capacity = (prompt.len() + args.max_tokens).min(files.config()?.context_length);
+    if let (LlamaFiles::HuggingFace(_), Some(quant)) = (&files, args.quant)
+        && quant.float_weights.is_none()
+        && quant.kv_cache == KvCacheFormat::F32
+    {
+        return Err("a safetensors model has no blocks to keep: \
+            --quantize FORMAT quantizes it as it loads"
+            .into());
+    }
     let model = files.decoder(backend, capacity, args.quant)?;
     let generator = Generator::new(backend, Arc::new(model))?;
     eprintln!(
@@ -198,70 +203,4 @@ fn generate<B: Backend<Executable: 'static>>(
         stats.decode_tokens_per_second()
     )?;
     Ok(())
-}
-
-/// A model's files: one GGUF file, or a Hugging Face folder.
-enum ModelFiles {
-    Gguf(Gguf),
-    HuggingFace(PathBuf),
-}
-
-impl ModelFiles {
-    fn open(path: &Path) -> Result<ModelFiles, Box<dyn Error>> {
-        Ok(if path.is_dir() {
-            ModelFiles::HuggingFace(path.to_path_buf())
-        } else {
-            ModelFiles::Gguf(Gguf::open(path)?)
-        })
-    }
-
-    fn tokenizer(&self) -> Result<Tokenizer, Box<dyn Error>> {
-        Ok(match self {
-            ModelFiles::Gguf(file) => Tokenizer::from_gguf(file)?,
-            ModelFiles::HuggingFace(dir) => Tokenizer::from_hf_dir(dir)?,
-        })
-    }
-
-    fn chat_template(&self, tokenizer: &Tokenizer) -> Result<ChatTemplate, Box<dyn Error>> {
-        Ok(match self {
-            ModelFiles::Gguf(file) => ChatTemplate::from_gguf(file, tokenizer)?,
-            ModelFiles::HuggingFace(dir) => ChatTemplate::from_hf_dir(dir)?,
-        })
-    }
-
-    fn config(&self) -> Result<LlamaConfig, Box<dyn Error>> {
-        Ok(match self {
-            ModelFiles::Gguf(file) => LlamaConfig::from_gguf(file)?,
-            ModelFiles::HuggingFace(dir) => {
-                LlamaConfig::from_hf_json(&std::fs::read_to_string(dir.join("config.json"))?)?
-            }
-        })
-    }
-
-    fn decoder<B: Backend<Executable: 'static>>(
-        &self,
-        backend: &B,
-        capacity: usize,
-        quant: Option<Quantization>,
-    ) -> Result<LlamaDecoder, Box<dyn Error>> {
-        Ok(match (self, quant) {
-            (ModelFiles::Gguf(file), Some(quant)) => {
-                LlamaDecoder::from_gguf_quantized(backend, file, capacity, quant)?
-            }
-            (ModelFiles::Gguf(file), None) => LlamaDecoder::from_gguf(backend, file, capacity)?,
-            (ModelFiles::HuggingFace(dir), Some(quant))
-                if quant.float_weights.is_some() || quant.kv_cache != KvCacheFormat::F32 =>
-            {
-                LlamaDecoder::from_hf_dir_quantized(backend, dir, capacity, quant)?
-            }
-            (ModelFiles::HuggingFace(_), Some(_)) => {
-                return Err("a safetensors model has no blocks to keep: \
-                    --quantize FORMAT quantizes it as it loads"
-                    .into());
-            }
-            (ModelFiles::HuggingFace(dir), None) => {
-                LlamaDecoder::from_hf_dir(backend, dir, capacity)?
-            }
-        })
-    }
 }

@@ -401,7 +401,10 @@ fn continuous_batching(label: &str, batched: &BatchGenerator, alone: &Generator)
         let expected = collect(alone, prompt, options.clone());
         if k == 2 {
             assert_eq!(*reason, None, "{label} {row}: cancelled");
-            assert!(!tokens.is_empty() && expected.starts_with(tokens), "{label} {row}");
+            assert!(
+                !tokens.is_empty() && expected.starts_with(tokens),
+                "{label} {row}"
+            );
         } else if k != 1 || label == "cpu" {
             assert_eq!(*tokens, expected, "{label} {row}");
             assert_eq!(*reason, Some(FinishReason::Length), "{label} {row}");

@@ -68,7 +68,9 @@ struct Row {
 enum Work {
     Idle,
     /// Prompt tokens from `from`.
-    Prefill { from: usize },
+    Prefill {
+        from: usize,
+    },
     /// The pending token, at the row's position.
     Decode(i64),
 }
@@ -232,7 +234,9 @@ impl BatchSession<'_> {
                 let left = row.prompt.len() - row.prefilled;
                 widest = widest.max(left.min(generator.prefill_chunk));
                 room = room.min(capacity - row.prefilled);
-                *work = Work::Prefill { from: row.prefilled };
+                *work = Work::Prefill {
+                    from: row.prefilled,
+                };
                 continue;
             }
             match row.sequence.next(capacity) {
@@ -280,10 +284,9 @@ impl BatchSession<'_> {
             let first = row.sequence.stats.generated_tokens == 0;
             let id = row.id;
             let token = match row.sequence.next(capacity) {
-                Next::Draw => {
-                    row.sequence
-                        .draw(&generator.sampler, &logits, vocab, start)?
-                }
+                Next::Draw => row
+                    .sequence
+                    .draw(&generator.sampler, &logits, vocab, start)?,
                 Next::Done => None,
                 Next::Run(_) => return Err(GenerateError::Internal("a row drew twice".into())),
             };

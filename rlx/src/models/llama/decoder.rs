@@ -32,6 +32,9 @@ pub enum LlamaLoadError {
     /// The weights cannot be quantized into the format asked for.
     #[error(transparent)]
     Quantize(#[from] crate::gguf::QuantizeError),
+    /// The GGUF file is unreadable or malformed.
+    #[error(transparent)]
+    File(#[from] crate::gguf::GgufError),
     /// A batch decoder of no slots.
     #[error("a batch decoder needs at least one slot")]
     Slots,
@@ -256,7 +259,7 @@ fn gguf_config(file: &Gguf, blocks: Option<Quantization>) -> Result<LlamaConfig,
 }
 
 /// The `config.json` of the Hugging Face folder `dir`, quantized as `blocks` says if given.
-fn hf_config(
+pub(super) fn hf_config(
     dir: &std::path::Path,
     blocks: Option<Quantization>,
 ) -> Result<LlamaConfig, LlamaLoadError> {

@@ -27,6 +27,7 @@
 mod checkpoint;
 mod config;
 mod decoder;
+mod files;
 
 pub use checkpoint::{hf_tensor_name, load_gguf_checkpoint, load_hf_checkpoint};
 pub use config::{
@@ -34,6 +35,7 @@ pub use config::{
     SlidingWindow,
 };
 pub use decoder::{LlamaBatchDecoder, LlamaDecoder, LlamaLoadError, Quantization};
+pub use files::LlamaFiles;
 
 use crate::Params;
 use crate::nn::{Bias, Projection, RmsNorm, TokenEmbedding};
