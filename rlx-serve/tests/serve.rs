@@ -19,7 +19,7 @@ struct Server {
 impl Server {
     fn start(args: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_rlx-serve"))
-            .args(["--port", "0", "--context", "512"])
+            .args(["--port", "0"])
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -143,8 +143,8 @@ fn openai_error(status: u16, body: &str) -> serde_json::Value {
 }
 
 #[test]
-fn clients_hostile_input_and_cancellation() {
-    let server = Server::start(&["--slots", "4"]);
+fn clients_hostile_input_cancellation_and_shutdown() {
+    let mut server = Server::start(&["--slots", "4", "--context", "512"]);
     let chat = "/v1/chat/completions";
     let long_prompt = format!(
         "{{\"prompt\": [{}], \"max_tokens\": 4}}",
@@ -231,73 +231,31 @@ fn clients_hostile_input_and_cancellation() {
 
     // The official client.
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    // Where `.ci/run` installs the client: `pip install --target target/python openai`.
+    let installed = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/python");
+    let path = match std::env::var("PYTHONPATH") {
+        Ok(more) if !more.is_empty() => format!("{installed}:{more}"),
+        _ => installed.to_string(),
+    };
     let has_openai = Command::new(&python)
+        .env("PYTHONPATH", &path)
         .args(["-c", "import openai"])
         .status()
         .is_ok_and(|s| s.success());
-    if !has_openai {
+    if has_openai {
+        openai_client(&server, &python, &path);
+    } else {
         assert!(
             std::env::var_os("RLX_REQUIRE_OPENAI").is_none(),
             "RLX_REQUIRE_OPENAI is set but `{python} -c 'import openai'` fails"
         );
         eprintln!("skipping the openai client checks: no `openai` package for {python}");
-        return;
     }
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_client.py");
-    let base = format!("http://{}/v1", server.addr);
-    let out = Command::new(&python)
-        .args([script, &base, "SmolLM2-135M-Instruct.Q4_1"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n{}\nserver log:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-        server.log.lock().unwrap()
-    );
-    assert_eq!(server.metric("rlx_running_sequences"), 0.0);
-}
-
-#[test]
-fn queue_bound_timeouts_and_graceful_shutdown() {
-    let mut server = Server::start(&[
-        "--slots",
-        "1",
-        "--max-queue",
-        "1",
-        "--timeout",
-        "1",
-        "--embeddings",
-        "none",
-    ]);
-    let counting = r#"{"prompt":"Count from one to one thousand: one, two, three, four,","max_tokens":480,"temperature":0,"stream":true}"#;
-    // One running, one waiting, the next turned away (429).
-    let running = server.open_stream("/v1/completions", counting);
-    let addr = server.addr.clone();
-    let waiting = std::thread::spawn(move || {
-        let body = br#"{"prompt":"Count from one to one thousand:","max_tokens":480}"#;
-        request(&addr, "POST", "/v1/completions", body)
-    });
-    std::thread::sleep(Duration::from_millis(300));
-    let (status, answer) = server.post("/v1/completions", r#"{"prompt":"Hello","max_tokens":2}"#);
-    assert_eq!(status, 429, "{answer}");
-    assert_eq!(
-        openai_error(status, &answer)["error"]["code"],
-        "server_busy"
-    );
-    // The running stream hits its time limit: an error event ends it.
-    let text = rest(running);
-    assert!(text.contains(r#""code":"timeout""#), "{text}");
-    // The waiting one runs out of time too (its time counts from its arrival).
-    let (status, answer) = waiting.join().unwrap();
-    assert_eq!(status, 504, "{answer}");
-    assert!(answer.contains("limit of 1 s"), "{answer}");
 
     // A shutdown signal lets the running stream finish.
     let stream = server.open_stream(
         "/v1/completions",
-        r#"{"prompt":"Hello","max_tokens":8,"temperature":0,"stream":true}"#,
+        r#"{"prompt":"Hello","max_tokens":24,"temperature":0,"stream":true}"#,
     );
     let pid = server.child.id().to_string();
     assert!(
@@ -318,4 +276,61 @@ fn queue_bound_timeouts_and_graceful_shutdown() {
         assert!(Instant::now() < deadline, "the server did not stop");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// `tests/openai_client.py` against `server`.
+fn openai_client(server: &Server, python: &str, path: &str) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_client.py");
+    let base = format!("http://{}/v1", server.addr);
+    let out = Command::new(python)
+        .env("PYTHONPATH", path)
+        .args([script, &base, "SmolLM2-135M-Instruct.Q4_1"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        server.log.lock().unwrap()
+    );
+    assert_eq!(server.metric("rlx_running_sequences"), 0.0);
+}
+
+#[test]
+fn queue_bound_and_timeouts() {
+    let server = Server::start(&[
+        "--slots",
+        "1",
+        "--max-queue",
+        "1",
+        "--timeout",
+        "2",
+        "--context",
+        "1024",
+        "--embeddings",
+        "none",
+    ]);
+    let counting = r#"{"prompt":"Count from one to one thousand: one, two, three, four,","max_tokens":1000,"temperature":0,"stream":true}"#;
+    // One running, one waiting, the next turned away (429).
+    let running = server.open_stream("/v1/completions", counting);
+    let addr = server.addr.clone();
+    let waiting = std::thread::spawn(move || {
+        let body = br#"{"prompt":"Count from one to one thousand:","max_tokens":480}"#;
+        request(&addr, "POST", "/v1/completions", body)
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let (status, answer) = server.post("/v1/completions", r#"{"prompt":"Hello","max_tokens":2}"#);
+    assert_eq!(status, 429, "{answer}");
+    assert_eq!(
+        openai_error(status, &answer)["error"]["code"],
+        "server_busy"
+    );
+    // The running stream hits its time limit: an error event ends it.
+    let text = rest(running);
+    assert!(text.contains(r#""code":"timeout""#), "{text}");
+    // The waiting one runs out of time too (its time counts from its arrival).
+    let (status, answer) = waiting.join().unwrap();
+    assert_eq!(status, 504, "{answer}");
+    assert!(answer.contains("limit of 2 s"), "{answer}");
 }
