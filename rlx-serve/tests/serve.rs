@@ -1,7 +1,7 @@
 //! rlx-serve as its clients see it, on loopback with SmolLM2-135M-Instruct: the official
 //! `openai` Python package (chat, streaming, completions, embeddings, errors), hostile raw
 //! HTTP that must get OpenAI error objects while the server stays up, a client leaving
-//! mid-stream, the bounded queue, timeouts and a graceful shutdown.
+//! mid-stream, the bounded queue, timeouts, a graceful shutdown, and MLX.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -333,4 +333,31 @@ fn queue_bound_and_timeouts() {
     let (status, answer) = waiting.join().unwrap();
     assert_eq!(status, 504, "{answer}");
     assert!(answer.contains("limit of 2 s"), "{answer}");
+}
+
+#[cfg(feature = "mlx")]
+#[test]
+fn serves_on_mlx() {
+    let server = Server::start(&[
+        "--backend",
+        "mlx",
+        "--slots",
+        "2",
+        "--context",
+        "256",
+        "--embeddings",
+        "none",
+    ]);
+    let question = r#"{"messages":[{"role":"user","content":"What is the capital of France?"}],"temperature":0,"max_tokens":20}"#;
+    let (status, answer) = server.post("/v1/chat/completions", question);
+    assert_eq!(status, 200, "{answer}");
+    let body: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    let content = body["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(content.contains("Paris"), "{answer}");
+    let reader = server.open_stream(
+        "/v1/completions",
+        r#"{"prompt":"The three primary colors are","max_tokens":6,"temperature":0,"stream":true}"#,
+    );
+    let text = rest(reader);
+    assert!(text.contains("data: [DONE]"), "{text}");
 }
