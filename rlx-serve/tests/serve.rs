@@ -219,7 +219,7 @@ fn clients_hostile_input_cancellation_and_shutdown() {
     let before = server.metric("rlx_sequences_cancelled_total");
     let reader = server.open_stream(
         "/v1/completions",
-        r#"{"prompt":"Once upon a time","max_tokens":400,"stream":true}"#,
+        r#"{"prompt":"Once upon a time","max_tokens":400,"temperature":0,"stream":true}"#,
     );
     drop(reader);
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -228,6 +228,25 @@ fn clients_hostile_input_cancellation_and_shutdown() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(server.metric("rlx_running_sequences"), 0.0);
+    // Whole (not streamed) answers too: the handler is dropped with the connection.
+    let body = r#"{"prompt":"Once upon a time","max_tokens":400,"temperature":0}"#;
+    let mut gone = TcpStream::connect(&server.addr).unwrap();
+    write!(
+        gone,
+        "POST /v1/completions HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(gone);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.metric("rlx_sequences_cancelled_total") <= before + 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the whole answer was not cancelled"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     // The official client.
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
