@@ -1,14 +1,14 @@
 //! Generation for several prompts at once: one model step per token for the whole batch,
 //! each prompt in a slot of the model's caches, at a position of its own.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::sampling::Sampler;
-use super::sequence::{Next, Sequence};
+use super::session::{BatchSession, RowEvent, RowId};
 use super::{
     BUCKET, DEFAULT_PREFILL_CHUNK, FinishReason, GenerateError, GenerateOptions, GenerationStats,
-    bucket, check_logits, check_request,
+    check_logits,
 };
 use crate::backend::{Backend, Context, RunError};
 use crate::ir::DType;
@@ -106,9 +106,10 @@ impl BatchGenerator {
         self.decoder.as_ref()
     }
 
-    /// Runs the prompts through the model, prompt `b` in slot `b` with `options[b]`, and
-    /// returns the generation: an iterator of steps, each with the token every row chose
-    /// (`None` for a row that has ended). Each row's tokens are those
+    /// Starts the prompts together, prompt `b` in slot `b` with `options[b]`, and returns
+    /// the generation: an iterator of steps, each with the next token of every row
+    /// (`None` for a row that has ended). It is a [`BatchSession`] that admits every prompt
+    /// at once, so each row's tokens are those
     /// [`Generator::generate`](super::Generator::generate) gives its prompt and options
     /// alone, up to the backend's rounding (the CPU's are equal). At most
     /// [`BatchDecoder::slots`] prompts, one options per prompt.
@@ -117,8 +118,7 @@ impl BatchGenerator {
         prompts: &[&[i64]],
         options: &[GenerateOptions],
     ) -> Result<BatchGeneration<'_>, GenerateError> {
-        let decoder = self.decoder.as_ref();
-        let (vocab, capacity, slots) = (decoder.vocab_size(), decoder.capacity(), decoder.slots());
+        let slots = self.decoder.slots();
         if prompts.is_empty() || prompts.len() > slots || options.len() != prompts.len() {
             return Err(GenerateError::Batch {
                 prompts: prompts.len(),
@@ -126,49 +126,18 @@ impl BatchGenerator {
                 slots,
             });
         }
-        for (prompt, options) in prompts.iter().zip(options) {
-            check_request(prompt, options, vocab, capacity)?;
-        }
-        let start = Instant::now();
-        let mut context = decoder.new_context()?;
-        let mut logits: Vec<Option<HostTensor>> = vec![None; prompts.len()];
-        let longest = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
-        let (mut tokens, mut last) = (Vec::new(), vec![0; slots]);
-        // Every row at the same positions: a row whose prompt has ended writes padding
-        // past it, which its own decode steps overwrite before reading.
-        for pos in (0..longest).step_by(self.prefill_chunk) {
-            let end = |p: &[i64]| p.len().min(pos + self.prefill_chunk);
-            let widest = prompts
-                .iter()
-                .map(|p| end(p).saturating_sub(pos))
-                .max()
-                .unwrap_or(1);
-            let seq = bucket(widest).min(capacity - pos);
-            tokens.clear();
-            tokens.resize(slots * seq, 0);
-            for (b, prompt) in prompts.iter().enumerate() {
-                let chunk = prompt.get(pos..end(prompt)).unwrap_or(&[]);
-                tokens[b * seq..b * seq + chunk.len()].copy_from_slice(chunk);
-                last[b] = chunk.len().saturating_sub(1);
-            }
-            let step = decoder.step(&mut context, &tokens, seq, &vec![pos; slots], &last)?;
-            let rows = split_rows(&step, slots, vocab)?;
-            for (b, row) in rows.into_iter().enumerate().take(prompts.len()) {
-                if (pos..pos + self.prefill_chunk).contains(&(prompts[b].len() - 1)) {
-                    logits[b] = Some(row);
-                }
-            }
-        }
+        let mut session = self.session()?;
         let mut rows = Vec::with_capacity(prompts.len());
-        for ((prompt, options), logits) in prompts.iter().zip(options).zip(logits) {
-            let logits = logits.ok_or_else(|| GenerateError::Internal("no prefill".into()))?;
-            let mut sequence = Sequence::new(vocab, prompt, options.clone());
-            sequence.stats.prefill = start.elapsed();
-            rows.push(Row { sequence, logits });
+        for (prompt, options) in prompts.iter().zip(options) {
+            rows.push(Row {
+                id: session.admit(prompt, options.clone(), None)?,
+                tokens: VecDeque::new(),
+                finish: None,
+                stats: GenerationStats::default(),
+            });
         }
         Ok(BatchGeneration {
-            generator: self,
-            context,
+            session,
             rows,
             failed: false,
         })
@@ -205,17 +174,20 @@ pub(super) fn split_rows(
 }
 
 struct Row {
-    sequence: Sequence,
-    /// The logits of the row's next token.
-    logits: HostTensor,
+    id: RowId,
+    /// Tokens chosen and not yet returned.
+    tokens: VecDeque<i64>,
+    finish: Option<FinishReason>,
+    /// Its stats once it has left the session.
+    stats: GenerationStats,
 }
 
-/// Several sequences being generated together: an iterator of steps, each the token every
-/// row chose (`None` for a row that has ended). A step runs the model once for all rows
-/// still going.
+/// Several sequences started together: an iterator of steps, each the next token of
+/// every row (`None` for a row that has ended). Rows whose prompts are shorter start
+/// decoding while the others still read theirs; an item is ready once every row still
+/// going has a token.
 pub struct BatchGeneration<'a> {
-    generator: &'a BatchGenerator,
-    context: Context,
+    session: BatchSession<'a>,
     rows: Vec<Row>,
     failed: bool,
 }
@@ -226,11 +198,7 @@ impl std::fmt::Debug for BatchGeneration<'_> {
             .field("rows", &self.rows.len())
             .field(
                 "finish",
-                &self
-                    .rows
-                    .iter()
-                    .map(|r| r.sequence.finish)
-                    .collect::<Vec<_>>(),
+                &self.rows.iter().map(|r| r.finish).collect::<Vec<_>>(),
             )
             .finish_non_exhaustive()
     }
@@ -244,20 +212,27 @@ impl BatchGeneration<'_> {
 
     /// Why row `row` ended, once it has (`None` also for a row that does not exist).
     pub fn finish_reason(&self, row: usize) -> Option<FinishReason> {
-        self.rows.get(row).and_then(|r| r.sequence.finish)
+        self.rows.get(row).and_then(|r| r.finish)
     }
 
-    /// Row `row`'s counts and times so far (the batch's prefill and decode steps, which
-    /// every row shares).
+    /// Row `row`'s counts and times so far (prefill: from the start to its first token).
     pub fn stats(&self, row: usize) -> Option<GenerationStats> {
-        self.rows.get(row).map(|r| r.sequence.stats)
+        let r = self.rows.get(row)?;
+        Some(self.session.stats(r.id).unwrap_or(r.stats))
     }
 
     /// Ends row `row` with `reason` (a stop string found in its text, say); the others go
     /// on.
     pub fn finish(&mut self, row: usize, reason: FinishReason) {
-        if let Some(r) = self.rows.get_mut(row) {
-            r.sequence.finish.get_or_insert(reason);
+        if let Some(r) = self.rows.get_mut(row)
+            && r.finish.is_none()
+        {
+            if let Some(stats) = self.session.stats(r.id) {
+                r.stats = stats;
+            }
+            self.session.cancel(r.id);
+            r.finish = Some(reason);
+            r.tokens.clear();
         }
     }
 
@@ -273,42 +248,31 @@ impl BatchGeneration<'_> {
     }
 
     fn advance(&mut self) -> Result<Option<Vec<Option<i64>>>, GenerateError> {
-        let decoder = self.generator.decoder.as_ref();
-        let (vocab, capacity, slots) = (decoder.vocab_size(), decoder.capacity(), decoder.slots());
-        let start = Instant::now();
-        // Rows that have ended (and slots without a row) repeat token 0 at position 0 of
-        // their own slot, which nothing reads again.
-        let (mut tokens, mut pos) = (vec![0i64; slots], vec![0usize; slots]);
-        let mut next = Vec::with_capacity(self.rows.len());
-        for (b, row) in self.rows.iter_mut().enumerate() {
-            let n = row.sequence.next(capacity);
-            if let Next::Run(token) = n {
-                (tokens[b], pos[b]) = (token, row.sequence.position);
-            }
-            next.push(n);
-        }
-        if next.iter().all(|n| matches!(n, Next::Done)) {
-            return Ok(None);
-        }
-        if next.iter().any(|n| matches!(n, Next::Run(_))) {
-            let step = decoder.step(&mut self.context, &tokens, 1, &pos, &vec![0; slots])?;
-            let logits = split_rows(&step, slots, vocab)?;
-            for ((row, n), logits) in self.rows.iter_mut().zip(&next).zip(logits) {
-                if matches!(n, Next::Run(_)) {
-                    row.logits = logits;
-                    row.sequence.ran();
+        while self.session.rows() > 0
+            && self
+                .rows
+                .iter()
+                .any(|r| r.finish.is_none() && r.tokens.is_empty())
+        {
+            for (id, event) in self.session.step()? {
+                let Some(row) = self.rows.iter_mut().find(|r| r.id == id) else {
+                    continue;
+                };
+                match event {
+                    RowEvent::Token { token, .. } => row.tokens.push_back(token),
+                    RowEvent::Finished { reason, stats } => {
+                        row.finish = Some(reason);
+                        row.stats = stats;
+                    }
                 }
             }
         }
-        let mut chosen = vec![None; self.rows.len()];
-        for ((row, n), chosen) in self.rows.iter_mut().zip(&next).zip(&mut chosen) {
-            if !matches!(n, Next::Done) {
-                *chosen = row
-                    .sequence
-                    .draw(&self.generator.sampler, &row.logits, vocab, start)?;
-            }
+        if self.rows.iter().all(|r| r.tokens.is_empty()) {
+            return Ok(None);
         }
-        Ok(Some(chosen))
+        Ok(Some(
+            self.rows.iter_mut().map(|r| r.tokens.pop_front()).collect(),
+        ))
     }
 }
 

@@ -1,6 +1,6 @@
 //! What one sequence being generated keeps between tokens, whether it runs alone
 //! ([`Generation`](super::Generation)) or as a row of a batch
-//! ([`BatchGeneration`](super::BatchGeneration)): its settings, penalty history, seeded
+//! ([`BatchSession`](super::BatchSession)): its settings, penalty history, seeded
 //! draws, position, budget and stop tokens.
 
 use std::time::Instant;
