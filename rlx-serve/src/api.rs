@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use rlx::generate::{ChatMessage, GenerateOptions, SamplingParams};
+use rlx::generate::{ChatMessage, GenerateError, GenerateOptions, SamplingParams};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedSender;
@@ -208,9 +208,6 @@ impl Sampling {
         if let Some(k) = self.top_k {
             sampling.top_k = (k as usize).min(limits.vocab);
         }
-        sampling
-            .check()
-            .map_err(|e| ApiError::invalid(e.to_string()))?;
         let n = self.n.unwrap_or(1);
         if n == 0 || n > MOST_CHOICES {
             return Err(ApiError::param(
@@ -281,38 +278,30 @@ impl Plan {
         let received = Instant::now();
         let mut jobs = Vec::with_capacity(prompts.len() * self.n);
         for prompt in prompts {
-            if prompt.is_empty() {
-                return Err(ApiError::param("prompt", "the prompt has no tokens"));
-            }
-            if let Some(t) = prompt
-                .iter()
-                .find(|t| !(0..limits.vocab as i64).contains(*t))
-            {
-                return Err(ApiError::param(
-                    "prompt",
-                    format!("token {t} is outside the vocabulary of {}", limits.vocab),
-                ));
-            }
-            if prompt.len() >= limits.capacity {
+            let room = limits.capacity.saturating_sub(prompt.len());
+            let options = GenerateOptions {
+                max_tokens: self.max_tokens.or(default_max).unwrap_or(room).min(room),
+                sampling: self.sampling,
+                stop_tokens: limits.stop_tokens.clone(),
+            };
+            options
+                .check(prompt, limits.vocab, limits.capacity)
+                .map_err(request_error)?;
+            // The library lets a prompt fill the context; an answer needs a position.
+            if room == 0 {
                 return Err(ApiError::too_long(format!(
                     "the prompt has {} tokens; the context holds {}, answer included",
                     prompt.len(),
                     limits.capacity
                 )));
             }
-            let room = limits.capacity - prompt.len();
-            let max_tokens = self.max_tokens.or(default_max).unwrap_or(room).min(room);
             for j in 0..self.n {
-                let mut sampling = self.sampling;
-                sampling.seed = sampling.seed.wrapping_add(j as u64);
+                let mut options = options.clone();
+                options.sampling.seed = options.sampling.seed.wrapping_add(j as u64);
                 jobs.push(Job {
                     index: jobs.len(),
                     prompt: prompt.clone(),
-                    options: GenerateOptions {
-                        max_tokens,
-                        sampling,
-                        stop_tokens: limits.stop_tokens.clone(),
-                    },
+                    options,
                     stop: self.stop.clone(),
                     logprobs: self.logprobs,
                     received,
@@ -322,6 +311,18 @@ impl Plan {
             }
         }
         Ok(jobs)
+    }
+}
+
+/// A generation error as the request's fault (a 4xx) or the server's.
+fn request_error(e: GenerateError) -> ApiError {
+    match e {
+        GenerateError::Setting { .. } => ApiError::invalid(e.to_string()),
+        GenerateError::EmptyPrompt | GenerateError::Token { .. } => {
+            ApiError::param("prompt", e.to_string())
+        }
+        GenerateError::PromptTooLong { .. } => ApiError::too_long(e.to_string()),
+        other => ApiError::internal(other.to_string()),
     }
 }
 

@@ -88,15 +88,19 @@ impl EngineHandle {
         if self.draining.load(Ordering::SeqCst) {
             return Err(ApiError::shutting_down());
         }
-        let waiting = self.metrics.queued.load(Ordering::SeqCst);
-        if waiting + jobs.len() > self.max_queue {
+        // Reserve the places first, so requests racing for the last ones cannot both pass.
+        let count = jobs.len();
+        let waiting = self.metrics.queued.fetch_add(count, Ordering::SeqCst);
+        if waiting + count > self.max_queue {
+            self.metrics.queued.fetch_sub(count, Ordering::SeqCst);
             self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
             return Err(ApiError::busy(waiting));
         }
-        for job in jobs {
-            self.metrics.queued.fetch_add(1, Ordering::SeqCst);
+        for (sent, job) in jobs.into_iter().enumerate() {
             if self.jobs.send(job).is_err() {
-                self.metrics.queued.fetch_sub(1, Ordering::SeqCst);
+                self.metrics
+                    .queued
+                    .fetch_sub(count - sent, Ordering::SeqCst);
                 return Err(ApiError::shutting_down());
             }
         }
@@ -282,7 +286,6 @@ impl<'a> Engine<'a> {
                 Err(e) => fail(&job, ApiError::invalid(e.to_string())),
             }
         }
-        self.metrics.set_queued_gauge();
     }
 
     /// Cancels rows whose client has gone or whose time is up.

@@ -111,13 +111,13 @@ fn main() -> Result<(), Box<dyn Error>> {
     let args = Args::parse();
     match args.backend.as_str() {
         #[cfg(feature = "mlx")]
-        "mlx" => serve(rlx::mlx::MlxBackend::default(), &args),
-        "cpu" => serve(rlx::cpu::CpuBackend::default(), &args),
+        "mlx" => serve(&rlx::mlx::MlxBackend::default(), &args),
+        "cpu" => serve(&rlx::cpu::CpuBackend::default(), &args),
         other => Err(format!("the backend {other} is not built in").into()),
     }
 }
 
-fn serve<B: Backend<Executable: 'static>>(backend: B, args: &Args) -> Result<(), Box<dyn Error>> {
+fn serve<B: Backend<Executable: 'static>>(backend: &B, args: &Args) -> Result<(), Box<dyn Error>> {
     let start = Instant::now();
     let path = match &args.model {
         Some(path) => path.clone(),
@@ -137,10 +137,10 @@ fn serve<B: Backend<Executable: 'static>>(backend: B, args: &Args) -> Result<(),
     let slots = args
         .slots
         .unwrap_or(if args.backend == "cpu" { 4 } else { 8 });
-    let decoder = files.batch_decoder(&backend, context, slots, args.quantization()?)?;
+    let decoder = files.batch_decoder(backend, context, slots, args.quantization()?)?;
     let vocab = rlx::generate::BatchDecoder::vocab_size(&decoder);
     let generator =
-        BatchGenerator::new(&backend, Arc::new(decoder))?.with_prefill_chunk(args.prefill_chunk);
+        BatchGenerator::new(backend, Arc::new(decoder))?.with_prefill_chunk(args.prefill_chunk);
     let embedder = match args.embeddings.as_str() {
         "none" => None,
         which => {
@@ -214,7 +214,6 @@ fn serve<B: Backend<Executable: 'static>>(backend: B, args: &Args) -> Result<(),
     // Every handle is gone: the engine ends once nothing is left to run.
     runtime.shutdown_timeout(Duration::from_secs(1));
     let _ = engine_thread.join();
-    drop(backend);
     eprintln!("rlx-serve: stopped");
     Ok(())
 }

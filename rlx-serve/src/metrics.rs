@@ -49,7 +49,6 @@ pub struct Metrics {
     requests: Mutex<BTreeMap<(String, u16), u64>>,
     /// Sequences waiting for a slot.
     pub queued: AtomicUsize,
-    queued_gauge: AtomicUsize,
     running: AtomicUsize,
     pub prompt_tokens: AtomicU64,
     generated_tokens: AtomicU64,
@@ -75,11 +74,6 @@ impl Metrics {
 
     pub fn set_running(&self, rows: usize) {
         self.running.store(rows, Ordering::Relaxed);
-    }
-
-    pub fn set_queued_gauge(&self) {
-        self.queued_gauge
-            .store(self.queued.load(Ordering::SeqCst), Ordering::Relaxed);
     }
 
     pub fn first_token(&self, wait: Duration) {
@@ -123,7 +117,7 @@ impl Metrics {
             (
                 "rlx_queue_depth",
                 "Sequences waiting for a slot of the batch.",
-                self.queued_gauge.load(Ordering::Relaxed) as f64,
+                self.queued.load(Ordering::Relaxed) as f64,
             ),
             (
                 "rlx_running_sequences",

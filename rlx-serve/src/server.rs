@@ -135,18 +135,12 @@ fn request_id(prefix: &str) -> String {
     format!("{prefix}-{:016x}", fresh_seed())
 }
 
-async fn chat(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
-    chat_response(&state, body)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
-}
-
-async fn chat_response(
-    state: &Arc<AppState>,
+async fn chat(
+    State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let mut request: ChatRequest = parse(body)?;
-    check_model(state, &request.sampling.model)?;
+    check_model(&state, &request.sampling.model)?;
     let template = state
         .template
         .as_ref()
@@ -184,24 +178,15 @@ async fn chat_response(
     }
     let plan = request.sampling.plan(&state.limits, logprobs)?;
     let prompt_tokens = prompt.len();
-    generate(state, plan, &[prompt], None, prompt_tokens, Kind::Chat).await
+    generate(&state, plan, &[prompt], None, prompt_tokens, Kind::Chat).await
 }
 
 async fn completions(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
-    completion_response(&state, body)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
-}
-
-async fn completion_response(
-    state: &Arc<AppState>,
-    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let request: CompletionRequest = parse(body)?;
-    check_model(state, &request.sampling.model)?;
+    check_model(&state, &request.sampling.model)?;
     if request.echo == Some(true) {
         return Err(ApiError::param("echo", "echo is not supported"));
     }
@@ -242,7 +227,7 @@ async fn completion_response(
     let prompt_tokens = prompts.iter().map(Vec::len).sum();
     // OpenAI's default for this endpoint.
     generate(
-        state,
+        &state,
         plan,
         &prompts,
         Some(16),
@@ -260,7 +245,7 @@ enum Kind {
 
 /// Queues the choices of `prompts` and answers with their text, whole or streamed.
 async fn generate(
-    state: &Arc<AppState>,
+    state: &AppState,
     plan: Plan,
     prompts: &[Vec<i64>],
     default_max: Option<usize>,
@@ -463,15 +448,6 @@ impl Reply {
 async fn embeddings(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
-    embedding_response(&state, body)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
-}
-
-async fn embedding_response(
-    state: &Arc<AppState>,
-    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let request: EmbeddingRequest = parse(body)?;
     let embedder = state
@@ -512,11 +488,7 @@ async fn embedding_response(
     let model = embedder.model.clone();
     let (vectors, tokens) = tokio::task::spawn_blocking(move || {
         let texts: Vec<&str> = inputs.iter().map(String::as_str).collect();
-        let tokens: usize = texts
-            .iter()
-            .map(|t| model.tokenizer().ids(t).map_or(0, |ids| ids.len()))
-            .sum();
-        model.embed(&texts).map(|v| (v, tokens))
+        model.embed_counted(&texts)
     })
     .await
     .map_err(|e| ApiError::internal(e.to_string()))?

@@ -171,6 +171,42 @@ pub struct GenerateOptions {
     pub stop_tokens: Vec<i64>,
 }
 
+impl GenerateOptions {
+    /// Whether `prompt` with these settings can start a generation on a model of `vocab`
+    /// tokens whose contexts hold `capacity` positions: what every generator checks first,
+    /// for callers (a server) that answer a bad request before queueing it.
+    ///
+    /// ```
+    /// use rlx::generate::{GenerateError, GenerateOptions};
+    /// let options = GenerateOptions::default();
+    /// assert!(options.check(&[1, 2, 3], 100, 8).is_ok());
+    /// assert!(matches!(options.check(&[], 100, 8), Err(GenerateError::EmptyPrompt)));
+    /// assert!(matches!(options.check(&[100], 100, 8), Err(GenerateError::Token { .. })));
+    /// assert!(matches!(options.check(&[1; 9], 100, 8), Err(GenerateError::PromptTooLong { .. })));
+    /// ```
+    pub fn check(
+        &self,
+        prompt: &[i64],
+        vocab: usize,
+        capacity: usize,
+    ) -> Result<(), GenerateError> {
+        self.sampling.check()?;
+        if prompt.is_empty() {
+            return Err(GenerateError::EmptyPrompt);
+        }
+        if let Some(&token) = prompt.iter().find(|t| !(0..vocab as i64).contains(*t)) {
+            return Err(GenerateError::Token { token, vocab });
+        }
+        if prompt.len() > capacity {
+            return Err(GenerateError::PromptTooLong {
+                prompt: prompt.len(),
+                capacity,
+            });
+        }
+        Ok(())
+    }
+}
+
 impl Default for GenerateOptions {
     fn default() -> GenerateOptions {
         GenerateOptions {
@@ -265,7 +301,7 @@ impl Generator {
         options: GenerateOptions,
     ) -> Result<Generation<'_>, GenerateError> {
         let (vocab, capacity) = (self.decoder.vocab_size(), self.decoder.capacity());
-        check_request(prompt, &options, vocab, capacity)?;
+        options.check(prompt, vocab, capacity)?;
         let start = Instant::now();
         let mut context = self.decoder.new_context()?;
         let mut logits = None;
@@ -303,30 +339,6 @@ fn bucket(n: usize) -> usize {
     } else {
         n.div_ceil(BUCKET) * BUCKET
     }
-}
-
-/// Whether a prompt and its settings can start a generation on a model of `vocab` tokens
-/// whose contexts hold `capacity` positions.
-fn check_request(
-    prompt: &[i64],
-    options: &GenerateOptions,
-    vocab: usize,
-    capacity: usize,
-) -> Result<(), GenerateError> {
-    options.sampling.check()?;
-    if prompt.is_empty() {
-        return Err(GenerateError::EmptyPrompt);
-    }
-    if let Some(&token) = prompt.iter().find(|t| !(0..vocab as i64).contains(*t)) {
-        return Err(GenerateError::Token { token, vocab });
-    }
-    if prompt.len() > capacity {
-        return Err(GenerateError::PromptTooLong {
-            prompt: prompt.len(),
-            capacity,
-        });
-    }
-    Ok(())
 }
 
 fn check_logits(logits: &HostTensor, vocab: usize) -> Result<(), GenerateError> {

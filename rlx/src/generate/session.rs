@@ -6,9 +6,7 @@ use std::time::Instant;
 
 use super::batch::{BatchGenerator, split_rows};
 use super::sequence::{Next, Sequence};
-use super::{
-    BUCKET, FinishReason, GenerateError, GenerateOptions, GenerationStats, bucket, check_request,
-};
+use super::{BUCKET, FinishReason, GenerateError, GenerateOptions, GenerationStats, bucket};
 use crate::backend::Context;
 use crate::tensor::HostTensor;
 
@@ -161,7 +159,7 @@ impl BatchSession<'_> {
         logprobs: Option<usize>,
     ) -> Result<RowId, GenerateError> {
         let decoder = self.generator.decoder.as_ref();
-        check_request(prompt, &options, decoder.vocab_size(), decoder.capacity())?;
+        options.check(prompt, decoder.vocab_size(), decoder.capacity())?;
         let slot = self
             .slots
             .iter_mut()
@@ -335,8 +333,13 @@ fn logprob_of(logits: &HostTensor, token: i64, top: usize) -> TokenLogprob {
     let sum: f64 = values.iter().map(|&x| (x as f64 - max).exp()).sum();
     let log_total = max + sum.ln();
     let logprob = |i: usize| (values[i] as f64 - log_total) as f32;
-    let mut order: Vec<usize> = (0..values.len()).collect();
     let top = top.min(values.len());
+    // The whole vocabulary is ranked only when alternatives are asked for.
+    let mut order: Vec<usize> = if top == 0 {
+        Vec::new()
+    } else {
+        (0..values.len()).collect()
+    };
     if top > 0 && top < order.len() {
         order.select_nth_unstable_by(top - 1, |&a, &b| values[b].total_cmp(&values[a]));
     }

@@ -210,7 +210,24 @@ impl SentenceEmbedder {
     ///
     /// [`batch_size`]: SentenceEmbedder::set_batch_size
     pub fn embed(&self, sentences: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Ok(self.embed_counted(sentences)?.0)
+    }
+
+    /// [`SentenceEmbedder::embed`], with the number of tokens the sentences came to
+    /// (special tokens included, after truncation): what an embeddings API reports as
+    /// usage.
+    ///
+    /// ```no_run
+    /// # use rlx::cpu::CpuBackend;
+    /// # use rlx::models::minilm::{ModelFiles, SentenceEmbedder};
+    /// let embedder = SentenceEmbedder::new(&CpuBackend::default(), &ModelFiles::locate(None)?)?;
+    /// let (vectors, tokens) = embedder.embed_counted(&["A man is eating food."])?;
+    /// assert!(vectors.len() == 1 && tokens > 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn embed_counted(&self, sentences: &[&str]) -> Result<(Vec<Vec<f32>>, usize), EmbedError> {
         let rows = self.tokenizer.encodings(sentences)?;
+        let tokens = rows.iter().map(|r| r.get_ids().len()).sum();
         let mut order: Vec<usize> = (0..rows.len()).collect();
         order.sort_by_key(|&i| rows[i].get_ids().len());
         let width = self.config.hidden_size;
@@ -228,7 +245,7 @@ impl SentenceEmbedder {
                 vectors[i] = vector.to_vec();
             }
         }
-        Ok(vectors)
+        Ok((vectors, tokens))
     }
 
     /// Sentences per run in [`SentenceEmbedder::embed`] (default [`BATCH_SIZE`]); at least 1.
