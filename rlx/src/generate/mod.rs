@@ -36,7 +36,7 @@
 mod batch;
 #[cfg(feature = "text")]
 mod chat;
-mod sampling;
+pub(crate) mod sampling;
 mod sequence;
 mod session;
 #[cfg(feature = "text")]

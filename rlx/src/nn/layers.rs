@@ -1,6 +1,7 @@
 //! Single-op layers: linear maps, embeddings and norms.
 
 use crate::Params;
+use crate::nn::Lora;
 use crate::ir::BlockMatMul;
 use crate::params::ParamPath;
 use crate::typed::AppendDim;
@@ -48,8 +49,14 @@ fn kept_blocks<'g, R: Dim, C: Dim>(
 /// loaded, or, when the config keeps it in a GGUF block format
 /// ([`Sizes::with_block_format`](crate::typed::Sizes::with_block_format)), its blocks are
 /// kept as the file stores them and multiplied in place ([`Tensor::block_matmul`]).
+///
+/// When the config gives the weight a low-rank adapter
+/// ([`Sizes::with_adapter`](crate::typed::Sizes::with_adapter)), the projection declares
+/// its factors beside the weight (`lora_a`, `lora_b`: a [`Lora`]) and adds its update:
+/// `x·W + scale·x·Aᵀ·Bᵀ`, whatever format `W` is kept in.
 pub struct Projection<'g, I: Dim, O: Dim, E: Float = f32> {
     weight: ProjectionWeight<'g, I, O, E>,
+    adapter: Option<(Lora<'g, I, O, E>, f64)>,
 }
 
 enum ProjectionWeight<'g, I: Dim, O: Dim, E: Float> {
@@ -62,12 +69,16 @@ enum ProjectionWeight<'g, I: Dim, O: Dim, E: Float> {
 impl<'g, I: Dim, O: Dim, E: Float> Params<'g> for Projection<'g, I, O, E> {
     #[track_caller]
     fn declare(g: &'g Scope<'g>, at: &ParamPath) -> Self {
+        let base = at;
         let at = at.field("weight");
         let weight = match kept_blocks::<O, I>(g, &at) {
             Some((w, product)) => ProjectionWeight::Blocks(w, product),
             None => ProjectionWeight::Dense(g.param_at(&at.transposed())),
         };
-        Projection { weight }
+        let adapter = g
+            .adapter(at.key())
+            .map(|scale| (Lora::declare(g, base), scale));
+        Projection { weight, adapter }
     }
 }
 
@@ -75,10 +86,19 @@ impl<'g, I: Dim, O: Dim, E: Float> Projection<'g, I, O, E> {
     /// Applies the map to the last dim of `x`.
     #[track_caller]
     pub fn forward<S: LastDim<I>>(&self, x: Tensor<'g, S, E>) -> Tensor<'g, S::WithLast<O>, E> {
-        match &self.weight {
+        let y = match &self.weight {
             ProjectionWeight::Dense(w) => x.project(*w),
             ProjectionWeight::Blocks(w, product) => x.block_matmul::<I, O>(*w, *product),
+        };
+        match &self.adapter {
+            Some((lora, scale)) => y + lora.forward(x, *scale),
+            None => y,
         }
+    }
+
+    /// The low-rank adapter and its scale, when the config gives this weight one.
+    pub fn adapter(&self) -> Option<&(Lora<'g, I, O, E>, f64)> {
+        self.adapter.as_ref()
     }
 
     /// The weight `[in, out]`, unless it is kept in blocks.

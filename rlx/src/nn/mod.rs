@@ -25,6 +25,8 @@
 
 mod attention;
 mod layers;
+mod lora;
 
 pub use attention::{FeedForward, SelfAttention};
 pub use layers::{Bias, Embedding, LayerNorm, Linear, Projection, RmsNorm, TokenEmbedding};
+pub use lora::{Lora, LoraRank};

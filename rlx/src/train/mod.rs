@@ -79,6 +79,28 @@ pub struct TrainConfig {
     pub schedule: Schedule,
     /// Clip gradients to this global L2 norm.
     pub clip_grad_norm: Option<f64>,
+    /// Which params the step updates (every float param unless set).
+    pub trainable: Trainable,
+}
+
+/// Which float params a training step updates. The others are frozen: they stay weights of
+/// the step's executable (bound with [`Trainer::set_weight`], never copied into the
+/// optimizer), take no gradient of their own and no optimizer state; gradients still flow
+/// through them to the trained params. Fine-tuning with adapters trains a few small
+/// tensors this way on a frozen (possibly quantized) base.
+///
+/// ```
+/// use rlx::train::{Optimizer, TrainConfig, Trainable};
+/// let config = TrainConfig::new(Optimizer::adamw(1e-3)).train_only(["lora_a", "lora_b"]);
+/// assert_eq!(config.trainable, Trainable::Only(vec!["lora_a".into(), "lora_b".into()]));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Trainable {
+    /// Every float param.
+    #[default]
+    All,
+    /// These params, by name (each must be a float param of the model).
+    Only(Vec<String>),
 }
 
 impl TrainConfig {
@@ -88,7 +110,14 @@ impl TrainConfig {
             optimizer,
             schedule: Schedule::Constant,
             clip_grad_norm: None,
+            trainable: Trainable::All,
         }
+    }
+
+    /// Trains only the params `names`; every other param is frozen (see [`Trainable`]).
+    pub fn train_only<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> TrainConfig {
+        self.trainable = Trainable::Only(names.into_iter().map(Into::into).collect());
+        self
     }
 
     /// With a learning-rate schedule.
@@ -158,14 +187,14 @@ pub struct TrainingGraph {
     pub scalar_dtype: DType,
 }
 
-/// Builds the training step of `graph`, whose scalar output `loss` is minimized over every
-/// float param.
+/// Builds the training step of `graph`, whose scalar output `loss` is minimized over the
+/// params `config.trainable` names (every float param by default).
 pub fn training_graph(
     graph: &Graph,
     loss: &str,
     config: &TrainConfig,
 ) -> Result<TrainingGraph, TrainError> {
-    let d = differentiate(graph, loss)?;
+    let d = differentiate(graph, loss, &config.trainable)?;
     let base = Graph::assemble(d.nodes, d.outputs, d.writes)
         .map_err(|e| TrainError::Config(format!("the gradient graph does not verify: {e}")))?;
     let mut b = GraphBuilder::from_graph(base);
@@ -196,8 +225,32 @@ struct Differentiated {
     loss: usize,
 }
 
-fn differentiate(graph: &Graph, loss: &str) -> Result<Differentiated, TrainError> {
-    let with_grads = gradients(graph, loss, &Wrt::Params)?;
+fn differentiate(
+    graph: &Graph,
+    loss: &str,
+    trainable: &Trainable,
+) -> Result<Differentiated, TrainError> {
+    let wrt = match trainable {
+        Trainable::All => Wrt::Params,
+        Trainable::Only(names) => {
+            for name in names {
+                if graph.param(name).is_none() {
+                    return Err(TrainError::Config(format!(
+                        "{name:?} is not a param of the model, so it cannot be trained"
+                    )));
+                }
+            }
+            let mut names = names.clone();
+            names.sort();
+            names.dedup();
+            Wrt::Named(names)
+        }
+    };
+    let trained = |name: &str| match trainable {
+        Trainable::All => true,
+        Trainable::Only(names) => names.iter().any(|n| n == name),
+    };
+    let with_grads = gradients(graph, loss, &wrt)?;
     let (mut nodes, outputs, writes) = with_grads.into_parts();
     let (grad_outputs, outputs): (Vec<_>, Vec<_>) = outputs
         .into_iter()
@@ -207,7 +260,8 @@ fn differentiate(graph: &Graph, loss: &str) -> Result<Differentiated, TrainError
     })?;
     let mut weights: Vec<(NodeId, String)> = Vec::new();
     for (i, node) in nodes.iter_mut().enumerate() {
-        if node.op == Op::Param && node.ty.dtype.is_float() {
+        let name = node.name.as_deref().unwrap_or_default();
+        if node.op == Op::Param && node.ty.dtype.is_float() && trained(name) {
             node.op = Op::State;
             weights.push((NodeId::new(i), node.name.clone().unwrap_or_default()));
         }
@@ -348,6 +402,12 @@ impl Trainer {
     /// Steps taken so far.
     pub fn steps(&self) -> u64 {
         self.steps
+    }
+
+    /// The compiled step, whose params are the frozen weights (see [`Trainable`]): what a
+    /// checkpoint loader binds them to.
+    pub fn executable(&self) -> &dyn Executable {
+        self.exe.as_ref()
     }
 
     /// Sets the step count (when resuming from saved state).

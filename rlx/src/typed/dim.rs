@@ -120,6 +120,9 @@ pub struct Sizes {
     flags: Vec<(&'static str, bool)>,
     formats: Vec<(String, crate::gguf::GgmlType)>,
     activations: crate::ir::ActivationPrecision,
+    /// Weights with a low-rank adapter: checkpoint key and the adapter's scale (its bits,
+    /// so that `Sizes` stays `Eq`).
+    adapters: Vec<(String, u64)>,
 }
 
 impl Sizes {
@@ -180,6 +183,29 @@ impl Sizes {
     pub fn with_block_activations(mut self, activations: crate::ir::ActivationPrecision) -> Sizes {
         self.activations = activations;
         self
+    }
+
+    /// Gives the weight of checkpoint key `key` a low-rank adapter whose product is scaled
+    /// by `scale` (LoRA's `alpha / rank`): layers that can, such as
+    /// [`Projection`](crate::nn::Projection), then declare the adapter's two factors
+    /// ([`Lora`](crate::nn::Lora)) beside the weight, of rank
+    /// [`LoraRank`](crate::nn::LoraRank).
+    ///
+    /// ```
+    /// let sizes = rlx::typed::Sizes::new().with_adapter("blk.0.attn_q.weight", 2.0);
+    /// assert_eq!(sizes.adapter("blk.0.attn_q.weight"), Some(2.0));
+    /// assert_eq!(sizes.adapter("blk.0.attn_k.weight"), None);
+    /// ```
+    pub fn with_adapter(mut self, key: &str, scale: f64) -> Sizes {
+        self.adapters.retain(|(k, _)| k != key);
+        self.adapters.push((key.to_string(), scale.to_bits()));
+        self
+    }
+
+    /// The scale of the adapter of the weight of checkpoint key `key`, if it has one.
+    pub fn adapter(&self, key: &str) -> Option<f64> {
+        let found = self.adapters.iter().find(|(k, _)| k == key);
+        found.map(|(_, bits)| f64::from_bits(*bits))
     }
 
     /// How products with weights kept in blocks take their activations.

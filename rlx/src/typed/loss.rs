@@ -27,9 +27,60 @@ impl<'g, B: Dim, C: Dim, E: Float> Tensor<'g, (B, C), E> {
     #[track_caller]
     pub fn cross_entropy<I: Index>(self, labels: Tensor<'g, (B,), I>) -> Tensor<'g, (), E> {
         let scope = self.scope();
-        let Some(ty) = self.id().and_then(|id| scope.ty(id)) else {
+        let Some((picked, _)) = self.picked_log_probs(labels) else {
             return Tensor::from_id(scope, None);
         };
+        let per_row = scope.apply(sum(vec![1]), &[picked]);
+        let mean = scope.apply(
+            Op::Reduce(Reduce {
+                op: ReduceOp::Mean,
+                axes: vec![0],
+                keep_dims: false,
+            }),
+            &[per_row],
+        );
+        Tensor::from_id(scope, scope.apply(Op::Unary(UnaryOp::Neg), &[mean]))
+    }
+
+    /// Mean cross-entropy over the rows whose label is in `0..C`; rows labelled outside
+    /// (such as -100, PyTorch's `ignore_index`) count neither in the sum nor in the mean,
+    /// as PyTorch's `cross_entropy` with `ignore_index` does. A language model's loss over
+    /// the answer's tokens alone: the prompt's positions are labelled -100. With no row
+    /// labelled the loss is 0.
+    ///
+    /// ```
+    /// use rlx::typed::{Const, Tensor, build};
+    /// rlx::dims!(Tokens);
+    /// let graph = build(|g| {
+    ///     let logits: Tensor<(Tokens, Const<10>)> = g.input("logits");
+    ///     let labels: Tensor<(Tokens,), i64> = g.input("labels");
+    ///     g.output("loss", logits.masked_cross_entropy(labels));
+    /// })?;
+    /// # Ok::<(), rlx::typed::BuildErrors>(())
+    /// ```
+    #[track_caller]
+    pub fn masked_cross_entropy<I: Index>(self, labels: Tensor<'g, (B,), I>) -> Tensor<'g, (), E> {
+        let scope = self.scope();
+        let Some((picked, one_hot)) = self.picked_log_probs(labels) else {
+            return Tensor::from_id(scope, None);
+        };
+        let total = scope.apply(sum(vec![0, 1]), &[picked]);
+        let count = scope.apply(sum(vec![0, 1]), &[one_hot]);
+        let one = scope.scalar(Scalar::Float(1.0), E::DTYPE);
+        let count = scope.apply(Op::Binary(BinaryOp::Max), &[count, one]);
+        let mean = scope.apply(Op::Binary(BinaryOp::Div), &[total, count]);
+        Tensor::from_id(scope, scope.apply(Op::Unary(UnaryOp::Neg), &[mean]))
+    }
+
+    /// The log-probability of each row's label at its column (0 elsewhere, and in rows
+    /// whose label is out of range), and the one-hot rows that pick them.
+    #[track_caller]
+    fn picked_log_probs<I: Index>(
+        self,
+        labels: Tensor<'g, (B,), I>,
+    ) -> Option<(Option<ir::NodeId>, Option<ir::NodeId>)> {
+        let scope = self.scope();
+        let ty = self.id().and_then(|id| scope.ty(id))?;
         let (batch, classes) = (ty.shape[0].clone(), ty.shape[1].clone());
         let logp = scope.apply(Op::Softmax(Softmax { axis: 1, log: true }), &[self.id()]);
         // 0..C in the labels' dtype: an exclusive running sum of ones.
@@ -51,24 +102,17 @@ impl<'g, B: Dim, C: Dim, E: Float> Tensor<'g, (B, C), E> {
         let hit = scope.apply(Op::Compare(CompareOp::Eq), &[labels, class_ids]);
         let one_hot = scope.apply(Op::Cast(Cast { to: E::DTYPE }), &[hit]);
         let picked = scope.apply(Op::Binary(BinaryOp::Mul), &[one_hot, logp]);
-        let per_row = scope.apply(
-            Op::Reduce(Reduce {
-                op: ReduceOp::Sum,
-                axes: vec![1],
-                keep_dims: false,
-            }),
-            &[picked],
-        );
-        let mean = scope.apply(
-            Op::Reduce(Reduce {
-                op: ReduceOp::Mean,
-                axes: vec![0],
-                keep_dims: false,
-            }),
-            &[per_row],
-        );
-        Tensor::from_id(scope, scope.apply(Op::Unary(UnaryOp::Neg), &[mean]))
+        Some((picked, one_hot))
     }
+}
+
+/// A sum over `axes`, dropping them.
+fn sum(axes: Vec<usize>) -> Op {
+    Op::Reduce(Reduce {
+        op: ReduceOp::Sum,
+        axes,
+        keep_dims: false,
+    })
 }
 
 impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {

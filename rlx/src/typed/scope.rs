@@ -179,6 +179,12 @@ impl<'g> Scope<'g> {
         self.sizes.block_format(key)
     }
 
+    /// The scale of the low-rank adapter the config gives the weight of checkpoint key
+    /// `key` ([`Sizes::with_adapter`]), if any.
+    pub fn adapter(&self, key: &str) -> Option<f64> {
+        self.sizes.adapter(key)
+    }
+
     /// How products with weights kept in blocks take their activations
     /// ([`Sizes::with_block_activations`]).
     pub fn block_activations(&self) -> crate::ir::ActivationPrecision {

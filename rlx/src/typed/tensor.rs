@@ -84,7 +84,7 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
     }
 
     #[track_caller]
-    pub(super) fn with_scalar(self, kind: BinaryOp, value: Scalar) -> Tensor<'g, S, E> {
+    pub(crate) fn with_scalar(self, kind: BinaryOp, value: Scalar) -> Tensor<'g, S, E> {
         let c = self.scope.scalar(value, E::DTYPE);
         self.then(Op::Binary(kind), &[c])
     }

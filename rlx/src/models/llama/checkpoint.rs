@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use super::LlamaConfig;
 use crate::gguf::Gguf;
 use crate::ir::DType;
+use crate::backend::Executable;
 use crate::model::Compiled;
+use crate::params::Manifest;
 use crate::tensor::{HostTensor, TensorRef};
 use crate::weights::{LoadOptions, LoadReport, WeightsError};
 
@@ -119,12 +121,28 @@ fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>, WeightsError> {
 /// mapped by [`hf_tensor_name`], values converted to f32, and Gemma's norm scales, stored
 /// as offsets from 1, become `1 + w` (as llama.cpp's converter writes them). As strict as
 /// every load: every declared weight must be there with its dims, and a decoder tensor the
-/// model does not declare is an error.
+/// model does not declare is an error. A model with room for adapters
+/// ([`LlamaConfig::lora`]) gets zero adapters: it runs as the base model until one is bound.
 pub fn load_hf_checkpoint(
     model: &Compiled,
     config: &LlamaConfig,
     dir: &Path,
 ) -> Result<LoadReport, WeightsError> {
+    let report = load_hf_weights(model.executable(), model.manifest(), config, dir)?;
+    zero_adapters(model)?;
+    Ok(report)
+}
+
+/// [`load_hf_checkpoint`] into any executable of a model of `config` whose params
+/// `manifest` lists (a training step's, whose frozen weights are its params), adapters
+/// left unbound.
+pub(super) fn load_hf_weights(
+    exe: &dyn Executable,
+    manifest: &Manifest,
+    config: &LlamaConfig,
+    dir: &Path,
+) -> Result<LoadReport, WeightsError> {
+    let manifest = &without_adapters(manifest);
     let mut tensors: Vec<(String, HostTensor)> = Vec::new();
     let mut ignored = Vec::new();
     for path in shard_paths(dir)? {
@@ -157,8 +175,8 @@ pub fn load_hf_checkpoint(
         .map(|(n, t)| (n.as_str(), t.view()))
         .collect();
     let mut report = crate::weights::load_tensors(
-        model.executable(),
-        model.manifest(),
+        exe,
+        manifest,
         dir,
         &named,
         &LoadOptions {
@@ -193,12 +211,54 @@ pub fn load_gguf_checkpoint(
     config: &LlamaConfig,
     file: &Gguf,
 ) -> Result<LoadReport, WeightsError> {
+    let report = load_gguf_weights(model.executable(), model.manifest(), config, file)?;
+    zero_adapters(model)?;
+    Ok(report)
+}
+
+/// [`load_gguf_checkpoint`] into any executable of a model of `config` whose params
+/// `manifest` lists, adapters left unbound.
+pub(super) fn load_gguf_weights(
+    exe: &dyn Executable,
+    manifest: &Manifest,
+    config: &LlamaConfig,
+    file: &Gguf,
+) -> Result<LoadReport, WeightsError> {
     let read_elsewhere: &[&str] = if config.rope_freqs.is_some() {
         &GGUF_CONFIG_TENSORS
     } else {
         &[]
     };
-    crate::weights::load_gguf(model.executable(), model.manifest(), file, read_elsewhere)
+    crate::weights::load_gguf(exe, &without_adapters(manifest), file, read_elsewhere)
+}
+
+/// Whether a param is a factor of an adapter.
+fn is_adapter(name: &str) -> bool {
+    name.ends_with(".lora_a") || name.ends_with(".lora_b")
+}
+
+/// `manifest` without the params of adapters, which come from an adapter's file, never
+/// from the base checkpoint.
+fn without_adapters(manifest: &Manifest) -> Manifest {
+    Manifest {
+        params: (manifest.params.iter())
+            .filter(|p| !is_adapter(&p.name))
+            .cloned()
+            .collect(),
+    }
+}
+
+/// Binds zeros to every adapter param `model` declares (none without
+/// [`LlamaConfig::lora`]): the base model.
+pub(super) fn zero_adapters(model: &Compiled) -> Result<(), crate::backend::RunError> {
+    for spec in &model.manifest().params {
+        if is_adapter(&spec.name) {
+            let shape = spec.static_shape().unwrap_or_default();
+            let zeros = HostTensor::zeros(spec.dtype, shape);
+            model.set_weight(&spec.name, zeros.view())?;
+        }
+    }
+    Ok(())
 }
 
 /// A float tensor as f32 plus one (integer tensors are kept as they are: the load then

@@ -152,7 +152,7 @@ impl LlamaDecoder {
     }
 
     /// The step of `model` with caches of `capacity` positions, compiled, no weights bound.
-    fn compile<B: crate::backend::Backend>(
+    pub(super) fn compile<B: crate::backend::Backend>(
         backend: &B,
         model: LlamaConfig,
         capacity: usize,

@@ -69,6 +69,26 @@ impl LlamaFiles {
         }
     }
 
+    /// Binds the weights of the files to `exe`, an executable of a model of `config`
+    /// whose params `manifest` lists, leaving adapter params alone: a fine-tuning step's
+    /// frozen base (the params of a [`Trainer`](crate::train::Trainer)'s
+    /// [`executable`](crate::train::Trainer::executable), with the manifest of
+    /// [`LlamaLoss`](super::LlamaLoss)). Weights are dequantized to float32, or kept in the
+    /// blocks `config` keeps them in.
+    pub fn load_weights(
+        &self,
+        exe: &dyn crate::backend::Executable,
+        manifest: &crate::params::Manifest,
+        config: &LlamaConfig,
+    ) -> Result<crate::weights::LoadReport, LlamaLoadError> {
+        Ok(match self {
+            LlamaFiles::Gguf(file) => super::checkpoint::load_gguf_weights(exe, manifest, config, file)?,
+            LlamaFiles::HuggingFace(dir) => {
+                super::checkpoint::load_hf_weights(exe, manifest, config, dir)?
+            }
+        })
+    }
+
     /// The model compiled for `backend` with caches of `capacity` positions: weights
     /// dequantized to float32, or kept and quantized as `quantization` says.
     pub fn decoder<B: Backend>(
@@ -89,6 +109,23 @@ impl LlamaFiles {
                 LlamaDecoder::from_hf_dir(backend, dir, capacity)
             }
         }
+    }
+
+    /// The model of `config` (the files' own, changed: room for adapters, weights kept in
+    /// blocks) compiled for `backend` with caches of `capacity` positions, the files'
+    /// weights bound and adapters zero (bind one with
+    /// [`LoraAdapter::bind`](super::LoraAdapter::bind)).
+    pub fn decoder_for<B: Backend>(
+        &self,
+        backend: &B,
+        config: LlamaConfig,
+        capacity: usize,
+    ) -> Result<LlamaDecoder, LlamaLoadError> {
+        let decoder = LlamaDecoder::compile(backend, config, capacity)?;
+        let step = decoder.compiled();
+        self.load_weights(step.executable(), step.manifest(), &decoder.config().model)?;
+        super::checkpoint::zero_adapters(step).map_err(crate::weights::WeightsError::from)?;
+        Ok(decoder)
     }
 
     /// As [`LlamaFiles::decoder`], stepping `slots` sequences at once.

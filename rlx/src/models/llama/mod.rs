@@ -28,6 +28,9 @@ mod checkpoint;
 mod config;
 mod decoder;
 mod files;
+mod finetune;
+mod lora;
+mod peft;
 
 pub use checkpoint::{hf_tensor_name, load_gguf_checkpoint, load_hf_checkpoint};
 pub use config::{
@@ -36,9 +39,11 @@ pub use config::{
 };
 pub use decoder::{LlamaBatchDecoder, LlamaDecoder, LlamaLoadError, Quantization};
 pub use files::LlamaFiles;
+pub use finetune::{LlamaLoss, llama_loss};
+pub use lora::{LoraAdapter, LoraConfig, LoraError, LoraTarget};
 
 use crate::Params;
-use crate::nn::{Bias, Projection, RmsNorm, TokenEmbedding};
+use crate::nn::{Bias, LoraRank, Projection, RmsNorm, TokenEmbedding};
 use crate::typed::{Axis, Const, Dim, Dyn, Rope, Scope, Sizes, State, Tensor};
 
 crate::dims!(
@@ -81,7 +86,7 @@ impl crate::model::Config for LlamaConfig {
             .fold(Sizes::new(), |sizes, (key, format)| {
                 sizes.with_block_format(key, *format)
             });
-        sizes
+        let sizes = sizes
             .with_block_activations(self.block_activations)
             .with::<Hidden>(self.hidden_size)
             .with::<Heads>(self.num_heads)
@@ -95,7 +100,15 @@ impl crate::model::Config for LlamaConfig {
             .with_flag("qkv_bias", self.qkv_bias)
             .with_flag("qk_norm", self.qk_norm)
             .with_flag("separate_output", !self.tied_output)
-            .with_flag("sandwich_norms", self.sandwich_norms)
+            .with_flag("sandwich_norms", self.sandwich_norms);
+        match &self.lora {
+            Some(lora) => (0..self.num_layers)
+                .flat_map(|layer| lora.targets.iter().map(move |t| (layer, t)))
+                .fold(sizes.with::<LoraRank>(lora.rank), |sizes, (layer, t)| {
+                    sizes.with_adapter(&format!("blk.{layer}.{}.weight", t.gguf_name()), lora.scale())
+                }),
+            None => sizes,
+        }
     }
 }
 

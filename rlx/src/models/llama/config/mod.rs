@@ -108,6 +108,9 @@ pub struct LlamaConfig {
     pub block_activations: crate::ir::ActivationPrecision,
     /// How the key/value caches of a decoding step hold their rows.
     pub kv_cache: KvCacheFormat,
+    /// Low-rank adapters on the blocks' projections, if the model has room for them
+    /// (see [`LoraConfig`](super::LoraConfig)).
+    pub lora: Option<super::LoraConfig>,
 }
 
 /// How key/value caches hold the rows of keys and values.
@@ -236,6 +239,7 @@ impl LlamaConfig {
             block_formats: Vec::new(),
             block_activations: crate::ir::ActivationPrecision::Exact,
             kv_cache: KvCacheFormat::F32,
+            lora: None,
         }
     }
 

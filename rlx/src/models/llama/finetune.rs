@@ -1,0 +1,37 @@
+//! The loss a decoder is fine-tuned on: next-token cross-entropy over the labelled
+//! positions of a batch of token sequences.
+
+use super::{Batch, Causal, LlamaConfig, LlamaParams, Seq, Vocab, blocks, embed, logits};
+use crate::typed::{Dyn, Scope, Tensor};
+
+/// The mean cross-entropy of the next token over a batch: `input_ids` `(Batch, Seq)` run
+/// through the decoder as [`llama`](super::llama) does (positions from 0, causal), and
+/// `labels[b, t]` is the token expected after position `t` of row `b`, or -100 (any id
+/// outside the vocabulary) where nothing is expected — the prompt, and padding. As
+/// transformers' loss with labels already shifted by one position, and PyTorch's
+/// `ignore_index`: the mean is over the labelled positions alone.
+///
+/// ```
+/// use rlx::models::llama::{LlamaConfig, LlamaLoss, LoraConfig, LoraTarget};
+/// let mut config = LlamaConfig::new(64, 2, 4, 2, 128, 100);
+/// config.lora = Some(LoraConfig::new(4, 8.0, &LoraTarget::ALL));
+/// let graph = LlamaLoss::build(&config)?;
+/// assert_eq!(graph.outputs()[0].name, "loss");
+/// assert!(graph.param("blk.1.ffn_down.lora_b").is_some());
+/// # Ok::<(), rlx::typed::BuildErrors>(())
+/// ```
+#[crate::model(outputs(loss))]
+pub fn llama_loss<'g>(
+    g: &'g Scope<'g>,
+    #[config] cfg: &LlamaConfig,
+    p: &LlamaParams<'g>,
+    input_ids: Tensor<'g, (Batch, Seq), i64>,
+    labels: Tensor<'g, (Batch, Seq), i64>,
+) -> Tensor<'g, ()> {
+    let _ = g;
+    let x = embed(cfg, p, input_ids);
+    let x = blocks(cfg, p, x, &mut Causal(cfg.attention_scale));
+    let logits: Tensor<'g, (Dyn, Vocab)> = logits(cfg, p, x).reshape();
+    let labels: Tensor<'g, (Dyn,), i64> = labels.reshape();
+    logits.masked_cross_entropy(labels)
+}
