@@ -153,6 +153,7 @@ fn peft_config(json: &Value) -> Result<LoraConfig, String> {
     for (key, off) in [
         ("use_dora", Value::Bool(false)),
         ("fan_in_fan_out", Value::Bool(false)),
+        ("lora_bias", Value::Bool(false)),
     ] {
         if field(key).is_some_and(|v| *v != off) {
             return Err(format!("{key} is set: not supported"));
