@@ -25,12 +25,13 @@
 //! `digits backend=B epochs=N test_accuracy=A`.
 
 use std::error::Error;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use rlx::backend::Backend;
 use rlx::train::{Optimizer, TrainConfig, Trainer};
 use rlx_testkit::digits::{self, Digits};
+use rlx_testkit::report;
 
 const BATCH: usize = 64;
 
@@ -69,45 +70,9 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-/// The 1797 digits: 64 pixels in `0..=16` and a label per row.
-/// One progress line, redrawn in place on a terminal.
+/// The progress line of `epoch`.
 fn progress(epoch: usize, epochs: usize, done: usize, total: usize, loss: f64) {
-    let width = 30;
-    let filled = done * width / total.max(1);
-    eprint!(
-        "\repoch {epoch:>3}/{epochs} [{}{}] {done:>2}/{total} loss {loss:.4}",
-        "#".repeat(filled),
-        ".".repeat(width - filled)
-    );
-    let _ = std::io::stderr().flush();
-}
-
-/// The loss curve as an SVG line chart.
-fn loss_svg(losses: &[f64]) -> String {
-    let (w, h, pad) = (640.0, 360.0, 40.0);
-    let max = losses.iter().cloned().fold(f64::MIN, f64::max).max(1e-9);
-    let n = losses.len().max(2) - 1;
-    let points: Vec<String> = losses
-        .iter()
-        .enumerate()
-        .map(|(i, l)| {
-            let x = pad + (w - 2.0 * pad) * i as f64 / n as f64;
-            let y = h - pad - (h - 2.0 * pad) * l / max;
-            format!("{x:.1},{y:.1}")
-        })
-        .collect();
-    format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <line x1=\"{pad}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"black\"/>\n\
-         <line x1=\"{pad}\" y1=\"{pad}\" x2=\"{pad}\" y2=\"{b}\" stroke=\"black\"/>\n\
-         <text x=\"{pad}\" y=\"24\" font-family=\"sans-serif\" font-size=\"14\">training loss per epoch (max {max:.3})</text>\n\
-         <polyline fill=\"none\" stroke=\"steelblue\" stroke-width=\"2\" points=\"{}\"/>\n\
-         </svg>\n",
-        points.join(" "),
-        b = h - pad,
-        r = w - pad,
-    )
+    report::progress(&format!("epoch {epoch:>3}/{epochs}"), done, total, loss);
 }
 
 fn train<B: Backend>(backend: &B, args: &Args, data: &Digits) -> Result<f64, Box<dyn Error>>
@@ -163,7 +128,7 @@ where
         .join(format!("digits-{}.safetensors", args.backend));
     trainer.save(&weights)?;
     let curve = args.out.join(format!("digits-{}-loss.svg", args.backend));
-    std::fs::write(&curve, loss_svg(&epoch_losses))?;
+    std::fs::write(&curve, report::loss_svg("training loss per epoch", &epoch_losses))?;
     eprintln!("wrote {} and {}", weights.display(), curve.display());
     Ok(accuracy)
 }

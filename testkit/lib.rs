@@ -10,5 +10,6 @@ pub mod digits;
 pub mod fuzz;
 pub mod gguf;
 pub mod llm;
+pub mod report;
 pub mod rng;
 pub mod testing;
