@@ -128,7 +128,10 @@ where
         .join(format!("digits-{}.safetensors", args.backend));
     trainer.save(&weights)?;
     let curve = args.out.join(format!("digits-{}-loss.svg", args.backend));
-    std::fs::write(&curve, report::loss_svg("training loss per epoch", &epoch_losses))?;
+    std::fs::write(
+        &curve,
+        report::loss_svg("training loss per epoch", &epoch_losses),
+    )?;
     eprintln!("wrote {} and {}", weights.display(), curve.display());
     Ok(accuracy)
 }

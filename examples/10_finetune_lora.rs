@@ -36,9 +36,7 @@ use std::time::Instant;
 use rlx::backend::Backend;
 use rlx::generate::{ChatMessage, ChatTemplate, GenerateOptions, Generator, SamplingParams};
 use rlx::models::fetch::{SMOLLM2_135M_INSTRUCT, SMOLLM2_GGUF};
-use rlx::models::llama::{
-    LlamaConfig, LlamaFiles, LlamaLoss, LoraAdapter, LoraConfig, LoraTarget,
-};
+use rlx::models::llama::{LlamaConfig, LlamaFiles, LlamaLoss, LoraAdapter, LoraConfig, LoraTarget};
 use rlx::tensor::HostTensor;
 use rlx::tokenizer::Tokenizer;
 use rlx::train::{Optimizer, TrainConfig, Trainer};
@@ -51,12 +49,12 @@ const USAGE: &str = "usage: 10_finetune_lora [--backend cpu|mlx] [--steps N] [--
 
 /// The words lists are made of: short, common, distinct.
 const WORDS: [&str; 48] = [
-    "apple", "river", "stone", "cloud", "tiger", "lemon", "piano", "candle", "garden",
-    "window", "silver", "forest", "rocket", "pepper", "castle", "button", "mirror", "planet",
-    "orange", "bridge", "dragon", "pencil", "rabbit", "summer", "winter", "yellow", "purple",
-    "coffee", "bottle", "island", "jacket", "ladder", "magnet", "needle", "pillow", "rubber",
-    "saddle", "tunnel", "violin", "wallet", "zebra", "anchor", "basket", "cactus", "desert",
-    "engine", "falcon", "guitar",
+    "apple", "river", "stone", "cloud", "tiger", "lemon", "piano", "candle", "garden", "window",
+    "silver", "forest", "rocket", "pepper", "castle", "button", "mirror", "planet", "orange",
+    "bridge", "dragon", "pencil", "rabbit", "summer", "winter", "yellow", "purple", "coffee",
+    "bottle", "island", "jacket", "ladder", "magnet", "needle", "pillow", "rubber", "saddle",
+    "tunnel", "violin", "wallet", "zebra", "anchor", "basket", "cactus", "desert", "engine",
+    "falcon", "guitar",
 ];
 
 struct Args {
@@ -89,7 +87,10 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{arg} needs a value; {USAGE}"));
+        let mut value = || {
+            it.next()
+                .ok_or_else(|| format!("{arg} needs a value; {USAGE}"))
+        };
         match arg.as_str() {
             "--backend" => args.backend = value()?,
             "--steps" => args.steps = value()?.parse()?,
@@ -154,7 +155,12 @@ impl Task {
         let messages = [ChatMessage::new("user", &example.question)];
         let text = self.template.render(&messages, true)?;
         let ids = |text: &str| -> Result<Vec<i64>, Box<dyn Error>> {
-            Ok(self.tokenizer.encode_plain(text)?.into_iter().map(i64::from).collect())
+            Ok(self
+                .tokenizer
+                .encode_plain(text)?
+                .into_iter()
+                .map(i64::from)
+                .collect())
         };
         let mut answer = ids(&example.answer)?;
         answer.push(self.end_of_turn);
@@ -166,9 +172,19 @@ impl Task {
 
     /// A training batch: each conversation padded to the longest (rounded up to 8, so few
     /// lengths occur), labelled with the next token over its answer and -100 elsewhere.
-    fn batch(&self, examples: &[Example]) -> Result<(HostTensor, HostTensor, usize), Box<dyn Error>> {
-        let rows: Vec<Tokenized> = examples.iter().map(|e| self.tokenize(e)).collect::<Result<_, _>>()?;
-        let longest = rows.iter().map(|r| r.prompt.len() + r.answer.len()).max().unwrap_or(1);
+    fn batch(
+        &self,
+        examples: &[Example],
+    ) -> Result<(HostTensor, HostTensor, usize), Box<dyn Error>> {
+        let rows: Vec<Tokenized> = examples
+            .iter()
+            .map(|e| self.tokenize(e))
+            .collect::<Result<_, _>>()?;
+        let longest = rows
+            .iter()
+            .map(|r| r.prompt.len() + r.answer.len())
+            .max()
+            .unwrap_or(1);
         let width = longest.div_ceil(8) * 8;
         let mut ids = Vec::with_capacity(rows.len() * width);
         let mut labels = Vec::with_capacity(rows.len() * width);
@@ -182,19 +198,32 @@ impl Task {
             }
         }
         let shape = [rows.len(), width];
-        Ok((HostTensor::from_vec(ids, shape)?, HostTensor::from_vec(labels, shape)?, rows.len() * width))
+        Ok((
+            HostTensor::from_vec(ids, shape)?,
+            HostTensor::from_vec(labels, shape)?,
+            rows.len() * width,
+        ))
     }
 }
 
 /// The share of `examples` whose greedy answer is exactly the expected one.
-fn accuracy(task: &Task, generator: &Generator, examples: &[Example]) -> Result<f64, Box<dyn Error>> {
+fn accuracy(
+    task: &Task,
+    generator: &Generator,
+    examples: &[Example],
+) -> Result<f64, Box<dyn Error>> {
     let mut right = 0;
     for (i, example) in examples.iter().enumerate() {
         let tokenized = task.tokenize(example)?;
         let options = GenerateOptions {
             max_tokens: tokenized.answer.len() + 4,
             sampling: SamplingParams::greedy(),
-            stop_tokens: task.tokenizer.stop_tokens().iter().map(|&t| i64::from(t)).collect(),
+            stop_tokens: task
+                .tokenizer
+                .stop_tokens()
+                .iter()
+                .map(|&t| i64::from(t))
+                .collect(),
         };
         let tokens: Vec<u32> = generator
             .generate(&tokenized.prompt, options)?
@@ -216,12 +245,18 @@ fn main() -> Result<(), Box<dyn Error>> {
     match args.backend.as_str() {
         "cpu" => finetune(&rlx::cpu::CpuBackend::default(), &args),
         #[cfg(feature = "mlx")]
-        "mlx" => finetune(&rlx::mlx::MlxBackend::new(rlx::mlx::MlxMode::Compiled), &args),
+        "mlx" => finetune(
+            &rlx::mlx::MlxBackend::new(rlx::mlx::MlxMode::Compiled),
+            &args,
+        ),
         other => Err(format!("unknown or unavailable backend {other:?} (cpu, mlx)").into()),
     }
 }
 
-fn finetune<B: Backend<Executable: 'static>>(backend: &B, args: &Args) -> Result<(), Box<dyn Error>> {
+fn finetune<B: Backend<Executable: 'static>>(
+    backend: &B,
+    args: &Args,
+) -> Result<(), Box<dyn Error>> {
     let path = match &args.model {
         Some(path) => path.clone(),
         None => SMOLLM2_135M_INSTRUCT.locate(None)?.join(SMOLLM2_GGUF),
@@ -230,7 +265,12 @@ fn finetune<B: Backend<Executable: 'static>>(backend: &B, args: &Args) -> Result
     let files = LlamaFiles::open(&path)?;
     let tokenizer = files.tokenizer()?;
     let template = files.chat_template(&tokenizer)?;
-    let end_of_turn = i64::from(*tokenizer.stop_tokens().first().ok_or("the model has no end-of-turn token")?);
+    let end_of_turn = i64::from(
+        *tokenizer
+            .stop_tokens()
+            .first()
+            .ok_or("the model has no end-of-turn token")?,
+    );
     let task = Task {
         tokenizer,
         template,
@@ -262,7 +302,10 @@ fn finetune<B: Backend<Executable: 'static>>(backend: &B, args: &Args) -> Result
     let start = Instant::now();
     let decoder = Arc::new(files.decoder_for(backend, config.clone(), 128)?);
     let generator = Generator::new(backend, decoder.clone())?;
-    eprintln!("compiled the decoder in {:.1} s", start.elapsed().as_secs_f64());
+    eprintln!(
+        "compiled the decoder in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
     let before = accuracy(&task, &generator, &held_out)?;
     eprintln!("held-out exact match before: {before:.3}");
 
@@ -271,9 +314,16 @@ fn finetune<B: Backend<Executable: 'static>>(backend: &B, args: &Args) -> Result
     let graph = LlamaLoss::build(&config)?;
     let train = TrainConfig::new(Optimizer::adamw(args.lr)).train_only(config.adapter_params());
     let mut trainer = Trainer::new(backend, &graph, "loss", train)?;
-    files.load_weights(trainer.executable(), &LlamaLoss::manifest(&config)?, &config)?;
+    files.load_weights(
+        trainer.executable(),
+        &LlamaLoss::manifest(&config)?,
+        &config,
+    )?;
     LoraAdapter::init(&config, lora, args.seed)?.bind_trainer(&mut trainer, &config)?;
-    eprintln!("compiled the training step in {:.1} s", start.elapsed().as_secs_f64());
+    eprintln!(
+        "compiled the training step in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
 
     let terminal = std::io::stderr().is_terminal();
     let mut losses = Vec::with_capacity(args.steps);
@@ -314,9 +364,16 @@ fn finetune<B: Backend<Executable: 'static>>(backend: &B, args: &Args) -> Result
     let dir = args.out.join("adapter");
     adapter.save_peft(&dir, "HuggingFaceTB/SmolLM2-135M-Instruct")?;
     let curve = args.out.join("loss.svg");
-    std::fs::write(&curve, report::loss_svg("fine-tuning loss per step", &losses))?;
+    std::fs::write(
+        &curve,
+        report::loss_svg("fine-tuning loss per step", &losses),
+    )?;
     eprintln!("wrote {} and {}", dir.display(), curve.display());
-    let tok_s = if seconds > 0.0 { tokens as f64 / seconds } else { 0.0 };
+    let tok_s = if seconds > 0.0 {
+        tokens as f64 / seconds
+    } else {
+        0.0
+    };
     println!(
         "finetune backend={} steps={} before={before:.3} after={after:.3} tok_s={tok_s:.1}",
         args.backend, args.steps

@@ -249,7 +249,16 @@ fn finetune_tutorial() {
         runs.push(("mlx", "60", "10"));
     }
     for (backend, steps, eval) in runs {
-        let args = ["--backend", backend, "--steps", steps, "--eval", eval, "--out", &out_arg];
+        let args = [
+            "--backend",
+            backend,
+            "--steps",
+            steps,
+            "--eval",
+            eval,
+            "--out",
+            &out_arg,
+        ];
         let stdout = run_example("10_finetune_lora", &args);
         let last = stdout.lines().last().unwrap_or_default();
         let prefix = format!("finetune backend={backend} steps={steps} before=");

@@ -68,7 +68,10 @@ fn lora_layer_gradients_match_finite_differences() {
     .into_iter()
     .map(|(name, dims)| {
         let n = dims.iter().product();
-        (name, HostTensor::from_vec(random(&mut rng, n), dims).unwrap())
+        (
+            name,
+            HostTensor::from_vec(random(&mut rng, n), dims).unwrap(),
+        )
     })
     .collect();
     let eval = |graph: &Graph, values: &[(&str, HostTensor)]| {
@@ -90,7 +93,11 @@ fn lora_layer_gradients_match_finite_differences() {
             };
             let h = 1e-6;
             let fd = (at(h) - at(-h)) / (2.0 * h);
-            assert!((grad[i] - fd).abs() <= 1e-7 + 1e-7 * fd.abs(), "grad/{name}[{i}] {} vs {fd}", grad[i]);
+            assert!(
+                (grad[i] - fd).abs() <= 1e-7 + 1e-7 * fd.abs(),
+                "grad/{name}[{i}] {} vs {fd}",
+                grad[i]
+            );
         }
         values[slot].1 = base;
     }
@@ -120,11 +127,18 @@ fn masked_cross_entropy_skips_unlabelled_rows() {
     })
     .unwrap();
     let mut rng = Rng(5);
-    let logits = random(&mut rng, 4 * 6).iter().map(|v| 3.0 * v).collect::<Vec<_>>();
+    let logits = random(&mut rng, 4 * 6)
+        .iter()
+        .map(|v| 3.0 * v)
+        .collect::<Vec<_>>();
     let labels = vec![2i64, -100, 5, 6];
     let expected = {
         let mut sum = 0.0;
-        for (row, &label) in labels.iter().enumerate().filter(|(_, l)| (0..6).contains(*l)) {
+        for (row, &label) in labels
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| (0..6).contains(*l))
+        {
             let z = &logits[row * 6..row * 6 + 6];
             let lse = z.iter().map(|v| v.exp()).sum::<f64>().ln();
             sum += lse - z[label as usize];
@@ -134,7 +148,13 @@ fn masked_cross_entropy_skips_unlabelled_rows() {
     let labels = HostTensor::from_vec(labels, [4]).unwrap();
     let at = |logits: &[f64]| {
         let logits = HostTensor::from_vec(logits.to_vec(), [4, 6]).unwrap();
-        evaluate_reference(&graph, &[("logits", &logits), ("labels", &labels)], &[], &[]).unwrap()[0]
+        evaluate_reference(
+            &graph,
+            &[("logits", &logits), ("labels", &labels)],
+            &[],
+            &[],
+        )
+        .unwrap()[0]
             .to_f64_vec()[0]
     };
     assert!((at(&logits) - expected).abs() < 1e-12);
@@ -149,7 +169,11 @@ fn masked_cross_entropy_skips_unlabelled_rows() {
         up[i] += h;
         down[i] -= h;
         let fd = (at(&up) - at(&down)) / (2.0 * h);
-        assert!((grad[i] - fd).abs() < 1e-8, "logits[{i}]: {} vs {fd}", grad[i]);
+        assert!(
+            (grad[i] - fd).abs() < 1e-8,
+            "logits[{i}]: {} vs {fd}",
+            grad[i]
+        );
     }
     // Nothing labelled: a loss of 0, not a division by zero.
     let none = HostTensor::from_vec(vec![-100i64; 4], [4]).unwrap();
@@ -161,16 +185,29 @@ fn masked_cross_entropy_skips_unlabelled_rows() {
 /// The prompt's logits of `model`, flattened.
 fn logits_of(model: &Llama, prompt: &[i64]) -> Vec<f32> {
     let input = HostTensor::from_vec(prompt.to_vec(), [1, prompt.len()]).unwrap();
-    model.run(&input).unwrap().as_slice::<f32>().unwrap().to_vec()
+    model
+        .run(&input)
+        .unwrap()
+        .as_slice::<f32>()
+        .unwrap()
+        .to_vec()
 }
 
 fn largest_difference(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 /// An adapter of `rank` on `targets` of a model of `config`, valued by the formula.
-fn formula_adapter(config: &LlamaConfig, rank: usize, alpha: f64, targets: &[LoraTarget]) -> LoraAdapter {
+fn formula_adapter(
+    config: &LlamaConfig,
+    rank: usize,
+    alpha: f64,
+    targets: &[LoraTarget],
+) -> LoraAdapter {
     let lora = LoraConfig::new(rank, alpha, targets);
     let mut room = config.clone();
     room.lora = Some(lora.clone());
@@ -210,7 +247,11 @@ fn fine_tuning_trains_the_adapter_alone() {
     assert_eq!(logits_of(&adapted, &prompt), before, "zero adapters");
     let fresh = LoraAdapter::init(&config, config.lora.clone().unwrap(), 7).unwrap();
     fresh.bind(&adapted, &config).unwrap();
-    assert_eq!(logits_of(&adapted, &prompt), before, "a fresh adapter (B = 0)");
+    assert_eq!(
+        logits_of(&adapted, &prompt),
+        before,
+        "a fresh adapter (B = 0)"
+    );
 
     // Learn to continue each position of the prompt with a fixed token.
     let graph = LlamaLoss::build(&config).unwrap();
@@ -218,7 +259,9 @@ fn fine_tuning_trains_the_adapter_alone() {
     let mut trainer = Trainer::new(&backend, &graph, "loss", train).unwrap();
     let manifest = LlamaLoss::manifest(&config).unwrap();
     let files = rlx::models::llama::LlamaFiles::open(dir.path()).unwrap();
-    files.load_weights(trainer.executable(), &manifest, &config).unwrap();
+    files
+        .load_weights(trainer.executable(), &manifest, &config)
+        .unwrap();
     fresh.bind_trainer(&mut trainer, &config).unwrap();
     let frozen = trainer.weight("blk.0.attn_q.weight").unwrap();
     let n = prompt.len();
@@ -244,7 +287,12 @@ fn fine_tuning_trains_the_adapter_alone() {
         Ok(())
     })
     .unwrap();
-    assert!(names.iter().all(|n| n.contains(".lora_") || n == "optimizer.step"), "{names:?}");
+    assert!(
+        names
+            .iter()
+            .all(|n| n.contains(".lora_") || n == "optimizer.step"),
+        "{names:?}"
+    );
     assert_eq!(names.len(), 3 * config.adapter_params().len() + 1);
 
     // The trained adapter on a compiled model: the position after the prompt now says 42.
@@ -253,7 +301,9 @@ fn fine_tuning_trains_the_adapter_alone() {
     let after = logits_of(&adapted, &prompt);
     let vocab = config.vocab_size;
     let last_row = &after[(n - 1) * vocab..];
-    let best = (0..vocab).max_by(|&a, &b| last_row[a].total_cmp(&last_row[b])).unwrap();
+    let best = (0..vocab)
+        .max_by(|&a, &b| last_row[a].total_cmp(&last_row[b]))
+        .unwrap();
     assert_eq!(best, 42);
 }
 
@@ -274,7 +324,8 @@ fn adapters_switch_and_merge() {
     let plain = logits_of(&base, &prompt);
 
     // Two adapters valued by the formula: rank 2 on two targets, rank 4 on every one.
-    let make = |rank, alpha, targets: &[LoraTarget]| formula_adapter(&base_config, rank, alpha, targets);
+    let make =
+        |rank, alpha, targets: &[LoraTarget]| formula_adapter(&base_config, rank, alpha, targets);
     let small = make(2, 3.0, &[LoraTarget::Key, LoraTarget::Down]);
     let full = make(4, 2.0, &LoraTarget::ALL);
     small.bind(&adapted, &config).unwrap();
@@ -301,12 +352,21 @@ fn adapters_switch_and_merge() {
 
     // What does not fit is an error, not a wrong model.
     let wide = make(8, 8.0, &[LoraTarget::Query]);
-    assert!(matches!(wide.bind(&adapted, &config), Err(LoraError::Config(_))));
-    assert!(matches!(small.bind(&base, &base_config), Err(LoraError::Config(_))));
+    assert!(matches!(
+        wide.bind(&adapted, &config),
+        Err(LoraError::Config(_))
+    ));
+    assert!(matches!(
+        small.bind(&base, &base_config),
+        Err(LoraError::Config(_))
+    ));
     let bad = LoraAdapter::new(
         &base_config,
         LoraConfig::new(2, 2.0, &[LoraTarget::Key]),
-        [("blk.0.attn_k.lora_a".to_string(), HostTensor::zeros(rlx::ir::DType::F32, [3, 64]))],
+        [(
+            "blk.0.attn_k.lora_a".to_string(),
+            HostTensor::zeros(rlx::ir::DType::F32, [3, 64]),
+        )],
     );
     assert!(matches!(bad, Err(LoraError::Bind { .. })));
 }
@@ -321,7 +381,12 @@ fn peft_adapters_both_ways() {
     let base_config = tiny_llama(dir.path());
     let config = with_room(&base_config);
     let backend = CpuBackend::default();
-    let ours = formula_adapter(&base_config, 2, 3.0, &[LoraTarget::Key, LoraTarget::Gate, LoraTarget::Up]);
+    let ours = formula_adapter(
+        &base_config,
+        2,
+        3.0,
+        &[LoraTarget::Key, LoraTarget::Gate, LoraTarget::Up],
+    );
     let fixture = rlx_testkit::llm::data_dir().join("llm/tiny_lora_rlx");
     if std::env::var_os("RLX_UPDATE_LORA_FIXTURE").is_some() {
         ours.save_peft(&fixture, "tiny-llama").unwrap();
@@ -336,21 +401,35 @@ fn peft_adapters_both_ways() {
             .as_array()
             .unwrap()
             .iter()
-            .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32))
+            .flat_map(|row| {
+                row.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_f64().unwrap() as f32)
+            })
             .collect()
     };
 
     // PEFT to RLX.
     let peft = &data["peft_saved"];
     let saved = Scratch::new("lora-peft-saved");
-    std::fs::write(saved.path().join("adapter_config.json"), peft["adapter_config"].as_str().unwrap()).unwrap();
+    std::fs::write(
+        saved.path().join("adapter_config.json"),
+        peft["adapter_config"].as_str().unwrap(),
+    )
+    .unwrap();
     let tensors: Vec<(String, HostTensor)> = peft["tensors"]
         .as_array()
         .unwrap()
         .iter()
         .map(|t| {
             let name = t[0].as_str().unwrap().to_string();
-            let shape: Vec<usize> = t[1].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
+            let shape: Vec<usize> = t[1]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap() as usize)
+                .collect();
             let values = formula(&name, shape.iter().product(), false);
             (name, HostTensor::from_vec(values, shape).unwrap())
         })
@@ -372,7 +451,10 @@ fn peft_adapters_both_ways() {
         let b = std::fs::read(fixture.join(file)).unwrap();
         assert!(a == b, "{file} differs from what PEFT was shown");
     }
-    assert_eq!(LoraAdapter::load_peft(written.path(), &base_config).unwrap(), ours);
+    assert_eq!(
+        LoraAdapter::load_peft(written.path(), &base_config).unwrap(),
+        ours
+    );
     ours.bind(&model, &config).unwrap();
     let error = largest_difference(&logits_of(&model, &prompt), &expect(&data["rlx_saved"]));
     println!("RLX's adapter in PEFT: largest logit difference {error:.2e}");
@@ -394,10 +476,26 @@ fn unsupported_or_broken_peft_files_are_errors() {
     for (key, value, says) in [
         ("use_dora", serde_json::json!(true), "use_dora"),
         ("bias", serde_json::json!("all"), "bias"),
-        ("rank_pattern", serde_json::json!({"q_proj": 8}), "rank_pattern"),
-        ("modules_to_save", serde_json::json!(["lm_head"]), "modules_to_save"),
-        ("target_modules", serde_json::json!(["embed_tokens"]), "embed_tokens"),
-        ("target_modules", serde_json::json!(".*proj"), "target_modules"),
+        (
+            "rank_pattern",
+            serde_json::json!({"q_proj": 8}),
+            "rank_pattern",
+        ),
+        (
+            "modules_to_save",
+            serde_json::json!(["lm_head"]),
+            "modules_to_save",
+        ),
+        (
+            "target_modules",
+            serde_json::json!(["embed_tokens"]),
+            "embed_tokens",
+        ),
+        (
+            "target_modules",
+            serde_json::json!(".*proj"),
+            "target_modules",
+        ),
         ("r", serde_json::json!(0), "r must"),
         ("r", serde_json::json!(3), "takes f32 [3"),
         ("lora_alpha", serde_json::json!("big"), "lora_alpha"),
@@ -410,13 +508,19 @@ fn unsupported_or_broken_peft_files_are_errors() {
         assert!(error.to_string().contains(says), "{key}: {error}");
     }
     std::fs::write(&config_path, "{not json").unwrap();
-    assert!(matches!(LoraAdapter::load_peft(case.path(), &base_config), Err(LoraError::File { .. })));
+    assert!(matches!(
+        LoraAdapter::load_peft(case.path(), &base_config),
+        Err(LoraError::File { .. })
+    ));
     std::fs::write(&config_path, &original).unwrap();
     let weights = case.path().join("adapter_model.safetensors");
     let bytes = std::fs::read(&weights).unwrap();
     for cut in [0, 7, bytes.len() / 2, bytes.len() - 1] {
         std::fs::write(&weights, &bytes[..cut]).unwrap();
-        assert!(LoraAdapter::load_peft(case.path(), &base_config).is_err(), "cut at {cut}");
+        assert!(
+            LoraAdapter::load_peft(case.path(), &base_config).is_err(),
+            "cut at {cut}"
+        );
     }
     // One factor without the other.
     let only_a = vec![(

@@ -1,8 +1,8 @@
 //! Single-op layers: linear maps, embeddings and norms.
 
 use crate::Params;
-use crate::nn::Lora;
 use crate::ir::BlockMatMul;
+use crate::nn::Lora;
 use crate::params::ParamPath;
 use crate::typed::AppendDim;
 use crate::typed::{Dim, Element, Float, Index, LastDim, Shape, Tensor};

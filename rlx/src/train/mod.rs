@@ -115,7 +115,10 @@ impl TrainConfig {
     }
 
     /// Trains only the params `names`; every other param is frozen (see [`Trainable`]).
-    pub fn train_only<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> TrainConfig {
+    pub fn train_only<S: Into<String>>(
+        mut self,
+        names: impl IntoIterator<Item = S>,
+    ) -> TrainConfig {
         self.trainable = Trainable::Only(names.into_iter().map(Into::into).collect());
         self
     }

@@ -26,7 +26,11 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
     /// A matrix product with `rhs` (stored transposed when `transpose_b`); the result type
     /// is fixed by the typed method that calls this.
     #[track_caller]
-    pub(crate) fn product<S2: Shape>(self, rhs: Option<NodeId>, transpose_b: bool) -> Tensor<'g, S2, E> {
+    pub(crate) fn product<S2: Shape>(
+        self,
+        rhs: Option<NodeId>,
+        transpose_b: bool,
+    ) -> Tensor<'g, S2, E> {
         let op = Op::MatMul(MatMul {
             transpose_a: false,
             transpose_b,

@@ -6,9 +6,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use super::LlamaConfig;
+use crate::backend::Executable;
 use crate::gguf::Gguf;
 use crate::ir::DType;
-use crate::backend::Executable;
 use crate::model::Compiled;
 use crate::params::Manifest;
 use crate::tensor::{HostTensor, TensorRef};

@@ -82,7 +82,9 @@ impl LlamaFiles {
         config: &LlamaConfig,
     ) -> Result<crate::weights::LoadReport, LlamaLoadError> {
         Ok(match self {
-            LlamaFiles::Gguf(file) => super::checkpoint::load_gguf_weights(exe, manifest, config, file)?,
+            LlamaFiles::Gguf(file) => {
+                super::checkpoint::load_gguf_weights(exe, manifest, config, file)?
+            }
             LlamaFiles::HuggingFace(dir) => {
                 super::checkpoint::load_hf_weights(exe, manifest, config, dir)?
             }

@@ -223,7 +223,11 @@ impl LoraAdapter {
     /// A fresh adapter as PEFT starts one: `A` uniform in `±1/√in` (Kaiming's uniform with
     /// `a = √5`, PyTorch's default for a linear layer), `B` zero, so the adapted model is
     /// the base model until trained. Seeded: the same seed gives the same adapter.
-    pub fn init(model: &LlamaConfig, config: LoraConfig, seed: u64) -> Result<LoraAdapter, LoraError> {
+    pub fn init(
+        model: &LlamaConfig,
+        config: LoraConfig,
+        seed: u64,
+    ) -> Result<LoraAdapter, LoraError> {
         config.check()?;
         let mut draws = Draws::new(seed);
         let mut tensors = BTreeMap::new();
@@ -234,7 +238,10 @@ impl LoraAdapter {
                 let a: Vec<f32> = (0..config.rank * input)
                     .map(|_| (2.0 * draws.next_uniform() - 1.0) * bound)
                     .collect();
-                tensors.insert(adapter_param(layer, target, "lora_a"), f32_tensor(a, [config.rank, input]));
+                tensors.insert(
+                    adapter_param(layer, target, "lora_a"),
+                    f32_tensor(a, [config.rank, input]),
+                );
                 tensors.insert(
                     adapter_param(layer, target, "lora_b"),
                     HostTensor::zeros(crate::ir::DType::F32, [output, config.rank]),
@@ -258,7 +265,10 @@ impl LoraAdapter {
             for &target in &config.targets {
                 let (input, output) = target.dims(model);
                 known.insert(adapter_param(layer, target, "lora_a"), [config.rank, input]);
-                known.insert(adapter_param(layer, target, "lora_b"), [output, config.rank]);
+                known.insert(
+                    adapter_param(layer, target, "lora_b"),
+                    [output, config.rank],
+                );
             }
         }
         let mut out = BTreeMap::new();
@@ -271,7 +281,11 @@ impl LoraAdapter {
             };
             if value.shape() != shape || !value.dtype().is_float() {
                 return Err(LoraError::Bind {
-                    message: format!("{} {:?} where the model takes f32 {shape:?}", value.dtype(), value.shape()),
+                    message: format!(
+                        "{} {:?} where the model takes f32 {shape:?}",
+                        value.dtype(),
+                        value.shape()
+                    ),
                     name,
                 });
             }
@@ -298,7 +312,12 @@ impl LoraAdapter {
         self.add_to_base(compiled, model, -1.0)
     }
 
-    fn add_to_base(&self, compiled: &Compiled, model: &LlamaConfig, sign: f64) -> Result<(), LoraError> {
+    fn add_to_base(
+        &self,
+        compiled: &Compiled,
+        model: &LlamaConfig,
+        sign: f64,
+    ) -> Result<(), LoraError> {
         let scale = sign * self.config.scale();
         let r = self.config.rank;
         for layer in 0..model.num_layers {
@@ -325,19 +344,28 @@ impl LoraAdapter {
                 }
                 let (input, output) = target.dims(model);
                 let (a, b) = (a.to_f64_vec(), b.to_f64_vec());
-                let mut weight = compiled.weight(&name).map_err(|e| bind_error(e.to_string()))?;
+                let mut weight = compiled
+                    .weight(&name)
+                    .map_err(|e| bind_error(e.to_string()))?;
                 let w = weight
                     .as_mut_slice::<f32>()
                     .map_err(|e| bind_error(e.to_string()))?;
                 if w.len() != input * output {
-                    return Err(bind_error(format!("{} values, not {input}×{output}", w.len())));
+                    return Err(bind_error(format!(
+                        "{} values, not {input}×{output}",
+                        w.len()
+                    )));
                 }
                 // The graph holds the weight [in, out] when the checkpoint's [out, in] is
                 // read transposed.
                 for i in 0..input {
                     for o in 0..output {
                         let delta: f64 = (0..r).map(|k| a[k * input + i] * b[o * r + k]).sum();
-                        let at = if spec.transpose { i * output + o } else { o * input + i };
+                        let at = if spec.transpose {
+                            i * output + o
+                        } else {
+                            o * input + i
+                        };
                         w[at] = (f64::from(w[at]) + scale * delta) as f32;
                     }
                 }
@@ -362,22 +390,28 @@ impl LoraAdapter {
     /// The adapter `trainer` holds: the factors of `model.lora` as the trainer's weights
     /// (what fine-tuning a [`llama_loss`](super::llama_loss) of `model` leaves).
     pub fn from_trainer(trainer: &Trainer, model: &LlamaConfig) -> Result<LoraAdapter, LoraError> {
-        LoraAdapter::read(model, |name| trainer.weight(name).map_err(|e| e.to_string()))
+        LoraAdapter::read(model, |name| {
+            trainer.weight(name).map_err(|e| e.to_string())
+        })
     }
 
     /// The adapter bound to `compiled`, a model of `model` (with [`LlamaConfig::lora`]).
-    pub fn from_compiled(compiled: &Compiled, model: &LlamaConfig) -> Result<LoraAdapter, LoraError> {
-        LoraAdapter::read(model, |name| compiled.weight(name).map_err(|e| e.to_string()))
+    pub fn from_compiled(
+        compiled: &Compiled,
+        model: &LlamaConfig,
+    ) -> Result<LoraAdapter, LoraError> {
+        LoraAdapter::read(model, |name| {
+            compiled.weight(name).map_err(|e| e.to_string())
+        })
     }
 
     fn read(
         model: &LlamaConfig,
         mut get: impl FnMut(&str) -> Result<HostTensor, String>,
     ) -> Result<LoraAdapter, LoraError> {
-        let config = model
-            .lora
-            .clone()
-            .ok_or_else(|| LoraError::Config("the model has no adapters (`lora` is unset)".into()))?;
+        let config = model.lora.clone().ok_or_else(|| {
+            LoraError::Config("the model has no adapters (`lora` is unset)".into())
+        })?;
         let mut tensors = BTreeMap::new();
         for name in model.adapter_params() {
             let value = get(&name).map_err(|message| LoraError::Bind {
@@ -400,7 +434,11 @@ impl LoraAdapter {
 
     /// Binds the adapter to `trainer`, a training step of a model of `model` (to resume
     /// fine-tuning from it).
-    pub fn bind_trainer(&self, trainer: &mut Trainer, model: &LlamaConfig) -> Result<(), LoraError> {
+    pub fn bind_trainer(
+        &self,
+        trainer: &mut Trainer,
+        model: &LlamaConfig,
+    ) -> Result<(), LoraError> {
         self.bind_with(model, |name, value| {
             trainer.set_weight(name, value).map_err(|e| e.to_string())
         })
@@ -449,9 +487,11 @@ impl LoraAdapter {
                 let b_name = adapter_param(layer, target, "lora_b");
                 let mut a = vec![0.0f32; room.rank * input];
                 let mut b = vec![0.0f32; output * room.rank];
-                if let (Some(ta), Some(tb)) = (self.tensors.get(&a_name), self.tensors.get(&b_name)) {
+                if let (Some(ta), Some(tb)) = (self.tensors.get(&a_name), self.tensors.get(&b_name))
+                {
                     let r = self.config.rank;
-                    for (name, t, shape) in [(&a_name, ta, [r, input]), (&b_name, tb, [output, r])] {
+                    for (name, t, shape) in [(&a_name, ta, [r, input]), (&b_name, tb, [output, r])]
+                    {
                         if t.shape() != shape {
                             return Err(LoraError::Bind {
                                 name: name.clone(),

@@ -105,7 +105,10 @@ impl crate::model::Config for LlamaConfig {
             Some(lora) => (0..self.num_layers)
                 .flat_map(|layer| lora.targets.iter().map(move |t| (layer, t)))
                 .fold(sizes.with::<LoraRank>(lora.rank), |sizes, (layer, t)| {
-                    sizes.with_adapter(&format!("blk.{layer}.{}.weight", t.gguf_name()), lora.scale())
+                    sizes.with_adapter(
+                        &format!("blk.{layer}.{}.weight", t.gguf_name()),
+                        lora.scale(),
+                    )
                 }),
             None => sizes,
         }

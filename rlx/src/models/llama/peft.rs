@@ -55,13 +55,18 @@ impl LoraAdapter {
                             value.dtype, value.shape
                         ));
                     } else {
-                        let values: Vec<f32> =
-                            value.to_host().to_f64_vec().iter().map(|&v| v as f32).collect();
-                        let tensor = HostTensor::from_vec(values, want.to_vec())
-                            .map_err(|e| crate::weights::WeightsError::Format {
+                        let values: Vec<f32> = value
+                            .to_host()
+                            .to_f64_vec()
+                            .iter()
+                            .map(|&v| v as f32)
+                            .collect();
+                        let tensor = HostTensor::from_vec(values, want.to_vec()).map_err(|e| {
+                            crate::weights::WeightsError::Format {
                                 path: PathBuf::from(name),
                                 message: e.to_string(),
-                            })?;
+                            }
+                        })?;
                         tensors.insert(adapter_param(layer, target, factor), tensor);
                     }
                 }
@@ -164,7 +169,9 @@ fn peft_config(json: &Value) -> Result<LoraConfig, String> {
     }
     for key in ["rank_pattern", "alpha_pattern"] {
         if field(key).is_some_and(|v| v.as_object().is_none_or(|m| !m.is_empty())) {
-            return Err(format!("{key} is set: per-module ranks and scales are not supported"));
+            return Err(format!(
+                "{key} is set: per-module ranks and scales are not supported"
+            ));
         }
     }
     if field("modules_to_save").is_some_and(|v| v.as_array().is_none_or(|a| !a.is_empty())) {
@@ -182,7 +189,9 @@ fn peft_config(json: &Value) -> Result<LoraConfig, String> {
         targets.push(target);
     }
     // rsLoRA scales by alpha / √r: the same update as alpha · √r / r.
-    let rslora = field("use_rslora").and_then(Value::as_bool).unwrap_or(false);
+    let rslora = field("use_rslora")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let alpha = if rslora {
         alpha * (rank as f64).sqrt()
     } else {
@@ -204,7 +213,9 @@ fn our_name(name: &str, model: &LlamaConfig) -> Option<(usize, LoraTarget, &'sta
     let ours = hf_tensor_name(&format!("{module}.weight"), model)?;
     let (layer, gguf) = ours.strip_prefix("blk.")?.split_once('.')?;
     let gguf = gguf.strip_suffix(".weight")?;
-    let target = LoraTarget::ALL.into_iter().find(|t| t.gguf_name() == gguf)?;
+    let target = LoraTarget::ALL
+        .into_iter()
+        .find(|t| t.gguf_name() == gguf)?;
     Some((layer.parse().ok()?, target, factor))
 }
 
@@ -214,9 +225,16 @@ fn peft_name(ours: &str) -> String {
     let [_, layer, gguf, factor] = parts[..] else {
         return ours.to_string();
     };
-    let factor = if factor == "lora_a" { "lora_A" } else { "lora_B" };
+    let factor = if factor == "lora_a" {
+        "lora_A"
+    } else {
+        "lora_B"
+    };
     match LoraTarget::ALL.into_iter().find(|t| t.gguf_name() == gguf) {
-        Some(t) => format!("{PREFIX}model.layers.{layer}.{}.{factor}.weight", t.hf_module()),
+        Some(t) => format!(
+            "{PREFIX}model.layers.{layer}.{}.{factor}.weight",
+            t.hf_module()
+        ),
         None => ours.to_string(),
     }
 }
