@@ -13,7 +13,7 @@ use rlx::ir::Graph;
 use rlx::mlx::{Array, MlxBackend, MlxMode};
 use rlx::prelude::*;
 use rlx::tensor::HostTensor;
-use rlx::train::{DataParallelTrainer, Optimizer, TrainConfig, TrainError, Trainer};
+use rlx::train::{DataParallelTrainer, Optimizer, TrainConfig, TrainError, Trainable, Trainer};
 use rlx_testkit::rng::Rng;
 
 /// A two-layer MLP regressor with a mean squared error: `x: f32[batch, 8]`, `y: f32[batch, 2]`.
@@ -85,18 +85,18 @@ fn config() -> TrainConfig {
 }
 
 /// A group of one runs the same step as [`Trainer`]: the same weights, bit for bit.
-fn single_matches_trainer<B: Backend>(backend: &B)
+fn single_matches_trainer<B: Backend>(backend: &B, config: TrainConfig)
 where
     B::Executable: 'static,
 {
     let graph = mlp();
-    let mut single = Trainer::new(backend, &graph, "loss", config()).unwrap();
+    let mut single = Trainer::new(backend, &graph, "loss", config.clone()).unwrap();
     // Small buckets: several of them.
     let mut dp = DataParallelTrainer::with_bucket_bytes(
         backend,
         &graph,
         "loss",
-        config(),
+        config.clone(),
         Group::single(),
         256,
     )
@@ -116,17 +116,29 @@ where
             "loss of step {step}: {a} vs {b}"
         );
     }
-    for (name, _) in WEIGHTS {
+    for (name, initial) in initial(7) {
         let d = max_diff(&single.weight(name).unwrap(), &dp.weight(name).unwrap());
         assert_eq!(d, 0.0, "{name}");
+        // Frozen weights stay as they were set.
+        let trained = match &config.trainable {
+            Trainable::All => true,
+            Trainable::Only(names) => names.iter().any(|n| n == name),
+        };
+        assert_eq!(
+            trained,
+            max_diff(&dp.weight(name).unwrap(), &initial) > 0.0,
+            "{name}"
+        );
     }
     dp.check_in_sync().unwrap();
 }
 
 #[test]
 fn group_of_one_matches_trainer() {
-    single_matches_trainer(&CpuBackend::default());
-    single_matches_trainer(&MlxBackend::new(MlxMode::Lazy));
+    for config in [config(), config().train_only(["w2"])] {
+        single_matches_trainer(&CpuBackend::default(), config.clone());
+        single_matches_trainer(&MlxBackend::new(MlxMode::Lazy), config);
+    }
 }
 
 #[test]
