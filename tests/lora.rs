@@ -536,3 +536,70 @@ fn unsupported_or_broken_peft_files_are_errors() {
     wider.hidden_size = 128;
     assert!(LoraAdapter::load_peft(case.path(), &wider).is_err());
 }
+
+/// Decoders with an adapter, as `09_generate --adapter` and `rlx-serve --adapter` make them
+/// (`LlamaFiles::config_for`, room for the adapter, `decoder_for` / `batch_decoder_for`,
+/// `bind`): greedy tokens through the caches are those of the whole-prompt model with the
+/// same adapter, for one sequence and for a batch.
+#[test]
+fn decoders_generate_with_an_adapter() {
+    use rlx::generate::{BatchGenerator, GenerateOptions, Generator, SamplingParams};
+    use std::sync::Arc;
+    let dir = Scratch::new("lora-decoders");
+    let base_config = tiny_llama(dir.path());
+    let backend = CpuBackend::default();
+    let prompt = ids(&reference("tiny_decoders")["prompt"]);
+    let adapter = formula_adapter(&base_config, 2, 3.0, &[LoraTarget::Value, LoraTarget::Up]);
+
+    // The reference: greedy by hand over the whole-prompt model.
+    let mut room = base_config.clone();
+    room.lora = Some(adapter.config().clone());
+    let whole = Llama::compile(&backend, &room).unwrap();
+    load_hf_checkpoint(&whole, &room, dir.path()).unwrap();
+    adapter.bind(&whole, &room).unwrap();
+    let mut expected = prompt.clone();
+    let vocab = room.vocab_size;
+    for _ in 0..6 {
+        let logits = logits_of(&whole, &expected);
+        let last = &logits[logits.len() - vocab..];
+        let best = (0..vocab)
+            .max_by(|&a, &b| last[a].total_cmp(&last[b]))
+            .unwrap();
+        expected.push(best as i64);
+    }
+    let expected = expected[prompt.len()..].to_vec();
+
+    let files = rlx::models::llama::LlamaFiles::open(dir.path()).unwrap();
+    let config = files.config_for(None).unwrap();
+    assert_eq!(config, base_config);
+    let mut config = config;
+    config.lora = Some(adapter.config().clone());
+    let options = GenerateOptions {
+        max_tokens: expected.len(),
+        sampling: SamplingParams::greedy(),
+        stop_tokens: vec![],
+    };
+    let single = files.decoder_for(&backend, config.clone(), 64).unwrap();
+    adapter.bind(single.compiled(), &config).unwrap();
+    let generator = Generator::new(&backend, Arc::new(single)).unwrap();
+    let tokens: Vec<i64> = generator
+        .generate(&prompt, options.clone())
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(tokens, expected, "one sequence");
+
+    let batch = files
+        .batch_decoder_for(&backend, config.clone(), 64, 2)
+        .unwrap();
+    adapter.bind(batch.compiled(), &config).unwrap();
+    let generator = BatchGenerator::new(&backend, Arc::new(batch)).unwrap();
+    let short = &prompt[..5];
+    let steps: Vec<Vec<Option<i64>>> = generator
+        .generate(&[&prompt, short], &[options.clone(), options])
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let row: Vec<i64> = steps.iter().filter_map(|s| s[0]).collect();
+    assert_eq!(row, expected, "a batch row");
+}

@@ -28,7 +28,7 @@ use rlx::generate::BatchGenerator;
 use rlx::gguf::GgmlType;
 use rlx::ir::ActivationPrecision;
 use rlx::models::fetch::{SMOLLM2_135M_INSTRUCT, SMOLLM2_GGUF};
-use rlx::models::llama::{KvCacheFormat, LlamaFiles, Quantization};
+use rlx::models::llama::{KvCacheFormat, LlamaFiles, LoraAdapter, Quantization};
 use rlx::models::minilm::{ModelFiles, SentenceEmbedder};
 
 use crate::api::Limits;
@@ -82,6 +82,9 @@ struct Args {
     /// The key/value caches' format.
     #[arg(long, default_value = "f32", value_parser = ["f32", "int8"])]
     kv_cache: String,
+    /// A LoRA adapter in Hugging Face PEFT's format, applied to every request.
+    #[arg(long)]
+    adapter: Option<PathBuf>,
     /// The embedding model: all-MiniLM-L6-v2 fetched (`minilm`), a folder holding it, or
     /// `none`.
     #[arg(long, default_value = "minilm")]
@@ -137,7 +140,18 @@ fn serve<B: Backend<Executable: 'static>>(backend: &B, args: &Args) -> Result<()
     let slots = args
         .slots
         .unwrap_or(if args.backend == "cpu" { 4 } else { 8 });
-    let decoder = files.batch_decoder(backend, context, slots, args.quantization()?)?;
+    let decoder = match &args.adapter {
+        None => files.batch_decoder(backend, context, slots, args.quantization()?)?,
+        Some(dir) => {
+            let mut config = files.config_for(args.quantization()?)?;
+            let adapter = LoraAdapter::load_peft(dir, &config)?;
+            config.lora = Some(adapter.config().clone());
+            let decoder = files.batch_decoder_for(backend, config, context, slots)?;
+            adapter.bind(decoder.compiled(), &decoder.config().model)?;
+            eprintln!("rlx-serve: adapter {}", dir.display());
+            decoder
+        }
+    };
     let vocab = rlx::generate::BatchDecoder::vocab_size(&decoder);
     let generator =
         BatchGenerator::new(backend, Arc::new(decoder))?.with_prefill_chunk(args.prefill_chunk);

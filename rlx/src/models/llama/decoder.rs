@@ -249,7 +249,10 @@ impl From<ActivationPrecision> for Quantization {
 
 /// The config of `file`, its block-format projections kept (and its float ones quantized
 /// where asked) when `blocks` is given.
-fn gguf_config(file: &Gguf, blocks: Option<Quantization>) -> Result<LlamaConfig, LlamaLoadError> {
+pub(super) fn gguf_config(
+    file: &Gguf,
+    blocks: Option<Quantization>,
+) -> Result<LlamaConfig, LlamaLoadError> {
     let mut config = LlamaConfig::from_gguf(file)?;
     if let Some(quantization) = blocks {
         config.keep_gguf_blocks(file);
@@ -420,7 +423,7 @@ impl LlamaBatchDecoder {
         LlamaBatchDecoder::from_hf_keeping(backend, dir, capacity, slots, None)
     }
 
-    fn compile<B: crate::backend::Backend>(
+    pub(super) fn compile<B: crate::backend::Backend>(
         backend: &B,
         model: LlamaConfig,
         capacity: usize,

@@ -40,9 +40,20 @@ impl LlamaFiles {
 
     /// The model's configuration.
     pub fn config(&self) -> Result<LlamaConfig, LlamaLoadError> {
+        self.config_for(None)
+    }
+
+    /// The configuration [`decoder`](Self::decoder) compiles for `quantization`: the
+    /// file's blocks kept, float projections quantized and caches formatted as it says
+    /// (the model's own without it). Change it (room for adapters, say) and compile it
+    /// with [`decoder_for`](Self::decoder_for).
+    pub fn config_for(
+        &self,
+        quantization: Option<Quantization>,
+    ) -> Result<LlamaConfig, LlamaLoadError> {
         match self {
-            LlamaFiles::Gguf(file) => Ok(LlamaConfig::from_gguf(file)?),
-            LlamaFiles::HuggingFace(dir) => super::decoder::hf_config(dir, None),
+            LlamaFiles::Gguf(file) => super::decoder::gguf_config(file, quantization),
+            LlamaFiles::HuggingFace(dir) => super::decoder::hf_config(dir, quantization),
         }
     }
 
@@ -124,10 +135,32 @@ impl LlamaFiles {
         capacity: usize,
     ) -> Result<LlamaDecoder, LlamaLoadError> {
         let decoder = LlamaDecoder::compile(backend, config, capacity)?;
-        let step = decoder.compiled();
-        self.load_weights(step.executable(), step.manifest(), &decoder.config().model)?;
-        super::checkpoint::zero_adapters(step).map_err(crate::weights::WeightsError::from)?;
+        self.bind_base(decoder.compiled(), &decoder.config().model)?;
         Ok(decoder)
+    }
+
+    /// As [`decoder_for`](Self::decoder_for), stepping `slots` sequences at once.
+    pub fn batch_decoder_for<B: Backend>(
+        &self,
+        backend: &B,
+        config: LlamaConfig,
+        capacity: usize,
+        slots: usize,
+    ) -> Result<LlamaBatchDecoder, LlamaLoadError> {
+        let decoder = LlamaBatchDecoder::compile(backend, config, capacity, slots)?;
+        self.bind_base(decoder.compiled(), &decoder.config().model)?;
+        Ok(decoder)
+    }
+
+    /// The files' weights and zero adapters, bound to `model` of `config`.
+    fn bind_base(
+        &self,
+        model: &crate::model::Compiled,
+        config: &LlamaConfig,
+    ) -> Result<(), LlamaLoadError> {
+        self.load_weights(model.executable(), model.manifest(), config)?;
+        super::checkpoint::zero_adapters(model).map_err(crate::weights::WeightsError::from)?;
+        Ok(())
     }
 
     /// As [`LlamaFiles::decoder`], stepping `slots` sequences at once.
