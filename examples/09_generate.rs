@@ -42,7 +42,7 @@ use rlx::backend::Backend;
 use rlx::generate::{ChatMessage, GenerateOptions, Generator, SamplingParams, TextStream};
 use rlx::gguf::GgmlType;
 use rlx::ir::ActivationPrecision;
-use rlx::models::fetch::{SMOLLM2_135M_INSTRUCT, SMOLLM2_GGUF};
+use rlx::models::fetch::model_or_smollm2;
 use rlx::models::llama::{KvCacheFormat, LlamaFiles, LoraAdapter, Quantization};
 
 const USAGE: &str = "usage: 09_generate [--prompt TEXT] [--chat] [--backend cpu|mlx] \
@@ -140,10 +140,7 @@ fn generate<B: Backend<Executable: 'static>>(
     backend: &B,
     args: &Args,
 ) -> Result<(), Box<dyn Error>> {
-    let path = match &args.model {
-        Some(path) => path.clone(),
-        None => SMOLLM2_135M_INSTRUCT.locate(None)?.join(SMOLLM2_GGUF),
-    };
+    let path = model_or_smollm2(args.model.as_deref())?;
     eprintln!("loading {}", path.display());
     let files = LlamaFiles::open(&path)?;
     let tokenizer = files.tokenizer()?;

@@ -35,7 +35,7 @@ use std::time::Instant;
 
 use rlx::backend::Backend;
 use rlx::generate::{ChatMessage, ChatTemplate, GenerateOptions, Generator, SamplingParams};
-use rlx::models::fetch::{SMOLLM2_135M_INSTRUCT, SMOLLM2_GGUF};
+use rlx::models::fetch::model_or_smollm2;
 use rlx::models::llama::{LlamaConfig, LlamaFiles, LlamaLoss, LoraAdapter, LoraConfig, LoraTarget};
 use rlx::tensor::HostTensor;
 use rlx::tokenizer::Tokenizer;
@@ -257,10 +257,7 @@ fn finetune<B: Backend<Executable: 'static>>(
     backend: &B,
     args: &Args,
 ) -> Result<(), Box<dyn Error>> {
-    let path = match &args.model {
-        Some(path) => path.clone(),
-        None => SMOLLM2_135M_INSTRUCT.locate(None)?.join(SMOLLM2_GGUF),
-    };
+    let path = model_or_smollm2(args.model.as_deref())?;
     eprintln!("loading {}", path.display());
     let files = LlamaFiles::open(&path)?;
     let tokenizer = files.tokenizer()?;

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use rlx::gguf::Gguf;
-use rlx::models::fetch::{SMOLLM2_135M_INSTRUCT, SMOLLM2_GGUF};
+use rlx::models::fetch::model_or_smollm2;
 use rlx::tensor::HostTensor;
 
 /// The test data folder: `$RLX_TEST_DATA`, else the repository's `tests/data`.
@@ -42,10 +42,8 @@ pub fn ids(v: &serde_json::Value) -> Vec<i64> {
 /// # Panics
 /// When it cannot be found or fetched.
 pub fn smollm2() -> Gguf {
-    let dir = SMOLLM2_135M_INSTRUCT
-        .locate(None)
-        .unwrap_or_else(|e| panic!("{e}"));
-    Gguf::open(dir.join(SMOLLM2_GGUF)).unwrap_or_else(|e| panic!("{e}"))
+    let path = model_or_smollm2(None).unwrap_or_else(|e| panic!("{e}"));
+    Gguf::open(path).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Byte `b` as GPT-2's byte-level alphabet spells it: printable bytes stand for

@@ -15,7 +15,7 @@ use rlx::nn::{Lora, LoraRank, Projection};
 use rlx::tensor::HostTensor;
 use rlx::train::{Optimizer, TrainConfig, Trainer};
 use rlx::typed::{Const, Sizes, Tensor, build_with};
-use rlx_testkit::llm::{Scratch, formula, ids, reference, write_checkpoint};
+use rlx_testkit::llm::{Scratch, checkpoint_tensors, formula, ids, reference, write_checkpoint};
 use rlx_testkit::rng::Rng;
 
 rlx::dims!(Rows);
@@ -193,6 +193,20 @@ fn logits_of(model: &Llama, prompt: &[i64]) -> Vec<f32> {
         .to_vec()
 }
 
+/// The tiny Llama of `config` compiled on the CPU, the checkpoint in `dir` loaded.
+fn loaded(config: &LlamaConfig, dir: &std::path::Path) -> Llama {
+    let model = Llama::compile(&CpuBackend::default(), config).unwrap();
+    load_hf_checkpoint(&model, config, dir).unwrap();
+    model
+}
+
+/// The index of the largest value of `row`.
+fn argmax(row: &[f32]) -> usize {
+    (0..row.len())
+        .max_by(|&a, &b| row[a].total_cmp(&row[b]))
+        .unwrap()
+}
+
 fn largest_difference(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter()
@@ -239,10 +253,8 @@ fn fine_tuning_trains_the_adapter_alone() {
     let backend = CpuBackend::default();
     let prompt = ids(&reference("tiny_decoders")["prompt"]);
 
-    let base = Llama::compile(&backend, &base_config).unwrap();
-    load_hf_checkpoint(&base, &base_config, dir.path()).unwrap();
-    let adapted = Llama::compile(&backend, &config).unwrap();
-    load_hf_checkpoint(&adapted, &config, dir.path()).unwrap();
+    let base = loaded(&base_config, dir.path());
+    let adapted = loaded(&config, dir.path());
     let before = logits_of(&base, &prompt);
     assert_eq!(logits_of(&adapted, &prompt), before, "zero adapters");
     let fresh = LoraAdapter::init(&config, config.lora.clone().unwrap(), 7).unwrap();
@@ -301,10 +313,7 @@ fn fine_tuning_trains_the_adapter_alone() {
     let after = logits_of(&adapted, &prompt);
     let vocab = config.vocab_size;
     let last_row = &after[(n - 1) * vocab..];
-    let best = (0..vocab)
-        .max_by(|&a, &b| last_row[a].total_cmp(&last_row[b]))
-        .unwrap();
-    assert_eq!(best, 42);
+    assert_eq!(argmax(last_row), 42);
 }
 
 /// Adapters of lower rank and fewer targets bind to one compiled model and switch per
@@ -315,12 +324,9 @@ fn adapters_switch_and_merge() {
     let dir = Scratch::new("lora-switch");
     let base_config = tiny_llama(dir.path());
     let config = with_room(&base_config);
-    let backend = CpuBackend::default();
     let prompt = ids(&reference("tiny_decoders")["prompt"]);
-    let adapted = Llama::compile(&backend, &config).unwrap();
-    load_hf_checkpoint(&adapted, &config, dir.path()).unwrap();
-    let base = Llama::compile(&backend, &base_config).unwrap();
-    load_hf_checkpoint(&base, &base_config, dir.path()).unwrap();
+    let adapted = loaded(&config, dir.path());
+    let base = loaded(&base_config, dir.path());
     let plain = logits_of(&base, &prompt);
 
     // Two adapters valued by the formula: rank 2 on two targets, rank 4 on every one.
@@ -380,7 +386,6 @@ fn peft_adapters_both_ways() {
     let dir = Scratch::new("lora-peft");
     let base_config = tiny_llama(dir.path());
     let config = with_room(&base_config);
-    let backend = CpuBackend::default();
     let ours = formula_adapter(
         &base_config,
         2,
@@ -394,8 +399,7 @@ fn peft_adapters_both_ways() {
     }
     let data = reference("tiny_lora");
     let prompt = ids(&data["prompt"]);
-    let model = Llama::compile(&backend, &config).unwrap();
-    load_hf_checkpoint(&model, &config, dir.path()).unwrap();
+    let model = loaded(&config, dir.path());
     let expect = |record: &serde_json::Value| -> Vec<f32> {
         record["logits"]
             .as_array()
@@ -418,22 +422,8 @@ fn peft_adapters_both_ways() {
         peft["adapter_config"].as_str().unwrap(),
     )
     .unwrap();
-    let tensors: Vec<(String, HostTensor)> = peft["tensors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| {
-            let name = t[0].as_str().unwrap().to_string();
-            let shape: Vec<usize> = t[1]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|d| d.as_u64().unwrap() as usize)
-                .collect();
-            let values = formula(&name, shape.iter().product(), false);
-            (name, HostTensor::from_vec(values, shape).unwrap())
-        })
-        .collect();
+    // PEFT's names and shapes, valued by the formula as the script valued them.
+    let tensors = checkpoint_tensors(peft, false);
     rlx::weights::save_tensors(&saved.path().join("adapter_model.safetensors"), &tensors).unwrap();
     let adapter = LoraAdapter::load_peft(saved.path(), &base_config).unwrap();
     assert_eq!(adapter.config().rank, 4);
@@ -554,18 +544,14 @@ fn decoders_generate_with_an_adapter() {
     // The reference: greedy by hand over the whole-prompt model.
     let mut room = base_config.clone();
     room.lora = Some(adapter.config().clone());
-    let whole = Llama::compile(&backend, &room).unwrap();
-    load_hf_checkpoint(&whole, &room, dir.path()).unwrap();
+    let whole = loaded(&room, dir.path());
     adapter.bind(&whole, &room).unwrap();
     let mut expected = prompt.clone();
     let vocab = room.vocab_size;
     for _ in 0..6 {
         let logits = logits_of(&whole, &expected);
         let last = &logits[logits.len() - vocab..];
-        let best = (0..vocab)
-            .max_by(|&a, &b| last[a].total_cmp(&last[b]))
-            .unwrap();
-        expected.push(best as i64);
+        expected.push(argmax(last) as i64);
     }
     let expected = expected[prompt.len()..].to_vec();
 

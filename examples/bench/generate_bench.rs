@@ -47,7 +47,7 @@ use rlx::backend::Backend;
 use rlx::generate::{Decoder, GenerateOptions, Generator, SamplingParams};
 use rlx::gguf::{GgmlType, Gguf};
 use rlx::ir::ActivationPrecision;
-use rlx::models::fetch::{SMOLLM2_135M_INSTRUCT, SMOLLM2_GGUF};
+use rlx::models::fetch::model_or_smollm2;
 use rlx::models::llama::{
     KvCacheFormat, LlamaBatchConfig, LlamaBatchStep, LlamaDecoder, LlamaStep, Quantization,
 };
@@ -139,10 +139,7 @@ fn bench<B: Backend<Executable: 'static>>(
         perplexity,
         model,
     } = *options;
-    let path = match model {
-        Some(path) => path.into(),
-        None => SMOLLM2_135M_INSTRUCT.locate(None)?.join(SMOLLM2_GGUF),
-    };
+    let path = model_or_smollm2(model.map(std::path::Path::new))?;
     let file = Gguf::open(&path)?;
     let mut formats = std::collections::BTreeMap::new();
     for tensor in file.tensors() {

@@ -27,7 +27,7 @@ use rlx::backend::Backend;
 use rlx::generate::BatchGenerator;
 use rlx::gguf::GgmlType;
 use rlx::ir::ActivationPrecision;
-use rlx::models::fetch::{SMOLLM2_135M_INSTRUCT, SMOLLM2_GGUF};
+use rlx::models::fetch::model_or_smollm2;
 use rlx::models::llama::{KvCacheFormat, LlamaFiles, LoraAdapter, Quantization};
 use rlx::models::minilm::{ModelFiles, SentenceEmbedder};
 
@@ -122,10 +122,7 @@ fn main() -> Result<(), Box<dyn Error>> {
 
 fn serve<B: Backend<Executable: 'static>>(backend: &B, args: &Args) -> Result<(), Box<dyn Error>> {
     let start = Instant::now();
-    let path = match &args.model {
-        Some(path) => path.clone(),
-        None => SMOLLM2_135M_INSTRUCT.locate(None)?.join(SMOLLM2_GGUF),
-    };
+    let path = model_or_smollm2(args.model.as_deref())?;
     eprintln!("rlx-serve: loading {}", path.display());
     let files = LlamaFiles::open(&path)?;
     let tokenizer = Arc::new(files.tokenizer()?);

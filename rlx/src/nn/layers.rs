@@ -96,11 +96,6 @@ impl<'g, I: Dim, O: Dim, E: Float> Projection<'g, I, O, E> {
         }
     }
 
-    /// The low-rank adapter and its scale, when the config gives this weight one.
-    pub fn adapter(&self) -> Option<&(Lora<'g, I, O, E>, f64)> {
-        self.adapter.as_ref()
-    }
-
     /// The weight `[in, out]`, unless it is kept in blocks.
     pub fn dense_weight(&self) -> Option<Tensor<'g, (I, O), E>> {
         match &self.weight {

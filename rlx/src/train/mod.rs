@@ -47,6 +47,7 @@ mod data_parallel;
 mod optimizer;
 mod schedule;
 
+use std::collections::HashSet;
 use std::path::Path;
 
 use crate::autodiff::{GradError, Wrt, gradients};
@@ -233,26 +234,31 @@ fn differentiate(
     loss: &str,
     trainable: &Trainable,
 ) -> Result<Differentiated, TrainError> {
-    let wrt = match trainable {
-        Trainable::All => Wrt::Params,
+    // The trained names, once: `None` trains every float param.
+    let only: Option<HashSet<&str>> = match trainable {
+        Trainable::All => None,
         Trainable::Only(names) => {
-            for name in names {
-                if graph.param(name).is_none() {
-                    return Err(TrainError::Config(format!(
-                        "{name:?} is not a param of the model, so it cannot be trained"
-                    )));
-                }
+            let params: HashSet<&str> = graph
+                .params()
+                .filter_map(|(_, n)| n.name.as_deref())
+                .collect();
+            if let Some(name) = names.iter().find(|n| !params.contains(n.as_str())) {
+                return Err(TrainError::Config(format!(
+                    "{name:?} is not a param of the model, so it cannot be trained"
+                )));
             }
-            let mut names = names.clone();
+            Some(names.iter().map(String::as_str).collect())
+        }
+    };
+    let wrt = match &only {
+        None => Wrt::Params,
+        Some(names) => {
+            let mut names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
             names.sort();
-            names.dedup();
             Wrt::Named(names)
         }
     };
-    let trained = |name: &str| match trainable {
-        Trainable::All => true,
-        Trainable::Only(names) => names.iter().any(|n| n == name),
-    };
+    let trained = |name: &str| only.as_ref().is_none_or(|names| names.contains(name));
     let with_grads = gradients(graph, loss, &wrt)?;
     let (mut nodes, outputs, writes) = with_grads.into_parts();
     let (grad_outputs, outputs): (Vec<_>, Vec<_>) = outputs

@@ -253,7 +253,8 @@ impl LoraAdapter {
 
     /// An adapter of `config` made of `tensors`, by the model's param names
     /// (`blk.0.attn_q.lora_a` `[rank, in]`, `blk.0.attn_q.lora_b` `[out, rank]`) for the
-    /// projections of `model` it adapts; any it leaves out are zero.
+    /// projections of `model` it adapts; any it leaves out are zero, and a projection has
+    /// both factors or neither.
     pub fn new(
         model: &LlamaConfig,
         config: LoraConfig,
@@ -291,6 +292,18 @@ impl LoraAdapter {
             }
             let values: Vec<f32> = value.to_f64_vec().iter().map(|&v| v as f32).collect();
             out.insert(name, f32_tensor(values, *shape));
+        }
+        for name in out.keys() {
+            let other = match name.strip_suffix("lora_a") {
+                Some(stem) => format!("{stem}lora_b"),
+                None => format!("{}lora_a", name.trim_end_matches("lora_b")),
+            };
+            if !out.contains_key(&other) {
+                return Err(LoraError::Bind {
+                    name: name.clone(),
+                    message: format!("no {other} beside it"),
+                });
+            }
         }
         Ok(LoraAdapter {
             config,
@@ -390,33 +403,14 @@ impl LoraAdapter {
     /// The adapter `trainer` holds: the factors of `model.lora` as the trainer's weights
     /// (what fine-tuning a [`llama_loss`](super::llama_loss) of `model` leaves).
     pub fn from_trainer(trainer: &Trainer, model: &LlamaConfig) -> Result<LoraAdapter, LoraError> {
-        LoraAdapter::read(model, |name| {
-            trainer.weight(name).map_err(|e| e.to_string())
-        })
-    }
-
-    /// The adapter bound to `compiled`, a model of `model` (with [`LlamaConfig::lora`]).
-    pub fn from_compiled(
-        compiled: &Compiled,
-        model: &LlamaConfig,
-    ) -> Result<LoraAdapter, LoraError> {
-        LoraAdapter::read(model, |name| {
-            compiled.weight(name).map_err(|e| e.to_string())
-        })
-    }
-
-    fn read(
-        model: &LlamaConfig,
-        mut get: impl FnMut(&str) -> Result<HostTensor, String>,
-    ) -> Result<LoraAdapter, LoraError> {
         let config = model.lora.clone().ok_or_else(|| {
             LoraError::Config("the model has no adapters (`lora` is unset)".into())
         })?;
         let mut tensors = BTreeMap::new();
         for name in model.adapter_params() {
-            let value = get(&name).map_err(|message| LoraError::Bind {
+            let value = trainer.weight(&name).map_err(|e| LoraError::Bind {
                 name: name.clone(),
-                message,
+                message: e.to_string(),
             })?;
             tensors.insert(name, value);
         }

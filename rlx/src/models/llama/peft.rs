@@ -2,14 +2,12 @@
 //! `LoraConfig` PEFT saves) and `adapter_model.safetensors`, whose tensors are named
 //! `base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight`.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::{Value, json};
 
 use super::lora::adapter_param;
 use super::{LlamaConfig, LoraAdapter, LoraConfig, LoraError, LoraTarget, hf_tensor_name};
-use crate::tensor::HostTensor;
 
 /// PEFT's file names.
 const CONFIG_FILE: &str = "adapter_config.json";
@@ -38,62 +36,31 @@ impl LoraAdapter {
             path: weights_path.clone(),
             message,
         };
-        let mut tensors = BTreeMap::new();
-        let mut problems = Vec::new();
+        // Names mapped here; dims, dtypes and pairs checked by `LoraAdapter::new`.
+        let mut tensors = Vec::new();
+        let mut foreign = None;
         crate::weights::read_tensors(&weights_path, &mut |name, value| {
             match our_name(name, model) {
-                Some((layer, target, factor)) if config.targets.contains(&target) => {
-                    let (input, output) = target.dims(model);
-                    let want = if factor == "lora_a" {
-                        [config.rank, input]
-                    } else {
-                        [output, config.rank]
-                    };
-                    if layer >= model.num_layers || value.shape != want || !value.dtype.is_float() {
-                        problems.push(format!(
-                            "{name}: {} {:?} where the model takes f32 {want:?}",
-                            value.dtype, value.shape
-                        ));
-                    } else {
-                        let values: Vec<f32> = value
-                            .to_host()
-                            .to_f64_vec()
-                            .iter()
-                            .map(|&v| v as f32)
-                            .collect();
-                        let tensor = HostTensor::from_vec(values, want.to_vec()).map_err(|e| {
-                            crate::weights::WeightsError::Format {
-                                path: PathBuf::from(name),
-                                message: e.to_string(),
-                            }
-                        })?;
-                        tensors.insert(adapter_param(layer, target, factor), tensor);
-                    }
+                Some((layer, target, factor)) => {
+                    tensors.push((adapter_param(layer, target, factor), value.to_host()));
                 }
-                _ => problems.push(format!("{name} is not a factor of an adapted projection")),
+                None => {
+                    foreign.get_or_insert_with(|| name.to_string());
+                }
             }
             Ok(())
         })?;
-        if let Some(first) = problems.first() {
+        if let Some(name) = foreign {
             return Err(bad_tensor(format!(
-                "{first}{}",
-                match problems.len() {
-                    1 => String::new(),
-                    n => format!(" (and {} more)", n - 1),
-                }
+                "{name} is not a factor of an adapted projection"
             )));
         }
-        // Each projection needs both factors or neither.
-        for name in tensors.keys() {
-            let other = match name.strip_suffix("lora_a") {
-                Some(stem) => format!("{stem}lora_b"),
-                None => format!("{}lora_a", name.trim_end_matches("lora_b")),
-            };
-            if !tensors.contains_key(&other) {
-                return Err(bad_tensor(format!("{name} has no {other} beside it")));
+        LoraAdapter::new(model, config, tensors).map_err(|e| match e {
+            LoraError::Bind { name, message } => {
+                bad_tensor(format!("{}: {message}", peft_name(&name)))
             }
-        }
-        Ok(LoraAdapter { config, tensors })
+            other => other,
+        })
     }
 
     /// Writes the adapter as PEFT saves one (f32 tensors), so that PEFT's
