@@ -474,4 +474,21 @@ int rlx_mlx_quantized_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w,
   });
 }
 
+int rlx_mlx_dequantize(const rlx_mlx_array* w, const rlx_mlx_array* scales,
+                       const rlx_mlx_array* biases, int32_t bits, int32_t group_size,
+                       rlx_mlx_array** out) {
+  return guard([&] {
+    // The same reinterpretation of packed bytes as `rlx_mlx_quantized_matmul`'s; MLX
+    // dequantizes in f16/bf16/f32, so f64 scales go through f32 (exact for the f32 values
+    // RLX's weights are).
+    const mx::array words = mx::view(get(w), mx::uint32);
+    const mx::Dtype dt = get(scales).dtype();
+    const bool wide = dt == mx::float64;
+    const mx::array s = wide ? mx::astype(get(scales), mx::float32) : get(scales);
+    const mx::array b = wide ? mx::astype(get(biases), mx::float32) : get(biases);
+    mx::array dense = mx::dequantize(words, s, b, group_size, bits);
+    put(out, mx::astype(dense, dt));
+  });
+}
+
 }  // extern "C"

@@ -370,4 +370,12 @@ unsafe extern "C" {
         out: *mut *mut Array,
     ) -> c_int;
     pub fn rlx_mlx_block_dequantize(w: *const Array, format: i32, out: *mut *mut Array) -> c_int;
+    pub fn rlx_mlx_dequantize(
+        w: *const Array,
+        scales: *const Array,
+        biases: *const Array,
+        bits: i32,
+        group_size: i32,
+        out: *mut *mut Array,
+    ) -> c_int;
 }

@@ -28,6 +28,10 @@ pub enum Values {
     Exact(Vec<f64>),
     /// i64 indices; not differentiated.
     Indices(Vec<i64>),
+    /// f64 given exactly; not differentiated (the scales of a quantized weight).
+    Fixed(Vec<f64>),
+    /// u8 (packed weights); not differentiated.
+    Bytes(Vec<u8>),
 }
 
 impl Input {
@@ -69,6 +73,29 @@ impl Input {
         }
     }
 
+    pub fn fixed(name: &'static str, dims: &[usize], values: Vec<f64>) -> Input {
+        Input {
+            name,
+            dims: dims.to_vec(),
+            symbols: Vec::new(),
+            values: Values::Fixed(values),
+        }
+    }
+
+    pub fn bytes(name: &'static str, dims: &[usize], values: Vec<u8>) -> Input {
+        Input {
+            name,
+            dims: dims.to_vec(),
+            symbols: Vec::new(),
+            values: Values::Bytes(values),
+        }
+    }
+
+    /// Whether the case takes this input's gradient.
+    fn differentiated(&self) -> bool {
+        matches!(self.values, Values::Uniform(..) | Values::Exact(_))
+    }
+
     fn shape(&self) -> Shape {
         Shape::new(self.dims.iter().enumerate().map(|(i, d)| {
             self.symbols
@@ -81,6 +108,7 @@ impl Input {
     fn dtype(&self) -> DType {
         match self.values {
             Values::Indices(_) => DType::I64,
+            Values::Bytes(_) => DType::U8,
             _ => DType::F64,
         }
     }
@@ -112,7 +140,7 @@ fn graphs(
     let forward = b.finish().unwrap();
     let wrt: Vec<&'static str> = inputs
         .iter()
-        .filter(|i| i.dtype() == DType::F64)
+        .filter(|i| i.differentiated())
         .map(|i| i.name)
         .collect();
     let names = wrt.iter().map(|s| s.to_string()).collect();
@@ -148,8 +176,11 @@ pub fn grad_check(
                     let v: Vec<f64> = (0..n).map(|_| rng.uniform(*lo, *hi)).collect();
                     HostTensor::from_vec(v, i.dims.clone())
                 }
-                Values::Exact(v) => HostTensor::from_vec(v.clone(), i.dims.clone()),
+                Values::Exact(v) | Values::Fixed(v) => {
+                    HostTensor::from_vec(v.clone(), i.dims.clone())
+                }
                 Values::Indices(v) => HostTensor::from_vec(v.clone(), i.dims.clone()),
+                Values::Bytes(v) => HostTensor::from_vec(v.clone(), i.dims.clone()),
             };
             (i.name, t.unwrap())
         })

@@ -5,7 +5,7 @@ use rlx::backend::{Backend, Executable, RunError};
 use rlx::cpu::CpuBackend;
 use rlx::gguf::GgmlType;
 use rlx::ir::{
-    ActivationPrecision, BlockDequantize, BlockMatMul, DType, Judgement, MatMul, Op,
+    ActivationPrecision, BlockDequantize, BlockMatMul, DType, Dequantize, Judgement, MatMul, Op,
     QuantizedMatMul,
 };
 use rlx::tensor::HostTensor;
@@ -436,15 +436,7 @@ fn quantized_matmul_4_and_8_bits() {
     for dtype in FLOATS {
         for (bits, group) in [(4u8, 32usize), (8, 64)] {
             let (rows, n, k) = (3, 5, 128);
-            let q: Vec<u8> = (0..n * k)
-                .map(|_| rng.int(0, (1 << bits) - 1) as u8)
-                .collect();
-            let packed: Vec<u8> = if bits == 8 {
-                q.clone()
-            } else {
-                q.chunks(2).map(|p| p[0] | (p[1] << 4)).collect()
-            };
-            let w = HostTensor::from_vec(packed, [n, k * bits as usize / 8]).unwrap();
+            let (w, q) = random_packed(&mut rng, bits, n, k);
             let scales = random(&mut rng, dtype, &[n, k / group], 0.01, 0.1);
             let biases = random(&mut rng, dtype, &[n, k / group], -0.5, 0.5);
             let x = random(&mut rng, dtype, &[rows, k], -1.0, 1.0);
@@ -488,6 +480,115 @@ fn quantized_matmul_4_and_8_bits() {
                 16.0,
             );
         }
+    }
+}
+
+/// Group-affine rows dequantized on every backend and dtype as `scale · q + bias` in f64,
+/// within one rounding; a scale of the wrong shape or a ragged row is a build error.
+#[test]
+fn dequantize_4_and_8_bits() {
+    let mut rng = Rng(53);
+    for dtype in FLOATS {
+        for (bits, group) in [(4u8, 32usize), (8, 64), (4, 128)] {
+            let (n, k) = (5, 128);
+            let (w, q) = random_packed(&mut rng, bits, n, k);
+            let scales = random(&mut rng, dtype, &[n, k / group], 0.01, 0.1);
+            let biases = random(&mut rng, dtype, &[n, k / group], -0.5, 0.5);
+            let g = graph_of(
+                &[
+                    ("w", DType::U8, declared(&[n, k * bits as usize / 8], &[])),
+                    ("s", dtype, declared(&[n, k / group], &[])),
+                    ("z", dtype, declared(&[n, k / group], &[])),
+                ],
+                |b, i| {
+                    let op = Op::Dequantize(Dequantize {
+                        bits,
+                        group_size: group,
+                    });
+                    b.op(op, i).unwrap()
+                },
+            );
+            let (ns, nz) = (Nd::of(&scales), Nd::of(&biases));
+            let data = indices(&[n, k])
+                .iter()
+                .map(|o| {
+                    let gi = o[1] / group;
+                    ns.at(&[o[0], gi]) * f64::from(q[o[0] * k + o[1]]) + nz.at(&[o[0], gi])
+                })
+                .collect();
+            check(
+                &g,
+                &[("w", &w), ("s", &scales), ("z", &biases)],
+                &[],
+                &[to_tensor(&Nd::new(&[n, k], data), dtype)],
+                4.0,
+            );
+        }
+    }
+    let build = |row_bytes: usize, groups: usize| {
+        let mut b = rlx::GraphBuilder::new();
+        let w = b.input("w", DType::U8, [3, row_bytes]).unwrap();
+        let s = b.input("s", DType::F32, [3, groups]).unwrap();
+        let z = b.input("z", DType::F32, [3, groups]).unwrap();
+        let op = Op::Dequantize(Dequantize {
+            bits: 4,
+            group_size: 32,
+        });
+        b.op(op, &[w, s, z]).map(|_| ()).map_err(|e| e.to_string())
+    };
+    assert!(build(32, 2).is_ok());
+    assert!(build(32, 3).unwrap_err().contains("scales must have shape"));
+    assert!(
+        build(20, 2)
+            .unwrap_err()
+            .contains("not a multiple of group_size")
+    );
+}
+
+/// `n` rows of `k` random `bits`-wide integers, packed low bits first, and the integers.
+fn random_packed(rng: &mut Rng, bits: u8, n: usize, k: usize) -> (HostTensor, Vec<u8>) {
+    let q: Vec<u8> = (0..n * k)
+        .map(|_| rng.int(0, (1 << bits) - 1) as u8)
+        .collect();
+    let packed: Vec<u8> = if bits == 8 {
+        q.clone()
+    } else {
+        q.chunks(2).map(|p| p[0] | (p[1] << 4)).collect()
+    };
+    let w = HostTensor::from_vec(packed, [n, k * bits as usize / 8]).unwrap();
+    (w, q)
+}
+
+/// The activations' gradient of a product with group-affine weights against central
+/// differences (the gradient table's check, every backend), for a batch of matrices and a
+/// vector; the weights, their scales and biases stay fixed.
+#[test]
+fn gradient_quantized_matmul_activations() {
+    let mut rng = Rng(54);
+    for (seed, (bits, group, x_dims)) in [(4u8, 32usize, vec![2, 3, 64]), (8, 64, vec![64])]
+        .into_iter()
+        .enumerate()
+    {
+        let (n, k) = (5, 64);
+        let (w, _) = random_packed(&mut rng, bits, n, k);
+        let bytes: Vec<u8> = w.to_f64_vec().iter().map(|b| *b as u8).collect();
+        let groups = k / group;
+        let scales: Vec<f64> = (0..n * groups).map(|_| rng.uniform(0.01, 0.1)).collect();
+        let biases: Vec<f64> = (0..n * groups).map(|_| rng.uniform(-0.5, 0.5)).collect();
+        let inputs = [
+            Input::float("x", &x_dims),
+            Input::bytes("w", &[n, k * bits as usize / 8], bytes),
+            Input::fixed("s", &[n, groups], scales),
+            Input::fixed("z", &[n, groups], biases),
+        ];
+        let label = format!("quantized_matmul bits={bits} group={group} x={x_dims:?}");
+        grad_check(&label, 500 + seed as u64, &inputs, &|g, i| {
+            let q = Op::QuantizedMatMul(QuantizedMatMul {
+                bits,
+                group_size: group,
+            });
+            op(g, q, i)
+        });
     }
 }
 

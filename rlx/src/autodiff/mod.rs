@@ -171,11 +171,6 @@ pub fn gradients(graph: &Graph, loss: &str, wrt: &Wrt) -> Result<Graph, GradErro
                 rules::Grad::Some(grad) => grad,
                 rules::Grad::Discrete => continue,
                 rules::Grad::None => return Err(no_gradient(graph, id, operand)),
-                rules::Grad::NotYet => {
-                    return Err(GradError::NotYet {
-                        at: NodeSite::of(id, node),
-                    });
-                }
             };
             cotangent[input.index()] = Some(match cotangent[input.index()] {
                 Some(sum) => e.add(sum, grad)?,

@@ -549,6 +549,27 @@ impl Array {
         make(|out| unsafe { sys::rlx_mlx_block_matmul(self.ptr(), w.ptr(), format as i32, out) })
     }
 
+    /// The values of group-affine packed rows (`self`) with their scales and biases.
+    pub fn dequantize(
+        &self,
+        scales: &Array,
+        biases: &Array,
+        bits: u8,
+        group_size: usize,
+    ) -> Result<Array, MlxError> {
+        // SAFETY: the handles are live; `out` is a valid slot.
+        make(|out| unsafe {
+            sys::rlx_mlx_dequantize(
+                self.ptr(),
+                scales.ptr(),
+                biases.ptr(),
+                bits as i32,
+                group_size as i32,
+                out,
+            )
+        })
+    }
+
     /// The float32 values of `self`'s rows of blocks in the GGUF format of GGML type id
     /// `format` (see the IR op).
     pub fn block_dequantize(&self, format: u32) -> Result<Array, MlxError> {

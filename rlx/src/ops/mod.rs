@@ -44,7 +44,7 @@ pub use evaluate::{ReferenceError, evaluate_reference};
 pub(crate) use leaf::{Input, Param, State};
 pub(crate) use linalg::Solve;
 pub use linalg::{
-    ActivationPrecision, BlockDequantize, BlockMatMul, MatMul, QuantizedMatMul,
+    ActivationPrecision, BlockDequantize, BlockMatMul, Dequantize, MatMul, QuantizedMatMul,
     block_matmul_supports,
 };
 pub(crate) use movement::StopGradient;
@@ -330,6 +330,8 @@ registry! {
             BlockMatMul(BlockMatMul);
             /// See [`BlockDequantize`].
             BlockDequantize(BlockDequantize);
+            /// See [`Dequantize`].
+            Dequantize(Dequantize);
             /// See [`Custom`].
             Custom(Custom);
         }

@@ -17,8 +17,6 @@ pub(crate) enum Grad {
     Discrete,
     /// Nothing, because the op has no derivative with respect to it.
     None,
-    /// A derivative exists but RLX has no rule for it yet.
-    NotYet,
 }
 
 /// The cotangents of node `id`'s operands given `g`, its output's cotangent.

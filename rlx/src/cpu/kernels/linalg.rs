@@ -107,6 +107,27 @@ fn quant(row: &[u8], j: usize, bits: u8) -> u8 {
     }
 }
 
+/// `out[n, j] = scale[n, g] · q[n, j] + bias[n, g]` for the `n` packed rows of `w`
+/// (`d.rows` is unused), each product and sum rounded as `T`'s accumulator does.
+pub(crate) fn dequantize<T: FloatStore>(
+    d: &QuantDims,
+    w: &[u8],
+    scales: &[T],
+    biases: &[T],
+    out: &mut [T],
+) {
+    let row_bytes = d.k * d.bits as usize / 8;
+    let groups = d.k / d.group;
+    for (row, values) in out.chunks_mut(d.k).enumerate() {
+        let packed = &w[row * row_bytes..(row + 1) * row_bytes];
+        for (j, value) in values.iter_mut().enumerate() {
+            let g = row * groups + j / d.group;
+            let q = <T::Acc as Real>::from_f64(f64::from(quant(packed, j, d.bits)));
+            *value = T::store(scales[g].load() * q + biases[g].load());
+        }
+    }
+}
+
 /// `out[r, n] = Σ_j x[r, j] · (scale[n, g] · q[n, j] + bias[n, g])`, with the dequantization
 /// folded per group: `Σ_g scale · Σ_j x q + bias · Σ_j x`.
 pub(crate) fn quantized_matmul<T: FloatStore>(

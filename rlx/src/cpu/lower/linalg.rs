@@ -167,6 +167,38 @@ impl Kernel for QuantizedMatMul {
     }
 }
 
+/// Group-affine packed rows turned into their values.
+#[derive(Clone, Debug)]
+pub(crate) struct Dequantize {
+    pub dtype: DType,
+    pub dims: QuantDims,
+    pub w: View,
+    pub scales: View,
+    pub biases: View,
+    pub out: View,
+}
+
+impl Kernel for Dequantize {
+    fn accesses(&self) -> Accesses {
+        let s = self.dtype.size_bytes();
+        Accesses {
+            writes: vec![(self.out, s)],
+            reads: vec![(self.w, 1), (self.scales, s), (self.biases, s)],
+        }
+    }
+
+    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
+        float_type!(self.dtype, |T| linalg::dequantize::<T>(
+            &self.dims,
+            mem.src(self.w),
+            mem.src(self.scales),
+            mem.src(self.biases),
+            mem.dst(self.out)
+        ));
+        Ok(())
+    }
+}
+
 /// `x · dequant(w)ᵀ` with `w` in a GGUF block format, read in place.
 #[derive(Clone, Debug)]
 pub(crate) struct BlockMatMul {
@@ -363,6 +395,25 @@ impl Lower for ir::QuantizedMatMul {
             w: n.views[1],
             scales: n.views[2],
             biases: n.views[3],
+            out: n.out,
+        })]
+    }
+}
+
+impl Lower for ir::Dequantize {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        vec![boxed(Dequantize {
+            dtype: n.dtype(),
+            dims: QuantDims {
+                rows: 0,
+                n: n.shapes[0][0],
+                k: n.shapes[0][1] * 8 / usize::from(self.bits),
+                bits: self.bits,
+                group: self.group_size,
+            },
+            w: n.views[0],
+            scales: n.views[1],
+            biases: n.views[2],
             out: n.out,
         })]
     }

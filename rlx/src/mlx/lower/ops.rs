@@ -397,6 +397,13 @@ impl Lower for ir::BlockDequantize {
     }
 }
 
+impl Lower for ir::Dequantize {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        let x = n.x;
+        Ok(x[0].dequantize(x[1], x[2], self.bits, self.group_size)?)
+    }
+}
+
 impl Lower for ir::BlockMatMul {
     /// Always the exact product: MLX has no int8-activation path, and the exact value meets
     /// the int8 bound too.

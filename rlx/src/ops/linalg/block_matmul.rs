@@ -6,7 +6,7 @@
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::builder::{BuildError, GraphBuilder};
 use crate::gguf::{GgmlType, dequantize_f64, random_blocks};
-use crate::ir::{DType, Dim, InferError, MatMul, NodeId, Op, Shape, TensorType, attr_err};
+use crate::ir::{DType, Dim, InferError, NodeId, Op, TensorType, attr_err};
 use crate::ops::array::{Array, Out};
 use crate::ops::check::{arity, exact_rank, min_rank, require};
 use crate::ops::sample::{Sampled, Sampler, pick};
@@ -189,19 +189,7 @@ impl Primitive for BlockMatMul {
             }),
             &[x[1]],
         )?;
-        let product = MatMul {
-            transpose_a: false,
-            transpose_b: false,
-        };
-        let x_shape = e.shape(x[0]);
-        let dx = if x_shape.rank() == 1 {
-            // A vector of activations: the product of a one-row matrix.
-            let row = e.reshape(g, Shape::from(vec![Dim::from(1), e.shape(g)[0].clone()]))?;
-            let product = e.op(Op::MatMul(product), &[row, dense])?;
-            e.reshape(product, x_shape)?
-        } else {
-            e.op(Op::MatMul(product), &[g, dense])?
-        };
+        let dx = super::activation_gradient(e, x[0], dense, g)?;
         Ok(vec![Grad::Some(dx), Grad::None])
     }
 

@@ -3,6 +3,7 @@
 
 mod block_dequantize;
 mod block_matmul;
+mod dequantize;
 mod matmul;
 mod quantized_matmul;
 mod solve;
@@ -11,6 +12,7 @@ pub use block_dequantize::BlockDequantize;
 #[cfg(test)]
 pub(crate) use block_matmul::BLOCK_FORMATS;
 pub use block_matmul::{ActivationPrecision, BlockMatMul, block_matmul_supports};
+pub use dequantize::Dequantize;
 pub use matmul::MatMul;
 pub use quantized_matmul::QuantizedMatMul;
 pub(crate) use solve::Solve;
@@ -96,4 +98,26 @@ pub(super) fn matrix_at(
     }
     let (i, j) = if transposed { (col, row) } else { (row, col) };
     t.data[(flat * t.shape[r - 2] + i) * t.shape[r - 1] + j]
+}
+
+/// The activations' gradient of `x · denseᵀ` (a product with quantized weights, `dense`
+/// their values `[N, K]`): `g · dense`, a vector `x` as a one-row matrix.
+pub(super) fn activation_gradient(
+    e: &mut Emitter<'_>,
+    x: NodeId,
+    dense: NodeId,
+    g: NodeId,
+) -> Result<NodeId, GradError> {
+    let product = Op::MatMul(MatMul {
+        transpose_a: false,
+        transpose_b: false,
+    });
+    let x_shape = e.shape(x);
+    if x_shape.rank() == 1 {
+        let row = e.reshape(g, Shape::from(vec![Dim::from(1), e.shape(g)[0].clone()]))?;
+        let product = e.op(product, &[row, dense])?;
+        e.reshape(product, x_shape)
+    } else {
+        e.op(product, &[g, dense])
+    }
 }

@@ -44,16 +44,23 @@ impl Primitive for QuantizedMatMul {
         quantized_matmul_type(self.bits, self.group_size, inputs)
     }
 
-    /// Quantized weights (packed integers, their scales and offsets) are not trained; the
-    /// activations' gradient needs a dequantizing op the IR does not have yet.
+    /// The activations take `g · dequant(w)` (a [`Dequantize`](super::Dequantize) and a
+    /// product); quantized weights (packed integers, their scales and offsets) are not
+    /// trained.
     fn vjp(
         &self,
-        _: &mut Emitter<'_>,
+        e: &mut Emitter<'_>,
         _: NodeId,
-        _: &[NodeId],
-        _: NodeId,
+        x: &[NodeId],
+        g: NodeId,
     ) -> Result<Vec<Grad>, GradError> {
-        Ok(vec![Grad::NotYet, Grad::None, Grad::None, Grad::None])
+        let dequantize = Op::Dequantize(super::Dequantize {
+            bits: self.bits,
+            group_size: self.group_size,
+        });
+        let dense = e.op(dequantize, &x[1..])?;
+        let dx = super::activation_gradient(e, x[0], dense, g)?;
+        Ok(vec![Grad::Some(dx), Grad::None, Grad::None, Grad::None])
     }
 
     fn tolerance(&self, x: &Operands<'_>) -> Bound {
@@ -89,6 +96,29 @@ fn quantized_matmul_type(
     inputs: &[TensorType],
 ) -> Result<TensorType, InferError> {
     arity(inputs, 4, "4 (x, w, scales, biases)")?;
+    require_float(inputs, 0)?;
+    same_dtype(inputs, 0, 2)?;
+    min_rank(inputs, 0, 1)?;
+    let x = &inputs[0].shape;
+    let k = x[x.rank() - 1]
+        .as_static()
+        .ok_or_else(|| attr_err!("the input features of x must be static, got {x}"))?;
+    let (n, _) = affine_groups_type(bits, group_size, Some(k), inputs, 1)?;
+    let mut dims = x.dims()[..x.rank() - 1].to_vec();
+    dims.push(n);
+    Ok(TensorType::new(inputs[0].dtype, dims))
+}
+
+/// Checks the packed weight, scales and biases (operands `w`, `w + 1`, `w + 2`) of rows
+/// of `k` values in groups of `group_size` (`k` read from the packed rows when `None`);
+/// gives the rows `N` and `k`.
+pub(super) fn affine_groups_type(
+    bits: u8,
+    group_size: usize,
+    k: Option<usize>,
+    inputs: &[TensorType],
+    w: usize,
+) -> Result<(Dim, usize), InferError> {
     if !matches!(bits, 4 | 8) {
         return Err(attr_err!("bits must be 4 or 8, got {bits}"));
     }
@@ -97,32 +127,36 @@ fn quantized_matmul_type(
             "group_size must be 32, 64 or 128, got {group_size}"
         ));
     }
-    require_float(inputs, 0)?;
-    require(inputs, 1, |d| d == DType::U8, "u8 (packed weights)")?;
-    same_dtype(inputs, 0, 2)?;
-    same_dtype(inputs, 0, 3)?;
-    min_rank(inputs, 0, 1)?;
-    exact_rank(inputs, 1, 2)?;
-    exact_rank(inputs, 2, 2)?;
-    exact_rank(inputs, 3, 2)?;
-    let x = &inputs[0].shape;
-    let k = x[x.rank() - 1]
-        .as_static()
-        .ok_or_else(|| attr_err!("the input features of x must be static, got {x}"))?;
+    let (scales, biases) = (w + 1, w + 2);
+    require(inputs, w, |d| d == DType::U8, "u8 (packed weights)")?;
+    require_float(inputs, scales)?;
+    same_dtype(inputs, scales, biases)?;
+    for operand in [w, scales, biases] {
+        exact_rank(inputs, operand, 2)?;
+    }
+    let packed = &inputs[w].shape;
+    let k = match k {
+        Some(k) => k,
+        None => {
+            let bytes = packed[1]
+                .as_static()
+                .ok_or_else(|| attr_err!("the bytes per row of w must be static, got {packed}"))?;
+            bytes * 8 / usize::from(bits)
+        }
+    };
     if k % group_size != 0 {
         return Err(attr_err!(
             "input features {k} are not a multiple of group_size {group_size}"
         ));
     }
-    let w = &inputs[1].shape;
-    let n = w[0].clone();
+    let n = packed[0].clone();
     same_dim(
         "packed weight bytes per row and input features",
-        &w[1],
+        &packed[1],
         &Dim::Static(k * bits as usize / 8),
     )?;
     let groups = Shape::new([n.clone(), Dim::Static(k / group_size)]);
-    for (operand, what) in [(2, "scales"), (3, "biases")] {
+    for (operand, what) in [(scales, "scales"), (biases, "biases")] {
         if inputs[operand].shape != groups {
             return Err(attr_err!(
                 "{what} must have shape {groups}, got {}",
@@ -130,33 +164,49 @@ fn quantized_matmul_type(
             ));
         }
     }
-    let mut dims = x.dims()[..x.rank() - 1].to_vec();
-    dims.push(n);
-    Ok(TensorType::new(inputs[0].dtype, dims))
+    Ok((n, k))
 }
 
 /// `x · dequant(w)ᵀ`, each weight `scale · q + bias` of its group.
 fn quantized_matmul_value(bits: u8, group_size: usize, x: &[Array], out: &Out) -> Array {
-    let (w, scales, biases) = (&x[1], &x[2], &x[3]);
     let k = *x[0].shape.last().expect("x has rank 1 or more");
-    let n = w.shape[0];
-    let per_byte = 8 / usize::from(bits);
-    let groups = k / group_size;
-    let weight = |row: usize, col: usize| {
-        let byte = w.data[row * w.shape[1] + col / per_byte] as u32;
-        let q = (byte >> (u32::from(bits) * (col % per_byte) as u32)) & ((1u32 << bits) - 1);
-        let g = row * groups + col / group_size;
-        scales.data[g] * f64::from(q) + biases.data[g]
-    };
+    let n = x[1].shape[0];
+    let dense = dequantized(bits, group_size, &x[1], &x[2], &x[3]);
     let rows = x[0].data.len() / k.max(1);
     let mut data = Vec::with_capacity(rows * n);
     for r in 0..rows {
         let xs = &x[0].data[r * k..(r + 1) * k];
         for col in 0..n {
-            data.push(xs.iter().enumerate().map(|(p, v)| v * weight(col, p)).sum());
+            let ws = &dense[col * k..(col + 1) * k];
+            data.push(xs.iter().zip(ws).map(|(v, w)| v * w).sum());
         }
     }
     out.holding(data)
+}
+
+/// The weights `[N, K]` of packed rows `w` (`bits` wide, low bits first), each
+/// `scale · q + bias` of its group of `group_size`, in f64.
+pub(super) fn dequantized(
+    bits: u8,
+    group_size: usize,
+    w: &Array,
+    scales: &Array,
+    biases: &Array,
+) -> Vec<f64> {
+    let (n, row_bytes) = (w.shape[0], w.shape[1]);
+    let per_byte = 8 / usize::from(bits);
+    let k = row_bytes * per_byte;
+    let groups = k / group_size;
+    let mut dense = Vec::with_capacity(n * k);
+    for row in 0..n {
+        for col in 0..k {
+            let byte = w.data[row * row_bytes + col / per_byte] as u32;
+            let q = (byte >> (u32::from(bits) * (col % per_byte) as u32)) & ((1u32 << bits) - 1);
+            let g = row * groups + col / group_size;
+            dense.push(scales.data[g] * f64::from(q) + biases.data[g]);
+        }
+    }
+    dense
 }
 
 /// A new float input whose last axis is a multiple of the group size, times a new packed
@@ -170,6 +220,20 @@ fn random_quantized_matmul(s: &mut dyn Sampler) -> Sampled {
     let mut x_dims: Vec<Dim> = (0..s.below(3)).map(|_| s.dim()).collect();
     x_dims.push(Dim::from(k));
     let x = s.input(dtype, x_dims)?;
+    let [w, scales, biases] = random_affine_weight(s, dtype, bits, group_size, n, k)?;
+    let op = Op::QuantizedMatMul(QuantizedMatMul { bits, group_size });
+    Some((op, vec![x, w, scales, biases]))
+}
+
+/// A new packed weight of `n` rows of `k` values with its scales and biases (params).
+pub(super) fn random_affine_weight(
+    s: &mut dyn Sampler,
+    dtype: DType,
+    bits: u8,
+    group_size: usize,
+    n: usize,
+    k: usize,
+) -> Option<[NodeId; 3]> {
     let bytes = k * usize::from(bits) / 8;
     let packed: Vec<f64> = (0..n * bytes).map(|_| s.below(256) as f64).collect();
     let w = s.param(DType::U8, &[n, bytes], Some(&packed))?;
@@ -178,6 +242,5 @@ fn random_quantized_matmul(s: &mut dyn Sampler) -> Sampled {
     let biases: Vec<f64> = (0..n * groups).map(|_| s.uniform(-1.0, 1.0)).collect();
     let scales = s.param(dtype, &[n, groups], Some(&scales))?;
     let biases = s.param(dtype, &[n, groups], Some(&biases))?;
-    let op = Op::QuantizedMatMul(QuantizedMatMul { bits, group_size });
-    Some((op, vec![x, w, scales, biases]))
+    Some([w, scales, biases])
 }
