@@ -474,6 +474,10 @@ int rlx_mlx_quantized_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w,
   });
 }
 
+int rlx_mlx_after(const rlx_mlx_array* x, const rlx_mlx_array* token, rlx_mlx_array** out) {
+  return guard([&] { put(out, mx::depends({get(x)}, {get(token)})[0]); });
+}
+
 int rlx_mlx_dequantize(const rlx_mlx_array* w, const rlx_mlx_array* scales,
                        const rlx_mlx_array* biases, int32_t bits, int32_t group_size,
                        rlx_mlx_array** out) {

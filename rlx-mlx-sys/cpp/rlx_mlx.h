@@ -345,6 +345,8 @@ int rlx_mlx_quantized_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w,
 int rlx_mlx_block_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w, int32_t format,
                          rlx_mlx_array** out);
 /* The float32 values of `w`'s rows of GGUF blocks (`[.., row bytes]` -> `[.., values]`). */
+// `x`, computed only after `token` (`mx::depends`).
+int rlx_mlx_after(const rlx_mlx_array* x, const rlx_mlx_array* token, rlx_mlx_array** out);
 // `[N, K]` values of group-affine packed rows (the weights of `rlx_mlx_quantized_matmul`).
 int rlx_mlx_dequantize(const rlx_mlx_array* w, const rlx_mlx_array* scales,
                        const rlx_mlx_array* biases, int32_t bits, int32_t group_size,

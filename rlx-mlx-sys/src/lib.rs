@@ -370,6 +370,7 @@ unsafe extern "C" {
         out: *mut *mut Array,
     ) -> c_int;
     pub fn rlx_mlx_block_dequantize(w: *const Array, format: i32, out: *mut *mut Array) -> c_int;
+    pub fn rlx_mlx_after(x: *const Array, token: *const Array, out: *mut *mut Array) -> c_int;
     pub fn rlx_mlx_dequantize(
         w: *const Array,
         scales: *const Array,

@@ -80,6 +80,17 @@ impl<'f> Emitter<'f> {
         Ok(id)
     }
 
+    /// Appends forward node `id`'s op again over `inputs`, with its origin: a value
+    /// computed again for the backward pass.
+    pub fn copy(&mut self, id: NodeId, inputs: &[NodeId]) -> Result<NodeId, GradError> {
+        let (at, origin) = (self.at, self.origin);
+        self.at(id);
+        let copy = self.op(self.forward[id].op.clone(), inputs);
+        self.at = at;
+        self.origin = origin;
+        copy
+    }
+
     pub fn constant(&mut self, data: ConstantData) -> NodeId {
         let id = NodeId::new(self.nodes.len());
         let mut node = Node::new(Op::Constant(data.clone()), vec![], data.ty().clone());

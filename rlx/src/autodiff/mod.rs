@@ -33,6 +33,7 @@
 //! ```
 
 mod emit;
+mod recompute;
 mod rules;
 
 use std::collections::HashSet;
@@ -40,6 +41,8 @@ use std::collections::HashSet;
 use crate::backend::NodeSite;
 use crate::ir::{ConstantData, Graph, NodeId, Output, Scalar};
 pub(crate) use emit::Emitter;
+pub use recompute::Recompute;
+use recompute::Recomputer;
 pub(crate) use rules::Grad;
 
 /// Which leaves [`gradients`] differentiates with respect to.
@@ -113,6 +116,17 @@ pub enum GradError {
 /// respect to each leaf in `wrt`, as outputs `grad/<name>` in the order of the leaves.
 /// A leaf the loss does not depend on gets a zero gradient.
 pub fn gradients(graph: &Graph, loss: &str, wrt: &Wrt) -> Result<Graph, GradError> {
+    gradients_with(graph, loss, wrt, Recompute::Nothing)
+}
+
+/// [`gradients`], with the values between checkpoints computed again in the backward pass
+/// when `recompute` says so (see [`Recompute`]).
+pub fn gradients_with(
+    graph: &Graph,
+    loss: &str,
+    wrt: &Wrt,
+    recompute: Recompute,
+) -> Result<Graph, GradError> {
     let output = graph
         .outputs()
         .iter()
@@ -149,6 +163,10 @@ pub fn gradients(graph: &Graph, loss: &str, wrt: &Wrt) -> Result<Graph, GradErro
     }
 
     let mut e = Emitter::new(graph);
+    let mut recomputer = match recompute {
+        Recompute::Nothing => None,
+        Recompute::BetweenCheckpoints => Some(Recomputer::new(graph)),
+    };
     let mut cotangent: Vec<Option<NodeId>> = vec![None; graph.len()];
     cotangent[output.node.index()] =
         Some(e.constant(ConstantData::scalar(Scalar::Float(1.0), loss_ty.dtype)));
@@ -162,7 +180,17 @@ pub fn gradients(graph: &Graph, loss: &str, wrt: &Wrt) -> Result<Graph, GradErro
             continue;
         }
         e.at(id);
-        let grads = rules::vjp(&mut e, id, g)?;
+        let grads = match &mut recomputer {
+            Some(r) => {
+                let mut x = Vec::with_capacity(node.inputs.len());
+                for &input in &node.inputs {
+                    x.push(r.value(&mut e, input, g)?);
+                }
+                let y = r.value(&mut e, id, g)?;
+                rules::vjp(&mut e, id, y, &x, g)?
+            }
+            None => rules::vjp(&mut e, id, id, &node.inputs, g)?,
+        };
         for (operand, (input, grad)) in node.inputs.iter().zip(grads).enumerate() {
             if !requires[input.index()] {
                 continue;

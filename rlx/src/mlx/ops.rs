@@ -549,6 +549,12 @@ impl Array {
         make(|out| unsafe { sys::rlx_mlx_block_matmul(self.ptr(), w.ptr(), format as i32, out) })
     }
 
+    /// `self`, computed only after `token` (MLX's `depends`).
+    pub fn after(&self, token: &Array) -> Result<Array, MlxError> {
+        // SAFETY: the handles are live; `out` is a valid slot.
+        make(|out| unsafe { sys::rlx_mlx_after(self.ptr(), token.ptr(), out) })
+    }
+
     /// The values of group-affine packed rows (`self`) with their scales and biases.
     pub fn dequantize(
         &self,

@@ -47,7 +47,7 @@ pub use linalg::{
     ActivationPrecision, BlockDequantize, BlockMatMul, Dequantize, MatMul, QuantizedMatMul,
     block_matmul_supports,
 };
-pub(crate) use movement::StopGradient;
+pub(crate) use movement::{After, Checkpoint, StopGradient};
 pub use movement::{
     Broadcast, Concat, DynamicSlice, Gather, Pad, Permute, Reshape, ScatterAdd, Slice, SliceUpdate,
 };
@@ -287,6 +287,13 @@ registry! {
             /// `x` unchanged, but the autodiff transform sends no gradient through it
             /// (`stop_gradient`, PyTorch's `detach`). Operands: `x`.
             StopGradient = crate::ops::StopGradient;
+            /// `x` unchanged: a value the backward pass keeps when a training graph
+            /// recomputes activations ([`autodiff::Recompute`](crate::autodiff::Recompute)).
+            /// Operands: `x`.
+            Checkpoint = crate::ops::Checkpoint;
+            /// `x` unchanged, computed only after `token`: what recomputed values read
+            /// their checkpoints through. Operands: `x`, `token` (any type).
+            After = crate::ops::After;
             /// See [`Reshape`].
             Reshape(Reshape);
             /// See [`Permute`].

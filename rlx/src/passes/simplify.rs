@@ -12,7 +12,9 @@ fn is_identity(graph: &Graph, node: &Node) -> bool {
     let operand = &graph[*first].ty;
     let same_type = *operand == node.ty;
     match &node.op {
-        Op::Reshape(_) | Op::Broadcast(_) | Op::Cast(_) | Op::StopGradient => same_type,
+        Op::Reshape(_) | Op::Broadcast(_) | Op::Cast(_) | Op::StopGradient | Op::Checkpoint => {
+            same_type
+        }
         Op::Permute(Permute { perm }) => perm.iter().enumerate().all(|(i, p)| i == *p),
         Op::Slice(Slice {
             start: 0,

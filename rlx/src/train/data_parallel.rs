@@ -143,7 +143,7 @@ impl DataParallelTrainer {
     where
         B::Executable: 'static,
     {
-        let model = differentiate(graph, loss, &config.trainable)?;
+        let model = differentiate(graph, loss, &config)?;
         let shapes = model
             .weights
             .iter()

@@ -50,7 +50,7 @@ mod schedule;
 use std::collections::HashSet;
 use std::path::Path;
 
-use crate::autodiff::{GradError, Wrt, gradients};
+use crate::autodiff::{GradError, Recompute, Wrt, gradients_with};
 use crate::backend::signature::check_weight;
 use crate::backend::{Backend, CompileError, Context, Executable, RunError, TensorRole};
 use crate::builder::{BuildError, GraphBuilder};
@@ -82,6 +82,9 @@ pub struct TrainConfig {
     pub clip_grad_norm: Option<f64>,
     /// Which params the step updates (every float param unless set).
     pub trainable: Trainable,
+    /// Whether the backward pass computes the values between checkpoints again instead
+    /// of keeping them (off unless set; see [`Recompute`]).
+    pub recompute: Recompute,
 }
 
 /// Which float params a training step updates. The others are frozen: they stay weights of
@@ -112,7 +115,23 @@ impl TrainConfig {
             schedule: Schedule::Constant,
             clip_grad_norm: None,
             trainable: Trainable::All,
+            recompute: Recompute::Nothing,
         }
+    }
+
+    /// Keeps only the checkpoints' activations (each layer's output, in the models that
+    /// mark them) from the forward pass and computes the rest again in the backward pass:
+    /// less memory for about one more forward pass of compute (see [`Recompute`]).
+    ///
+    /// ```
+    /// use rlx::autodiff::Recompute;
+    /// use rlx::train::{Optimizer, TrainConfig};
+    /// let config = TrainConfig::new(Optimizer::adamw(1e-3)).recompute_activations();
+    /// assert_eq!(config.recompute, Recompute::BetweenCheckpoints);
+    /// ```
+    pub fn recompute_activations(mut self) -> TrainConfig {
+        self.recompute = Recompute::BetweenCheckpoints;
+        self
     }
 
     /// Trains only the params `names`; every other param is frozen (see [`Trainable`]).
@@ -198,7 +217,7 @@ pub fn training_graph(
     loss: &str,
     config: &TrainConfig,
 ) -> Result<TrainingGraph, TrainError> {
-    let d = differentiate(graph, loss, &config.trainable)?;
+    let d = differentiate(graph, loss, config)?;
     let base = Graph::assemble(d.nodes, d.outputs, d.writes)
         .map_err(|e| TrainError::Config(format!("the gradient graph does not verify: {e}")))?;
     let mut b = GraphBuilder::from_graph(base);
@@ -232,10 +251,10 @@ struct Differentiated {
 fn differentiate(
     graph: &Graph,
     loss: &str,
-    trainable: &Trainable,
+    config: &TrainConfig,
 ) -> Result<Differentiated, TrainError> {
     // The trained names, once: `None` trains every float param.
-    let only: Option<HashSet<&str>> = match trainable {
+    let only: Option<HashSet<&str>> = match &config.trainable {
         Trainable::All => None,
         Trainable::Only(names) => {
             let params: HashSet<&str> = graph
@@ -259,7 +278,7 @@ fn differentiate(
         }
     };
     let trained = |name: &str| only.as_ref().is_none_or(|names| names.contains(name));
-    let with_grads = gradients(graph, loss, &wrt)?;
+    let with_grads = gradients_with(graph, loss, &wrt, config.recompute)?;
     let (mut nodes, outputs, writes) = with_grads.into_parts();
     let (grad_outputs, outputs): (Vec<_>, Vec<_>) = outputs
         .into_iter()

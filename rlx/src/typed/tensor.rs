@@ -77,6 +77,25 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
         self.then(Op::StopGradient, &[])
     }
 
+    /// The same values, marked as a checkpoint ([`Op::Checkpoint`]): a training graph
+    /// that recomputes activations ([`TrainConfig::recompute_activations`](crate::train::TrainConfig::recompute_activations))
+    /// keeps this value and computes the values before it again in the backward pass.
+    /// Models mark the outputs of their repeated blocks (each decoder layer's).
+    ///
+    /// ```
+    /// use rlx::typed::{Const, Tensor, build};
+    /// let graph = build(|g| {
+    ///     let x: Tensor<(Const<3>,)> = g.input("x");
+    ///     let h = x.tanh().checkpoint();
+    ///     g.output("y", h * h);
+    /// })?;
+    /// # Ok::<(), rlx::typed::BuildErrors>(())
+    /// ```
+    #[track_caller]
+    pub fn checkpoint(self) -> Self {
+        self.then(Op::Checkpoint, &[])
+    }
+
     /// The same data with element type `E2`.
     #[track_caller]
     pub fn cast<E2: Element>(self) -> Tensor<'g, S, E2> {

@@ -19,12 +19,20 @@ pub(crate) enum Grad {
     None,
 }
 
-/// The cotangents of node `id`'s operands given `g`, its output's cotangent.
-pub(crate) fn vjp(e: &mut Emitter<'_>, id: NodeId, g: NodeId) -> Result<Vec<Grad>, GradError> {
+/// The cotangents of node `id`'s operands given `g`, its output's cotangent; the rule
+/// reads the node's value as `y` and its operands as `x` (the forward values, or copies
+/// computed again).
+pub(crate) fn vjp(
+    e: &mut Emitter<'_>,
+    id: NodeId,
+    y: NodeId,
+    x: &[NodeId],
+    g: NodeId,
+) -> Result<Vec<Grad>, GradError> {
     let node = e.node(id);
     if !node.ty.dtype.is_float() {
         // Integer and bool values are piecewise constant: no gradient flows through them.
         return Ok(vec![Grad::None; node.inputs.len()]);
     }
-    node.op.primitive().vjp(e, id, &node.inputs, g)
+    node.op.primitive().vjp(e, y, x, g)
 }

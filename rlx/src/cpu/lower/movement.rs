@@ -290,6 +290,21 @@ impl Lower for crate::ops::StopGradient {
     }
 }
 
+/// Its operand's storage, as a reshape.
+impl Lower for crate::ops::Checkpoint {
+    fn lower(&self, _: &LowerInput<'_>) -> Vec<Thunk> {
+        Vec::new()
+    }
+}
+
+/// Its first operand's storage: the plan runs nodes in order, so whatever reads it comes
+/// after the token already.
+impl Lower for crate::ops::After {
+    fn lower(&self, _: &LowerInput<'_>) -> Vec<Thunk> {
+        Vec::new()
+    }
+}
+
 impl Lower for ir::Permute {
     fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
         let src = contiguous_strides(n.shapes[0]);

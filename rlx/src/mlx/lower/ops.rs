@@ -5,7 +5,7 @@ use super::{Lower, NodeFailure, NodeInput};
 use crate::ir::{self, AttentionMask, BinaryOp, CompareOp, ConstantData, UnaryOp};
 use crate::mlx::array::{Array, MlxError};
 use crate::mlx::ops::MaskArg;
-use crate::ops::{Input, Param, Solve, State, StopGradient, Where};
+use crate::ops::{After, Checkpoint, Input, Param, Solve, State, StopGradient, Where};
 use crate::tensor::TensorRef;
 
 type Lowered = Result<Array, NodeFailure>;
@@ -121,6 +121,20 @@ impl Lower for ir::Reshape {
 impl Lower for StopGradient {
     fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
         Ok(n.x[0].clone())
+    }
+}
+
+impl Lower for Checkpoint {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].clone())
+    }
+}
+
+/// MLX's `depends`: the value, scheduled after the token, and never merged by
+/// `mlx::compile` with an equal computation that does not wait for it.
+impl Lower for After {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].after(n.x[1])?)
     }
 }
 

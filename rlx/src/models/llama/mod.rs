@@ -247,7 +247,8 @@ fn blocks<'g, B: Dim>(
             Activation::GeluTanh => gate.gelu_tanh(),
         };
         let out = p.ffn_down.forward(gate * p.ffn_up.forward(h));
-        x = x + sandwich(&p.post_ffw_norm, out);
+        // Each layer's output is what a training step that recomputes activations keeps.
+        x = (x + sandwich(&p.post_ffw_norm, out)).checkpoint();
     }
     x
 }

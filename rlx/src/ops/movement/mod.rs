@@ -1,5 +1,5 @@
 //! Ops that move values: reshape, permute, slice, concat, broadcast, pad, gather,
-//! scatter-add, windows at run-time offsets (dynamic slice, slice update), and the gradient cut `stop_gradient`. One file per op (gather and
+//! scatter-add, windows at run-time offsets (dynamic slice, slice update), the gradient cut `stop_gradient`, and the identities of recomputation (`checkpoint`, `after`). One file per op (gather and
 //! scatter-add share theirs), each holding the op's whole meaning.
 
 /// The `Primitive` methods of an op whose only attribute is an axis.
@@ -17,6 +17,7 @@ mod dynamic_slice;
 mod gather;
 mod pad;
 mod permute;
+mod recompute;
 mod reshape;
 mod slice;
 mod stop_gradient;
@@ -27,6 +28,7 @@ pub use dynamic_slice::{DynamicSlice, SliceUpdate};
 pub use gather::{Gather, ScatterAdd};
 pub use pad::Pad;
 pub use permute::Permute;
+pub(crate) use recompute::{After, Checkpoint};
 pub use reshape::Reshape;
 pub use slice::Slice;
 pub(crate) use stop_gradient::StopGradient;
