@@ -366,3 +366,23 @@ fn generate_tutorial() {
     let prefix = format!("generate backend=cpu prompt_tokens={prompt} new_tokens=5 ");
     assert!(last.starts_with(&prefix), "{stdout}");
 }
+
+/// The LoRA memory benchmark's figures for SmolLM2-135M-Instruct: recomputing each
+/// layer's activations in the backward pass lowers the step's live peak.
+#[test]
+fn lora_memory_bench_figures() {
+    let stdout = run_example("lora_memory_bench", &["--shapes", "2x32", "--steps", "0"]);
+    let peak = |recompute: &str| -> f64 {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("lora_memory recompute={recompute} batch=2 seq=32")))
+            .unwrap_or_else(|| panic!("no figures with recompute={recompute}: {stdout}"));
+        line.rsplit("peak_live_mib=")
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let (kept, recomputed) = (peak("off"), peak("on"));
+    assert!(recomputed < kept, "{stdout}");
+}
