@@ -2,8 +2,8 @@
 //!
 //! ```text
 //! cargo run --release --example 10_finetune_lora -- [--backend cpu|mlx] [--steps N]
-//!     [--batch B] [--lr LR] [--rank R] [--alpha A] [--qlora] [--eval N] [--seed S]
-//!     [--out DIR] [--model FILE.gguf|DIR]
+//!     [--batch B] [--lr LR] [--rank R] [--alpha A] [--dropout P] [--qlora] [--recompute]
+//!     [--eval N] [--seed S] [--out DIR] [--model FILE.gguf|DIR]
 //! ```
 //!
 //! The task: reverse the order of a few words ("Reverse the order of these words: moon
@@ -12,14 +12,18 @@
 //! `--eval` lists (default 100) that never appear in training. It scores the model on the
 //! held-out set by exact match of its greedy answer, before and after fine-tuning.
 //!
-//! Fine-tuning trains LoRA adapters of rank `--rank` (default 8, alpha `--alpha` 16) on
-//! every projection of every block; the base stays frozen (no gradient, no optimizer
+//! Fine-tuning trains LoRA adapters of rank `--rank` (default 8, alpha `--alpha` 16, inputs
+//! dropped out with probability `--dropout`, default 0, each step's masks drawn from its
+//! step number) on every projection of every block; the base stays frozen (no gradient, no optimizer
 //! state for it). With `--qlora` the base projections stay in the GGUF file's 4-bit blocks
 //! (`Q4_1`) and the gradient flows through the quantized products to the adapters. The loss
 //! is the next-token cross-entropy of the answer's tokens alone
 //! ([`llama_loss`](rlx::models::llama::llama_loss)): the prompt's positions are labelled
 //! -100. AdamW (lr `--lr`, default 1e-3), batches of `--batch` (default 8) conversations,
-//! `--steps` steps (default 150).
+//! `--steps` steps (default 150). With `--recompute` the step keeps only each layer's
+//! output from the forward pass and computes the rest again in the backward pass
+//! ([`TrainConfig::recompute_activations`]): the same steps in less memory
+//! (`lora_memory_bench` prints how much).
 //!
 //! Writes the adapter in Hugging Face PEFT's format (`adapter/`, which PEFT's
 //! `PeftModel.from_pretrained` loads onto SmolLM2-135M-Instruct) and the loss curve
@@ -44,7 +48,7 @@ use rlx_testkit::report;
 use rlx_testkit::rng::Rng;
 
 const USAGE: &str = "usage: 10_finetune_lora [--backend cpu|mlx] [--steps N] [--batch B] \
-    [--lr LR] [--rank R] [--alpha A] [--qlora] [--eval N] [--seed S] [--out DIR] \
+    [--lr LR] [--rank R] [--alpha A] [--dropout P] [--qlora] [--recompute] [--eval N] [--seed S] [--out DIR] \
     [--model FILE.gguf|DIR]";
 
 /// The words lists are made of: short, common, distinct.
@@ -64,7 +68,9 @@ struct Args {
     lr: f64,
     rank: usize,
     alpha: f64,
+    dropout: f64,
     qlora: bool,
+    recompute: bool,
     eval: usize,
     seed: u64,
     out: PathBuf,
@@ -79,7 +85,9 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
         lr: 1e-3,
         rank: 8,
         alpha: 16.0,
+        dropout: 0.0,
         qlora: false,
+        recompute: false,
         eval: 100,
         seed: 2026,
         out: PathBuf::from("target/finetune"),
@@ -98,7 +106,9 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
             "--lr" => args.lr = value()?.parse()?,
             "--rank" => args.rank = value()?.parse()?,
             "--alpha" => args.alpha = value()?.parse()?,
+            "--dropout" => args.dropout = value()?.parse()?,
             "--qlora" => args.qlora = true,
+            "--recompute" => args.recompute = true,
             "--eval" => args.eval = value()?.parse()?,
             "--seed" => args.seed = value()?.parse()?,
             "--out" => args.out = value()?.into(),
@@ -283,7 +293,7 @@ fn finetune<B: Backend<Executable: 'static>>(
         };
         config.keep_gguf_blocks(file);
     }
-    let lora = LoraConfig::new(args.rank, args.alpha, &LoraTarget::ALL);
+    let lora = LoraConfig::new(args.rank, args.alpha, &LoraTarget::ALL).with_dropout(args.dropout);
     config.lora = Some(lora.clone());
 
     // Held-out lists first; training draws others.
@@ -309,7 +319,10 @@ fn finetune<B: Backend<Executable: 'static>>(
     // The training step: forward, backward and AdamW over the adapters alone.
     let start = Instant::now();
     let graph = LlamaLoss::build(&config)?;
-    let train = TrainConfig::new(Optimizer::adamw(args.lr)).train_only(config.adapter_params());
+    let mut train = TrainConfig::new(Optimizer::adamw(args.lr)).train_only(config.adapter_params());
+    if args.recompute {
+        train = train.recompute_activations();
+    }
     let mut trainer = Trainer::new(backend, &graph, "loss", train)?;
     files.load_weights(
         trainer.executable(),
@@ -335,7 +348,12 @@ fn finetune<B: Backend<Executable: 'static>>(
         }
         let (ids, labels, count) = task.batch(&examples)?;
         let timer = Instant::now();
-        let loss = trainer.step(&[("input_ids", ids.view()), ("labels", labels.view())])?;
+        let seed = HostTensor::from_vec(vec![step as i64], [0usize; 0])?;
+        let mut inputs = vec![("input_ids", ids.view()), ("labels", labels.view())];
+        if args.dropout > 0.0 {
+            inputs.push(("dropout_seed", seed.view()));
+        }
+        let loss = trainer.step(&inputs)?;
         // The first step of each length plans it: count the steady state.
         if step > 1 {
             seconds += timer.elapsed().as_secs_f64();

@@ -490,6 +490,12 @@ fn unsupported_or_broken_peft_files_are_errors() {
         ("r", serde_json::json!(3), "takes f32 [3"),
         ("lora_alpha", serde_json::json!("big"), "lora_alpha"),
         ("peft_type", serde_json::json!("IA3"), "IA3"),
+        (
+            "lora_dropout",
+            serde_json::json!(1.5),
+            "dropout must be in [0, 1)",
+        ),
+        ("lora_dropout", serde_json::json!("some"), "lora_dropout"),
     ] {
         let mut changed = json.clone();
         changed[key] = value;
@@ -497,6 +503,16 @@ fn unsupported_or_broken_peft_files_are_errors() {
         let error = LoraAdapter::load_peft(case.path(), &base_config).unwrap_err();
         assert!(error.to_string().contains(says), "{key}: {error}");
     }
+    // PEFT's dropout is read, and written back.
+    let mut dropping = json.clone();
+    dropping["lora_dropout"] = serde_json::json!(0.05);
+    std::fs::write(&config_path, dropping.to_string()).unwrap();
+    let loaded = LoraAdapter::load_peft(case.path(), &base_config).unwrap();
+    assert_eq!(loaded.config().dropout, 0.05);
+    loaded.save_peft(case.path(), "tiny").unwrap();
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    assert_eq!(written["lora_dropout"], 0.05);
     std::fs::write(&config_path, "{not json").unwrap();
     assert!(matches!(
         LoraAdapter::load_peft(case.path(), &base_config),

@@ -1,6 +1,7 @@
 //! Activation recomputation through the public API: a training step that keeps only the
 //! checkpoints gives the same gradients and steps as one that keeps everything, on the
-//! CPU and MLX, with a smaller live peak in the CPU's plan.
+//! CPU and MLX, with a smaller live peak in the CPU's plan; adapters' dropout draws the
+//! same masks again.
 
 use rlx::autodiff::{Recompute, Wrt, gradients, gradients_with};
 use rlx::backend::{Backend, Executable};
@@ -145,8 +146,17 @@ fn lora_steps<B: Backend>(
     let input = HostTensor::from_vec(rows.clone(), [2, n]).unwrap();
     let labels: Vec<i64> = rows.iter().map(|t| (t * 7 + 3) % 128).collect();
     let labels = HostTensor::from_vec(labels, [2, n]).unwrap();
-    let batch = [("input_ids", input.view()), ("labels", labels.view())];
-    let losses = (0..5).map(|_| trainer.step(&batch).unwrap()).collect();
+    let dropout = config.lora.as_ref().is_some_and(|l| l.dropout > 0.0);
+    let losses = (0..5i64)
+        .map(|step| {
+            let seed = HostTensor::from_vec(vec![step], [0usize; 0]).unwrap();
+            let mut batch = vec![("input_ids", input.view()), ("labels", labels.view())];
+            if dropout {
+                batch.push(("dropout_seed", seed.view()));
+            }
+            trainer.step(&batch).unwrap()
+        })
+        .collect();
     let adapter = config
         .adapter_params()
         .iter()
@@ -209,14 +219,36 @@ fn recomputing_decoder_layers_keeps_the_steps() {
     );
     assert!(recomputing.lower_bound < plain.lower_bound);
 
+    // With dropout on the adapters' inputs, the masks a step draws again in the backward
+    // pass are the forward pass's: recomputing still gives the same steps.
+    let mut dropping = config.clone();
+    dropping.lora = dropping.lora.map(|l| l.with_dropout(0.3));
+    let kept_dropping = lora_steps(&cpu, dir.path(), &dropping, false);
+    let again_dropping = lora_steps(&cpu, dir.path(), &dropping, true);
+    assert_same_steps("cpu with dropout", &kept_dropping, &again_dropping);
+    assert!(
+        (kept_dropping.0[1] - kept.0[1]).abs() > 1e-4,
+        "dropout changes the steps: {:?} {:?}",
+        kept_dropping.0,
+        kept.0
+    );
+
     #[cfg(feature = "mlx")]
     {
         use rlx::mlx::{MlxBackend, MlxMode};
         for mode in [MlxMode::Eager, MlxMode::Compiled] {
             let mlx = MlxBackend::new(mode);
-            let kept = lora_steps(&mlx, dir.path(), &config, false);
-            let again = lora_steps(&mlx, dir.path(), &config, true);
-            assert_same_steps(&format!("MLX {mode:?}"), &kept, &again);
+            let label = format!("MLX {mode:?}");
+            let kept_mlx = lora_steps(&mlx, dir.path(), &config, false);
+            let again_mlx = lora_steps(&mlx, dir.path(), &config, true);
+            assert_same_steps(&label, &kept_mlx, &again_mlx);
+            // MLX draws the CPU's masks.
+            let dropping_mlx = lora_steps(&mlx, dir.path(), &dropping, true);
+            assert_same_steps(
+                &format!("{label} with dropout"),
+                &kept_dropping,
+                &dropping_mlx,
+            );
         }
     }
 }

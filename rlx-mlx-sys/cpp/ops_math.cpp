@@ -474,6 +474,32 @@ int rlx_mlx_quantized_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w,
   });
 }
 
+int rlx_mlx_random_uniform(const rlx_mlx_array* seed, uint32_t stream, const int64_t* shape,
+                           size_t ndim, rlx_mlx_array** out) {
+  return guard([&] {
+    // RLX's draw (`ops/random.rs`): unsigned 32-bit arithmetic wraps alike on every device.
+    const auto u32 = [](uint32_t v) { return mx::array(v, mx::uint32); };
+    const auto mix = [&](mx::array x) {
+      x = mx::bitwise_xor(x, mx::right_shift(x, u32(16)));
+      x = mx::multiply(x, u32(0x7feb352du));
+      x = mx::bitwise_xor(x, mx::right_shift(x, u32(15)));
+      x = mx::multiply(x, u32(0x846ca68bu));
+      return mx::bitwise_xor(x, mx::right_shift(x, u32(16)));
+    };
+    uint32_t s = stream;
+    s ^= s >> 16; s *= 0x7feb352du; s ^= s >> 15; s *= 0x846ca68bu; s ^= s >> 16;
+    const mx::array key = mix(mx::bitwise_xor(mx::astype(get(seed), mx::uint32), u32(s)));
+    const mx::Shape dims = shape_of(shape, ndim);
+    int64_t n = 1;
+    for (auto d : dims) n *= d;
+    const mx::array index = mx::astype(mx::arange(static_cast<double>(n), mx::int64), mx::uint32);
+    const mx::array bits = mix(mx::bitwise_xor(index, key));
+    const mx::array unit = mx::multiply(mx::astype(mx::right_shift(bits, u32(8)), mx::float32),
+                                        mx::array(1.0f / 16777216.0f));
+    put(out, mx::reshape(unit, dims));
+  });
+}
+
 int rlx_mlx_after(const rlx_mlx_array* x, const rlx_mlx_array* token, rlx_mlx_array** out) {
   return guard([&] { put(out, mx::depends({get(x)}, {get(token)})[0]); });
 }

@@ -345,6 +345,9 @@ int rlx_mlx_quantized_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w,
 int rlx_mlx_block_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w, int32_t format,
                          rlx_mlx_array** out);
 /* The float32 values of `w`'s rows of GGUF blocks (`[.., row bytes]` -> `[.., values]`). */
+// f32 values uniform in [0, 1) of `shape`, RLX's draw of `seed` (a rank-0 int64) and `stream`.
+int rlx_mlx_random_uniform(const rlx_mlx_array* seed, uint32_t stream, const int64_t* shape,
+                           size_t ndim, rlx_mlx_array** out);
 // `x`, computed only after `token` (`mx::depends`).
 int rlx_mlx_after(const rlx_mlx_array* x, const rlx_mlx_array* token, rlx_mlx_array** out);
 // `[N, K]` values of group-affine packed rows (the weights of `rlx_mlx_quantized_matmul`).

@@ -370,6 +370,13 @@ unsafe extern "C" {
         out: *mut *mut Array,
     ) -> c_int;
     pub fn rlx_mlx_block_dequantize(w: *const Array, format: i32, out: *mut *mut Array) -> c_int;
+    pub fn rlx_mlx_random_uniform(
+        seed: *const Array,
+        stream: u32,
+        shape: *const i64,
+        ndim: usize,
+        out: *mut *mut Array,
+    ) -> c_int;
     pub fn rlx_mlx_after(x: *const Array, token: *const Array, out: *mut *mut Array) -> c_int;
     pub fn rlx_mlx_dequantize(
         w: *const Array,

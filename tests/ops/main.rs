@@ -14,6 +14,7 @@ mod linalg;
 mod movement;
 mod nn;
 mod norm;
+mod random;
 mod reduce;
 mod reference;
 mod sample;

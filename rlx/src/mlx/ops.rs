@@ -549,6 +549,15 @@ impl Array {
         make(|out| unsafe { sys::rlx_mlx_block_matmul(self.ptr(), w.ptr(), format as i32, out) })
     }
 
+    /// Uniform `f32` values of `dims` drawn from the seed `self` (see the IR op).
+    pub fn random_uniform(&self, stream: u32, dims: &[usize]) -> Result<Array, MlxError> {
+        let dims = dims_i64(dims);
+        // SAFETY: the handle is live; `dims` holds the count passed; `out` is a valid slot.
+        make(|out| unsafe {
+            sys::rlx_mlx_random_uniform(self.ptr(), stream, dims.as_ptr(), dims.len(), out)
+        })
+    }
+
     /// `self`, computed only after `token` (MLX's `depends`).
     pub fn after(&self, token: &Array) -> Result<Array, MlxError> {
         // SAFETY: the handles are live; `out` is a valid slot.

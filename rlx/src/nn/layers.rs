@@ -53,10 +53,26 @@ fn kept_blocks<'g, R: Dim, C: Dim>(
 /// When the config gives the weight a low-rank adapter
 /// ([`Sizes::with_adapter`](crate::typed::Sizes::with_adapter)), the projection declares
 /// its factors beside the weight (`lora_a`, `lora_b`: a [`Lora`]) and adds its update:
-/// `x·W + scale·x·Aᵀ·Bᵀ`, whatever format `W` is kept in.
+/// `x·W + scale·x·Aᵀ·Bᵀ`, whatever format `W` is kept in; while the scope drops adapters'
+/// inputs ([`Scope::drop_adapter_inputs`](crate::typed::Scope::drop_adapter_inputs)), the
+/// update takes `dropout(x)` instead of `x`.
 pub struct Projection<'g, I: Dim, O: Dim, E: Float = f32> {
     weight: ProjectionWeight<'g, I, O, E>,
-    adapter: Option<(Lora<'g, I, O, E>, f64)>,
+    adapter: Option<Adapter<'g, I, O, E>>,
+}
+
+/// A projection's adapter: its factors, scale, and the stream its dropout draws from.
+struct Adapter<'g, I: Dim, O: Dim, E: Float> {
+    lora: Lora<'g, I, O, E>,
+    scale: f64,
+    stream: u32,
+}
+
+/// A stream of random draws per checkpoint key (FNV-1a): the same every build.
+fn stream_of(key: &str) -> u32 {
+    key.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
 }
 
 enum ProjectionWeight<'g, I: Dim, O: Dim, E: Float> {
@@ -75,9 +91,11 @@ impl<'g, I: Dim, O: Dim, E: Float> Params<'g> for Projection<'g, I, O, E> {
             Some((w, product)) => ProjectionWeight::Blocks(w, product),
             None => ProjectionWeight::Dense(g.param_at(&at.transposed())),
         };
-        let adapter = g
-            .adapter(at.key())
-            .map(|scale| (Lora::declare(g, base), scale));
+        let adapter = g.adapter(at.key()).map(|scale| Adapter {
+            lora: Lora::declare(g, base),
+            scale,
+            stream: stream_of(at.key()),
+        });
         Projection { weight, adapter }
     }
 }
@@ -90,10 +108,14 @@ impl<'g, I: Dim, O: Dim, E: Float> Projection<'g, I, O, E> {
             ProjectionWeight::Dense(w) => x.project(*w),
             ProjectionWeight::Blocks(w, product) => x.block_matmul::<I, O>(*w, *product),
         };
-        match &self.adapter {
-            Some((lora, scale)) => y + lora.forward(x, *scale),
-            None => y,
-        }
+        let Some(adapter) = &self.adapter else {
+            return y;
+        };
+        let input = match x.scope().adapter_dropout() {
+            Some((p, seed)) => x.dropout(p, seed, adapter.stream),
+            None => x,
+        };
+        y + adapter.lora.forward(input, adapter.scale)
     }
 
     /// The weight `[in, out]`, unless it is kept in blocks.

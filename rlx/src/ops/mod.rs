@@ -29,6 +29,7 @@ pub(crate) mod linalg;
 mod movement;
 mod nn;
 mod norm;
+mod random;
 mod reduce;
 mod sample;
 mod sample_token;
@@ -53,6 +54,8 @@ pub use movement::{
 };
 pub use nn::{Attention, Rope};
 pub use norm::{LayerNorm, RmsNorm};
+pub use random::RandomUniform;
+pub(crate) use random::{random_key, uniform_at};
 pub use reduce::{ArgReduce, Cumsum, Reduce};
 pub use sample::{Sampled, Sampler};
 pub use sample_token::SampleToken;
@@ -328,6 +331,8 @@ registry! {
             TopK(TopK);
             /// See [`Sort`].
             Sort(Sort);
+            /// See [`RandomUniform`].
+            RandomUniform(RandomUniform);
             /// Solves `a x = b` for square `a`. Operands: `a` `[.., N, N]`, `b` `[.., N, K]` (float,
             /// same batch dims).
             Solve = crate::ops::Solve;

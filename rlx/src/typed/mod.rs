@@ -36,6 +36,7 @@ mod linalg;
 mod loss;
 mod movement;
 mod nn;
+mod random;
 mod scope;
 mod shape;
 mod sort;

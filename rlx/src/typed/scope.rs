@@ -1,6 +1,6 @@
 //! The graph being built, seen through typed handles.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -45,6 +45,8 @@ pub struct Scope<'g> {
     errors: RefCell<Vec<BuildError>>,
     sizes: Sizes,
     manifest: RefCell<Manifest>,
+    /// Dropout on adapters' inputs from here on: the probability and the seed.
+    adapter_dropout: Cell<Option<(f64, Option<NodeId>)>>,
     // Invariant in 'g: the brand can neither grow nor shrink to match another graph's.
     _brand: PhantomData<fn(&'g ()) -> &'g ()>,
 }
@@ -101,6 +103,7 @@ pub fn build_model(
         errors: RefCell::new(Vec::new()),
         sizes: sizes.clone(),
         manifest: RefCell::new(Manifest::default()),
+        adapter_dropout: Cell::new(None),
         _brand: PhantomData,
     };
     f(&scope);
@@ -183,6 +186,20 @@ impl<'g> Scope<'g> {
     /// `key` ([`Sizes::with_adapter`]), if any.
     pub fn adapter(&self, key: &str) -> Option<f64> {
         self.sizes.adapter(key)
+    }
+
+    /// From here on, every adapter a [`Projection`](crate::nn::Projection) adds drops its
+    /// input with probability `p` ([`Tensor::dropout`], a stream per projection), the masks
+    /// drawn from `seed`: what a fine-tuning loss sets; graphs for inference never do.
+    pub fn drop_adapter_inputs(&self, p: f64, seed: Tensor<'g, (), i64>) {
+        self.adapter_dropout.set(Some((p, seed.id())));
+    }
+
+    /// The dropout on adapters' inputs set by [`Scope::drop_adapter_inputs`], if any.
+    pub fn adapter_dropout(&'g self) -> Option<(f64, Tensor<'g, (), i64>)> {
+        self.adapter_dropout
+            .get()
+            .map(|(p, seed)| (p, Tensor::from_id(self, seed)))
     }
 
     /// How products with weights kept in blocks take their activations

@@ -12,6 +12,7 @@ mod geometry;
 mod linalg;
 mod movement;
 mod nn;
+mod random;
 mod reduce;
 mod sample;
 mod sort;

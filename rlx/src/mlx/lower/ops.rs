@@ -411,6 +411,12 @@ impl Lower for ir::BlockDequantize {
     }
 }
 
+impl Lower for ir::RandomUniform {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(n.x[0].random_uniform(self.stream, n.shape)?)
+    }
+}
+
 impl Lower for ir::Dequantize {
     fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
         let x = n.x;

@@ -11,6 +11,10 @@ use crate::typed::{Dyn, Scope, Tensor};
 /// transformers' loss with labels already shifted by one position, and PyTorch's
 /// `ignore_index`: the mean is over the labelled positions alone.
 ///
+/// With [`LoraConfig::dropout`](super::LoraConfig::dropout) above 0, each adapter's input
+/// is dropped out (PEFT's `lora_dropout`) and the graph takes one more input,
+/// `dropout_seed` (an `i64` scalar), which draws the masks: a new value each step.
+///
 /// ```
 /// use rlx::models::llama::{LlamaConfig, LlamaLoss, LoraConfig, LoraTarget};
 /// let mut config = LlamaConfig::new(64, 2, 4, 2, 128, 100);
@@ -28,7 +32,10 @@ pub fn llama_loss<'g>(
     input_ids: Tensor<'g, (Batch, Seq), i64>,
     labels: Tensor<'g, (Batch, Seq), i64>,
 ) -> Tensor<'g, ()> {
-    let _ = g;
+    if let Some(lora) = cfg.lora.as_ref().filter(|l| l.dropout > 0.0) {
+        let seed: Tensor<'g, (), i64> = g.input("dropout_seed");
+        g.drop_adapter_inputs(lora.dropout, seed);
+    }
     let x = embed(cfg, p, input_ids);
     let x = blocks(cfg, p, x, &mut Causal(cfg.attention_scale));
     let logits: Tensor<'g, (Dyn, Vocab)> = logits(cfg, p, x).reshape();

@@ -126,6 +126,11 @@ pub struct LoraConfig {
     pub alpha: f64,
     /// The projections adapted in every block.
     pub targets: Vec<LoraTarget>,
+    /// The probability that fine-tuning zeroes each input of an adapter (PEFT's
+    /// `lora_dropout`; 0 unless set). Only the loss model applies it
+    /// ([`llama_loss`](super::llama_loss)), which then takes a graph input
+    /// `dropout_seed` (an `i64` scalar): give it a new value every step.
+    pub dropout: f64,
 }
 
 impl LoraConfig {
@@ -138,7 +143,21 @@ impl LoraConfig {
             rank,
             alpha,
             targets,
+            dropout: 0.0,
         }
+    }
+
+    /// With dropout `p` on the adapters' inputs during fine-tuning (see
+    /// [`LoraConfig::dropout`]).
+    ///
+    /// ```
+    /// use rlx::models::llama::{LoraConfig, LoraTarget};
+    /// let lora = LoraConfig::new(8, 16.0, &LoraTarget::ALL).with_dropout(0.05);
+    /// assert_eq!(lora.dropout, 0.05);
+    /// ```
+    pub fn with_dropout(mut self, p: f64) -> LoraConfig {
+        self.dropout = p;
+        self
     }
 
     /// The factor on the update: `alpha / rank`.
@@ -147,6 +166,12 @@ impl LoraConfig {
     }
 
     pub(super) fn check(&self) -> Result<(), LoraError> {
+        if !(0.0..1.0).contains(&self.dropout) {
+            return Err(LoraError::Config(format!(
+                "the adapters' dropout must be in [0, 1), got {}",
+                self.dropout
+            )));
+        }
         if self.rank == 0 || self.targets.is_empty() || !self.alpha.is_finite() {
             return Err(LoraError::Config(format!(
                 "an adapter needs a rank above 0, a finite alpha and a target: rank {}, \

@@ -85,7 +85,7 @@ impl LoraAdapter {
             "base_model_name_or_path": base_model,
             "r": c.rank,
             "lora_alpha": c.alpha,
-            "lora_dropout": 0.0,
+            "lora_dropout": c.dropout,
             "target_modules": c.targets.iter().map(|t| t.peft_name()).collect::<Vec<_>>(),
             "bias": "none",
             "fan_in_fan_out": false,
@@ -164,7 +164,11 @@ fn peft_config(json: &Value) -> Result<LoraConfig, String> {
     } else {
         alpha
     };
-    let config = LoraConfig::new(rank as usize, alpha, &targets);
+    let dropout = match field("lora_dropout") {
+        None => 0.0,
+        Some(p) => p.as_f64().ok_or("lora_dropout must be a number")?,
+    };
+    let config = LoraConfig::new(rank as usize, alpha, &targets).with_dropout(dropout);
     config.check().map_err(|e| e.to_string())?;
     Ok(config)
 }
