@@ -19,44 +19,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-WORDS = [
-    "apple", "river", "stone", "cloud", "tiger", "lemon", "piano", "candle", "garden",
-    "window", "silver", "forest", "rocket", "pepper", "castle", "button", "mirror", "planet",
-    "orange", "bridge", "dragon", "pencil", "rabbit", "summer", "winter", "yellow", "purple",
-    "coffee", "bottle", "island", "jacket", "ladder", "magnet", "needle", "pillow", "rubber",
-    "saddle", "tunnel", "violin", "wallet", "zebra", "anchor", "basket", "cactus", "desert",
-    "engine", "falcon", "guitar",
-]
-MASK = (1 << 64) - 1
-
-
-class Rng:
-    """SplitMix64, as rlx_testkit::rng::Rng."""
-
-    def __init__(self, seed):
-        self.state = seed
-
-    def next_u64(self):
-        self.state = (self.state + 0x9E3779B97F4A7C15) & MASK
-        z = self.state
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
-        return z ^ (z >> 31)
-
-    def below(self, n):
-        return self.next_u64() % n
-
-
-def example(rng):
-    n = 3 + rng.below(3)
-    words = []
-    while len(words) < n:
-        w = WORDS[rng.below(len(WORDS))]
-        if w not in words:
-            words.append(w)
-    question = "Reverse the order of these words: " + " ".join(words)
-    return question, " ".join(reversed(words))
-
+from reverse_words import Rng, held_out, training_batch
 
 def main():
     ap = argparse.ArgumentParser()
@@ -114,11 +77,7 @@ def main():
         return right / len(examples)
 
     rng = Rng(args.seed)
-    held = []
-    while len(held) < args.eval:
-        e = example(rng)
-        if all(h[0] != e[0] for h in held):
-            held.append(e)
+    held = held_out(rng, args.eval)
     before = accuracy(held)
 
     config = LoraConfig(
@@ -133,12 +92,7 @@ def main():
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     tokens, seconds = 0, 0.0
     for step in range(1, args.steps + 1):
-        examples = []
-        while len(examples) < args.batch:
-            e = example(rng)
-            if all(h[0] != e[0] for h in held):
-                examples.append(e)
-        ids, labels = batch(examples)
+        ids, labels = batch(training_batch(rng, held, args.batch))
         ids, labels = ids.to(args.device), labels.to(args.device)
         if args.device == "cuda":
             torch.cuda.synchronize()
