@@ -8,7 +8,7 @@ exact match before and after, and training tokens per second (padded, after the 
     python bench/finetune_lora_bench.py PATH/TO/SmolLM2-135M-Instruct.Q4_1.gguf \
         [--steps 150] [--eval 100] [--threads 2] [--device cpu|cuda]
 
-Last line: `finetune backend=torch steps=S before=A0 after=A1 tok_s=T`.
+Last line: `finetune backend=torch steps=S before=A0 after=A1 tok_s=T steps_s=R`.
 Needs torch, transformers, peft and gguf.
 """
 import argparse
@@ -114,7 +114,8 @@ def main():
     after = accuracy(held)
     print(
         f"finetune backend=torch steps={args.steps} before={before:.3f} after={after:.3f} "
-        f"tok_s={tokens / seconds if seconds else 0:.1f}"
+        f"tok_s={tokens / seconds if seconds else 0:.1f} "
+        f"steps_s={(args.steps - 1) / seconds if seconds else 0:.2f}"
     )
 
 
