@@ -22,15 +22,18 @@ use crate::ir::{Graph, NodeId, Op};
 /// use rlx::autodiff::{Recompute, Wrt, gradients_with};
 /// use rlx::prelude::*;
 /// let mut b = GraphBuilder::new();
-/// let x = b.input("x", DType::F32, [4, 3])?;
+/// let mut h = b.input("x", DType::F32, [4, 3])?;
 /// let w = b.param("w", DType::F32, [3, 3])?;
-/// let h = b.matmul(x, w)?;
-/// let h = b.unary(UnaryOp::Tanh, h)?;
-/// let h = b.op(Op::Checkpoint, &[h])?; // kept; the tanh's operand is computed again
+/// for _ in 0..2 {
+///     let product = b.matmul(h, w)?;
+///     let t = b.unary(UnaryOp::Tanh, product)?; // computed again for its gradient
+///     h = b.op(Op::Checkpoint, &[t])?; // kept
+/// }
 /// let loss = b.reduce(ReduceOp::Sum, h, &[0, 1], false)?;
 /// b.output("loss", loss)?;
 /// let graph = b.finish()?;
 /// let step = gradients_with(&graph, "loss", &Wrt::Params, Recompute::BetweenCheckpoints)?;
+/// // The second block's copies read the first checkpoint behind the gradient.
 /// assert!(step.iter().any(|(_, n)| n.op == Op::After));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
