@@ -30,14 +30,13 @@ impl<'g, B: Dim, C: Dim, E: Float> Tensor<'g, (B, C), E> {
         let Some((picked, _)) = self.picked_log_probs(labels) else {
             return Tensor::from_id(scope, None);
         };
-        let per_row = scope.apply(sum(vec![1]), &[picked]);
         let mean = scope.apply(
             Op::Reduce(Reduce {
                 op: ReduceOp::Mean,
                 axes: vec![0],
                 keep_dims: false,
             }),
-            &[per_row],
+            &[picked],
         );
         Tensor::from_id(scope, scope.apply(Op::Unary(UnaryOp::Neg), &[mean]))
     }
@@ -61,19 +60,21 @@ impl<'g, B: Dim, C: Dim, E: Float> Tensor<'g, (B, C), E> {
     #[track_caller]
     pub fn masked_cross_entropy<I: Index>(self, labels: Tensor<'g, (B,), I>) -> Tensor<'g, (), E> {
         let scope = self.scope();
-        let Some((picked, one_hot)) = self.picked_log_probs(labels) else {
+        let Some((picked, labelled)) = self.picked_log_probs(labels) else {
             return Tensor::from_id(scope, None);
         };
-        let total = scope.apply(sum(vec![0, 1]), &[picked]);
-        let count = scope.apply(sum(vec![0, 1]), &[one_hot]);
+        let total = scope.apply(sum(vec![0]), &[picked]);
+        let count = scope.apply(sum(vec![0]), &[labelled]);
         let one = scope.scalar(Scalar::Float(1.0), E::DTYPE);
         let count = scope.apply(Op::Binary(BinaryOp::Max), &[count, one]);
         let mean = scope.apply(Op::Binary(BinaryOp::Div), &[total, count]);
         Tensor::from_id(scope, scope.apply(Op::Unary(UnaryOp::Neg), &[mean]))
     }
 
-    /// The log-probability of each row's label at its column (0 elsewhere, and in rows
-    /// whose label is out of range), and the one-hot rows that pick them.
+    /// The log-probability of each row's label (0 in rows whose label is outside `0..C`),
+    /// and 1 where the label is in range, 0 elsewhere: both `(B,)`. The label's entry is
+    /// gathered from the flattened log-probabilities (row · C + label), so no `(B, C)`
+    /// one-hot matrix is made, nor kept for the backward pass.
     #[track_caller]
     fn picked_log_probs<I: Index>(
         self,
@@ -83,11 +84,35 @@ impl<'g, B: Dim, C: Dim, E: Float> Tensor<'g, (B, C), E> {
         let ty = self.id().and_then(|id| scope.ty(id))?;
         let (batch, classes) = (ty.shape[0].clone(), ty.shape[1].clone());
         let logp = scope.apply(Op::Softmax(Softmax { axis: 1, log: true }), &[self.id()]);
-        // 0..C in the labels' dtype: an exclusive running sum of ones.
-        let one = scope.scalar(Scalar::Int(1), I::DTYPE);
+        let flat = ir::Shape::new([ir::Dim::product(&[batch.clone(), classes.clone()])]);
+        let flat = scope.apply(Op::Reshape(Reshape { shape: flat }), &[logp]);
+        // Indices in i64 whatever the labels' dtype: row · C overflows i32 on large batches.
+        let i64 = ir::DType::I64;
+        let labels = scope.apply(Op::Cast(Cast { to: i64 }), &[labels.id()]);
+        let one = scope.scalar(Scalar::Int(1), i64);
+        let count = |dim: ir::Dim| match dim.as_static() {
+            Some(n) => scope.scalar(Scalar::Int(n as i64), i64),
+            None => {
+                let ones = scope.apply(
+                    Op::Broadcast(Broadcast {
+                        shape: ir::Shape::new([dim]),
+                    }),
+                    &[one],
+                );
+                scope.apply(sum(vec![0]), &[ones])
+            }
+        };
+        let classes = count(classes);
+        // The label clamped into 0..C; in range where clamping left it unchanged.
+        let zero = scope.scalar(Scalar::Int(0), i64);
+        let last = scope.apply(Op::Binary(BinaryOp::Sub), &[classes, one]);
+        let clamped = scope.apply(Op::Binary(BinaryOp::Max), &[labels, zero]);
+        let clamped = scope.apply(Op::Binary(BinaryOp::Min), &[clamped, last]);
+        let in_range = scope.apply(Op::Compare(CompareOp::Eq), &[clamped, labels]);
+        // Row offsets 0, C, 2C, …: an exclusive running sum of ones, times C.
         let ones = scope.apply(
             Op::Broadcast(Broadcast {
-                shape: ir::Shape::new([classes]),
+                shape: ir::Shape::new([batch]),
             }),
             &[one],
         );
@@ -96,13 +121,13 @@ impl<'g, B: Dim, C: Dim, E: Float> Tensor<'g, (B, C), E> {
             exclusive: true,
             reverse: false,
         });
-        let class_ids = scope.apply(cumsum, &[ones]);
-        let column = ir::Shape::new([batch, ir::Dim::Static(1)]);
-        let labels = scope.apply(Op::Reshape(Reshape { shape: column }), &[labels.id()]);
-        let hit = scope.apply(Op::Compare(CompareOp::Eq), &[labels, class_ids]);
-        let one_hot = scope.apply(Op::Cast(Cast { to: E::DTYPE }), &[hit]);
-        let picked = scope.apply(Op::Binary(BinaryOp::Mul), &[one_hot, logp]);
-        Some((picked, one_hot))
+        let rows = scope.apply(cumsum, &[ones]);
+        let offsets = scope.apply(Op::Binary(BinaryOp::Mul), &[rows, classes]);
+        let index = scope.apply(Op::Binary(BinaryOp::Add), &[offsets, clamped]);
+        let gathered = scope.apply(Op::Gather(ir::Gather { axis: 0 }), &[flat, index]);
+        let labelled = scope.apply(Op::Cast(Cast { to: E::DTYPE }), &[in_range]);
+        let picked = scope.apply(Op::Binary(BinaryOp::Mul), &[gathered, labelled]);
+        Some((picked, labelled))
     }
 }
 
