@@ -15,6 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+source "$root/scripts/gpu-common.sh"
 
 case "${1:-}" in
   pack)
@@ -67,14 +68,10 @@ case "${1:-}" in
       (cd "$work/parts" && cat $(cat rlx-finetune.parts)) | xz -d | tar -C "$work" -xf -
       touch "$work/unpacked"
     fi
-    libs=${RLX_CUDA_LIBS:-$(python3 -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))')}
-    # libmlx finds the CUDA libraries as nvidia/ beside mlx/, and NVRTC the CUDA headers
-    # (with crt/, which torch's packages lack) under nvidia/cu13/include.
-    nv=$work/payload/nvidia
-    rm -rf "$nv" && mkdir -p "$nv/cu13/include"
-    for e in "$libs"/nvidia/*; do [ "$(basename "$e")" = cu13 ] || ln -s "$e" "$nv/"; done
-    for e in "$libs"/nvidia/cu13/*; do [ "$(basename "$e")" = include ] || ln -s "$e" "$nv/cu13/"; done
-    for e in "$libs"/nvidia/cu13/include/* "$work"/cuda-include/*; do ln -sfn "$e" "$nv/cu13/include/"; done
+    # libmlx finds the CUDA libraries as nvidia/ beside mlx/, and NVRTC CUDA's headers
+    # (crt/ too, which torch's packages lack) under nvidia/cu13/include.
+    libs=$(cuda_libs)
+    link_cuda_libs "$libs/nvidia" "$work/payload/nvidia" "$work/cuda-include"
     site=$work/site
     if [ ! -d "$site" ]; then
       python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \

@@ -84,10 +84,9 @@ impl Plan {
                 _ if program.in_place[id.index()].is_some() => {
                     Storage::State(program.slot_offset(program.in_place[id.index()]))
                 }
-                Op::Reshape(_) | Op::StopGradient | Op::Checkpoint | Op::After => {
+                _ if node.op.shares_first_operand() || elided[id.index()] => {
                     storage[node.inputs[0].index()]
                 }
-                _ if elided[id.index()] => storage[node.inputs[0].index()],
                 op => {
                     let start = if *op == Op::Input { 0 } else { id.index() };
                     requests.push(BufferRequest {

@@ -475,10 +475,7 @@ fn in_place_writes(
     // The node whose storage each node shares (itself unless it is a view).
     let mut root: Vec<NodeId> = Vec::with_capacity(g.len());
     for (id, node) in g.iter() {
-        let view = matches!(
-            node.op,
-            Op::Reshape(_) | Op::StopGradient | Op::Checkpoint | Op::After
-        ) || view_permutes[id.index()];
+        let view = node.op.shares_first_operand() || view_permutes[id.index()];
         root.push(if view {
             root[node.inputs[0].index()]
         } else {

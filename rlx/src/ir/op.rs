@@ -62,6 +62,22 @@ impl Op {
         matches!(self, Op::Input | Op::Param | Op::State | Op::Constant(_))
     }
 
+    /// True for the ops whose value is their first operand's bytes, unchanged: a reshape,
+    /// and the identities that only cut gradients, mark checkpoints or order a value
+    /// behind another. A backend may give such a node its operand's storage.
+    ///
+    /// ```
+    /// use rlx::ir::Op;
+    /// assert!(Op::Checkpoint.shares_first_operand());
+    /// assert!(!Op::Softmax(rlx::ir::Softmax { axis: 0, log: false }).shares_first_operand());
+    /// ```
+    pub fn shares_first_operand(&self) -> bool {
+        matches!(
+            self,
+            Op::Reshape(_) | Op::StopGradient | Op::Checkpoint | Op::After
+        )
+    }
+
     /// This op with the dims its attributes hold (reshape and broadcast targets, upsampling
     /// sizes, a custom op's declared output) replaced by `out`, the node's output dims
     /// once its runtime dims are bound; ops without dims in their attributes are returned

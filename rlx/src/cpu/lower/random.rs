@@ -25,10 +25,12 @@ impl Kernel for RandomUniform {
 
     fn execute(&self, mem: &Memory) -> Result<(), RunError> {
         let key = random_key(mem.src::<i64>(self.seed)[0], self.stream);
+        // Chunks large enough to be worth a worker; each draw is a few integer ops.
+        const CHUNK: usize = 4096;
         let out = mem.dst::<f32>(self.out);
-        crate::cpu::workers::chunks_mut(out, 4096, |chunk, values| {
+        crate::cpu::workers::chunks_mut(out, CHUNK, |chunk, values| {
             for (j, v) in values.iter_mut().enumerate() {
-                *v = uniform_at(key, chunk * 4096 + j);
+                *v = uniform_at(key, chunk * CHUNK + j);
             }
         });
         Ok(())

@@ -10,6 +10,8 @@ use crate::ops::sample::{Sampled, Sampler};
 use crate::ops::tolerance::{Bound, Operands};
 use crate::ops::{Primitive, ReferenceError};
 
+use super::stop_gradient::identity_type;
+
 /// `x` unchanged ([`Op::Checkpoint`]): a value a training graph that recomputes
 /// activations keeps from the forward pass; the values between checkpoints are computed
 /// again in the backward pass instead of being kept.
@@ -27,8 +29,7 @@ impl Primitive for Checkpoint {
     }
 
     fn infer(&self, inputs: &[TensorType]) -> Result<TensorType, InferError> {
-        arity(inputs, 1, "1")?;
-        Ok(inputs[0].clone())
+        identity_type(inputs)
     }
 
     fn vjp(

@@ -57,7 +57,7 @@ impl Primitive for StopGradient {
     }
 }
 
-fn identity_type(inputs: &[TensorType]) -> Result<TensorType, InferError> {
+pub(super) fn identity_type(inputs: &[TensorType]) -> Result<TensorType, InferError> {
     arity(inputs, 1, "1")?;
     Ok(inputs[0].clone())
 }
