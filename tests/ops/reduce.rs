@@ -1,6 +1,6 @@
-//! Reductions, arg-reductions and cumulative sums: values and gradients.
+//! Reductions, arg-reductions, cumulative sums and linear scans: values and gradients.
 
-use rlx::ir::{ArgReduce, ArgReduceOp, Cumsum, DType, Op, ReduceOp};
+use rlx::ir::{ArgReduce, ArgReduceOp, Cumsum, DType, LinearScan, Op, ReduceOp};
 
 use crate::gradient::{Input, grad_check, op};
 use crate::harness::{check, declared, graph_of};
@@ -237,6 +237,102 @@ fn gradient_cumsum_every_direction() {
                 reverse,
             });
             op(g, c, &[i[0]])
+        });
+    }
+}
+
+/// `h_t = a_t h_{t-1} + b_t` along `axis` of `a` and `b`, in float64, step by step.
+fn linear_scan_ref(a: &Nd, b: &Nd, axis: usize, reverse: bool) -> Nd {
+    let len = a.shape[axis];
+    let data = indices(&a.shape)
+        .iter()
+        .map(|idx| {
+            let steps: Vec<usize> = if reverse {
+                (idx[axis]..len).rev().collect()
+            } else {
+                (0..=idx[axis]).collect()
+            };
+            steps.into_iter().fold(0.0, |h, k| {
+                let mut j = idx.clone();
+                j[axis] = k;
+                a.at(&j) * h + b.at(&j)
+            })
+        })
+        .collect();
+    Nd::new(&a.shape, data)
+}
+
+/// Every axis (lines that are contiguous, and columns in blocks of 64 and a remainder),
+/// both directions, every float dtype; then one large enough to split between threads.
+#[test]
+fn linear_scan_variants() {
+    let mut rng = Rng(31);
+    let mut cases: Vec<(DType, Vec<usize>, usize)> = Vec::new();
+    for dtype in FLOATS {
+        for axis in 0..3 {
+            cases.push((dtype, vec![4, 9, 70], axis));
+        }
+    }
+    cases.push((DType::F32, vec![2, 48, 1030], 1));
+    for (dtype, shape, axis) in cases {
+        for reverse in [false, true] {
+            let a = random(&mut rng, dtype, &shape, -1.0, 1.0);
+            let b = random(&mut rng, dtype, &shape, -1.0, 1.0);
+            let g = graph_of(
+                &[
+                    ("a", dtype, declared(&shape, &[(1, "n")])),
+                    ("b", dtype, declared(&shape, &[(1, "n")])),
+                ],
+                |g, i| {
+                    let scan = Op::LinearScan(LinearScan { axis, reverse });
+                    g.op(scan, &[i[0], i[1]]).unwrap()
+                },
+            );
+            let want = linear_scan_ref(&Nd::of(&a), &Nd::of(&b), axis, reverse);
+            let scale = if dtype == DType::BF16 { 16.0 } else { 8.0 };
+            check(
+                &g,
+                &[("a", &a), ("b", &b)],
+                &[],
+                &[to_tensor(&want, dtype)],
+                scale,
+            );
+        }
+    }
+}
+
+/// Operands of different shapes or dtypes, integers and an axis past the rank are
+/// build errors.
+#[test]
+fn linear_scan_rejects_mismatched_operands() {
+    use rlx::builder::GraphBuilder;
+    let scan = |axis| Op::LinearScan(LinearScan { axis, reverse: false });
+    let mut g = GraphBuilder::new();
+    let a = g.input("a", DType::F32, [2, 8]).unwrap();
+    let wide = g.input("wide", DType::F32, [2, 9]).unwrap();
+    let half = g.input("half", DType::F16, [2, 8]).unwrap();
+    let ints = g.input("ints", DType::I32, [2, 8]).unwrap();
+    assert!(g.op(scan(1), &[a, wide]).is_err());
+    assert!(g.op(scan(1), &[a, half]).is_err());
+    assert!(g.op(scan(1), &[ints, ints]).is_err());
+    assert!(g.op(scan(2), &[a, a]).is_err());
+    assert!(g.op(scan(1), &[a]).is_err());
+    assert!(g.op(scan(1), &[a, a]).is_ok());
+}
+
+#[test]
+fn gradient_linear_scan_both_directions() {
+    for (seed, (axis, reverse)) in [(1, false), (1, true), (0, false), (2, true)]
+        .into_iter()
+        .enumerate()
+    {
+        let a = Input::float("a", &[3, 6, 2])
+            .range(-0.9, 0.9)
+            .symbolic(1, "seq");
+        let b = Input::float("b", &[3, 6, 2]).symbolic(1, "seq");
+        let label = format!("linear_scan axis={axis} reverse={reverse}");
+        grad_check(&label, 620 + seed as u64, &[a, b], &|g, i| {
+            op(g, Op::LinearScan(LinearScan { axis, reverse }), &[i[0], i[1]])
         });
     }
 }

@@ -26,7 +26,9 @@
 mod attention;
 mod layers;
 mod lora;
+mod scan;
 
 pub use attention::{FeedForward, SelfAttention};
 pub use layers::{Bias, Embedding, LayerNorm, Linear, Projection, RmsNorm, TokenEmbedding};
 pub use lora::{Lora, LoraRank};
+pub use scan::selective_scan;

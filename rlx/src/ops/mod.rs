@@ -56,7 +56,7 @@ pub use nn::{Attention, Rope};
 pub use norm::{LayerNorm, RmsNorm};
 pub use random::RandomUniform;
 pub(crate) use random::{random_key, uniform_at};
-pub use reduce::{ArgReduce, Cumsum, Reduce};
+pub use reduce::{ArgReduce, Cumsum, LinearScan, Reduce};
 pub use sample::{Sampled, Sampler};
 pub use sample_token::SampleToken;
 pub use softmax::Softmax;
@@ -287,6 +287,8 @@ registry! {
             ArgReduce(ArgReduce);
             /// See [`Cumsum`].
             Cumsum(Cumsum);
+            /// See [`LinearScan`].
+            LinearScan(LinearScan);
             /// `x` unchanged, but the autodiff transform sends no gradient through it
             /// (`stop_gradient`, PyTorch's `detach`). Operands: `x`.
             StopGradient = crate::ops::StopGradient;

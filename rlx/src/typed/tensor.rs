@@ -3,7 +3,7 @@
 //! Every method is a thin generic shell over one non-generic call into the [`Scope`], so
 //! models compile quickly however many shapes they use.
 
-use crate::ir::{ArgReduce, Cast, Cumsum, Reduce};
+use crate::ir::{ArgReduce, Cast, Cumsum, LinearScan, Reduce};
 use std::marker::PhantomData;
 use std::ops::{Add, Div, Mul, Neg, Rem, Sub};
 
@@ -212,6 +212,33 @@ impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
         S: RemoveAxis<I>,
     {
         self.reduce(ReduceOp::Mean, I, false)
+    }
+
+    /// The linear recurrence `h_t = self_t · h_{t-1} + b_t` along axis `I` from a zero
+    /// state ([`LinearScan`]): `self` holds the decays, `b` the inputs. The scan
+    /// state-space layers are built on; a starting state `h0` enters as `b_0 + self_0 · h0`.
+    ///
+    /// ```
+    /// use rlx::typed::{Const, Tensor, build};
+    /// let graph = build(|g| {
+    ///     let decay: Tensor<(Const<2>, Const<16>, Const<8>)> = g.input("decay");
+    ///     let x: Tensor<(Const<2>, Const<16>, Const<8>)> = g.input("x");
+    ///     g.output("h", decay.linear_scan::<1>(x));
+    /// })?;
+    /// # Ok::<(), rlx::typed::BuildErrors>(())
+    /// ```
+    #[track_caller]
+    pub fn linear_scan<const I: usize>(self, b: Self) -> Self
+    where
+        S: HasAxis<I>,
+    {
+        self.then(
+            Op::LinearScan(LinearScan {
+                axis: I,
+                reverse: false,
+            }),
+            &[b.id()],
+        )
     }
 }
 

@@ -1,7 +1,7 @@
 //! Reductions, arg-reductions, cumulative sums, softmax and normalization, over an input
 //! viewed as `[outer, len, inner]` (the reduced axis in the middle).
 
-use super::layout::parallel;
+use super::layout::{SharedMut, parallel};
 use super::numeric::{FloatStore, Int, Real, lane_sum};
 use super::simd::{VectorKernel, vectorized};
 use crate::ir::ReduceOp;
@@ -224,6 +224,62 @@ pub(crate) fn cumsum<T: ScanElem>(
             }
         },
     );
+}
+
+/// `h_k = a_k · h_{k-1} + b_k` along the middle axis (from its end when `reverse`), in
+/// the accumulator type. Lines are independent: contiguous lines (`inner` = 1) are split
+/// between the threads by outer index; otherwise blocks of [`COLUMNS`] inner columns each
+/// carry their states on the stack through the axis, and all blocks of all outer indices
+/// are tasks, so a batch of one still uses every thread.
+pub(crate) fn linear_scan<T: FloatStore>(
+    s: Axis3,
+    reverse: bool,
+    a: &[T],
+    b: &[T],
+    out: &mut [T],
+) {
+    let order = move |step: usize| if reverse { s.len - 1 - step } else { step };
+    if s.inner == 1 {
+        per_outer(out, s.len, s.outer * s.len, |o, line| {
+            let base = o * s.len;
+            vectorized(|| {
+                let mut h = <T::Acc as Real>::ZERO;
+                for step in 0..s.len {
+                    let k = order(step);
+                    h = a[base + k].load() * h + b[base + k].load();
+                    line[k] = T::store(h);
+                }
+            })
+        });
+        return;
+    }
+    let blocks = s.inner.div_ceil(COLUMNS);
+    let shared = SharedMut::new(out);
+    let task = |task: usize| {
+        let (o, first) = (task / blocks, task % blocks * COLUMNS);
+        let width = COLUMNS.min(s.inner - first);
+        let base = o * s.len * s.inner + first;
+        vectorized(|| {
+            let mut h = [<T::Acc as Real>::ZERO; COLUMNS];
+            for step in 0..s.len {
+                let at = base + order(step) * s.inner;
+                // SAFETY: task `(o, block)` alone writes columns `first..first + width` of
+                // outer index `o` (every task index is run once), all inside `out`, which
+                // stays borrowed until `for_each` returns.
+                let dst = unsafe { std::slice::from_raw_parts_mut(shared.ptr().add(at), width) };
+                let (a, b) = (&a[at..at + width], &b[at..at + width]);
+                for (((h, d), a), b) in h.iter_mut().zip(dst).zip(a).zip(b) {
+                    *h = a.load() * *h + b.load();
+                    *d = T::store(*h);
+                }
+            }
+        })
+    };
+    if parallel(s.outer * s.len * s.inner) {
+        crate::cpu::workers::for_each(s.outer * blocks, task);
+    } else {
+        (0..s.outer * blocks).for_each(task);
+    }
 }
 
 /// Softmax or log-softmax along the middle axis.

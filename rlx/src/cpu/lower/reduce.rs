@@ -147,6 +147,39 @@ impl Kernel for Cumsum {
     }
 }
 
+/// A linear recurrence along the middle axis.
+#[derive(Clone, Debug)]
+pub(crate) struct LinearScan {
+    pub dtype: DType,
+    pub shape: Axis3,
+    pub reverse: bool,
+    pub a: View,
+    pub b: View,
+    pub out: View,
+}
+
+impl Kernel for LinearScan {
+    fn accesses(&self) -> Accesses {
+        let size = self.dtype.size_bytes();
+        Accesses {
+            writes: vec![(self.out, size)],
+            reads: vec![(self.a, size), (self.b, size)],
+        }
+    }
+
+    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
+        let (shape, reverse, a, b, out) = (self.shape, self.reverse, self.a, self.b, self.out);
+        float_type!(self.dtype, |T| reduce::linear_scan::<T>(
+            shape,
+            reverse,
+            mem.src(a),
+            mem.src(b),
+            mem.dst(out)
+        ));
+        Ok(())
+    }
+}
+
 /// Softmax or log-softmax along the middle axis.
 #[derive(Clone, Debug)]
 pub(crate) struct Softmax {
@@ -254,6 +287,19 @@ impl Lower for ir::Cumsum {
             exclusive: self.exclusive,
             reverse: self.reverse,
             x: n.views[0],
+            out: n.out,
+        })]
+    }
+}
+
+impl Lower for ir::LinearScan {
+    fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
+        vec![boxed(LinearScan {
+            dtype: n.dtype(),
+            shape: axis3(n.shapes[0], self.axis, self.axis),
+            reverse: self.reverse,
+            a: n.views[0],
+            b: n.views[1],
             out: n.out,
         })]
     }

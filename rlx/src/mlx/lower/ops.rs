@@ -92,6 +92,54 @@ impl Lower for ir::Cumsum {
     }
 }
 
+/// MLX has no linear recurrence: a Hillis–Steele scan over the affine maps
+/// `h ↦ a_t h + b_t`, composing each position with the one `d` before it for `d` = 1, 2,
+/// 4, … (`⌈log2 n⌉` rounds of a few elementwise ops, which `mx::compile` fuses), in
+/// place of `n` dependent steps. The maps before the first position are the identity.
+impl Lower for ir::LinearScan {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        let dtype = n.node.ty.dtype;
+        let scalar = |v: f64| {
+            let bytes = ir::Scalar::Float(v).to_bytes(dtype);
+            let value = TensorRef {
+                dtype,
+                shape: &[],
+                bytes: &bytes,
+            };
+            Array::from_tensor_on(value, n.lowering.device)
+        };
+        let (one, zero) = (scalar(1.0)?, scalar(0.0)?);
+        let (axis, len) = (self.axis, n.shape[self.axis]);
+        // `x` moved `d` positions along the scan (later positions read earlier ones), the
+        // first `d` filled with `fill`.
+        let shifted = |x: &Array, d: usize, fill: &Array| -> Result<Array, MlxError> {
+            let mut start = vec![0; n.shape.len()];
+            let mut stop = n.shape.to_vec();
+            let mut pads = vec![(0, 0); n.shape.len()];
+            if self.reverse {
+                start[axis] = d;
+                pads[axis] = (0, d);
+            } else {
+                stop[axis] = len - d;
+                pads[axis] = (d, 0);
+            }
+            x.slice(&start, &stop, &vec![1; n.shape.len()])?.pad(&pads, fill)
+        };
+        let (mut a, mut b) = (n.x[0].clone(), n.x[1].clone());
+        let mut d = 1;
+        while d < len {
+            b = a
+                .binary(BinaryOp::Mul, &shifted(&b, d, &zero)?)?
+                .binary(BinaryOp::Add, &b)?;
+            if 2 * d < len {
+                a = a.binary(BinaryOp::Mul, &shifted(&a, d, &one)?)?;
+            }
+            d *= 2;
+        }
+        Ok(b)
+    }
+}
+
 impl Lower for ir::Softmax {
     fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
         Ok(n.x[0].softmax(self.axis, self.log)?)

@@ -80,7 +80,7 @@ fn unused(name: &str) -> bool {
 
 /// The safetensors files of the checkpoint in `dir`: the shards its
 /// `model.safetensors.index.json` lists, else `model.safetensors`.
-fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>, WeightsError> {
+pub(crate) fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>, WeightsError> {
     let index = dir.join("model.safetensors.index.json");
     if !index.exists() {
         return Ok(vec![dir.join("model.safetensors")]);

@@ -32,6 +32,7 @@ mod finetune;
 mod lora;
 mod peft;
 
+pub(crate) use checkpoint::shard_paths;
 pub use checkpoint::{hf_tensor_name, load_gguf_checkpoint, load_hf_checkpoint};
 pub use config::{
     Activation, KvCacheFormat, LlamaConfig, LlamaConfigError, MAX_HEAD_DIM, MAX_LAYERS,
