@@ -102,9 +102,7 @@ fn mamba_matches<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
                 while pos < prompt.len() && chunk.len() < 5 {
                     chunk.push(127);
                 }
-                let logits = decoder
-                    .step(&mut ctx, &chunk, pos, end - pos - 1)
-                    .unwrap();
+                let logits = decoder.step(&mut ctx, &chunk, pos, end - pos - 1).unwrap();
                 let row = logits.as_slice::<f32>().unwrap();
                 if end == prompt.len() {
                     let want = &expected[(prompt.len() - 1) * 128..prompt.len() * 128];
@@ -143,8 +141,8 @@ fn mamba_matches_transformers_on_mlx() {
 #[test]
 fn mamba_configs_name_what_is_wrong() {
     let base = r#""hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 128"#;
-    let config = MambaConfig::from_hf_json(&format!(r#"{{"model_type": "mamba", {base}}}"#))
-        .unwrap();
+    let config =
+        MambaConfig::from_hf_json(&format!(r#"{{"model_type": "mamba", {base}}}"#)).unwrap();
     assert_eq!(
         (
             config.intermediate_size,
@@ -169,7 +167,17 @@ fn mamba_configs_name_what_is_wrong() {
             .starts_with("num_hidden_layers")
     );
     assert!(error(r#""model_type": "mamba", "vocab_size": -3"#).starts_with("vocab_size"));
-    assert!(MambaConfig::from_hf_json("{").unwrap_err().to_string().starts_with("config.json"));
+    assert!(
+        MambaConfig::from_hf_json("{")
+            .unwrap_err()
+            .to_string()
+            .starts_with("config.json")
+    );
     let missing = MambaConfig::from_hf_json(r#"{"model_type": "mamba", "hidden_size": 64}"#);
-    assert!(missing.unwrap_err().to_string().contains("num_hidden_layers"));
+    assert!(
+        missing
+            .unwrap_err()
+            .to_string()
+            .contains("num_hidden_layers")
+    );
 }

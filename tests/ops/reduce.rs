@@ -306,7 +306,12 @@ fn linear_scan_variants() {
 #[test]
 fn linear_scan_rejects_mismatched_operands() {
     use rlx::builder::GraphBuilder;
-    let scan = |axis| Op::LinearScan(LinearScan { axis, reverse: false });
+    let scan = |axis| {
+        Op::LinearScan(LinearScan {
+            axis,
+            reverse: false,
+        })
+    };
     let mut g = GraphBuilder::new();
     let a = g.input("a", DType::F32, [2, 8]).unwrap();
     let wide = g.input("wide", DType::F32, [2, 9]).unwrap();
@@ -332,7 +337,11 @@ fn gradient_linear_scan_both_directions() {
         let b = Input::float("b", &[3, 6, 2]).symbolic(1, "seq");
         let label = format!("linear_scan axis={axis} reverse={reverse}");
         grad_check(&label, 620 + seed as u64, &[a, b], &|g, i| {
-            op(g, Op::LinearScan(LinearScan { axis, reverse }), &[i[0], i[1]])
+            op(
+                g,
+                Op::LinearScan(LinearScan { axis, reverse }),
+                &[i[0], i[1]],
+            )
         });
     }
 }

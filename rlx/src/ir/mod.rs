@@ -16,9 +16,9 @@ mod verify;
 pub use crate::ops::{
     ActivationPrecision, ArgReduce, Attention, BlockDequantize, BlockMatMul, Broadcast, Cast,
     Concat, Conv, ConvTranspose, Cumsum, Custom, Dequantize, DynamicSlice, Gather, Judgement,
-    LayerNorm, LinearScan, MatMul, Op, OpKind, Pad, Permute, Pool, QuantizedMatMul, RandomUniform, Reduce,
-    ReferenceError, Reshape, RmsNorm, Rope, SampleToken, Sampled, Sampler, ScatterAdd, Slice,
-    SliceUpdate, Softmax, Sort, Tolerance, TopK, Upsample, block_matmul_supports,
+    LayerNorm, LinearScan, MatMul, Op, OpKind, Pad, Permute, Pool, QuantizedMatMul, RandomUniform,
+    Reduce, ReferenceError, Reshape, RmsNorm, Rope, SampleToken, Sampled, Sampler, ScatterAdd,
+    Slice, SliceUpdate, Softmax, Sort, Tolerance, TopK, Upsample, block_matmul_supports,
     evaluate_reference,
 };
 pub use constant::{ConstantData, ConstantError, Scalar};

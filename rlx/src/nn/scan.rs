@@ -51,9 +51,7 @@ pub fn selective_scan<'g, B: Dim, L: Dim, I: Dim, N: Dim>(
             let start: Tensor<'g, (B, Const<1>, I, N)> = start.reshape();
             let decays: Tensor<'g, (B, Dyn, I, N)> = decay.pad(Axis::<1>, 1, 0, 0.0);
             let inputs: Tensor<'g, (B, Dyn, I, N)> = start.concat(Axis::<1>, input);
-            decays
-                .linear_scan::<1>(inputs)
-                .slice(Axis::<1>, 1, None, 1)
+            decays.linear_scan::<1>(inputs).slice(Axis::<1>, 1, None, 1)
         }
     };
     let c: Tensor<'g, (B, L, Const<1>, N)> = c.reshape();

@@ -231,13 +231,7 @@ pub(crate) fn cumsum<T: ScanElem>(
 /// between the threads by outer index; otherwise blocks of [`COLUMNS`] inner columns each
 /// carry their states on the stack through the axis, and all blocks of all outer indices
 /// are tasks, so a batch of one still uses every thread.
-pub(crate) fn linear_scan<T: FloatStore>(
-    s: Axis3,
-    reverse: bool,
-    a: &[T],
-    b: &[T],
-    out: &mut [T],
-) {
+pub(crate) fn linear_scan<T: FloatStore>(s: Axis3, reverse: bool, a: &[T], b: &[T], out: &mut [T]) {
     let order = move |step: usize| if reverse { s.len - 1 - step } else { step };
     if s.inner == 1 {
         per_outer(out, s.len, s.outer * s.len, |o, line| {

@@ -123,7 +123,8 @@ impl Lower for ir::LinearScan {
                 stop[axis] = len - d;
                 pads[axis] = (d, 0);
             }
-            x.slice(&start, &stop, &vec![1; n.shape.len()])?.pad(&pads, fill)
+            x.slice(&start, &stop, &vec![1; n.shape.len()])?
+                .pad(&pads, fill)
         };
         let (mut a, mut b) = (n.x[0].clone(), n.x[1].clone());
         let mut d = 1;

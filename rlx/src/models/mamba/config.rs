@@ -82,8 +82,8 @@ impl MambaConfig {
     /// no projection biases). A config this code cannot build (another activation, a
     /// size of 0 or beyond the bounds) is an error naming the key.
     pub fn from_hf_json(text: &str) -> Result<MambaConfig, MambaConfigError> {
-        let json: Value =
-            serde_json::from_str(text).map_err(|e| invalid("config.json", format!("not JSON: {e}")))?;
+        let json: Value = serde_json::from_str(text)
+            .map_err(|e| invalid("config.json", format!("not JSON: {e}")))?;
         match json.get("model_type").and_then(Value::as_str) {
             Some("mamba") => {}
             Some(other) => {
@@ -139,7 +139,12 @@ impl MambaConfig {
             Some(v) => v
                 .as_f64()
                 .filter(|x| x.is_finite() && *x > 0.0)
-                .ok_or_else(|| invalid("layer_norm_epsilon", format!("{v} is not a positive number")))?,
+                .ok_or_else(|| {
+                    invalid(
+                        "layer_norm_epsilon",
+                        format!("{v} is not a positive number"),
+                    )
+                })?,
         };
         let config = MambaConfig {
             hidden_size,
@@ -180,7 +185,10 @@ impl MambaConfig {
         if !(2..=MAX_CONV_KERNEL).contains(&self.conv_kernel) {
             return Err(invalid(
                 "conv_kernel",
-                format!("{} taps: 2 to {MAX_CONV_KERNEL} are built", self.conv_kernel),
+                format!(
+                    "{} taps: 2 to {MAX_CONV_KERNEL} are built",
+                    self.conv_kernel
+                ),
             ));
         }
         Ok(())

@@ -182,12 +182,13 @@ impl crate::generate::Decoder for MambaDecoder {
         last: usize,
     ) -> Result<HostTensor, RunError> {
         let shape = [1, tokens.len()];
-        let ids = TensorRef::new(DType::I64, &shape, bytemuck::cast_slice(tokens)).map_err(
-            |e| RunError::Custom {
-                name: "mamba".into(),
-                message: e.to_string(),
-            },
-        )?;
+        let ids =
+            TensorRef::new(DType::I64, &shape, bytemuck::cast_slice(tokens)).map_err(|e| {
+                RunError::Custom {
+                    name: "mamba".into(),
+                    message: e.to_string(),
+                }
+            })?;
         let (pos, last) = ([pos as i64], [last as i64]);
         fn scalar(v: &[i64; 1]) -> TensorRef<'_> {
             TensorRef {

@@ -234,7 +234,10 @@ fn blocks<'g, B: Dim>(
     cfg: &MambaConfig,
     p: &MambaParams<'g>,
     mut x: Tensor<'g, (B, Seq, Hidden)>,
-    mut carry: impl FnMut(usize, Option<Carried<'g, B>>) -> Option<(Carried<'g, B>, Tensor<'g, (), i64>)>,
+    mut carry: impl FnMut(
+        usize,
+        Option<Carried<'g, B>>,
+    ) -> Option<(Carried<'g, B>, Tensor<'g, (), i64>)>,
 ) -> Tensor<'g, (B, Seq, Hidden)> {
     for (i, block) in p.backbone.layers.iter().enumerate() {
         let h = block.norm.forward(x, cfg.eps);
@@ -319,7 +322,8 @@ pub fn mamba_step<'g>(
             }
             None => {
                 let start = Carried {
-                    history: history.read() * going_on.broadcast::<(Const<1>, ConvHistory, Inner)>(),
+                    history: history.read()
+                        * going_on.broadcast::<(Const<1>, ConvHistory, Inner)>(),
                     state: state.read() * going_on.broadcast::<(Const<1>, Inner, StateSize)>(),
                 };
                 Some((start, last))

@@ -69,7 +69,13 @@ impl Primitive for LinearScan {
     }
 
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
-        Ok(linear_scan_value(self.axis, self.reverse, &x[0], &x[1], out))
+        Ok(linear_scan_value(
+            self.axis,
+            self.reverse,
+            &x[0],
+            &x[1],
+            out,
+        ))
     }
 
     fn sample(s: &mut dyn Sampler) -> Sampled {
@@ -174,11 +180,7 @@ fn linear_scan_value(axis: usize, reverse: bool, a: &Array, b: &Array, out: &Out
     let mut starts = shape.clone();
     starts[axis] = 1;
     for_each_index(&starts, |idx| {
-        let base: usize = idx
-            .iter()
-            .zip(&strides)
-            .map(|(i, s)| i * s)
-            .sum();
+        let base: usize = idx.iter().zip(&strides).map(|(i, s)| i * s).sum();
         let mut h = 0.0;
         for k in 0..len {
             let t = if reverse { len - 1 - k } else { k };
