@@ -241,8 +241,9 @@ fn gradient_cumsum_every_direction() {
     }
 }
 
-/// `h_t = a_t h_{t-1} + b_t` along `axis` of `a` and `b`, in float64, step by step.
-fn linear_scan_ref(a: &Nd, b: &Nd, axis: usize, reverse: bool) -> Nd {
+/// `h_t = a_t h_{t-1} + b_t` along `axis` of `a` and `b`, in float64, step by step, from
+/// the matching entry of `start` (the axis of length 1) or 0.
+fn linear_scan_ref(a: &Nd, b: &Nd, start: Option<&Nd>, axis: usize, reverse: bool) -> Nd {
     let len = a.shape[axis];
     let data = indices(&a.shape)
         .iter()
@@ -252,7 +253,10 @@ fn linear_scan_ref(a: &Nd, b: &Nd, axis: usize, reverse: bool) -> Nd {
             } else {
                 (0..=idx[axis]).collect()
             };
-            steps.into_iter().fold(0.0, |h, k| {
+            let mut line = idx.clone();
+            line[axis] = 0;
+            let h0 = start.map_or(0.0, |s| s.at(&line));
+            steps.into_iter().fold(h0, |h, k| {
                 let mut j = idx.clone();
                 j[axis] = k;
                 a.at(&j) * h + b.at(&j)
@@ -263,7 +267,8 @@ fn linear_scan_ref(a: &Nd, b: &Nd, axis: usize, reverse: bool) -> Nd {
 }
 
 /// Every axis (lines that are contiguous, and columns in blocks of 64 and a remainder),
-/// both directions, every float dtype; then one large enough to split between threads.
+/// both directions, with and without a starting state, every float dtype; then one large
+/// enough to split between threads.
 #[test]
 fn linear_scan_variants() {
     let mut rng = Rng(31);
@@ -275,28 +280,30 @@ fn linear_scan_variants() {
     }
     cases.push((DType::F32, vec![2, 48, 1030], 1));
     for (dtype, shape, axis) in cases {
-        for reverse in [false, true] {
+        for (reverse, started) in [(false, false), (true, false), (false, true), (true, true)] {
             let a = random(&mut rng, dtype, &shape, -1.0, 1.0);
             let b = random(&mut rng, dtype, &shape, -1.0, 1.0);
-            let g = graph_of(
-                &[
-                    ("a", dtype, declared(&shape, &[(1, "n")])),
-                    ("b", dtype, declared(&shape, &[(1, "n")])),
-                ],
-                |g, i| {
-                    let scan = Op::LinearScan(LinearScan { axis, reverse });
-                    g.op(scan, &[i[0], i[1]]).unwrap()
-                },
-            );
-            let want = linear_scan_ref(&Nd::of(&a), &Nd::of(&b), axis, reverse);
+            let mut start_shape = shape.clone();
+            start_shape[axis] = 1;
+            let h0 = random(&mut rng, dtype, &start_shape, -2.0, 2.0);
+            let symbolic = if axis == 1 { vec![] } else { vec![(1, "n")] };
+            let mut declared_inputs = vec![
+                ("a", dtype, declared(&shape, &symbolic)),
+                ("b", dtype, declared(&shape, &symbolic)),
+            ];
+            let mut values = vec![("a", &a), ("b", &b)];
+            if started {
+                declared_inputs.push(("h0", dtype, declared(&start_shape, &symbolic)));
+                values.push(("h0", &h0));
+            }
+            let g = graph_of(&declared_inputs, |g, i| {
+                let scan = Op::LinearScan(LinearScan { axis, reverse });
+                g.op(scan, i).unwrap()
+            });
+            let start = started.then(|| Nd::of(&h0));
+            let want = linear_scan_ref(&Nd::of(&a), &Nd::of(&b), start.as_ref(), axis, reverse);
             let scale = if dtype == DType::BF16 { 16.0 } else { 8.0 };
-            check(
-                &g,
-                &[("a", &a), ("b", &b)],
-                &[],
-                &[to_tensor(&want, dtype)],
-                scale,
-            );
+            check(&g, &values, &[], &[to_tensor(&want, dtype)], scale);
         }
     }
 }
@@ -323,25 +330,38 @@ fn linear_scan_rejects_mismatched_operands() {
     assert!(g.op(scan(2), &[a, a]).is_err());
     assert!(g.op(scan(1), &[a]).is_err());
     assert!(g.op(scan(1), &[a, a]).is_ok());
+    // A starting state has the scanned axis of length 1, the other dims of `a`.
+    let start = g.input("start", DType::F32, [2, 1]).unwrap();
+    let long = g.input("long", DType::F32, [2, 2]).unwrap();
+    assert!(g.op(scan(1), &[a, a, start]).is_ok());
+    assert!(g.op(scan(0), &[a, a, start]).is_err());
+    assert!(g.op(scan(1), &[a, a, long]).is_err());
+    assert!(g.op(scan(1), &[a, a, start, start]).is_err());
 }
 
 #[test]
 fn gradient_linear_scan_both_directions() {
-    for (seed, (axis, reverse)) in [(1, false), (1, true), (0, false), (2, true)]
-        .into_iter()
-        .enumerate()
+    for (seed, (axis, reverse, started)) in [
+        (1, false, false),
+        (1, true, false),
+        (0, false, true),
+        (2, true, true),
+        (1, false, true),
+    ]
+    .into_iter()
+    .enumerate()
     {
-        let a = Input::float("a", &[3, 6, 2])
-            .range(-0.9, 0.9)
-            .symbolic(1, "seq");
-        let b = Input::float("b", &[3, 6, 2]).symbolic(1, "seq");
-        let label = format!("linear_scan axis={axis} reverse={reverse}");
-        grad_check(&label, 620 + seed as u64, &[a, b], &|g, i| {
-            op(
-                g,
-                Op::LinearScan(LinearScan { axis, reverse }),
-                &[i[0], i[1]],
-            )
+        let a = Input::float("a", &[3, 6, 2]).range(-0.9, 0.9);
+        let b = Input::float("b", &[3, 6, 2]);
+        let mut start = [3, 6, 2];
+        start[axis] = 1;
+        let mut inputs = vec![a, b];
+        if started {
+            inputs.push(Input::float("h0", &start));
+        }
+        let label = format!("linear_scan axis={axis} reverse={reverse} started={started}");
+        grad_check(&label, 620 + seed as u64, &inputs, &|g, i| {
+            op(g, Op::LinearScan(LinearScan { axis, reverse }), i)
         });
     }
 }

@@ -1,6 +1,6 @@
 //! State-space layers on the linear scan ([`Tensor::linear_scan`]).
 
-use crate::typed::{Axis, Const, Dim, Dyn, Tensor};
+use crate::typed::{Const, Dim, Tensor};
 
 /// Mamba's selective scan over `L` steps of `B` sequences: per inner channel `i` and state
 /// feature `n`, the state runs `h_t = exp(Δ_t·A)·h_{t−1} + Δ_t·B_t·u_t` from `start`
@@ -11,8 +11,7 @@ use crate::typed::{Axis, Const, Dim, Dyn, Tensor};
 /// skip term `D·u` and the gate are the caller's.
 ///
 /// The states take `B·L·I·N` values; the recurrence runs as one
-/// [`linear_scan`](Tensor::linear_scan) along `L`, with the carried state entering as an
-/// extra first step whose decay is 0.
+/// [`linear_scan`](Tensor::linear_scan) along `L`, from the carried state.
 ///
 /// ```
 /// use rlx::nn::selective_scan;
@@ -42,19 +41,16 @@ pub fn selective_scan<'g, B: Dim, L: Dim, I: Dim, N: Dim>(
 ) -> (Tensor<'g, (B, L, I)>, Tensor<'g, (B, L, I, N)>) {
     let per_channel: Tensor<'g, (B, L, I, Const<1>)> = dt.reshape();
     let decay = (per_channel.broadcast::<(B, L, I, N)>() * a.broadcast::<(B, L, I, N)>()).exp();
+    // Δ·u times B: an outer product per token, a product with an inner dim of 1.
     let scaled: Tensor<'g, (B, L, I, Const<1>)> = (dt * u).reshape();
     let b: Tensor<'g, (B, L, Const<1>, N)> = b.reshape();
-    let input = scaled.broadcast::<(B, L, I, N)>() * b.broadcast::<(B, L, I, N)>();
+    let input = scaled.matmul(b);
     let states = match start {
         None => decay.linear_scan::<1>(input),
-        Some(start) => {
-            let start: Tensor<'g, (B, Const<1>, I, N)> = start.reshape();
-            let decays: Tensor<'g, (B, Dyn, I, N)> = decay.pad(Axis::<1>, 1, 0, 0.0);
-            let inputs: Tensor<'g, (B, Dyn, I, N)> = start.concat(Axis::<1>, input);
-            decays.linear_scan::<1>(inputs).slice(Axis::<1>, 1, None, 1)
-        }
+        Some(start) => decay.linear_scan_from::<1>(input, start.reshape()),
     };
-    let c: Tensor<'g, (B, L, Const<1>, N)> = c.reshape();
-    let y = (states * c.broadcast::<(B, L, I, N)>()).sum::<3>();
-    (y, states)
+    // Σ_n h·C per token: a matrix-vector product.
+    let c: Tensor<'g, (B, L, N, Const<1>)> = c.reshape();
+    let y: Tensor<'g, (B, L, I, Const<1>)> = states.matmul(c);
+    (y.reshape(), states)
 }

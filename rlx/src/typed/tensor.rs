@@ -7,8 +7,9 @@ use crate::ir::{ArgReduce, Cast, Cumsum, LinearScan, Reduce};
 use std::marker::PhantomData;
 use std::ops::{Add, Div, Mul, Neg, Rem, Sub};
 
-use super::dim::Dim;
+use super::dim::{Const, Dim};
 use super::element::{Element, Float, Numeric};
+use super::movement::Replace;
 use super::scope::Scope;
 use super::shape::{HasAxis, RemoveAxis, Shape, SuffixOf};
 use crate::ir::{ArgReduceOp, BinaryOp, NodeId, Op, ReduceOp, Scalar, UnaryOp};
@@ -216,7 +217,8 @@ impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
 
     /// The linear recurrence `h_t = self_t · h_{t-1} + b_t` along axis `I` from a zero
     /// state ([`LinearScan`]): `self` holds the decays, `b` the inputs. The scan
-    /// state-space layers are built on; a starting state `h0` enters as `b_0 + self_0 · h0`.
+    /// state-space layers are built on; [`linear_scan_from`](Self::linear_scan_from) starts
+    /// from a given state.
     ///
     /// ```
     /// use rlx::typed::{Const, Tensor, build};
@@ -238,6 +240,38 @@ impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
                 reverse: false,
             }),
             &[b.id()],
+        )
+    }
+
+    /// [`linear_scan`](Self::linear_scan) from the state `start` before the first step
+    /// (`self`'s shape with axis `I` of length 1): a recurrence continued from an earlier
+    /// chunk.
+    ///
+    /// ```
+    /// use rlx::typed::{Const, Tensor, build};
+    /// let graph = build(|g| {
+    ///     let decay: Tensor<(Const<2>, Const<16>, Const<8>)> = g.input("decay");
+    ///     let x: Tensor<(Const<2>, Const<16>, Const<8>)> = g.input("x");
+    ///     let h0: Tensor<(Const<2>, Const<1>, Const<8>)> = g.input("h0");
+    ///     g.output("h", decay.linear_scan_from::<1>(x, h0));
+    /// })?;
+    /// # Ok::<(), rlx::typed::BuildErrors>(())
+    /// ```
+    #[track_caller]
+    pub fn linear_scan_from<const I: usize>(
+        self,
+        b: Self,
+        start: Tensor<'g, <S as Replace<I, Const<1>>>::Out, E>,
+    ) -> Self
+    where
+        S: HasAxis<I> + Replace<I, Const<1>>,
+    {
+        self.then(
+            Op::LinearScan(LinearScan {
+                axis: I,
+                reverse: false,
+            }),
+            &[b.id(), start.id()],
         )
     }
 }

@@ -227,17 +227,26 @@ pub(crate) fn cumsum<T: ScanElem>(
 }
 
 /// `h_k = a_k · h_{k-1} + b_k` along the middle axis (from its end when `reverse`), in
-/// the accumulator type. Lines are independent: contiguous lines (`inner` = 1) are split
-/// between the threads by outer index; otherwise blocks of [`COLUMNS`] inner columns each
-/// carry their states on the stack through the axis, and all blocks of all outer indices
-/// are tasks, so a batch of one still uses every thread.
-pub(crate) fn linear_scan<T: FloatStore>(s: Axis3, reverse: bool, a: &[T], b: &[T], out: &mut [T]) {
+/// the accumulator type, from `start` (`[outer, inner]`: one state per line) or 0. Lines
+/// are independent: contiguous lines (`inner` = 1) are split between the threads by outer
+/// index; otherwise blocks of [`COLUMNS`] inner columns each carry their states on the
+/// stack through the axis, and all blocks of all outer indices are tasks, so a batch of
+/// one still uses every thread.
+pub(crate) fn linear_scan<T: FloatStore>(
+    s: Axis3,
+    reverse: bool,
+    a: &[T],
+    b: &[T],
+    start: Option<&[T]>,
+    out: &mut [T],
+) {
     let order = move |step: usize| if reverse { s.len - 1 - step } else { step };
+    let zero = <T::Acc as Real>::ZERO;
     if s.inner == 1 {
         per_outer(out, s.len, s.outer * s.len, |o, line| {
             let base = o * s.len;
             vectorized(|| {
-                let mut h = <T::Acc as Real>::ZERO;
+                let mut h = start.map_or(zero, |h0| h0[o].load());
                 for step in 0..s.len {
                     let k = order(step);
                     h = a[base + k].load() * h + b[base + k].load();
@@ -254,7 +263,13 @@ pub(crate) fn linear_scan<T: FloatStore>(s: Axis3, reverse: bool, a: &[T], b: &[
         let width = COLUMNS.min(s.inner - first);
         let base = o * s.len * s.inner + first;
         vectorized(|| {
-            let mut h = [<T::Acc as Real>::ZERO; COLUMNS];
+            let mut h = [zero; COLUMNS];
+            if let Some(h0) = start {
+                let from = o * s.inner + first;
+                for (h, v) in h.iter_mut().zip(&h0[from..from + width]) {
+                    *h = v.load();
+                }
+            }
             for step in 0..s.len {
                 let at = base + order(step) * s.inner;
                 // SAFETY: task `(o, block)` alone writes columns `first..first + width` of

@@ -155,15 +155,19 @@ pub(crate) struct LinearScan {
     pub reverse: bool,
     pub a: View,
     pub b: View,
+    /// The state before the first step, `[outer, inner]`, when there is one.
+    pub start: Option<View>,
     pub out: View,
 }
 
 impl Kernel for LinearScan {
     fn accesses(&self) -> Accesses {
         let size = self.dtype.size_bytes();
+        let mut reads = vec![(self.a, size), (self.b, size)];
+        reads.extend(self.start.map(|v| (v, size)));
         Accesses {
             writes: vec![(self.out, size)],
-            reads: vec![(self.a, size), (self.b, size)],
+            reads,
         }
     }
 
@@ -174,6 +178,7 @@ impl Kernel for LinearScan {
             reverse,
             mem.src(a),
             mem.src(b),
+            self.start.map(|v| mem.src(v)),
             mem.dst(out)
         ));
         Ok(())
@@ -300,6 +305,7 @@ impl Lower for ir::LinearScan {
             reverse: self.reverse,
             a: n.views[0],
             b: n.views[1],
+            start: n.views.get(2).copied(),
             out: n.out,
         })]
     }

@@ -95,7 +95,9 @@ impl Lower for ir::Cumsum {
 /// MLX has no linear recurrence: a Hillis–Steele scan over the affine maps
 /// `h ↦ a_t h + b_t`, composing each position with the one `d` before it for `d` = 1, 2,
 /// 4, … (`⌈log2 n⌉` rounds of a few elementwise ops, which `mx::compile` fuses), in
-/// place of `n` dependent steps. The maps before the first position are the identity.
+/// place of `n` dependent steps. The maps before the first position are the identity;
+/// a starting state goes through each position's composed map (`h0` broadcasts along
+/// the axis).
 impl Lower for ir::LinearScan {
     fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
         let dtype = n.node.ty.dtype;
@@ -127,17 +129,23 @@ impl Lower for ir::LinearScan {
                 .pad(&pads, fill)
         };
         let (mut a, mut b) = (n.x[0].clone(), n.x[1].clone());
+        // With a starting state, `h_t = A_t·h0 + B_t`: the decays' running product is
+        // needed to the end.
+        let start = n.x.get(2);
         let mut d = 1;
         while d < len {
             b = a
                 .binary(BinaryOp::Mul, &shifted(&b, d, &zero)?)?
                 .binary(BinaryOp::Add, &b)?;
-            if 2 * d < len {
+            if 2 * d < len || start.is_some() {
                 a = a.binary(BinaryOp::Mul, &shifted(&a, d, &one)?)?;
             }
             d *= 2;
         }
-        Ok(b)
+        match start {
+            Some(h0) => Ok(a.binary(BinaryOp::Mul, h0)?.binary(BinaryOp::Add, &b)?),
+            None => Ok(b),
+        }
     }
 }
 

@@ -3,20 +3,22 @@
 
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::builder::{BuildError, GraphBuilder};
-use crate::ir::{DType, InferError, NodeId, Op, Pad, Scalar, Slice, TensorType};
+use crate::ir::{Concat, DType, Dim, InferError, NodeId, Op, Pad, Scalar, Slice, TensorType};
 use crate::ops::array::{Array, Out, for_each_index, strides};
-use crate::ops::check::{arity, check_axis, require_float, same_dim, same_dtype};
+use crate::ops::check::{arity_range, check_axis, require_float, same_dim, same_dtype};
 use crate::ops::sample::{Sampled, Sampler, axis_of, chance};
 use crate::ops::tolerance::{Bound, Operands};
 use crate::ops::{Primitive, ReferenceError, flag};
 
-/// `h_t = a_t · h_{t-1} + b_t` along `axis`, from `h_{-1} = 0` (from the end of the axis,
-/// `h_t = a_t · h_{t+1} + b_t`, when `reverse`). Operands: `a` (the decay) and `b` (the
-/// input), floats of one type; the result has that type.
+/// `h_t = a_t · h_{t-1} + b_t` along `axis` (from the end of the axis,
+/// `h_t = a_t · h_{t+1} + b_t`, when `reverse`), from the state `h0` before the first step,
+/// or 0. Operands: `a` (the decays) and `b` (the inputs), floats of one type, then
+/// optionally `h0`, their type with the axis of length 1 (a state carried in from an
+/// earlier chunk); the result has `a`'s type.
 ///
-/// Every line along the axis is an independent recurrence. A starting state `h0` enters
-/// as `b_0 + a_0 · h0`. The gradient is the same scan the other way: the adjoint `λ`
-/// runs `λ_t = a_{t+1} · λ_{t+1} + g_t`, and `∂b = λ`, `∂a_t = λ_t · h_{t-1}`.
+/// Every line along the axis is an independent recurrence. The gradient is the same scan
+/// the other way: the adjoint `λ` runs `λ_t = a_{t+1} · λ_{t+1} + g_t`, and `∂b = λ`,
+/// `∂a_t = λ_t · h_{t-1}`, `∂h0 = a_0 · λ_0`.
 ///
 /// ```
 /// use rlx::builder::GraphBuilder;
@@ -61,7 +63,7 @@ impl Primitive for LinearScan {
         x: &[NodeId],
         g: NodeId,
     ) -> Result<Vec<Grad>, GradError> {
-        linear_scan_vjp(e, self.axis, self.reverse, y, x[0], g)
+        linear_scan_vjp(e, self.axis, self.reverse, y, x, g)
     }
 
     fn tolerance(&self, x: &Operands<'_>) -> Bound {
@@ -69,13 +71,7 @@ impl Primitive for LinearScan {
     }
 
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
-        Ok(linear_scan_value(
-            self.axis,
-            self.reverse,
-            &x[0],
-            &x[1],
-            out,
-        ))
+        Ok(linear_scan_value(self.axis, self.reverse, x, out))
     }
 
     fn sample(s: &mut dyn Sampler) -> Sampled {
@@ -89,27 +85,44 @@ impl Primitive for LinearScan {
 }
 
 fn linear_scan_type(axis: usize, inputs: &[TensorType]) -> Result<TensorType, InferError> {
-    arity(inputs, 2, "2 (a, b)")?;
+    arity_range(inputs, 2..=3, "2 or 3 (a, b, h0)")?;
     require_float(inputs, 0)?;
-    same_dtype(inputs, 0, 1)?;
-    let (a, b) = (inputs[0].shape.dims(), inputs[1].shape.dims());
-    if a.len() != b.len() {
-        return Err(InferError::Rank {
-            operand: 1,
-            expected: a.len().to_string(),
-            got: b.len(),
-        });
-    }
+    let a = inputs[0].shape.dims();
     check_axis(axis, a.len())?;
-    for (da, db) in a.iter().zip(b) {
-        same_dim("dims of a and b", da, db)?;
+    for (operand, what) in [(1, "dims of a and b"), (2, "dims of a and h0")] {
+        let Some(other) = inputs.get(operand) else {
+            continue;
+        };
+        same_dtype(inputs, 0, operand)?;
+        let dims = other.shape.dims();
+        if dims.len() != a.len() {
+            return Err(InferError::Rank {
+                operand,
+                expected: a.len().to_string(),
+                got: dims.len(),
+            });
+        }
+        for (i, (da, d)) in a.iter().zip(dims).enumerate() {
+            if operand == 2 && i == axis {
+                same_dim("the scanned axis of h0", &Dim::from(1), d)?;
+            } else {
+                same_dim(what, da, d)?;
+            }
+        }
     }
     Ok(inputs[0].clone())
 }
 
 /// `x` moved one step along `axis`, towards the end (`later`: `out_t = x_{t-1}`) or
-/// towards the start (`out_t = x_{t+1}`), the vacated end filled with 0.
-fn shifted(e: &mut Emitter<'_>, x: NodeId, axis: usize, later: bool) -> Result<NodeId, GradError> {
+/// towards the start (`out_t = x_{t+1}`), the vacated end filled with `fill` (a slice of
+/// length 1 along `axis`) or 0.
+fn shifted(
+    e: &mut Emitter<'_>,
+    x: NodeId,
+    axis: usize,
+    later: bool,
+    fill: Option<NodeId>,
+) -> Result<NodeId, GradError> {
     let rank = e.ty(x).rank();
     let (start, stop) = if later { (0, Some(-1)) } else { (1, None) };
     let kept = e.op(
@@ -121,6 +134,10 @@ fn shifted(e: &mut Emitter<'_>, x: NodeId, axis: usize, later: bool) -> Result<N
         }),
         &[x],
     )?;
+    if let Some(fill) = fill {
+        let parts = if later { [fill, kept] } else { [kept, fill] };
+        return e.op(Op::Concat(Concat { axis }), &parts);
+    }
     let mut pads = vec![(0, 0); rank];
     pads[axis] = if later { (1, 0) } else { (0, 1) };
     e.op(
@@ -134,18 +151,20 @@ fn shifted(e: &mut Emitter<'_>, x: NodeId, axis: usize, later: bool) -> Result<N
 
 /// The adjoint runs the recurrence the other way with the decays shifted by one (each
 /// `λ_t` receives from the step that read `h_t`); `a`'s cotangent pairs `λ_t` with the
-/// state `h_t` was computed from.
+/// state `h_t` was computed from (`h0` for the first step), and `h0`'s is what the first
+/// step passes back, `a_first · λ_first`.
 fn linear_scan_vjp(
     e: &mut Emitter<'_>,
     axis: usize,
     reverse: bool,
     h: NodeId,
-    a: NodeId,
+    x: &[NodeId],
     g: NodeId,
 ) -> Result<Vec<Grad>, GradError> {
+    let (a, start) = (x[0], x.get(2).copied());
     // Forward runs towards the end: λ_t = a_{t+1} λ_{t+1} + g_t, a scan from the end whose
     // decay at t is a_{t+1}, and h_{t-1} is h moved one step later. Reversed, mirrored.
-    let next_decay = shifted(e, a, axis, reverse)?;
+    let next_decay = shifted(e, a, axis, reverse, None)?;
     let adjoint = e.op(
         Op::LinearScan(LinearScan {
             axis,
@@ -153,9 +172,26 @@ fn linear_scan_vjp(
         }),
         &[next_decay, g],
     )?;
-    let previous = shifted(e, h, axis, !reverse)?;
+    let previous = shifted(e, h, axis, !reverse, start)?;
     let da = e.mul(adjoint, previous)?;
-    Ok(vec![Grad::Some(da), Grad::Some(adjoint)])
+    let mut grads = vec![Grad::Some(da), Grad::Some(adjoint)];
+    if start.is_some() {
+        let first = |e: &mut Emitter<'_>, v: NodeId| {
+            let (start, stop) = if reverse { (-1, None) } else { (0, Some(1)) };
+            e.op(
+                Op::Slice(Slice {
+                    axis,
+                    start,
+                    stop,
+                    step: 1,
+                }),
+                &[v],
+            )
+        };
+        let (a0, l0) = (first(e, a)?, first(e, adjoint)?);
+        grads.push(Grad::Some(e.mul(a0, l0)?));
+    }
+    Ok(grads)
 }
 
 /// `h_t` is a sum over `s ≤ t` of `b_s` times a product of up to `n` decays: each term
@@ -163,7 +199,7 @@ fn linear_scan_vjp(
 fn linear_scan_bound(x: &Operands<'_>, axis: usize) -> Bound {
     let n = x.axis_len(axis);
     let decay = x.largest(0).max(1.0);
-    let growth = n * x.largest(1).max(x.tiny) * decay.powf(n);
+    let growth = n * x.largest(1).max(x.largest(2)).max(x.tiny) * decay.powf(n);
     Bound::Within {
         rel: 4.0 * n * x.u,
         abs: 4.0 * x.u * n * n * growth + x.tiny,
@@ -172,16 +208,19 @@ fn linear_scan_bound(x: &Operands<'_>, axis: usize) -> Bound {
 }
 
 /// The recurrence in float64, line by line.
-fn linear_scan_value(axis: usize, reverse: bool, a: &Array, b: &Array, out: &Out) -> Array {
+fn linear_scan_value(axis: usize, reverse: bool, x: &[Array], out: &Out) -> Array {
+    let (a, b, start) = (&x[0], &x[1], x.get(2));
     let shape = &out.shape;
     let strides = strides(shape);
     let (step, len) = (strides[axis], shape[axis]);
     let mut data = vec![0.0; a.data.len()];
     let mut starts = shape.clone();
     starts[axis] = 1;
+    let mut line = 0;
     for_each_index(&starts, |idx| {
         let base: usize = idx.iter().zip(&strides).map(|(i, s)| i * s).sum();
-        let mut h = 0.0;
+        let mut h = start.map_or(0.0, |h0| h0.data[line]);
+        line += 1;
         for k in 0..len {
             let t = if reverse { len - 1 - k } else { k };
             let at = base + t * step;
@@ -193,7 +232,7 @@ fn linear_scan_value(axis: usize, reverse: bool, a: &Array, b: &Array, out: &Out
 }
 
 /// Inputs: any float operand; decays: mostly a new input of its type, at times another
-/// node of it; a reversed scan at times.
+/// node of it; a reversed scan and a starting state at times.
 fn random_linear_scan(s: &mut dyn Sampler) -> Sampled {
     let (b, axis) = axis_of(s, DType::is_float)?;
     let ty = s.ty(b);
@@ -202,6 +241,12 @@ fn random_linear_scan(s: &mut dyn Sampler) -> Sampled {
     } else {
         s.input(ty.dtype, ty.shape.dims().to_vec())?
     };
+    let mut operands = vec![a, b];
+    if chance(s, 0.4) {
+        let mut dims = ty.shape.dims().to_vec();
+        dims[axis] = Dim::from(1);
+        operands.push(s.input(ty.dtype, dims)?);
+    }
     let reverse = chance(s, 0.4);
-    Some((Op::LinearScan(LinearScan { axis, reverse }), vec![a, b]))
+    Some((Op::LinearScan(LinearScan { axis, reverse }), operands))
 }
