@@ -386,3 +386,34 @@ fn lora_memory_bench_figures() {
     let (kept, recomputed) = (peak("off"), peak("on"));
     assert!(recomputed < kept, "{stdout}");
 }
+
+/// The Mamba benchmark's figures, on a one-block model: every phase prints a positive rate.
+#[test]
+fn mamba_bench_figures() {
+    let stdout = run_example(
+        "mamba_bench",
+        &[
+            "--layers",
+            "1",
+            "--reps",
+            "1",
+            "--contexts",
+            "8,600",
+            "--new",
+            "2",
+        ],
+    );
+    for phase in [
+        "prompt=128 phase=prefill",
+        "prompt=512 phase=prefill",
+        "context=8 phase=decode",
+        "context=600 phase=decode",
+    ] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("mamba_bench engine=rlx backend=cpu {phase}")))
+            .unwrap_or_else(|| panic!("no {phase} figure: {stdout}"));
+        let rate: f64 = line.rsplit("tok_s=").next().unwrap().parse().unwrap();
+        assert!(rate > 0.0, "{line}");
+    }
+}

@@ -119,10 +119,10 @@ impl MambaConfig {
                     .ok_or_else(|| invalid(key, format!("{v} is not true or false"))),
             }
         };
-        if let Some(act) = get("hidden_act") {
-            if act.as_str() != Some("silu") {
-                return Err(invalid("hidden_act", format!("{act} is not \"silu\"")));
-            }
+        if let Some(act) = get("hidden_act")
+            && act.as_str() != Some("silu")
+        {
+            return Err(invalid("hidden_act", format!("{act} is not \"silu\"")));
         }
         let hidden_size = size("hidden_size", None)?;
         let intermediate_size = match get("intermediate_size") {

@@ -1,7 +1,7 @@
 //! Mamba (Mamba-1) decoders: token embeddings, then blocks of RMSNorm → mixer → residual,
 //! a final RMSNorm and the output projection. The mixer projects each token into an inner
 //! stream and a gate, runs the stream through a causal depthwise convolution and SiLU, and
-//! then through the selective scan ([`selective_scan`](crate::nn::selective_scan)): a
+//! then through the selective scan ([`selective_scan`]): a
 //! linear recurrence over a state of `state_size` features per inner channel whose decay
 //! and input depend on the token. The output is read from the state, gated and projected
 //! back.
@@ -170,14 +170,21 @@ struct Carried<'g, B: Dim> {
     state: Tensor<'g, (B, Inner, StateSize)>,
 }
 
+/// A block's carried values to start from, and `last`, the token after which its next
+/// ones are taken.
+type StartAt<'g, B> = Option<(Carried<'g, B>, Tensor<'g, (), i64>)>;
+
+/// A mixer's output, and the carried values after `last` when it started from some.
+type Mixed<'g, B> = (Tensor<'g, (B, Seq, Hidden)>, Option<Carried<'g, B>>);
+
 /// One mixer over `x` (`B` sequences of `Seq` tokens), from `carried` if given; with it,
 /// also the carried values after token `last`.
 fn mixer<'g, B: Dim>(
     cfg: &MambaConfig,
     p: &MambaMixer<'g>,
     x: Tensor<'g, (B, Seq, Hidden)>,
-    carried: Option<(Carried<'g, B>, Tensor<'g, (), i64>)>,
-) -> (Tensor<'g, (B, Seq, Hidden)>, Option<Carried<'g, B>>) {
+    carried: StartAt<'g, B>,
+) -> Mixed<'g, B> {
     let both = with_bias(p.in_proj.forward(x), &p.in_proj_bias);
     let stream: Tensor<'g, (B, Seq, Inner)> = both.narrow::<2, Inner>(0);
     let gate: Tensor<'g, (B, Seq, Inner)> = both.narrow::<2, Inner>(cfg.intermediate_size);
@@ -234,10 +241,7 @@ fn blocks<'g, B: Dim>(
     cfg: &MambaConfig,
     p: &MambaParams<'g>,
     mut x: Tensor<'g, (B, Seq, Hidden)>,
-    mut carry: impl FnMut(
-        usize,
-        Option<Carried<'g, B>>,
-    ) -> Option<(Carried<'g, B>, Tensor<'g, (), i64>)>,
+    mut carry: impl FnMut(usize, Option<Carried<'g, B>>) -> StartAt<'g, B>,
 ) -> Tensor<'g, (B, Seq, Hidden)> {
     for (i, block) in p.backbone.layers.iter().enumerate() {
         let h = block.norm.forward(x, cfg.eps);
