@@ -15,7 +15,7 @@
 # load the CUDA build of libmlx at run time through LD_LIBRARY_PATH.
 #
 # What runs (each step's output also goes to $RLX_GPU_LOG, default ./gpu-check.log;
-# RLX_GPU_ONLY=tests,fuzz,block,minilm,dp,generate picks groups):
+# RLX_GPU_ONLY=tests,fuzz,block,minilm,dp,generate,scan picks groups):
 #   - the op table (tests/ops), tests/mlx.rs, tests/mlx_device.rs, the state tests, the MiniLM parity tests,
 #     the concurrency stress test and the bounded random-graph run on the GPU, and the attention test again in TF32;
 #   - fuzz_graphs for $RLX_GPU_FUZZ_CASES (default 5000) random graphs from seed
@@ -28,6 +28,8 @@
 #     (scripts/gpu-trace/kernel_trace.cpp, built into the pack), written beside the log;
 #   - generation (group `generate`, when $RLX_SMOLLM2_DIR holds SmolLM2's GGUF): the
 #     llama and generate tests, 09_generate and generate_bench --backend mlx;
+#   - scans (group `scan`): the linear_scan rows of the op table, the Mamba tests, and
+#     mamba_bench --backend mlx;
 #   - data-parallel training over NCCL, one rank per GPU (with 2 or more GPUs):
 #     08_data_parallel against one process, and data_parallel_bench on 1 and N GPUs.
 # The CUDA libraries libmlx needs (cuBLAS, cuDNN, NCCL, NVRTC, cudart, cuFFT, cuSOLVER) are
@@ -45,10 +47,10 @@ step() {
   return "${PIPESTATUS[0]}"
 }
 
-tests=(ops mlx mlx_device minilm concurrency fuzz data_parallel state model_state train)
+tests=(ops mlx mlx_device minilm concurrency fuzz data_parallel state model_state train mamba)
 # Need SmolLM2 (not in the pack): run by the `generate` group only.
 generation_tests=(llama generate)
-examples=(mlx_block_bench minilm_bench 05_mlx_backend fuzz_graphs concurrent_bench 08_data_parallel data_parallel_bench train_bench generate_bench 09_generate)
+examples=(mlx_block_bench minilm_bench 05_mlx_backend fuzz_graphs concurrent_bench 08_data_parallel data_parallel_bench train_bench generate_bench 09_generate mamba_bench)
 
 # Builds the test and example binaries and prints their paths, one per line.
 build_binaries() {
@@ -107,7 +109,7 @@ source "$root/scripts/gpu-common.sh"
 # $3: MiniLM model folder; $4: groups to run (tests, fuzz, block, minilm, dp; default
 # all); $5: the digits data set's CSV (for dp).
 run_all() {
-  local bin=$1 prefix=$2 model=$3 only=${4:-tests,fuzz,block,minilm,dp,generate} digits=${5:-} status=0
+  local bin=$1 prefix=$2 model=$3 only=${4:-tests,fuzz,block,minilm,dp,generate,scan} digits=${5:-} status=0
   export LD_LIBRARY_PATH="$prefix/mlx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export RLX_MINILM_DIR=$model
   step nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
@@ -140,6 +142,14 @@ run_all() {
     step "$bin/generate_bench" --backend mlx --mlx-mode lazy --reps 3 || status=1
     RLX_TRACE_TOP=30 traced generate "$bin/generate_bench" --backend mlx --reps 1
     [ -f "$(dirname "$log")/trace-generate.txt" ] && cat "$(dirname "$log")/trace-generate.txt"
+  fi
+  if [[ ,$only, == *,scan,* ]]; then
+    local ops_tests mamba_tests
+    ops_tests=$(ls "$bin"/ops-* 2>/dev/null | head -1)
+    mamba_tests=$(ls "$bin"/mamba-* 2>/dev/null | head -1)
+    [ -n "$ops_tests" ] && { step "$ops_tests" --test-threads=4 linear_scan || status=1; }
+    [ -n "$mamba_tests" ] && { step "$mamba_tests" --nocapture || status=1; }
+    step "$bin/mamba_bench" --backend mlx --reps 3 || status=1
   fi
   if [[ ,$only, == *,fuzz,* ]]; then
     step "$bin/fuzz_graphs" --cases "${RLX_GPU_FUZZ_CASES:-5000}" --seed "${RLX_GPU_FUZZ_SEED:-1}" || status=1
