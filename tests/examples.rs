@@ -417,3 +417,68 @@ fn mamba_bench_figures() {
         assert!(rate > 0.0, "{line}");
     }
 }
+
+/// Tutorial 09 on a Mamba folder (the tiny Mamba of scripts/tiny_mamba.py with the tiny
+/// tokenizer of scripts/tiny_tokenizer.py): the text it streams is what the library's
+/// greedy generation decodes to.
+#[test]
+fn generate_tutorial_on_a_mamba_folder() {
+    use std::sync::Arc;
+    let data = rlx_testkit::llm::data_dir().join("llm");
+    let dir = rlx_testkit::llm::Scratch::new("example-09-mamba");
+    let cases = rlx_testkit::llm::reference("tiny_mamba");
+    rlx_testkit::llm::write_checkpoint(&cases["cases"]["mamba"], false, dir.path(), false);
+    for file in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(
+            data.join("tiny_tokenizer").join(file),
+            dir.path().join(file),
+        )
+        .unwrap();
+    }
+    let tokenizer = rlx::tokenizer::Tokenizer::from_hf_dir(dir.path()).unwrap();
+    let prompt: Vec<i64> = tokenizer
+        .encode("hello world")
+        .unwrap()
+        .into_iter()
+        .map(i64::from)
+        .collect();
+    let backend = rlx::cpu::CpuBackend::default();
+    let decoder = rlx::models::mamba::MambaDecoder::from_hf_dir(&backend, dir.path(), 64).unwrap();
+    let generator = rlx::generate::Generator::new(&backend, Arc::new(decoder)).unwrap();
+    let options = rlx::generate::GenerateOptions {
+        max_tokens: 5,
+        sampling: rlx::generate::SamplingParams::greedy(),
+        stop_tokens: tokenizer
+            .stop_tokens()
+            .iter()
+            .map(|t| i64::from(*t))
+            .collect(),
+    };
+    let tokens: Vec<u32> = generator
+        .generate(&prompt, options)
+        .unwrap()
+        .map(|t| u32::try_from(t.unwrap()).unwrap())
+        .collect();
+    let text = tokenizer.decode_text(&tokens).unwrap();
+
+    let model = dir.path().to_str().unwrap();
+    let stdout = run_example(
+        "09_generate",
+        &[
+            "--model",
+            model,
+            "--prompt",
+            "hello world",
+            "--max-tokens",
+            "5",
+        ],
+    );
+    let (generated, last) = stdout.trim_end().rsplit_once('\n').unwrap();
+    assert_eq!(generated, text, "{stdout}");
+    let prefix = format!(
+        "generate backend=cpu prompt_tokens={} new_tokens={} ",
+        prompt.len(),
+        tokens.len()
+    );
+    assert!(last.starts_with(&prefix), "{stdout}");
+}
