@@ -283,6 +283,38 @@ pub fn mamba<'g>(
     logits(cfg, p, x)
 }
 
+/// The mean cross-entropy of the next token over a batch, as
+/// [`llama_loss`](crate::models::llama::llama_loss) takes it: `input_ids` `(Batch, Seq)`
+/// run through the decoder as [`mamba`] does, and `labels[b, t]` the token expected after
+/// position `t` of row `b`, or -100 (any id outside the vocabulary) where nothing is
+/// expected. What a Mamba model is trained or fine-tuned on with
+/// [`Trainer`](crate::train::Trainer).
+///
+/// ```
+/// use rlx::models::mamba::{MambaConfig, MambaLoss};
+/// let config = MambaConfig::from_hf_json(
+///     r#"{"model_type": "mamba", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 100}"#,
+/// )?;
+/// let graph = MambaLoss::build(&config)?;
+/// assert_eq!(graph.outputs()[0].name, "loss");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[crate::model(outputs(loss))]
+pub fn mamba_loss<'g>(
+    g: &'g Scope<'g>,
+    #[config] cfg: &MambaConfig,
+    p: &MambaParams<'g>,
+    input_ids: Tensor<'g, (Batch, Seq), i64>,
+    labels: Tensor<'g, (Batch, Seq), i64>,
+) -> Tensor<'g, ()> {
+    let _ = g;
+    let x = p.backbone.embeddings.forward(input_ids);
+    let x = blocks(cfg, p, x, |_, _| None);
+    let logits: Tensor<'g, (Dyn, Vocab)> = logits(cfg, p, x).reshape();
+    let labels: Tensor<'g, (Dyn,), i64> = labels.reshape();
+    logits.masked_cross_entropy(labels)
+}
+
 /// One block's convolution inputs carried between steps, `layers.N.conv_state`.
 pub type ConvState<'g> = State<'g, (Const<1>, ConvHistory, Inner)>;
 
