@@ -120,6 +120,45 @@ PROMPT = [(7 * i + 3) % 128 for i in range(12)]
 NEW_TOKENS = 10
 
 
+def reference_case(model, config, gemma):
+    """A case of the output: `model`'s weights set by the formula (those save_pretrained
+    stores: a tied output projection once, as the embeddings), then its config, tensors,
+    logits of PROMPT and NEW_TOKENS greedy tokens after it."""
+    state = {
+        name: t
+        for name, t in model.state_dict().items()
+        if not (config.tie_word_embeddings and name == "lm_head.weight")
+    }
+    with torch.no_grad():
+        for name, tensor in state.items():
+            tensor.copy_(torch.from_numpy(formula(name, tuple(tensor.shape), gemma)))
+    ids = torch.tensor([PROMPT])
+    with torch.no_grad():
+        logits = model(ids).logits[0].float().numpy()
+        run = model.generate(
+            ids,
+            max_new_tokens=NEW_TOKENS,
+            min_new_tokens=NEW_TOKENS,
+            do_sample=False,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
+        greedy = run.sequences[0, len(PROMPT):].tolist()
+        # The smallest lead of a greedy choice over the runner-up: how far logits may
+        # stray before another token would be chosen.
+        margin = min(
+            float(top[0] - top[1])
+            for top in (step[0].topk(2).values for step in run.logits)
+        )
+    return {
+        "config_json": config.to_json_string(),
+        "tensors": [[name, list(t.shape)] for name, t in state.items()],
+        "logits": [[float(v) for v in row] for row in logits],
+        "greedy": greedy,
+        "greedy_margin": margin,
+    }
+
+
 def main():
     torch.manual_seed(0)
     out = {
@@ -135,44 +174,9 @@ def main():
         config = AutoConfig.for_model(model_type, **kw)
         config._attn_implementation = "eager"
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
-        gemma = model_type.startswith("gemma")
-        # What save_pretrained stores: a tied output projection once, as the embeddings.
-        state = {
-            name: t
-            for name, t in model.state_dict().items()
-            if not (config.tie_word_embeddings and name == "lm_head.weight")
-        }
-        with torch.no_grad():
-            for name, tensor in state.items():
-                tensor.copy_(torch.from_numpy(formula(name, tuple(tensor.shape), gemma)))
         if config.tie_word_embeddings:
             assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
-        ids = torch.tensor([PROMPT])
-        with torch.no_grad():
-            logits = model(ids).logits[0].float().numpy()
-            run = model.generate(
-                ids,
-                max_new_tokens=NEW_TOKENS,
-                min_new_tokens=NEW_TOKENS,
-                do_sample=False,
-                return_dict_in_generate=True,
-                output_logits=True,
-            )
-            greedy = run.sequences[0, len(PROMPT):].tolist()
-            # The smallest lead of a greedy choice over the runner-up: how far logits may
-            # stray before another token would be chosen.
-            margin = min(
-                float(top[0] - top[1])
-                for top in (step[0].topk(2).values for step in run.logits)
-            )
-        tensors = [[name, list(t.shape)] for name, t in state.items()]
-        out["cases"][label] = {
-            "config_json": config.to_json_string(),
-            "tensors": tensors,
-            "logits": [[float(v) for v in row] for row in logits],
-            "greedy": greedy,
-            "greedy_margin": margin,
-        }
+        out["cases"][label] = reference_case(model, config, model_type.startswith("gemma"))
     json.dump(out, fp=__import__("sys").stdout)
     print()
 

@@ -1,7 +1,7 @@
 """References for tests/mamba.rs: tiny Mamba decoders made by transformers from configs
 written here, their weights set by the formula of `tiny_decoders.py` (the Rust test computes
 it too, so no weights are stored), and what transformers makes of them in float32: the
-logits of a fixed prompt and 10 greedy tokens after it.
+logits of a fixed prompt and 10 greedy tokens after it (`tiny_decoders.reference_case`).
 
     python scripts/tiny_mamba.py > tests/data/llm/tiny_mamba.json
 
@@ -14,7 +14,7 @@ from importlib.metadata import version
 import torch
 from transformers import MambaConfig, MambaForCausalLM
 
-from tiny_decoders import formula
+from tiny_decoders import PROMPT, reference_case
 
 COMMON = dict(
     hidden_size=64,
@@ -37,9 +37,6 @@ CASES = {
     ),
 }
 
-PROMPT = [(7 * i + 3) % 128 for i in range(12)]
-NEW_TOKENS = 10
-
 
 def main():
     torch.manual_seed(0)
@@ -54,37 +51,7 @@ def main():
         kw.update(extra)
         config = MambaConfig(**kw)
         model = MambaForCausalLM(config).to(torch.float32).eval()
-        state = {
-            name: t
-            for name, t in model.state_dict().items()
-            if not (config.tie_word_embeddings and name == "lm_head.weight")
-        }
-        with torch.no_grad():
-            for name, tensor in state.items():
-                tensor.copy_(torch.from_numpy(formula(name, tuple(tensor.shape), False)))
-        ids = torch.tensor([PROMPT])
-        with torch.no_grad():
-            logits = model(ids).logits[0].float().numpy()
-            run = model.generate(
-                ids,
-                max_new_tokens=NEW_TOKENS,
-                min_new_tokens=NEW_TOKENS,
-                do_sample=False,
-                return_dict_in_generate=True,
-                output_logits=True,
-            )
-            greedy = run.sequences[0, len(PROMPT):].tolist()
-            margin = min(
-                float(top[0] - top[1])
-                for top in (step[0].topk(2).values for step in run.logits)
-            )
-        out["cases"][label] = {
-            "config_json": config.to_json_string(),
-            "tensors": [[name, list(t.shape)] for name, t in state.items()],
-            "logits": [[float(v) for v in row] for row in logits],
-            "greedy": greedy,
-            "greedy_margin": margin,
-        }
+        out["cases"][label] = reference_case(model, config, False)
     json.dump(out, fp=sys.stdout)
     print()
 

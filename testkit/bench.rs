@@ -1,8 +1,46 @@
-//! What the MiniLM benchmarks share: their `--shapes` argument and the dense batches they
-//! time.
+//! What the benchmarks share: command-line flags, medians, the greedy token of a row of
+//! logits, and for the MiniLM benchmarks their `--shapes` argument and the dense batches
+//! they time.
 
 use rlx::models::minilm::Batch;
 use rlx::tensor::{HostTensor, TensorError};
+
+/// The value after `name` on the command line `args`, if given.
+///
+/// ```
+/// let args = ["bench", "--reps", "3"].map(String::from);
+/// assert_eq!(rlx_testkit::bench::flag(&args, "--reps"), Some("3"));
+/// assert_eq!(rlx_testkit::bench::flag(&args, "--model"), None);
+/// ```
+pub fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    let i = args.iter().position(|a| a == name)?;
+    args.get(i + 1).map(String::as_str)
+}
+
+/// The median of `samples` (the upper one of an even count).
+///
+/// ```
+/// assert_eq!(rlx_testkit::bench::median(vec![3.0, 1.0, 2.0]), 2.0);
+/// ```
+///
+/// # Panics
+/// When `samples` is empty.
+pub fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+/// The token of the largest f32 logit (of equal ones, the last), or an error for logits
+/// that are not f32 or empty.
+///
+/// ```
+/// let logits = rlx::tensor::HostTensor::from_vec(vec![0.5f32, 2.0, -1.0], [1, 3]).unwrap();
+/// assert_eq!(rlx_testkit::bench::argmax(&logits).unwrap(), 1);
+/// ```
+pub fn argmax(logits: &HostTensor) -> Result<i64, Box<dyn std::error::Error>> {
+    let row = logits.as_slice::<f32>()?;
+    crate::llm::argmax(row).ok_or_else(|| "empty logits".into())
+}
 
 /// Parses `8x128,1x16` into `(batch, seq)` pairs.
 ///

@@ -25,6 +25,54 @@ pub fn reference(name: &str) -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// The index of the largest value of `row` (of equal ones, the last), or `None` when it
+/// is empty: a greedy token.
+///
+/// ```
+/// assert_eq!(rlx_testkit::llm::argmax(&[0.5, 2.0, 2.0, -1.0]), Some(2));
+/// assert_eq!(rlx_testkit::llm::argmax(&[]), None);
+/// ```
+pub fn argmax(row: &[f32]) -> Option<i64> {
+    row.iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(i, _)| i as i64)
+}
+
+/// A reference case's `logits` (rows of numbers), flattened row by row.
+///
+/// # Panics
+/// When the case has no such array of arrays of numbers.
+pub fn case_logits(case: &serde_json::Value) -> Vec<f64> {
+    case["logits"]
+        .as_array()
+        .expect("an array of rows of logits")
+        .iter()
+        .flat_map(|row| {
+            row.as_array()
+                .expect("a row of logits")
+                .iter()
+                .map(|v| v.as_f64().expect("a logit"))
+        })
+        .collect()
+}
+
+/// The largest `|got − expected|` over two sequences of logits of one length.
+///
+/// ```
+/// assert_eq!(rlx_testkit::llm::largest_difference(&[1.0, 2.5], &[1.0, 2.0]), 0.5);
+/// ```
+///
+/// # Panics
+/// When the lengths differ.
+pub fn largest_difference(got: &[f32], expected: &[f64]) -> f64 {
+    assert_eq!(got.len(), expected.len(), "logits of different lengths");
+    got.iter()
+        .zip(expected)
+        .map(|(g, e)| (f64::from(*g) - e).abs())
+        .fold(0f64, f64::max)
+}
+
 /// A JSON array of token ids.
 ///
 /// # Panics

@@ -11,29 +11,15 @@ use rlx::backend::Backend;
 use rlx::generate::{Decoder, GenerateOptions, Generator, SamplingParams};
 use rlx::models::mamba::{Mamba, MambaConfig, MambaDecoder, load_mamba_checkpoint};
 use rlx::tensor::HostTensor;
-use rlx_testkit::llm::{Scratch, ids, reference, write_checkpoint};
+use rlx_testkit::llm::{
+    Scratch, argmax, case_logits, ids, largest_difference, reference, write_checkpoint,
+};
 
 const CASES: [&str; 2] = ["mamba", "mamba_bias"];
 
 /// Logits within this of transformers' (both f32; the two sides differ in the order of
 /// their sums and in how the scan composes its steps: under 1e-7 measured).
 const BOUND: f64 = 1e-5;
-
-fn argmax(row: &[f32]) -> i64 {
-    row.iter()
-        .enumerate()
-        .max_by(|a, b| a.1.total_cmp(b.1))
-        .map(|(i, _)| i as i64)
-        .unwrap()
-}
-
-fn largest_error(got: &[f32], expected: &[f64]) -> f64 {
-    assert_eq!(got.len(), expected.len());
-    got.iter()
-        .zip(expected)
-        .map(|(g, e)| (f64::from(*g) - e).abs())
-        .fold(0f64, f64::max)
-}
 
 fn mamba_matches<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
     let data = reference("tiny_mamba");
@@ -54,13 +40,8 @@ fn mamba_matches<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
         );
         let input = HostTensor::from_vec(prompt.clone(), [1, prompt.len()]).unwrap();
         let logits = model.run(&input).unwrap();
-        let expected: Vec<f64> = case["logits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()))
-            .collect();
-        let worst = largest_error(logits.as_slice::<f32>().unwrap(), &expected);
+        let expected = case_logits(case);
+        let worst = largest_difference(logits.as_slice::<f32>().unwrap(), &expected);
         println!("{name} {label}: largest logit error {worst:.2e} (bound {BOUND})");
         assert!(worst < BOUND, "{name} {label}: logits off by {worst}");
 
@@ -106,13 +87,13 @@ fn mamba_matches<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
                 let row = logits.as_slice::<f32>().unwrap();
                 if end == prompt.len() {
                     let want = &expected[(prompt.len() - 1) * 128..prompt.len() * 128];
-                    let worst = largest_error(row, want);
+                    let worst = largest_difference(row, want);
                     assert!(worst < BOUND, "{name} {label}: step logits off by {worst}");
                     first_logits = Some(row.to_vec());
                 }
                 pos = end;
                 if pos == fed.len() {
-                    fed.push(argmax(row));
+                    fed.push(argmax(row).expect("a row of logits"));
                 }
             }
             assert!(first_logits.is_some());
@@ -180,6 +161,13 @@ fn mamba_configs_name_what_is_wrong() {
             .to_string()
             .contains("num_hidden_layers")
     );
+    // A config made by hand is held to the same checks when the graph is built.
+    let mut by_hand = config.clone();
+    by_hand.conv_kernel = 0;
+    let Err(error) = Mamba::compile(&rlx::cpu::CpuBackend::default(), &by_hand) else {
+        panic!("a convolution of no taps compiled");
+    };
+    assert!(error.to_string().contains("conv_kernel"), "{error}");
 }
 
 /// A tiny Mamba learns a batch through `mamba_loss` and `Trainer`: gradients flow through

@@ -52,27 +52,7 @@ use rlx::models::llama::{
     KvCacheFormat, LlamaBatchConfig, LlamaBatchStep, LlamaDecoder, LlamaStep, Quantization,
 };
 use rlx::tensor::HostTensor;
-
-fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
-    let i = args.iter().position(|a| a == name)?;
-    args.get(i + 1).map(String::as_str)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn argmax(logits: &HostTensor) -> Result<i64, Box<dyn Error>> {
-    let row = logits.as_slice::<f32>()?;
-    let best = row
-        .iter()
-        .enumerate()
-        .max_by(|a, b| a.1.total_cmp(b.1))
-        .map(|(i, _)| i as i64)
-        .ok_or("empty logits")?;
-    Ok(best)
-}
+use rlx_testkit::bench::{argmax, flag, median};
 
 /// Where one decode step (one token after 128 cached positions) spends its time: the ops
 /// taking the most, summed over their kernels, then the slowest kernels.

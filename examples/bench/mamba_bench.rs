@@ -27,44 +27,17 @@ use rlx::backend::Backend;
 use rlx::generate::Decoder;
 use rlx::models::mamba::{MambaConfig, MambaDecoder};
 use rlx::tensor::HostTensor;
-
-fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
-    let i = args.iter().position(|a| a == name)?;
-    args.get(i + 1).map(String::as_str)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn argmax(logits: &HostTensor) -> Result<i64, Box<dyn Error>> {
-    let row = logits.as_slice::<f32>()?;
-    let best = row
-        .iter()
-        .enumerate()
-        .max_by(|a, b| a.1.total_cmp(b.1))
-        .map(|(i, _)| i as i64)
-        .ok_or("empty logits")?;
-    Ok(best)
-}
+use rlx_testkit::bench::{argmax, flag, median};
+use rlx_testkit::rng::Rng;
 
 /// Seeded weights of a trained model's scale: projections `±1/√fan_in`, norms near 1,
 /// decay rates `log(1..=N)` as Mamba initializes them, step-size biases near softplus⁻¹(0.01).
-fn init(spec: &rlx::params::ParamSpec) -> HostTensor {
+fn init(spec: &rlx::params::ParamSpec, rng: &mut Rng) -> HostTensor {
     let shape = spec
         .static_shape()
         .expect("a Mamba config has static weights");
     let len: usize = shape.iter().product();
-    let mut state = spec.name.bytes().fold(0x811c_9dc5u32, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    });
-    let mut uniform = move || {
-        state ^= state << 13;
-        state ^= state >> 17;
-        state ^= state << 5;
-        f64::from(state) / f64::from(u32::MAX) * 2.0 - 1.0
-    };
+    let mut uniform = || rng.uniform(-1.0, 1.0);
     let fan_in = *shape.last().unwrap_or(&1) as f64;
     let values: Vec<f32> = (0..len)
         .map(|i| {
@@ -131,7 +104,10 @@ fn bench<B: Backend<Executable: 'static>>(
     config.num_layers = options.layers;
     let longest = options.contexts.iter().copied().max().unwrap_or(0).max(512);
     let decoder = MambaDecoder::compile(backend, config, longest + options.new + 1)?;
-    decoder.compiled().init_weights(init)?;
+    let mut rng = Rng(1);
+    decoder
+        .compiled()
+        .init_weights(|spec| init(spec, &mut rng))?;
     let token = |i: usize| ((i * 7919 + 13) % 50_000) as i64;
     if options.profiled {
         profile(&decoder, 128, "prefill")?;

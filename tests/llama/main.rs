@@ -7,9 +7,5 @@ mod variants;
 
 /// The index of the largest logit of `row` (of equal ones, the last).
 fn argmax(row: &[f32]) -> i64 {
-    row.iter()
-        .enumerate()
-        .max_by(|a, b| a.1.total_cmp(b.1))
-        .map(|(i, _)| i as i64)
-        .unwrap()
+    rlx_testkit::llm::argmax(row).expect("a row of logits")
 }

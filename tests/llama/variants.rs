@@ -16,7 +16,9 @@ use rlx::backend::Backend;
 use rlx::generate::{Decoder, GenerateOptions, Generator, SamplingParams};
 use rlx::models::llama::{Llama, LlamaConfig, LlamaDecoder, load_hf_checkpoint};
 use rlx::tensor::HostTensor;
-use rlx_testkit::llm::{Scratch, formula, ids, reference, write_checkpoint};
+use rlx_testkit::llm::{
+    Scratch, case_logits, formula, ids, largest_difference, reference, write_checkpoint,
+};
 
 const CASES: [&str; 4] = ["llama", "qwen2", "qwen3", "gemma3"];
 
@@ -45,18 +47,7 @@ fn variants_match<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
         let input = HostTensor::from_vec(prompt.clone(), [1, prompt.len()]).unwrap();
         let logits = model.run(&input).unwrap();
         let got = logits.as_slice::<f32>().unwrap();
-        let expected: Vec<f64> = case["logits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()))
-            .collect();
-        assert_eq!(got.len(), expected.len(), "{name}");
-        let worst = got
-            .iter()
-            .zip(&expected)
-            .map(|(g, e)| (f64::from(*g) - e).abs())
-            .fold(0f64, f64::max);
+        let worst = largest_difference(got, &case_logits(case));
         println!("{name} {label}: largest logit error {worst:.2e} (bound {BOUND})");
         assert!(worst < BOUND, "{name} {label}: logits off by {worst}");
 
@@ -341,18 +332,7 @@ fn gguf_variants_match_transformers() {
         rlx::models::llama::load_gguf_checkpoint(&model, &config, &file).unwrap();
         let input = HostTensor::from_vec(prompt.clone(), [1, prompt.len()]).unwrap();
         let logits = model.run(&input).unwrap();
-        let expected = case["logits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()));
-        let worst = logits
-            .as_slice::<f32>()
-            .unwrap()
-            .iter()
-            .zip(expected)
-            .map(|(g, e)| (f64::from(*g) - e).abs())
-            .fold(0f64, f64::max);
+        let worst = largest_difference(logits.as_slice::<f32>().unwrap(), &case_logits(case));
         assert!(worst < BOUND, "{name} from GGUF: logits off by {worst}");
     }
 }

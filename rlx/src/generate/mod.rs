@@ -84,6 +84,43 @@ pub trait Decoder: Send + Sync {
     ) -> Result<HostTensor, RunError>;
 }
 
+/// Runs one [`Decoder::step`] of a compiled step graph whose inputs are `input_ids`
+/// (`[1, tokens]`, `i64`), `pos` and `last` (`i64` scalars) and whose one output is the
+/// logits: the step of every decoder in [`models`](crate::models).
+pub(crate) fn run_decoder_step(
+    step: &crate::model::Compiled,
+    context: &mut Context,
+    tokens: &[i64],
+    pos: usize,
+    last: usize,
+) -> Result<HostTensor, RunError> {
+    use crate::ir::DType;
+    use crate::tensor::TensorRef;
+    let shape = [1, tokens.len()];
+    let ids = TensorRef {
+        dtype: DType::I64,
+        shape: &shape,
+        bytes: bytemuck::cast_slice(tokens),
+    };
+    let (pos, last) = ([pos as i64], [last as i64]);
+    fn scalar(v: &[i64; 1]) -> TensorRef<'_> {
+        TensorRef {
+            dtype: DType::I64,
+            shape: &[],
+            bytes: bytemuck::cast_slice(v),
+        }
+    }
+    let [logits] = step.run_in_outputs(
+        context,
+        &[
+            ("input_ids", ids),
+            ("pos", scalar(&pos)),
+            ("last", scalar(&last)),
+        ],
+    )?;
+    Ok(logits)
+}
+
 /// Why a generation could not start or go on.
 #[derive(Debug, thiserror::Error)]
 pub enum GenerateError {

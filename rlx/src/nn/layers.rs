@@ -142,6 +142,18 @@ impl<'g, N: Dim, E: Float> Bias<'g, N, E> {
     pub fn forward<S: LastDim<N>>(&self, x: Tensor<'g, S, E>) -> Tensor<'g, S, E> {
         x.add_bias(self.bias)
     }
+
+    /// `x` with `bias` added when the variant has one.
+    #[track_caller]
+    pub(crate) fn forward_optional<S: LastDim<N>>(
+        x: Tensor<'g, S, E>,
+        bias: &Option<Self>,
+    ) -> Tensor<'g, S, E> {
+        match bias {
+            Some(b) => b.forward(x),
+            None => x,
+        }
+    }
 }
 
 /// A lookup table of `V` vectors of size `D`.

@@ -6,10 +6,12 @@
 //! load time; saving applies them again, so a saved file loads back into the same model.
 
 mod gguf;
+mod hf_folder;
 mod layout;
 mod safetensors;
 
 pub use self::gguf::load_gguf;
+pub(crate) use self::hf_folder::load_hf_folder;
 
 pub use self::safetensors::{
     load_safetensors, load_tensors, read_tensors, save_safetensors, save_tensors,

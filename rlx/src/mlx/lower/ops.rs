@@ -100,17 +100,8 @@ impl Lower for ir::Cumsum {
 /// the axis).
 impl Lower for ir::LinearScan {
     fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
-        let dtype = n.node.ty.dtype;
-        let scalar = |v: f64| {
-            let bytes = ir::Scalar::Float(v).to_bytes(dtype);
-            let value = TensorRef {
-                dtype,
-                shape: &[],
-                bytes: &bytes,
-            };
-            Array::from_tensor_on(value, n.lowering.device)
-        };
-        let (one, zero) = (scalar(1.0)?, scalar(0.0)?);
+        let one = scalar_of(n, ir::Scalar::Float(1.0))?;
+        let zero = scalar_of(n, ir::Scalar::Float(0.0))?;
         let (axis, len) = (self.axis, n.shape[self.axis]);
         // `x` moved `d` positions along the scan (later positions read earlier ones), the
         // first `d` filled with `fill`.
@@ -239,16 +230,21 @@ impl Lower for ir::Broadcast {
     }
 }
 
+/// `value` as a scalar array of the node's dtype on the lowering's device.
+fn scalar_of(n: &NodeInput<'_>, value: ir::Scalar) -> Result<Array, MlxError> {
+    let dtype = n.node.ty.dtype;
+    let bytes = value.to_bytes(dtype);
+    let value = TensorRef {
+        dtype,
+        shape: &[],
+        bytes: &bytes,
+    };
+    Array::from_tensor_on(value, n.lowering.device)
+}
+
 impl Lower for ir::Pad {
     fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
-        let dtype = n.node.ty.dtype;
-        let bytes = self.value.to_bytes(dtype);
-        let value = TensorRef {
-            dtype,
-            shape: &[],
-            bytes: &bytes,
-        };
-        let fill = Array::from_tensor_on(value, n.lowering.device)?;
+        let fill = scalar_of(n, self.value)?;
         Ok(n.x[0].pad(&self.pads, &fill)?)
     }
 }

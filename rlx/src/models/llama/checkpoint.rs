@@ -2,8 +2,7 @@
 //! Face checkpoints (`model.safetensors`, or the shards a `model.safetensors.index.json`
 //! lists), their tensor names mapped onto GGUF's.
 
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::LlamaConfig;
 use crate::backend::Executable;
@@ -12,7 +11,7 @@ use crate::ir::DType;
 use crate::model::Compiled;
 use crate::params::Manifest;
 use crate::tensor::{HostTensor, TensorRef};
-use crate::weights::{LoadOptions, LoadReport, WeightsError};
+use crate::weights::{LoadReport, WeightsError};
 
 /// The GGUF name the model gives a Hugging Face tensor (`model.layers.3.self_attn.q_proj.weight`
 /// → `blk.3.attn_q.weight`), or `None` for a name outside the decoder. Gemma's norms
@@ -78,43 +77,6 @@ fn unused(name: &str) -> bool {
         .any(|p| name.starts_with(p))
 }
 
-/// The safetensors files of the checkpoint in `dir`: the shards its
-/// `model.safetensors.index.json` lists, else `model.safetensors`.
-pub(crate) fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>, WeightsError> {
-    let index = dir.join("model.safetensors.index.json");
-    if !index.exists() {
-        return Ok(vec![dir.join("model.safetensors")]);
-    }
-    let format = |message: String| WeightsError::Format {
-        path: index.clone(),
-        message,
-    };
-    let text = std::fs::read_to_string(&index).map_err(|source| WeightsError::Io {
-        path: index.clone(),
-        source,
-    })?;
-    let json: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format(format!("not JSON: {e}")))?;
-    let map = json
-        .get("weight_map")
-        .and_then(serde_json::Value::as_object)
-        .ok_or_else(|| format("no weight_map object".into()))?;
-    let mut files = BTreeSet::new();
-    for (key, file) in map {
-        let file = file
-            .as_str()
-            .ok_or_else(|| format(format!("{key}: the shard is not a file name")))?;
-        // A shard is a file beside the index, never a path out of the folder.
-        if file.is_empty() || file.contains(['/', '\\']) || file == ".." {
-            return Err(format(format!(
-                "{key}: {file:?} is not a file in the folder"
-            )));
-        }
-        files.insert(file.to_string());
-    }
-    Ok(files.into_iter().map(|f| dir.join(f)).collect())
-}
-
 /// Loads the Hugging Face checkpoint in `dir` (`model.safetensors` or the shards of
 /// `model.safetensors.index.json`; f32, f16 or bf16) into `model`, a compiled
 /// [`Llama`](super::Llama) or [`LlamaStep`](super::LlamaStep) of `config`: names are
@@ -143,50 +105,24 @@ pub(super) fn load_hf_weights(
     dir: &Path,
 ) -> Result<LoadReport, WeightsError> {
     let manifest = &without_adapters(manifest);
-    let mut tensors: Vec<(String, HostTensor)> = Vec::new();
-    let mut ignored = Vec::new();
-    for path in shard_paths(dir)? {
-        crate::weights::read_tensors(&path, &mut |name, value| {
-            let Some(gguf) = hf_tensor_name(name, config) else {
-                if unused(name) {
-                    ignored.push(name.to_string());
-                } else {
-                    // Kept under its own name: the load reports it as unexpected.
-                    tensors.push((name.to_string(), value.to_host()));
-                }
-                return Ok(());
-            };
-            // Gemma's norm scales are stored as offsets from 1; the rest load as stored
-            // (the load converts f16 and bf16 to the model's f32).
-            let offset = config.sandwich_norms && gguf.ends_with("norm.weight");
-            tensors.push((
-                gguf,
-                if offset {
-                    plus_one(value)
-                } else {
-                    value.to_host()
-                },
-            ));
-            Ok(())
-        })?;
-    }
-    let named: Vec<(&str, TensorRef<'_>)> = tensors
-        .iter()
-        .map(|(n, t)| (n.as_str(), t.view()))
-        .collect();
-    let mut report = crate::weights::load_tensors(
-        exe,
-        manifest,
-        dir,
-        &named,
-        &LoadOptions {
-            convert_floats: true,
-            ..LoadOptions::default()
-        },
-    )?;
-    ignored.sort();
-    report.ignored = ignored;
-    Ok(report)
+    crate::weights::load_hf_folder(exe, manifest, dir, |name, value| {
+        let Some(gguf) = hf_tensor_name(name, config) else {
+            // Kept under its own name unless it is a known unused tensor: the load
+            // reports it as unexpected.
+            return (!unused(name)).then(|| (name.to_string(), value.to_host()));
+        };
+        // Gemma's norm scales are stored as offsets from 1; the rest load as stored
+        // (the load converts f16 and bf16 to the model's f32).
+        let offset = config.sandwich_norms && gguf.ends_with("norm.weight");
+        Some((
+            gguf,
+            if offset {
+                plus_one(value)
+            } else {
+                value.to_host()
+            },
+        ))
+    })
 }
 
 /// The tensors of a GGUF file that [`LlamaConfig::from_gguf`] reads as configuration rather

@@ -309,26 +309,7 @@ impl crate::generate::Decoder for LlamaDecoder {
         pos: usize,
         last: usize,
     ) -> Result<HostTensor, RunError> {
-        let shape = [1, tokens.len()];
-        let ids =
-            TensorRef::new(DType::I64, &shape, bytemuck::cast_slice(tokens)).map_err(run_error)?;
-        let (pos, last) = ([pos as i64], [last as i64]);
-        fn scalar(v: &[i64; 1]) -> TensorRef<'_> {
-            TensorRef {
-                dtype: DType::I64,
-                shape: &[],
-                bytes: bytemuck::cast_slice(v),
-            }
-        }
-        let [logits] = self.step.run_in_outputs(
-            context,
-            &[
-                ("input_ids", ids),
-                ("pos", scalar(&pos)),
-                ("last", scalar(&last)),
-            ],
-        )?;
-        Ok(logits)
+        crate::generate::run_decoder_step(&self.step, context, tokens, pos, last)
     }
 }
 

@@ -32,7 +32,6 @@ mod finetune;
 mod lora;
 mod peft;
 
-pub(crate) use checkpoint::shard_paths;
 pub use checkpoint::{hf_tensor_name, load_gguf_checkpoint, load_hf_checkpoint};
 pub use config::{
     Activation, KvCacheFormat, LlamaConfig, LlamaConfigError, MAX_HEAD_DIM, MAX_LAYERS,
@@ -227,12 +226,14 @@ fn blocks<'g, B: Dim>(
     for (i, p) in p.blk.iter().enumerate() {
         let (rope, window) = cfg.layer(i);
         let h = p.attn_norm.forward(x, eps);
-        let q =
-            with_bias(p.attn_q.forward(h), &p.attn_q_bias).reshape::<(B, Seq, Heads, HeadDim)>();
+        let q = Bias::forward_optional(p.attn_q.forward(h), &p.attn_q_bias)
+            .reshape::<(B, Seq, Heads, HeadDim)>();
         let k =
-            with_bias(p.attn_k.forward(h), &p.attn_k_bias).reshape::<(B, Seq, KvHeads, HeadDim)>();
+            Bias::forward_optional(p.attn_k.forward(h), &p.attn_k_bias)
+                .reshape::<(B, Seq, KvHeads, HeadDim)>();
         let v =
-            with_bias(p.attn_v.forward(h), &p.attn_v_bias).reshape::<(B, Seq, KvHeads, HeadDim)>();
+            Bias::forward_optional(p.attn_v.forward(h), &p.attn_v_bias)
+                .reshape::<(B, Seq, KvHeads, HeadDim)>();
         let q = head_norm(&p.attn_q_norm, q, eps).swap_axes::<1, 2>();
         let k = head_norm(&p.attn_k_norm, k, eps).swap_axes::<1, 2>();
         let v = v.swap_axes::<1, 2>();
@@ -252,16 +253,6 @@ fn blocks<'g, B: Dim>(
         x = (x + sandwich(&p.post_ffw_norm, out)).checkpoint();
     }
     x
-}
-
-fn with_bias<'g, S: crate::typed::LastDim<N>, N: Dim>(
-    t: Tensor<'g, S>,
-    bias: &Option<Bias<'g, N>>,
-) -> Tensor<'g, S> {
-    match bias {
-        Some(b) => b.forward(t),
-        None => t,
-    }
 }
 
 fn head_norm<'g, B: Dim, N: Dim>(

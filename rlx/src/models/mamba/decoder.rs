@@ -4,11 +4,9 @@
 use std::path::Path;
 
 use super::{MambaConfig, MambaConfigError, MambaStep};
-use crate::backend::{Context, Executable, RunError};
-use crate::ir::DType;
-use crate::params::Manifest;
-use crate::tensor::{HostTensor, TensorRef};
-use crate::weights::{LoadOptions, LoadReport, WeightsError};
+use crate::backend::{Context, RunError};
+use crate::tensor::HostTensor;
+use crate::weights::{LoadReport, WeightsError};
 
 /// Why a Mamba decoder could not be made from a folder.
 #[derive(Debug, thiserror::Error)]
@@ -122,43 +120,10 @@ pub fn load_mamba_checkpoint(
     config: &MambaConfig,
     dir: &Path,
 ) -> Result<LoadReport, WeightsError> {
-    load_into(model.executable(), model.manifest(), config, dir)
-}
-
-fn load_into(
-    exe: &dyn Executable,
-    manifest: &Manifest,
-    config: &MambaConfig,
-    dir: &Path,
-) -> Result<LoadReport, WeightsError> {
-    let mut tensors: Vec<(String, HostTensor)> = Vec::new();
-    let mut ignored = Vec::new();
-    for path in crate::models::llama::shard_paths(dir)? {
-        crate::weights::read_tensors(&path, &mut |name, value| {
-            if config.tied_output && name == "lm_head.weight" {
-                ignored.push(name.to_string());
-            } else {
-                tensors.push((name.to_string(), value.to_host()));
-            }
-            Ok(())
-        })?;
-    }
-    let named: Vec<(&str, TensorRef<'_>)> = tensors
-        .iter()
-        .map(|(n, t)| (n.as_str(), t.view()))
-        .collect();
-    let mut report = crate::weights::load_tensors(
-        exe,
-        manifest,
-        dir,
-        &named,
-        &LoadOptions {
-            convert_floats: true,
-            ..LoadOptions::default()
-        },
-    )?;
-    report.ignored = ignored;
-    Ok(report)
+    crate::weights::load_hf_folder(model.executable(), model.manifest(), dir, |name, value| {
+        let copy_of_embeddings = config.tied_output && name == "lm_head.weight";
+        (!copy_of_embeddings).then(|| (name.to_string(), value.to_host()))
+    })
 }
 
 impl crate::generate::Decoder for MambaDecoder {
@@ -181,30 +146,6 @@ impl crate::generate::Decoder for MambaDecoder {
         pos: usize,
         last: usize,
     ) -> Result<HostTensor, RunError> {
-        let shape = [1, tokens.len()];
-        let ids =
-            TensorRef::new(DType::I64, &shape, bytemuck::cast_slice(tokens)).map_err(|e| {
-                RunError::Custom {
-                    name: "mamba".into(),
-                    message: e.to_string(),
-                }
-            })?;
-        let (pos, last) = ([pos as i64], [last as i64]);
-        fn scalar(v: &[i64; 1]) -> TensorRef<'_> {
-            TensorRef {
-                dtype: DType::I64,
-                shape: &[],
-                bytes: bytemuck::cast_slice(v),
-            }
-        }
-        let [logits] = self.step.run_in_outputs(
-            context,
-            &[
-                ("input_ids", ids),
-                ("pos", scalar(&pos)),
-                ("last", scalar(&last)),
-            ],
-        )?;
-        Ok(logits)
+        crate::generate::run_decoder_step(&self.step, context, tokens, pos, last)
     }
 }

@@ -68,12 +68,15 @@ impl crate::model::Config for MambaConfig {
         Sizes::new()
             .with::<Hidden>(self.hidden_size)
             .with::<Inner>(self.intermediate_size)
-            .with::<InnerAndGate>(2 * self.intermediate_size)
+            .with::<InnerAndGate>(self.intermediate_size.saturating_mul(2))
             .with::<StateSize>(self.state_size)
             .with::<ConvKernel>(self.conv_kernel)
-            .with::<ConvHistory>(self.conv_kernel - 1)
+            .with::<ConvHistory>(self.conv_kernel.saturating_sub(1))
             .with::<TimeStepRank>(self.time_step_rank)
-            .with::<ScanParams>(self.time_step_rank + 2 * self.state_size)
+            .with::<ScanParams>(
+                self.time_step_rank
+                    .saturating_add(self.state_size.saturating_mul(2)),
+            )
             .with::<Vocab>(self.vocab_size)
             .with::<Layers>(self.num_layers)
             .with_flag("proj_bias", self.proj_bias)
@@ -153,16 +156,6 @@ pub struct MambaParams<'g> {
     pub lm_head: Option<Projection<'g, Hidden, Vocab>>,
 }
 
-fn with_bias<'g, S: crate::typed::LastDim<N>, N: Dim>(
-    t: Tensor<'g, S>,
-    bias: &Option<Bias<'g, N>>,
-) -> Tensor<'g, S> {
-    match bias {
-        Some(b) => b.forward(t),
-        None => t,
-    }
-}
-
 /// What one block carries from one step to the next: the convolution's last inputs and
 /// the scan's state. `None` for a whole sequence from the start.
 struct Carried<'g, B: Dim> {
@@ -185,7 +178,7 @@ fn mixer<'g, B: Dim>(
     x: Tensor<'g, (B, Seq, Hidden)>,
     carried: StartAt<'g, B>,
 ) -> Mixed<'g, B> {
-    let both = with_bias(p.in_proj.forward(x), &p.in_proj_bias);
+    let both = Bias::forward_optional(p.in_proj.forward(x), &p.in_proj_bias);
     let stream: Tensor<'g, (B, Seq, Inner)> = both.narrow::<2, Inner>(0);
     let gate: Tensor<'g, (B, Seq, Inner)> = both.narrow::<2, Inner>(cfg.intermediate_size);
 
@@ -197,18 +190,17 @@ fn mixer<'g, B: Dim>(
         None => stream.pad(Axis::<1>, history, 0, 0.0),
     };
     let taps: Tensor<'g, (Inner, ConvKernel)> = p.conv1d.weight.reshape();
-    let mut conv: Option<Tensor<'g, (B, Seq, Inner)>> = None;
-    for k in 0..cfg.conv_kernel {
+    let tap = |k: usize| {
         let stop = (k < history).then(|| k as i64 - history as i64);
         let inputs: Tensor<'g, (B, Seq, Inner)> = window.slice(Axis::<1>, k as i64, stop, 1);
-        let tap: Tensor<'g, (Inner,)> = taps.narrow::<1, Const<1>>(k).reshape();
-        let term = inputs * tap.broadcast::<(B, Seq, Inner)>();
-        conv = Some(match conv {
-            Some(sum) => sum + term,
-            None => term,
-        });
+        let weight: Tensor<'g, (Inner,)> = taps.narrow::<1, Const<1>>(k).reshape();
+        inputs * weight.broadcast::<(B, Seq, Inner)>()
+    };
+    // At least two taps (`MambaConfig::check`, which the graph's build runs).
+    let mut conv = tap(0);
+    for k in 1..cfg.conv_kernel {
+        conv = conv + tap(k);
     }
-    let mut conv = conv.expect("a convolution has at least one tap");
     if let Some(bias) = p.conv1d.bias {
         conv = conv + bias.broadcast::<(B, Seq, Inner)>();
     }
@@ -224,7 +216,7 @@ fn mixer<'g, B: Dim>(
     let start = carried.as_ref().map(|(c, _)| c.state);
     let (y, states) = selective_scan(u, dt, a, b, c, start);
     let y = y + u * p.d.broadcast::<(B, Seq, Inner)>();
-    let out = with_bias(p.out_proj.forward(y * gate.silu()), &p.out_proj_bias);
+    let out = Bias::forward_optional(p.out_proj.forward(y * gate.silu()), &p.out_proj_bias);
 
     let next = carried.map(|(_, last)| {
         let at: Tensor<'g, (B, Const<1>, Inner, StateSize)> = states.dynamic_slice(Axis::<1>, last);
@@ -236,23 +228,81 @@ fn mixer<'g, B: Dim>(
     (out, next)
 }
 
-/// Every block over `x`; `carry` reads and writes each block's carried values.
+/// Where blocks find the values they carry between steps and leave the next ones.
+trait Carry<'g, B: Dim> {
+    /// The values block `layer` starts from, and the token its next ones are taken after;
+    /// `None` for a sequence from its start with nothing kept.
+    fn start(&self, layer: usize) -> StartAt<'g, B>;
+    /// Keeps block `layer`'s values after this step.
+    fn keep(&self, layer: usize, next: Carried<'g, B>);
+}
+
+/// Whole sequences from their start, nothing kept.
+struct Fresh;
+
+impl<'g, B: Dim> Carry<'g, B> for Fresh {
+    fn start(&self, _: usize) -> StartAt<'g, B> {
+        None
+    }
+
+    fn keep(&self, _: usize, _: Carried<'g, B>) {}
+}
+
+/// One sequence's values in the states of a step's context (`layers.N.conv_state`,
+/// `layers.N.ssm_state`), scaled by `going_on` (0 at a sequence's start), taken after
+/// token `last`.
+struct InStates<'g> {
+    states: Vec<(ConvState<'g>, ScanState<'g>)>,
+    going_on: Tensor<'g, (), f32>,
+    last: Tensor<'g, (), i64>,
+}
+
+impl<'g> Carry<'g, Const<1>> for InStates<'g> {
+    fn start(&self, layer: usize) -> StartAt<'g, Const<1>> {
+        let (history, state) = &self.states[layer];
+        let carried = Carried {
+            history: history.read() * self.going_on.broadcast::<(Const<1>, ConvHistory, Inner)>(),
+            state: state.read() * self.going_on.broadcast::<(Const<1>, Inner, StateSize)>(),
+        };
+        Some((carried, self.last))
+    }
+
+    fn keep(&self, layer: usize, next: Carried<'g, Const<1>>) {
+        let (history, state) = &self.states[layer];
+        history.write(next.history);
+        state.write(next.state);
+    }
+}
+
+/// Every block over `x`, starting from and keeping what `carry` holds.
 fn blocks<'g, B: Dim>(
     cfg: &MambaConfig,
     p: &MambaParams<'g>,
     mut x: Tensor<'g, (B, Seq, Hidden)>,
-    mut carry: impl FnMut(usize, Option<Carried<'g, B>>) -> StartAt<'g, B>,
+    carry: &impl Carry<'g, B>,
 ) -> Tensor<'g, (B, Seq, Hidden)> {
     for (i, block) in p.backbone.layers.iter().enumerate() {
         let h = block.norm.forward(x, cfg.eps);
-        let (out, next) = mixer(cfg, &block.mixer, h, carry(i, None));
-        if next.is_some() {
-            carry(i, next);
+        let (out, next) = mixer(cfg, &block.mixer, h, carry.start(i));
+        if let Some(next) = next {
+            carry.keep(i, next);
         }
         // Each block's output is what a training step that recomputes activations keeps.
         x = (x + out).checkpoint();
     }
     x
+}
+
+/// Whether `cfg` is one this code builds; if not, the build fails with its reason (a
+/// config made by hand is held to what `MambaConfig::from_hf_json` checks).
+fn buildable(g: &Scope<'_>, cfg: &MambaConfig) -> bool {
+    match cfg.check() {
+        Ok(()) => true,
+        Err(e) => {
+            g.reject("mamba", None, e.to_string());
+            false
+        }
+    }
 }
 
 /// The final norm and the output projection.
@@ -277,9 +327,11 @@ pub fn mamba<'g>(
     p: &MambaParams<'g>,
     input_ids: Tensor<'g, (Batch, Seq), i64>,
 ) -> Tensor<'g, (Batch, Seq, Vocab)> {
-    let _ = g;
+    if !buildable(g, cfg) {
+        return Tensor::from_id(g, None);
+    }
     let x = p.backbone.embeddings.forward(input_ids);
-    let x = blocks(cfg, p, x, |_, _| None);
+    let x = blocks(cfg, p, x, &Fresh);
     logits(cfg, p, x)
 }
 
@@ -307,9 +359,11 @@ pub fn mamba_loss<'g>(
     input_ids: Tensor<'g, (Batch, Seq), i64>,
     labels: Tensor<'g, (Batch, Seq), i64>,
 ) -> Tensor<'g, ()> {
-    let _ = g;
+    if !buildable(g, cfg) {
+        return Tensor::from_id(g, None);
+    }
     let x = p.backbone.embeddings.forward(input_ids);
-    let x = blocks(cfg, p, x, |_, _| None);
+    let x = blocks(cfg, p, x, &Fresh);
     let logits: Tensor<'g, (Dyn, Vocab)> = logits(cfg, p, x).reshape();
     let labels: Tensor<'g, (Dyn,), i64> = labels.reshape();
     logits.masked_cross_entropy(labels)
@@ -337,35 +391,24 @@ pub fn mamba_step<'g>(
     pos: Tensor<'g, (), i64>,
     last: Tensor<'g, (), i64>,
 ) -> Tensor<'g, (Const<1>, Const<1>, Vocab)> {
-    // 1 while the sequence goes on, 0 at its start: what the carried values are scaled by.
-    let going_on = g.full::<(), i64>(0).lt(pos).cast::<f32>();
+    if !buildable(g, cfg) {
+        return Tensor::from_id(g, None);
+    }
+    let carry = InStates {
+        states: (0..cfg.num_layers)
+            .map(|layer| {
+                (
+                    g.state(&format!("layers.{layer}.conv_state")),
+                    g.state(&format!("layers.{layer}.ssm_state")),
+                )
+            })
+            .collect(),
+        // 1 while the sequence goes on, 0 at its start.
+        going_on: g.full::<(), i64>(0).lt(pos).cast::<f32>(),
+        last,
+    };
     let x = p.backbone.embeddings.forward(input_ids);
-    let carried: Vec<(ConvState<'g>, ScanState<'g>)> = (0..cfg.num_layers)
-        .map(|layer| {
-            (
-                g.state(&format!("layers.{layer}.conv_state")),
-                g.state(&format!("layers.{layer}.ssm_state")),
-            )
-        })
-        .collect();
-    let x = blocks(cfg, p, x, |layer, next| {
-        let (history, state) = &carried[layer];
-        match next {
-            Some(next) => {
-                history.write(next.history);
-                state.write(next.state);
-                None
-            }
-            None => {
-                let start = Carried {
-                    history: history.read()
-                        * going_on.broadcast::<(Const<1>, ConvHistory, Inner)>(),
-                    state: state.read() * going_on.broadcast::<(Const<1>, Inner, StateSize)>(),
-                };
-                Some((start, last))
-            }
-        }
-    });
+    let x = blocks(cfg, p, x, &carry);
     let x: Tensor<'g, (Const<1>, Const<1>, Hidden)> = x.dynamic_slice(Axis::<1>, last);
     logits(cfg, p, x)
 }

@@ -1,0 +1,83 @@
+//! Hugging Face checkpoint folders: `model.safetensors`, or the shards a
+//! `model.safetensors.index.json` lists, loaded with each tensor's name and value mapped
+//! by the model family.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use super::{LoadOptions, LoadReport, WeightsError};
+use crate::backend::Executable;
+use crate::params::Manifest;
+use crate::tensor::{HostTensor, TensorRef};
+
+/// Binds the tensors of the Hugging Face folder `dir` as the weights of `manifest`, as
+/// strictly as [`load_tensors`](super::load_tensors) binds (floats converted to the
+/// declared dtype): `map` turns each checkpoint tensor into the name and value to bind, or
+/// `None` for one the family knows it does not use (reported as ignored, in name order).
+pub(crate) fn load_hf_folder(
+    exe: &dyn Executable,
+    manifest: &Manifest,
+    dir: &Path,
+    mut map: impl FnMut(&str, TensorRef<'_>) -> Option<(String, HostTensor)>,
+) -> Result<LoadReport, WeightsError> {
+    let mut tensors: Vec<(String, HostTensor)> = Vec::new();
+    let mut ignored = Vec::new();
+    for path in shard_paths(dir)? {
+        super::read_tensors(&path, &mut |name, value| {
+            match map(name, value) {
+                Some(tensor) => tensors.push(tensor),
+                None => ignored.push(name.to_string()),
+            }
+            Ok(())
+        })?;
+    }
+    let named: Vec<(&str, TensorRef<'_>)> = tensors
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.view()))
+        .collect();
+    let options = LoadOptions {
+        convert_floats: true,
+        ..LoadOptions::default()
+    };
+    let mut report = super::load_tensors(exe, manifest, dir, &named, &options)?;
+    ignored.sort();
+    report.ignored = ignored;
+    Ok(report)
+}
+
+/// The safetensors files of the checkpoint in `dir`: the shards its
+/// `model.safetensors.index.json` lists, else `model.safetensors`.
+fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>, WeightsError> {
+    let index = dir.join("model.safetensors.index.json");
+    if !index.exists() {
+        return Ok(vec![dir.join("model.safetensors")]);
+    }
+    let format = |message: String| WeightsError::Format {
+        path: index.clone(),
+        message,
+    };
+    let text = std::fs::read_to_string(&index).map_err(|source| WeightsError::Io {
+        path: index.clone(),
+        source,
+    })?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format(format!("not JSON: {e}")))?;
+    let map = json
+        .get("weight_map")
+        .and_then(serde_json::Value::as_object)
+        .ok_or_else(|| format("no weight_map object".into()))?;
+    let mut files = BTreeSet::new();
+    for (key, file) in map {
+        let file = file
+            .as_str()
+            .ok_or_else(|| format(format!("{key}: the shard is not a file name")))?;
+        // A shard is a file beside the index, never a path out of the folder.
+        if file.is_empty() || file.contains(['/', '\\']) || file == ".." {
+            return Err(format(format!(
+                "{key}: {file:?} is not a file in the folder"
+            )));
+        }
+        files.insert(file.to_string());
+    }
+    Ok(files.into_iter().map(|f| dir.join(f)).collect())
+}
