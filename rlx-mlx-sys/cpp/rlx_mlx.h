@@ -266,6 +266,17 @@ int rlx_mlx_matmul(const rlx_mlx_array* a, const rlx_mlx_array* b, bool transpos
    MLX has one. */
 int rlx_mlx_matmul_bias(const rlx_mlx_array* a, const rlx_mlx_array* b, const rlx_mlx_array* bias,
                         bool transpose_a, bool transpose_b, rlx_mlx_array** out);
+/* Products with a matrix chosen per pair (indices [.., S], x [.., K] shared by a token's S
+   pairs or [.., S, K]): y [.., S, N] = x · w[index] (w [E, K, N], or [E, N, K] when
+   transpose_b), and its transpose out[e] = sum of x^T g over the pairs of e ([groups, K, N],
+   or [groups, N, K] when transpose). `bad` receives a bool scalar, true when an index was
+   outside [0, E) (read as 0). */
+int rlx_mlx_gather_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w,
+                          const rlx_mlx_array* indices, bool transpose_b, rlx_mlx_array** out,
+                          rlx_mlx_array** bad);
+int rlx_mlx_scatter_matmul(const rlx_mlx_array* x, const rlx_mlx_array* g,
+                           const rlx_mlx_array* indices, int32_t groups, bool transpose,
+                           rlx_mlx_array** out, rlx_mlx_array** bad);
 int rlx_mlx_reduce(rlx_mlx_reduce_op kind, const rlx_mlx_array* x, const int32_t* axes, size_t n_axes,
                    bool keep_dims, rlx_mlx_array** out);
 int rlx_mlx_arg_reduce(rlx_mlx_arg_reduce_op kind, const rlx_mlx_array* x, int32_t axis, bool keep_dims,

@@ -165,6 +165,10 @@ inline std::vector<mx::array> arrays_of(rlx_mlx_array* const* xs, size_t n) {
 
 // ---- offered by one concern to another ----
 
+// ops_layout.cpp: `idx` with entries outside [0, size) replaced by 0, and in `bad` a bool
+// scalar, true when there was one.
+mx::array in_range_indices(const mx::array& idx, int size, std::optional<mx::array>* bad);
+
 // ops_math.cpp: rows of `ok` (bool, [.., Sq, Sk]) with no visible key produce zeros.
 mx::array zero_blind_rows(const mx::array& out, const mx::array& ok);
 

@@ -257,6 +257,23 @@ unsafe extern "C" {
         out: *mut *mut Array,
         bad: *mut *mut Array,
     ) -> c_int;
+    pub fn rlx_mlx_gather_matmul(
+        x: *const Array,
+        w: *const Array,
+        indices: *const Array,
+        transpose_b: bool,
+        out: *mut *mut Array,
+        bad: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_scatter_matmul(
+        x: *const Array,
+        g: *const Array,
+        indices: *const Array,
+        groups: i32,
+        transpose: bool,
+        out: *mut *mut Array,
+        bad: *mut *mut Array,
+    ) -> c_int;
     pub fn rlx_mlx_scatter_add(
         data: *const Array,
         indices: *const Array,

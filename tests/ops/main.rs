@@ -7,6 +7,7 @@
 mod attention_int8;
 mod custom;
 mod elementwise;
+mod experts;
 mod gradient;
 mod gradient_errors;
 mod harness;

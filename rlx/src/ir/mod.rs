@@ -15,11 +15,11 @@ mod verify;
 
 pub use crate::ops::{
     ActivationPrecision, ArgReduce, Attention, BlockDequantize, BlockMatMul, Broadcast, Cast,
-    Concat, Conv, ConvTranspose, Cumsum, Custom, Dequantize, DynamicSlice, Gather, Judgement,
-    LayerNorm, LinearScan, MatMul, Op, OpKind, Pad, Permute, Pool, QuantizedMatMul, RandomUniform,
-    Reduce, ReferenceError, Reshape, RmsNorm, Rope, SampleToken, Sampled, Sampler, ScatterAdd,
-    Slice, SliceUpdate, Softmax, Sort, Tolerance, TopK, Upsample, block_matmul_supports,
-    evaluate_reference,
+    Concat, Conv, ConvTranspose, Cumsum, Custom, Dequantize, DynamicSlice, Gather, GatherMatMul,
+    Judgement, LayerNorm, LinearScan, MatMul, Op, OpKind, Pad, Permute, Pool, QuantizedMatMul,
+    RandomUniform, Reduce, ReferenceError, Reshape, RmsNorm, Rope, SampleToken, Sampled, Sampler,
+    ScatterAdd, ScatterMatMul, Slice, SliceUpdate, Softmax, Sort, Tolerance, TopK, Upsample,
+    block_matmul_supports, evaluate_reference,
 };
 pub use constant::{ConstantData, ConstantError, Scalar};
 pub use dim::{Dim, DimExpr, EvalDimError, Symbol};

@@ -235,6 +235,44 @@ impl Array {
         })
     }
 
+    /// `y[p] = self[row(p)] · w[indices[p]]` (`w` stored `[E, N, K]` when `transpose_b`),
+    /// with the same out-of-range flag as [`Array::gather`].
+    pub fn gather_matmul(
+        &self,
+        w: &Array,
+        indices: &Array,
+        transpose_b: bool,
+    ) -> Result<(Array, Array), MlxError> {
+        // SAFETY: the handles are live; both out-pointers are valid slots.
+        make_checked(|out, bad| unsafe {
+            sys::rlx_mlx_gather_matmul(self.ptr(), w.ptr(), indices.ptr(), transpose_b, out, bad)
+        })
+    }
+
+    /// `out[e] = Σ self[row(p)]ᵀ · g[p]` over the pairs of matrix `e` (transposed when
+    /// `transpose`), with the same out-of-range flag as [`Array::gather`].
+    pub fn scatter_matmul(
+        &self,
+        g: &Array,
+        indices: &Array,
+        groups: usize,
+        transpose: bool,
+    ) -> Result<(Array, Array), MlxError> {
+        let groups = i32::try_from(groups).map_err(|_| MlxError::new("too many matrices"))?;
+        // SAFETY: the handles are live; both out-pointers are valid slots.
+        make_checked(|out, bad| unsafe {
+            sys::rlx_mlx_scatter_matmul(
+                self.ptr(),
+                g.ptr(),
+                indices.ptr(),
+                groups,
+                transpose,
+                out,
+                bad,
+            )
+        })
+    }
+
     /// Adds `updates` into a copy of `self` at `indices` along `axis`, with the same
     /// out-of-range flag as [`Array::gather`].
     pub fn scatter_add(

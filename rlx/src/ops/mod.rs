@@ -45,8 +45,8 @@ pub use evaluate::{ReferenceError, evaluate_reference};
 pub(crate) use leaf::{Input, Param, State};
 pub(crate) use linalg::Solve;
 pub use linalg::{
-    ActivationPrecision, BlockDequantize, BlockMatMul, Dequantize, MatMul, QuantizedMatMul,
-    block_matmul_supports,
+    ActivationPrecision, BlockDequantize, BlockMatMul, Dequantize, GatherMatMul, MatMul,
+    QuantizedMatMul, ScatterMatMul, block_matmul_supports,
 };
 pub(crate) use movement::{After, Checkpoint, StopGradient};
 pub use movement::{
@@ -281,6 +281,10 @@ registry! {
             Cast(Cast);
             /// See [`MatMul`].
             MatMul(MatMul);
+            /// See [`GatherMatMul`].
+            GatherMatMul(GatherMatMul);
+            /// See [`ScatterMatMul`].
+            ScatterMatMul(ScatterMatMul);
             /// See [`Reduce`].
             Reduce(Reduce);
             /// See [`ArgReduce`].

@@ -8,6 +8,7 @@ pub(crate) mod cast;
 pub(crate) mod conv;
 pub(crate) mod copy;
 pub(crate) mod elementwise;
+pub(crate) mod gathered;
 pub(crate) mod gemm;
 pub(crate) mod layout;
 pub(crate) mod linalg;

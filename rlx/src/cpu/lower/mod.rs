@@ -8,6 +8,7 @@
 
 mod custom;
 mod elementwise;
+mod gathered;
 mod geometry;
 mod linalg;
 mod movement;

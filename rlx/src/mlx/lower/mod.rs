@@ -385,7 +385,7 @@ impl Lowering {
 }
 
 /// The operand whose indices node `n` (of output dims `dims`) checks after evaluation, if
-/// it checks any: gathers and scatters their indices, windows their offsets, an attention
+/// it checks any: gathers and scatters (and their products) their indices, windows their offsets, an attention
 /// over a run-time length that length. An empty result is made without MLX, and an empty
 /// window is never out of range.
 fn checked_operand(n: &Node, dims: &[usize]) -> Option<usize> {
@@ -394,6 +394,7 @@ fn checked_operand(n: &Node, dims: &[usize]) -> Option<usize> {
         Op::Gather(_) | Op::ScatterAdd(_) => Some(1),
         Op::DynamicSlice(_) if !empty => Some(1),
         Op::SliceUpdate(_) if !empty => Some(2),
+        Op::GatherMatMul(_) | Op::ScatterMatMul(_) if !empty => Some(2),
         Op::Attention(ir::Attention {
             key_length: true, ..
         }) if !empty => Some(n.inputs.len() - 1),
@@ -536,6 +537,21 @@ impl Lowering {
         let (axes, window) = match &node.op {
             Op::Gather(Gather { axis }) | Op::ScatterAdd(ScatterAdd { axis }) => {
                 let size = shape[*axis];
+                let index = given
+                    .into_iter()
+                    .find(|v| *v < 0 || *v >= size as i64)
+                    .unwrap_or(-1);
+                return Err(RunError::IndexOutOfRange {
+                    at: site,
+                    index,
+                    size,
+                });
+            }
+            Op::GatherMatMul(_) | Op::ScatterMatMul(_) => {
+                let size = match &node.op {
+                    Op::ScatterMatMul(op) => op.groups,
+                    _ => self.shapes[node.inputs[1].index()][0],
+                };
                 let index = given
                     .into_iter()
                     .find(|v| *v < 0 || *v >= size as i64)

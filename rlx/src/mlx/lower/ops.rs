@@ -259,6 +259,24 @@ impl Lower for ir::Gather {
 }
 
 /// Its indices are checked after evaluation, as a gather's.
+impl Lower for ir::GatherMatMul {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        let (out, bad) = n.x[0].gather_matmul(n.x[1], n.x[2], self.transpose_b)?;
+        n.check_indices(bad, 2);
+        Ok(out)
+    }
+}
+
+/// Its indices are checked after evaluation, as a gather's.
+impl Lower for ir::ScatterMatMul {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        let (out, bad) = n.x[0].scatter_matmul(n.x[1], n.x[2], self.groups, self.transpose)?;
+        n.check_indices(bad, 2);
+        Ok(out)
+    }
+}
+
+/// Its indices are checked after evaluation, as a gather's.
 impl Lower for ir::ScatterAdd {
     fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
         let (out, bad) = n.x[0].scatter_add(n.x[1], n.x[2], self.axis)?;

@@ -4,6 +4,7 @@
 mod block_dequantize;
 mod block_matmul;
 mod dequantize;
+mod gather_matmul;
 mod matmul;
 mod quantized_matmul;
 mod solve;
@@ -13,6 +14,7 @@ pub use block_dequantize::BlockDequantize;
 pub(crate) use block_matmul::BLOCK_FORMATS;
 pub use block_matmul::{ActivationPrecision, BlockMatMul, block_matmul_supports};
 pub use dequantize::Dequantize;
+pub use gather_matmul::{GatherMatMul, ScatterMatMul};
 pub use matmul::MatMul;
 pub use quantized_matmul::QuantizedMatMul;
 pub(crate) use solve::Solve;

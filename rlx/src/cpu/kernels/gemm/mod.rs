@@ -330,6 +330,39 @@ impl GemmPlan {
     }
 }
 
+/// Scratch elements of a single-threaded `m x k` by `k x n` product with kernels of
+/// `shape`; it covers every product of `m` rows, `n` columns and a depth up to `k`.
+pub(crate) fn serial_scratch_len(m: usize, n: usize, k: usize, shape: KernelShape) -> usize {
+    let dims = GemmDims {
+        m,
+        n,
+        k,
+        a_rs: k,
+        a_cs: 1,
+        b_rs: n,
+        b_cs: 1,
+    };
+    GemmPlan::new(dims, 1, shape).scratch_len()
+}
+
+/// Scratch elements a single-threaded product of any row count up to `max_rows` by a
+/// `k x n` B needs with kernels of `shape`: products planned at run time, whose row counts
+/// are known only then, size their slots with it.
+pub(crate) fn serial_scratch_bound(
+    max_rows: usize,
+    k: usize,
+    n: usize,
+    shape: KernelShape,
+) -> usize {
+    // Rows set the block of A packed (`mc`, at most MC rounded up to the kernel's rows),
+    // which is not monotone in the count: try every count up to where blocks repeat.
+    (1..=max_rows.min(2 * MC + 64))
+        .chain([max_rows.max(1)])
+        .map(|m| serial_scratch_len(m, n, k, shape))
+        .max()
+        .unwrap_or(0)
+}
+
 /// Packs rows `p0..p0+kc` and columns `j0..j0+nc` of B into `nr`-wide panels, zero-padded.
 /// Walks B row by row (or column by column when transposed) to stay on few pages.
 #[allow(clippy::too_many_arguments)]

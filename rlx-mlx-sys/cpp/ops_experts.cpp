@@ -1,0 +1,130 @@
+// Products with a matrix chosen per pair (a token and one of its routed experts):
+// `gather_matmul` through MLX's gather_mm, its transpose `scatter_matmul` through
+// segmented_mm over the pairs sorted by matrix. Indices are clamped in range and flagged as a
+// gather's. MLX's CPU kernels for both take float32 only: other float types go through it.
+#include "shim_internal.h"
+
+namespace rlx {
+namespace {
+
+struct Pairs {
+  int64_t count;     // pairs
+  int per_token;     // pairs per row of x when x is shared by a token's pairs, else 1
+  mx::array matrix;  // uint32 [count], each pair's matrix, in range
+};
+
+Pairs pairs_of(const mx::array& x, const mx::array& indices, int groups,
+               std::optional<mx::array>* bad) {
+  const int64_t count = static_cast<int64_t>(indices.size());
+  const bool shared = x.ndim() == indices.ndim();
+  const int per_token = shared && indices.ndim() > 0 ? indices.shape(-1) : 1;
+  const mx::array idx = in_range_indices(indices, groups, bad);
+  return {count, per_token, mx::astype(mx::reshape(idx, {static_cast<int>(count)}), mx::uint32)};
+}
+
+// The rows of x, one per pair, as [count, K].
+mx::array rows_per_pair(const mx::array& x, const Pairs& p) {
+  const int k = x.shape(-1);
+  const mx::array flat = mx::reshape(x, {-1, k});
+  if (p.per_token == 1) return flat;
+  return mx::repeat(flat, p.per_token, 0);
+}
+
+bool cpu_needs_f32(const mx::array& x) {
+  return x.dtype() != mx::float32 && !(mx::default_device() == mx::Device::gpu);
+}
+
+// Sorting pairs by matrix lets gather_mm run each matrix's rows as one block; below this
+// many pairs (decoding) the sort costs more than it saves.
+constexpr int64_t SORT_FROM = 64;
+
+}  // namespace
+}  // namespace rlx
+
+using namespace rlx;
+
+extern "C" {
+
+int rlx_mlx_gather_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w,
+                          const rlx_mlx_array* indices, bool transpose_b, rlx_mlx_array** out,
+                          rlx_mlx_array** bad) {
+  return guard([&] {
+    const mx::array& xv = get(x);
+    const mx::array& wv = get(w);
+    const mx::array& iv = get(indices);
+    std::optional<mx::array> wrong;
+    const Pairs p = pairs_of(xv, iv, wv.shape(0), &wrong);
+    const int k = xv.shape(-1);
+    const mx::Dtype dt = xv.dtype();
+    const bool widen = cpu_needs_f32(xv);
+    mx::array rows = mx::reshape(xv, {-1, 1, k});
+    mx::array weights = transpose_b ? mx::swapaxes(wv, -1, -2) : wv;
+    if (widen) {
+      rows = mx::astype(rows, mx::float32);
+      weights = mx::astype(weights, mx::float32);
+    }
+    mx::Shape shape = iv.shape();
+    shape.push_back(transpose_b ? wv.shape(1) : wv.shape(2));
+    if (p.count == 0 || k == 0) {
+      put(out, mx::zeros(shape, dt));
+      put(bad, *wrong);
+      return;
+    }
+    const int count = static_cast<int>(p.count);
+    mx::array lhs = mx::arange(count, mx::uint32);
+    if (p.per_token > 1) lhs = mx::floor_divide(lhs, mx::array(p.per_token, mx::uint32));
+    mx::array y = mx::array(0.0f);
+    if (p.count >= SORT_FROM) {
+      const mx::array order = mx::argsort(p.matrix);
+      const mx::array sorted = mx::gather_mm(rows, weights, mx::take(lhs, order),
+                                             mx::take(p.matrix, order), true);
+      y = mx::take(sorted, mx::argsort(order), 0);
+    } else {
+      y = mx::gather_mm(rows, weights, lhs, p.matrix, false);
+    }
+    y = mx::reshape(y, shape);
+    put(out, widen ? mx::astype(y, dt) : y);
+    put(bad, *wrong);
+  });
+}
+
+int rlx_mlx_scatter_matmul(const rlx_mlx_array* x, const rlx_mlx_array* g,
+                           const rlx_mlx_array* indices, int32_t groups, bool transpose,
+                           rlx_mlx_array** out, rlx_mlx_array** bad) {
+  return guard([&] {
+    const mx::array& xv = get(x);
+    const mx::array& gv = get(g);
+    const mx::array& iv = get(indices);
+    std::optional<mx::array> wrong;
+    const Pairs p = pairs_of(xv, iv, groups, &wrong);
+    const int k = xv.shape(-1);
+    const int n = gv.shape(-1);
+    const mx::Dtype dt = xv.dtype();
+    const bool widen = cpu_needs_f32(xv);
+    if (p.count == 0) {
+      put(out, mx::zeros(transpose ? mx::Shape{groups, n, k} : mx::Shape{groups, k, n}, dt));
+      put(bad, *wrong);
+      return;
+    }
+    const mx::array order = mx::argsort(p.matrix);
+    mx::array rows = mx::take(rows_per_pair(xv, p), order, 0);
+    mx::array grads = mx::take(mx::reshape(gv, {-1, n}), order, 0);
+    if (widen) {
+      rows = mx::astype(rows, mx::float32);
+      grads = mx::astype(grads, mx::float32);
+    }
+    // Matrix e's pairs are the sorted positions [pairs below e, pairs up to e).
+    const mx::array sorted = mx::take(p.matrix, order);
+    const mx::array ids = mx::reshape(mx::arange(groups, mx::uint32), {groups, 1});
+    const mx::array column = mx::reshape(sorted, {1, static_cast<int>(p.count)});
+    const mx::array starts = mx::sum(mx::astype(mx::less(column, ids), mx::uint32), 1);
+    const mx::array ends = mx::sum(mx::astype(mx::less_equal(column, ids), mx::uint32), 1);
+    const mx::array segments = mx::stack({starts, ends}, -1);
+    mx::array y = transpose ? mx::segmented_mm(mx::transpose(grads), rows, segments)
+                            : mx::segmented_mm(mx::transpose(rows), grads, segments);
+    put(out, widen ? mx::astype(y, dt) : y);
+    put(bad, *wrong);
+  });
+}
+
+}  // extern "C"
