@@ -26,9 +26,11 @@
 mod attention;
 mod layers;
 mod lora;
+mod moe;
 mod scan;
 
 pub use attention::{FeedForward, SelfAttention};
 pub use layers::{Bias, Embedding, LayerNorm, Linear, Projection, RmsNorm, TokenEmbedding};
 pub use lora::{Lora, LoraRank};
+pub use moe::{Experts, Routes, combine_experts, load_balancing_loss, route};
 pub use scan::selective_scan;

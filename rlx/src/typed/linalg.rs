@@ -4,9 +4,10 @@
 
 use super::dim::Dim;
 use super::element::{Element, Float};
+use super::movement::{AppendDim, Index};
 use super::shape::Shape;
 use super::tensor::{LastDim, Tensor};
-use crate::ir::{MatMul, Permute, QuantizedMatMul};
+use crate::ir::{GatherMatMul, MatMul, Permute, QuantizedMatMul};
 use crate::ir::{NodeId, Op};
 
 /// The right operand's inner dim (`Self`) is the left operand's (`K`).
@@ -134,6 +135,67 @@ impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
         S: LastDim<K>,
     {
         self.product(weight.id(), true)
+    }
+}
+
+impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
+    /// Each row of `self` (`(.., K)`, a token) times the `Sel` matrices its `routes` pick
+    /// among `weights` (`(Ex, N, K)`: `Ex` projections stored `[out, in]`, as a mixture's
+    /// experts are) -> `(.., Sel, N)` ([`GatherMatMul`]). Only the picked matrices are
+    /// read; an index outside `0..Ex` is an error when the graph runs.
+    ///
+    /// ```
+    /// use rlx::typed::{Const, Tensor, build};
+    /// rlx::dims!(Tokens);
+    /// let graph = build(|g| {
+    ///     let x: Tensor<(Tokens, Const<16>)> = g.input("x");
+    ///     let experts: Tensor<(Const<8>, Const<32>, Const<16>)> = g.param("experts");
+    ///     let routes: Tensor<(Tokens, Const<2>), i64> = g.input("routes");
+    ///     let y: Tensor<(Tokens, Const<2>, Const<32>)> = x.gather_project_t(experts, routes);
+    ///     g.output("y", y);
+    /// })?;
+    /// # Ok::<(), rlx::typed::BuildErrors>(())
+    /// ```
+    #[track_caller]
+    pub fn gather_project_t<K: Dim, N: Dim, Ex: Dim, Sel: Dim, X: Index>(
+        self,
+        weights: Tensor<'g, (Ex, N, K), E>,
+        routes: Tensor<'g, <S as LastDim<K>>::WithLast<Sel>, X>,
+    ) -> Tensor<'g, <<S as LastDim<K>>::WithLast<Sel> as AppendDim<N>>::Out, E>
+    where
+        S: LastDim<K>,
+        <S as LastDim<K>>::WithLast<Sel>: AppendDim<N>,
+    {
+        let op = Op::GatherMatMul(GatherMatMul { transpose_b: true });
+        self.then(op, &[weights.id(), routes.id()])
+    }
+
+    /// [`gather_project_t`](Self::gather_project_t) with a row per pair: `self` is
+    /// `(.., Sel, K)` for `routes` `(.., Sel)`, each row times the matrix of its own route
+    /// (an expert's hidden activations through its down projection).
+    ///
+    /// ```
+    /// use rlx::typed::{Const, Tensor, build};
+    /// rlx::dims!(Tokens);
+    /// let graph = build(|g| {
+    ///     let h: Tensor<(Tokens, Const<2>, Const<32>)> = g.input("h");
+    ///     let experts: Tensor<(Const<8>, Const<16>, Const<32>)> = g.param("down");
+    ///     let routes: Tensor<(Tokens, Const<2>), i64> = g.input("routes");
+    ///     g.output("y", h.gather_project_pairs_t(experts, routes));
+    /// })?;
+    /// # Ok::<(), rlx::typed::BuildErrors>(())
+    /// ```
+    #[track_caller]
+    pub fn gather_project_pairs_t<K: Dim, N: Dim, Ex: Dim, R: AppendDim<K, Out = S>, X: Index>(
+        self,
+        weights: Tensor<'g, (Ex, N, K), E>,
+        routes: Tensor<'g, R, X>,
+    ) -> Tensor<'g, <S as LastDim<K>>::WithLast<N>, E>
+    where
+        S: LastDim<K>,
+    {
+        let op = Op::GatherMatMul(GatherMatMul { transpose_b: true });
+        self.then(op, &[weights.id(), routes.id()])
     }
 }
 

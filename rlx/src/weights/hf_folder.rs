@@ -12,25 +12,32 @@ use crate::tensor::{HostTensor, TensorRef};
 
 /// Binds the tensors of the Hugging Face folder `dir` as the weights of `manifest`, as
 /// strictly as [`load_tensors`](super::load_tensors) binds (floats converted to the
-/// declared dtype): `map` turns each checkpoint tensor into the name and value to bind, or
-/// `None` for one the family knows it does not use (reported as ignored, in name order).
+/// declared dtype): `map` turns each checkpoint tensor into the names and values to bind
+/// (a fused tensor may become several), or `None` for one the family knows it does not
+/// use (reported as ignored, in name order); `assemble` then turns what every tensor gave
+/// into the weights (tensors stored in parts joined), or says why it cannot.
 pub(crate) fn load_hf_folder(
     exe: &dyn Executable,
     manifest: &Manifest,
     dir: &Path,
-    mut map: impl FnMut(&str, TensorRef<'_>) -> Option<(String, HostTensor)>,
+    mut map: impl FnMut(&str, TensorRef<'_>) -> Option<Vec<(String, HostTensor)>>,
+    assemble: impl FnOnce(Vec<(String, HostTensor)>) -> Result<Vec<(String, HostTensor)>, String>,
 ) -> Result<LoadReport, WeightsError> {
     let mut tensors: Vec<(String, HostTensor)> = Vec::new();
     let mut ignored = Vec::new();
     for path in shard_paths(dir)? {
         super::read_tensors(&path, &mut |name, value| {
             match map(name, value) {
-                Some(tensor) => tensors.push(tensor),
+                Some(mapped) => tensors.extend(mapped),
                 None => ignored.push(name.to_string()),
             }
             Ok(())
         })?;
     }
+    let tensors = assemble(tensors).map_err(|message| WeightsError::Format {
+        path: dir.to_path_buf(),
+        message,
+    })?;
     let named: Vec<(&str, TensorRef<'_>)> = tensors
         .iter()
         .map(|(n, t)| (n.as_str(), t.view()))

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use super::LlamaConfig;
+use super::expert_tensors::{expert_tensors, stack_experts};
 use crate::backend::Executable;
 use crate::gguf::Gguf;
 use crate::ir::DType;
@@ -58,6 +59,11 @@ pub fn hf_tensor_name(name: &str, config: &LlamaConfig) -> Option<String> {
         "mlp.gate_proj" => "ffn_gate",
         "mlp.up_proj" => "ffn_up",
         "mlp.down_proj" => "ffn_down",
+        "mlp.gate" | "block_sparse_moe.gate" => "ffn_gate_inp",
+        "mlp.shared_expert.gate_proj" => "ffn_gate_shexp",
+        "mlp.shared_expert.up_proj" => "ffn_up_shexp",
+        "mlp.shared_expert.down_proj" => "ffn_down_shexp",
+        "mlp.shared_expert_gate" => "ffn_gate_inp_shexp",
         _ => return None,
     };
     Some(format!("blk.{layer}.{gguf}.{kind}"))
@@ -105,24 +111,37 @@ pub(super) fn load_hf_weights(
     dir: &Path,
 ) -> Result<LoadReport, WeightsError> {
     let manifest = &without_adapters(manifest);
-    crate::weights::load_hf_folder(exe, manifest, dir, |name, value| {
+    let map = |name: &str, value: TensorRef<'_>| {
+        if let Some(experts) = experts_of(name, value) {
+            return Some(experts);
+        }
         let Some(gguf) = hf_tensor_name(name, config) else {
             // Kept under its own name unless it is a known unused tensor: the load
             // reports it as unexpected.
-            return (!unused(name)).then(|| (name.to_string(), value.to_host()));
+            return (!unused(name)).then(|| vec![(name.to_string(), value.to_host())]);
         };
         // Gemma's norm scales are stored as offsets from 1; the rest load as stored
         // (the load converts f16 and bf16 to the model's f32).
         let offset = config.sandwich_norms && gguf.ends_with("norm.weight");
-        Some((
-            gguf,
-            if offset {
-                plus_one(value)
-            } else {
-                value.to_host()
-            },
-        ))
-    })
+        let value = if offset {
+            plus_one(value)
+        } else {
+            value.to_host()
+        };
+        Some(vec![(gguf, value)])
+    };
+    crate::weights::load_hf_folder(exe, manifest, dir, map, stack_experts)
+}
+
+/// The stacked expert tensors a Hugging Face mixture tensor maps to, if it is one.
+fn experts_of(name: &str, value: TensorRef<'_>) -> Option<Vec<(String, HostTensor)>> {
+    let rest = ["model.language_model.", "language_model.model.", "model."]
+        .iter()
+        .find_map(|prefix| name.strip_prefix(prefix))?
+        .strip_prefix("layers.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let (module, kind) = rest.rsplit_once('.')?;
+    expert_tensors(layer.parse().ok()?, module, kind, value)
 }
 
 /// The tensors of a GGUF file that [`LlamaConfig::from_gguf`] reads as configuration rather

@@ -1,15 +1,21 @@
 //! The loss a decoder is fine-tuned on: next-token cross-entropy over the labelled
 //! positions of a batch of token sequences.
 
-use super::{Batch, Causal, LlamaConfig, LlamaParams, Seq, Vocab, blocks, embed, logits};
-use crate::typed::{Dyn, Scope, Tensor};
+use super::{
+    Batch, Causal, ExpertCount, ExpertsPerToken, LlamaConfig, LlamaParams, Seq, Vocab, blocks,
+    embed, logits,
+};
+use crate::nn::{load_balancing_loss, route};
+use crate::typed::{Axis, Dyn, Scope, Tensor};
 
 /// The mean cross-entropy of the next token over a batch: `input_ids` `(Batch, Seq)` run
 /// through the decoder as [`llama`](super::llama) does (positions from 0, causal), and
 /// `labels[b, t]` is the token expected after position `t` of row `b`, or -100 (any id
 /// outside the vocabulary) where nothing is expected — the prompt, and padding. As
 /// transformers' loss with labels already shifted by one position, and PyTorch's
-/// `ignore_index`: the mean is over the labelled positions alone.
+/// `ignore_index`: the mean is over the labelled positions alone. A mixture of experts
+/// with a [`balance_loss_weight`](super::Mixture::balance_loss_weight) adds that much of
+/// the load-balancing loss ([`crate::nn::load_balancing_loss`]).
 ///
 /// With [`LoraConfig::dropout`](super::LoraConfig::dropout) above 0, each adapter's input
 /// is dropped out (PEFT's `lora_dropout`) and the graph takes one more input,
@@ -37,8 +43,40 @@ pub fn llama_loss<'g>(
         g.drop_adapter_inputs(lora.dropout, seed);
     }
     let x = embed(cfg, p, input_ids);
-    let x = blocks(cfg, p, x, &mut Causal(cfg.attention_scale));
+    let mut router_logits = Vec::new();
+    let x = blocks(
+        cfg,
+        p,
+        x,
+        &mut Causal(cfg.attention_scale),
+        &mut router_logits,
+    );
     let logits: Tensor<'g, (Dyn, Vocab)> = logits(cfg, p, x).reshape();
     let labels: Tensor<'g, (Dyn,), i64> = labels.reshape();
-    logits.masked_cross_entropy(labels)
+    let loss = logits.masked_cross_entropy(labels);
+    match cfg.mixture.as_ref().filter(|m| m.balance_loss_weight > 0.0) {
+        Some(m) => loss + balance_loss(g, router_logits) * m.balance_loss_weight as f32,
+        None => loss,
+    }
+}
+
+/// The load-balancing loss over every mixture block's routing at once (the blocks' tokens
+/// side by side, as transformers concatenates them).
+fn balance_loss<'g>(
+    g: &'g Scope<'g>,
+    layers: Vec<Tensor<'g, (Batch, Seq, ExpertCount)>>,
+) -> Tensor<'g, ()> {
+    let mut all: Option<Tensor<'g, (Batch, Dyn, ExpertCount)>> = None;
+    for layer in layers {
+        all = Some(match all {
+            None => layer.reshape(),
+            Some(before) => before.concat::<1, _, Dyn>(Axis::<1>, layer),
+        });
+    }
+    let Some(all) = all else {
+        // No blocks: nothing to balance.
+        return g.full(0.0);
+    };
+    let routes = route::<_, _, _, ExpertsPerToken, _>(all, false);
+    load_balancing_loss(all, routes.experts)
 }

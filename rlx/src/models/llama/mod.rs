@@ -27,6 +27,7 @@
 mod checkpoint;
 mod config;
 mod decoder;
+mod expert_tensors;
 mod files;
 mod finetune;
 mod lora;
@@ -34,8 +35,8 @@ mod peft;
 
 pub use checkpoint::{hf_tensor_name, load_gguf_checkpoint, load_hf_checkpoint};
 pub use config::{
-    Activation, KvCacheFormat, LlamaConfig, LlamaConfigError, MAX_HEAD_DIM, MAX_LAYERS,
-    SlidingWindow,
+    Activation, KvCacheFormat, LlamaConfig, LlamaConfigError, MAX_EXPERTS, MAX_HEAD_DIM,
+    MAX_LAYERS, Mixture, SlidingWindow,
 };
 pub use decoder::{LlamaBatchDecoder, LlamaDecoder, LlamaLoadError, Quantization};
 pub use files::LlamaFiles;
@@ -43,7 +44,9 @@ pub use finetune::{LlamaLoss, llama_loss};
 pub use lora::{LoraAdapter, LoraConfig, LoraError, LoraTarget};
 
 use crate::Params;
-use crate::nn::{Bias, LoraRank, Projection, RmsNorm, TokenEmbedding};
+use crate::nn::{
+    Bias, Experts, LoraRank, Projection, RmsNorm, TokenEmbedding, combine_experts, route,
+};
 use crate::typed::{Axis, Const, Dim, Dyn, Rope, Scope, Sizes, State, Tensor};
 
 crate::dims!(
@@ -75,7 +78,15 @@ crate::config_dims!(
     /// Positions a key/value cache holds.
     Capacity,
     /// Sequences a batched step holds, each in caches of its own.
-    Slots
+    Slots,
+    /// Experts of a mixture block.
+    ExpertCount,
+    /// Experts each token goes through.
+    ExpertsPerToken,
+    /// The hidden width of one expert.
+    ExpertIntermediate,
+    /// The hidden width of a mixture's shared expert.
+    SharedIntermediate
 );
 
 impl crate::model::Config for LlamaConfig {
@@ -100,7 +111,27 @@ impl crate::model::Config for LlamaConfig {
             .with_flag("qkv_bias", self.qkv_bias)
             .with_flag("qk_norm", self.qk_norm)
             .with_flag("separate_output", !self.tied_output)
-            .with_flag("sandwich_norms", self.sandwich_norms);
+            .with_flag("sandwich_norms", self.sandwich_norms)
+            .with_flag("dense_ffn", self.mixture.is_none())
+            .with_flag("mixture", self.mixture.is_some())
+            .with_flag(
+                "shared_expert",
+                (self.mixture.as_ref())
+                    .is_some_and(|m| m.shared_expert_intermediate_size.is_some()),
+            );
+        let sizes = match &self.mixture {
+            Some(m) => {
+                let sizes = sizes
+                    .with::<ExpertCount>(m.experts)
+                    .with::<ExpertsPerToken>(m.experts_per_token)
+                    .with::<ExpertIntermediate>(m.expert_intermediate_size);
+                match m.shared_expert_intermediate_size {
+                    Some(width) => sizes.with::<SharedIntermediate>(width),
+                    None => sizes,
+                }
+            }
+            None => sizes,
+        };
         match &self.lora {
             Some(lora) => (0..self.num_layers)
                 .flat_map(|layer| lora.targets.iter().map(move |t| (layer, t)))
@@ -148,12 +179,39 @@ pub struct LlamaBlock<'g> {
     pub post_attention_norm: Option<RmsNorm<'g, Hidden>>,
     /// Norm before the feed-forward block.
     pub ffn_norm: RmsNorm<'g, Hidden>,
-    /// The gate.
-    pub ffn_gate: Projection<'g, Hidden, Intermediate>,
-    /// The up projection.
-    pub ffn_up: Projection<'g, Hidden, Intermediate>,
-    /// The down projection.
-    pub ffn_down: Projection<'g, Intermediate, Hidden>,
+    /// The gate (dense models).
+    #[param(when = "dense_ffn")]
+    pub ffn_gate: Option<Projection<'g, Hidden, Intermediate>>,
+    /// The up projection (dense models).
+    #[param(when = "dense_ffn")]
+    pub ffn_up: Option<Projection<'g, Hidden, Intermediate>>,
+    /// The down projection (dense models).
+    #[param(when = "dense_ffn")]
+    pub ffn_down: Option<Projection<'g, Intermediate, Hidden>>,
+    /// The mixture's router (mixtures of experts).
+    #[param(when = "mixture")]
+    pub ffn_gate_inp: Option<Projection<'g, Hidden, ExpertCount>>,
+    /// The experts' gates.
+    #[param(when = "mixture")]
+    pub ffn_gate_exps: Option<Experts<'g, ExpertCount, Hidden, ExpertIntermediate>>,
+    /// The experts' up projections.
+    #[param(when = "mixture")]
+    pub ffn_up_exps: Option<Experts<'g, ExpertCount, Hidden, ExpertIntermediate>>,
+    /// The experts' down projections.
+    #[param(when = "mixture")]
+    pub ffn_down_exps: Option<Experts<'g, ExpertCount, ExpertIntermediate, Hidden>>,
+    /// The shared expert's gate (Qwen2-MoE).
+    #[param(when = "shared_expert")]
+    pub ffn_gate_shexp: Option<Projection<'g, Hidden, SharedIntermediate>>,
+    /// The shared expert's up projection.
+    #[param(when = "shared_expert")]
+    pub ffn_up_shexp: Option<Projection<'g, Hidden, SharedIntermediate>>,
+    /// The shared expert's down projection.
+    #[param(when = "shared_expert")]
+    pub ffn_down_shexp: Option<Projection<'g, SharedIntermediate, Hidden>>,
+    /// The sigmoid gate on the shared expert's output.
+    #[param(when = "shared_expert")]
+    pub ffn_gate_inp_shexp: Option<Projection<'g, Hidden, Const<1>>>,
     /// Norm of the feed-forward output before the residual addition (Gemma 3).
     #[param(when = "sandwich_norms")]
     pub post_ffw_norm: Option<RmsNorm<'g, Hidden>>,
@@ -210,12 +268,14 @@ fn embed<'g, B: Dim>(
     }
 }
 
-/// Every block over `x` (`B` sequences of `Seq` new tokens), attending as `attend` does.
+/// Every block over `x` (`B` sequences of `Seq` new tokens), attending as `attend` does;
+/// the router logits of mixture blocks are pushed onto `router_logits`.
 fn blocks<'g, B: Dim>(
     cfg: &LlamaConfig,
     p: &LlamaParams<'g>,
     mut x: Tensor<'g, (B, Seq, Hidden)>,
     attend: &mut impl Attend<'g, B>,
+    router_logits: &mut Vec<Tensor<'g, (B, Seq, ExpertCount)>>,
 ) -> Tensor<'g, (B, Seq, Hidden)> {
     let eps = cfg.rms_norm_eps;
     let sandwich = |norm: &Option<RmsNorm<'g, Hidden>>, t: Tensor<'g, (B, Seq, Hidden)>| match norm
@@ -243,16 +303,63 @@ fn blocks<'g, B: Dim>(
             .reshape::<(B, Seq, QueryWidth)>();
         x = x + sandwich(&p.post_attention_norm, p.attn_output.forward(context));
         let h = p.ffn_norm.forward(x, eps);
-        let gate = p.ffn_gate.forward(h);
-        let gate = match cfg.activation {
-            Activation::Silu => gate.silu(),
-            Activation::GeluTanh => gate.gelu_tanh(),
-        };
-        let out = p.ffn_down.forward(gate * p.ffn_up.forward(h));
+        let out = feed_forward(cfg, p, h, &mut *router_logits);
         // Each layer's output is what a training step that recomputes activations keeps.
         x = (x + sandwich(&p.post_ffw_norm, out)).checkpoint();
     }
     x
+}
+
+/// The activation of the gated feed-forward blocks.
+fn activate<'g, S: crate::typed::Shape>(cfg: &LlamaConfig, gate: Tensor<'g, S>) -> Tensor<'g, S> {
+    match cfg.activation {
+        Activation::Silu => gate.silu(),
+        Activation::GeluTanh => gate.gelu_tanh(),
+    }
+}
+
+/// A block's feed-forward over its normed input `h`: the dense gated one, or the mixture
+/// of experts (its router's logits pushed onto `router_logits`).
+fn feed_forward<'g, B: Dim>(
+    cfg: &LlamaConfig,
+    p: &LlamaBlock<'g>,
+    h: Tensor<'g, (B, Seq, Hidden)>,
+    router_logits: &mut Vec<Tensor<'g, (B, Seq, ExpertCount)>>,
+) -> Tensor<'g, (B, Seq, Hidden)> {
+    if let (Some(gate), Some(up), Some(down)) = (&p.ffn_gate, &p.ffn_up, &p.ffn_down) {
+        return down.forward(activate(cfg, gate.forward(h)) * up.forward(h));
+    }
+    let (Some(m), Some(router), Some(gate), Some(up), Some(down)) = (
+        &cfg.mixture,
+        &p.ffn_gate_inp,
+        &p.ffn_gate_exps,
+        &p.ffn_up_exps,
+        &p.ffn_down_exps,
+    ) else {
+        // The params follow the config's flags, so one of the two sets is declared.
+        let reason = "the block has no feed-forward weights".to_string();
+        let scope = h.scope();
+        return Tensor::from_id(scope, scope.reject("feed_forward", h.id(), reason));
+    };
+    let logits = router.forward(h);
+    router_logits.push(logits);
+    let routes = route::<_, _, _, ExpertsPerToken, _>(logits, m.normalize_weights);
+    let hidden = activate(cfg, gate.forward(h, routes.experts)) * up.forward(h, routes.experts);
+    let outputs = down.forward_pairs(hidden, routes.experts);
+    let mixed = combine_experts(outputs, routes.weights);
+    match (
+        &p.ffn_gate_shexp,
+        &p.ffn_up_shexp,
+        &p.ffn_down_shexp,
+        &p.ffn_gate_inp_shexp,
+    ) {
+        (Some(gate), Some(up), Some(down), Some(share)) => {
+            let shared = down.forward(activate(cfg, gate.forward(h)) * up.forward(h));
+            let share = share.forward(h).sigmoid().broadcast::<(B, Seq, Hidden)>();
+            mixed + shared * share
+        }
+        _ => mixed,
+    }
 }
 
 fn head_norm<'g, B: Dim, N: Dim>(
@@ -315,7 +422,7 @@ pub fn llama<'g>(
 ) -> Tensor<'g, (Batch, Seq, Vocab)> {
     let _ = g;
     let x = embed(cfg, p, input_ids);
-    let x = blocks(cfg, p, x, &mut Causal(cfg.attention_scale));
+    let x = blocks(cfg, p, x, &mut Causal(cfg.attention_scale), &mut Vec::new());
     logits(cfg, p, x)
 }
 
@@ -495,7 +602,7 @@ pub fn llama_step<'g>(
         scale: model.attention_scale,
         format: model.kv_cache,
     };
-    let x = blocks(model, p, x, &mut attend);
+    let x = blocks(model, p, x, &mut attend, &mut Vec::new());
     let x: Tensor<'g, (Const<1>, Const<1>, Hidden)> = x.dynamic_slice(Axis::<1>, last);
     logits(model, p, x)
 }
@@ -606,7 +713,7 @@ pub fn llama_batch_step<'g>(
         scale: model.attention_scale,
         format: model.kv_cache,
     };
-    let x = blocks(model, p, x, &mut attend);
+    let x = blocks(model, p, x, &mut attend, &mut Vec::new());
     let mut out: Option<Tensor<'g, (Dyn, Const<1>, Hidden)>> = None;
     for b in 0..cfg.slots {
         let last = last.narrow::<0, Const<1>>(b).reshape::<()>();

@@ -120,10 +120,12 @@ pub fn load_mamba_checkpoint(
     config: &MambaConfig,
     dir: &Path,
 ) -> Result<LoadReport, WeightsError> {
-    crate::weights::load_hf_folder(model.executable(), model.manifest(), dir, |name, value| {
+    let map = |name: &str, value: crate::tensor::TensorRef<'_>| {
         let copy_of_embeddings = config.tied_output && name == "lm_head.weight";
-        (!copy_of_embeddings).then(|| (name.to_string(), value.to_host()))
-    })
+        (!copy_of_embeddings).then(|| vec![(name.to_string(), value.to_host())])
+    };
+    let (exe, manifest) = (model.executable(), model.manifest());
+    crate::weights::load_hf_folder(exe, manifest, dir, map, Ok)
 }
 
 impl crate::generate::Decoder for MambaDecoder {

@@ -37,7 +37,10 @@ impl LlamaConfig {
             _ => (&root, ""),
         };
         let model_type = match json.get("model_type").and_then(Value::as_str) {
-            Some(t @ ("llama" | "qwen2" | "qwen3" | "gemma3_text")) => t,
+            Some(
+                t @ ("llama" | "qwen2" | "qwen3" | "gemma3_text" | "qwen2_moe" | "qwen3_moe"
+                | "mixtral"),
+            ) => t,
             Some(other) => {
                 return Err(invalid(
                     &format!("{prefix}model_type"),
@@ -88,13 +91,17 @@ impl LlamaConfig {
         config.rms_norm_eps = hf.float("rms_norm_eps", Some(if gemma { 1e-6 } else { 1e-5 }))?;
         config.context_length = hf.size("max_position_embeddings", Some(2048))?;
         config.tied_output = hf.flag("tie_word_embeddings", gemma)?;
-        config.qkv_bias = model_type == "qwen2";
-        config.qk_norm = matches!(model_type, "qwen3" | "gemma3_text");
+        config.qkv_bias = match model_type {
+            "qwen2" => true,
+            "qwen2_moe" => hf.flag("qkv_bias", true)?,
+            _ => false,
+        };
+        config.qk_norm = matches!(model_type, "qwen3" | "qwen3_moe" | "gemma3_text");
         for (key, what) in [
             ("attention_bias", "biases on every attention projection"),
             ("mlp_bias", "biases in the feed-forward block"),
         ] {
-            if model_type != "qwen2" && hf.flag(key, false)? {
+            if !matches!(model_type, "qwen2" | "qwen2_moe") && hf.flag(key, false)? {
                 return Err(hf.invalid(key, format!("{what} are not supported")));
             }
         }
@@ -156,6 +163,7 @@ impl LlamaConfig {
         // its square (every feature is rotated: partial rotation is refused above).
         config.attention_scale *= global.attention_factor * global.attention_factor;
         config.sliding_window = hf.sliding_window(model_type, config.num_layers, local_base)?;
+        config.mixture = hf.mixture(model_type)?;
         config.check(prefix)?;
         Ok(config)
     }
@@ -327,6 +335,65 @@ impl HfKeys<'_> {
         Ok(rotary)
     }
 
+    /// The mixture of experts of a `qwen2_moe`, `qwen3_moe` or `mixtral` model (`None` for
+    /// the dense families), with transformers' defaults.
+    fn mixture(&self, model_type: &str) -> Result<Option<super::Mixture>, LlamaConfigError> {
+        let (default_experts, default_per_token) = match model_type {
+            "qwen2_moe" => (60, 4),
+            "qwen3_moe" => (128, 8),
+            "mixtral" => (8, 2),
+            _ => return Ok(None),
+        };
+        let mixtral = model_type == "mixtral";
+        // transformers writes Qwen3-MoE's `num_experts` as `num_local_experts`, Mixtral's
+        // name; either may appear.
+        let experts_key = if self.get("num_local_experts").is_some() {
+            "num_local_experts"
+        } else {
+            "num_experts"
+        };
+        let experts = self.size(experts_key, Some(default_experts))?;
+        let per_token = self.size("num_experts_per_tok", Some(default_per_token))?;
+        let width = if mixtral {
+            self.size("intermediate_size", None)?
+        } else {
+            self.size("moe_intermediate_size", None)?
+        };
+        let mut mixture = super::Mixture::new(experts, per_token, width);
+        mixture.normalize_weights = mixtral || self.flag("norm_topk_prob", false)?;
+        if model_type == "qwen2_moe" {
+            mixture.shared_expert_intermediate_size =
+                match self.get("shared_expert_intermediate_size") {
+                    Some(v) if v.as_u64() == Some(0) => None,
+                    _ => Some(self.size("shared_expert_intermediate_size", Some(5632))?),
+                };
+        }
+        if !mixtral {
+            let step = self.size("decoder_sparse_step", Some(1))?;
+            let dense = self
+                .get("mlp_only_layers")
+                .and_then(Value::as_array)
+                .is_some_and(|layers| !layers.is_empty());
+            if step != 1 || dense {
+                return Err(self.invalid(
+                    if dense {
+                        "mlp_only_layers"
+                    } else {
+                        "decoder_sparse_step"
+                    },
+                    "dense feed-forward layers between mixture layers are not supported",
+                ));
+            }
+        }
+        if self.flag("output_router_logits", false)? {
+            mixture.balance_loss_weight = match self.get("router_aux_loss_coef") {
+                Some(v) if v.as_f64() == Some(0.0) => 0.0,
+                _ => self.float("router_aux_loss_coef", Some(0.001))?,
+            };
+        }
+        Ok(Some(mixture))
+    }
+
     /// The local layers: `layer_types` when the file lists them, else the family's rule
     /// (Gemma 3: every `sliding_window_pattern`-th layer global; Qwen with
     /// `use_sliding_window`: layers from `max_window_layers` on local).
@@ -361,6 +428,11 @@ impl HfKeys<'_> {
                 let pattern = self.size("sliding_window_pattern", Some(6))?;
                 (0..layers).map(|i| (i + 1) % pattern != 0).collect()
             }
+            // Mixtral, like Mistral, slides every layer's window when it has one.
+            None if model_type == "mixtral" => match self.get("sliding_window") {
+                Some(_) => vec![true; layers],
+                None => return Ok(None),
+            },
             None if self.flag("use_sliding_window", false)? => {
                 let from = self.size("max_window_layers", Some(layers))?;
                 (0..layers).map(|i| i >= from).collect()
@@ -370,7 +442,10 @@ impl HfKeys<'_> {
         if !local.contains(&true) {
             return Ok(None);
         }
-        if !gemma && model_type != "qwen2" && model_type != "qwen3" {
+        if !matches!(
+            model_type,
+            "gemma3_text" | "qwen2" | "qwen3" | "qwen2_moe" | "qwen3_moe" | "mixtral"
+        ) {
             return Err(self.invalid(
                 "layer_types",
                 format!("sliding-window layers in a {model_type} model are not supported"),

@@ -111,6 +111,62 @@ pub struct LlamaConfig {
     /// Low-rank adapters on the blocks' projections, if the model has room for them
     /// (see [`LoraConfig`](super::LoraConfig)).
     pub lora: Option<super::LoraConfig>,
+    /// A mixture of experts in place of every block's feed-forward (Qwen2-MoE, Qwen3-MoE,
+    /// Mixtral); `None` for a dense model.
+    pub mixture: Option<Mixture>,
+}
+
+/// The most experts a mixture may have.
+pub const MAX_EXPERTS: usize = 4096;
+
+/// A mixture-of-experts feed-forward: a router picks `experts_per_token` of `experts`
+/// gated feed-forward experts for each token (see [`crate::nn::route`]), optionally beside
+/// a shared expert every token goes through.
+///
+/// ```
+/// use rlx::models::llama::{LlamaConfig, Mixture};
+/// let mut config = LlamaConfig::new(64, 2, 4, 2, 128, 100);
+/// config.mixture = Some(Mixture::new(8, 2, 32));
+/// assert!(rlx::models::llama::Llama::manifest(&config)?.get("blk.0.ffn_up_exps.weight").is_some());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Mixture {
+    /// Experts per block.
+    pub experts: usize,
+    /// Experts each token goes through.
+    pub experts_per_token: usize,
+    /// The hidden width of each expert.
+    pub expert_intermediate_size: usize,
+    /// Whether a token's expert weights are divided by their sum (Mixtral, usually
+    /// Qwen3-MoE) or kept as the router's probabilities (Qwen2-MoE).
+    pub normalize_weights: bool,
+    /// The hidden width of the expert every token goes through, its output scaled by a
+    /// sigmoid gate of its own (Qwen2-MoE); `None` without one.
+    pub shared_expert_intermediate_size: Option<usize>,
+    /// The weight of the load-balancing loss ([`crate::nn::load_balancing_loss`]) in
+    /// [`llama_loss`](super::llama_loss); 0 leaves it out (transformers adds it only with
+    /// `output_router_logits`).
+    pub balance_loss_weight: f64,
+}
+
+impl Mixture {
+    /// `experts` experts of width `expert_intermediate_size`, `experts_per_token` per token,
+    /// weights renormalized, no shared expert, no balancing loss.
+    pub fn new(
+        experts: usize,
+        experts_per_token: usize,
+        expert_intermediate_size: usize,
+    ) -> Mixture {
+        Mixture {
+            experts,
+            experts_per_token,
+            expert_intermediate_size,
+            normalize_weights: true,
+            shared_expert_intermediate_size: None,
+            balance_loss_weight: 0.0,
+        }
+    }
 }
 
 /// How key/value caches hold the rows of keys and values.
@@ -240,6 +296,7 @@ impl LlamaConfig {
             block_activations: crate::ir::ActivationPrecision::Exact,
             kv_cache: KvCacheFormat::F32,
             lora: None,
+            mixture: None,
         }
     }
 
@@ -280,6 +337,29 @@ impl LlamaConfig {
                     self.num_kv_heads, self.num_heads
                 ),
             ));
+        }
+        if let Some(m) = &self.mixture {
+            if m.experts == 0 || m.experts > MAX_EXPERTS {
+                return Err(invalid(
+                    &key("expert_count"),
+                    format!("{} experts is not between 1 and {MAX_EXPERTS}", m.experts),
+                ));
+            }
+            if m.experts_per_token == 0 || m.experts_per_token > m.experts {
+                return Err(invalid(
+                    &key("expert_used_count"),
+                    format!(
+                        "{} experts a token is not between 1 and the {} experts",
+                        m.experts_per_token, m.experts
+                    ),
+                ));
+            }
+            if !m.balance_loss_weight.is_finite() || m.balance_loss_weight < 0.0 {
+                return Err(invalid(
+                    &key("router_aux_loss_coef"),
+                    format!("{} is not a weight of 0 or more", m.balance_loss_weight),
+                ));
+            }
         }
         if self.rope_dims > self.head_dim || !self.rope_dims.is_multiple_of(2) {
             return Err(invalid(
