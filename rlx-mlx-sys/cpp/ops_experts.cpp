@@ -22,10 +22,16 @@ Pairs pairs_of(const mx::array& x, const mx::array& indices, int groups,
   return {count, per_token, mx::astype(mx::reshape(idx, {static_cast<int>(count)}), mx::uint32)};
 }
 
+// `x` as a matrix of its last dim's rows (explicit sizes: an empty array cannot infer one).
+mx::array flat_rows(const mx::array& x) {
+  int rows = 1;
+  for (int d = 0; d + 1 < static_cast<int>(x.ndim()); ++d) rows *= x.shape(d);
+  return mx::reshape(x, {rows, x.shape(-1)});
+}
+
 // The rows of x, one per pair, as [count, K].
 mx::array rows_per_pair(const mx::array& x, const Pairs& p) {
-  const int k = x.shape(-1);
-  const mx::array flat = mx::reshape(x, {-1, k});
+  const mx::array flat = flat_rows(x);
   if (p.per_token == 1) return flat;
   return mx::repeat(flat, p.per_token, 0);
 }
@@ -57,18 +63,18 @@ int rlx_mlx_gather_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w,
     const int k = xv.shape(-1);
     const mx::Dtype dt = xv.dtype();
     const bool widen = cpu_needs_f32(xv);
-    mx::array rows = mx::reshape(xv, {-1, 1, k});
-    mx::array weights = transpose_b ? mx::swapaxes(wv, -1, -2) : wv;
-    if (widen) {
-      rows = mx::astype(rows, mx::float32);
-      weights = mx::astype(weights, mx::float32);
-    }
     mx::Shape shape = iv.shape();
     shape.push_back(transpose_b ? wv.shape(1) : wv.shape(2));
     if (p.count == 0 || k == 0) {
       put(out, mx::zeros(shape, dt));
       put(bad, *wrong);
       return;
+    }
+    mx::array rows = mx::expand_dims(flat_rows(xv), 1);
+    mx::array weights = transpose_b ? mx::swapaxes(wv, -1, -2) : wv;
+    if (widen) {
+      rows = mx::astype(rows, mx::float32);
+      weights = mx::astype(weights, mx::float32);
     }
     const int count = static_cast<int>(p.count);
     mx::array lhs = mx::arange(count, mx::uint32);
@@ -101,14 +107,14 @@ int rlx_mlx_scatter_matmul(const rlx_mlx_array* x, const rlx_mlx_array* g,
     const int n = gv.shape(-1);
     const mx::Dtype dt = xv.dtype();
     const bool widen = cpu_needs_f32(xv);
-    if (p.count == 0) {
+    if (p.count == 0 || k == 0 || n == 0) {
       put(out, mx::zeros(transpose ? mx::Shape{groups, n, k} : mx::Shape{groups, k, n}, dt));
       put(bad, *wrong);
       return;
     }
     const mx::array order = mx::argsort(p.matrix);
     mx::array rows = mx::take(rows_per_pair(xv, p), order, 0);
-    mx::array grads = mx::take(mx::reshape(gv, {-1, n}), order, 0);
+    mx::array grads = mx::take(flat_rows(gv), order, 0);
     if (widen) {
       rows = mx::astype(rows, mx::float32);
       grads = mx::astype(grads, mx::float32);

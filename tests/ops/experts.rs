@@ -352,3 +352,50 @@ fn repeated_routes_add_up() {
         1.0,
     );
 }
+
+/// The routing of a mixture end to end: softmax of the router's logits, the top 2 of 4
+/// experts per token, their weights renormalized, each token through its experts'
+/// matrices, mixed by the weights. Gradients reach the logits (through the kept
+/// probabilities), the tokens and the experts.
+#[test]
+fn gradient_routing_through_experts() {
+    use rlx::ir::{ReduceOp, SortOutput, TopK};
+    let inputs = [
+        Input::float("logits", &[3, 4]).range(-1.5, 1.5),
+        Input::float("x", &[3, 5]),
+        Input::float("w", &[4, 6, 5]),
+    ];
+    for normalize in [false, true] {
+        grad_check(
+            &format!("routing normalize={normalize}"),
+            720 + u64::from(normalize),
+            &inputs,
+            &|g, i| {
+                let probs = g.softmax(i[0], 1).unwrap();
+                let top = |output| {
+                    Op::TopK(TopK {
+                        k: 2,
+                        axis: 1,
+                        output,
+                    })
+                };
+                let weights = op(g, top(SortOutput::Values), &[probs]);
+                let experts = op(g, top(SortOutput::Indices), &[probs]);
+                let weights = if normalize {
+                    let total = g.reduce(ReduceOp::Sum, weights, &[1], true).unwrap();
+                    g.binary(rlx::ir::BinaryOp::Div, weights, total).unwrap()
+                } else {
+                    weights
+                };
+                let routed = op(
+                    g,
+                    Op::GatherMatMul(GatherMatMul { transpose_b: true }),
+                    &[i[1], i[2], experts],
+                );
+                let weights = g.reshape(weights, [3, 2, 1]).unwrap();
+                let mixed = g.mul(routed, weights).unwrap();
+                g.reduce(ReduceOp::Sum, mixed, &[1], false).unwrap()
+            },
+        );
+    }
+}
