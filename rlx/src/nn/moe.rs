@@ -131,8 +131,12 @@ pub fn load_balancing_loss<'g, B: Dim, Q: Dim, Ex: Dim, Sel: Dim>(
     let probs = logits.softmax::<2>().reshape::<(Dyn, Ex)>();
     let tokens = probs.sum::<1>().reshape::<(Dyn,)>();
     let mean_probs = probs.mean::<0>();
-    // A one per route: every index equals itself.
-    let ones = experts.eq(experts).cast::<f32>().reshape::<(Dyn,)>();
+    // A one per route (every index equals itself), a constant to the gradient.
+    let ones = experts
+        .eq(experts)
+        .cast::<f32>()
+        .detach()
+        .reshape::<(Dyn,)>();
     let routed =
         g.full::<(Ex,), f32>(0.0)
             .scatter_add(Axis::<0>, experts.reshape::<(Dyn,)>(), ones);
