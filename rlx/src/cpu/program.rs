@@ -21,28 +21,29 @@ impl Packing {
     /// Re-packs the weight bound in `slot` into this packing (both live in `statics`;
     /// packings are laid out after every param, so the two regions are disjoint).
     pub(crate) fn refresh(&self, statics: &mut [u8], slot: &ParamSlot) {
-        fn pack<S: FloatStore>(d: &GemmDims, b: &[u8], out: &mut [u8])
+        fn pack<S: FloatStore>(d: &GemmDims, matrices: usize, b: &[u8], out: &mut [u8])
         where
             S::Acc: GemmAcc,
         {
             let shape = S::Acc::micro_kernels().shape;
-            let len = packed_b_len(d.k, d.n, shape) * size_of::<S::Acc>();
-            pack_b_whole::<S>(
-                d,
-                bytemuck::cast_slice(b),
-                shape,
-                bytemuck::cast_slice_mut(&mut out[..len]),
-            );
+            let len = packed_b_len(d.k, d.n, shape);
+            let b: &[S] = bytemuck::cast_slice(b);
+            let out: &mut [S::Acc] =
+                bytemuck::cast_slice_mut(&mut out[..matrices * len * size_of::<S::Acc>()]);
+            for (i, packed) in out.chunks_exact_mut(len.max(1)).take(matrices).enumerate() {
+                pack_b_whole::<S>(d, &b[i * d.k * d.n..], shape, packed);
+            }
         }
 
-        let d = &self.dims;
+        let (d, matrices) = (&self.dims, self.matrices);
         let (weights, packed) = statics.split_at_mut(self.offset);
-        let bytes = &weights[slot.offset..slot.offset + d.k * d.n * slot.dtype.size_bytes()];
+        let size = matrices * d.k * d.n * slot.dtype.size_bytes();
+        let bytes = &weights[slot.offset..slot.offset + size];
         match slot.dtype {
-            DType::F32 => pack::<f32>(d, bytes, packed),
-            DType::F64 => pack::<f64>(d, bytes, packed),
-            DType::F16 => pack::<half::f16>(d, bytes, packed),
-            DType::BF16 => pack::<half::bf16>(d, bytes, packed),
+            DType::F32 => pack::<f32>(d, matrices, bytes, packed),
+            DType::F64 => pack::<f64>(d, matrices, bytes, packed),
+            DType::F16 => pack::<half::f16>(d, matrices, bytes, packed),
+            DType::BF16 => pack::<half::bf16>(d, matrices, bytes, packed),
             // Matmuls are float-only: no other dtype gets a packing.
             _ => {}
         }
@@ -67,6 +68,9 @@ pub(crate) struct Packing {
     pub offset: usize,
     /// `k`, `n` and the strides of the weight as `b` (`m` unused).
     pub dims: GemmDims,
+    /// Matrices the weight stacks (a gathered product's experts), each packed in turn;
+    /// 1 for a matmul's 2-D weight.
+    pub matrices: usize,
 }
 
 /// Where a context keeps one state: its bytes, 64-byte aligned, in graph order.
@@ -276,8 +280,9 @@ impl Program {
             static_offsets[id.index()] = Some(offset);
         }
 
-        // Matmuls whose `b` is a 2-D weight read it packed once at bind time (one packing
-        // per weight and orientation, shared by the matmuls that agree on it).
+        // Matmuls whose `b` is a 2-D weight, and gathered products whose matrices are a
+        // weight, read it packed once at bind time (one packing per weight and
+        // orientation, shared by the products that agree on it).
         let mut packed_b = vec![None; g.len()];
         for (id, node) in g.iter() {
             let (transpose_b, b) = match (&fusions[id.index()], &node.op) {
@@ -290,11 +295,19 @@ impl Program {
                     _,
                 ) => (*transpose_b, operands[1]),
                 (None, Op::MatMul(MatMul { transpose_b, .. })) => (*transpose_b, node.inputs[1]),
+                // A gathered product's stacked matrices, each packed as a matmul's.
+                (None, Op::GatherMatMul(op)) => (op.transpose_b, node.inputs[1]),
                 _ => continue,
             };
             let b_node = &g.nodes()[b.index()];
-            let Some(shape) = b_node.ty.shape.static_dims() else {
+            let Some(mut shape) = b_node.ty.shape.static_dims() else {
                 continue;
+            };
+            let stacked = matches!(node.op, Op::GatherMatMul(_));
+            let matrices = if stacked && shape.len() == 3 {
+                shape.remove(0)
+            } else {
+                1
             };
             if !matches!(b_node.op, Op::Param) || shape.len() != 2 {
                 continue;
@@ -319,23 +332,26 @@ impl Program {
             let existing = slot
                 .packings
                 .iter()
-                .find(|p| p.dims == dims)
+                .find(|p| p.dims == dims && p.matrices == matrices)
                 .map(|p| p.offset);
+            let len = matrices * packed_b_len(k, n, kernel_shape(accumulator(node.ty.dtype)));
             let offset = match existing {
                 Some(offset) => offset,
                 None => {
                     let offset = statics.len().div_ceil(ALIGN) * ALIGN;
                     let acc = accumulator(node.ty.dtype);
-                    let len = packed_b_len(k, n, kernel_shape(acc));
                     let end = len
                         .checked_mul(acc.size_bytes())
                         .and_then(|b| offset.checked_add(b));
                     grow(&mut statics, end)?;
-                    slot.packings.push(Packing { offset, dims });
+                    slot.packings.push(Packing {
+                        offset,
+                        dims,
+                        matrices,
+                    });
                     offset
                 }
             };
-            let len = packed_b_len(k, n, kernel_shape(accumulator(node.ty.dtype)));
             packed_b[id.index()] = Some((offset, len));
         }
 

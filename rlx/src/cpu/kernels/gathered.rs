@@ -3,7 +3,7 @@
 //! matrix gathered into one block, and each block multiplied with one GEMM, so a matrix is
 //! read once per run however many pairs chose it.
 
-use super::gemm::{GemmAcc, GemmDims, GemmPlan, gemm, in_accumulator};
+use super::gemm::{GemmAcc, GemmDims, GemmPlan, gemm, in_accumulator, packed_b_len};
 use super::layout::{SharedMut, parallel};
 use super::numeric::FloatStore;
 use crate::cpu::workers::{Chunks, for_each, threads};
@@ -100,6 +100,7 @@ fn workers_for(flops: usize, units: usize) -> usize {
 
 /// `out[p] = x[row(p)] · w[index(p)]`: `w` holds `groups` matrices of `k x n` values, read
 /// `w[e][i][j]` at `e·k·n + i·n + j`, or at `e·k·n + j·k + i` when `transpose_b`.
+/// `packed`, when `w` is a weight packed at bind time, holds each matrix's packing in turn.
 /// `rows` (`pairs x k`) and `products` (`pairs x n`) are accumulator scratch; `slots` holds
 /// `slot_len` packing elements per worker ([`super::gemm::serial_scratch_bound`] for
 /// `pairs` rows).
@@ -110,6 +111,7 @@ pub(crate) fn gather_matmul<S: FloatStore>(
     sorted: &Sorted<'_>,
     x: &[S],
     w: &[S],
+    packed: Option<&[S::Acc]>,
     rows: &mut [S::Acc],
     products: &mut [S::Acc],
     slots: &mut [S::Acc],
@@ -123,6 +125,7 @@ pub(crate) fn gather_matmul<S: FloatStore>(
         return;
     }
     let kernels = S::Acc::micro_kernels();
+    let packed_len = packed_b_len(k, n, kernels.shape);
     let (rows, products) = (&mut rows[..pairs * k], &mut products[..pairs * n]);
     gather_rows(x, k, sorted.order, d.per_token, rows);
     let rows: &[S::Acc] = rows;
@@ -162,7 +165,7 @@ pub(crate) fn gather_matmul<S: FloatStore>(
                 &w[e * k * n..(e + 1) * k * n],
                 &mut result[(start - lo) * n..(end - lo) * n],
                 slot,
-                None,
+                packed.map(|p| &p[e * packed_len..(e + 1) * packed_len]),
                 None,
             );
         }

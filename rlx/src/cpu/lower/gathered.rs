@@ -74,6 +74,8 @@ pub(crate) struct GatherMatMul {
     pub w: View,
     pub indices: View,
     pub out: View,
+    /// `w` packed at bind time (a weight), in the accumulator type.
+    pub packed: Option<View>,
     /// Order, starts, gathered rows, products, packing slots.
     pub scratch: Vec<View>,
     pub slot_len: usize,
@@ -86,14 +88,13 @@ impl Kernel for GatherMatMul {
         let acc = accumulator(self.dtype).size_bytes();
         let mut writes = vec![(self.out, s), (self.scratch[0], 8), (self.scratch[1], 8)];
         writes.extend(self.scratch[2..].iter().map(|v| (*v, acc)));
-        Accesses {
-            writes,
-            reads: vec![
-                (self.x, s),
-                (self.w, s),
-                (self.indices, self.index.size_bytes()),
-            ],
-        }
+        let mut reads = vec![
+            (self.x, s),
+            (self.w, s),
+            (self.indices, self.index.size_bytes()),
+        ];
+        reads.extend(self.packed.map(|v| (v, acc)));
+        Accesses { writes, reads }
     }
 
     fn execute(&self, mem: &Memory) -> Result<(), RunError> {
@@ -116,6 +117,7 @@ impl Kernel for GatherMatMul {
             &sorted,
             mem.src(self.x),
             mem.src(self.w),
+            self.packed.map(|p| mem.src(p)),
             mem.dst(v[2]),
             mem.dst(v[3]),
             mem.dst(v[4]),
@@ -228,6 +230,7 @@ impl Lower for ir::GatherMatMul {
             w: n.views[1],
             indices: n.views[2],
             out: n.out,
+            packed: n.packed_b,
             scratch: n.scratch.clone(),
             slot_len,
             at: n.site(),
