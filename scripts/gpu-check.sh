@@ -15,7 +15,7 @@
 # load the CUDA build of libmlx at run time through LD_LIBRARY_PATH.
 #
 # What runs (each step's output also goes to $RLX_GPU_LOG, default ./gpu-check.log;
-# RLX_GPU_ONLY=tests,fuzz,block,minilm,dp,generate,scan picks groups):
+# RLX_GPU_ONLY=tests,fuzz,block,minilm,dp,generate,scan,moe picks groups):
 #   - the op table (tests/ops), tests/mlx.rs, tests/mlx_device.rs, the state tests, the MiniLM parity tests,
 #     the concurrency stress test and the bounded random-graph run on the GPU, and the attention test again in TF32;
 #   - fuzz_graphs for $RLX_GPU_FUZZ_CASES (default 5000) random graphs from seed
@@ -30,6 +30,8 @@
 #     llama and generate tests, 09_generate and generate_bench --backend mlx;
 #   - scans (group `scan`): the linear_scan rows of the op table, the Mamba tests, and
 #     mamba_bench --backend mlx;
+#   - mixtures of experts (group `moe`): the gathered products' rows of the op table, the
+#     tiny MoE decoders against transformers and their training, and moe_bench --backend mlx;
 #   - data-parallel training over NCCL, one rank per GPU (with 2 or more GPUs):
 #     08_data_parallel against one process, and data_parallel_bench on 1 and N GPUs.
 # The CUDA libraries libmlx needs (cuBLAS, cuDNN, NCCL, NVRTC, cudart, cuFFT, cuSOLVER) are
@@ -50,7 +52,7 @@ step() {
 tests=(ops mlx mlx_device minilm concurrency fuzz data_parallel state model_state train mamba)
 # Need SmolLM2 (not in the pack): run by the `generate` group only.
 generation_tests=(llama generate)
-examples=(mlx_block_bench minilm_bench 05_mlx_backend fuzz_graphs concurrent_bench 08_data_parallel data_parallel_bench train_bench generate_bench 09_generate mamba_bench)
+examples=(mlx_block_bench minilm_bench 05_mlx_backend fuzz_graphs concurrent_bench 08_data_parallel data_parallel_bench train_bench generate_bench 09_generate mamba_bench moe_bench)
 
 # Builds the test and example binaries and prints their paths, one per line.
 build_binaries() {
@@ -109,7 +111,7 @@ source "$root/scripts/gpu-common.sh"
 # $3: MiniLM model folder; $4: groups to run (tests, fuzz, block, minilm, dp; default
 # all); $5: the digits data set's CSV (for dp).
 run_all() {
-  local bin=$1 prefix=$2 model=$3 only=${4:-tests,fuzz,block,minilm,dp,generate,scan} digits=${5:-} status=0
+  local bin=$1 prefix=$2 model=$3 only=${4:-tests,fuzz,block,minilm,dp,generate,scan,moe} digits=${5:-} status=0
   export LD_LIBRARY_PATH="$prefix/mlx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export RLX_MINILM_DIR=$model
   step nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
@@ -150,6 +152,14 @@ run_all() {
     [ -n "$ops_tests" ] && { step "$ops_tests" --test-threads=4 linear_scan || status=1; }
     [ -n "$mamba_tests" ] && { step "$mamba_tests" --nocapture || status=1; }
     step "$bin/mamba_bench" --backend mlx --reps 3 || status=1
+  fi
+  if [[ ,$only, == *,moe,* ]]; then
+    local ops_tests llama_tests
+    ops_tests=$(ls "$bin"/ops-* 2>/dev/null | head -1)
+    llama_tests=$(ls "$bin"/llama-* 2>/dev/null | head -1)
+    [ -n "$ops_tests" ] && { step "$ops_tests" --test-threads=4 experts:: || status=1; }
+    [ -n "$llama_tests" ] && { step "$llama_tests" --nocapture variants_match mixture || status=1; }
+    step "$bin/moe_bench" --backend mlx --reps 10 --tokens 1,16,256,2048 || status=1
   fi
   if [[ ,$only, == *,fuzz,* ]]; then
     step "$bin/fuzz_graphs" --cases "${RLX_GPU_FUZZ_CASES:-5000}" --seed "${RLX_GPU_FUZZ_SEED:-1}" || status=1
