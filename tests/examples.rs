@@ -418,6 +418,43 @@ fn mamba_bench_figures() {
     }
 }
 
+/// The expert layer routed and dense at small sizes: both give figures and agree.
+#[test]
+fn moe_bench_figures() {
+    let stdout = run_example(
+        "moe_bench",
+        &[
+            "--experts",
+            "8",
+            "--per-token",
+            "2",
+            "--hidden",
+            "64",
+            "--width",
+            "32",
+            "--tokens",
+            "1,40",
+            "--reps",
+            "1",
+        ],
+    );
+    for tokens in [1, 40] {
+        for path in ["routed", "dense"] {
+            let prefix = format!("moe_bench engine=rlx backend=cpu tokens={tokens} path={path} ");
+            let line = stdout
+                .lines()
+                .find(|l| l.starts_with(&prefix))
+                .unwrap_or_else(|| panic!("no {prefix}figure: {stdout}"));
+            let rate: f64 = line.rsplit("tok_s=").next().unwrap().parse().unwrap();
+            assert!(rate > 0.0, "{line}");
+        }
+        let agree = format!("moe_bench engine=rlx backend=cpu tokens={tokens} largest_difference=");
+        let line = stdout.lines().find(|l| l.starts_with(&agree)).unwrap();
+        let difference: f64 = line.rsplit('=').next().unwrap().parse().unwrap();
+        assert!(difference < 1e-5, "{line}");
+    }
+}
+
 /// Tutorial 09 on a Mamba folder (the tiny Mamba of scripts/tiny_mamba.py with the tiny
 /// tokenizer of scripts/tiny_tokenizer.py): the text it streams is what the library's
 /// greedy generation decodes to.

@@ -36,8 +36,34 @@ mx::array rows_per_pair(const mx::array& x, const Pairs& p) {
   return mx::repeat(flat, p.per_token, 0);
 }
 
-bool cpu_needs_f32(const mx::array& x) {
-  return x.dtype() != mx::float32 && !(mx::default_device() == mx::Device::gpu);
+bool on_gpu() { return mx::default_device() == mx::Device::gpu; }
+
+bool cpu_needs_f32(const mx::array& x) { return x.dtype() != mx::float32 && !on_gpu(); }
+
+// MLX's CUDA kernels for gather_mm read rows in aligned vectors: a row length that is not
+// a multiple of 8 faults with a misaligned address (and poisons the CUDA context). On a GPU
+// such dims are padded with zeros, which add nothing to the products, and sliced off after.
+constexpr int ALIGN = 8;
+
+int aligned(int n) { return on_gpu() ? (n + ALIGN - 1) / ALIGN * ALIGN : n; }
+
+// `x` with `axis` zero-padded to `size`.
+mx::array padded(const mx::array& x, int axis, int size) {
+  if (axis < 0) axis += static_cast<int>(x.ndim());
+  const int have = x.shape(axis);
+  if (have == size) return x;
+  std::vector<std::pair<int, int>> widths(x.ndim(), {0, 0});
+  widths[axis] = {0, size - have};
+  return mx::pad(x, widths, mx::array(0, x.dtype()));
+}
+
+// The first `size` entries of the last axis of `x`.
+mx::array first_columns(const mx::array& x, int size) {
+  if (x.shape(-1) == size) return x;
+  mx::Shape start(x.ndim(), 0);
+  mx::Shape stop = x.shape();
+  stop.back() = size;
+  return mx::slice(x, start, stop);
 }
 
 // Sorting pairs by matrix lets gather_mm run each matrix's rows as one block; below this
@@ -70,8 +96,14 @@ int rlx_mlx_gather_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w,
       put(bad, *wrong);
       return;
     }
-    mx::array rows = mx::expand_dims(flat_rows(xv), 1);
-    mx::array weights = transpose_b ? mx::swapaxes(wv, -1, -2) : wv;
+    const int n = transpose_b ? wv.shape(1) : wv.shape(2);
+    const int k_pad = aligned(k);
+    const int n_pad = aligned(n);
+    mx::array rows = mx::expand_dims(padded(flat_rows(xv), -1, k_pad), 1);
+    // Padded as stored ([E, K, N], or [E, N, K] when transposed), then read as [E, K, N].
+    mx::array weights = transpose_b
+                            ? mx::swapaxes(padded(padded(wv, 1, n_pad), 2, k_pad), -1, -2)
+                            : padded(padded(wv, 1, k_pad), 2, n_pad);
     if (widen) {
       rows = mx::astype(rows, mx::float32);
       weights = mx::astype(weights, mx::float32);
@@ -88,7 +120,7 @@ int rlx_mlx_gather_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w,
     } else {
       y = mx::gather_mm(rows, weights, lhs, p.matrix, false);
     }
-    y = mx::reshape(y, shape);
+    y = mx::reshape(first_columns(y, n), shape);
     put(out, widen ? mx::astype(y, dt) : y);
     put(bad, *wrong);
   });
@@ -113,8 +145,8 @@ int rlx_mlx_scatter_matmul(const rlx_mlx_array* x, const rlx_mlx_array* g,
       return;
     }
     const mx::array order = mx::argsort(p.matrix);
-    mx::array rows = mx::take(rows_per_pair(xv, p), order, 0);
-    mx::array grads = mx::take(flat_rows(gv), order, 0);
+    mx::array rows = mx::take(padded(rows_per_pair(xv, p), -1, aligned(k)), order, 0);
+    mx::array grads = mx::take(padded(flat_rows(gv), -1, aligned(n)), order, 0);
     if (widen) {
       rows = mx::astype(rows, mx::float32);
       grads = mx::astype(grads, mx::float32);
@@ -128,6 +160,12 @@ int rlx_mlx_scatter_matmul(const rlx_mlx_array* x, const rlx_mlx_array* g,
     const mx::array segments = mx::stack({starts, ends}, -1);
     mx::array y = transpose ? mx::segmented_mm(mx::transpose(grads), rows, segments)
                             : mx::segmented_mm(mx::transpose(rows), grads, segments);
+    // The padding off: rows then columns of each matrix.
+    const int rows_kept = transpose ? n : k;
+    const int cols_kept = transpose ? k : n;
+    if (y.shape(1) != rows_kept || y.shape(2) != cols_kept) {
+      y = mx::slice(y, {0, 0, 0}, {groups, rows_kept, cols_kept});
+    }
     put(out, widen ? mx::astype(y, dt) : y);
     put(bad, *wrong);
   });

@@ -177,3 +177,52 @@ fn mixture_trains_on_the_cpu() {
 fn mixture_trains_on_mlx() {
     mixture_trains("mlx", &rlx::mlx::MlxBackend::default());
 }
+
+/// Mixtral is a `llama` GGUF file with `expert_count`; Qwen2-MoE's weights are not
+/// renormalized (llama.cpp's rule), unless the file says.
+#[test]
+fn gguf_mixture_configs_follow_llama_cpp() {
+    use rlx_testkit::gguf::{Meta, write};
+    let read = |arch: &str, extra: &[(&str, Meta)]| {
+        let key = |k: &str| format!("{arch}.{k}");
+        let mut metadata: Vec<(String, Meta)> = vec![
+            ("general.architecture".into(), Meta::string(arch)),
+            (key("embedding_length"), Meta::u32(64)),
+            (key("block_count"), Meta::u32(2)),
+            (key("attention.head_count"), Meta::u32(4)),
+            (key("feed_forward_length"), Meta::u32(96)),
+            (key("context_length"), Meta::u32(128)),
+            (key("vocab_size"), Meta::u32(128)),
+            (key("attention.layer_norm_rms_epsilon"), Meta::f32(1e-5)),
+            (key("expert_count"), Meta::u32(8)),
+            (key("expert_used_count"), Meta::u32(2)),
+        ];
+        metadata.extend(extra.iter().map(|(k, m)| (key(k), m.clone())));
+        let metadata: Vec<(&str, Meta)> = metadata
+            .iter()
+            .map(|(k, m)| (k.as_str(), m.clone()))
+            .collect();
+        let (bytes, _) = write(&metadata, &[], 32);
+        LlamaConfig::from_gguf(&rlx::gguf::Gguf::from_bytes(bytes).unwrap()).unwrap()
+    };
+    let mixtral = read("llama", &[]);
+    let m = mixtral.mixture.as_ref().unwrap();
+    assert_eq!(
+        (m.experts, m.experts_per_token, m.expert_intermediate_size),
+        (8, 2, 96)
+    );
+    assert!(m.normalize_weights && mixtral.rope_traditional);
+    let qwen = read(
+        "qwen2moe",
+        &[
+            ("expert_feed_forward_length", Meta::u32(32)),
+            ("expert_shared_feed_forward_length", Meta::u32(48)),
+        ],
+    );
+    let m = qwen.mixture.as_ref().unwrap();
+    assert_eq!(m.expert_intermediate_size, 32);
+    assert_eq!(m.shared_expert_intermediate_size, Some(48));
+    assert!(!m.normalize_weights && qwen.qkv_bias);
+    let told = read("qwen2moe", &[("expert_weights_norm", Meta::bool(true))]);
+    assert!(told.mixture.unwrap().normalize_weights);
+}

@@ -218,12 +218,14 @@ fn hf_checkpoints_that_do_not_fit_are_errors() {
 /// `load_gguf_checkpoint`, against the same references.
 #[test]
 fn gguf_variants_match_transformers() {
-    use rlx_testkit::gguf::{Meta, Tensor, write};
+    use rlx_testkit::gguf::{Meta, write};
     let data = reference("tiny_decoders");
     let prompt = ids(&data["prompt"]);
     let cpu = rlx::cpu::CpuBackend::default();
-    for name in ["qwen2", "qwen3", "gemma3"] {
+    for name in ["qwen2", "qwen3", "gemma3", "qwen2_moe", "qwen3_moe"] {
         let case = &data["cases"][name];
+        let arch = name.replace('_', "");
+        let name = arch.as_str();
         let json: serde_json::Value =
             serde_json::from_str(case["config_json"].as_str().unwrap()).unwrap();
         let hf = LlamaConfig::from_hf_json(case["config_json"].as_str().unwrap()).unwrap();
@@ -284,35 +286,20 @@ fn gguf_variants_match_transformers() {
         if let Some(cap) = hf.final_logit_softcap {
             metadata.push((key("final_logit_softcapping"), Meta::f32(cap as f32)));
         }
-        let tensors: Vec<Tensor> = case["tensors"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| {
-                let hf_name = t[0].as_str().unwrap();
-                let dims: Vec<u64> = t[1]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|d| d.as_u64().unwrap())
-                    .collect();
-                let mut values = formula(
-                    hf_name,
-                    dims.iter().product::<u64>() as usize,
-                    hf.sandwich_norms,
-                );
-                let gguf = rlx::models::llama::hf_tensor_name(hf_name, &hf).unwrap();
-                if hf.sandwich_norms && gguf.ends_with("norm.weight") {
-                    values.iter_mut().for_each(|v| *v += 1.0);
-                }
-                Tensor {
-                    name: gguf,
-                    dims: dims.into_iter().rev().collect(),
-                    type_id: 0,
-                    data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-                }
-            })
-            .collect();
+        if let Some(m) = &hf.mixture {
+            metadata.push((key("expert_count"), Meta::u32(m.experts as u32)));
+            metadata.push((
+                key("expert_used_count"),
+                Meta::u32(m.experts_per_token as u32),
+            ));
+            let width = m.expert_intermediate_size as u32;
+            metadata.push((key("expert_feed_forward_length"), Meta::u32(width)));
+            if let Some(shared) = m.shared_expert_intermediate_size {
+                let shared = Meta::u32(shared as u32);
+                metadata.push((key("expert_shared_feed_forward_length"), shared));
+            }
+        }
+        let tensors = gguf_tensors(case, &hf);
         let metadata: Vec<(&str, Meta)> = metadata
             .iter()
             .map(|(k, m)| (k.as_str(), m.clone()))
@@ -580,4 +567,85 @@ fn batch_rows_match_single_sequences_on_the_cpu() {
 #[test]
 fn batch_rows_match_single_sequences_on_mlx() {
     batch_rows_match_single_sequences("mlx", &rlx::mlx::MlxBackend::default());
+}
+
+/// The tensors of a tiny case as llama.cpp's converter writes them (GGUF names, dims
+/// reversed, Gemma's norms as scales): Qwen2-MoE's fused experts split and stacked as
+/// `ffn_{gate,up,down}_exps`, Qwen3-MoE's per-expert tensors kept one per expert
+/// (`ffn_gate.E`, as older files store experts), the shared expert's gate a vector.
+fn gguf_tensors(case: &serde_json::Value, hf: &LlamaConfig) -> Vec<rlx_testkit::gguf::Tensor> {
+    let tensor = |name: String, dims: &[u64], values: &[f32]| rlx_testkit::gguf::Tensor {
+        name,
+        dims: dims.iter().rev().copied().collect(),
+        type_id: 0,
+        data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    };
+    let mut tensors = Vec::new();
+    for t in case["tensors"].as_array().unwrap() {
+        let hf_name = t[0].as_str().unwrap();
+        let dims: Vec<u64> = t[1]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_u64().unwrap())
+            .collect();
+        let mut values = formula(
+            hf_name,
+            dims.iter().product::<u64>() as usize,
+            hf.sandwich_norms,
+        );
+        let (layer, rest) = hf_name
+            .strip_prefix("model.layers.")
+            .and_then(|r| r.split_once('.'))
+            .unwrap_or(("", ""));
+        if let Some(gguf) = rlx::models::llama::hf_tensor_name(hf_name, hf) {
+            if hf.sandwich_norms && gguf.ends_with("norm.weight") {
+                values.iter_mut().for_each(|v| *v += 1.0);
+            }
+            let dims = if gguf.ends_with("ffn_gate_inp_shexp.weight") {
+                vec![dims[1]]
+            } else {
+                dims
+            };
+            tensors.push(tensor(gguf, &dims, &values));
+        } else if rest == "mlp.experts.gate_up_proj" {
+            let (experts, rows, cols) = (dims[0] as usize, dims[1] as usize / 2, dims[2] as usize);
+            for (half, stacked) in ["ffn_gate_exps", "ffn_up_exps"].iter().enumerate() {
+                let part: Vec<f32> = (0..experts)
+                    .flat_map(|e| {
+                        let start = (2 * e + half) * rows * cols;
+                        values[start..start + rows * cols].to_vec()
+                    })
+                    .collect();
+                let dims = [experts as u64, rows as u64, cols as u64];
+                tensors.push(tensor(
+                    format!("blk.{layer}.{stacked}.weight"),
+                    &dims,
+                    &part,
+                ));
+            }
+        } else if rest == "mlp.experts.down_proj" {
+            tensors.push(tensor(
+                format!("blk.{layer}.ffn_down_exps.weight"),
+                &dims,
+                &values,
+            ));
+        } else {
+            let (expert, projection) = rest
+                .strip_prefix("mlp.experts.")
+                .and_then(|r| r.split_once('.'))
+                .unwrap_or_else(|| panic!("{hf_name} has no GGUF name"));
+            let gguf = match projection {
+                "gate_proj.weight" => "ffn_gate",
+                "up_proj.weight" => "ffn_up",
+                _ => "ffn_down",
+            };
+            tensors.push(tensor(
+                format!("blk.{layer}.{gguf}.{expert}.weight"),
+                &dims,
+                &values,
+            ));
+        }
+    }
+    tensors
 }

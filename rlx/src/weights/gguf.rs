@@ -24,12 +24,36 @@ pub fn load_gguf(
     file: &Gguf,
     read_elsewhere: &[&str],
 ) -> Result<LoadReport, WeightsError> {
+    load_gguf_with(exe, manifest, file, read_elsewhere, &[])
+}
+
+/// [`load_gguf`] with some weights already made from other tensors of the file
+/// (`assembled`, name and f32 value: a mixture's experts stored one tensor each, stacked),
+/// whose source tensors the caller lists in `read_elsewhere`.
+pub(crate) fn load_gguf_with(
+    exe: &dyn Executable,
+    manifest: &Manifest,
+    file: &Gguf,
+    read_elsewhere: &[&str],
+    assembled: &[(String, crate::tensor::HostTensor)],
+) -> Result<LoadReport, WeightsError> {
+    let given = |key: &str| assembled.iter().find(|(n, _)| n == key).map(|(_, t)| t);
     let path = file
         .path()
         .map_or_else(|| PathBuf::from("<GGUF in memory>"), PathBuf::from);
     let files = manifest.file_tensors();
     let (mut missing, mut unexpected, mut mismatched) = (Vec::new(), Vec::new(), Vec::new());
     for f in &files {
+        if let Some(t) = given(&f.key) {
+            if t.shape() != f.shape || f.format.is_some() || f.dtype != DType::F32 {
+                mismatched.push(Mismatch {
+                    key: f.key.clone(),
+                    expected: describe(f.dtype, &f.shape),
+                    found: describe(t.dtype(), t.shape()),
+                });
+            }
+            continue;
+        }
         match file.tensor(&f.key) {
             Err(_) => missing.push(f.key.clone()),
             Ok(info) => {
@@ -75,12 +99,16 @@ pub fn load_gguf(
     // Float weights dequantized; weights kept as blocks bound from the file's bytes, or
     // quantized from its floats.
     enum Source<'f> {
-        Floats(crate::tensor::HostTensor),
+        Floats(Cow<'f, crate::tensor::HostTensor>),
         Blocks(Cow<'f, [u8]>),
     }
     let mut report = LoadReport::default();
     let mut sources = Vec::with_capacity(files.len());
     for f in &files {
+        if let Some(t) = given(&f.key) {
+            sources.push(Source::Floats(Cow::Borrowed(t)));
+            continue;
+        }
         let kind = file.tensor(&f.key).map_err(gguf_error)?.kind;
         sources.push(match f.format {
             Some(format) if kind == format => Source::Blocks(Cow::Borrowed(
@@ -94,7 +122,7 @@ pub fn load_gguf(
                     &path, &f.key, format, floats,
                 )?))
             }
-            None => Source::Floats(file.tensor_f32(&f.key).map_err(gguf_error)?),
+            None => Source::Floats(Cow::Owned(file.tensor_f32(&f.key).map_err(gguf_error)?)),
         });
     }
     let mut values: Vec<ParamValue<'_>> = Vec::with_capacity(manifest.params.len());

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use super::LlamaConfig;
-use super::expert_tensors::{expert_tensors, stack_experts};
+use super::expert_tensors::{expert_tensors, part_name, stack_experts};
 use crate::backend::Executable;
 use crate::gguf::Gguf;
 use crate::ir::DType;
@@ -179,12 +179,77 @@ pub(super) fn load_gguf_weights(
     config: &LlamaConfig,
     file: &Gguf,
 ) -> Result<LoadReport, WeightsError> {
-    let read_elsewhere: &[&str] = if config.rope_freqs.is_some() {
-        &GGUF_CONFIG_TENSORS
-    } else {
-        &[]
+    let manifest = without_adapters(manifest);
+    let mut read_elsewhere: Vec<String> = Vec::new();
+    if config.rope_freqs.is_some() {
+        read_elsewhere.extend(GGUF_CONFIG_TENSORS.map(String::from));
+    }
+    let assembled = gguf_assembled(&manifest, file, &mut read_elsewhere)?;
+    let read_elsewhere: Vec<&str> = read_elsewhere.iter().map(String::as_str).collect();
+    crate::weights::load_gguf_with(exe, &manifest, file, &read_elsewhere, &assembled)
+}
+
+/// The weights a GGUF file stores in another layout than the params: a mixture's experts
+/// one tensor per expert (`blk.N.ffn_gate.E.weight`, as older Mixtral files have them),
+/// stacked; the shared expert's gate as a vector (`[H]` for the `[1, H]` projection).
+/// Their source tensors are added to `read_elsewhere`.
+fn gguf_assembled(
+    manifest: &Manifest,
+    file: &Gguf,
+    read_elsewhere: &mut Vec<String>,
+) -> Result<Vec<(String, HostTensor)>, WeightsError> {
+    let path = || {
+        file.path()
+            .map_or_else(|| "<GGUF in memory>".into(), std::path::PathBuf::from)
     };
-    crate::weights::load_gguf(exe, &without_adapters(manifest), file, read_elsewhere)
+    let gguf_error = |source| WeightsError::Gguf {
+        path: path(),
+        source,
+    };
+    let mut assembled = Vec::new();
+    for spec in &manifest.params {
+        if file.tensor(&spec.name).is_ok() {
+            if spec.name.ends_with("ffn_gate_inp_shexp.weight") {
+                let value = file.tensor_f32(&spec.name).map_err(gguf_error)?;
+                if let [width] = *value.shape() {
+                    let shape = [1, width];
+                    let row =
+                        TensorRef::new(DType::F32, &shape, value.data().bytes()).map_err(|e| {
+                            WeightsError::Format {
+                                path: path(),
+                                message: e.to_string(),
+                            }
+                        })?;
+                    read_elsewhere.push(spec.name.clone());
+                    assembled.push((spec.name.clone(), row.to_host()));
+                }
+            }
+            continue;
+        }
+        let Some(stem) = spec.name.strip_suffix("_exps.weight") else {
+            continue;
+        };
+        let experts = spec
+            .static_shape()
+            .and_then(|s| s.first().copied())
+            .unwrap_or(0);
+        let parts: Vec<String> = (0..experts).map(|e| format!("{stem}.{e}.weight")).collect();
+        if experts == 0 || parts.iter().any(|p| file.tensor(p).is_err()) {
+            continue;
+        }
+        let mut tensors = Vec::with_capacity(experts);
+        for (e, part) in parts.iter().enumerate() {
+            let value = file.tensor_f32(part).map_err(gguf_error)?;
+            tensors.push((part_name(&spec.name, e), value));
+        }
+        let stacked = stack_experts(tensors).map_err(|message| WeightsError::Format {
+            path: path(),
+            message,
+        })?;
+        read_elsewhere.extend(parts);
+        assembled.extend(stacked);
+    }
+    Ok(assembled)
 }
 
 /// Whether a param is a factor of an adapter.

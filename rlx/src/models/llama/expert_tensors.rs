@@ -43,10 +43,13 @@ pub(super) fn expert_tensors(
         ("down_proj" | "w2", "weight") => "ffn_down_exps",
         _ => return None,
     };
-    Some(vec![(
-        format!("{}{PART}{expert}", stacked(gguf)),
-        value.to_host(),
-    )])
+    Some(vec![(part_name(&stacked(gguf), expert), value.to_host())])
+}
+
+/// The name of expert `expert`'s part of the stacked tensor `stacked`, as
+/// [`stack_experts`] reads it.
+pub(super) fn part_name(stacked: &str, expert: usize) -> String {
+    format!("{stacked}{PART}{expert}")
 }
 
 /// `[E, 2R, C]` as its first `R` rows and its last `R` rows of each expert (`None` for

@@ -4,8 +4,9 @@
 use super::{Activation, LlamaConfig, LlamaConfigError, SlidingWindow, Yarn, invalid};
 use crate::gguf::{GgmlType, Gguf, MetadataArray, MetadataValue};
 
-/// The projections of a block, by their GGUF names (`blk.N.{name}.weight`).
-const PROJECTIONS: [&str; 7] = [
+/// The projections of a block, by their GGUF names (`blk.N.{name}.weight`): attention's,
+/// the dense feed-forward's, a mixture's shared expert's.
+const PROJECTIONS: [&str; 10] = [
     "attn_q",
     "attn_k",
     "attn_v",
@@ -13,6 +14,9 @@ const PROJECTIONS: [&str; 7] = [
     "ffn_gate",
     "ffn_up",
     "ffn_down",
+    "ffn_gate_shexp",
+    "ffn_up_shexp",
+    "ffn_down_shexp",
 ];
 
 /// The per-pair rotary frequencies of a GGUF file that has `rope_freqs.weight` (llama.cpp
@@ -112,11 +116,20 @@ impl LlamaConfig {
         if !self.tied_output {
             weights.push(("output.weight".to_string(), hidden));
         }
+        // The feed-forward projections the model has: dense, or a mixture's shared expert
+        // (the experts and the router stay float).
+        let (feed_forward, down_width) = match &self.mixture {
+            None => (&PROJECTIONS[4..7], self.intermediate_size),
+            Some(m) => match m.shared_expert_intermediate_size {
+                Some(width) => (&PROJECTIONS[7..], width),
+                None => (&PROJECTIONS[..0], 0),
+            },
+        };
         for layer in 0..self.num_layers {
-            for projection in PROJECTIONS {
-                let width = match projection {
+            for projection in PROJECTIONS[..4].iter().chain(feed_forward) {
+                let width = match *projection {
                     "attn_output" => self.num_heads * self.head_dim,
-                    "ffn_down" => self.intermediate_size,
+                    "ffn_down" | "ffn_down_shexp" => down_width,
                     _ => hidden,
                 };
                 weights.push((format!("blk.{layer}.{projection}.weight"), width));
@@ -132,8 +145,11 @@ impl LlamaConfig {
     }
 
     /// Reads the config from a GGUF file's metadata. `general.architecture` names the
-    /// variant — `llama`, `qwen2`, `qwen3` or `gemma3` — and prefixes its keys
-    /// (`llama.block_count`); the output projection is tied unless the file has
+    /// variant — `llama`, `qwen2`, `qwen3`, `gemma3`, `qwen2moe` or `qwen3moe` — and
+    /// prefixes its keys (`llama.block_count`); `expert_count` makes it a mixture
+    /// (`expert_used_count`, `expert_feed_forward_length`,
+    /// `expert_shared_feed_forward_length`; weights renormalized but for `qwen2moe`, as
+    /// llama.cpp does, unless `expert_weights_norm` says); the output projection is tied unless the file has
     /// `output.weight`, and Llama 3's per-pair rotary factors come from `rope_freqs.weight`.
     /// RoPE scaling (`rope.scaling.type`) is linear or YaRN (`factor`,
     /// `original_context_length`, and optionally `attn_factor`, `yarn_beta_fast`,
@@ -145,7 +161,7 @@ impl LlamaConfig {
     pub fn from_gguf(file: &Gguf) -> Result<LlamaConfig, LlamaConfigError> {
         let arch_key = "general.architecture";
         let arch = match file.get(arch_key).and_then(MetadataValue::as_str) {
-            Some(a @ ("llama" | "qwen2" | "qwen3" | "gemma3")) => a,
+            Some(a @ ("llama" | "qwen2" | "qwen3" | "gemma3" | "qwen2moe" | "qwen3moe")) => a,
             Some(other) => {
                 return Err(invalid(
                     arch_key,
@@ -223,14 +239,39 @@ impl LlamaConfig {
             .get("tokenizer.ggml.tokens")
             .and_then(MetadataValue::as_array)
             .map(|a| a.len());
+        // A mixture's experts (Mixtral is a `llama` file with experts).
+        let experts = match value("expert_count") {
+            Some(v) if v.as_u64() != Some(0) => Some(size("expert_count", None)?),
+            _ => None,
+        };
+        let expert_width = match experts {
+            Some(_) if value("expert_feed_forward_length").is_some() => {
+                Some(size("expert_feed_forward_length", None)?)
+            }
+            Some(_) => Some(size("feed_forward_length", None)?),
+            None => None,
+        };
         let mut config = LlamaConfig::new(
             hidden_size,
             size("block_count", None)?,
             num_heads,
             size("attention.head_count_kv", Some(num_heads))?,
-            size("feed_forward_length", None)?,
+            size("feed_forward_length", expert_width)?,
             size("vocab_size", tokens)?,
         );
+        if let (Some(count), Some(width)) = (experts, expert_width) {
+            let mut mixture = super::Mixture::new(count, size("expert_used_count", None)?, width);
+            // llama.cpp's rule per architecture, unless the file says.
+            mixture.normalize_weights = match value("expert_weights_norm") {
+                Some(MetadataValue::Bool(b)) => *b,
+                _ => arch != "qwen2moe",
+            };
+            if value("expert_shared_feed_forward_length").is_some() {
+                let shared = size("expert_shared_feed_forward_length", None)?;
+                mixture.shared_expert_intermediate_size = Some(shared);
+            }
+            config.mixture = Some(mixture);
+        }
         let gemma = arch == "gemma3";
         config.head_dim = head_dim;
         config.rope_dims = size("rope.dimension_count", Some(head_dim))?;
@@ -257,8 +298,8 @@ impl LlamaConfig {
         config.tied_output = file.tensor("output.weight").is_err();
         // llama.cpp permutes only Llama's query and key rows into the adjacent-pair layout.
         config.rope_traditional = arch == "llama";
-        config.qkv_bias = arch == "qwen2";
-        config.qk_norm = matches!(arch, "qwen3" | "gemma3");
+        config.qkv_bias = matches!(arch, "qwen2" | "qwen2moe");
+        config.qk_norm = matches!(arch, "qwen3" | "qwen3moe" | "gemma3");
         if value("final_logit_softcapping").is_some() {
             config.final_logit_softcap = Some(float("final_logit_softcapping", None)?);
         }
