@@ -60,11 +60,10 @@ fn scatter_matmul_ref(x: &Nd, g: &Nd, idx: &Nd, groups: usize, transpose: bool) 
     let mut data = vec![0.0; groups * k * n];
     for p in 0..pairs {
         let e = idx.data[p] as usize;
-        let r = row(x, p, s, shared);
-        for i in 0..k {
+        for (i, a) in row(x, p, s, shared).into_iter().enumerate() {
             for j in 0..n {
                 let at = if transpose { j * k + i } else { i * n + j };
-                data[e * k * n + at] += r[i] * g.data[p * n + j];
+                data[e * k * n + at] += a * g.data[p * n + j];
             }
         }
     }
