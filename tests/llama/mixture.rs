@@ -226,3 +226,27 @@ fn gguf_mixture_configs_follow_llama_cpp() {
     let told = read("qwen2moe", &[("expert_weights_norm", Meta::bool(true))]);
     assert!(told.mixture.unwrap().normalize_weights);
 }
+
+/// Adapters on a mixture go on its attention: feed-forward targets are a typed error for
+/// an adapter, and left out of the params a fine-tuning step trains.
+#[test]
+fn adapters_on_a_mixture_target_attention() {
+    use rlx::models::llama::{LoraAdapter, LoraConfig, LoraTarget};
+    let data = reference("tiny_decoders");
+    let json = data["cases"]["qwen3_moe"]["config_json"].as_str().unwrap();
+    let mut config = LlamaConfig::from_hf_json(json).unwrap();
+    let every = LoraConfig::new(4, 8.0, &LoraTarget::ALL);
+    let message = LoraAdapter::init(&config, every.clone(), 1)
+        .unwrap_err()
+        .to_string();
+    assert!(message.contains("gate_proj"), "{message}");
+    let attention = [LoraTarget::Query, LoraTarget::Value];
+    assert!(LoraAdapter::init(&config, LoraConfig::new(4, 8.0, &attention), 1).is_ok());
+    config.lora = Some(every);
+    let params = config.adapter_params();
+    assert_eq!(params.len(), 2 * 4 * 2, "{params:?}");
+    let manifest = LlamaLoss::manifest(&config).unwrap();
+    for name in &params {
+        assert!(manifest.get(name).is_some(), "{name} is not declared");
+    }
+}

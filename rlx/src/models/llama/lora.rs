@@ -63,6 +63,21 @@ impl LoraTarget {
         }
     }
 
+    /// Whether blocks of `model` have this projection (a mixture of experts has no dense
+    /// feed-forward).
+    ///
+    /// ```
+    /// use rlx::models::llama::{LlamaConfig, LoraTarget, Mixture};
+    /// let mut config = LlamaConfig::new(64, 2, 4, 2, 128, 100);
+    /// assert!(LoraTarget::Gate.present_in(&config));
+    /// config.mixture = Some(Mixture::new(8, 2, 32));
+    /// assert!(!LoraTarget::Gate.present_in(&config) && LoraTarget::Query.present_in(&config));
+    /// ```
+    pub fn present_in(self, model: &LlamaConfig) -> bool {
+        let feed_forward = matches!(self, LoraTarget::Gate | LoraTarget::Up | LoraTarget::Down);
+        !(feed_forward && model.mixture.is_some())
+    }
+
     /// The module's name in PEFT's `target_modules` (`q_proj`).
     pub fn peft_name(self) -> &'static str {
         match self {
@@ -165,6 +180,21 @@ impl LoraConfig {
         self.alpha / self.rank as f64
     }
 
+    /// [`check`](Self::check) and that every target is a projection `model` has: a
+    /// mixture of experts has no dense feed-forward (adapters on experts are not
+    /// supported yet).
+    pub(super) fn check_for(&self, model: &LlamaConfig) -> Result<(), LoraError> {
+        self.check()?;
+        match self.targets.iter().find(|t| !t.present_in(model)) {
+            Some(target) => Err(LoraError::Config(format!(
+                "a mixture of experts has no dense feed-forward to adapt ({}): target its \
+                 attention projections",
+                target.peft_name()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     pub(super) fn check(&self) -> Result<(), LoraError> {
         if !(0.0..1.0).contains(&self.dropout) {
             return Err(LoraError::Config(format!(
@@ -195,7 +225,7 @@ impl LlamaConfig {
         };
         let mut names = Vec::new();
         for layer in 0..self.num_layers {
-            for target in &lora.targets {
+            for target in lora.targets.iter().filter(|t| t.present_in(self)) {
                 for factor in ["lora_a", "lora_b"] {
                     names.push(adapter_param(layer, *target, factor));
                 }
@@ -253,7 +283,7 @@ impl LoraAdapter {
         config: LoraConfig,
         seed: u64,
     ) -> Result<LoraAdapter, LoraError> {
-        config.check()?;
+        config.check_for(model)?;
         let mut draws = Draws::new(seed);
         let mut tensors = BTreeMap::new();
         for layer in 0..model.num_layers {
@@ -285,7 +315,7 @@ impl LoraAdapter {
         config: LoraConfig,
         tensors: impl IntoIterator<Item = (String, HostTensor)>,
     ) -> Result<LoraAdapter, LoraError> {
-        config.check()?;
+        config.check_for(model)?;
         let mut known = BTreeMap::new();
         for layer in 0..model.num_layers {
             for &target in &config.targets {

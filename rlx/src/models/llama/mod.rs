@@ -134,7 +134,10 @@ impl crate::model::Config for LlamaConfig {
         };
         match &self.lora {
             Some(lora) => (0..self.num_layers)
-                .flat_map(|layer| lora.targets.iter().map(move |t| (layer, t)))
+                .flat_map(|layer| {
+                    let present = lora.targets.iter().filter(|t| t.present_in(self));
+                    present.map(move |t| (layer, t))
+                })
                 .fold(sizes.with::<LoraRank>(lora.rank), |sizes, (layer, t)| {
                     sizes.with_adapter(
                         &format!("blk.{layer}.{}.weight", t.gguf_name()),
