@@ -32,9 +32,7 @@ pub fn hf_tensor_name(name: &str, config: &LlamaConfig) -> Option<String> {
     if name == "lm_head.weight" || name == "language_model.lm_head.weight" {
         return Some("output.weight".into());
     }
-    let rest = ["model.language_model.", "language_model.model.", "model."]
-        .iter()
-        .find_map(|prefix| name.strip_prefix(prefix))?;
+    let rest = decoder_part(name)?;
     match rest {
         "embed_tokens.weight" => return Some("token_embd.weight".into()),
         "norm.weight" => return Some("output_norm.weight".into()),
@@ -67,6 +65,14 @@ pub fn hf_tensor_name(name: &str, config: &LlamaConfig) -> Option<String> {
         _ => return None,
     };
     Some(format!("blk.{layer}.{gguf}.{kind}"))
+}
+
+/// A checkpoint name inside the decoder, after its prefix (`model.`, or a multimodal
+/// checkpoint's `model.language_model.` or `language_model.model.`).
+fn decoder_part(name: &str) -> Option<&str> {
+    ["model.language_model.", "language_model.model.", "model."]
+        .iter()
+        .find_map(|prefix| name.strip_prefix(prefix))
 }
 
 /// Whether a checkpoint tensor outside the decoder may be left unused: rotary tables some
@@ -135,10 +141,7 @@ pub(super) fn load_hf_weights(
 
 /// The stacked expert tensors a Hugging Face mixture tensor maps to, if it is one.
 fn experts_of(name: &str, value: TensorRef<'_>) -> Option<Vec<(String, HostTensor)>> {
-    let rest = ["model.language_model.", "language_model.model.", "model."]
-        .iter()
-        .find_map(|prefix| name.strip_prefix(prefix))?
-        .strip_prefix("layers.")?;
+    let rest = decoder_part(name)?.strip_prefix("layers.")?;
     let (layer, rest) = rest.split_once('.')?;
     let (module, kind) = rest.rsplit_once('.')?;
     expert_tensors(layer.parse().ok()?, module, kind, value)
