@@ -62,6 +62,10 @@ fn mixture_configs_follow_transformers() {
         .starts_with("expert_used_count")
     );
     assert!(error(r#""model_type": "qwen3_moe""#).contains("moe_intermediate_size"));
+    assert!(
+        error(&format!(r#"{moe}, "num_experts": 1000000"#)).starts_with("expert_count"),
+        "a mixture too large to build is refused before anything is allocated"
+    );
 }
 
 /// transformers' `load_balancing_loss_func` in float64: `E · Σ_e f_e P_e` over the tokens,
