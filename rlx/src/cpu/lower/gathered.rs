@@ -39,6 +39,18 @@ fn pair_scratch(d: &PairDims, acc: DType) -> Vec<(DType, usize)> {
     ]
 }
 
+/// What both products write: the output, the sort's order and starts (`i64`), and the
+/// accumulator scratch after them; their reads are each product's own.
+fn pair_accesses(dtype: DType, out: View, scratch: &[View]) -> Accesses {
+    let acc = accumulator(dtype).size_bytes();
+    let mut writes = vec![(out, dtype.size_bytes()), (scratch[0], 8), (scratch[1], 8)];
+    writes.extend(scratch[2..].iter().map(|v| (*v, acc)));
+    Accesses {
+        writes,
+        reads: Vec::new(),
+    }
+}
+
 /// The pairs of `indices` (`i32` or `i64`) sorted by matrix, or the first index out of range.
 fn sorted<'m>(
     mem: &'m Memory,
@@ -84,17 +96,15 @@ pub(crate) struct GatherMatMul {
 
 impl Kernel for GatherMatMul {
     fn accesses(&self) -> Accesses {
-        let s = self.dtype.size_bytes();
+        let mut accesses = pair_accesses(self.dtype, self.out, &self.scratch);
+        accesses.reads.extend([
+            (self.x, self.dtype.size_bytes()),
+            (self.w, self.dtype.size_bytes()),
+        ]);
         let acc = accumulator(self.dtype).size_bytes();
-        let mut writes = vec![(self.out, s), (self.scratch[0], 8), (self.scratch[1], 8)];
-        writes.extend(self.scratch[2..].iter().map(|v| (*v, acc)));
-        let mut reads = vec![
-            (self.x, s),
-            (self.w, s),
-            (self.indices, self.index.size_bytes()),
-        ];
-        reads.extend(self.packed.map(|v| (v, acc)));
-        Accesses { writes, reads }
+        accesses.reads.extend(self.packed.map(|v| (v, acc)));
+        accesses.reads.push((self.indices, self.index.size_bytes()));
+        accesses
     }
 
     fn execute(&self, mem: &Memory) -> Result<(), RunError> {
@@ -148,18 +158,14 @@ pub(crate) struct ScatterMatMul {
 
 impl Kernel for ScatterMatMul {
     fn accesses(&self) -> Accesses {
+        let mut accesses = pair_accesses(self.dtype, self.out, &self.scratch);
         let s = self.dtype.size_bytes();
-        let acc = accumulator(self.dtype).size_bytes();
-        let mut writes = vec![(self.out, s), (self.scratch[0], 8), (self.scratch[1], 8)];
-        writes.extend(self.scratch[2..].iter().map(|v| (*v, acc)));
-        Accesses {
-            writes,
-            reads: vec![
-                (self.x, s),
-                (self.g, s),
-                (self.indices, self.index.size_bytes()),
-            ],
-        }
+        accesses.reads.extend([
+            (self.x, s),
+            (self.g, s),
+            (self.indices, self.index.size_bytes()),
+        ]);
+        accesses
     }
 
     fn execute(&self, mem: &Memory) -> Result<(), RunError> {

@@ -2,10 +2,10 @@
 //! positions of a batch of token sequences.
 
 use super::{
-    Batch, Causal, ExpertCount, ExpertsPerToken, LlamaConfig, LlamaParams, Seq, Vocab, blocks,
-    embed, logits,
+    Batch, Causal, ExpertCount, ExpertsPerToken, LlamaConfig, LlamaParams, Routing, Seq, Vocab,
+    blocks, embed, logits,
 };
-use crate::nn::{load_balancing_loss, route};
+use crate::nn::load_balancing_loss;
 use crate::typed::{Axis, Dyn, Scope, Tensor};
 
 /// The mean cross-entropy of the next token over a batch: `input_ids` `(Batch, Seq)` run
@@ -43,40 +43,37 @@ pub fn llama_loss<'g>(
         g.drop_adapter_inputs(lora.dropout, seed);
     }
     let x = embed(cfg, p, input_ids);
-    let mut router_logits = Vec::new();
-    let x = blocks(
-        cfg,
-        p,
-        x,
-        &mut Causal(cfg.attention_scale),
-        &mut router_logits,
-    );
+    let mut routings = Vec::new();
+    let x = blocks(cfg, p, x, &mut Causal(cfg.attention_scale), &mut routings);
     let logits: Tensor<'g, (Dyn, Vocab)> = logits(cfg, p, x).reshape();
     let labels: Tensor<'g, (Dyn,), i64> = labels.reshape();
     let loss = logits.masked_cross_entropy(labels);
     match cfg.mixture.as_ref().filter(|m| m.balance_loss_weight > 0.0) {
-        Some(m) => loss + balance_loss(g, router_logits) * m.balance_loss_weight as f32,
+        Some(m) => loss + balance_loss(g, routings) * m.balance_loss_weight as f32,
         None => loss,
     }
 }
 
 /// The load-balancing loss over every mixture block's routing at once (the blocks' tokens
 /// side by side, as transformers concatenates them).
-fn balance_loss<'g>(
-    g: &'g Scope<'g>,
-    layers: Vec<Tensor<'g, (Batch, Seq, ExpertCount)>>,
-) -> Tensor<'g, ()> {
-    let mut all: Option<Tensor<'g, (Batch, Dyn, ExpertCount)>> = None;
+fn balance_loss<'g>(g: &'g Scope<'g>, layers: Vec<Routing<'g, Batch>>) -> Tensor<'g, ()> {
+    type Joined<'g, E, D> = Tensor<'g, (Batch, Dyn, D), E>;
+    let mut joined: Option<(
+        Joined<'g, f32, ExpertCount>,
+        Joined<'g, i64, ExpertsPerToken>,
+    )> = None;
     for layer in layers {
-        all = Some(match all {
-            None => layer.reshape(),
-            Some(before) => before.concat::<1, _, Dyn>(Axis::<1>, layer),
+        joined = Some(match joined {
+            None => (layer.logits.reshape(), layer.experts.reshape()),
+            Some((logits, experts)) => (
+                logits.concat::<1, _, Dyn>(Axis::<1>, layer.logits),
+                experts.concat::<1, _, Dyn>(Axis::<1>, layer.experts),
+            ),
         });
     }
-    let Some(all) = all else {
+    match joined {
+        Some((logits, experts)) => load_balancing_loss(logits, experts),
         // No blocks: nothing to balance.
-        return g.full(0.0);
-    };
-    let routes = route::<_, _, _, ExpertsPerToken, _>(all, false);
-    load_balancing_loss(all, routes.experts)
+        None => g.full(0.0),
+    }
 }

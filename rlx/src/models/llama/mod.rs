@@ -272,13 +272,13 @@ fn embed<'g, B: Dim>(
 }
 
 /// Every block over `x` (`B` sequences of `Seq` new tokens), attending as `attend` does;
-/// the router logits of mixture blocks are pushed onto `router_logits`.
+/// the routing of mixture blocks is pushed onto `routings`.
 fn blocks<'g, B: Dim>(
     cfg: &LlamaConfig,
     p: &LlamaParams<'g>,
     mut x: Tensor<'g, (B, Seq, Hidden)>,
     attend: &mut impl Attend<'g, B>,
-    router_logits: &mut Vec<Tensor<'g, (B, Seq, ExpertCount)>>,
+    routings: &mut Vec<Routing<'g, B>>,
 ) -> Tensor<'g, (B, Seq, Hidden)> {
     let eps = cfg.rms_norm_eps;
     let sandwich = |norm: &Option<RmsNorm<'g, Hidden>>, t: Tensor<'g, (B, Seq, Hidden)>| match norm
@@ -306,7 +306,7 @@ fn blocks<'g, B: Dim>(
             .reshape::<(B, Seq, QueryWidth)>();
         x = x + sandwich(&p.post_attention_norm, p.attn_output.forward(context));
         let h = p.ffn_norm.forward(x, eps);
-        let out = feed_forward(cfg, p, h, &mut *router_logits);
+        let out = feed_forward(cfg, p, h, &mut *routings);
         // Each layer's output is what a training step that recomputes activations keeps.
         x = (x + sandwich(&p.post_ffw_norm, out)).checkpoint();
     }
@@ -321,16 +321,35 @@ fn activate<'g, S: crate::typed::Shape>(cfg: &LlamaConfig, gate: Tensor<'g, S>) 
     }
 }
 
+/// What a mixture block's router decided: its logits and the experts it chose (what the
+/// load-balancing loss reads).
+pub(super) struct Routing<'g, B: Dim> {
+    pub logits: Tensor<'g, (B, Seq, ExpertCount)>,
+    pub experts: Tensor<'g, (B, Seq, ExpertsPerToken), i64>,
+}
+
+/// `down(activation(gate(h)) · up(h))`: the dense feed-forward, and a mixture's shared
+/// expert.
+fn gated<'g, B: Dim, I: Dim>(
+    cfg: &LlamaConfig,
+    gate: &Projection<'g, Hidden, I>,
+    up: &Projection<'g, Hidden, I>,
+    down: &Projection<'g, I, Hidden>,
+    h: Tensor<'g, (B, Seq, Hidden)>,
+) -> Tensor<'g, (B, Seq, Hidden)> {
+    down.forward(activate(cfg, gate.forward(h)) * up.forward(h))
+}
+
 /// A block's feed-forward over its normed input `h`: the dense gated one, or the mixture
-/// of experts (its router's logits pushed onto `router_logits`).
+/// of experts (its routing pushed onto `routings`).
 fn feed_forward<'g, B: Dim>(
     cfg: &LlamaConfig,
     p: &LlamaBlock<'g>,
     h: Tensor<'g, (B, Seq, Hidden)>,
-    router_logits: &mut Vec<Tensor<'g, (B, Seq, ExpertCount)>>,
+    routings: &mut Vec<Routing<'g, B>>,
 ) -> Tensor<'g, (B, Seq, Hidden)> {
     if let (Some(gate), Some(up), Some(down)) = (&p.ffn_gate, &p.ffn_up, &p.ffn_down) {
-        return down.forward(activate(cfg, gate.forward(h)) * up.forward(h));
+        return gated(cfg, gate, up, down, h);
     }
     let (Some(m), Some(router), Some(gate), Some(up), Some(down)) = (
         &cfg.mixture,
@@ -345,8 +364,11 @@ fn feed_forward<'g, B: Dim>(
         return Tensor::from_id(scope, scope.reject("feed_forward", h.id(), reason));
     };
     let logits = router.forward(h);
-    router_logits.push(logits);
     let routes = route::<_, _, _, ExpertsPerToken, _>(logits, m.normalize_weights);
+    routings.push(Routing {
+        logits,
+        experts: routes.experts,
+    });
     let hidden = activate(cfg, gate.forward(h, routes.experts)) * up.forward(h, routes.experts);
     let outputs = down.forward_pairs(hidden, routes.experts);
     let mixed = combine_experts(outputs, routes.weights);
@@ -357,7 +379,7 @@ fn feed_forward<'g, B: Dim>(
         &p.ffn_gate_inp_shexp,
     ) {
         (Some(gate), Some(up), Some(down), Some(share)) => {
-            let shared = down.forward(activate(cfg, gate.forward(h)) * up.forward(h));
+            let shared = gated(cfg, gate, up, down, h);
             let share = share.forward(h).sigmoid().broadcast::<(B, Seq, Hidden)>();
             mixed + shared * share
         }
