@@ -347,6 +347,12 @@ int rlx_mlx_sort(const rlx_mlx_array* x, int32_t axis, bool descending,
 int rlx_mlx_topk(const rlx_mlx_array* x, int32_t k, int32_t axis, rlx_mlx_sort_output output,
                  rlx_mlx_array** out);
 int rlx_mlx_solve(const rlx_mlx_array* a, const rlx_mlx_array* b, rlx_mlx_array** out);
+/* The gated delta rule: xs = q, k [.., T, K], v [.., T, V], g, beta [.., T] and optionally
+   s0 [.., K, V] (n = 5 or 6); out [.., T + K, V], the outputs then the final state. */
+int rlx_mlx_delta_rule(rlx_mlx_array* const* xs, size_t n, rlx_mlx_array** out);
+/* Its gradient: xs = the rule's operands then the cotangent of its result (n = 6 or 7);
+   out [.., T + K, 2K + V + 2] packed as the IR's delta_rule_grad. */
+int rlx_mlx_delta_rule_grad(rlx_mlx_array* const* xs, size_t n, rlx_mlx_array** out);
 /* w is uint8 [N, K*bits/8] with the low bits first. */
 int rlx_mlx_quantized_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w,
                              const rlx_mlx_array* scales, const rlx_mlx_array* biases,

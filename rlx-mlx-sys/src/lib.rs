@@ -371,6 +371,8 @@ unsafe extern "C" {
         out: *mut *mut Array,
     ) -> c_int;
     pub fn rlx_mlx_solve(a: *const Array, b: *const Array, out: *mut *mut Array) -> c_int;
+    pub fn rlx_mlx_delta_rule(xs: *const *mut Array, n: usize, out: *mut *mut Array) -> c_int;
+    pub fn rlx_mlx_delta_rule_grad(xs: *const *mut Array, n: usize, out: *mut *mut Array) -> c_int;
     pub fn rlx_mlx_quantized_matmul(
         x: *const Array,
         w: *const Array,

@@ -555,6 +555,22 @@ impl Array {
         make(|out| unsafe { sys::rlx_mlx_solve(self.ptr(), b.ptr(), out) })
     }
 
+    /// The gated delta rule over `operands` (`q, k, v, g, beta` and optionally `s0`): the
+    /// outputs then the final state (see the IR op).
+    pub fn delta_rule(operands: &[&Array]) -> Result<Array, MlxError> {
+        let raw: Vec<*mut sys::rlx_mlx_array> = operands.iter().map(|a| a.ptr()).collect();
+        // SAFETY: every handle is live; `raw` holds the count passed.
+        make(|out| unsafe { sys::rlx_mlx_delta_rule(raw.as_ptr(), raw.len(), out) })
+    }
+
+    /// The gated delta rule's packed cotangents: `operands` are the rule's, then the
+    /// cotangent of its result (see the IR op).
+    pub fn delta_rule_grad(operands: &[&Array]) -> Result<Array, MlxError> {
+        let raw: Vec<*mut sys::rlx_mlx_array> = operands.iter().map(|a| a.ptr()).collect();
+        // SAFETY: every handle is live; `raw` holds the count passed.
+        make(|out| unsafe { sys::rlx_mlx_delta_rule_grad(raw.as_ptr(), raw.len(), out) })
+    }
+
     /// `self · dequant(w)ᵀ` with RLX's quantized layout (see the IR op).
     pub fn quantized_matmul(
         &self,

@@ -24,12 +24,14 @@
 //! ```
 
 mod attention;
+mod delta_net;
 mod layers;
 mod lora;
 mod moe;
 mod scan;
 
 pub use attention::{FeedForward, SelfAttention};
+pub use delta_net::{gated_delta_net, gated_rms_norm};
 pub use layers::{Bias, Embedding, LayerNorm, Linear, Projection, RmsNorm, TokenEmbedding};
 pub use lora::{Lora, LoraRank};
 pub use moe::{Experts, Routes, combine_experts, load_balancing_loss, route};

@@ -57,6 +57,7 @@ pub use norm::{LayerNorm, RmsNorm};
 pub use random::RandomUniform;
 pub(crate) use random::{random_key, uniform_at};
 pub use reduce::{ArgReduce, Cumsum, LinearScan, Reduce};
+pub(crate) use reduce::{DeltaRule, DeltaRuleGrad};
 pub use sample::{Sampled, Sampler};
 pub use sample_token::SampleToken;
 pub use softmax::Softmax;
@@ -293,6 +294,19 @@ registry! {
             Cumsum(Cumsum);
             /// See [`LinearScan`].
             LinearScan(LinearScan);
+            /// The gated delta rule of Gated DeltaNet, along the second-to-last axis: per
+            /// line a `K x V` state `S` runs `S_t = α_t S_{t-1} + k_t δ_tᵀ` with
+            /// `α_t = exp(g_t)` and `δ_t = β_t (v_t − α_t S_{t-1}ᵀ k_t)`, and step `t` outputs
+            /// `S_tᵀ q_t`. Operands: `q`, `k` `[.., T, K]`, `v` `[.., T, V]`, `g`, `beta`
+            /// `[.., T]`, optionally the starting state `s0` `[.., K, V]` (else 0); floats of
+            /// one type. Result `[.., T + K, V]`: the `T` outputs, then the final state.
+            DeltaRule = crate::ops::DeltaRule;
+            /// The gradient of [`Op::DeltaRule`] with respect to every operand, in one
+            /// backward pass. Operands: the rule's, then the cotangent of its result.
+            /// Result `[.., T + K, 2K + V + 2]`: row `t` holds `∂q_t`, `∂k_t`, `∂v_t`,
+            /// `∂g_t`, `∂beta_t`; the last `K` rows hold `∂s0` in their first `V` columns
+            /// (0 elsewhere).
+            DeltaRuleGrad = crate::ops::DeltaRuleGrad;
             /// `x` unchanged, but the autodiff transform sends no gradient through it
             /// (`stop_gradient`, PyTorch's `detach`). Operands: `x`.
             StopGradient = crate::ops::StopGradient;

@@ -12,6 +12,54 @@ use super::tensor::{LastDim, Tensor};
 use crate::ir::{self, AttentionMask, BinaryOp, NodeId, Op, Scalar, UnaryOp};
 use crate::ir::{LayerNorm, Reshape, RmsNorm};
 
+impl<'g, B: Dim, H: Dim, T: Dim, K: Dim, E: Float> Tensor<'g, (B, H, T, K), E> {
+    /// The gated delta rule of Gated DeltaNet with these queries ([`Op::DeltaRule`]): per
+    /// batch row and head a `K x V` state decays by `exp(log_decay_t)`, moves its reading of
+    /// `keys_t` towards `values_t` by `beta_t`, and is read by query `t`; from `start` or a
+    /// zero state. Returns the `(B, H, T, V)` outputs and the state after the last step
+    /// (what a decoder carries to its next step). `K` must be static. Gated DeltaNet feeds
+    /// it unit keys and queries (queries also scaled by `1/√K`), `beta` in `(0, 1)` and
+    /// `log_decay ≤ 0`; other values are computed as given.
+    ///
+    /// ```
+    /// use rlx::typed::{Const, Tensor, build};
+    /// rlx::dims!(Seq);
+    /// let graph = build(|g| {
+    ///     let q: Tensor<(Const<1>, Const<2>, Seq, Const<8>)> = g.input("q");
+    ///     let k: Tensor<(Const<1>, Const<2>, Seq, Const<8>)> = g.input("k");
+    ///     let v: Tensor<(Const<1>, Const<2>, Seq, Const<4>)> = g.input("v");
+    ///     let log_decay: Tensor<(Const<1>, Const<2>, Seq)> = g.input("log_decay");
+    ///     let beta: Tensor<(Const<1>, Const<2>, Seq)> = g.input("beta");
+    ///     let (out, state) = q.delta_rule(k, v, log_decay, beta, None);
+    ///     g.output("out", out);
+    ///     g.output("state", state);
+    /// })?;
+    /// # Ok::<(), rlx::typed::BuildErrors>(())
+    /// ```
+    #[track_caller]
+    #[allow(clippy::type_complexity)]
+    pub fn delta_rule<V: Dim>(
+        self,
+        keys: Self,
+        values: Tensor<'g, (B, H, T, V), E>,
+        log_decay: Tensor<'g, (B, H, T), E>,
+        beta: Tensor<'g, (B, H, T), E>,
+        start: Option<Tensor<'g, (B, H, K, V), E>>,
+    ) -> (Tensor<'g, (B, H, T, V), E>, Tensor<'g, (B, H, K, V), E>) {
+        let scope = self.scope();
+        let Some(k) = scope.static_size("delta_rule", self.id(), K::KIND, "key width") else {
+            return (Tensor::from_id(scope, None), Tensor::from_id(scope, None));
+        };
+        let mut operands = vec![keys.id(), values.id(), log_decay.id(), beta.id()];
+        operands.extend(start.map(|s| s.id()));
+        let both: Tensor<'g, (B, H, crate::typed::Dyn, V), E> = self.then(Op::DeltaRule, &operands);
+        let k = k as i64;
+        let out = both.slice(super::shape::Axis::<2>, 0, Some(-k), 1);
+        let state = both.slice(super::shape::Axis::<2>, -k, None, 1);
+        (out, state)
+    }
+}
+
 impl<'g, B: Dim, H: Dim, Q: Dim, D: Dim, E: Float> Tensor<'g, (B, H, Q, D), E> {
     /// Scaled dot-product attention of these queries over `keys` and `values`, every query
     /// seeing every key: `softmax(q kᵀ · scale) v`, fused.

@@ -7,6 +7,7 @@ pub(crate) mod block_matmul;
 pub(crate) mod cast;
 pub(crate) mod conv;
 pub(crate) mod copy;
+pub(crate) mod delta_rule;
 pub(crate) mod elementwise;
 pub(crate) mod gathered;
 pub(crate) mod gemm;

@@ -7,6 +7,7 @@
 //! lowered here, before an op's own lowering is asked.
 
 mod custom;
+mod delta_rule;
 mod elementwise;
 mod gathered;
 mod geometry;

@@ -5,7 +5,9 @@ use super::{Lower, NodeFailure, NodeInput};
 use crate::ir::{self, AttentionMask, BinaryOp, CompareOp, ConstantData, UnaryOp};
 use crate::mlx::array::{Array, MlxError};
 use crate::mlx::ops::MaskArg;
-use crate::ops::{After, Checkpoint, Input, Param, Solve, State, StopGradient, Where};
+use crate::ops::{
+    After, Checkpoint, DeltaRule, DeltaRuleGrad, Input, Param, Solve, State, StopGradient, Where,
+};
 use crate::tensor::TensorRef;
 
 type Lowered = Result<Array, NodeFailure>;
@@ -473,6 +475,18 @@ impl Lower for ir::Sort {
 impl Lower for Solve {
     fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
         Ok(n.x[0].solve(n.x[1])?)
+    }
+}
+
+impl Lower for DeltaRule {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(Array::delta_rule(n.x)?)
+    }
+}
+
+impl Lower for DeltaRuleGrad {
+    fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
+        Ok(Array::delta_rule_grad(n.x)?)
     }
 }
 
