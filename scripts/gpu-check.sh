@@ -149,7 +149,7 @@ run_all() {
     local ops_tests mamba_tests
     ops_tests=$(ls "$bin"/ops-* 2>/dev/null | head -1)
     mamba_tests=$(ls "$bin"/mamba-* 2>/dev/null | head -1)
-    [ -n "$ops_tests" ] && { step "$ops_tests" --test-threads=4 linear_scan || status=1; }
+    [ -n "$ops_tests" ] && { step "$ops_tests" --test-threads=4 linear_scan delta_rule || status=1; }
     [ -n "$mamba_tests" ] && { step "$mamba_tests" --nocapture || status=1; }
     step "$bin/mamba_bench" --backend mlx --reps 3 || status=1
   fi

@@ -6,6 +6,7 @@
 
 mod attention_int8;
 mod custom;
+mod delta_rule;
 mod elementwise;
 mod experts;
 mod gradient;

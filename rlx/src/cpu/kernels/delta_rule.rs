@@ -8,7 +8,7 @@
 
 use super::layout::{SharedMut, parallel};
 use super::numeric::{FloatStore, Real};
-use super::simd::vectorized;
+use super::simd::{VectorKernel, vectorized};
 use crate::cpu::workers::{Chunks, for_each, threads};
 
 /// The sizes of a rule: lines (batch rows times heads), steps, key and value widths.
@@ -38,7 +38,7 @@ const COLUMNS: usize = 64;
 /// Accumulator scratch per worker of the forward pass.
 pub(crate) fn forward_slot(d: RuleDims) -> usize {
     let w = COLUMNS.min(d.v).max(1);
-    d.k * w + 2 * w + 2 * d.k
+    d.k * w + 3 * w + 2 * d.k
 }
 
 /// Accumulator scratch per worker of the backward pass: the state at the start of every
@@ -47,7 +47,7 @@ pub(crate) fn forward_slot(d: RuleDims) -> usize {
 pub(crate) fn backward_slot(d: RuleDims) -> usize {
     let chunk = chunk_len(d.t);
     let checkpoints = d.t.div_ceil(chunk).max(1);
-    (checkpoints + chunk + 2) * d.k * d.v + 6 * d.v + 4 * d.k
+    (checkpoints + chunk + 1) * d.k * d.v + 6 * d.v + 4 * d.k
 }
 
 /// Steps between stored states in the backward pass: about `√T`, so the stored states and
@@ -84,22 +84,22 @@ fn axpy<R: Real>(acc: &mut [R], a: R, x: &[R]) {
 }
 
 /// One step on `state` (`K` rows of `width`) in place: `kv` receives `Σ_i S[i] k_i` and
-/// then `δ = β (v − α kv)`; `value(j)` is the step's value in column `j`.
+/// then `δ = β (v − α kv)`.
 #[inline(always)]
 fn advance<R: Real>(
     state: &mut [R],
     width: usize,
     key: &[R],
     (alpha, beta): (R, R),
-    value: impl Fn(usize) -> R,
+    value: &[R],
     kv: &mut [R],
 ) {
     kv.fill(R::ZERO);
     for (row, &ki) in state.chunks_exact(width).zip(key) {
         axpy(kv, ki, row);
     }
-    for (j, d) in kv.iter_mut().enumerate() {
-        *d = beta * (value(j) - alpha * *d);
+    for (d, &v) in kv.iter_mut().zip(value) {
+        *d = beta * (v - alpha * *d);
     }
     for (row, &ki) in state.chunks_exact_mut(width).zip(key) {
         for (s, d) in row.iter_mut().zip(kv.iter()) {
@@ -108,6 +108,59 @@ fn advance<R: Real>(
     }
 }
 
+/// [`advance`] from `before` into `after`.
+#[inline(always)]
+fn advance_into<R: Real>(
+    before: &[R],
+    after: &mut [R],
+    width: usize,
+    key: &[R],
+    (alpha, beta): (R, R),
+    value: &[R],
+    kv: &mut [R],
+) {
+    kv.fill(R::ZERO);
+    for (row, &ki) in before.chunks_exact(width).zip(key) {
+        axpy(kv, ki, row);
+    }
+    for (d, &v) in kv.iter_mut().zip(value) {
+        *d = beta * (v - alpha * *d);
+    }
+    for ((out, row), &ki) in after
+        .chunks_exact_mut(width)
+        .zip(before.chunks_exact(width))
+        .zip(key)
+    {
+        for ((o, &s), &d) in out.iter_mut().zip(row).zip(kv.iter()) {
+            *o = alpha * s + ki * d;
+        }
+    }
+}
+
+/// One row `i` of a backward step, over the row of the state's cotangent `ds` and of the
+/// state before the step `s` (a row stays in L1 across these passes): returns
+/// `Σ s·dout`, `Σ ds·δ`, `Σ s·dkv` and, after `ds += k_i dkv`, `Σ s·ds`; then scales `ds`
+/// by `α`.
+#[inline(always)]
+fn back_row<R: Real>(
+    ds: &mut [R],
+    s: &[R],
+    ki: R,
+    alpha: R,
+    (d_out, delta, d_kv): (&[R], &[R], &[R]),
+) -> [R; 4] {
+    let read = dot(s, d_out);
+    let step = dot(ds, delta);
+    let correction = dot(s, d_kv);
+    axpy(ds, ki, d_kv);
+    let decay = dot(s, ds);
+    for x in ds.iter_mut() {
+        *x = alpha * *x;
+    }
+    [read, step, correction, decay]
+}
+
+#[inline(always)]
 fn widen<T: FloatStore>(src: &[T], dst: &mut [T::Acc]) {
     for (d, s) in dst.iter_mut().zip(src) {
         *d = s.load();
@@ -137,71 +190,99 @@ pub(crate) fn delta_rule<T: FloatStore>(
     } else {
         1
     };
-    let rows = t_len + k;
     let shared = SharedMut::new(out);
     let slots = Chunks::new(&mut slots[..workers * slot_len], slot_len);
     let run = |worker: usize| {
         // SAFETY: each worker index is run once, so each slot is taken once.
         let slot = unsafe { slots.take(worker) };
-        let (state, rest) = slot.split_at_mut(k * width);
-        let (kv, rest) = rest.split_at_mut(width);
-        let (output, rest) = rest.split_at_mut(width);
-        let (query, key) = rest.split_at_mut(k);
         for task in (worker..tasks).step_by(workers) {
             let (line, first) = (task / blocks, task % blocks * width);
             let cols = width.min(v - first);
-            vectorized(|| {
-                let state = &mut state[..k * cols];
-                let (kv, output) = (&mut kv[..cols], &mut output[..cols]);
-                match x.s0 {
-                    Some(s0) => {
-                        for (i, row) in state.chunks_exact_mut(cols).enumerate() {
-                            widen(&s0[(line * k + i) * v + first..][..cols], row);
-                        }
-                    }
-                    None => state.fill(<T::Acc as Real>::ZERO),
-                }
-                let base = line * rows * v + first;
-                for t in 0..t_len {
-                    let at = line * t_len + t;
-                    widen(&x.q[at * k..][..k], query);
-                    widen(&x.k[at * k..][..k], key);
-                    let rates = (x.g[at].load().exp(), x.beta[at].load());
-                    let value = &x.v[at * v + first..][..cols];
-                    advance(state, cols, key, rates, |j| value[j].load(), kv);
-                    output.fill(<T::Acc as Real>::ZERO);
-                    for (row, &qi) in state.chunks_exact(cols).zip(query.iter()) {
-                        axpy(output, qi, row);
-                    }
-                    // SAFETY: task `(line, block)` alone writes columns `first..first + cols`
-                    // of its line's rows (each task runs once), all inside `out`, which stays
-                    // borrowed until the workers return.
-                    let dst = unsafe {
-                        std::slice::from_raw_parts_mut(shared.ptr().add(base + t * v), cols)
-                    };
-                    for (d, o) in dst.iter_mut().zip(output.iter()) {
-                        *d = T::store(*o);
-                    }
-                }
-                for (i, row) in state.chunks_exact(cols).enumerate() {
-                    // SAFETY: as above, for the final state's rows.
-                    let dst = unsafe {
-                        std::slice::from_raw_parts_mut(
-                            shared.ptr().add(base + (t_len + i) * v),
-                            cols,
-                        )
-                    };
-                    for (d, s) in dst.iter_mut().zip(row) {
-                        *d = T::store(*s);
-                    }
-                }
-            })
+            vectorized(ForwardTask {
+                d,
+                x,
+                line,
+                columns: (first, cols),
+                out: &shared,
+                slot: &mut *slot,
+            });
         }
     };
     if workers > 1 {
         for_each(workers, run);
     } else {
         run(0);
+    }
+}
+
+/// Columns `first..first + cols` of one line through every step: the state's part for
+/// those columns lives in `slot`, with the step's vectors.
+struct ForwardTask<'a, T: FloatStore> {
+    d: RuleDims,
+    x: RuleOperands<'a, T>,
+    line: usize,
+    columns: (usize, usize),
+    out: &'a SharedMut<T>,
+    slot: &'a mut [T::Acc],
+}
+
+impl<T: FloatStore> VectorKernel for ForwardTask<'_, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run(self) {
+        let ForwardTask {
+            d,
+            x,
+            line,
+            columns: (first, cols),
+            out,
+            slot,
+        } = self;
+        let (t_len, k, v) = (d.t, d.k, d.v);
+        let (state, rest) = slot.split_at_mut(k * cols);
+        let (kv, rest) = rest.split_at_mut(cols);
+        let (output, rest) = rest.split_at_mut(cols);
+        let (value, rest) = rest.split_at_mut(cols);
+        let (query, rest) = rest.split_at_mut(k);
+        let key = &mut rest[..k];
+        match x.s0 {
+            Some(s0) => {
+                for (i, row) in state.chunks_exact_mut(cols).enumerate() {
+                    widen(&s0[(line * k + i) * v + first..][..cols], row);
+                }
+            }
+            None => state.fill(<T::Acc as Real>::ZERO),
+        }
+        let base = line * (t_len + k) * v + first;
+        for t in 0..t_len {
+            let at = line * t_len + t;
+            widen(&x.q[at * k..][..k], query);
+            widen(&x.k[at * k..][..k], key);
+            widen(&x.v[at * v + first..][..cols], value);
+            let rates = (x.g[at].load().exp(), x.beta[at].load());
+            advance(state, cols, key, rates, value, kv);
+            output.fill(<T::Acc as Real>::ZERO);
+            for (row, &qi) in state.chunks_exact(cols).zip(query.iter()) {
+                axpy(output, qi, row);
+            }
+            // SAFETY: the task of `(line, first)` alone writes columns `first..first + cols`
+            // of its line's rows (each task runs once), all inside `out`, which stays
+            // borrowed until the workers return.
+            let dst = unsafe { std::slice::from_raw_parts_mut(out.ptr().add(base + t * v), cols) };
+            for (d, o) in dst.iter_mut().zip(output.iter()) {
+                *d = T::store(*o);
+            }
+        }
+        for (i, row) in state.chunks_exact(cols).enumerate() {
+            // SAFETY: as above, for the final state's rows.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(out.ptr().add(base + (t_len + i) * v), cols)
+            };
+            for (d, s) in dst.iter_mut().zip(row) {
+                *d = T::store(*s);
+            }
+        }
     }
 }
 
@@ -246,7 +327,14 @@ pub(crate) fn delta_rule_grad<T: FloatStore>(
             // SAFETY: each line is taken by the one worker whose turn it is, once.
             let grads = unsafe { lines.take(line) };
             let cot = &cot[line * (t_len + k) * v..][..(t_len + k) * v];
-            vectorized(|| backward_line(d, x, line, cot, grads, slot));
+            vectorized(BackwardLine {
+                d,
+                x,
+                line,
+                cot,
+                grads,
+                slot: &mut *slot,
+            });
         }
     };
     if workers > 1 {
@@ -256,7 +344,49 @@ pub(crate) fn delta_rule_grad<T: FloatStore>(
     }
 }
 
+/// Step `at` (a line's first step is `line · T`) widened: its query, key and whole value
+/// row, and its decay and step.
+#[inline(always)]
+fn load_step<T: FloatStore>(
+    d: RuleDims,
+    x: RuleOperands<'_, T>,
+    at: usize,
+    (query, key, value): (&mut [T::Acc], &mut [T::Acc], &mut [T::Acc]),
+) -> (T::Acc, T::Acc) {
+    let (k, v) = (d.k, d.v);
+    widen(&x.q[at * k..][..k], query);
+    widen(&x.k[at * k..][..k], key);
+    widen(&x.v[at * v..][..v], value);
+    (x.g[at].load().exp(), x.beta[at].load())
+}
+
 /// One line of [`delta_rule_grad`].
+struct BackwardLine<'a, T: FloatStore> {
+    d: RuleDims,
+    x: RuleOperands<'a, T>,
+    line: usize,
+    cot: &'a [T],
+    grads: &'a mut [T],
+    slot: &'a mut [T::Acc],
+}
+
+impl<T: FloatStore> VectorKernel for BackwardLine<'_, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run(self) {
+        let BackwardLine {
+            d,
+            x,
+            line,
+            cot,
+            grads,
+            slot,
+        } = self;
+        backward_line(d, x, line, cot, grads, slot);
+    }
+}
+
 #[inline(always)]
 fn backward_line<T: FloatStore>(
     d: RuleDims,
@@ -273,7 +403,7 @@ fn backward_line<T: FloatStore>(
     let checkpoints = t_len.div_ceil(chunk);
     let zero = <T::Acc as Real>::ZERO;
     let (stored, rest) = slot.split_at_mut(checkpoints.max(1) * kv_len);
-    let (inside, rest) = rest.split_at_mut((chunk + 1) * kv_len);
+    let (inside, rest) = rest.split_at_mut(chunk * kv_len);
     let (d_state, rest) = rest.split_at_mut(kv_len);
     let (kv, rest) = rest.split_at_mut(v);
     let (d_delta, rest) = rest.split_at_mut(v);
@@ -286,11 +416,7 @@ fn backward_line<T: FloatStore>(
     let (d_query, d_key) = rest.split_at_mut(k);
     let d_key = &mut d_key[..k];
     let load_step = |t: usize, query: &mut [T::Acc], key: &mut [T::Acc], value: &mut [T::Acc]| {
-        let at = line * t_len + t;
-        widen(&x.q[at * k..][..k], query);
-        widen(&x.k[at * k..][..k], key);
-        widen(&x.v[at * v..][..v], value);
-        (x.g[at].load().exp(), x.beta[at].load())
+        load_step(d, x, line * t_len + t, (query, key, value))
     };
 
     // The states at the start of every chunk.
@@ -305,45 +431,52 @@ fn backward_line<T: FloatStore>(
         state.copy_from_slice(&done[(c - 1) * kv_len..]);
         for t in (c - 1) * chunk..c * chunk {
             let rates = load_step(t, query, key, value);
-            advance(state, v, key, rates, |j| value[j], kv);
+            advance(state, v, key, rates, value, kv);
         }
     }
 
     widen(&cot[t_len * v..][..kv_len], d_state);
     for c in (0..checkpoints).rev() {
         let (start, end) = (c * chunk, ((c + 1) * chunk).min(t_len));
+        // `inside[m]`: the state before step `start + m`.
         inside[..kv_len].copy_from_slice(&stored[c * kv_len..][..kv_len]);
-        for t in start..end {
+        for t in start..end.saturating_sub(1) {
             let m = t - start;
             let (done, next) = inside.split_at_mut((m + 1) * kv_len);
-            let state = &mut next[..kv_len];
-            state.copy_from_slice(&done[m * kv_len..]);
             let rates = load_step(t, query, key, value);
-            advance(state, v, key, rates, |j| value[j], kv);
+            advance_into(
+                &done[m * kv_len..],
+                &mut next[..kv_len],
+                v,
+                key,
+                rates,
+                value,
+                kv,
+            );
         }
         for t in (start..end).rev() {
-            let m = t - start;
-            let before = &inside[m * kv_len..][..kv_len];
-            let after = &inside[(m + 1) * kv_len..][..kv_len];
+            let before = &inside[(t - start) * kv_len..][..kv_len];
             let (alpha, beta) = load_step(t, query, key, value);
             widen(&cot[t * v..][..v], d_out);
-            for ((ds, row), (&qi, dq)) in d_state
-                .chunks_exact_mut(v)
-                .zip(after.chunks_exact(v))
-                .zip(query.iter().zip(d_query.iter_mut()))
-            {
-                axpy(ds, qi, d_out);
-                *dq = dot(row, d_out);
-            }
+            // The output's cotangent reaches the state; the state's readings of the key,
+            // before the step (kv) and of its cotangent (dδ).
             kv.fill(zero);
             d_delta.fill(zero);
-            for ((row, ds), &ki) in before
-                .chunks_exact(v)
-                .zip(d_state.chunks_exact(v))
-                .zip(key.iter())
+            for ((ds, row), (&qi, &ki)) in d_state
+                .chunks_exact_mut(v)
+                .zip(before.chunks_exact(v))
+                .zip(query.iter().zip(key.iter()))
             {
-                axpy(kv, ki, row);
-                axpy(d_delta, ki, ds);
+                for (((s, &b), (kv, dd)), &o) in ds
+                    .iter_mut()
+                    .zip(row)
+                    .zip(kv.iter_mut().zip(d_delta.iter_mut()))
+                    .zip(d_out.iter())
+                {
+                    *s += qi * o;
+                    *kv += ki * b;
+                    *dd += ki * *s;
+                }
             }
             let mut d_beta = zero;
             for j in 0..v {
@@ -352,18 +485,19 @@ fn backward_line<T: FloatStore>(
                 delta[j] = beta * error;
                 d_kv[j] = -(beta * d_delta[j]);
             }
+            let delta_out = dot(delta, d_out);
+            // Per row: the query's and key's cotangents, then the state's carried back
+            // through the step (`α (dS + k dkvᵀ)`), and the decay's.
             let mut d_alpha = zero;
-            for ((ds, row), (&ki, dk)) in d_state
+            for ((ds, row), ((&ki, dk), dq)) in d_state
                 .chunks_exact_mut(v)
                 .zip(before.chunks_exact(v))
-                .zip(key.iter().zip(d_key.iter_mut()))
+                .zip(key.iter().zip(d_key.iter_mut()).zip(d_query.iter_mut()))
             {
-                *dk = dot(ds, delta) + alpha * dot(row, d_kv);
-                axpy(ds, ki, d_kv);
-                d_alpha += dot(row, ds);
-                for s in ds.iter_mut() {
-                    *s = alpha * *s;
-                }
+                let sums = back_row(ds, row, ki, alpha, (d_out, delta, d_kv));
+                *dq = alpha * sums[0] + ki * delta_out;
+                *dk = sums[1] + alpha * sums[2];
+                d_alpha += sums[3];
             }
             let out = &mut grads[t * width..][..width];
             for (o, g) in out[..k].iter_mut().zip(d_query.iter()) {
