@@ -418,6 +418,29 @@ fn mamba_bench_figures() {
     }
 }
 
+/// The gated delta rule's benchmark at a small size: every phase prints a positive time.
+#[test]
+fn delta_bench_figures() {
+    let stdout = run_example(
+        "delta_bench",
+        &[
+            "--steps", "9", "--heads", "2", "--width", "16", "--reps", "1",
+        ],
+    );
+    for phase in [
+        "steps=9 phase=forward",
+        "steps=9 phase=backward",
+        "steps=1 phase=decode",
+    ] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("delta_bench engine=rlx backend=cpu {phase} ")))
+            .unwrap_or_else(|| panic!("no {phase} figure: {stdout}"));
+        let ms: f64 = line.rsplit("ms=").next().unwrap().parse().unwrap();
+        assert!(ms > 0.0, "{line}");
+    }
+}
+
 /// The expert layer routed and dense at small sizes: both give figures and agree.
 #[test]
 fn moe_bench_figures() {

@@ -44,31 +44,44 @@ pub(crate) fn forward_slot(d: RuleDims) -> usize {
 /// Accumulator scratch per worker of the backward pass: the state at the start of every
 /// chunk of `chunk` steps, the states inside one chunk, the state's cotangent and the
 /// step's vectors.
-pub(crate) fn backward_slot(d: RuleDims) -> usize {
-    let chunk = chunk_len(d.t);
+pub(crate) fn backward_slot(d: RuleDims, acc_bytes: usize) -> usize {
+    let chunk = chunk_len(d.t, d.k * d.v * acc_bytes);
     let checkpoints = d.t.div_ceil(chunk).max(1);
     (checkpoints + chunk + 1) * d.k * d.v + 6 * d.v + 4 * d.k
 }
 
 /// Steps between stored states in the backward pass: about `√T`, so the stored states and
-/// the states recomputed per chunk cost `2√T` states, not `T`.
-fn chunk_len(t: usize) -> usize {
-    ((t as f64).sqrt().ceil() as usize).max(1)
+/// the states recomputed per chunk cost `2√T` states, not `T`; but no more than fit in
+/// [`CHUNK_BYTES`], since the backward steps read the chunk's states in reverse and
+/// states that spill out of the core's L2 cache make them several times slower.
+fn chunk_len(t: usize, state_bytes: usize) -> usize {
+    let root = (t as f64).sqrt().ceil() as usize;
+    root.min(CHUNK_BYTES / state_bytes.max(1)).max(1)
 }
 
-/// `Σ a_i b_i` in 8 lanes (so it vectorizes).
+/// The recomputed states of a chunk stay within this (a share of a core's L2).
+const CHUNK_BYTES: usize = 512 * 1024;
+
+/// `Σ a_i b_i` in 16 lanes (so it vectorizes), summed pairwise.
 #[inline(always)]
 fn dot<R: Real>(a: &[R], b: &[R]) -> R {
-    let mut lanes = [R::ZERO; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let mut lanes = [R::ZERO; 16];
+    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
     let (ra, rb) = (ca.remainder(), cb.remainder());
     for (x, y) in ca.zip(cb) {
         for ((l, x), y) in lanes.iter_mut().zip(x).zip(y) {
             *l += *x * *y;
         }
     }
-    let mut sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
-        + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+    let mut width = 16;
+    while width > 1 {
+        width /= 2;
+        for i in 0..width {
+            let upper = lanes[i + width];
+            lanes[i] += upper;
+        }
+    }
+    let mut sum = lanes[0];
     for (x, y) in ra.iter().zip(rb) {
         sum += *x * *y;
     }
@@ -301,7 +314,7 @@ pub(crate) fn delta_rule_grad<T: FloatStore>(
     let (t_len, k, v) = (d.t, d.k, d.v);
     let width = 2 * k + v + 2;
     let per_line = (t_len + k) * width;
-    let slot_len = backward_slot(d);
+    let slot_len = backward_slot(d, std::mem::size_of::<T::Acc>());
     if d.lines == 0 || per_line == 0 {
         return;
     }
@@ -399,7 +412,7 @@ fn backward_line<T: FloatStore>(
     let (t_len, k, v) = (d.t, d.k, d.v);
     let kv_len = k * v;
     let width = 2 * k + v + 2;
-    let chunk = chunk_len(t_len);
+    let chunk = chunk_len(t_len, k * v * std::mem::size_of::<T::Acc>());
     let checkpoints = t_len.div_ceil(chunk);
     let zero = <T::Acc as Real>::ZERO;
     let (stored, rest) = slot.split_at_mut(checkpoints.max(1) * kv_len);

@@ -157,8 +157,9 @@ impl Lower for crate::ops::DeltaRule {
 
 impl Lower for crate::ops::DeltaRuleGrad {
     fn scratch(&self, n: &Sizes<'_>) -> Vec<(DType, usize)> {
-        let slot = backward_slot(rule_dims(n.operands));
-        vec![(accumulator(n.dtype), n.threads.max(1) * slot)]
+        let acc = accumulator(n.dtype);
+        let slot = backward_slot(rule_dims(n.operands), acc.size_bytes());
+        vec![(acc, n.threads.max(1) * slot)]
     }
 
     fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
