@@ -28,8 +28,9 @@
 #     (scripts/gpu-trace/kernel_trace.cpp, built into the pack), written beside the log;
 #   - generation (group `generate`, when $RLX_SMOLLM2_DIR holds SmolLM2's GGUF): the
 #     llama and generate tests, 09_generate and generate_bench --backend mlx;
-#   - scans (group `scan`): the linear_scan rows of the op table, the Mamba tests, and
-#     mamba_bench --backend mlx;
+#   - scans (group `scan`): the linear_scan and delta_rule rows of the op table, the Mamba
+#     tests, mamba_bench and delta_bench --backend mlx (beside bench/gated_delta_bench.py
+#     on CUDA when torch and transformers are there);
 #   - mixtures of experts (group `moe`): the gathered products' rows of the op table, the
 #     tiny MoE decoders against transformers and their training, and moe_bench --backend mlx;
 #   - data-parallel training over NCCL, one rank per GPU (with 2 or more GPUs):
@@ -52,7 +53,7 @@ step() {
 tests=(ops mlx mlx_device minilm concurrency fuzz data_parallel state model_state train mamba)
 # Need SmolLM2 (not in the pack): run by the `generate` group only.
 generation_tests=(llama generate)
-examples=(mlx_block_bench minilm_bench 05_mlx_backend fuzz_graphs concurrent_bench 08_data_parallel data_parallel_bench train_bench generate_bench 09_generate mamba_bench moe_bench)
+examples=(mlx_block_bench minilm_bench 05_mlx_backend fuzz_graphs concurrent_bench 08_data_parallel data_parallel_bench train_bench generate_bench 09_generate mamba_bench moe_bench delta_bench)
 
 # Builds the test and example binaries and prints their paths, one per line.
 build_binaries() {
@@ -152,6 +153,10 @@ run_all() {
     [ -n "$ops_tests" ] && { step "$ops_tests" --test-threads=4 linear_scan delta_rule || status=1; }
     [ -n "$mamba_tests" ] && { step "$mamba_tests" --nocapture || status=1; }
     step "$bin/mamba_bench" --backend mlx --reps 3 || status=1
+    step "$bin/delta_bench" --backend mlx --reps 5 --steps 128,512,2048 || status=1
+    if python3 -c 'import torch, transformers' 2>/dev/null; then
+      step python3 bench/gated_delta_bench.py --device cuda --reps 5 --steps 128,512,2048 || status=1
+    fi
   fi
   if [[ ,$only, == *,moe,* ]]; then
     local ops_tests llama_tests

@@ -56,10 +56,36 @@ Dims dims_of(const std::vector<mx::array>& x) {
 
 // The rule on float32 operands `q, k, v, g, beta, s0` (all six): `[.., T + K, V]`, the
 // outputs then the final state.
+// The rule step by step: for a few steps (decoding) a handful of elementwise ops and
+// reductions per step beat the chunked form's dozens of ops.
+mx::array stepwise(const std::vector<mx::array>& x, const Dims& d) {
+  mx::array state = x[5];
+  std::vector<mx::array> outputs;
+  outputs.reserve(d.t + 1);
+  for (int t = 0; t < d.t; ++t) {
+    auto at = [t](const mx::array& a, int axis) { return mx::squeeze(range_of(a, axis, t, t + 1), axis); };
+    const mx::array q = mx::expand_dims(at(x[0], -2), -1);
+    const mx::array k = mx::expand_dims(at(x[1], -2), -1);
+    const mx::array v = at(x[2], -2);
+    const mx::array alpha = mx::expand_dims(mx::exp(at(x[3], -1)), -1);
+    const mx::array beta = mx::expand_dims(at(x[4], -1), -1);
+    const mx::array read = mx::sum(state * k, -2);
+    const mx::array delta = beta * (v - alpha * read);
+    state = mx::expand_dims(alpha, -1) * state + k * mx::expand_dims(delta, -2);
+    outputs.push_back(mx::expand_dims(mx::sum(state * q, -2), -2));
+  }
+  outputs.push_back(state);
+  return mx::concatenate(outputs, -2);
+}
+
+// Up to this many steps run step by step.
+constexpr int STEPWISE = 4;
+
 mx::array rule(const std::vector<mx::array>& x) {
   const Dims d = dims_of(x);
   mx::array state = x[5];
   if (d.t == 0) return state;
+  if (d.t <= STEPWISE) return stepwise(x, d);
   const int c = std::min(d.t, CHUNK);
   const int chunks = (d.t + c - 1) / c;
   const int extra = chunks * c - d.t;

@@ -172,13 +172,15 @@ fn delta_rule_rejects_mismatched_operands() {
 
 /// Every operand's gradient, through the outputs and the final state, against central
 /// differences; a case long enough that the CPU's backward pass recomputes its states in
-/// several chunks.
+/// several chunks, and one short enough that MLX steps instead of chunking.
 #[test]
 fn gradient_delta_rule() {
     for (seed, (lead, t, k, v, started)) in [
         (vec![2], 5, 3, 4, false),
         (vec![2], 5, 3, 4, true),
         (vec![1, 2], 11, 2, 3, true),
+        // Few enough steps that MLX runs them one by one.
+        (vec![2], 3, 3, 2, true),
     ]
     .into_iter()
     .enumerate()
@@ -312,5 +314,114 @@ fn gated_delta_net_matches_transformers() {
     #[cfg(feature = "mlx")]
     for (label, backend) in crate::harness::mlx_backends() {
         gated_delta_matches(label, &backend);
+    }
+}
+
+/// Steps `from..to` of `x` (`[1, heads, T, width]` row-major, `width` 1 for per-step
+/// values) as a tensor of their own.
+fn steps_of(x: &[f32], heads: usize, t: usize, width: usize, from: usize, to: usize) -> HostTensor {
+    let mut values = Vec::new();
+    for h in 0..heads {
+        values.extend_from_slice(&x[(h * t + from) * width..(h * t + to) * width]);
+    }
+    let mut shape = vec![1, heads, to - from];
+    if width > 1 {
+        shape.push(width);
+    }
+    HostTensor::from_vec(values, shape).unwrap()
+}
+
+rlx::dims!(NewSteps);
+
+/// Decoding through a context: the recurrent state lives in the context between runs
+/// (read as the rule's start, written with its final state), so a prompt of 5 steps and
+/// then one step per run give what one run over all 12 gives, on every backend.
+fn decodes_through_state<B: Backend>(label: &str, backend: &B) {
+    const H: usize = 2;
+    type Heads = Const<2>;
+    type Width = Const<8>;
+    type Values = Const<4>;
+    let graph = rlx::typed::build(|g| {
+        let state: rlx::typed::State<(Const<1>, Heads, Width, Values)> = g.state("recurrent");
+        let q: Tensor<(Const<1>, Heads, NewSteps, Width)> = g.input("q");
+        let k: Tensor<(Const<1>, Heads, NewSteps, Width)> = g.input("k");
+        let v: Tensor<(Const<1>, Heads, NewSteps, Values)> = g.input("v");
+        let a: Tensor<(Const<1>, Heads, NewSteps)> = g.input("a");
+        let b: Tensor<(Const<1>, Heads, NewSteps)> = g.input("b");
+        let (a_log, dt_bias): (Tensor<(Heads,)>, Tensor<(Heads,)>) =
+            (g.input("A_log"), g.input("dt_bias"));
+        let (out, last) =
+            rlx::nn::gated_delta_net(q, k, v, a, b, a_log, dt_bias, Some(state.read()));
+        state.write(last);
+        g.output("out", out);
+    })
+    .unwrap();
+    let exe = backend.compile(&graph).unwrap();
+    let t = 12;
+    let formula = |name: &str, len: usize, scale: f32| -> Vec<f32> {
+        rlx_testkit::llm::formula(&format!("decode.{name}"), len, false)
+            .into_iter()
+            .map(|x| x * scale)
+            .collect()
+    };
+    let (q, k, v) = (
+        formula("q", H * t * 8, 5.0),
+        formula("k", H * t * 8, 5.0),
+        formula("v", H * t * 4, 5.0),
+    );
+    let (a, b) = (formula("a", H * t, 10.0), formula("b", H * t, 10.0));
+    let a_log = HostTensor::from_vec(formula("A_log", H, 5.0), [H]).unwrap();
+    let dt_bias = HostTensor::from_vec(formula("dt_bias", H, 5.0), [H]).unwrap();
+    let run = |context: &mut rlx::backend::Context, from: usize, to: usize| -> Vec<f32> {
+        let given = [
+            ("q", steps_of(&q, H, t, 8, from, to)),
+            ("k", steps_of(&k, H, t, 8, from, to)),
+            ("v", steps_of(&v, H, t, 4, from, to)),
+            ("a", steps_of(&a, H, t, 1, from, to)),
+            ("b", steps_of(&b, H, t, 1, from, to)),
+            ("A_log", a_log.clone()),
+            ("dt_bias", dt_bias.clone()),
+        ];
+        let views: Vec<(&str, rlx::tensor::TensorRef<'_>)> =
+            given.iter().map(|(n, x)| (*n, x.view())).collect();
+        let out = exe.run_in(context, &views, &[]).unwrap();
+        out[0].as_slice::<f32>().unwrap().to_vec()
+    };
+    let whole = run(&mut exe.new_context().unwrap(), 0, t);
+    let mut context = exe.new_context().unwrap();
+    let mut pieces: Vec<Vec<f32>> = vec![run(&mut context, 0, 5)];
+    for step in 5..t {
+        pieces.push(run(&mut context, step, step + 1));
+    }
+    // Reassemble [1, H, T, 4] from the pieces, each [1, H, len, 4].
+    let mut stepped = vec![0.0f32; whole.len()];
+    let mut from = 0;
+    for piece in &pieces {
+        let len = piece.len() / (H * 4);
+        for h in 0..H {
+            let dst = (h * t + from) * 4;
+            stepped[dst..dst + len * 4].copy_from_slice(&piece[h * len * 4..(h + 1) * len * 4]);
+        }
+        from += len;
+    }
+    let worst = whole
+        .iter()
+        .zip(&stepped)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    assert!(
+        worst < 1e-6,
+        "{label}: stepping differs from one run by {worst}"
+    );
+}
+
+#[test]
+fn gated_delta_net_decodes_through_a_context_state() {
+    for (label, backend) in crate::harness::cpu_backends() {
+        decodes_through_state(label, &backend);
+    }
+    #[cfg(feature = "mlx")]
+    for (label, backend) in crate::harness::mlx_backends() {
+        decodes_through_state(label, &backend);
     }
 }
