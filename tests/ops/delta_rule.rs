@@ -50,13 +50,15 @@ fn rule_ref(x: &[&Nd], started: bool) -> Nd {
                         .collect()
                 })
                 .collect();
-            for i in 0..kw {
-                for j in 0..vw {
-                    s[i][j] = alpha * projected[i][j] + b * key[i] * v.data[at * vw + j];
+            let value = &v.data[at * vw..][..vw];
+            for ((row, projected), ki) in s.iter_mut().zip(&projected).zip(key) {
+                for ((x, p), vj) in row.iter_mut().zip(projected).zip(value) {
+                    *x = alpha * p + b * ki * vj;
                 }
             }
+            let query = &q.data[at * kw..][..kw];
             for j in 0..vw {
-                data.push((0..kw).map(|i| s[i][j] * q.data[at * kw + i]).sum());
+                data.push(s.iter().zip(query).map(|(row, qi)| row[j] * qi).sum());
             }
         }
         for row in &s {

@@ -364,7 +364,9 @@ fn load_step<T: FloatStore>(
     d: RuleDims,
     x: RuleOperands<'_, T>,
     at: usize,
-    (query, key, value): (&mut [T::Acc], &mut [T::Acc], &mut [T::Acc]),
+    query: &mut [T::Acc],
+    key: &mut [T::Acc],
+    value: &mut [T::Acc],
 ) -> (T::Acc, T::Acc) {
     let (k, v) = (d.k, d.v);
     widen(&x.q[at * k..][..k], query);
@@ -429,7 +431,7 @@ fn backward_line<T: FloatStore>(
     let (d_query, d_key) = rest.split_at_mut(k);
     let d_key = &mut d_key[..k];
     let load_step = |t: usize, query: &mut [T::Acc], key: &mut [T::Acc], value: &mut [T::Acc]| {
-        load_step(d, x, line * t_len + t, (query, key, value))
+        load_step(d, x, line * t_len + t, query, key, value)
     };
 
     // The states at the start of every chunk.
