@@ -96,36 +96,11 @@ fn axpy<R: Real>(acc: &mut [R], a: R, x: &[R]) {
     }
 }
 
-/// One step on `state` (`K` rows of `width`) in place: `kv` receives `Σ_i S[i] k_i` and
-/// then `δ = β (v − α kv)`.
+/// The step's correction of every column: `kv` receives `δ = β (v − α Σ_i S[i] k_i)` from
+/// the state before the step (`K` rows of `width`).
 #[inline(always)]
-fn advance<R: Real>(
-    state: &mut [R],
-    width: usize,
-    key: &[R],
-    (alpha, beta): (R, R),
-    value: &[R],
-    kv: &mut [R],
-) {
-    kv.fill(R::ZERO);
-    for (row, &ki) in state.chunks_exact(width).zip(key) {
-        axpy(kv, ki, row);
-    }
-    for (d, &v) in kv.iter_mut().zip(value) {
-        *d = beta * (v - alpha * *d);
-    }
-    for (row, &ki) in state.chunks_exact_mut(width).zip(key) {
-        for (s, d) in row.iter_mut().zip(kv.iter()) {
-            *s = alpha * *s + ki * *d;
-        }
-    }
-}
-
-/// [`advance`] from `before` into `after`.
-#[inline(always)]
-fn advance_into<R: Real>(
+fn corrections<R: Real>(
     before: &[R],
-    after: &mut [R],
     width: usize,
     key: &[R],
     (alpha, beta): (R, R),
@@ -139,13 +114,45 @@ fn advance_into<R: Real>(
     for (d, &v) in kv.iter_mut().zip(value) {
         *d = beta * (v - alpha * *d);
     }
+}
+
+/// One step on `state` in place (`kv` left holding the step's `δ`).
+#[inline(always)]
+fn advance<R: Real>(
+    state: &mut [R],
+    width: usize,
+    key: &[R],
+    rates: (R, R),
+    value: &[R],
+    kv: &mut [R],
+) {
+    corrections(state, width, key, rates, value, kv);
+    for (row, &ki) in state.chunks_exact_mut(width).zip(key) {
+        for (s, d) in row.iter_mut().zip(kv.iter()) {
+            *s = rates.0 * *s + ki * *d;
+        }
+    }
+}
+
+/// [`advance`] from `before` into `after`.
+#[inline(always)]
+fn advance_into<R: Real>(
+    before: &[R],
+    after: &mut [R],
+    width: usize,
+    key: &[R],
+    rates: (R, R),
+    value: &[R],
+    kv: &mut [R],
+) {
+    corrections(before, width, key, rates, value, kv);
     for ((out, row), &ki) in after
         .chunks_exact_mut(width)
         .zip(before.chunks_exact(width))
         .zip(key)
     {
         for ((o, &s), &d) in out.iter_mut().zip(row).zip(kv.iter()) {
-            *o = alpha * s + ki * d;
+            *o = rates.0 * s + ki * d;
         }
     }
 }
