@@ -108,6 +108,24 @@ traced() {
 # cuda_libs and link_cuda_libs, shared with gpu-finetune.sh.
 source "$root/scripts/gpu-common.sh"
 
+# The GPU generation references beside RLX's (../shared/bench/gpu_generate/README.md): PyTorch
+# bf16 and f32 (eager, and static cache + torch.compile) and MLX-LM bf16 and 4-bit, on the
+# same SmolLM2 GGUF. $1: MLX prefix (the Python package and mlx/lib); $2: a folder holding
+# the shared gpu_generate scripts and wheels/ of gguf and mlx-lm.
+generation_references() {
+  local prefix=$1 refs=$2 site gguf=$RLX_SMOLLM2_DIR/SmolLM2-135M-Instruct.Q4_1.gguf
+  site=$(mktemp -d)
+  python3 -m pip install -q --no-index --no-deps --target "$site" "$refs"/wheels/*.whl || return 1
+  export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+  PYTHONPATH=$site step python3 "$refs/to_hf.py" --gguf "$gguf" --out "$site/hf_bf16" --dtype bf16 || return 1
+  PYTHONPATH=$prefix:$site step python3 -m mlx_lm convert --hf-path "$site/hf_bf16" \
+    --mlx-path "$site/mlx_q4" -q --q-bits 4 || return 1
+  PYTHONPATH=$prefix:$site step python3 "$refs/mlx_gen_bench.py" --prompts 128 \
+    --model "bf16=$site/hf_bf16" --model "q4=$site/mlx_q4" --out "$(dirname "$log")/mlx_gen.json" || return 1
+  PYTHONPATH=$site step python3 "$refs/torch_gen_bench.py" --gguf "$gguf" --prompts 128 --compile \
+    --out "$(dirname "$log")/torch_gen.json" || return 1
+}
+
 # Runs the tests and benchmarks. $1: folder of binaries; $2: MLX prefix (mlx/lib inside);
 # $3: MiniLM model folder; $4: groups to run (tests, fuzz, block, minilm, dp; default
 # all); $5: the digits data set's CSV (for dp).
@@ -133,18 +151,25 @@ run_all() {
     fi
   fi
   if [[ ,$only, == *,generate,* ]] && [ -f "${RLX_SMOLLM2_DIR:-}/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
-    for t in llama generate; do
-      local exe
-      exe=$(ls "$bin"/"$t"-* 2>/dev/null | head -1)
-      [ -n "$exe" ] && { step "$exe" --nocapture mlx || status=1; }
+    # RLX_GPU_BENCH_ONLY=1: the benchmarks alone (the tests and the tutorial left out).
+    if [ -z "${RLX_GPU_BENCH_ONLY:-}" ]; then
+      for t in llama generate; do
+        local exe
+        exe=$(ls "$bin"/"$t"-* 2>/dev/null | head -1)
+        [ -n "$exe" ] && { step "$exe" --nocapture mlx || status=1; }
+      done
+      step "$bin/09_generate" --backend mlx --max-tokens 32 || status=1
+    fi
+    # f32 weights, and the Q4_1 projections kept 4-bit (MLX's quantized_matmul); each with
+    # and without MLX's CUDA graphs (decision 011); then where decode time goes (a kernel
+    # trace of one process, batch 1 only).
+    for graphs in 1 0; do
+      MLX_USE_CUDA_GRAPHS=$graphs step "$bin/generate_bench" --backend mlx --reps 3 || status=1
+      MLX_USE_CUDA_GRAPHS=$graphs step "$bin/generate_bench" --backend mlx --quant --reps 3 || status=1
     done
-    step "$bin/09_generate" --backend mlx --max-tokens 32 || status=1
-    step "$bin/generate_bench" --backend mlx || status=1
-    # Where decode time goes: a small cache, MLX's lazy mode, and a kernel trace.
-    step "$bin/generate_bench" --backend mlx --capacity 256 --reps 3 || status=1
-    step "$bin/generate_bench" --backend mlx --mlx-mode lazy --reps 3 || status=1
-    RLX_TRACE_TOP=30 traced generate "$bin/generate_bench" --backend mlx --reps 1
+    RLX_TRACE_TOP=30 traced generate "$bin/generate_bench" --backend mlx --reps 1 --batches 1
     [ -f "$(dirname "$log")/trace-generate.txt" ] && cat "$(dirname "$log")/trace-generate.txt"
+    [ -n "${RLX_GPU_REFERENCES:-}" ] && { generation_references "$prefix" "$RLX_GPU_REFERENCES" || status=1; }
   fi
   if [[ ,$only, == *,scan,* ]]; then
     local ops_tests mamba_tests

@@ -1,4 +1,4 @@
-//! What the benchmarks share: command-line flags, medians, the greedy token of a row of
+//! What the benchmarks share: command-line flags (numbers and lists of them), medians, the greedy token of a row of
 //! logits, and for the MiniLM benchmarks their `--shapes` argument and the dense batches
 //! they time.
 
@@ -15,6 +15,42 @@ use rlx::tensor::{HostTensor, TensorError};
 pub fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
     let i = args.iter().position(|a| a == name)?;
     args.get(i + 1).map(String::as_str)
+}
+
+/// The number after `name` on the command line `args`, `default` when it is not given.
+///
+/// ```
+/// let args = ["bench", "--reps", "3"].map(String::from);
+/// assert_eq!(rlx_testkit::bench::count(&args, "--reps", 5), Ok(3));
+/// assert_eq!(rlx_testkit::bench::count(&args, "--new", 32), Ok(32));
+/// ```
+pub fn count(args: &[String], name: &str, default: usize) -> Result<usize, String> {
+    match flag(args, name) {
+        None => Ok(default),
+        Some(v) => v.parse().map_err(|e| format!("{name} {v:?}: {e}")),
+    }
+}
+
+/// The positive numbers listed after `name` (`128,512`), `default` when it is not given.
+///
+/// ```
+/// let args = ["bench", "--steps", "128,2048"].map(String::from);
+/// assert_eq!(rlx_testkit::bench::counts(&args, "--steps", &[64]), Ok(vec![128, 2048]));
+/// assert_eq!(rlx_testkit::bench::counts(&args, "--tokens", &[1, 16]), Ok(vec![1, 16]));
+/// let zero = ["bench", "--steps", "0"].map(String::from);
+/// assert!(rlx_testkit::bench::counts(&zero, "--steps", &[64]).is_err());
+/// ```
+pub fn counts(args: &[String], name: &str, default: &[usize]) -> Result<Vec<usize>, String> {
+    let Some(list) = flag(args, name) else {
+        return Ok(default.to_vec());
+    };
+    list.split(',')
+        .map(|c| match c.parse::<usize>() {
+            Ok(0) => Err(format!("{name}: {c:?} is not positive")),
+            Ok(n) => Ok(n),
+            Err(e) => Err(format!("{name} {c:?}: {e}")),
+        })
+        .collect()
 }
 
 /// The median of `samples` (the upper one of an even count).

@@ -251,3 +251,76 @@ fn bert_matches_the_cpu_backend_in_every_mode() {
         }
     }
 }
+
+/// A GGUF block weight bound as a param is turned into MLX's form once, when it is bound
+/// (decoding steps converted every projection's blocks on every run before): its products
+/// equal those with the blocks given as an input, converted in the run, bit for bit, for
+/// every format and mode, a vector and a batch of rows, and again after the weight is bound
+/// anew; the bytes themselves still serve other ops (`block_dequantize`).
+#[test]
+fn block_weights_take_their_mlx_form_when_bound() {
+    use rlx::gguf::GgmlType;
+    use rlx::ir::{BlockDequantize, BlockMatMul};
+    use rlx_testkit::gguf::{BLOCK_FORMATS, random_blocks};
+    use rlx_testkit::rng::Rng;
+
+    fn graph(format: GgmlType, rows: usize, n: usize, row_bytes: usize, as_param: bool) -> Graph {
+        let mut b = GraphBuilder::new();
+        let k = row_bytes / format.block_bytes() * format.block_values();
+        let x = b.input("x", DType::F32, [rows, k]).unwrap();
+        let w = if as_param {
+            b.param("w", DType::U8, [n, row_bytes]).unwrap()
+        } else {
+            b.input("w", DType::U8, [n, row_bytes]).unwrap()
+        };
+        let y = b
+            .op(Op::BlockMatMul(BlockMatMul::exact(format)), &[x, w])
+            .unwrap();
+        let values = b
+            .op(Op::BlockDequantize(BlockDequantize { format }), &[w])
+            .unwrap();
+        b.output("y", y).unwrap();
+        b.output("values", values).unwrap();
+        b.finish().unwrap()
+    }
+
+    let mut rng = Rng(61);
+    for format in BLOCK_FORMATS {
+        let (n, blocks_per_row) = (40, 2);
+        let row_bytes = blocks_per_row * format.block_bytes();
+        let k = blocks_per_row * format.block_values();
+        let weights: Vec<HostTensor> = (0..2)
+            .map(|_| {
+                let bytes = random_blocks(&mut rng, format, n * blocks_per_row);
+                HostTensor::from_vec(bytes, [n, row_bytes]).unwrap()
+            })
+            .collect();
+        for rows in [1usize, 5] {
+            let x: Vec<f32> = (0..rows * k)
+                .map(|i| ((i * 7) % 13) as f32 / 6.0 - 1.0)
+                .collect();
+            let x = HostTensor::from_vec(x, [rows, k]).unwrap();
+            for mode in MODES {
+                let backend = MlxBackend::new(mode);
+                let bound = backend
+                    .compile(&graph(format, rows, n, row_bytes, true))
+                    .unwrap();
+                let given = backend
+                    .compile(&graph(format, rows, n, row_bytes, false))
+                    .unwrap();
+                for w in &weights {
+                    bound.set_weights(&[("w", w.view())]).unwrap();
+                    let ours = bound.run(&[("x", x.view())], &[]).unwrap();
+                    let theirs = given.run(&[("x", x.view()), ("w", w.view())], &[]).unwrap();
+                    for (a, b) in ours.iter().zip(&theirs) {
+                        assert_eq!(
+                            a.as_slice::<f32>().unwrap(),
+                            b.as_slice::<f32>().unwrap(),
+                            "{format:?}, {rows} rows, {mode:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -25,7 +25,7 @@ use rlx::backend::{Backend, Executable};
 use rlx::builder::GraphBuilder;
 use rlx::ir::{DType, Graph, Op, ReduceOp};
 use rlx::tensor::HostTensor;
-use rlx_testkit::bench::{flag, median};
+use rlx_testkit::bench::{count, counts, flag, median};
 use rlx_testkit::rng::Rng;
 
 const NAMES: [&str; 6] = ["q", "k", "v", "g", "beta", "s0"];
@@ -173,25 +173,8 @@ fn bench<B: Backend>(label: &str, backend: &B, o: &Options) -> Result<(), Box<dy
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let number = |name: &str, default: usize| -> Result<usize, Box<dyn Error>> {
-        match flag(&args, name) {
-            None => Ok(default),
-            Some(v) => Ok(v.parse().map_err(|e| format!("{name} {v:?}: {e}"))?),
-        }
-    };
-    let steps = match flag(&args, "--steps") {
-        None => vec![128, 512],
-        Some(list) => list
-            .split(',')
-            .map(|c| {
-                c.parse::<usize>()
-                    .map_err(|e| format!("--steps {c:?}: {e}"))
-            })
-            .collect::<Result<_, _>>()?,
-    };
-    if steps.contains(&0) {
-        return Err("--steps must be positive".into());
-    }
+    let number = |name: &str, default: usize| count(&args, name, default);
+    let steps = counts(&args, "--steps", &[128, 512])?;
     let options = Options {
         reps: number("--reps", 5)?.max(1),
         steps,

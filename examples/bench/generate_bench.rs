@@ -8,7 +8,7 @@
 //! cargo run --release --example generate_bench -- [--backend cpu|mlx] [--reps 5]
 //!     [--capacity 1024] [--mlx-mode eager|lazy|compiled] [--quant [--activations int8|exact]]
 //!     [--quantize Q8_0|Q4_0|Q4_1|Q5_0|Q5_1] [--kv-cache f32|int8] [--profile] [--perplexity]
-//!     [--model FILE.gguf]
+//!     [--model FILE.gguf] [--batches 1,8]
 //! generate_bench backend=cpu batch=1 prompt=128 phase=prefill tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=512 phase=prefill tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=128 phase=decode new=128 tok_s=..
@@ -23,7 +23,8 @@
 //! through `rlx::generate` (decode steps per second), each token drawn by the sampling op
 //! on the backend (temperature 0.8, top-p 0.95, seeded). Batch 8: eight prompts prefilled
 //! in one `llama_batch_step`, then one token a row per step (tokens/s of all rows).
-//! Figures are medians of `--reps` repetitions after one warm-up. The prompt's tokens are
+//! Figures are medians of `--reps` repetitions after one warm-up. `--batches` picks the
+//! batch sizes timed (1, 8 or both; a kernel trace of batch 1 alone, say). The prompt's tokens are
 //! fixed pseudo-random ids:
 //! the time of a step does not depend on which tokens it reads. The caches hold
 //! `--capacity` positions (1,024; at least 256). `--mlx-mode` overrides MLX's default mode
@@ -104,6 +105,14 @@ struct Options<'a> {
     quant: Option<Quantization>,
     perplexity: bool,
     model: Option<&'a str>,
+    batches: Batches,
+}
+
+/// Which batch sizes are timed.
+#[derive(Clone, Copy)]
+struct Batches {
+    one: bool,
+    eight: bool,
 }
 
 fn bench<B: Backend<Executable: 'static>>(
@@ -118,6 +127,7 @@ fn bench<B: Backend<Executable: 'static>>(
         quant,
         perplexity,
         model,
+        batches,
     } = *options;
     let path = model_or_smollm2(model.map(std::path::Path::new))?;
     let file = Gguf::open(&path)?;
@@ -169,6 +179,9 @@ fn bench<B: Backend<Executable: 'static>>(
             (seed.wrapping_mul(0x2545_f491_4f6c_dd1d) % vocab) as i64
         })
         .collect();
+    if !batches.one {
+        return batched(label, backend, &file, &tokens, reps, capacity, quant);
+    }
     for prompt in [128, 512].into_iter().filter(|p| *p <= capacity) {
         let mut times = Vec::new();
         for rep in 0..=reps {
@@ -232,7 +245,10 @@ fn bench<B: Backend<Executable: 'static>>(
         "generate_bench backend={label} batch=1 prompt={prompt} phase=generate new={new} tok_s={:.1}",
         median(rates)
     );
-    batched(label, backend, &file, &tokens, reps, capacity, quant)
+    if batches.eight {
+        batched(label, backend, &file, &tokens, reps, capacity, quant)?;
+    }
+    Ok(())
 }
 
 /// Perplexity of the shared prose text, one decode step a token.
@@ -346,6 +362,21 @@ fn batched<B: Backend<Executable: 'static>>(
 fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().collect();
     let reps = flag(&args, "--reps").map_or(Ok(5), str::parse)?;
+    let batches = match flag(&args, "--batches").unwrap_or("1,8") {
+        "1,8" | "8,1" => Batches {
+            one: true,
+            eight: true,
+        },
+        "1" => Batches {
+            one: true,
+            eight: false,
+        },
+        "8" => Batches {
+            one: false,
+            eight: true,
+        },
+        other => return Err(format!("--batches {other:?}: 1, 8 or 1,8").into()),
+    };
     let profiled = args.iter().any(|a| a == "--profile");
     let capacity = flag(&args, "--capacity").map_or(Ok(1024), str::parse)?;
     let perplexity = args.iter().any(|a| a == "--perplexity");
@@ -397,6 +428,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         quant,
         perplexity,
         model: flag(&args, "--model"),
+        batches,
     };
     match flag(&args, "--backend").unwrap_or("cpu") {
         "cpu" => bench("cpu", &rlx::cpu::CpuBackend::default(), &options),

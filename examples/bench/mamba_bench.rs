@@ -27,7 +27,7 @@ use rlx::backend::Backend;
 use rlx::generate::Decoder;
 use rlx::models::mamba::{MambaConfig, MambaDecoder};
 use rlx::tensor::HostTensor;
-use rlx_testkit::bench::{argmax, flag, median};
+use rlx_testkit::bench::{argmax, count, counts, flag, median};
 use rlx_testkit::rng::Rng;
 
 /// Seeded weights of a trained model's scale: projections `±1/√fan_in`, norms near 1,
@@ -159,25 +159,8 @@ fn bench<B: Backend<Executable: 'static>>(
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let number = |name: &str, default: usize| -> Result<usize, Box<dyn Error>> {
-        match flag(&args, name) {
-            None => Ok(default),
-            Some(v) => Ok(v.parse().map_err(|e| format!("{name} {v:?}: {e}"))?),
-        }
-    };
-    let contexts = match flag(&args, "--contexts") {
-        None => vec![128, 2048],
-        Some(list) => list
-            .split(',')
-            .map(|c| {
-                c.parse::<usize>()
-                    .map_err(|e| format!("--contexts {c:?}: {e}"))
-            })
-            .collect::<Result<_, _>>()?,
-    };
-    if contexts.contains(&0) {
-        return Err("--contexts must be positive".into());
-    }
+    let number = |name: &str, default: usize| count(&args, name, default);
+    let contexts = counts(&args, "--contexts", &[128, 2048])?;
     let options = Options {
         profiled: args.iter().any(|a| a == "--profile"),
         reps: number("--reps", 3)?.max(1),

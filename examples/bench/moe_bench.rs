@@ -22,7 +22,7 @@ use rlx::backend::{Backend, Executable};
 use rlx::nn::{Experts, Projection, combine_experts, route};
 use rlx::tensor::HostTensor;
 use rlx::typed::{Const, Dyn, Scope, Sizes, Tensor, build_model};
-use rlx_testkit::bench::{flag, median};
+use rlx_testkit::bench::{count, counts, flag, median};
 use rlx_testkit::rng::Rng;
 
 rlx::dims!(Tokens);
@@ -157,17 +157,8 @@ fn bench<B: Backend>(label: &str, backend: &B, o: &Options) -> Result<(), Box<dy
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let number = |name: &str, default: usize| -> Result<usize, Box<dyn Error>> {
-        Ok(flag(&args, name)
-            .map(str::parse)
-            .transpose()?
-            .unwrap_or(default))
-    };
-    let tokens = flag(&args, "--tokens")
-        .unwrap_or("1,16,256")
-        .split(',')
-        .map(str::parse)
-        .collect::<Result<Vec<usize>, _>>()?;
+    let number = |name: &str, default: usize| count(&args, name, default);
+    let tokens = counts(&args, "--tokens", &[1, 16, 256])?;
     let options = Options {
         tokens,
         sizes: Sizes::new()

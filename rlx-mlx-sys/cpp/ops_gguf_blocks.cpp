@@ -250,21 +250,61 @@ std::variant<AffineBlocks, mx::array> groups_or_values(const mx::array& bytes, i
 
 extern "C" {
 
-int rlx_mlx_block_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w, int32_t format,
-                         rlx_mlx_array** out) {
+int rlx_mlx_block_prepare(const rlx_mlx_array* w, int32_t format, rlx_mlx_array** out,
+                          size_t* count) {
   return guard([&] {
-    const mx::array& xv = get(x);
-    auto weights = groups_or_values(get(w), format, "block_matmul");
+    auto weights = groups_or_values(get(w), format, "block_prepare");
     if (const mx::array* values = std::get_if<mx::array>(&weights)) {
-      put(out, mx::matmul(xv, mx::transpose(*values)));
+      put(out, *values);
+      *count = 1;
       return;
     }
     const AffineBlocks& a = std::get<AffineBlocks>(weights);
-    const bool vector = xv.ndim() == 1;
-    const mx::array rows = vector ? mx::reshape(xv, {1, xv.shape(0)}) : xv;
-    mx::array y = mx::quantized_matmul(rows, a.words, a.scales, a.biases, true, 32, a.bits);
-    if (vector) y = mx::reshape(y, {y.shape(-1)});
-    put(out, y);
+    put(out, a.words);
+    put(out + 1, a.scales);
+    put(out + 2, a.biases);
+    *count = 3;
+  });
+}
+
+namespace {
+
+/// `x · dequant(w)ᵀ` from `w`'s prepared form: MLX's affine groups (words, scales,
+/// biases) through `quantized_matmul`, or the float32 values through a plain product.
+mx::array prepared_product(const mx::array& x, const std::vector<mx::array>& parts,
+                           int32_t format) {
+  if (parts.size() == 1) return mx::matmul(x, mx::transpose(parts[0]));
+  if (parts.size() != 3) throw std::invalid_argument("[rlx] a prepared block weight has 1 or 3 arrays");
+  const bool vector = x.ndim() == 1;
+  const mx::array rows = vector ? mx::reshape(x, {1, x.shape(0)}) : x;
+  const int bits = format == 8 ? 8 : 4;
+  mx::array y = mx::quantized_matmul(rows, parts[0], parts[1], parts[2], true, 32, bits);
+  return vector ? mx::reshape(y, {y.shape(-1)}) : y;
+}
+
+}  // namespace
+
+int rlx_mlx_block_matmul_prepared(const rlx_mlx_array* x, rlx_mlx_array* const* parts,
+                                  size_t count, int32_t format, rlx_mlx_array** out) {
+  return guard([&] {
+    std::vector<mx::array> arrays;
+    for (size_t i = 0; i < count; ++i) arrays.push_back(get(parts[i]));
+    put(out, prepared_product(get(x), arrays, format));
+  });
+}
+
+int rlx_mlx_block_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w, int32_t format,
+                         rlx_mlx_array** out) {
+  return guard([&] {
+    auto weights = groups_or_values(get(w), format, "block_matmul");
+    std::vector<mx::array> parts;
+    if (const mx::array* values = std::get_if<mx::array>(&weights)) {
+      parts.push_back(*values);
+    } else {
+      const AffineBlocks& a = std::get<AffineBlocks>(weights);
+      parts = {a.words, a.scales, a.biases};
+    }
+    put(out, prepared_product(get(x), parts, format));
   });
 }
 

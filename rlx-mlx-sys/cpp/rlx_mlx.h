@@ -361,6 +361,16 @@ int rlx_mlx_quantized_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w,
    Q4_1, Q5_0, Q5_1, Q2_K to Q6_K), one row of blocks per output feature. */
 int rlx_mlx_block_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w, int32_t format,
                          rlx_mlx_array** out);
+/* `w`'s form for `rlx_mlx_block_matmul_prepared`, made once for a weight that many runs
+   multiply by: MLX affine groups of 32 (words, scales, biases: 3 arrays) for Q8_0, Q4_0,
+   Q4_1 and Q4_K, the float32 values `[N, K]` (1 array) for the other formats. `out` has
+   room for 3 handles; `count` receives how many were written. */
+int rlx_mlx_block_prepare(const rlx_mlx_array* w, int32_t format, rlx_mlx_array** out,
+                          size_t* count);
+/* `rlx_mlx_block_matmul(x, w, format)` from the `count` arrays `rlx_mlx_block_prepare`
+   made of `w`. */
+int rlx_mlx_block_matmul_prepared(const rlx_mlx_array* x, rlx_mlx_array* const* parts,
+                                  size_t count, int32_t format, rlx_mlx_array** out);
 /* The float32 values of `w`'s rows of GGUF blocks (`[.., row bytes]` -> `[.., values]`). */
 // f32 values uniform in [0, 1) of `shape`, RLX's draw of `seed` (a rank-0 int64) and `stream`.
 int rlx_mlx_random_uniform(const rlx_mlx_array* seed, uint32_t stream, const int64_t* shape,

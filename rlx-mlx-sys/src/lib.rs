@@ -388,6 +388,19 @@ unsafe extern "C" {
         format: i32,
         out: *mut *mut Array,
     ) -> c_int;
+    pub fn rlx_mlx_block_prepare(
+        w: *const Array,
+        format: i32,
+        out: *mut *mut Array,
+        count: *mut usize,
+    ) -> c_int;
+    pub fn rlx_mlx_block_matmul_prepared(
+        x: *const Array,
+        parts: *const *mut Array,
+        count: usize,
+        format: i32,
+        out: *mut *mut Array,
+    ) -> c_int;
     pub fn rlx_mlx_block_dequantize(w: *const Array, format: i32, out: *mut *mut Array) -> c_int;
     pub fn rlx_mlx_random_uniform(
         seed: *const Array,

@@ -13,6 +13,7 @@ use rlx::tensor::HostTensor;
 use crate::gradient::{Input, grad_check, op};
 use crate::harness::{check, declared, graph_of};
 use crate::reference::{FLOATS, Nd, Rng, indices, random, to_tensor};
+use rlx_testkit::gguf::{BLOCK_FORMATS, random_blocks};
 
 /// Naive batched matmul with numpy batch broadcasting and transpose flags.
 fn matmul_ref(a: &Nd, b: &Nd, ta: bool, tb: bool) -> Nd {
@@ -601,7 +602,7 @@ fn block_matmul_every_format_and_batch_size() {
     for format in BLOCK_FORMATS {
         for rows in [1usize, 3, 20] {
             let (n, k) = (70, 2 * format.block_values().max(48));
-            let bytes = random_gguf_blocks(&mut rng, format, n * k / format.block_values());
+            let bytes = random_blocks(&mut rng, format, n * k / format.block_values());
             let row_bytes = k / format.block_values() * format.block_bytes();
             let mut dense = vec![0f64; n * k];
             for (row, out) in bytes.chunks(row_bytes).zip(dense.chunks_mut(k)) {
@@ -639,48 +640,6 @@ fn block_matmul_every_format_and_batch_size() {
     }
 }
 
-/// The formats `block_matmul` and `block_dequantize` take.
-const BLOCK_FORMATS: [GgmlType; 10] = [
-    GgmlType::Q8_0,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q2K,
-    GgmlType::Q3K,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-];
-
-/// Random blocks of `format`, `blocks` of them: random bytes, then the f16 scale set small
-/// and positive (divided by the largest sub-scale of the K-quants) and the minimum, where
-/// the format has one, of the sign that makes values of both signs.
-fn random_gguf_blocks(rng: &mut Rng, format: GgmlType, blocks: usize) -> Vec<u8> {
-    // (scale's byte, minimum's byte, largest sub-scale, minimum's sign).
-    let (scale_at, minimum_at, sub_scale, sign) = match format {
-        GgmlType::Q4_1 | GgmlType::Q5_1 => (0, Some(2), 1.0, -1.0),
-        GgmlType::Q2K => (80, Some(82), 15.0, 1.0),
-        GgmlType::Q3K => (108, None, 32.0, 1.0),
-        GgmlType::Q4K | GgmlType::Q5K => (0, Some(2), 63.0, 1.0),
-        GgmlType::Q6K => (208, None, 128.0, 1.0),
-        _ => (0, None, 1.0, 1.0),
-    };
-    let mut unit = || rng.int(0, 1000) as f32 / 1000.0;
-    let mut bytes = Vec::with_capacity(blocks * format.block_bytes());
-    for _ in 0..blocks {
-        let at = bytes.len();
-        bytes.extend((0..format.block_bytes()).map(|_| (unit() * 255.9) as u8));
-        let scale = half::f16::from_f32((0.002 + 0.05 * unit()) / sub_scale);
-        bytes[at + scale_at..][..2].copy_from_slice(&scale.to_le_bytes());
-        if let Some(m) = minimum_at {
-            let min = half::f16::from_f32(sign * 0.2 * unit() / sub_scale);
-            bytes[at + m..][..2].copy_from_slice(&min.to_le_bytes());
-        }
-    }
-    bytes
-}
-
 /// Int8 activations on every backend (the CPU's integer kernels for few rows, its exact
 /// tiles for many, MLX's exact product), judged by the op's own bound against the f64
 /// product; and the CPU's integer kernels against the product of the activations quantized
@@ -692,7 +651,7 @@ fn block_matmul_int8_activations_within_their_bound() {
     for format in BLOCK_FORMATS {
         for rows in [1usize, 2, 5, 20] {
             let (n, k) = (40, 2 * format.block_values().max(64));
-            let w = random_gguf_blocks(&mut rng, format, n * k / format.block_values());
+            let w = random_blocks(&mut rng, format, n * k / format.block_values());
             let row_bytes = k / format.block_values() * format.block_bytes();
             let w = HostTensor::from_vec(w, [n, row_bytes]).unwrap();
             let x = random(&mut rng, DType::F32, &[rows, k], -3.0, 3.0);
@@ -777,7 +736,7 @@ fn block_matmul_activation_gradient_every_format() {
             (None, ActivationPrecision::Int8),
         ] {
             let (n, k) = (5, format.block_values());
-            let bytes = random_gguf_blocks(&mut rng, format, n);
+            let bytes = random_blocks(&mut rng, format, n);
             let row_bytes = format.block_bytes();
             let mut dense = vec![0f64; n * k];
             rlx::gguf::dequantize_f64(format, &bytes, &mut dense).unwrap();
@@ -836,7 +795,7 @@ fn block_dequantize_every_format() {
     let mut rng = Rng(51);
     for format in BLOCK_FORMATS {
         let (rows, blocks) = (6, 3);
-        let bytes = random_gguf_blocks(&mut rng, format, rows * blocks);
+        let bytes = random_blocks(&mut rng, format, rows * blocks);
         let mut dense = vec![0f64; rows * blocks * format.block_values()];
         rlx::gguf::dequantize_f64(format, &bytes, &mut dense).unwrap();
         let row_bytes = blocks * format.block_bytes();

@@ -220,6 +220,8 @@ impl Backend for MlxBackend {
         let mut leaves: Vec<NodeId> = params.specs.iter().map(|p| p.node).collect();
         leaves.extend(signature.inputs.iter().map(|i| i.node));
         leaves.extend(g.states().map(|(id, _)| id));
+        let block_formats = block_weight_params(&g, &params);
+        let prepared = prepared_slots(&g, &params, &block_formats, leaves.len());
         let states: Arc<[StateSpec]> = StateSpec::of(&g).into();
         let written = g
             .writes()
@@ -250,6 +252,8 @@ impl Backend for MlxBackend {
             exact_halves: narrow.is_none(),
             param_casts,
             k_major,
+            block_formats,
+            prepared: Arc::new(prepared),
             bindings: PlanCache::new(self.plan_cache),
             scratch: ScratchPool::default(),
         })

@@ -14,8 +14,11 @@
 //!   ids, and up to 135 us for a 3 us divide whose output landed in such a buffer.
 
 use crate::backend::shared::ParamTable;
+use crate::gguf::GgmlType;
 use crate::ir::MatMul;
-use crate::ir::{Graph, Op};
+use crate::ir::{Graph, NodeId, Op};
+
+use super::lower::PreparedWeight;
 
 /// Per param of `params`: whether it is stored K-major, which is when it has rank 2 or more
 /// and every use of it is as the right operand of a matrix product that reads it
@@ -46,6 +49,63 @@ pub(crate) fn k_major_params(graph: &Graph, params: &ParamTable) -> Vec<bool> {
                 })
         })
         .collect()
+}
+
+/// Per param of `params`: the GGUF block format it is multiplied in when it is the weight of
+/// a block product (`block_matmul`), so that binding it makes its MLX form once
+/// (`Array::block_prepare`) rather than every run converting the blocks
+/// again: for a decoding step, that conversion was most of the step. The first product's
+/// format counts; a product in another format reads the bytes as before.
+pub(crate) fn block_weight_params(graph: &Graph, params: &ParamTable) -> Vec<Option<GgmlType>> {
+    let mut formats = vec![None; params.specs.len()];
+    let index: std::collections::HashMap<NodeId, usize> = params
+        .specs
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| (spec.node, i))
+        .collect();
+    for (_, node) in graph.iter() {
+        if let (Op::BlockMatMul(product), Some(weight)) = (&node.op, node.inputs.get(1))
+            && let Some(&i) = index.get(weight)
+        {
+            formats[i].get_or_insert(product.format);
+        }
+    }
+    formats
+}
+
+/// How many arrays the MLX form of a block weight in `format` has: MLX's affine groups
+/// (words, scales, biases) where the format is exactly that, else its float values.
+pub(crate) fn prepared_parts(format: Option<GgmlType>) -> usize {
+    match format {
+        None => 0,
+        Some(GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4K) => 3,
+        Some(_) => 1,
+    }
+}
+
+/// Per node of `graph`: where the MLX form of a block weight (a param with a format in
+/// `formats`) lies in a call's leaves. The forms follow the `leaf_count` other leaves
+/// (params, inputs, states), in param order.
+pub(crate) fn prepared_slots(
+    graph: &Graph,
+    params: &ParamTable,
+    formats: &[Option<GgmlType>],
+    leaf_count: usize,
+) -> Vec<Option<PreparedWeight>> {
+    let mut slots = vec![None; graph.len()];
+    let mut first = leaf_count;
+    for (spec, &format) in params.specs.iter().zip(formats) {
+        let Some(format) = format else { continue };
+        let count = prepared_parts(Some(format));
+        slots[spec.node.index()] = Some(PreparedWeight {
+            first,
+            count,
+            format,
+        });
+        first += count;
+    }
+    slots
 }
 
 #[cfg(test)]

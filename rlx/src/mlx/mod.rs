@@ -62,12 +62,13 @@ use crate::backend::signature::{Binder, Given, Signature, concrete_shapes};
 use crate::backend::{Backend, CompileError, Executable, NodeSite, RunError, check_compilable};
 use crate::backend::{Context, StateSpec, needs_context};
 use crate::backend::{Profile, ProfileStep, check_output_indices};
+use crate::gguf::GgmlType;
 use crate::ir::{AttrValue, DType, Graph, NodeId, Op};
 use crate::passes;
 use crate::tensor::{HostTensor, TensorRef};
 use compiled::Function;
-use layout::k_major_params;
-use lower::{BiasAdds, Constants, Lowering, eval_error, upload_constants};
+use layout::{block_weight_params, k_major_params, prepared_parts, prepared_slots};
+use lower::{BiasAdds, Constants, Lowering, PreparedWeight, eval_error, upload_constants};
 use values::{MlxState, MlxValue};
 
 /// How runs are evaluated.
@@ -166,7 +167,12 @@ struct BindingPlan {
 
 /// A bound weight's array.
 #[derive(Clone)]
-struct Weight(Array);
+struct Weight {
+    array: Array,
+    /// For the weight of block products: its MLX form, made when it was bound
+    /// ([`layout::block_weight_params`]).
+    prepared: Vec<Array>,
+}
 
 // SAFETY: a weight's array is evaluated when it is bound (`set_weights`) and never changed
 // afterwards; other threads only clone the handle (an atomic reference count) and build
@@ -216,6 +222,11 @@ pub struct MlxExecutable {
     param_casts: Vec<Option<DType>>,
     /// Per param: stored K-major (see [`layout`]).
     k_major: Vec<bool>,
+    /// Per param: the block format whose MLX form is made when it is bound (see
+    /// [`layout::block_weight_params`]).
+    block_formats: Vec<Option<GgmlType>>,
+    /// Per node: where a block weight's MLX form lies among a call's leaves.
+    prepared: Arc<Vec<Option<PreparedWeight>>>,
     bindings: PlanCache<BindingPlan>,
     scratch: ScratchPool<CallScratch>,
 }
@@ -260,6 +271,7 @@ impl MlxExecutable {
                 constants: self.constants.clone(),
                 custom: self.custom.clone(),
                 leaves: self.leaves.clone(),
+                prepared: self.prepared.clone(),
                 eager: self.mode == MlxMode::Eager,
                 device: self.device,
                 verified: AtomicBool::new(false),
@@ -318,8 +330,8 @@ impl Executable for MlxExecutable {
         };
         match value {
             // The value as bound, in the precision it computes in.
-            (Weight(value), Some(_)) => value.cast(DType::F32).and_then(|v| v.to_host()),
-            (Weight(value), None) => value.to_host(),
+            (Weight { array, .. }, Some(_)) => array.cast(DType::F32).and_then(|v| v.to_host()),
+            (Weight { array, .. }, None) => array.to_host(),
         }
         .map_err(backend_error)
     }
@@ -337,7 +349,8 @@ impl Executable for MlxExecutable {
         needs_context(&self.states)?;
         let _gpu = device::gpu_turn(self.device);
         let uploaded = upload(inputs, self.device)?;
-        let (plan, leaves) = self.bind_leaves(inputs, &uploaded, dims)?;
+        let (plan, mut leaves, prepared) = self.bind_leaves(inputs, &uploaded, dims)?;
+        leaves.extend(prepared);
         Array::eval(&leaves.iter().collect::<Vec<_>>()).map_err(backend_error)?;
         let mut timings = Vec::new();
         let started = std::time::Instant::now();
@@ -579,13 +592,39 @@ impl MlxExecutable {
         .map_err(backend_error)
     }
 
-    /// Evaluates the new values and binds them, all at once.
+    /// Evaluates the new values (and the MLX form of block weights) and binds them, all at
+    /// once.
     fn store_weights(&self, made: Vec<(usize, Array)>) -> Result<(), RunError> {
+        let weights = made
+            .into_iter()
+            .map(|(i, array)| {
+                let prepared = match self.block_formats[i] {
+                    Some(format) => {
+                        device::on_device(self.device, true, || array.block_prepare(format.id()))
+                            .and_then(|parts| parts)
+                            .map_err(backend_error)?
+                    }
+                    None => Vec::new(),
+                };
+                if prepared.len() != prepared_parts(self.block_formats[i]) {
+                    return Err(backend_error(MlxError::new(format!(
+                        "the MLX form of a {:?} weight has {} arrays",
+                        self.block_formats[i],
+                        prepared.len()
+                    ))));
+                }
+                Ok((i, Weight { array, prepared }))
+            })
+            .collect::<Result<Vec<_>, RunError>>()?;
         // Materialized now, so the caller's bytes may go away and runs do not pay for it.
-        Array::eval(&made.iter().map(|(_, a)| a).collect::<Vec<_>>()).map_err(backend_error)?;
+        let all: Vec<&Array> = weights
+            .iter()
+            .flat_map(|(_, w)| std::iter::once(&w.array).chain(&w.prepared))
+            .collect();
+        Array::eval(&all).map_err(backend_error)?;
         let mut bound = write(&self.weights);
-        for (i, array) in made {
-            bound.values[i] = Some(Weight(array));
+        for (i, weight) in weights {
+            bound.values[i] = Some(weight);
             bound.params.mark_bound(i);
         }
         Ok(())
@@ -593,18 +632,24 @@ impl MlxExecutable {
 
     /// Binds the runtime dims from `inputs` (their arrays in `arrays`), checks the inputs
     /// against that binding, and returns its plan with the leaves in call order (the bound
-    /// weights, then the inputs).
+    /// weights, then the inputs) and the block weights' MLX forms, which follow every leaf
+    /// (states included) in a call.
+    #[allow(clippy::type_complexity)]
     fn bind_leaves<G: Given>(
         &self,
         inputs: &[(&str, G)],
         arrays: &[Array],
         dims: &[(&str, usize)],
-    ) -> Result<(Arc<BindingPlan>, Vec<Array>), RunError> {
+    ) -> Result<(Arc<BindingPlan>, Vec<Array>, Vec<Array>), RunError> {
         // The weights as bound now: a concurrent `set_weights` does not reach this run.
-        let mut leaves: Vec<Array> = {
+        let (mut leaves, prepared): (Vec<Array>, Vec<Array>) = {
             let bound = read(&self.weights);
             bound.params.all_bound()?;
-            bound.values.iter().flatten().map(|w| w.0.clone()).collect()
+            let weights = bound.values.iter().flatten();
+            (
+                weights.clone().map(|w| w.array.clone()).collect(),
+                weights.flat_map(|w| w.prepared.iter().cloned()).collect(),
+            )
         };
         let mut scratch = self.take_scratch();
         let binder = &mut scratch.binder;
@@ -615,7 +660,7 @@ impl MlxExecutable {
             shapes[self.signature.inputs[i].node.index()].as_slice()
         })?;
         leaves.extend(binder.provided.iter().map(|&given| arrays[given].clone()));
-        Ok((plan, leaves))
+        Ok((plan, leaves, prepared))
     }
 
     /// Binds the inputs (described by `inputs`, their arrays in `arrays`), lowers or calls
@@ -629,7 +674,7 @@ impl MlxExecutable {
         dims: &[(&str, usize)],
         states: Option<&mut Vec<Option<Array>>>,
     ) -> Result<Vec<Array>, RunError> {
-        let (plan, mut leaves) = self.bind_leaves(inputs, arrays, dims)?;
+        let (plan, mut leaves, prepared) = self.bind_leaves(inputs, arrays, dims)?;
         if let Some(states) = &states {
             for (k, state) in states.iter().enumerate() {
                 leaves.push(match state {
@@ -638,6 +683,7 @@ impl MlxExecutable {
                 });
             }
         }
+        leaves.extend(prepared);
         let graph = &*self.graph;
         let lowered = device::on_device(self.device, self.exact_halves, || match &plan.function {
             Some(f) => f.call(&leaves),

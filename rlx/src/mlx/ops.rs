@@ -5,7 +5,7 @@ use std::ptr;
 
 use rlx_mlx_sys as sys;
 
-use super::array::{Array, MlxError, dims_i64, ints, make, make_checked};
+use super::array::{Array, MlxError, check, dims_i64, ints, make, make_checked};
 use super::codes;
 use crate::ir::{
     ArgReduceOp, BinaryOp, CompareOp, DType, PoolKind, ReduceOp, SortOutput, UnaryOp, UpsampleMode,
@@ -601,6 +601,46 @@ impl Array {
     pub fn block_matmul(&self, w: &Array, format: u32) -> Result<Array, MlxError> {
         // SAFETY: the handles are live; `out` is a valid slot.
         make(|out| unsafe { sys::rlx_mlx_block_matmul(self.ptr(), w.ptr(), format as i32, out) })
+    }
+
+    /// This GGUF block weight (format `format`) in the form [`Array::block_matmul_prepared`]
+    /// multiplies by: MLX's affine groups of 32 (words, scales, biases) for the formats that
+    /// are exactly that (Q8_0, Q4_0, Q4_1, Q4_K), the float32 values for the others. Made
+    /// once for a bound weight, so runs do not convert it again.
+    pub(crate) fn block_prepare(&self, format: u32) -> Result<Vec<Array>, MlxError> {
+        let mut out = [ptr::null_mut(); 3];
+        let mut count = 0usize;
+        // SAFETY: the handle is live; `out` has room for the 3 handles the shim may write,
+        // `count` is a valid slot.
+        let status = unsafe {
+            sys::rlx_mlx_block_prepare(self.ptr(), format as i32, out.as_mut_ptr(), &mut count)
+        };
+        // Wrap before checking so a partial result is freed either way.
+        let parts: Vec<Array> = out.into_iter().filter_map(Array::from_raw).collect();
+        check(status)?;
+        if parts.len() != count {
+            return Err(MlxError::new("the shim wrote a different number of arrays"));
+        }
+        Ok(parts)
+    }
+
+    /// [`Array::block_matmul`] by a weight in its prepared form ([`Array::block_prepare`]).
+    pub(crate) fn block_matmul_prepared(
+        &self,
+        parts: &[Array],
+        format: u32,
+    ) -> Result<Array, MlxError> {
+        let raw: Vec<*mut sys::rlx_mlx_array> = parts.iter().map(Array::ptr).collect();
+        // SAFETY: every handle is live; `raw` holds the count passed; `out` is a valid slot.
+        make(|out| unsafe {
+            sys::rlx_mlx_block_matmul_prepared(
+                self.ptr(),
+                raw.as_ptr(),
+                raw.len(),
+                format as i32,
+                out,
+            )
+        })
     }
 
     /// Uniform `f32` values of `dims` drawn from the seed `self` (see the IR op).

@@ -31,6 +31,9 @@ pub(crate) struct Lowering {
     pub custom: Arc<Vec<Option<Arc<dyn MlxCustomOp>>>>,
     /// Leaves in call order: the graph's params, then its inputs.
     pub leaves: Vec<NodeId>,
+    /// Per node: where a block weight's MLX form lies among a call's leaves (after
+    /// `leaves`), made when the weight was bound.
+    pub prepared: Arc<Vec<Option<PreparedWeight>>>,
     /// Evaluate every node as soon as it is built (eager mode).
     pub eager: bool,
     /// Where the arrays the lowering makes from host bytes are put.
@@ -45,6 +48,15 @@ pub(crate) struct Lowering {
     /// Per node: the earlier node whose index check (and, for an attention over a key
     /// length, whose mask) is this node's too (see [`repeated_sites`]).
     pub repeats: Vec<Option<NodeId>>,
+}
+
+/// Where the MLX form of a block weight (`Array::block_prepare`) lies in a call's leaves:
+/// `count` arrays from `first`, made for products in `format`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PreparedWeight {
+    pub first: usize,
+    pub count: usize,
+    pub format: crate::gguf::GgmlType,
 }
 
 /// Evaluated `i64` arrays by their values and dims (see [`Lowering::index_arrays`]).
@@ -298,7 +310,7 @@ impl Lowering {
                     let empty = crate::tensor::HostTensor::zeros(node.ty.dtype, dims.clone());
                     Array::from_tensor_on(empty.view(), self.device).map_err(at)?
                 } else {
-                    match self.node(id, node, &operands, &mut checks, &mut masks) {
+                    match self.node(id, node, &operands, leaves, &mut checks, &mut masks) {
                         Ok(v) => v,
                         Err(NodeFailure::Mlx(e)) => return Err(at(e)),
                         Err(NodeFailure::Run(e)) => return Err(e),
@@ -360,11 +372,19 @@ impl Lowering {
         id: NodeId,
         node: &Node,
         x: &[&Array],
+        leaves: &[Array],
         checks: &mut Vec<IndexCheck>,
         masks: &mut Vec<(NodeId, Array)>,
     ) -> Result<Array, NodeFailure> {
         if let Some(BiasAdd { product: p, .. }) = &self.bias_adds.of[id.index()] {
             return Ok(x[0].matmul_bias(x[1], x[2], p.transpose_a, p.transpose_b)?);
+        }
+        if let (Op::BlockMatMul(product), Some(weight)) = (&node.op, node.inputs.get(1)) {
+            let prepared = self.prepared[weight.index()].filter(|p| p.format == product.format);
+            if let Some(p) = prepared {
+                let parts = &leaves[p.first..p.first + p.count];
+                return Ok(x[0].block_matmul_prepared(parts, p.format.id())?);
+            }
         }
         let lowering = lowering(&node.op).ok_or_else(|| {
             MlxError::new(format!(
