@@ -1,0 +1,314 @@
+//! The decoding steps: one sequence (`llama_step`) or a batch of slots
+//! (`llama_batch_step`) appending its new tokens to key/value caches held as states, and the
+//! caches themselves (float32 or int8 rows with their scales).
+
+use super::{
+    Attend, Capacity, HeadDim, Heads, Heads4, Hidden, KvCacheFormat, KvHeads, LlamaConfig,
+    LlamaParams, Seq, Slots, Vocab, blocks, embed, logits,
+};
+use crate::typed::{Axis, Const, Dyn, Rope, Scope, Sizes, State, Tensor};
+
+/// A [`LlamaConfig`] with the capacity of its key/value caches: the most positions (prompt
+/// and generated tokens) a sequence can reach.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaCacheConfig {
+    /// The model.
+    pub model: LlamaConfig,
+    /// Positions each cache holds.
+    pub capacity: usize,
+}
+
+impl crate::model::Config for LlamaCacheConfig {
+    fn sizes(&self) -> Sizes {
+        self.model.sizes().with::<Capacity>(self.capacity)
+    }
+}
+
+/// One block's key or value cache: every position of one sequence so far, per key/value
+/// head. Named `blk.N.k_cache` and `blk.N.v_cache`.
+pub type Cache<'g> = State<'g, (Const<1>, KvHeads, Capacity, HeadDim)>;
+
+/// The dims of one block's key or value cache.
+type CacheShape = (Const<1>, KvHeads, Capacity, HeadDim);
+
+/// A key or value cache in int8 ([`KvCacheFormat::Int8`]): the rows (`blk.N.k_cache`,
+/// `i8`) and a float32 scale per row (`blk.N.k_scale`).
+struct Int8Cache<'g> {
+    rows: State<'g, (Const<1>, KvHeads, Capacity, HeadDim), i8>,
+    scales: State<'g, (Const<1>, KvHeads, Capacity, Const<1>)>,
+}
+
+/// One block's key or value cache in the config's format.
+enum KvCache<'g> {
+    F32(Cache<'g>),
+    Int8(Int8Cache<'g>),
+}
+
+impl<'g> KvCache<'g> {
+    /// The cache named `{prefix}k` or `{prefix}v` (`what`), as `format` keeps it.
+    fn new(g: &'g Scope<'g>, format: KvCacheFormat, prefix: &str, what: &str) -> KvCache<'g> {
+        match format {
+            KvCacheFormat::F32 => KvCache::F32(g.state(&format!("{prefix}{what}_cache"))),
+            KvCacheFormat::Int8 => KvCache::Int8(Int8Cache {
+                rows: g.state(&format!("{prefix}{what}_cache")),
+                scales: g.state(&format!("{prefix}{what}_scale")),
+            }),
+        }
+    }
+
+    /// Writes `rows` at `pos` (in place) and returns the whole cache as attention reads
+    /// it: in int8, each row rounded to the nearest of 255 steps of its largest magnitude,
+    /// then scaled back.
+    fn append(
+        &self,
+        rows: Heads4<'g, Const<1>, KvHeads>,
+        pos: Tensor<'g, (), i64>,
+    ) -> Tensor<'g, (Const<1>, KvHeads, Capacity, HeadDim)> {
+        match self {
+            KvCache::F32(cache) => {
+                let all = cache.read().slice_update(Axis::<2>, rows, pos);
+                cache.write(all);
+                all
+            }
+            KvCache::Int8(cache) => {
+                // A row of zeros keeps a tiny positive scale: its integers are all 0.
+                let scale = (rows.abs().max_keepdim::<3>() * (1.0 / 127.0)).clamp_min(1e-30);
+                let ints = (rows / scale.broadcast::<(Const<1>, KvHeads, Seq, HeadDim)>())
+                    .round()
+                    .cast::<i8>();
+                let all_rows = cache.rows.read().slice_update(Axis::<2>, ints, pos);
+                let all_scales = cache.scales.read().slice_update(Axis::<2>, scale, pos);
+                cache.rows.write(all_rows);
+                cache.scales.write(all_scales);
+                all_rows.cast::<f32>() * all_scales.broadcast::<CacheShape>()
+            }
+        }
+    }
+}
+
+/// Attention of new tokens over a sequence's caches: each block appends its keys and
+/// values at `pos` and attends over the `filled` positions, in place.
+struct Cached<'g> {
+    g: &'g Scope<'g>,
+    pos: Tensor<'g, (), i64>,
+    filled: Tensor<'g, (), i64>,
+    scale: f64,
+    format: KvCacheFormat,
+}
+
+impl<'g> Attend<'g, Const<1>> for Cached<'g> {
+    fn attend(
+        &mut self,
+        layer: usize,
+        rope: Rope,
+        q: Heads4<'g, Const<1>, Heads>,
+        k: Heads4<'g, Const<1>, KvHeads>,
+        v: Heads4<'g, Const<1>, KvHeads>,
+        window: Option<usize>,
+    ) -> Heads4<'g, Const<1>, Heads> {
+        let prefix = format!("blk.{layer}.");
+        let keys = KvCache::new(self.g, self.format, &prefix, "k");
+        let values = KvCache::new(self.g, self.format, &prefix, "v");
+        let at = Position {
+            pos: self.pos,
+            filled: self.filled,
+        };
+        at.attend(rope, q, k, v, keys, values, window, self.scale)
+    }
+}
+
+/// Where one sequence's new tokens go: `pos`, the first one's position, and `filled`, the
+/// positions its cache holds once they are in.
+#[derive(Clone, Copy)]
+struct Position<'g> {
+    pos: Tensor<'g, (), i64>,
+    filled: Tensor<'g, (), i64>,
+}
+
+impl<'g> Position<'g> {
+    /// One sequence's attention over its caches: its queries and keys rotated from `pos`,
+    /// its keys and values written at `pos` (in place), and its queries attending over the
+    /// `filled` positions.
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        self,
+        rope: Rope,
+        q: Heads4<'g, Const<1>, Heads>,
+        k: Heads4<'g, Const<1>, KvHeads>,
+        v: Heads4<'g, Const<1>, KvHeads>,
+        keys: KvCache<'g>,
+        values: KvCache<'g>,
+        window: Option<usize>,
+        scale: f64,
+    ) -> Heads4<'g, Const<1>, Heads> {
+        let (q, k) = (
+            q.rope_from(rope.clone(), self.pos),
+            k.rope_from(rope, self.pos),
+        );
+        let k = keys.append(k, self.pos);
+        let v = values.append(v, self.pos);
+        match window {
+            Some(w) => q.attention_windowed_grouped_upto(k, v, self.filled, w, scale),
+            None => q.attention_causal_grouped_upto(k, v, self.filled, scale),
+        }
+    }
+}
+
+/// One step of generation for one sequence: the `Seq` new tokens `input_ids` (the prompt,
+/// or one sampled token) at positions `pos..pos + Seq` are appended to every block's
+/// caches, attend to everything cached before them and to each other causally, and the
+/// logits of the token after position `pos + last` (`last` = `Seq - 1`: the last new
+/// token; tokens after `last` are padding, written to the caches and overwritten by the
+/// next step before any token reads them) come out. The caches are states: the step runs in a
+/// [`Context`](crate::backend::Context) that holds them between steps, so one compiled
+/// step serves every position, and a context per sequence serves many sequences.
+#[crate::model(outputs(logits), states)]
+pub fn llama_step<'g>(
+    g: &'g Scope<'g>,
+    #[config] cfg: &LlamaCacheConfig,
+    p: &LlamaParams<'g>,
+    input_ids: Tensor<'g, (Const<1>, Seq), i64>,
+    pos: Tensor<'g, (), i64>,
+    last: Tensor<'g, (), i64>,
+) -> Tensor<'g, (Const<1>, Const<1>, Vocab)> {
+    let model = &cfg.model;
+    // Every new token is in the cache after this step, padding included: the queries are
+    // the last `Seq` of the `filled` positions, and causality keeps padding after `last`
+    // out of sight of the real tokens.
+    let filled = pos + g.full::<(Seq,), i64>(1).sum::<0>();
+    let x = embed(model, p, input_ids);
+    let mut attend = Cached {
+        g,
+        pos,
+        filled,
+        scale: model.attention_scale,
+        format: model.kv_cache,
+    };
+    let x = blocks(model, p, x, &mut attend, &mut Vec::new());
+    let x: Tensor<'g, (Const<1>, Const<1>, Hidden)> = x.dynamic_slice(Axis::<1>, last);
+    logits(model, p, x)
+}
+
+/// A [`LlamaConfig`] with the caches of `slots` sequences, `capacity` positions each.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaBatchConfig {
+    /// The model.
+    pub model: LlamaConfig,
+    /// Positions each sequence's caches hold.
+    pub capacity: usize,
+    /// Sequences a step holds (at least 1).
+    pub slots: usize,
+}
+
+impl crate::model::Config for LlamaBatchConfig {
+    fn sizes(&self) -> Sizes {
+        self.model
+            .sizes()
+            .with::<Capacity>(self.capacity)
+            .with::<Slots>(self.slots)
+    }
+}
+
+/// Attention of a batch whose rows are sequences at positions of their own, each over the
+/// caches of its slot (`slotN.blk.M.k_cache`): the projections before it and the
+/// feed-forward after it run on the whole batch (one read of the weights for every row);
+/// the rotation, the cache writes and the attention run per row, at that row's position.
+struct Slotted<'g> {
+    g: &'g Scope<'g>,
+    rows: Vec<Position<'g>>,
+    scale: f64,
+    format: KvCacheFormat,
+}
+
+impl<'g> Attend<'g, Slots> for Slotted<'g> {
+    fn attend(
+        &mut self,
+        layer: usize,
+        rope: Rope,
+        q: Heads4<'g, Slots, Heads>,
+        k: Heads4<'g, Slots, KvHeads>,
+        v: Heads4<'g, Slots, KvHeads>,
+        window: Option<usize>,
+    ) -> Heads4<'g, Slots, Heads> {
+        let mut out: Option<Tensor<'g, (Dyn, Heads, Seq, HeadDim)>> = None;
+        for (b, at) in self.rows.iter().enumerate() {
+            let prefix = format!("slot{b}.blk.{layer}.");
+            let keys = KvCache::new(self.g, self.format, &prefix, "k");
+            let values = KvCache::new(self.g, self.format, &prefix, "v");
+            let row = at.attend(
+                rope.clone(),
+                q.narrow::<0, Const<1>>(b),
+                k.narrow::<0, Const<1>>(b),
+                v.narrow::<0, Const<1>>(b),
+                keys,
+                values,
+                window,
+                self.scale,
+            );
+            out = Some(match out {
+                None => row.reshape(),
+                Some(rows) => rows.concat(Axis::<0>, row),
+            });
+        }
+        match out {
+            Some(rows) => rows.reshape(),
+            // No slot: an empty batch, nothing to attend.
+            None => q,
+        }
+    }
+}
+
+/// One step of generation for a batch of sequences, each at its own position: row `b`'s
+/// `Seq` new tokens `input_ids[b]` go to positions `pos[b]..pos[b] + Seq` of slot `b`'s
+/// caches, attend to what that slot holds before them and to each other causally, and the
+/// logits of the token after position `pos[b] + last[b]` come out as row `b` (tokens after
+/// `last[b]` are padding, as in [`llama_step`]: rows with fewer new tokens than `Seq` are
+/// padded to it). Every row's `pos[b] + Seq` must fit the capacity. A row whose slot is
+/// idle may repeat any token at any position: its slot is overwritten when a sequence
+/// starts there (from position 0). Each slot's logits equal [`llama_step`]'s for that
+/// sequence alone; the weights are read once per step for every row, which is what makes
+/// decoding a batch faster than decoding its sequences one by one.
+#[crate::model(outputs(logits), states)]
+pub fn llama_batch_step<'g>(
+    g: &'g Scope<'g>,
+    #[config] cfg: &LlamaBatchConfig,
+    p: &LlamaParams<'g>,
+    input_ids: Tensor<'g, (Slots, Seq), i64>,
+    pos: Tensor<'g, (Slots,), i64>,
+    last: Tensor<'g, (Slots,), i64>,
+) -> Tensor<'g, (Slots, Const<1>, Vocab)> {
+    let model = &cfg.model;
+    let new = g.full::<(Seq,), i64>(1).sum::<0>();
+    let rows = (0..cfg.slots)
+        .map(|b| {
+            let pos = pos.narrow::<0, Const<1>>(b).reshape::<()>();
+            Position {
+                pos,
+                filled: pos + new,
+            }
+        })
+        .collect();
+    let x = embed(model, p, input_ids);
+    let mut attend = Slotted {
+        g,
+        rows,
+        scale: model.attention_scale,
+        format: model.kv_cache,
+    };
+    let x = blocks(model, p, x, &mut attend, &mut Vec::new());
+    let mut out: Option<Tensor<'g, (Dyn, Const<1>, Hidden)>> = None;
+    for b in 0..cfg.slots {
+        let last = last.narrow::<0, Const<1>>(b).reshape::<()>();
+        let row: Tensor<'g, (Const<1>, Const<1>, Hidden)> =
+            x.narrow::<0, Const<1>>(b).dynamic_slice(Axis::<1>, last);
+        out = Some(match out {
+            None => row.reshape(),
+            Some(rows) => rows.concat(Axis::<0>, row),
+        });
+    }
+    let x: Tensor<'g, (Slots, Const<1>, Hidden)> = match out {
+        Some(rows) => rows.reshape(),
+        None => x.narrow::<1, Const<1>>(0),
+    };
+    logits(model, p, x)
+}
