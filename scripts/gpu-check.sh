@@ -27,7 +27,11 @@
 #     with CUDA is there; with RLX_GPU_TRACE=1 also a kernel trace of each at 256x128
 #     (scripts/gpu-trace/kernel_trace.cpp, built into the pack), written beside the log;
 #   - generation (group `generate`, when $RLX_SMOLLM2_DIR holds SmolLM2's GGUF): the
-#     llama and generate tests, 09_generate and generate_bench --backend mlx;
+#     llama and generate tests, 09_generate (RLX_GPU_BENCH_ONLY=1 leaves these out) and
+#     generate_bench --backend mlx in f32 and Q4_1 with and without MLX's CUDA graphs; with
+#     $RLX_GPU_REFERENCES (a folder holding ../shared/bench/gpu_generate/'s scripts and a
+#     wheels/ folder with gguf and mlx-lm) also MLX-LM (bf16, 4-bit) and PyTorch (eager,
+#     static cache + torch.compile) on the same GGUF;
 #   - scans (group `scan`): the linear_scan and delta_rule rows of the op table, the Mamba
 #     tests, mamba_bench and delta_bench --backend mlx (beside bench/gated_delta_bench.py
 #     on CUDA when torch and transformers are there);
