@@ -174,9 +174,9 @@ struct Weight {
     prepared: Vec<Array>,
 }
 
-// SAFETY: a weight's array is evaluated when it is bound (`set_weights`) and never changed
-// afterwards; other threads only clone the handle (an atomic reference count) and build
-// ops that read it, which MLX allows from any thread.
+// SAFETY: a weight's arrays (its value and its prepared form) are evaluated when it is bound
+// (`store_weights`) and never changed afterwards; other threads only clone the handles (an
+// atomic reference count) and build ops that read them, which MLX allows from any thread.
 unsafe impl Sync for Weight {}
 
 /// The params of an executable, and the value bound to each (indexed alike).
