@@ -1,59 +1,6 @@
-//! GGUF for tests: random blocks of every format the block ops take, and small GGUF files
-//! written with the position of every field a hostile-input test may want to rewrite.
-
-use rlx::gguf::GgmlType;
-
-use crate::rng::Rng;
-
-/// The GGUF block formats that `block_matmul` and `block_dequantize` take.
-pub const BLOCK_FORMATS: [GgmlType; 10] = [
-    GgmlType::Q8_0,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q2K,
-    GgmlType::Q3K,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-];
-
-/// Random blocks of `format`, `blocks` of them: random bytes, then the f16 scale set small
-/// and positive (divided by the largest sub-scale of the K-quants) and the minimum, where
-/// the format has one, of the sign that makes values of both signs.
-///
-/// ```
-/// use rlx::gguf::GgmlType;
-/// use rlx_testkit::{gguf::random_blocks, rng::Rng};
-///
-/// let bytes = random_blocks(&mut Rng(1), GgmlType::Q4_0, 3);
-/// assert_eq!(bytes.len(), 3 * GgmlType::Q4_0.block_bytes());
-/// ```
-pub fn random_blocks(rng: &mut Rng, format: GgmlType, blocks: usize) -> Vec<u8> {
-    // (scale's byte, minimum's byte, largest sub-scale, minimum's sign).
-    let (scale_at, minimum_at, sub_scale, sign) = match format {
-        GgmlType::Q4_1 | GgmlType::Q5_1 => (0, Some(2), 1.0, -1.0),
-        GgmlType::Q2K => (80, Some(82), 15.0, 1.0),
-        GgmlType::Q3K => (108, None, 32.0, 1.0),
-        GgmlType::Q4K | GgmlType::Q5K => (0, Some(2), 63.0, 1.0),
-        GgmlType::Q6K => (208, None, 128.0, 1.0),
-        _ => (0, None, 1.0, 1.0),
-    };
-    let mut unit = || rng.int(0, 1000) as f32 / 1000.0;
-    let mut bytes = Vec::with_capacity(blocks * format.block_bytes());
-    for _ in 0..blocks {
-        let at = bytes.len();
-        bytes.extend((0..format.block_bytes()).map(|_| (unit() * 255.9) as u8));
-        let scale = half::f16::from_f32((0.002 + 0.05 * unit()) / sub_scale);
-        bytes[at + scale_at..][..2].copy_from_slice(&scale.to_le_bytes());
-        if let Some(m) = minimum_at {
-            let min = half::f16::from_f32(sign * 0.2 * unit() / sub_scale);
-            bytes[at + m..][..2].copy_from_slice(&min.to_le_bytes());
-        }
-    }
-    bytes
-}
+//! GGUF for tests: small GGUF files written with the position of every field a
+//! hostile-input test may want to rewrite. (Random blocks of every format the block ops
+//! take are `rlx::gguf::random_blocks` over `rlx::ir::BLOCK_FORMATS`.)
 
 /// A metadata value to write: its GGUF type id and its encoded bytes.
 #[derive(Clone, Debug)]

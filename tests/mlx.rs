@@ -260,8 +260,9 @@ fn bert_matches_the_cpu_backend_in_every_mode() {
 #[test]
 fn block_weights_take_their_mlx_form_when_bound() {
     use rlx::gguf::GgmlType;
+    use rlx::gguf::random_blocks;
+    use rlx::ir::BLOCK_FORMATS;
     use rlx::ir::{BlockDequantize, BlockMatMul};
-    use rlx_testkit::gguf::{BLOCK_FORMATS, random_blocks};
     use rlx_testkit::rng::Rng;
 
     fn graph(format: GgmlType, rows: usize, n: usize, row_bytes: usize, as_param: bool) -> Graph {
@@ -291,7 +292,7 @@ fn block_weights_take_their_mlx_form_when_bound() {
         let k = blocks_per_row * format.block_values();
         let weights: Vec<HostTensor> = (0..2)
             .map(|_| {
-                let bytes = random_blocks(&mut rng, format, n * blocks_per_row);
+                let bytes = random_blocks(format, n * blocks_per_row, || rng.uniform(0.0, 1.0));
                 HostTensor::from_vec(bytes, [n, row_bytes]).unwrap()
             })
             .collect();

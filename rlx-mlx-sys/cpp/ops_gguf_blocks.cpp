@@ -238,17 +238,29 @@ mx::array five_bit_values(const mx::array& bytes, int32_t format) {
 
 /// `bytes` as MLX affine groups of 32 where the format maps onto them exactly (Q8_0, Q4_0,
 /// Q4_1, Q4_K); the other formats' float values instead.
+/// Whether `format`'s values are exactly MLX affine groups of 32 (Q8_0, Q4_0, Q4_1, Q4_K);
+/// the other formats are multiplied as float32 values.
+bool affine_form(int32_t format) { return format == 12 || !(k_quant(format) || five_bit(format)); }
+
 std::variant<AffineBlocks, mx::array> groups_or_values(const mx::array& bytes, int32_t format,
                                                        const char* op) {
   if (format == 12) return q4_k_affine(bytes);
-  if (k_quant(format)) return k_quant_values(bytes, format);
-  if (five_bit(format)) return five_bit_values(bytes, format);
+  if (!affine_form(format)) {
+    return k_quant(format) ? k_quant_values(bytes, format) : five_bit_values(bytes, format);
+  }
   return affine_blocks(bytes, format, op);
 }
 
 }  // namespace
 
 extern "C" {
+
+int rlx_mlx_block_prepared_parts(int32_t format, size_t* count) {
+  return guard([&] {
+    block_bytes_of(format, "block_prepared_parts");
+    *count = affine_form(format) ? 3 : 1;
+  });
+}
 
 int rlx_mlx_block_prepare(const rlx_mlx_array* w, int32_t format, rlx_mlx_array** out,
                           size_t* count) {

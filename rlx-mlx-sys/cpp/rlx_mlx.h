@@ -367,6 +367,9 @@ int rlx_mlx_block_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w, int32_t
    room for 3 handles; `count` receives how many were written. */
 int rlx_mlx_block_prepare(const rlx_mlx_array* w, int32_t format, rlx_mlx_array** out,
                           size_t* count);
+/* How many arrays `rlx_mlx_block_prepare` makes of a weight in `format` (3 or 1), known
+   before any weight is bound so that a lowering can place them. */
+int rlx_mlx_block_prepared_parts(int32_t format, size_t* count);
 /* `rlx_mlx_block_matmul(x, w, format)` from the `count` arrays `rlx_mlx_block_prepare`
    made of `w`. */
 int rlx_mlx_block_matmul_prepared(const rlx_mlx_array* x, rlx_mlx_array* const* parts,

@@ -388,6 +388,7 @@ unsafe extern "C" {
         format: i32,
         out: *mut *mut Array,
     ) -> c_int;
+    pub fn rlx_mlx_block_prepared_parts(format: i32, count: *mut usize) -> c_int;
     pub fn rlx_mlx_block_prepare(
         w: *const Array,
         format: i32,

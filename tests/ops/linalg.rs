@@ -13,7 +13,8 @@ use rlx::tensor::HostTensor;
 use crate::gradient::{Input, grad_check, op};
 use crate::harness::{check, declared, graph_of};
 use crate::reference::{FLOATS, Nd, Rng, indices, random, to_tensor};
-use rlx_testkit::gguf::{BLOCK_FORMATS, random_blocks};
+use rlx::gguf::random_blocks;
+use rlx::ir::BLOCK_FORMATS;
 
 /// Naive batched matmul with numpy batch broadcasting and transpose flags.
 fn matmul_ref(a: &Nd, b: &Nd, ta: bool, tb: bool) -> Nd {
@@ -602,7 +603,9 @@ fn block_matmul_every_format_and_batch_size() {
     for format in BLOCK_FORMATS {
         for rows in [1usize, 3, 20] {
             let (n, k) = (70, 2 * format.block_values().max(48));
-            let bytes = random_blocks(&mut rng, format, n * k / format.block_values());
+            let bytes = random_blocks(format, n * k / format.block_values(), || {
+                rng.uniform(0.0, 1.0)
+            });
             let row_bytes = k / format.block_values() * format.block_bytes();
             let mut dense = vec![0f64; n * k];
             for (row, out) in bytes.chunks(row_bytes).zip(dense.chunks_mut(k)) {
@@ -651,7 +654,9 @@ fn block_matmul_int8_activations_within_their_bound() {
     for format in BLOCK_FORMATS {
         for rows in [1usize, 2, 5, 20] {
             let (n, k) = (40, 2 * format.block_values().max(64));
-            let w = random_blocks(&mut rng, format, n * k / format.block_values());
+            let w = random_blocks(format, n * k / format.block_values(), || {
+                rng.uniform(0.0, 1.0)
+            });
             let row_bytes = k / format.block_values() * format.block_bytes();
             let w = HostTensor::from_vec(w, [n, row_bytes]).unwrap();
             let x = random(&mut rng, DType::F32, &[rows, k], -3.0, 3.0);
@@ -736,7 +741,7 @@ fn block_matmul_activation_gradient_every_format() {
             (None, ActivationPrecision::Int8),
         ] {
             let (n, k) = (5, format.block_values());
-            let bytes = random_blocks(&mut rng, format, n);
+            let bytes = random_blocks(format, n, || rng.uniform(0.0, 1.0));
             let row_bytes = format.block_bytes();
             let mut dense = vec![0f64; n * k];
             rlx::gguf::dequantize_f64(format, &bytes, &mut dense).unwrap();
@@ -795,7 +800,7 @@ fn block_dequantize_every_format() {
     let mut rng = Rng(51);
     for format in BLOCK_FORMATS {
         let (rows, blocks) = (6, 3);
-        let bytes = random_blocks(&mut rng, format, rows * blocks);
+        let bytes = random_blocks(format, rows * blocks, || rng.uniform(0.0, 1.0));
         let mut dense = vec![0f64; rows * blocks * format.block_values()];
         rlx::gguf::dequantize_f64(format, &bytes, &mut dense).unwrap();
         let row_bytes = blocks * format.block_bytes();

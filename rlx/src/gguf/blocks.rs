@@ -646,13 +646,24 @@ k_quant_blocks! {
 }
 
 /// `count` blocks of `format` with random values and modest scales: every byte from
-/// `next` (uniform in `[0, 1)`), then the f16 scale (and minimum) set so that a value's
-/// magnitude stays below about 0.3. For generated tests and benchmarks.
-pub(crate) fn random_blocks(
-    format: GgmlType,
-    count: usize,
-    mut next: impl FnMut() -> f64,
-) -> Vec<u8> {
+/// `next` (uniform in `[0, 1)`), then the f16 scale (and minimum, of the sign that gives
+/// values of both signs) set so that a value's magnitude stays below about 0.3. For
+/// generated tests and benchmarks of the block ops.
+///
+/// ```
+/// use rlx::gguf::{GgmlType, dequantize, random_blocks};
+///
+/// let mut state = 1u32;
+/// let bytes = random_blocks(GgmlType::Q4_0, 3, || {
+///     state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+///     f64::from(state >> 8) / f64::from(1u32 << 24)
+/// });
+/// assert_eq!(bytes.len(), 3 * GgmlType::Q4_0.block_bytes());
+/// let mut values = [0f32; 3 * 32];
+/// dequantize(GgmlType::Q4_0, &bytes, &mut values).unwrap();
+/// assert!(values.iter().all(|v| v.abs() < 0.5));
+/// ```
+pub fn random_blocks(format: GgmlType, count: usize, mut next: impl FnMut() -> f64) -> Vec<u8> {
     use GgmlType as G;
     // Where the f16 scale and minimum lie, the largest sub-scale they are multiplied by,
     // and the minimum's sign (subtracted in the K-quants, added in Q4_1 and Q5_1).

@@ -14,12 +14,12 @@
 mod blocks;
 pub(crate) use blocks::{
     Block, Q2KBlock, Q3KBlock, Q4_0Block, Q4_1Block, Q4KBlock, Q5_0Block, Q5_1Block, Q5KBlock,
-    Q6KBlock, Q8_0Block, half_f32, q3_k_scale, random_blocks,
+    Q6KBlock, Q8_0Block, half_f32, q3_k_scale,
 };
 mod parse;
 mod quantize;
 
-pub use blocks::{DequantizeError, GgmlType, dequantize, dequantize_f64};
+pub use blocks::{DequantizeError, GgmlType, dequantize, dequantize_f64, random_blocks};
 pub use quantize::{QuantizeError, quantize, quantizes};
 
 use std::path::{Path, PathBuf};

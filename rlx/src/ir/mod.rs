@@ -14,12 +14,12 @@ mod shape;
 mod verify;
 
 pub use crate::ops::{
-    ActivationPrecision, ArgReduce, Attention, BlockDequantize, BlockMatMul, Broadcast, Cast,
-    Concat, Conv, ConvTranspose, Cumsum, Custom, Dequantize, DynamicSlice, Gather, GatherMatMul,
-    Judgement, LayerNorm, LinearScan, MatMul, Op, OpKind, Pad, Permute, Pool, QuantizedMatMul,
-    RandomUniform, Reduce, ReferenceError, Reshape, RmsNorm, Rope, SampleToken, Sampled, Sampler,
-    ScatterAdd, ScatterMatMul, Slice, SliceUpdate, Softmax, Sort, Tolerance, TopK, Upsample,
-    block_matmul_supports, evaluate_reference,
+    ActivationPrecision, ArgReduce, Attention, BLOCK_FORMATS, BlockDequantize, BlockMatMul,
+    Broadcast, Cast, Concat, Conv, ConvTranspose, Cumsum, Custom, Dequantize, DynamicSlice, Gather,
+    GatherMatMul, Judgement, LayerNorm, LinearScan, MatMul, Op, OpKind, Pad, Permute, Pool,
+    QuantizedMatMul, RandomUniform, Reduce, ReferenceError, Reshape, RmsNorm, Rope, SampleToken,
+    Sampled, Sampler, ScatterAdd, ScatterMatMul, Slice, SliceUpdate, Softmax, Sort, Tolerance,
+    TopK, Upsample, block_matmul_supports, evaluate_reference,
 };
 pub use constant::{ConstantData, ConstantError, Scalar};
 pub use dim::{Dim, DimExpr, EvalDimError, Symbol};

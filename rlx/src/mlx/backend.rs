@@ -221,7 +221,12 @@ impl Backend for MlxBackend {
         leaves.extend(signature.inputs.iter().map(|i| i.node));
         leaves.extend(g.states().map(|(id, _)| id));
         let block_formats = block_weight_params(&g, &params);
-        let prepared = prepared_slots(&g, &params, &block_formats, leaves.len());
+        let prepared = prepared_slots(&g, &params, &block_formats, leaves.len()).map_err(|e| {
+            CompileError::Backend {
+                backend: NAME,
+                message: e.message,
+            }
+        })?;
         let states: Arc<[StateSpec]> = StateSpec::of(&g).into();
         let written = g
             .writes()

@@ -19,6 +19,7 @@ use crate::ir::MatMul;
 use crate::ir::{Graph, NodeId, Op};
 
 use super::lower::PreparedWeight;
+use super::{MlxError, ops::block_prepared_parts};
 
 /// Per param of `params`: whether it is stored K-major, which is when it has rank 2 or more
 /// and every use of it is as the right operand of a matrix product that reads it
@@ -74,30 +75,21 @@ pub(crate) fn block_weight_params(graph: &Graph, params: &ParamTable) -> Vec<Opt
     formats
 }
 
-/// How many arrays the MLX form of a block weight in `format` has: MLX's affine groups
-/// (words, scales, biases) where the format is exactly that, else its float values.
-pub(crate) fn prepared_parts(format: Option<GgmlType>) -> usize {
-    match format {
-        None => 0,
-        Some(GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4K) => 3,
-        Some(_) => 1,
-    }
-}
-
 /// Per node of `graph`: where the MLX form of a block weight (a param with a format in
 /// `formats`) lies in a call's leaves. The forms follow the `leaf_count` other leaves
-/// (params, inputs, states), in param order.
+/// (params, inputs, states), in param order; how many arrays each has is the shim's
+/// answer ([`block_prepared_parts`]), the one place that decides a format's MLX form.
 pub(crate) fn prepared_slots(
     graph: &Graph,
     params: &ParamTable,
     formats: &[Option<GgmlType>],
     leaf_count: usize,
-) -> Vec<Option<PreparedWeight>> {
+) -> Result<Vec<Option<PreparedWeight>>, MlxError> {
     let mut slots = vec![None; graph.len()];
     let mut first = leaf_count;
     for (spec, &format) in params.specs.iter().zip(formats) {
         let Some(format) = format else { continue };
-        let count = prepared_parts(Some(format));
+        let count = block_prepared_parts(format.id())?;
         slots[spec.node.index()] = Some(PreparedWeight {
             first,
             count,
@@ -105,7 +97,7 @@ pub(crate) fn prepared_slots(
         });
         first += count;
     }
-    slots
+    Ok(slots)
 }
 
 #[cfg(test)]

@@ -67,7 +67,7 @@ use crate::ir::{AttrValue, DType, Graph, NodeId, Op};
 use crate::passes;
 use crate::tensor::{HostTensor, TensorRef};
 use compiled::Function;
-use layout::{block_weight_params, k_major_params, prepared_parts, prepared_slots};
+use layout::{block_weight_params, k_major_params, prepared_slots};
 use lower::{BiasAdds, Constants, Lowering, PreparedWeight, eval_error, upload_constants};
 use values::{MlxState, MlxValue};
 
@@ -349,7 +349,11 @@ impl Executable for MlxExecutable {
         needs_context(&self.states)?;
         let _gpu = device::gpu_turn(self.device);
         let uploaded = upload(inputs, self.device)?;
-        let (plan, mut leaves, prepared) = self.bind_leaves(inputs, &uploaded, dims)?;
+        let BoundLeaves {
+            plan,
+            mut leaves,
+            prepared,
+        } = self.bind_leaves(inputs, &uploaded, dims)?;
         leaves.extend(prepared);
         Array::eval(&leaves.iter().collect::<Vec<_>>()).map_err(backend_error)?;
         let mut timings = Vec::new();
@@ -460,6 +464,15 @@ impl Executable for MlxExecutable {
         let results = self.evaluate(&described, &arrays, dims, Some(&mut state.arrays))?;
         self.output_values(results)
     }
+}
+
+/// A call's arrays once its inputs are bound: the plan for their dims, the leaves in call
+/// order (the bound weights, then the inputs; a call appends the states), and the block
+/// weights' MLX forms, which follow every other leaf.
+struct BoundLeaves {
+    plan: Arc<BindingPlan>,
+    leaves: Vec<Array>,
+    prepared: Vec<Array>,
 }
 
 impl MlxExecutable {
@@ -606,13 +619,6 @@ impl MlxExecutable {
                     }
                     None => Vec::new(),
                 };
-                if prepared.len() != prepared_parts(self.block_formats[i]) {
-                    return Err(backend_error(MlxError::new(format!(
-                        "the MLX form of a {:?} weight has {} arrays",
-                        self.block_formats[i],
-                        prepared.len()
-                    ))));
-                }
                 Ok((i, Weight { array, prepared }))
             })
             .collect::<Result<Vec<_>, RunError>>()?;
@@ -631,16 +637,13 @@ impl MlxExecutable {
     }
 
     /// Binds the runtime dims from `inputs` (their arrays in `arrays`), checks the inputs
-    /// against that binding, and returns its plan with the leaves in call order (the bound
-    /// weights, then the inputs) and the block weights' MLX forms, which follow every leaf
-    /// (states included) in a call.
-    #[allow(clippy::type_complexity)]
+    /// against that binding, and returns its plan with the arrays of a call.
     fn bind_leaves<G: Given>(
         &self,
         inputs: &[(&str, G)],
         arrays: &[Array],
         dims: &[(&str, usize)],
-    ) -> Result<(Arc<BindingPlan>, Vec<Array>, Vec<Array>), RunError> {
+    ) -> Result<BoundLeaves, RunError> {
         // The weights as bound now: a concurrent `set_weights` does not reach this run.
         let (mut leaves, prepared): (Vec<Array>, Vec<Array>) = {
             let bound = read(&self.weights);
@@ -660,7 +663,11 @@ impl MlxExecutable {
             shapes[self.signature.inputs[i].node.index()].as_slice()
         })?;
         leaves.extend(binder.provided.iter().map(|&given| arrays[given].clone()));
-        Ok((plan, leaves, prepared))
+        Ok(BoundLeaves {
+            plan,
+            leaves,
+            prepared,
+        })
     }
 
     /// Binds the inputs (described by `inputs`, their arrays in `arrays`), lowers or calls
@@ -674,7 +681,11 @@ impl MlxExecutable {
         dims: &[(&str, usize)],
         states: Option<&mut Vec<Option<Array>>>,
     ) -> Result<Vec<Array>, RunError> {
-        let (plan, mut leaves, prepared) = self.bind_leaves(inputs, arrays, dims)?;
+        let BoundLeaves {
+            plan,
+            mut leaves,
+            prepared,
+        } = self.bind_leaves(inputs, arrays, dims)?;
         if let Some(states) = &states {
             for (k, state) in states.iter().enumerate() {
                 leaves.push(match state {

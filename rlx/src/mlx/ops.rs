@@ -692,3 +692,12 @@ fn host_array(t: Result<HostTensor, TensorError>) -> Result<Array, MlxError> {
     let t = t.map_err(|e| MlxError::new(e.to_string()))?;
     Array::from_tensor(t.view())
 }
+
+/// How many arrays [`Array::block_prepare`] makes of a weight in GGUF `format` (3 for MLX's
+/// affine groups, 1 for float values), known before any weight is bound.
+pub(crate) fn block_prepared_parts(format: u32) -> Result<usize, MlxError> {
+    let mut count = 0usize;
+    // SAFETY: `count` is a valid slot; the shim only reads `format`.
+    check(unsafe { sys::rlx_mlx_block_prepared_parts(format as i32, &mut count) })?;
+    Ok(count)
+}

@@ -45,8 +45,8 @@ pub use evaluate::{ReferenceError, evaluate_reference};
 pub(crate) use leaf::{Input, Param, State};
 pub(crate) use linalg::Solve;
 pub use linalg::{
-    ActivationPrecision, BlockDequantize, BlockMatMul, Dequantize, GatherMatMul, MatMul,
-    QuantizedMatMul, ScatterMatMul, block_matmul_supports,
+    ActivationPrecision, BLOCK_FORMATS, BlockDequantize, BlockMatMul, Dequantize, GatherMatMul,
+    MatMul, QuantizedMatMul, ScatterMatMul, block_matmul_supports,
 };
 pub(crate) use movement::{After, Checkpoint, StopGradient};
 pub use movement::{

@@ -93,8 +93,16 @@ impl BlockMatMul {
     }
 }
 
-/// The formats [`BlockMatMul`] and [`BlockDequantize`](super::BlockDequantize) take.
-pub(crate) const BLOCK_FORMATS: [GgmlType; 10] = [
+/// The GGUF formats [`BlockMatMul`] and [`BlockDequantize`](super::BlockDequantize) take.
+///
+/// ```
+/// use rlx::gguf::GgmlType;
+/// use rlx::ir::{BLOCK_FORMATS, block_matmul_supports};
+///
+/// assert!(BLOCK_FORMATS.contains(&GgmlType::Q4K));
+/// assert!(BLOCK_FORMATS.iter().all(|&f| block_matmul_supports(f)));
+/// ```
+pub const BLOCK_FORMATS: [GgmlType; 10] = [
     GgmlType::Q8_0,
     GgmlType::Q4_0,
     GgmlType::Q4_1,

@@ -10,9 +10,7 @@ mod quantized_matmul;
 mod solve;
 
 pub use block_dequantize::BlockDequantize;
-#[cfg(test)]
-pub(crate) use block_matmul::BLOCK_FORMATS;
-pub use block_matmul::{ActivationPrecision, BlockMatMul, block_matmul_supports};
+pub use block_matmul::{ActivationPrecision, BLOCK_FORMATS, BlockMatMul, block_matmul_supports};
 pub use dequantize::Dequantize;
 pub use gather_matmul::{GatherMatMul, ScatterMatMul};
 pub use matmul::MatMul;
