@@ -3,8 +3,10 @@
 // nothing where it does not apply, and MLX's own op runs instead.
 #include "shim_internal.h"
 
-// kAttentionSource: cpp/attention.cu, embedded by build.rs.
+// kAttentionSource, kDecodeAttentionSource: cpp/attention.cu and cpp/decode_attention.cu,
+// embedded by build.rs.
 #include "attention_source.h"
+#include "decode_attention_source.h"
 
 namespace rlx {
 
@@ -116,6 +118,89 @@ std::optional<mx::array> fused_attention_gpu(const mx::array& q, const mx::array
   // The kernel writes [B, Sq, H, Dv]; the result is its [B, H, Sq, Dv] view, so the head
   // merge that usually follows is a free view too.
   return mx::transpose(out.at(0), {0, 2, 1, 3});
+}
+
+// Attention of a few query rows over the first `length` keys (cpp/decode_attention.cu), or
+// nothing where it does not apply (another device or dtype, more than 16 query rows per
+// key head, features not in fours or past 128, a mask tensor) and the lowering masks the
+// keys instead. `length` is a scalar integer array, possibly out of [0, Sk] (the lowering
+// checks it; the kernel clamps it).
+std::optional<mx::array> prefix_attention_gpu(const mx::array& q, const mx::array& k,
+                                              const mx::array& v, float scale,
+                                              const mx::array& length,
+                                              rlx_mlx_mask_kind mask_kind, int64_t window) {
+  constexpr int max_rows = 16, max_features = 128, threads = 256, grid_axis_limit = 65535;
+  if (cuda_build_compute_major() == 0) return std::nullopt;
+  if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4 || length.size() != 1) return std::nullopt;
+  if (q.dtype() != mx::float32 || k.dtype() != mx::float32 || v.dtype() != mx::float32) return std::nullopt;
+  if (!mx::issubdtype(length.dtype(), mx::integer)) return std::nullopt;
+  const int batch = q.shape(0), hq = q.shape(1), sq = q.shape(2), dk = q.shape(3);
+  const int hk = k.shape(1), sk = k.shape(2), dv = v.shape(3);
+  if (k.shape(0) != batch || v.shape(0) != batch || v.shape(1) != hk || v.shape(2) != sk) return std::nullopt;
+  if (hk < 1 || hq % hk != 0 || batch > grid_axis_limit || hk > grid_axis_limit) return std::nullopt;
+  const int rows = (hq / hk) * sq;
+  if (rows < 1 || rows > max_rows || sk < 1) return std::nullopt;
+  if (dk % 4 != 0 || dv % 4 != 0 || dk < 4 || dk > max_features || dv < 4 || dv > max_features) return std::nullopt;
+  int kind = 0;
+  switch (mask_kind) {
+    case RLX_MLX_MASK_NONE: kind = 0; break;
+    case RLX_MLX_MASK_CAUSAL: kind = 1; break;
+    case RLX_MLX_MASK_WINDOW: kind = 2; break;
+    default: return std::nullopt;
+  }
+  if (kind == 2 && (window < 1 || window > std::numeric_limits<int>::max())) return std::nullopt;
+  // Keys a block scores: the scores of every row fit 16 KB of shared memory.
+  int chunk = 1024;
+  while (chunk * rows > 4096) chunk /= 2;
+  const int splits = (sk + chunk - 1) / chunk;
+  if (splits > grid_axis_limit) return std::nullopt;
+  const std::vector<std::pair<std::string, mx::fast::TemplateArg>> template_args{
+      {"D", dk}, {"DV", dv}, {"ROWS", rows}, {"CHUNK", chunk}, {"MASK", kind},
+      {"WINDOW", kind == 2 ? static_cast<int>(window) : 0}, {"LenT", length.dtype()}};
+  const std::string args = R"((
+      q, k, v, length, scale, q_shape[1], k_shape[1], q_shape[2], k_shape[2],
+      q_strides[0], q_strides[1], q_strides[2], q_strides[3],
+      k_strides[0], k_strides[1], k_strides[2], k_strides[3],
+      v_strides[0], v_strides[1], v_strides[2], v_strides[3], )";
+  const std::string name = "rlx_decode::decode_attention<D, DV, ROWS, CHUNK, MASK, WINDOW, LenT, ";
+  const std::vector<mx::array> inputs{q, k, v, length, mx::array(scale, mx::float32)};
+  const mx::Shape out_shape{batch, sq, hq, dv};
+  const std::tuple<int, int, int> grid{splits * threads, hk, batch}, block{threads, 1, 1};
+  mx::array out = mx::array(0.f);
+  if (splits == 1) {
+    static const mx::fast::CustomKernelFunction whole = mx::fast::cuda_kernel(
+        "rlx_decode_attention", {"q", "k", "v", "length", "scale"}, {"out"},
+        name + "true>" + args + "out, nullptr);", kDecodeAttentionSource,
+        /*ensure_row_contiguous=*/false);
+    out = whole(inputs, {out_shape}, {mx::float32}, grid, block, template_args, std::nullopt,
+                false, {})
+              .at(0);
+  } else {
+    static const mx::fast::CustomKernelFunction split = mx::fast::cuda_kernel(
+        "rlx_decode_attention_split", {"q", "k", "v", "length", "scale"}, {"parts", "stats"},
+        name + "false>" + args + "parts, stats);", kDecodeAttentionSource,
+        /*ensure_row_contiguous=*/false);
+    static const mx::fast::CustomKernelFunction combine = mx::fast::cuda_kernel(
+        "rlx_decode_combine", {"parts", "stats", "length"}, {"out"}, R"(
+  rlx_decode::decode_combine<DV, CHUNK, LenT>(parts, stats, length, parts_shape[0],
+                                              parts_shape[1], SK, out);
+)",
+        kDecodeAttentionSource, /*ensure_row_contiguous=*/true);
+    const int total_rows = batch * sq * hq;
+    std::vector<mx::array> halves =
+        split(inputs, {{total_rows, splits, dv}, {total_rows, splits, 2}},
+              {mx::float32, mx::float32}, grid, block, template_args, std::nullopt, false, {});
+    const int elements = total_rows * dv;
+    const int combine_block = 128;
+    out = combine({halves.at(0), halves.at(1), length}, {out_shape}, {mx::float32},
+                  {(elements + combine_block - 1) / combine_block * combine_block, 1, 1},
+                  {combine_block, 1, 1},
+                  {{"DV", dv}, {"CHUNK", chunk}, {"LenT", length.dtype()}, {"SK", sk}},
+                  std::nullopt, false, {})
+              .at(0);
+  }
+  // [B, Sq, Hq, Dv] as its [B, Hq, Sq, Dv] view, as the other attention kernels return it.
+  return mx::transpose(out, {0, 2, 1, 3});
 }
 
 // Rows of a float32 [rows, width] table by index on an NVIDIA GPU, four floats a thread, or

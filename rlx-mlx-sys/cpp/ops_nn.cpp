@@ -394,6 +394,17 @@ int rlx_mlx_attention(const rlx_mlx_array* q, const rlx_mlx_array* k, const rlx_
   return guard([&] { put(out, attention(get(q), get(k), get(v), scale, mask_kind, window, mask)); });
 }
 
+int rlx_mlx_attention_prefix(const rlx_mlx_array* q, const rlx_mlx_array* k,
+                             const rlx_mlx_array* v, double scale, const rlx_mlx_array* length,
+                             rlx_mlx_mask_kind mask_kind, int64_t window, rlx_mlx_array** out) {
+  return guard([&] {
+    *out = nullptr;
+    const std::optional<mx::array> y = prefix_attention_gpu(
+        get(q), get(k), get(v), static_cast<float>(scale), get(length), mask_kind, window);
+    if (y) put(out, *y);
+  });
+}
+
 int rlx_mlx_rope(const rlx_mlx_array* x, int32_t dims, double base, double scale, bool traditional,
                  const rlx_mlx_array* offset, const rlx_mlx_array* periods, rlx_mlx_array** out) {
   return guard([&] {

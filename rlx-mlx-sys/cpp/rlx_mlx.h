@@ -323,6 +323,14 @@ int rlx_mlx_slice_update(const rlx_mlx_array* x, const rlx_mlx_array* update,
 int rlx_mlx_attention(const rlx_mlx_array* q, const rlx_mlx_array* k, const rlx_mlx_array* v,
                       double scale, rlx_mlx_mask_kind mask_kind, int64_t window, const rlx_mlx_array* mask,
                       rlx_mlx_array** out);
+/* Attention of q over the first `length` keys of k and v (`length` a scalar integer
+   array; the caller checks it against the keys), under mask_kind NONE, CAUSAL (aligned to
+   `length`) or WINDOW, by RLX's decoding kernel on an NVIDIA GPU. Writes NULL to `out`
+   where that kernel does not apply (another device or dtype, too many query rows, a mask
+   array): the caller then masks the keys itself. */
+int rlx_mlx_attention_prefix(const rlx_mlx_array* q, const rlx_mlx_array* k,
+                             const rlx_mlx_array* v, double scale, const rlx_mlx_array* length,
+                             rlx_mlx_mask_kind mask_kind, int64_t window, rlx_mlx_array** out);
 /* offset may be NULL (positions start at 0); periods (float, dims / 2 of them: each pair
    turns by 1 / period radians per position) may be NULL (base's frequencies). */
 int rlx_mlx_rope(const rlx_mlx_array* x, int32_t dims, double base, double scale,

@@ -193,6 +193,10 @@ std::optional<mx::array> fused_attention_gpu(const mx::array& q, const mx::array
                                              const mx::array& v, float scale,
                                              rlx_mlx_mask_kind mask_kind, int64_t window,
                                              const std::optional<mx::array>& mask);
+std::optional<mx::array> prefix_attention_gpu(const mx::array& q, const mx::array& k,
+                                              const mx::array& v, float scale,
+                                              const mx::array& length,
+                                              rlx_mlx_mask_kind mask_kind, int64_t window);
 std::optional<mx::array> take_rows_gpu(const mx::array& table, const mx::array& idx);
 
 }  // namespace rlx

@@ -311,6 +311,16 @@ unsafe extern "C" {
         mask: *const Array,
         out: *mut *mut Array,
     ) -> c_int;
+    pub fn rlx_mlx_attention_prefix(
+        q: *const Array,
+        k: *const Array,
+        v: *const Array,
+        scale: f64,
+        length: *const Array,
+        mask_kind: rlx_mlx_mask_kind,
+        window: i64,
+        out: *mut *mut Array,
+    ) -> c_int;
     pub fn rlx_mlx_rope(
         x: *const Array,
         dims: i32,

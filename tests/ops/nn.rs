@@ -565,58 +565,73 @@ fn attention_over_a_run_time_number_of_keys() {
         AttentionMask::SlidingWindow(2),
         AttentionMask::Tensor,
     ];
+    // (q, k, v, mask dims; key lengths): small heads, then decoding shapes that NVIDIA
+    // GPUs run in RLX's decoding kernel: one query row for three heads of a key head, and
+    // three rows for four heads over keys in several chunks (the split path).
+    let shapes: [([usize; 4], [usize; 4], [usize; 4], [usize; 2], [usize; 3]); 3] = [
+        ([1, 4, 2, 3], [1, 2, 5, 3], [1, 2, 5, 4], [2, 5], [0, 2, 5]),
+        ([2, 6, 1, 8], [2, 2, 5, 8], [2, 2, 5, 4], [1, 5], [0, 2, 5]),
+        (
+            [1, 4, 3, 64],
+            [1, 1, 1100, 64],
+            [1, 1, 1100, 64],
+            [3, 1100],
+            [1, 700, 1100],
+        ),
+    ];
     for dtype in FLOATS {
         for mask in masks {
-            for n in [0usize, 2, 5] {
-                let (qs, ks, vs, ms) = ([1, 4, 2, 3], [1, 2, 5, 3], [1, 2, 5, 4], [2, 5]);
-                let q = random(&mut rng, dtype, &qs, -1.0, 1.0);
-                let k = random(&mut rng, dtype, &ks, -1.0, 1.0);
-                let v = random(&mut rng, dtype, &vs, -1.0, 1.0);
-                let m = random(&mut rng, dtype, &ms, -1.0, 0.0);
-                let length = HostTensor::from_vec(vec![n as i32], []).unwrap();
-                let tensor = mask == AttentionMask::Tensor;
-                let attention = |key_length| {
-                    Op::Attention(Attention {
-                        scale: 0.6,
-                        mask,
-                        key_length,
-                    })
-                };
-                let mut inputs = vec![
-                    ("q", dtype, declared(&qs, &[])),
-                    ("k", dtype, declared(&ks, &[])),
-                    ("v", dtype, declared(&vs, &[])),
-                ];
-                if tensor {
-                    inputs.push(("m", dtype, declared(&ms, &[])));
-                }
-                inputs.push(("n", DType::I32, declared(&[], &[])));
-                let g = graph_of(&inputs, |b, i| b.op(attention(true), i).unwrap());
-                // The same over sliced operands, by the float64 reference.
-                let sliced = graph_of(&inputs[..inputs.len() - 1], |b, i| {
-                    let cut = |b: &mut rlx::builder::GraphBuilder, x, axis| {
-                        let op = Op::Slice(rlx::ir::Slice {
-                            axis,
-                            start: 0,
-                            stop: Some(n as i64),
-                            step: 1,
-                        });
-                        b.op(op, &[x]).unwrap()
+            for (qs, ks, vs, ms, lengths) in shapes {
+                for n in lengths {
+                    let q = random(&mut rng, dtype, &qs, -1.0, 1.0);
+                    let k = random(&mut rng, dtype, &ks, -1.0, 1.0);
+                    let v = random(&mut rng, dtype, &vs, -1.0, 1.0);
+                    let m = random(&mut rng, dtype, &ms, -1.0, 0.0);
+                    let length = HostTensor::from_vec(vec![n as i32], []).unwrap();
+                    let tensor = mask == AttentionMask::Tensor;
+                    let attention = |key_length| {
+                        Op::Attention(Attention {
+                            scale: 0.6,
+                            mask,
+                            key_length,
+                        })
                     };
-                    let mut operands = vec![i[0], cut(b, i[1], 2), cut(b, i[2], 2)];
+                    let mut inputs = vec![
+                        ("q", dtype, declared(&qs, &[])),
+                        ("k", dtype, declared(&ks, &[])),
+                        ("v", dtype, declared(&vs, &[])),
+                    ];
                     if tensor {
-                        operands.push(cut(b, i[3], 1));
+                        inputs.push(("m", dtype, declared(&ms, &[])));
                     }
-                    b.op(attention(false), &operands).unwrap()
-                });
-                let mut given = vec![("q", &q), ("k", &k), ("v", &v)];
-                if tensor {
-                    given.push(("m", &m));
+                    inputs.push(("n", DType::I32, declared(&[], &[])));
+                    let g = graph_of(&inputs, |b, i| b.op(attention(true), i).unwrap());
+                    // The same over sliced operands, by the float64 reference.
+                    let sliced = graph_of(&inputs[..inputs.len() - 1], |b, i| {
+                        let cut = |b: &mut rlx::builder::GraphBuilder, x, axis| {
+                            let op = Op::Slice(rlx::ir::Slice {
+                                axis,
+                                start: 0,
+                                stop: Some(n as i64),
+                                step: 1,
+                            });
+                            b.op(op, &[x]).unwrap()
+                        };
+                        let mut operands = vec![i[0], cut(b, i[1], 2), cut(b, i[2], 2)];
+                        if tensor {
+                            operands.push(cut(b, i[3], 1));
+                        }
+                        b.op(attention(false), &operands).unwrap()
+                    });
+                    let mut given = vec![("q", &q), ("k", &k), ("v", &v)];
+                    if tensor {
+                        given.push(("m", &m));
+                    }
+                    let expected = rlx::ir::evaluate_reference(&sliced, &given, &[], &[]).unwrap();
+                    let expected = to_tensor(&Nd::of(&expected[0]), dtype);
+                    given.push(("n", &length));
+                    check(&g, &given, &[], &[expected], 1.0);
                 }
-                let expected = rlx::ir::evaluate_reference(&sliced, &given, &[], &[]).unwrap();
-                let expected = to_tensor(&Nd::of(&expected[0]), dtype);
-                given.push(("n", &length));
-                check(&g, &given, &[], &[expected], 1.0);
             }
         }
     }

@@ -365,6 +365,42 @@ impl Array {
         })
     }
 
+    /// [`Array::attention`] over the first `length` keys (a scalar integer array, checked
+    /// by the caller) under `mask` (not an array), by RLX's decoding kernel on an NVIDIA
+    /// GPU; `None` where that kernel does not apply and the caller masks the keys instead.
+    pub(crate) fn attention_prefix(
+        &self,
+        k: &Array,
+        v: &Array,
+        scale: f64,
+        length: &Array,
+        mask: MaskArg<'_>,
+    ) -> Result<Option<Array>, MlxError> {
+        let (kind, window) = match mask {
+            MaskArg::None => (sys::RLX_MLX_MASK_NONE, 0),
+            MaskArg::Causal => (sys::RLX_MLX_MASK_CAUSAL, 0),
+            MaskArg::Window(w) => (sys::RLX_MLX_MASK_WINDOW, w as i64),
+            MaskArg::Array(_) => return Ok(None),
+        };
+        let mut out = ptr::null_mut();
+        // SAFETY: the handles are live; `out` is a valid slot the shim fills or leaves null.
+        let status = unsafe {
+            sys::rlx_mlx_attention_prefix(
+                self.ptr(),
+                k.ptr(),
+                v.ptr(),
+                scale,
+                length.ptr(),
+                kind,
+                window,
+                &mut out,
+            )
+        };
+        let made = Array::from_raw(out);
+        check(status)?;
+        Ok(made)
+    }
+
     /// Rotary position embedding of the first `dims` features; with `periods` (`dims / 2`
     /// floats), pair `i` turns by `1 / periods[i]` radians per position instead of by
     /// `base`'s frequency.

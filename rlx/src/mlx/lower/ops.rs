@@ -305,11 +305,28 @@ impl Lower for ir::SliceUpdate {
     }
 }
 
-/// With a key length `n`, the keys from `n` on are masked out (MLX has no attention over a
-/// run-time length), the causal alignment moved to `n`, and `n` checked after evaluation.
+/// With a key length `n`, `n` is checked after evaluation, and on an NVIDIA GPU a few query
+/// rows (a decoding step) attend the first `n` keys in one kernel of ours; otherwise (MLX
+/// has no attention over a run-time length) the keys from `n` on are masked out, the causal
+/// alignment moved to `n`.
 impl Lower for ir::Attention {
     fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
         if self.key_length {
+            let kernel_mask = match self.mask {
+                AttentionMask::None => Some(MaskArg::None),
+                AttentionMask::Causal => Some(MaskArg::Causal),
+                AttentionMask::SlidingWindow(w) => Some(MaskArg::Window(w)),
+                AttentionMask::Tensor => None,
+            };
+            if let Some(mask) = kernel_mask {
+                let length = n.x[n.x.len() - 1];
+                if let Some(out) =
+                    n.x[0].attention_prefix(n.x[1], n.x[2], self.scale, length, mask)?
+                {
+                    self.check_length(n)?;
+                    return Ok(out);
+                }
+            }
             // A tensor mask is part of the mask built: only the other kinds are shared.
             let shared = self.mask != AttentionMask::Tensor;
             let allowed = match n.known_mask().filter(|_| shared) {
@@ -335,6 +352,26 @@ impl Lower for ir::Attention {
 }
 
 impl ir::Attention {
+    /// Flags a key length (the last operand) outside `0..=Sk` for the check after
+    /// evaluation, and returns it as `i64 [1, 1]`.
+    fn check_length(&self, n: &mut NodeInput<'_>) -> Result<Array, NodeFailure> {
+        let (lowering, node) = (n.lowering, n.node);
+        let k = &lowering.shapes[node.inputs[1].index()];
+        let seq_k = k[k.len() - 2];
+        let ints = |values: Vec<i64>| lowering.index_arrays.get(values, &[1, 1], lowering.device);
+        let last = n.x.len() - 1;
+        let length = n.x[last].cast(ir::DType::I64)?;
+        let bad = length
+            .compare(CompareOp::Lt, &ints(vec![0])?)?
+            .binary(
+                BinaryOp::Max,
+                &length.compare(CompareOp::Gt, &ints(vec![seq_k as i64])?)?,
+            )?
+            .reshape(&[])?;
+        n.check_indices(bad, last);
+        Ok(length)
+    }
+
     /// The mask of an attention over its first `n` keys (its last operand): `bool [Sq, Sk]`
     /// with the causal or window rule aligned to `n`, or the tensor mask where `j < n`.
     fn length_mask(&self, n: &mut NodeInput<'_>) -> Result<Array, NodeFailure> {
@@ -346,16 +383,8 @@ impl ir::Attention {
         let ints = |values: Vec<i64>, dims: [usize; 2]| {
             lowering.index_arrays.get(values, &dims, lowering.device)
         };
-        let length = n.x[n.x.len() - 1].cast(ir::DType::I64)?;
+        let length = self.check_length(n)?;
         let keys = ints((0..seq_k as i64).collect(), [1, seq_k])?;
-        let zero = ints(vec![0], [1, 1])?;
-        let size = ints(vec![seq_k as i64], [1, 1])?;
-        let bad = length
-            .compare(CompareOp::Lt, &zero)?
-            .binary(BinaryOp::Max, &length.compare(CompareOp::Gt, &size)?)?
-            .reshape(&[])?;
-        let last = n.x.len() - 1;
-        n.check_indices(bad, last);
         let mut allowed = keys.compare(CompareOp::Lt, &length)?;
         if let AttentionMask::Causal | AttentionMask::SlidingWindow(_) = self.mask {
             // Query i sits at key position i + n − Sq.
