@@ -70,10 +70,9 @@ mx::array write_window(const mx::array& v, const mx::array& u, const mx::array& 
                        const std::vector<int>& axes) {
   const bool gpu = mx::default_device() == mx::Device::gpu;
   if (!gpu || u.size() == 0 || mx::size_of(v.dtype()) == 8) return mx::slice_update(v, u, start, axes);
-  const mx::array at = mx::astype(start, mx::int32);
   std::vector<mx::array> indices;
   for (int k = 0; k < static_cast<int>(axes.size()); ++k) {
-    indices.push_back(mx::reshape(mx::slice(at, {k}, {k + 1}), {}));
+    indices.push_back(mx::reshape(mx::slice(start, {k}, {k + 1}), {}));
   }
   return mx::scatter(v, indices, mx::astype(u, v.dtype()), axes);
 }
@@ -132,32 +131,31 @@ int rlx_mlx_gather(const rlx_mlx_array* data, const rlx_mlx_array* indices, int3
   });
 }
 
-int rlx_mlx_dynamic_slice(const rlx_mlx_array* x, const rlx_mlx_array* offsets,
-                          const int32_t* axes, size_t n_axes, const int64_t* sizes, size_t ndim,
-                          rlx_mlx_array** out, rlx_mlx_array** bad) {
+int rlx_mlx_window_start(const rlx_mlx_array* offsets, const int64_t* shape, const int64_t* window,
+                         size_t ndim, const int32_t* axes, size_t n_axes, rlx_mlx_array** start,
+                         rlx_mlx_array** bad) {
   return guard([&] {
-    const mx::array& v = get(x);
-    const std::vector<int> along = axes_of(axes, n_axes);
-    const mx::Shape window = shape_of(sizes, ndim);
     std::optional<mx::array> wrong;
-    const mx::array start = window_offsets(get(offsets), v.shape(), along, window, &wrong);
-    put(out, mx::slice(v, start, along, window));
+    const mx::array at = window_offsets(get(offsets), shape_of(shape, ndim), axes_of(axes, n_axes),
+                                        shape_of(window, ndim), &wrong);
+    // MLX's dims are int32, so is every in-range offset.
+    put(start, mx::astype(at, mx::int32));
     put(bad, *wrong);
   });
 }
 
-int rlx_mlx_slice_update(const rlx_mlx_array* x, const rlx_mlx_array* update,
-                         const rlx_mlx_array* offsets, const int32_t* axes, size_t n_axes,
-                         rlx_mlx_array** out, rlx_mlx_array** bad) {
+int rlx_mlx_dynamic_slice_at(const rlx_mlx_array* x, const rlx_mlx_array* start,
+                             const int32_t* axes, size_t n_axes, const int64_t* sizes,
+                             size_t ndim, rlx_mlx_array** out) {
   return guard([&] {
-    const mx::array& v = get(x);
-    const mx::array& u = get(update);
-    const std::vector<int> along = axes_of(axes, n_axes);
-    std::optional<mx::array> wrong;
-    const mx::array start = window_offsets(get(offsets), v.shape(), along, u.shape(), &wrong);
-    put(out, write_window(v, u, start, along));
-    put(bad, *wrong);
+    put(out, mx::slice(get(x), get(start), axes_of(axes, n_axes), shape_of(sizes, ndim)));
   });
+}
+
+int rlx_mlx_slice_update_at(const rlx_mlx_array* x, const rlx_mlx_array* update,
+                            const rlx_mlx_array* start, const int32_t* axes, size_t n_axes,
+                            rlx_mlx_array** out) {
+  return guard([&] { put(out, write_window(get(x), get(update), get(start), axes_of(axes, n_axes))); });
 }
 
 int rlx_mlx_scatter_add(const rlx_mlx_array* data, const rlx_mlx_array* indices,

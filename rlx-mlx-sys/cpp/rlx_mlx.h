@@ -309,16 +309,23 @@ int rlx_mlx_gather(const rlx_mlx_array* data, const rlx_mlx_array* indices, int3
 int rlx_mlx_scatter_add(const rlx_mlx_array* data, const rlx_mlx_array* indices,
                         const rlx_mlx_array* updates, int32_t axis, rlx_mlx_array** out,
                         rlx_mlx_array** bad);
-/* A window of `sizes` (one per axis of x) at run-time `offsets` (int32/int64, a scalar or
- * one per entry of `axes`). `bad` receives a bool scalar that is true when an offset puts a
- * non-empty window outside x (such offsets are read as 0). */
-int rlx_mlx_dynamic_slice(const rlx_mlx_array* x, const rlx_mlx_array* offsets,
-                          const int32_t* axes, size_t n_axes, const int64_t* sizes, size_t ndim,
-                          rlx_mlx_array** out, rlx_mlx_array** bad);
-/* x with `update` written over the window at `offsets` along `axes`, flagged as above. */
-int rlx_mlx_slice_update(const rlx_mlx_array* x, const rlx_mlx_array* update,
-                         const rlx_mlx_array* offsets, const int32_t* axes, size_t n_axes,
-                         rlx_mlx_array** out, rlx_mlx_array** bad);
+/* Where a window of dims `window` inside an array of dims `shape` (`ndim` each) starts
+ * along `axes`: the run-time `offsets` (int32/int64, a scalar or one per entry of `axes`) as
+ * int32 [n_axes], each read as 0 where it puts a non-empty window outside, and `bad`, a
+ * bool scalar that is true when one did. The two ops below take such a start: several
+ * windows at the same offsets share one. */
+int rlx_mlx_window_start(const rlx_mlx_array* offsets, const int64_t* shape, const int64_t* window,
+                         size_t ndim, const int32_t* axes, size_t n_axes, rlx_mlx_array** start,
+                         rlx_mlx_array** bad);
+/* The window of `sizes` (one per axis of x) at `start` (from rlx_mlx_window_start). */
+int rlx_mlx_dynamic_slice_at(const rlx_mlx_array* x, const rlx_mlx_array* start,
+                             const int32_t* axes, size_t n_axes, const int64_t* sizes,
+                             size_t ndim, rlx_mlx_array** out);
+/* x with `update` written over the window at `start` (from rlx_mlx_window_start) along
+ * `axes`; in place where MLX may donate x. */
+int rlx_mlx_slice_update_at(const rlx_mlx_array* x, const rlx_mlx_array* update,
+                            const rlx_mlx_array* start, const int32_t* axes, size_t n_axes,
+                            rlx_mlx_array** out);
 /* mask may be NULL unless mask_kind is RLX_MLX_MASK_ARRAY; window is for _WINDOW. */
 int rlx_mlx_attention(const rlx_mlx_array* q, const rlx_mlx_array* k, const rlx_mlx_array* v,
                       double scale, rlx_mlx_mask_kind mask_kind, int64_t window, const rlx_mlx_array* mask,

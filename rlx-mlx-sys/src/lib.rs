@@ -282,24 +282,32 @@ unsafe extern "C" {
         out: *mut *mut Array,
         bad: *mut *mut Array,
     ) -> c_int;
-    pub fn rlx_mlx_dynamic_slice(
-        x: *const Array,
+    pub fn rlx_mlx_window_start(
         offsets: *const Array,
+        shape: *const i64,
+        window: *const i64,
+        ndim: usize,
+        axes: *const i32,
+        n_axes: usize,
+        start: *mut *mut Array,
+        bad: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_dynamic_slice_at(
+        x: *const Array,
+        start: *const Array,
         axes: *const i32,
         n_axes: usize,
         sizes: *const i64,
         ndim: usize,
         out: *mut *mut Array,
-        bad: *mut *mut Array,
     ) -> c_int;
-    pub fn rlx_mlx_slice_update(
+    pub fn rlx_mlx_slice_update_at(
         x: *const Array,
         update: *const Array,
-        offsets: *const Array,
+        start: *const Array,
         axes: *const i32,
         n_axes: usize,
         out: *mut *mut Array,
-        bad: *mut *mut Array,
     ) -> c_int;
     pub fn rlx_mlx_attention(
         q: *const Array,

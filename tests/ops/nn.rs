@@ -568,7 +568,8 @@ fn attention_over_a_run_time_number_of_keys() {
     // (q, k, v, mask dims; key lengths): small heads, then decoding shapes that NVIDIA
     // GPUs run in RLX's decoding kernel: one query row for three heads of a key head, and
     // three rows for four heads over keys in several chunks (the split path).
-    let shapes: [([usize; 4], [usize; 4], [usize; 4], [usize; 2], [usize; 3]); 3] = [
+    type Shapes = ([usize; 4], [usize; 4], [usize; 4], [usize; 2], [usize; 3]);
+    let shapes: [Shapes; 3] = [
         ([1, 4, 2, 3], [1, 2, 5, 3], [1, 2, 5, 4], [2, 5], [0, 2, 5]),
         ([2, 6, 1, 8], [2, 2, 5, 8], [2, 2, 5, 4], [1, 5], [0, 2, 5]),
         (

@@ -302,22 +302,8 @@ impl Array {
         axes: &[usize],
         sizes: &[usize],
     ) -> Result<(Array, Array), MlxError> {
-        let axes: Vec<i32> = axes.iter().map(|&a| a as i32).collect();
-        let sizes: Vec<i64> = sizes.iter().map(|&d| d as i64).collect();
-        // SAFETY: the handles are live; the slices outlive the call and their lengths are
-        // passed with them; both out-pointers are valid slots.
-        make_checked(|out, bad| unsafe {
-            sys::rlx_mlx_dynamic_slice(
-                self.ptr(),
-                offsets.ptr(),
-                axes.as_ptr(),
-                axes.len(),
-                sizes.as_ptr(),
-                sizes.len(),
-                out,
-                bad,
-            )
-        })
+        let (start, bad) = Array::window_start(offsets, &self.shape()?, sizes, axes)?;
+        Ok((self.dynamic_slice_at(&start, axes, sizes)?, bad))
     }
 
     /// `self` with `update` written over the window at run-time `offsets` along `axes`,
@@ -329,18 +315,83 @@ impl Array {
         offsets: &Array,
         axes: &[usize],
     ) -> Result<(Array, Array), MlxError> {
+        let (start, bad) = Array::window_start(offsets, &self.shape()?, &update.shape()?, axes)?;
+        Ok((self.slice_update_at(update, &start, axes)?, bad))
+    }
+
+    /// Where a window of dims `window` inside an array of dims `shape` starts along `axes`
+    /// at run-time `offsets`: `int32 [axes]`, an offset that puts the window outside read as
+    /// 0, and a `bool` scalar that is true when one did. Windows at the same offsets (a
+    /// decoder's cache writes) share one start.
+    pub(crate) fn window_start(
+        offsets: &Array,
+        shape: &[usize],
+        window: &[usize],
+        axes: &[usize],
+    ) -> Result<(Array, Array), MlxError> {
+        let axes: Vec<i32> = axes.iter().map(|&a| a as i32).collect();
+        let (shape, window) = (dims_i64(shape), dims_i64(window));
+        if shape.len() != window.len() {
+            return Err(MlxError::new("a window has one dim per dim of its array"));
+        }
+        // SAFETY: the handle is live; the slices outlive the call and their lengths are
+        // passed with them; both out-pointers are valid slots.
+        make_checked(|start, bad| unsafe {
+            sys::rlx_mlx_window_start(
+                offsets.ptr(),
+                shape.as_ptr(),
+                window.as_ptr(),
+                shape.len(),
+                axes.as_ptr(),
+                axes.len(),
+                start,
+                bad,
+            )
+        })
+    }
+
+    /// The window of `sizes` at `start` ([`Array::window_start`]).
+    pub(crate) fn dynamic_slice_at(
+        &self,
+        start: &Array,
+        axes: &[usize],
+        sizes: &[usize],
+    ) -> Result<Array, MlxError> {
+        let axes: Vec<i32> = axes.iter().map(|&a| a as i32).collect();
+        let sizes = dims_i64(sizes);
+        // SAFETY: the handles are live; the slices outlive the call and their lengths are
+        // passed with them; `out` is a valid slot.
+        make(|out| unsafe {
+            sys::rlx_mlx_dynamic_slice_at(
+                self.ptr(),
+                start.ptr(),
+                axes.as_ptr(),
+                axes.len(),
+                sizes.as_ptr(),
+                sizes.len(),
+                out,
+            )
+        })
+    }
+
+    /// `self` with `update` written over the window at `start` ([`Array::window_start`]).
+    pub(crate) fn slice_update_at(
+        &self,
+        update: &Array,
+        start: &Array,
+        axes: &[usize],
+    ) -> Result<Array, MlxError> {
         let axes: Vec<i32> = axes.iter().map(|&a| a as i32).collect();
         // SAFETY: the handles are live; `axes` outlives the call and its length is passed
-        // with it; both out-pointers are valid slots.
-        make_checked(|out, bad| unsafe {
-            sys::rlx_mlx_slice_update(
+        // with it; `out` is a valid slot.
+        make(|out| unsafe {
+            sys::rlx_mlx_slice_update_at(
                 self.ptr(),
                 update.ptr(),
-                offsets.ptr(),
+                start.ptr(),
                 axes.as_ptr(),
                 axes.len(),
                 out,
-                bad,
             )
         })
     }

@@ -284,7 +284,7 @@ impl Lowering {
         }
         let verify = !self.verified.load(Ordering::Relaxed);
         let mut checks = Vec::new();
-        let mut masks = Vec::new();
+        let mut shared = Vec::new();
         for (id, node) in graph.iter() {
             if values[id.index()].is_some() || self.bias_adds.folded[id.index()] {
                 continue;
@@ -310,7 +310,7 @@ impl Lowering {
                     let empty = crate::tensor::HostTensor::zeros(node.ty.dtype, dims.clone());
                     Array::from_tensor_on(empty.view(), self.device).map_err(at)?
                 } else {
-                    match self.node(id, node, &operands, leaves, &mut checks, &mut masks) {
+                    match self.node(id, node, &operands, leaves, &mut checks, &mut shared) {
                         Ok(v) => v,
                         Err(NodeFailure::Mlx(e)) => return Err(at(e)),
                         Err(NodeFailure::Run(e)) => return Err(e),
@@ -374,7 +374,7 @@ impl Lowering {
         x: &[&Array],
         leaves: &[Array],
         checks: &mut Vec<IndexCheck>,
-        masks: &mut Vec<(NodeId, Array)>,
+        shared: &mut Vec<(NodeId, Array)>,
     ) -> Result<Array, NodeFailure> {
         if let Some(BiasAdd { product: p, .. }) = &self.bias_adds.of[id.index()] {
             return Ok(x[0].matmul_bias(x[1], x[2], p.transpose_a, p.transpose_b)?);
@@ -399,7 +399,7 @@ impl Lowering {
             x,
             shape: &self.shapes[id.index()],
             checks,
-            masks,
+            shared,
         })
     }
 }
@@ -469,8 +469,9 @@ pub(crate) struct NodeInput<'a> {
     /// Concrete dims of the output.
     pub shape: &'a [usize],
     checks: &'a mut Vec<IndexCheck>,
-    /// Attention masks over a key length built so far this run, by attention node.
-    masks: &'a mut Vec<(NodeId, Array)>,
+    /// Arrays built so far this run that repeats of their node reuse ([`repeated_sites`]):
+    /// attention masks over a key length, windows' checked starts.
+    shared: &'a mut Vec<(NodeId, Array)>,
 }
 
 impl NodeInput<'_> {
@@ -489,19 +490,39 @@ impl NodeInput<'_> {
         });
     }
 
-    /// The key-length mask an earlier attention of this run built for the same length
-    /// over operands of the same dims ([`repeated_sites`]), if any.
-    pub(crate) fn known_mask(&self) -> Option<Array> {
+    /// The array an earlier node of this run that this one repeats ([`repeated_sites`])
+    /// built for both: an attention's key-length mask, a window's start.
+    pub(crate) fn known_shared(&self) -> Option<Array> {
         let first = self.lowering.repeats[self.id.index()]?;
-        self.masks
+        self.shared
             .iter()
             .find(|(node, _)| *node == first)
-            .map(|(_, mask)| mask.clone())
+            .map(|(_, array)| array.clone())
     }
 
-    /// Keeps this attention's key-length mask for the attentions after it.
-    pub(crate) fn remember_mask(&mut self, mask: &Array) {
-        self.masks.push((self.id, mask.clone()));
+    /// Keeps an array this node built for the nodes that repeat it.
+    pub(crate) fn remember_shared(&mut self, array: &Array) {
+        self.shared.push((self.id, array.clone()));
+    }
+
+    /// Where this node's window of dims `window` starts along `axes` at the offsets of
+    /// operand `offsets`, inside operand 0: checked after evaluation, and built once for
+    /// every node that repeats this one (a decoder's blocks all write their caches at one
+    /// position).
+    pub(crate) fn window_start(
+        &mut self,
+        offsets: usize,
+        window: &[usize],
+        axes: &[usize],
+    ) -> Result<Array, NodeFailure> {
+        if let Some(start) = self.known_shared() {
+            return Ok(start);
+        }
+        let shape = &self.lowering.shapes[self.node.inputs[0].index()];
+        let (start, bad) = Array::window_start(self.x[offsets], shape, window, axes)?;
+        self.check_indices(bad, offsets);
+        self.remember_shared(&start);
+        Ok(start)
     }
 }
 

@@ -290,18 +290,17 @@ impl Lower for ir::ScatterAdd {
 /// Its offsets are checked after evaluation, as a gather's indices.
 impl Lower for ir::DynamicSlice {
     fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
-        let (out, bad) = n.x[0].dynamic_slice(n.x[1], &self.axes, n.shape)?;
-        n.check_indices(bad, 1);
-        Ok(out)
+        let start = n.window_start(1, n.shape, &self.axes)?;
+        Ok(n.x[0].dynamic_slice_at(&start, &self.axes, n.shape)?)
     }
 }
 
 /// Its offsets are checked after evaluation, as a gather's indices.
 impl Lower for ir::SliceUpdate {
     fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
-        let (out, bad) = n.x[0].slice_update(n.x[1], n.x[2], &self.axes)?;
-        n.check_indices(bad, 2);
-        Ok(out)
+        let window = &n.lowering.shapes[n.node.inputs[1].index()];
+        let start = n.window_start(2, window, &self.axes)?;
+        Ok(n.x[0].slice_update_at(n.x[1], &start, &self.axes)?)
     }
 }
 
@@ -329,12 +328,12 @@ impl Lower for ir::Attention {
             }
             // A tensor mask is part of the mask built: only the other kinds are shared.
             let shared = self.mask != AttentionMask::Tensor;
-            let allowed = match n.known_mask().filter(|_| shared) {
+            let allowed = match n.known_shared().filter(|_| shared) {
                 Some(mask) => mask,
                 None => {
                     let mask = self.length_mask(n)?;
                     if shared {
-                        n.remember_mask(&mask);
+                        n.remember_shared(&mask);
                     }
                     mask
                 }
