@@ -325,3 +325,124 @@ fn block_weights_take_their_mlx_form_when_bound() {
         }
     }
 }
+
+/// Products of one operand by several weights, each read by its product alone (a decoder's
+/// query, key and value projections), run as one product by their joined weight: float
+/// weights either way round and GGUF blocks, equal to the products with the weights given
+/// as inputs (no joining), in every mode, again after one member of each group is bound
+/// anew, with every weight read back as bound.
+#[test]
+fn products_of_one_operand_share_one_joined_weight() {
+    use rlx::gguf::{GgmlType, random_blocks};
+    use rlx::ir::{BlockMatMul, MatMul};
+    use rlx_testkit::rng::Rng;
+
+    const K: usize = 64;
+    // (name, dims, dtype): three [K, N], two [N, K] read transposed, two of Q4_0 blocks.
+    let row_bytes = K / 32 * GgmlType::Q4_0.block_bytes();
+    let weights: [(&str, [usize; 2], DType); 7] = [
+        ("a", [K, 8], DType::F32),
+        ("b", [K, 4], DType::F32),
+        ("c", [K, 4], DType::F32),
+        ("d", [6, K], DType::F32),
+        ("e", [10, K], DType::F32),
+        ("f", [8, row_bytes], DType::U8),
+        ("g", [4, row_bytes], DType::U8),
+    ];
+    let graph = |rows: usize, as_params: bool| {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [rows, K]).unwrap();
+        for (i, (name, dims, dtype)) in weights.iter().enumerate() {
+            let w = if as_params {
+                b.param(name, *dtype, *dims).unwrap()
+            } else {
+                b.input(name, *dtype, *dims).unwrap()
+            };
+            let op = match i {
+                0..=2 => Op::MatMul(MatMul {
+                    transpose_a: false,
+                    transpose_b: false,
+                }),
+                3 | 4 => Op::MatMul(MatMul {
+                    transpose_a: false,
+                    transpose_b: true,
+                }),
+                _ => Op::BlockMatMul(BlockMatMul::exact(GgmlType::Q4_0)),
+            };
+            let y = b.op(op, &[x, w]).unwrap();
+            b.output(&format!("y{name}"), y).unwrap();
+        }
+        b.finish().unwrap()
+    };
+    let mut rng = Rng(67);
+    let mut value = |dims: [usize; 2], dtype: DType| match dtype {
+        DType::U8 => {
+            let bytes = random_blocks(GgmlType::Q4_0, dims[0] * K / 32, || rng.uniform(0.0, 1.0));
+            HostTensor::from_vec(bytes, dims).unwrap()
+        }
+        _ => {
+            let v: Vec<f32> = (0..dims[0] * dims[1])
+                .map(|_| rng.uniform(-1.0, 1.0) as f32)
+                .collect();
+            HostTensor::from_vec(v, dims).unwrap()
+        }
+    };
+    let first: Vec<HostTensor> = weights.iter().map(|(_, d, t)| value(*d, *t)).collect();
+    let fresh: Vec<HostTensor> = weights.iter().map(|(_, d, t)| value(*d, *t)).collect();
+    for rows in [1usize, 3] {
+        let x: Vec<f32> = (0..rows * K)
+            .map(|i| ((i * 5) % 11) as f32 / 5.0 - 1.0)
+            .collect();
+        let x = HostTensor::from_vec(x, [rows, K]).unwrap();
+        for mode in MODES {
+            let mut values = first.clone();
+            let backend = MlxBackend::new(mode);
+            let joined = backend.compile(&graph(rows, true)).unwrap();
+            let given = backend.compile(&graph(rows, false)).unwrap();
+            let bind: Vec<(&str, _)> = weights
+                .iter()
+                .zip(&values)
+                .map(|((name, _, _), v)| (*name, v.view()))
+                .collect();
+            joined.set_weights(&bind).unwrap();
+            // Then one member of each group anew: b, e and g.
+            for round in 0..2 {
+                if round == 1 {
+                    for at in [1, 4, 6] {
+                        values[at] = fresh[at].clone();
+                        let name = weights[at].0;
+                        joined.set_weights(&[(name, values[at].view())]).unwrap();
+                    }
+                }
+                let ours = joined.run(&[("x", x.view())], &[]).unwrap();
+                let mut inputs = vec![("x", x.view())];
+                inputs.extend(
+                    weights
+                        .iter()
+                        .zip(&values)
+                        .map(|((n, _, _), v)| (*n, v.view())),
+                );
+                let theirs = given.run(&inputs, &[]).unwrap();
+                for ((a, b), (name, _, _)) in ours.iter().zip(&theirs).zip(&weights) {
+                    let (a, b) = (a.as_slice::<f32>().unwrap(), b.as_slice::<f32>().unwrap());
+                    assert_eq!(a.len(), b.len());
+                    for (p, q) in a.iter().zip(b) {
+                        assert!(
+                            (p - q).abs() <= 1e-5 * (1.0 + q.abs()),
+                            "{name}: {p} against {q}, {rows} rows, {mode:?}, round {round}"
+                        );
+                    }
+                }
+                for ((name, _, _), v) in weights.iter().zip(&values) {
+                    let read = joined.weight(name).unwrap();
+                    assert_eq!(read.dtype(), v.dtype(), "{name} read back, {mode:?}");
+                    assert_eq!(
+                        read.to_f64_vec(),
+                        v.to_f64_vec(),
+                        "{name} read back, {mode:?}"
+                    );
+                }
+            }
+        }
+    }
+}

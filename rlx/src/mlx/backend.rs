@@ -220,13 +220,24 @@ impl Backend for MlxBackend {
         let mut leaves: Vec<NodeId> = params.specs.iter().map(|p| p.node).collect();
         leaves.extend(signature.inputs.iter().map(|i| i.node));
         leaves.extend(g.states().map(|(id, _)| id));
-        let block_formats = block_weight_params(&g, &params);
-        let prepared = prepared_slots(&g, &params, &block_formats, leaves.len()).map_err(|e| {
-            CompileError::Backend {
-                backend: NAME,
-                message: e.message,
+        let backend_error = |e: MlxError| CompileError::Backend {
+            backend: NAME,
+            message: e.message,
+        };
+        let mut block_formats = block_weight_params(&g, &params);
+        let bias_adds = BiasAdds::of(&g);
+        let groups = product_groups(&g, &params, &block_formats, bias_adds.folded());
+        // A grouped block weight's MLX form is its group's: none of its own.
+        for group in &groups {
+            for (_, i, _) in &group.members {
+                block_formats[*i] = None;
             }
-        })?;
+        }
+        let prepared =
+            prepared_slots(&g, &params, &block_formats, leaves.len()).map_err(backend_error)?;
+        let prepared_count = prepared.iter().flatten().map(|p| p.count).sum::<usize>();
+        let fused =
+            fused_slots(&g, &groups, leaves.len() + prepared_count).map_err(backend_error)?;
         let states: Arc<[StateSpec]> = StateSpec::of(&g).into();
         let written = g
             .writes()
@@ -244,13 +255,14 @@ impl Backend for MlxBackend {
             weights: RwLock::new(BoundWeights {
                 values: vec![None; params.specs.len()],
                 params,
+                joined: groups.iter().map(|_| Joined::default()).collect(),
             }),
             binding_weights: Mutex::new(()),
             signature,
             leaves,
             constants: Arc::new(constants),
             custom: Arc::new(custom),
-            bias_adds: Arc::new(BiasAdds::of(&g)),
+            bias_adds: Arc::new(bias_adds),
             graph: Arc::new(g),
             mode: self.mode,
             device: self.device,
@@ -259,6 +271,8 @@ impl Backend for MlxBackend {
             k_major,
             block_formats,
             prepared: Arc::new(prepared),
+            groups,
+            fused: Arc::new(fused),
             bindings: PlanCache::new(self.plan_cache),
             scratch: ScratchPool::default(),
         })

@@ -75,6 +75,136 @@ pub(crate) fn block_weight_params(graph: &Graph, params: &ParamTable) -> Vec<Opt
     formats
 }
 
+/// Products of one left operand by several weights (a decoder's query, key and value
+/// projections; its gate and up projections), each weight a rank-2 param read by that
+/// product alone. Binding makes one weight of them all (joined along the output features),
+/// and one product of it, sliced per member, replaces theirs: a decoding step ran a
+/// matrix-vector kernel per projection, and on a GPU each kernel costs its launch.
+#[derive(Clone, Debug)]
+pub(crate) struct ProductGroup {
+    /// Per member, in graph order: its product node, its weight's param and the columns of
+    /// the joined product that are its own.
+    pub members: Vec<(NodeId, usize, std::ops::Range<usize>)>,
+    /// The members' GGUF block format (`block_matmul`); `None` for float weights
+    /// (`matmul`).
+    pub format: Option<GgmlType>,
+    /// Float weights stored `[N, K]` (`transpose_b`), joined along axis 0; else `[K, N]`,
+    /// joined along axis 1.
+    pub transposed: bool,
+}
+
+/// The [`ProductGroup`]s of `graph`: products by the same op (attributes included) of the
+/// same left operand, by params of one dtype read by that product alone; block products
+/// only by weights `block_formats` prepares in their format. A matmul whose bias add is
+/// lowered with it (`folded`) stays alone.
+pub(crate) fn product_groups(
+    graph: &Graph,
+    params: &ParamTable,
+    block_formats: &[Option<GgmlType>],
+    folded: &[bool],
+) -> Vec<ProductGroup> {
+    let users = graph.users();
+    let index: std::collections::HashMap<NodeId, usize> = params
+        .specs
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| (spec.node, i))
+        .collect();
+    let outputs: std::collections::HashSet<NodeId> =
+        graph.outputs().iter().map(|o| o.node).collect();
+    // (left operand, the product's op, the weights' dtype) and the members so far.
+    let mut found: Vec<(NodeId, &Op, crate::ir::DType, ProductGroup)> = Vec::new();
+    for (id, node) in graph.iter() {
+        let (format, transposed) = match &node.op {
+            Op::MatMul(m) if !m.transpose_a => (None, m.transpose_b),
+            Op::BlockMatMul(p) => (Some(p.format), false),
+            _ => continue,
+        };
+        let &[lhs, weight] = node.inputs.as_slice() else {
+            continue;
+        };
+        let Some(&i) = index.get(&weight) else {
+            continue;
+        };
+        let spec = &params.specs[i];
+        let alone = users[weight.index()].as_slice() == [id] && !outputs.contains(&weight);
+        if !alone || folded[id.index()] || spec.shape.len() != 2 || lhs == weight {
+            continue;
+        }
+        if format.is_some() && block_formats[i] != format {
+            continue;
+        }
+        let width = spec.shape[if transposed || format.is_some() { 0 } else { 1 }];
+        let member = |start: usize| (id, i, start..start + width);
+        match found
+            .iter_mut()
+            .find(|(l, op, dtype, _)| *l == lhs && **op == node.op && *dtype == spec.dtype)
+        {
+            Some((_, _, _, group)) => {
+                let start = group.members.last().map_or(0, |m| m.2.end);
+                group.members.push(member(start));
+            }
+            None => found.push((
+                lhs,
+                &node.op,
+                spec.dtype,
+                ProductGroup {
+                    members: vec![member(0)],
+                    format,
+                    transposed,
+                },
+            )),
+        }
+    }
+    found
+        .into_iter()
+        .map(|(_, _, _, group)| group)
+        .filter(|group| group.members.len() >= 2)
+        .collect()
+}
+
+/// Where a member of a [`ProductGroup`] finds the joined weight in a call's leaves
+/// (`count` arrays from `first`: the float weight, or a block format's MLX form), the
+/// group's first product (whose result the others slice) and its columns.
+#[derive(Clone, Debug)]
+pub(crate) struct FusedSlot {
+    pub first: usize,
+    pub count: usize,
+    pub leader: NodeId,
+    pub columns: std::ops::Range<usize>,
+    pub format: Option<GgmlType>,
+    pub transposed: bool,
+}
+
+/// Per node of `graph`: its [`FusedSlot`] if it is a member of one of `groups`, whose
+/// joined weights follow the `leaf_count` other leaves, in group order.
+pub(crate) fn fused_slots(
+    graph: &Graph,
+    groups: &[ProductGroup],
+    leaf_count: usize,
+) -> Result<Vec<Option<FusedSlot>>, MlxError> {
+    let mut slots = vec![None; graph.len()];
+    let mut first = leaf_count;
+    for group in groups {
+        let count = match group.format {
+            Some(format) => block_prepared_parts(format.id())?,
+            None => 1,
+        };
+        for (node, _, columns) in &group.members {
+            slots[node.index()] = Some(FusedSlot {
+                first,
+                count,
+                leader: group.members[0].0,
+                columns: columns.clone(),
+                format: group.format,
+                transposed: group.transposed,
+            });
+        }
+        first += count;
+    }
+    Ok(slots)
+}
+
 /// Per node of `graph`: where the MLX form of a block weight (a param with a format in
 /// `formats`) lies in a call's leaves. The forms follow the `leaf_count` other leaves
 /// (params, inputs, states), in param order; how many arrays each has is the shim's

@@ -67,7 +67,10 @@ use crate::ir::{AttrValue, DType, Graph, NodeId, Op};
 use crate::passes;
 use crate::tensor::{HostTensor, TensorRef};
 use compiled::Function;
-use layout::{block_weight_params, k_major_params, prepared_slots};
+use layout::{
+    FusedSlot, ProductGroup, block_weight_params, fused_slots, k_major_params, prepared_slots,
+    product_groups,
+};
 use lower::{BiasAdds, Constants, Lowering, PreparedWeight, eval_error, upload_constants};
 use values::{MlxState, MlxValue};
 
@@ -183,7 +186,17 @@ unsafe impl Sync for Weight {}
 struct BoundWeights {
     params: ParamTable,
     values: Vec<Option<Weight>>,
+    /// Per product group: its joined weight (empty until every member is bound).
+    joined: Vec<Joined>,
 }
+
+/// A product group's joined weight: the float weight, or a block format's MLX form.
+#[derive(Default)]
+struct Joined(Vec<Array>);
+
+// SAFETY: as for `Weight`: evaluated when bound (`store_weights`), never changed afterwards;
+// other threads only clone the handles and build ops that read them.
+unsafe impl Sync for Joined {}
 
 /// What one call works with: the binder's buffers and room for reading results.
 struct CallScratch {
@@ -227,6 +240,11 @@ pub struct MlxExecutable {
     block_formats: Vec<Option<GgmlType>>,
     /// Per node: where a block weight's MLX form lies among a call's leaves.
     prepared: Arc<Vec<Option<PreparedWeight>>>,
+    /// Products of one operand by several weights, each group's weights joined when bound
+    /// (see [`layout::product_groups`]).
+    groups: Vec<ProductGroup>,
+    /// Per node: where a grouped product's joined weight lies among a call's leaves.
+    fused: Arc<Vec<Option<FusedSlot>>>,
     bindings: PlanCache<BindingPlan>,
     scratch: ScratchPool<CallScratch>,
 }
@@ -272,6 +290,7 @@ impl MlxExecutable {
                 custom: self.custom.clone(),
                 leaves: self.leaves.clone(),
                 prepared: self.prepared.clone(),
+                fused: self.fused.clone(),
                 eager: self.mode == MlxMode::Eager,
                 device: self.device,
                 verified: AtomicBool::new(false),
@@ -468,7 +487,7 @@ impl Executable for MlxExecutable {
 
 /// A call's arrays once its inputs are bound: the plan for their dims, the leaves in call
 /// order (the bound weights, then the inputs; a call appends the states), and the block
-/// weights' MLX forms, which follow every other leaf.
+/// weights' MLX forms and product groups' joined weights, which follow every other leaf.
 struct BoundLeaves {
     plan: Arc<BindingPlan>,
     leaves: Vec<Array>,
@@ -622,10 +641,13 @@ impl MlxExecutable {
                 Ok((i, Weight { array, prepared }))
             })
             .collect::<Result<Vec<_>, RunError>>()?;
+        let mut weights = weights;
+        let joined = self.join_groups(&mut weights)?;
         // Materialized now, so the caller's bytes may go away and runs do not pay for it.
         let all: Vec<&Array> = weights
             .iter()
             .flat_map(|(_, w)| std::iter::once(&w.array).chain(&w.prepared))
+            .chain(joined.iter().flat_map(|(_, parts)| parts))
             .collect();
         Array::eval(&all).map_err(backend_error)?;
         let mut bound = write(&self.weights);
@@ -633,7 +655,97 @@ impl MlxExecutable {
             bound.values[i] = Some(weight);
             bound.params.mark_bound(i);
         }
+        for (g, parts) in joined {
+            bound.joined[g] = Joined(parts);
+        }
         Ok(())
+    }
+
+    /// The joined weights of the product groups that `weights` (about to be bound) touch
+    /// and whose members are then all bound; a float group's members become views of
+    /// theirs (appended to `weights` for members bound before), so the weights are held
+    /// once.
+    fn join_groups(
+        &self,
+        weights: &mut Vec<(usize, Weight)>,
+    ) -> Result<Vec<(usize, Vec<Array>)>, RunError> {
+        let mut joined = Vec::new();
+        let bound = read(&self.weights);
+        for (g, group) in self.groups.iter().enumerate() {
+            let new =
+                |weights: &[(usize, Weight)], i: &usize| weights.iter().position(|(j, _)| j == i);
+            if !group
+                .members
+                .iter()
+                .any(|(_, i, _)| new(weights, i).is_some())
+            {
+                continue;
+            }
+            let arrays: Option<Vec<Array>> = group
+                .members
+                .iter()
+                .map(|(_, i, _)| match new(weights, i) {
+                    Some(at) => Some(weights[at].1.array.clone()),
+                    None => bound.values[*i].as_ref().map(|w| w.array.clone()),
+                })
+                .collect();
+            // Joined when the group's last member is bound.
+            let Some(arrays) = arrays else { continue };
+            let (parts, views) = device::on_device(self.device, true, || self.join(group, &arrays))
+                .and_then(|made| made)
+                .map_err(backend_error)?;
+            for ((_, i, _), view) in group.members.iter().zip(views) {
+                match new(weights, i) {
+                    Some(at) => weights[at].1.array = view,
+                    None => weights.push((
+                        *i,
+                        Weight {
+                            array: view,
+                            prepared: Vec::new(),
+                        },
+                    )),
+                }
+            }
+            joined.push((g, parts));
+        }
+        Ok(joined)
+    }
+
+    /// `group`'s joined weight from its members' `arrays` (as stored), and each member's
+    /// view of it for a float group: block weights join their MLX forms, and keep their
+    /// bytes.
+    fn join(
+        &self,
+        group: &ProductGroup,
+        arrays: &[Array],
+    ) -> Result<(Vec<Array>, Vec<Array>), MlxError> {
+        if let Some(format) = group.format {
+            let forms = arrays
+                .iter()
+                .map(|a| a.block_prepare(format.id()))
+                .collect::<Result<Vec<_>, _>>()?;
+            let parts = (0..forms[0].len())
+                .map(|p| Array::concat(&forms.iter().map(|f| &f[p]).collect::<Vec<_>>(), 0))
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok((parts, arrays.to_vec()));
+        }
+        let axis = if group.transposed { 0 } else { 1 };
+        let mut whole = Array::concat(&arrays.iter().collect::<Vec<_>>(), axis)?;
+        if self.k_major[group.members[0].1] {
+            whole = whole.k_major()?;
+        }
+        let dims = whole.shape()?;
+        let views = group
+            .members
+            .iter()
+            .map(|(_, _, columns)| {
+                let (mut start, mut stop) = (vec![0; dims.len()], dims.clone());
+                start[axis] = columns.start;
+                stop[axis] = columns.end;
+                whole.slice(&start, &stop, &vec![1; dims.len()])
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((vec![whole], views))
     }
 
     /// Binds the runtime dims from `inputs` (their arrays in `arrays`), checks the inputs
@@ -649,9 +761,13 @@ impl MlxExecutable {
             let bound = read(&self.weights);
             bound.params.all_bound()?;
             let weights = bound.values.iter().flatten();
+            let joined = bound.joined.iter().flat_map(|j| j.0.iter().cloned());
             (
                 weights.clone().map(|w| w.array.clone()).collect(),
-                weights.flat_map(|w| w.prepared.iter().cloned()).collect(),
+                weights
+                    .flat_map(|w| w.prepared.iter().cloned())
+                    .chain(joined)
+                    .collect(),
             )
         };
         let mut scratch = self.take_scratch();

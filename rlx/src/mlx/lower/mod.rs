@@ -34,6 +34,9 @@ pub(crate) struct Lowering {
     /// Per node: where a block weight's MLX form lies among a call's leaves (after
     /// `leaves`), made when the weight was bound.
     pub prepared: Arc<Vec<Option<PreparedWeight>>>,
+    /// Per node: where a grouped product's joined weight lies among a call's leaves (after
+    /// the block weights' MLX forms), see [`ProductGroup`](crate::mlx::layout::ProductGroup).
+    pub fused: Arc<Vec<Option<crate::mlx::layout::FusedSlot>>>,
     /// Evaluate every node as soon as it is built (eager mode).
     pub eager: bool,
     /// Where the arrays the lowering makes from host bytes are put.
@@ -148,6 +151,11 @@ struct BiasAdd {
 }
 
 impl BiasAdds {
+    /// Per node: whether it is a matmul its bias add computes.
+    pub(crate) fn folded(&self) -> &[bool] {
+        &self.folded
+    }
+
     pub(crate) fn of(graph: &Graph) -> BiasAdds {
         let mut folded = vec![false; graph.len()];
         let of = crate::passes::epilogue::matmul_bias_adds(graph)
@@ -367,6 +375,37 @@ impl Lowering {
         Ok(())
     }
 
+    /// A grouped product: its columns of the group's one product by the joined weight,
+    /// which the group's first member computes and the others find among `shared`.
+    fn grouped_product(
+        &self,
+        id: NodeId,
+        slot: &crate::mlx::layout::FusedSlot,
+        x: &Array,
+        leaves: &[Array],
+        shared: &mut Vec<(NodeId, Array)>,
+    ) -> Result<Array, NodeFailure> {
+        let whole = match shared.iter().find(|(node, _)| *node == slot.leader) {
+            Some((_, whole)) => whole.clone(),
+            None => {
+                let joined = &leaves[slot.first..slot.first + slot.count];
+                let whole = match slot.format {
+                    Some(format) => x.block_matmul_prepared(joined, format.id())?,
+                    None => x.matmul(&joined[0], false, slot.transposed)?,
+                };
+                shared.push((slot.leader, whole.clone()));
+                whole
+            }
+        };
+        let dims = &self.shapes[id.index()];
+        let last = dims.len() - 1;
+        let mut start = vec![0; dims.len()];
+        let mut stop = dims.clone();
+        start[last] = slot.columns.start;
+        stop[last] = slot.columns.end;
+        Ok(whole.slice(&start, &stop, &vec![1; dims.len()])?)
+    }
+
     fn node(
         &self,
         id: NodeId,
@@ -378,6 +417,9 @@ impl Lowering {
     ) -> Result<Array, NodeFailure> {
         if let Some(BiasAdd { product: p, .. }) = &self.bias_adds.of[id.index()] {
             return Ok(x[0].matmul_bias(x[1], x[2], p.transpose_a, p.transpose_b)?);
+        }
+        if let Some(slot) = &self.fused[id.index()] {
+            return self.grouped_product(id, slot, x[0], leaves, shared);
         }
         if let (Op::BlockMatMul(product), Some(weight)) = (&node.op, node.inputs.get(1)) {
             let prepared = self.prepared[weight.index()].filter(|p| p.format == product.format);
