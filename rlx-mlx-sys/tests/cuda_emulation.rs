@@ -1,0 +1,32 @@
+//! RLX's CUDA kernels run on the CPU, a thread per CUDA thread and barriers for their
+//! synchronization, against float64 references: CI has no GPU, and a kernel's logic (masks,
+//! chunks and their merge, NaN rows, rows that see no key) need not wait for one. The
+//! emulator is C++ (`tests/cuda_emulation/`) that includes the kernel's own source; the
+//! compiler is the one that builds the shim.
+
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn the_decoding_attention_kernel_matches_float64_when_emulated() {
+    let source =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cuda_emulation/decode_attention.cpp");
+    let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join("decode_attention_emulated");
+    let compiler = std::env::var("CXX").unwrap_or_else(|_| "g++".to_string());
+    let built = Command::new(&compiler)
+        .args(["-std=c++20", "-O1", "-pthread", "-w"])
+        .arg(&source)
+        .arg("-o")
+        .arg(&binary)
+        .status()
+        .unwrap_or_else(|e| panic!("{compiler} (which builds the shim) did not start: {e}"));
+    assert!(built.success(), "{} did not compile", source.display());
+    let run = Command::new(&binary).output().expect("the emulator runs");
+    let report = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{report}");
+    assert_eq!(
+        report.lines().filter(|l| l.starts_with("ok ")).count(),
+        8,
+        "{report}"
+    );
+}
