@@ -222,6 +222,8 @@ pub(crate) fn binary_float<T: FloatStore>(
 /// Values per block of a fused elementwise kernel: every intermediate of a block stays in
 /// L1.
 const FUSED_BLOCK: usize = 128;
+/// Values per block when a worker's whole chunk is at most this long.
+const SMALL_FUSED_BLOCK: usize = 64;
 
 /// An operand of a fused elementwise kernel.
 #[derive(Clone, Copy)]
@@ -283,6 +285,23 @@ where
 
     #[inline(always)]
     fn run(self) {
+        // The block buffers are zeroed on every call: 12 KB at 128 values a block, more
+        // than the work of a small tensor's chain (a decoding step's vectors, a bias).
+        if self.chunk.len() <= SMALL_FUSED_BLOCK {
+            self.blocks::<SMALL_FUSED_BLOCK>()
+        } else {
+            self.blocks::<FUSED_BLOCK>()
+        }
+    }
+}
+
+impl<T: FloatStore> FusedChunk<'_, '_, '_, T>
+where
+    T::Acc: FloatStore<Acc = T::Acc>,
+{
+    /// The chunk in blocks of `B` values.
+    #[inline(always)]
+    fn blocks<const B: usize>(self) {
         let FusedChunk {
             steps,
             operands,
@@ -290,15 +309,15 @@ where
             chunk,
         } = self;
         let zero = <T::Acc as Real>::ZERO;
-        let mut values = [[zero; FUSED_BLOCK]; ElementwiseStep::MAX_VALUES];
+        let mut values = [[zero; B]; ElementwiseStep::MAX_VALUES];
         let (loaded, computed) = values.split_at_mut(operands.len());
         for (buf, operand) in loaded.iter_mut().zip(operands) {
             if let FusedOperand::Scalar(v) = operand {
                 buf.fill(v.load());
             }
         }
-        for (b, block) in chunk.chunks_mut(FUSED_BLOCK).enumerate() {
-            let at = start + b * FUSED_BLOCK;
+        for (b, block) in chunk.chunks_mut(B).enumerate() {
+            let at = start + b * B;
             let n = block.len();
             for (buf, operand) in loaded.iter_mut().zip(operands) {
                 let source = match *operand {
