@@ -166,41 +166,40 @@ std::optional<mx::array> prefix_attention_gpu(const mx::array& q, const mx::arra
   const std::vector<mx::array> inputs{q, k, v, length, mx::array(scale, mx::float32)};
   const mx::Shape out_shape{batch, sq, hq, dv};
   const std::tuple<int, int, int> grid{splits * threads, hk, batch}, block{threads, 1, 1};
-  mx::array out = mx::array(0.f);
+  // [B, Sq, Hq, Dv] as its [B, Hq, Sq, Dv] view, as the other attention kernels return it.
+  auto heads_first = [](const mx::array& out) { return mx::transpose(out, {0, 2, 1, 3}); };
   if (splits == 1) {
     static const mx::fast::CustomKernelFunction whole = mx::fast::cuda_kernel(
         "rlx_decode_attention", {"q", "k", "v", "length", "scale"}, {"out"},
         name + "true>" + args + "out, nullptr);", kDecodeAttentionSource,
         /*ensure_row_contiguous=*/false);
-    out = whole(inputs, {out_shape}, {mx::float32}, grid, block, template_args, std::nullopt,
-                false, {})
-              .at(0);
-  } else {
-    static const mx::fast::CustomKernelFunction split = mx::fast::cuda_kernel(
-        "rlx_decode_attention_split", {"q", "k", "v", "length", "scale"}, {"parts", "stats"},
-        name + "false>" + args + "parts, stats);", kDecodeAttentionSource,
-        /*ensure_row_contiguous=*/false);
-    static const mx::fast::CustomKernelFunction combine = mx::fast::cuda_kernel(
-        "rlx_decode_combine", {"parts", "stats", "length"}, {"out"}, R"(
-  rlx_decode::decode_combine<DV, CHUNK, LenT>(parts, stats, length, parts_shape[0],
-                                              parts_shape[1], SK, out);
-)",
-        kDecodeAttentionSource, /*ensure_row_contiguous=*/true);
-    const int total_rows = batch * sq * hq;
-    std::vector<mx::array> halves =
-        split(inputs, {{total_rows, splits, dv}, {total_rows, splits, 2}},
-              {mx::float32, mx::float32}, grid, block, template_args, std::nullopt, false, {});
-    const int elements = total_rows * dv;
-    const int combine_block = 128;
-    out = combine({halves.at(0), halves.at(1), length}, {out_shape}, {mx::float32},
-                  {(elements + combine_block - 1) / combine_block * combine_block, 1, 1},
-                  {combine_block, 1, 1},
-                  {{"DV", dv}, {"CHUNK", chunk}, {"LenT", length.dtype()}, {"SK", sk}},
-                  std::nullopt, false, {})
-              .at(0);
+    return heads_first(whole(inputs, {out_shape}, {mx::float32}, grid, block, template_args,
+                             std::nullopt, false, {})
+                           .at(0));
   }
-  // [B, Sq, Hq, Dv] as its [B, Hq, Sq, Dv] view, as the other attention kernels return it.
-  return mx::transpose(out, {0, 2, 1, 3});
+  static const mx::fast::CustomKernelFunction split = mx::fast::cuda_kernel(
+      "rlx_decode_attention_split", {"q", "k", "v", "length", "scale"}, {"parts", "stats"},
+      name + "false>" + args + "parts, stats);", kDecodeAttentionSource,
+      /*ensure_row_contiguous=*/false);
+  static const mx::fast::CustomKernelFunction combine = mx::fast::cuda_kernel(
+      "rlx_decode_combine", {"parts", "stats", "length"}, {"out"}, R"(
+rlx_decode::decode_combine<DV, CHUNK, LenT>(parts, stats, length, parts_shape[0],
+                                            parts_shape[1], SK, out);
+)",
+      kDecodeAttentionSource, /*ensure_row_contiguous=*/true);
+  const int total_rows = batch * sq * hq;
+  std::vector<mx::array> halves =
+      split(inputs, {{total_rows, splits, dv}, {total_rows, splits, 2}},
+            {mx::float32, mx::float32}, grid, block, template_args, std::nullopt, false, {});
+  const int elements = total_rows * dv;
+  const int combine_block = 128;
+  return heads_first(
+      combine({halves.at(0), halves.at(1), length}, {out_shape}, {mx::float32},
+              {(elements + combine_block - 1) / combine_block * combine_block, 1, 1},
+              {combine_block, 1, 1},
+              {{"DV", dv}, {"CHUNK", chunk}, {"LenT", length.dtype()}, {"SK", sk}},
+              std::nullopt, false, {})
+          .at(0));
 }
 
 // Rows of a float32 [rows, width] table by index on an NVIDIA GPU, four floats a thread, or

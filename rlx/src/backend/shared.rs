@@ -102,6 +102,16 @@ impl ParamTable {
         }
     }
 
+    /// Each param's index by its node.
+    #[cfg(feature = "mlx")]
+    pub(crate) fn by_node(&self) -> std::collections::HashMap<NodeId, usize> {
+        self.specs
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| (spec.node, i))
+            .collect()
+    }
+
     /// The index of the param `name`.
     pub(crate) fn find(&self, name: &str) -> Result<usize, RunError> {
         self.specs

@@ -59,12 +59,7 @@ pub(crate) fn k_major_params(graph: &Graph, params: &ParamTable) -> Vec<bool> {
 /// format counts; a product in another format reads the bytes as before.
 pub(crate) fn block_weight_params(graph: &Graph, params: &ParamTable) -> Vec<Option<GgmlType>> {
     let mut formats = vec![None; params.specs.len()];
-    let index: std::collections::HashMap<NodeId, usize> = params
-        .specs
-        .iter()
-        .enumerate()
-        .map(|(i, spec)| (spec.node, i))
-        .collect();
+    let index = params.by_node();
     for (_, node) in graph.iter() {
         if let (Op::BlockMatMul(product), Some(weight)) = (&node.op, node.inputs.get(1))
             && let Some(&i) = index.get(weight)
@@ -104,12 +99,7 @@ pub(crate) fn product_groups(
     folded: &[bool],
 ) -> Vec<ProductGroup> {
     let users = graph.users();
-    let index: std::collections::HashMap<NodeId, usize> = params
-        .specs
-        .iter()
-        .enumerate()
-        .map(|(i, spec)| (spec.node, i))
-        .collect();
+    let index = params.by_node();
     let outputs: std::collections::HashSet<NodeId> =
         graph.outputs().iter().map(|o| o.node).collect();
     // (left operand, the product's op, the weights' dtype) and the members so far.

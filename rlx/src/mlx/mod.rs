@@ -40,6 +40,7 @@ mod layout;
 mod lower;
 mod ops;
 mod values;
+mod weights;
 
 pub use array::{
     Array, MlxError, active_memory, blas, device_name, live_arrays, peak_memory, reset_peak_memory,
@@ -73,6 +74,7 @@ use layout::{
 };
 use lower::{BiasAdds, Constants, Lowering, PreparedWeight, eval_error, upload_constants};
 use values::{MlxState, MlxValue};
+use weights::{BoundWeights, Joined, Weight};
 
 /// How runs are evaluated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,36 +169,6 @@ struct BindingPlan {
     /// Compiled mode: the traced function.
     function: Option<Function>,
 }
-
-/// A bound weight's array.
-#[derive(Clone)]
-struct Weight {
-    array: Array,
-    /// For the weight of block products: its MLX form, made when it was bound
-    /// ([`layout::block_weight_params`]).
-    prepared: Vec<Array>,
-}
-
-// SAFETY: a weight's arrays (its value and its prepared form) are evaluated when it is bound
-// (`store_weights`) and never changed afterwards; other threads only clone the handles (an
-// atomic reference count) and build ops that read them, which MLX allows from any thread.
-unsafe impl Sync for Weight {}
-
-/// The params of an executable, and the value bound to each (indexed alike).
-struct BoundWeights {
-    params: ParamTable,
-    values: Vec<Option<Weight>>,
-    /// Per product group: its joined weight (empty until every member is bound).
-    joined: Vec<Joined>,
-}
-
-/// A product group's joined weight: the float weight, or a block format's MLX form.
-#[derive(Default)]
-struct Joined(Vec<Array>);
-
-// SAFETY: as for `Weight`: evaluated when bound (`store_weights`), never changed afterwards;
-// other threads only clone the handles and build ops that read them.
-unsafe impl Sync for Joined {}
 
 /// What one call works with: the binder's buffers and room for reading results.
 struct CallScratch {
@@ -564,188 +536,6 @@ impl MlxExecutable {
                 .map_err(backend_error)?;
         }
         Ok(())
-    }
-
-    /// Binds weights to MLX arrays, all or none, like [`Executable::set_weights`] but
-    /// without a trip through host memory: an array another run returned (an updated
-    /// weight) stays on the device. Each is evaluated before it is bound.
-    ///
-    /// ```no_run
-    /// use rlx::prelude::*;
-    /// use rlx::backend::{Backend, Executable};
-    /// use rlx::mlx::{Array, MlxBackend, MlxMode};
-    /// use rlx::tensor::HostTensor;
-    ///
-    /// let mut b = GraphBuilder::new();
-    /// let w = b.param("w", DType::F32, [2])?;
-    /// let twice = b.add(w, w)?;
-    /// b.output("twice", twice)?;
-    /// let exe = MlxBackend::new(MlxMode::Lazy).compile(&b.finish()?)?;
-    /// let w = Array::from_tensor(HostTensor::from_vec(vec![1.0f32, 2.0], [2])?.view())?;
-    /// exe.set_weight_arrays(&[("w", &w)])?;
-    /// let out = exe.run_values(&[], &[])?;
-    /// let doubled = out[0].mlx_array().expect("MLX returns arrays");
-    /// exe.set_weight_arrays(&[("w", doubled)])?; // the result, bound as it is
-    /// assert_eq!(exe.weight("w")?.as_slice::<f32>()?, &[2.0, 4.0]);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn set_weight_arrays(&self, weights: &[(&str, &Array)]) -> Result<(), RunError> {
-        let _one_at_a_time = lock(&self.binding_weights);
-        let _gpu = device::gpu_turn(self.device);
-        let mut made = Vec::with_capacity(weights.len());
-        {
-            let bound = read(&self.weights);
-            for (name, value) in weights {
-                let dtype = value.dtype().map_err(backend_error)?;
-                let dims = value.shape().map_err(backend_error)?;
-                let i = bound.params.check_type(name, dtype, &dims)?;
-                made.push((i, self.as_stored(i, (*value).clone())?));
-            }
-        }
-        self.store_weights(made)
-    }
-
-    /// Param `i`'s value as runs read it: in the dtype it computes in (a half-precision
-    /// copy of an f32 weight under [`Precision::F16`] or [`Precision::BF16`]) and, where
-    /// [`layout`] says so, K-major.
-    fn as_stored(&self, i: usize, array: Array) -> Result<Array, RunError> {
-        let (cast, k_major) = (self.param_casts[i], self.k_major[i]);
-        if cast.is_none() && !k_major {
-            return Ok(array);
-        }
-        device::on_device(self.device, true, || {
-            let array = match cast {
-                Some(dtype) => array.cast(dtype)?,
-                None => array,
-            };
-            if k_major { array.k_major() } else { Ok(array) }
-        })
-        .and_then(|stored| stored)
-        .map_err(backend_error)
-    }
-
-    /// Evaluates the new values (and the MLX form of block weights) and binds them, all at
-    /// once.
-    fn store_weights(&self, made: Vec<(usize, Array)>) -> Result<(), RunError> {
-        let weights = made
-            .into_iter()
-            .map(|(i, array)| {
-                let prepared = match self.block_formats[i] {
-                    Some(format) => {
-                        device::on_device(self.device, true, || array.block_prepare(format.id()))
-                            .and_then(|parts| parts)
-                            .map_err(backend_error)?
-                    }
-                    None => Vec::new(),
-                };
-                Ok((i, Weight { array, prepared }))
-            })
-            .collect::<Result<Vec<_>, RunError>>()?;
-        let mut weights = weights;
-        let joined = self.join_groups(&mut weights)?;
-        // Materialized now, so the caller's bytes may go away and runs do not pay for it.
-        let all: Vec<&Array> = weights
-            .iter()
-            .flat_map(|(_, w)| std::iter::once(&w.array).chain(&w.prepared))
-            .chain(joined.iter().flat_map(|(_, parts)| parts))
-            .collect();
-        Array::eval(&all).map_err(backend_error)?;
-        let mut bound = write(&self.weights);
-        for (i, weight) in weights {
-            bound.values[i] = Some(weight);
-            bound.params.mark_bound(i);
-        }
-        for (g, parts) in joined {
-            bound.joined[g] = Joined(parts);
-        }
-        Ok(())
-    }
-
-    /// The joined weights of the product groups that `weights` (about to be bound) touch
-    /// and whose members are then all bound; a float group's members become views of
-    /// theirs (appended to `weights` for members bound before), so the weights are held
-    /// once.
-    fn join_groups(
-        &self,
-        weights: &mut Vec<(usize, Weight)>,
-    ) -> Result<Vec<(usize, Vec<Array>)>, RunError> {
-        let mut joined = Vec::new();
-        let bound = read(&self.weights);
-        for (g, group) in self.groups.iter().enumerate() {
-            let new =
-                |weights: &[(usize, Weight)], i: &usize| weights.iter().position(|(j, _)| j == i);
-            if !group
-                .members
-                .iter()
-                .any(|(_, i, _)| new(weights, i).is_some())
-            {
-                continue;
-            }
-            let arrays: Option<Vec<Array>> = group
-                .members
-                .iter()
-                .map(|(_, i, _)| match new(weights, i) {
-                    Some(at) => Some(weights[at].1.array.clone()),
-                    None => bound.values[*i].as_ref().map(|w| w.array.clone()),
-                })
-                .collect();
-            // Joined when the group's last member is bound.
-            let Some(arrays) = arrays else { continue };
-            let (parts, views) = device::on_device(self.device, true, || self.join(group, &arrays))
-                .and_then(|made| made)
-                .map_err(backend_error)?;
-            for ((_, i, _), view) in group.members.iter().zip(views) {
-                match new(weights, i) {
-                    Some(at) => weights[at].1.array = view,
-                    None => weights.push((
-                        *i,
-                        Weight {
-                            array: view,
-                            prepared: Vec::new(),
-                        },
-                    )),
-                }
-            }
-            joined.push((g, parts));
-        }
-        Ok(joined)
-    }
-
-    /// `group`'s joined weight from its members' `arrays` (as stored), and each member's
-    /// view of it for a float group: block weights join their MLX forms, and keep their
-    /// bytes.
-    fn join(
-        &self,
-        group: &ProductGroup,
-        arrays: &[Array],
-    ) -> Result<(Vec<Array>, Vec<Array>), MlxError> {
-        if let Some(format) = group.format {
-            let forms = arrays
-                .iter()
-                .map(|a| a.block_prepare(format.id()))
-                .collect::<Result<Vec<_>, _>>()?;
-            let parts = (0..forms[0].len())
-                .map(|p| Array::concat(&forms.iter().map(|f| &f[p]).collect::<Vec<_>>(), 0))
-                .collect::<Result<Vec<_>, _>>()?;
-            return Ok((parts, arrays.to_vec()));
-        }
-        let axis = if group.transposed { 0 } else { 1 };
-        let mut whole = Array::concat(&arrays.iter().collect::<Vec<_>>(), axis)?;
-        if self.k_major[group.members[0].1] {
-            whole = whole.k_major()?;
-        }
-        let dims = whole.shape()?;
-        let views = group
-            .members
-            .iter()
-            .map(|(_, _, columns)| {
-                let (mut start, mut stop) = (vec![0; dims.len()], dims.clone());
-                start[axis] = columns.start;
-                stop[axis] = columns.end;
-                whole.slice(&start, &stop, &vec![1; dims.len()])
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok((vec![whole], views))
     }
 
     /// Binds the runtime dims from `inputs` (their arrays in `arrays`), checks the inputs

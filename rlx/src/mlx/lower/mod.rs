@@ -522,7 +522,7 @@ impl NodeInput<'_> {
     /// bounds ([`repeated_sites`]), whose flag says it all (this one is then never
     /// computed).
     pub(crate) fn check_indices(&mut self, bad: Array, operand: usize) {
-        if self.lowering.repeats[self.id.index()].is_some() {
+        if self.repeats_earlier() {
             return;
         }
         self.checks.push(IndexCheck {
@@ -530,6 +530,11 @@ impl NodeInput<'_> {
             bad,
             indices: self.x[operand].clone(),
         });
+    }
+
+    /// Whether an earlier node computes this node's index check ([`repeated_sites`]).
+    pub(crate) fn repeats_earlier(&self) -> bool {
+        self.lowering.repeats[self.id.index()].is_some()
     }
 
     /// The array an earlier node of this run that this one repeats ([`repeated_sites`])

@@ -322,7 +322,10 @@ impl Lower for ir::Attention {
                 if let Some(out) =
                     n.x[0].attention_prefix(n.x[1], n.x[2], self.scale, length, mask)?
                 {
-                    self.check_length(n)?;
+                    // A repeat's length is the first's, checked there.
+                    if !n.repeats_earlier() {
+                        self.check_length(n)?;
+                    }
                     return Ok(out);
                 }
             }

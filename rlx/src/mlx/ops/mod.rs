@@ -5,13 +5,18 @@ use std::ptr;
 
 use rlx_mlx_sys as sys;
 
-use super::array::{Array, MlxError, check, dims_i64, ints, make, make_checked};
+use super::array::{Array, MlxError, check, dims_i64, ints, make};
 use super::codes;
 use crate::ir::{
     ArgReduceOp, BinaryOp, CompareOp, DType, PoolKind, ReduceOp, SortOutput, UnaryOp, UpsampleMode,
     UpsampleTap,
 };
 use crate::tensor::{HostTensor, TensorError};
+
+mod indexing;
+mod quantized;
+
+pub(crate) use quantized::block_prepared_parts;
 
 /// `(before, after)` pairs as the shim's two arrays.
 fn split_pads(pads: &[(usize, usize)]) -> (Vec<i32>, Vec<i32>) {
@@ -221,176 +226,6 @@ impl Array {
                 high.as_ptr(),
                 low.len(),
                 value.ptr(),
-                out,
-            )
-        })
-    }
-
-    /// `numpy.take` along `axis`, and a `bool` scalar that is true if an index was out of
-    /// range (such indices read element 0 instead of memory outside the array).
-    pub fn gather(&self, indices: &Array, axis: usize) -> Result<(Array, Array), MlxError> {
-        // SAFETY: the handles are live; both out-pointers are valid slots.
-        make_checked(|out, bad| unsafe {
-            sys::rlx_mlx_gather(self.ptr(), indices.ptr(), axis as i32, out, bad)
-        })
-    }
-
-    /// `y[p] = self[row(p)] · w[indices[p]]` (`w` stored `[E, N, K]` when `transpose_b`),
-    /// with the same out-of-range flag as [`Array::gather`].
-    pub fn gather_matmul(
-        &self,
-        w: &Array,
-        indices: &Array,
-        transpose_b: bool,
-    ) -> Result<(Array, Array), MlxError> {
-        // SAFETY: the handles are live; both out-pointers are valid slots.
-        make_checked(|out, bad| unsafe {
-            sys::rlx_mlx_gather_matmul(self.ptr(), w.ptr(), indices.ptr(), transpose_b, out, bad)
-        })
-    }
-
-    /// `out[e] = Σ self[row(p)]ᵀ · g[p]` over the pairs of matrix `e` (transposed when
-    /// `transpose`), with the same out-of-range flag as [`Array::gather`].
-    pub fn scatter_matmul(
-        &self,
-        g: &Array,
-        indices: &Array,
-        groups: usize,
-        transpose: bool,
-    ) -> Result<(Array, Array), MlxError> {
-        let groups = i32::try_from(groups).map_err(|_| MlxError::new("too many matrices"))?;
-        // SAFETY: the handles are live; both out-pointers are valid slots.
-        make_checked(|out, bad| unsafe {
-            sys::rlx_mlx_scatter_matmul(
-                self.ptr(),
-                g.ptr(),
-                indices.ptr(),
-                groups,
-                transpose,
-                out,
-                bad,
-            )
-        })
-    }
-
-    /// Adds `updates` into a copy of `self` at `indices` along `axis`, with the same
-    /// out-of-range flag as [`Array::gather`].
-    pub fn scatter_add(
-        &self,
-        indices: &Array,
-        updates: &Array,
-        axis: usize,
-    ) -> Result<(Array, Array), MlxError> {
-        // SAFETY: the handles are live; both out-pointers are valid slots.
-        make_checked(|out, bad| unsafe {
-            sys::rlx_mlx_scatter_add(
-                self.ptr(),
-                indices.ptr(),
-                updates.ptr(),
-                axis as i32,
-                out,
-                bad,
-            )
-        })
-    }
-
-    /// The window of `sizes` (one per axis) at run-time `offsets` along `axes`, and a `bool`
-    /// scalar that is true if an offset put the window outside (such offsets read as 0).
-    pub fn dynamic_slice(
-        &self,
-        offsets: &Array,
-        axes: &[usize],
-        sizes: &[usize],
-    ) -> Result<(Array, Array), MlxError> {
-        let (start, bad) = Array::window_start(offsets, &self.shape()?, sizes, axes)?;
-        Ok((self.dynamic_slice_at(&start, axes, sizes)?, bad))
-    }
-
-    /// `self` with `update` written over the window at run-time `offsets` along `axes`,
-    /// flagged as [`Array::dynamic_slice`]. MLX writes in place when `self` is referenced
-    /// nowhere else.
-    pub fn slice_update(
-        &self,
-        update: &Array,
-        offsets: &Array,
-        axes: &[usize],
-    ) -> Result<(Array, Array), MlxError> {
-        let (start, bad) = Array::window_start(offsets, &self.shape()?, &update.shape()?, axes)?;
-        Ok((self.slice_update_at(update, &start, axes)?, bad))
-    }
-
-    /// Where a window of dims `window` inside an array of dims `shape` starts along `axes`
-    /// at run-time `offsets`: `int32 [axes]`, an offset that puts the window outside read as
-    /// 0, and a `bool` scalar that is true when one did. Windows at the same offsets (a
-    /// decoder's cache writes) share one start.
-    pub(crate) fn window_start(
-        offsets: &Array,
-        shape: &[usize],
-        window: &[usize],
-        axes: &[usize],
-    ) -> Result<(Array, Array), MlxError> {
-        let axes: Vec<i32> = axes.iter().map(|&a| a as i32).collect();
-        let (shape, window) = (dims_i64(shape), dims_i64(window));
-        if shape.len() != window.len() {
-            return Err(MlxError::new("a window has one dim per dim of its array"));
-        }
-        // SAFETY: the handle is live; the slices outlive the call and their lengths are
-        // passed with them; both out-pointers are valid slots.
-        make_checked(|start, bad| unsafe {
-            sys::rlx_mlx_window_start(
-                offsets.ptr(),
-                shape.as_ptr(),
-                window.as_ptr(),
-                shape.len(),
-                axes.as_ptr(),
-                axes.len(),
-                start,
-                bad,
-            )
-        })
-    }
-
-    /// The window of `sizes` at `start` ([`Array::window_start`]).
-    pub(crate) fn dynamic_slice_at(
-        &self,
-        start: &Array,
-        axes: &[usize],
-        sizes: &[usize],
-    ) -> Result<Array, MlxError> {
-        let axes: Vec<i32> = axes.iter().map(|&a| a as i32).collect();
-        let sizes = dims_i64(sizes);
-        // SAFETY: the handles are live; the slices outlive the call and their lengths are
-        // passed with them; `out` is a valid slot.
-        make(|out| unsafe {
-            sys::rlx_mlx_dynamic_slice_at(
-                self.ptr(),
-                start.ptr(),
-                axes.as_ptr(),
-                axes.len(),
-                sizes.as_ptr(),
-                sizes.len(),
-                out,
-            )
-        })
-    }
-
-    /// `self` with `update` written over the window at `start` ([`Array::window_start`]).
-    pub(crate) fn slice_update_at(
-        &self,
-        update: &Array,
-        start: &Array,
-        axes: &[usize],
-    ) -> Result<Array, MlxError> {
-        let axes: Vec<i32> = axes.iter().map(|&a| a as i32).collect();
-        // SAFETY: the handles are live; `axes` outlives the call and its length is passed
-        // with it; `out` is a valid slot.
-        make(|out| unsafe {
-            sys::rlx_mlx_slice_update_at(
-                self.ptr(),
-                update.ptr(),
-                start.ptr(),
-                axes.as_ptr(),
-                axes.len(),
                 out,
             )
         })
@@ -657,79 +492,9 @@ impl Array {
         // SAFETY: every handle is live; `raw` holds the count passed.
         make(|out| unsafe { sys::rlx_mlx_delta_rule_grad(raw.as_ptr(), raw.len(), out) })
     }
-
-    /// `self · dequant(w)ᵀ` with RLX's quantized layout (see the IR op).
-    pub fn quantized_matmul(
-        &self,
-        w: &Array,
-        scales: &Array,
-        biases: &Array,
-        bits: u8,
-        group_size: usize,
-    ) -> Result<Array, MlxError> {
-        // SAFETY: the handles are live; `out` is a valid slot.
-        make(|out| unsafe {
-            sys::rlx_mlx_quantized_matmul(
-                self.ptr(),
-                w.ptr(),
-                scales.ptr(),
-                biases.ptr(),
-                bits as i32,
-                group_size as i32,
-                out,
-            )
-        })
-    }
 }
 
 impl Array {
-    /// `self · dequant(w)ᵀ` with `w` in the GGUF block format of GGML type id `format`
-    /// (see the IR op).
-    pub fn block_matmul(&self, w: &Array, format: u32) -> Result<Array, MlxError> {
-        // SAFETY: the handles are live; `out` is a valid slot.
-        make(|out| unsafe { sys::rlx_mlx_block_matmul(self.ptr(), w.ptr(), format as i32, out) })
-    }
-
-    /// This GGUF block weight (format `format`) in the form [`Array::block_matmul_prepared`]
-    /// multiplies by: MLX's affine groups of 32 (words, scales, biases) for the formats that
-    /// are exactly that (Q8_0, Q4_0, Q4_1, Q4_K), the float32 values for the others. Made
-    /// once for a bound weight, so runs do not convert it again.
-    pub(crate) fn block_prepare(&self, format: u32) -> Result<Vec<Array>, MlxError> {
-        let mut out = [ptr::null_mut(); 3];
-        let mut count = 0usize;
-        // SAFETY: the handle is live; `out` has room for the 3 handles the shim may write,
-        // `count` is a valid slot.
-        let status = unsafe {
-            sys::rlx_mlx_block_prepare(self.ptr(), format as i32, out.as_mut_ptr(), &mut count)
-        };
-        // Wrap before checking so a partial result is freed either way.
-        let parts: Vec<Array> = out.into_iter().filter_map(Array::from_raw).collect();
-        check(status)?;
-        if parts.len() != count {
-            return Err(MlxError::new("the shim wrote a different number of arrays"));
-        }
-        Ok(parts)
-    }
-
-    /// [`Array::block_matmul`] by a weight in its prepared form ([`Array::block_prepare`]).
-    pub(crate) fn block_matmul_prepared(
-        &self,
-        parts: &[Array],
-        format: u32,
-    ) -> Result<Array, MlxError> {
-        let raw: Vec<*mut sys::rlx_mlx_array> = parts.iter().map(Array::ptr).collect();
-        // SAFETY: every handle is live; `raw` holds the count passed; `out` is a valid slot.
-        make(|out| unsafe {
-            sys::rlx_mlx_block_matmul_prepared(
-                self.ptr(),
-                raw.as_ptr(),
-                raw.len(),
-                format as i32,
-                out,
-            )
-        })
-    }
-
     /// Uniform `f32` values of `dims` drawn from the seed `self` (see the IR op).
     pub fn random_uniform(&self, stream: u32, dims: &[usize]) -> Result<Array, MlxError> {
         let dims = dims_i64(dims);
@@ -744,47 +509,10 @@ impl Array {
         // SAFETY: the handles are live; `out` is a valid slot.
         make(|out| unsafe { sys::rlx_mlx_after(self.ptr(), token.ptr(), out) })
     }
-
-    /// The values of group-affine packed rows (`self`) with their scales and biases.
-    pub fn dequantize(
-        &self,
-        scales: &Array,
-        biases: &Array,
-        bits: u8,
-        group_size: usize,
-    ) -> Result<Array, MlxError> {
-        // SAFETY: the handles are live; `out` is a valid slot.
-        make(|out| unsafe {
-            sys::rlx_mlx_dequantize(
-                self.ptr(),
-                scales.ptr(),
-                biases.ptr(),
-                bits as i32,
-                group_size as i32,
-                out,
-            )
-        })
-    }
-
-    /// The float32 values of `self`'s rows of blocks in the GGUF format of GGML type id
-    /// `format` (see the IR op).
-    pub fn block_dequantize(&self, format: u32) -> Result<Array, MlxError> {
-        // SAFETY: the handle is live; `out` is a valid slot.
-        make(|out| unsafe { sys::rlx_mlx_block_dequantize(self.ptr(), format as i32, out) })
-    }
 }
 
 /// An array holding a host tensor made on the spot.
 fn host_array(t: Result<HostTensor, TensorError>) -> Result<Array, MlxError> {
     let t = t.map_err(|e| MlxError::new(e.to_string()))?;
     Array::from_tensor(t.view())
-}
-
-/// How many arrays [`Array::block_prepare`] makes of a weight in GGUF `format` (3 for MLX's
-/// affine groups, 1 for float values), known before any weight is bound.
-pub(crate) fn block_prepared_parts(format: u32) -> Result<usize, MlxError> {
-    let mut count = 0usize;
-    // SAFETY: `count` is a valid slot; the shim only reads `format`.
-    check(unsafe { sys::rlx_mlx_block_prepared_parts(format as i32, &mut count) })?;
-    Ok(count)
 }

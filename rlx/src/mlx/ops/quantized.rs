@@ -1,0 +1,117 @@
+//! Products by and values of quantized weights: RLX's group-affine layout and GGUF blocks,
+//! whose MLX form a bound weight makes once (`block_prepare`).
+
+use std::ptr;
+
+use rlx_mlx_sys as sys;
+
+use crate::mlx::array::{Array, MlxError, check, make};
+
+impl Array {
+    /// `self · dequant(w)ᵀ` with RLX's quantized layout (see the IR op).
+    pub fn quantized_matmul(
+        &self,
+        w: &Array,
+        scales: &Array,
+        biases: &Array,
+        bits: u8,
+        group_size: usize,
+    ) -> Result<Array, MlxError> {
+        // SAFETY: the handles are live; `out` is a valid slot.
+        make(|out| unsafe {
+            sys::rlx_mlx_quantized_matmul(
+                self.ptr(),
+                w.ptr(),
+                scales.ptr(),
+                biases.ptr(),
+                bits as i32,
+                group_size as i32,
+                out,
+            )
+        })
+    }
+
+    /// `self · dequant(w)ᵀ` with `w` in the GGUF block format of GGML type id `format`
+    /// (see the IR op).
+    pub fn block_matmul(&self, w: &Array, format: u32) -> Result<Array, MlxError> {
+        // SAFETY: the handles are live; `out` is a valid slot.
+        make(|out| unsafe { sys::rlx_mlx_block_matmul(self.ptr(), w.ptr(), format as i32, out) })
+    }
+
+    /// This GGUF block weight (format `format`) in the form [`Array::block_matmul_prepared`]
+    /// multiplies by: MLX's affine groups of 32 (words, scales, biases) for the formats that
+    /// are exactly that (Q8_0, Q4_0, Q4_1, Q4_K), the float32 values for the others. Made
+    /// once for a bound weight, so runs do not convert it again.
+    pub(crate) fn block_prepare(&self, format: u32) -> Result<Vec<Array>, MlxError> {
+        let mut out = [ptr::null_mut(); 3];
+        let mut count = 0usize;
+        // SAFETY: the handle is live; `out` has room for the 3 handles the shim may write,
+        // `count` is a valid slot.
+        let status = unsafe {
+            sys::rlx_mlx_block_prepare(self.ptr(), format as i32, out.as_mut_ptr(), &mut count)
+        };
+        // Wrap before checking so a partial result is freed either way.
+        let parts: Vec<Array> = out.into_iter().filter_map(Array::from_raw).collect();
+        check(status)?;
+        if parts.len() != count {
+            return Err(MlxError::new("the shim wrote a different number of arrays"));
+        }
+        Ok(parts)
+    }
+
+    /// [`Array::block_matmul`] by a weight in its prepared form ([`Array::block_prepare`]).
+    pub(crate) fn block_matmul_prepared(
+        &self,
+        parts: &[Array],
+        format: u32,
+    ) -> Result<Array, MlxError> {
+        let raw: Vec<*mut sys::rlx_mlx_array> = parts.iter().map(Array::ptr).collect();
+        // SAFETY: every handle is live; `raw` holds the count passed; `out` is a valid slot.
+        make(|out| unsafe {
+            sys::rlx_mlx_block_matmul_prepared(
+                self.ptr(),
+                raw.as_ptr(),
+                raw.len(),
+                format as i32,
+                out,
+            )
+        })
+    }
+
+    /// The values of group-affine packed rows (`self`) with their scales and biases.
+    pub fn dequantize(
+        &self,
+        scales: &Array,
+        biases: &Array,
+        bits: u8,
+        group_size: usize,
+    ) -> Result<Array, MlxError> {
+        // SAFETY: the handles are live; `out` is a valid slot.
+        make(|out| unsafe {
+            sys::rlx_mlx_dequantize(
+                self.ptr(),
+                scales.ptr(),
+                biases.ptr(),
+                bits as i32,
+                group_size as i32,
+                out,
+            )
+        })
+    }
+
+    /// The float32 values of `self`'s rows of blocks in the GGUF format of GGML type id
+    /// `format` (see the IR op).
+    pub fn block_dequantize(&self, format: u32) -> Result<Array, MlxError> {
+        // SAFETY: the handle is live; `out` is a valid slot.
+        make(|out| unsafe { sys::rlx_mlx_block_dequantize(self.ptr(), format as i32, out) })
+    }
+}
+
+/// How many arrays [`Array::block_prepare`] makes of a weight in GGUF `format` (3 for MLX's
+/// affine groups, 1 for float values), known before any weight is bound.
+pub(crate) fn block_prepared_parts(format: u32) -> Result<usize, MlxError> {
+    let mut count = 0usize;
+    // SAFETY: `count` is a valid slot; the shim only reads `format`.
+    check(unsafe { sys::rlx_mlx_block_prepared_parts(format as i32, &mut count) })?;
+    Ok(count)
+}
