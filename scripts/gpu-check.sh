@@ -28,10 +28,11 @@
 #     (scripts/gpu-trace/kernel_trace.cpp, built into the pack), written beside the log;
 #   - generation (group `generate`, when $RLX_SMOLLM2_DIR holds SmolLM2's GGUF): the
 #     llama and generate tests, 09_generate (RLX_GPU_BENCH_ONLY=1 leaves these out) and
-#     generate_bench --backend mlx in f32 and Q4_1 with and without MLX's CUDA graphs; with
-#     $RLX_GPU_REFERENCES (a folder holding ../shared/bench/gpu_generate/'s scripts and a
-#     wheels/ folder with gguf and mlx-lm) also MLX-LM (bf16, 4-bit) and PyTorch (eager,
-#     static cache + torch.compile) on the same GGUF;
+#     generate_bench --backend mlx in f32 and Q4_1 with and without MLX's CUDA graphs
+#     (RLX_GPU_GRAPHS="0" for without only); with $RLX_GPU_REFERENCES (a folder holding
+#     ../shared/bench/gpu_generate/'s scripts and a wheels/ folder with gguf and mlx-lm)
+#     also MLX-LM (bf16, 4-bit; batch 1 and, through bench/mlx_lm_batch_generate.py, 8)
+#     and PyTorch (eager, static cache + torch.compile) on the same GGUF;
 #   - scans (group `scan`): the linear_scan and delta_rule rows of the op table, the Mamba
 #     tests, mamba_bench and delta_bench --backend mlx (beside bench/gated_delta_bench.py
 #     on CUDA when torch and transformers are there);
@@ -126,6 +127,9 @@ generation_references() {
     --mlx-path "$site/mlx_q4" -q --q-bits 4 || return 1
   PYTHONPATH=$prefix:$site step python3 "$refs/mlx_gen_bench.py" --prompts 128 \
     --model "bf16=$site/hf_bf16" --model "q4=$site/mlx_q4" --out "$(dirname "$log")/mlx_gen.json" || return 1
+  # Batch 8, as generate_bench's batch of 8 (MLX-LM's batch_generate).
+  PYTHONPATH=$prefix:$site step python3 "$root/bench/mlx_lm_batch_generate.py" \
+    --model "bf16=$site/hf_bf16" --model "q4=$site/mlx_q4" || return 1
   PYTHONPATH=$site step python3 "$refs/torch_gen_bench.py" --gguf "$gguf" --prompts 128 --compile \
     --out "$(dirname "$log")/torch_gen.json" || return 1
 }
@@ -167,7 +171,7 @@ run_all() {
     # f32 weights, and the Q4_1 projections kept 4-bit (MLX's quantized_matmul); each with
     # and without MLX's CUDA graphs (decision 011); then where decode time goes (a kernel
     # trace of one process, batch 1 only).
-    for graphs in 1 0; do
+    for graphs in ${RLX_GPU_GRAPHS:-1 0}; do
       MLX_USE_CUDA_GRAPHS=$graphs step "$bin/generate_bench" --backend mlx --reps 3 || status=1
       MLX_USE_CUDA_GRAPHS=$graphs step "$bin/generate_bench" --backend mlx --quant --reps 3 || status=1
     done

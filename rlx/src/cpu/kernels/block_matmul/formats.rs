@@ -62,6 +62,57 @@ pub(super) trait IntBlock: Block {
         block: *const u8,
         c: usize,
     ) -> std::arch::x86_64::__m256i;
+
+    /// Whether the kernels may take eight blocks at once ([`IntBlock::factors_of_eight`]):
+    /// the formats whose blocks are one run of 32.
+    const EIGHT_AT_ONCE: bool = false;
+
+    /// The factors of eight consecutive blocks from `blocks` (`BYTES` apart) as vectors,
+    /// lane `j` block `j`'s `Chunk::scale` and `Chunk::offsets[0]`. Only for formats whose
+    /// blocks are one run of 32 ([`IntBlock::EIGHT_AT_ONCE`]); this one reads each block's
+    /// head as [`IntBlock::head`] does, the formats override it with vector loads.
+    ///
+    /// # Safety
+    /// AVX2 and F16C must be available; `blocks` points at `8 * BYTES` readable bytes.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn factors_of_eight(
+        blocks: *const u8,
+    ) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
+        // SAFETY: the caller's contract.
+        unsafe { factors_of_eight_scalar::<Self>(blocks) }
+    }
+}
+
+/// [`IntBlock::factors_of_eight`] from each block's [`IntBlock::head`] and
+/// [`IntBlock::chunk`]: the definition the vector forms are tested against.
+///
+/// # Safety
+/// AVX must be available; `blocks` points at `8 * F::BYTES` readable bytes.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) unsafe fn factors_of_eight_scalar<F: IntBlock + ?Sized>(
+    blocks: *const u8,
+) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
+    use std::arch::x86_64::*;
+    let chunks: [Chunk; 8] = std::array::from_fn(|j| {
+        // SAFETY: the caller's contract: eight blocks of `BYTES` readable bytes.
+        let block = unsafe { std::slice::from_raw_parts(blocks.add(j * F::BYTES), F::BYTES) };
+        F::chunk(
+            &F::head(block, |at| crate::gguf::half_f32(block, at)),
+            block,
+            0,
+        )
+    });
+    let scales: [f32; 8] = std::array::from_fn(|j| chunks[j].scale);
+    let offsets: [f32; 8] = std::array::from_fn(|j| chunks[j].offsets[0]);
+    // SAFETY: AVX (the caller's contract); unaligned loads of local arrays.
+    unsafe {
+        (
+            _mm256_loadu_ps(scales.as_ptr()),
+            _mm256_loadu_ps(offsets.as_ptr()),
+        )
+    }
 }
 
 /// How a 32-value format's stored integers become its values, besides the scale.
@@ -127,6 +178,7 @@ impl<F: Classic> IntBlock for F {
         Sums::Whole
     };
     type Head = Chunk;
+    const EIGHT_AT_ONCE: bool = true;
 
     #[inline(always)]
     fn chunk(head: &Chunk, _: &[u8], _: usize) -> Chunk {
@@ -188,6 +240,51 @@ impl<F: Classic> IntBlock for F {
             };
             let word = block.add(at).cast::<u32>().read_unaligned();
             _mm256_or_si256(nibbles, bits::spread::<MASKS>(word, 0x10))
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn factors_of_eight(
+        blocks: *const u8,
+    ) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
+        use std::arch::x86_64::*;
+        // SAFETY: AVX2 and F16C, and the eight blocks' first four bytes readable (the
+        // caller's contract: every block has at least 18).
+        unsafe {
+            let step = F::BYTES as i32;
+            let at = _mm256_mullo_epi32(
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                _mm256_set1_epi32(step),
+            );
+            // Each lane the block's scale (low 16 bits) and minimum (high 16 bits, the
+            // next field in the formats without one: never used then).
+            let heads = _mm256_i32gather_epi32::<1>(blocks.cast(), at);
+            // The low (then high) halves of every lane, gathered into the first eight bytes
+            // of each 128-bit lane, then the two lanes' eight joined.
+            let halves = |low: bool| {
+                let pick = if low {
+                    _mm256_setr_epi8(
+                        0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8, 9,
+                        12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
+                    )
+                } else {
+                    _mm256_setr_epi8(
+                        2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1, 2, 3, 6, 7, 10,
+                        11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1,
+                    )
+                };
+                let packed = _mm256_permute4x64_epi64::<0b1000>(_mm256_shuffle_epi8(heads, pick));
+                _mm256_cvtph_ps(_mm256_castsi256_si128(packed))
+            };
+            let scales = halves(true);
+            let offsets = match F::OFFSET {
+                Offset::None => _mm256_setzero_ps(),
+                Offset::Eight => _mm256_mul_ps(scales, _mm256_set1_ps(-8.0)),
+                Offset::Sixteen => _mm256_mul_ps(scales, _mm256_set1_ps(-16.0)),
+                Offset::Minimum => halves(false),
+            };
+            (scales, offsets)
         }
     }
 }

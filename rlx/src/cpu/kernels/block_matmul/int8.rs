@@ -227,6 +227,23 @@ mod wide {
         }
     }
 
+    /// Lane `j` the sum of the eight lanes of `dots[j]`: four levels of pairwise sums
+    /// within each 128-bit half, then the halves added.
+    #[inline(always)]
+    unsafe fn block_sums(dots: [__m256i; 8]) -> __m256i {
+        // SAFETY: register-only AVX2 arithmetic, enabled by the callers.
+        unsafe {
+            let pairs = |a, b| _mm256_hadd_epi32(a, b);
+            // Lanes of each half: blocks 0-3 (then 4-7), their first or last four lanes.
+            let low = pairs(pairs(dots[0], dots[1]), pairs(dots[2], dots[3]));
+            let high = pairs(pairs(dots[4], dots[5]), pairs(dots[6], dots[7]));
+            _mm256_add_epi32(
+                _mm256_permute2x128_si256::<0x20>(low, high),
+                _mm256_permute2x128_si256::<0x31>(low, high),
+            )
+        }
+    }
+
     /// The body of both kernels: `dot(u, s)` is the 8-lane integer dot product of
     /// unsigned bytes `u` and signed bytes `s`. Features go one at a time, each read front
     /// to back (one sequential stream per thread is what the memory system serves fastest),
@@ -292,11 +309,57 @@ mod wide {
             let runs = d.k / VALUES;
             let per_block = F::VALUES / VALUES;
             let row_bytes = d.k / F::VALUES * F::BYTES;
+            let blocks = d.k / F::VALUES;
+            // Formats of one run a block go eight blocks at a time where they can: their
+            // factors read as vectors (`IntBlock::factors_of_eight`), each row's eight
+            // integer sums reduced into one vector and scaled at once (a broadcast, a
+            // conversion and a multiply-add a block otherwise).
+            let grouped = if F::EIGHT_AT_ONCE { blocks / 8 * 8 } else { 0 };
             for f in range {
                 // SAFETY: AVX is enabled by the callers.
                 let mut sums = [unsafe { _mm256_setzero_ps() }; R];
                 let mut offsets = [0f32; R];
-                for at_block in 0..d.k / F::VALUES {
+                for at_block in (0..grouped).step_by(8) {
+                    // SAFETY: blocks at_block..at_block + 8 of feature f lie inside `w`, and
+                    // runs at_block.. of rows first..first + R inside `q` (the callers'
+                    // asserts); a prefetch of any address is harmless; the vector
+                    // instructions are enabled by the callers.
+                    unsafe {
+                        let first = self.w.as_ptr().add(f * row_bytes + at_block * F::BYTES);
+                        for line in (0..8 * F::BYTES).step_by(64) {
+                            _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(AHEAD + line).cast());
+                        }
+                        let (scales, offs) = F::factors_of_eight(first);
+                        let ints: [__m256i; 8] = std::array::from_fn(|j| {
+                            F::integers_x86::<MASKS>(first.add(j * F::BYTES), 0)
+                        });
+                        let magnitudes =
+                            ints.map(|v| if F::SIGNED { _mm256_sign_epi8(v, v) } else { v });
+                        for r in 0..R {
+                            let at = (self.first + r) * runs + at_block;
+                            let dots: [__m256i; 8] = std::array::from_fn(|j| {
+                                let xs = _mm256_loadu_si256(
+                                    q.values.as_ptr().add((at + j) * VALUES).cast(),
+                                );
+                                let xs = if F::SIGNED {
+                                    _mm256_sign_epi8(xs, ints[j])
+                                } else {
+                                    xs
+                                };
+                                dot(magnitudes[j], xs)
+                            });
+                            let integers = _mm256_cvtepi32_ps(block_sums(dots));
+                            let x_scales = _mm256_loadu_ps(q.scales.as_ptr().add(at));
+                            let factors = _mm256_mul_ps(scales, x_scales);
+                            sums[r] = _mm256_fmadd_ps(integers, factors, sums[r]);
+                            if F::SUMS != Sums::None {
+                                let x_sums = _mm256_loadu_ps(q.sums.as_ptr().add(at));
+                                sums[r] = _mm256_fmadd_ps(offs, x_sums, sums[r]);
+                            }
+                        }
+                    }
+                }
+                for at_block in grouped..blocks {
                     // SAFETY: block `at_block` of feature f lies inside `w` (the callers'
                     // asserts).
                     let block = unsafe { self.w.as_ptr().add(f * row_bytes + at_block * F::BYTES) };
@@ -428,7 +491,14 @@ mod tests {
         let mut rng = Numbers(7);
         for format in crate::ops::linalg::BLOCK_FORMATS {
             for rows in [1usize, 3, 15] {
-                let (n, k) = (37, 3 * format.block_values());
+                // 19 runs in the formats of one run a block: two groups of eight
+                // (`IntBlock::factors_of_eight`) and three blocks one at a time.
+                let runs = if format.block_values() == VALUES {
+                    19
+                } else {
+                    3
+                };
+                let (n, k) = (37, runs * format.block_values());
                 let w = random_blocks(format, n * k / format.block_values(), || rng.next());
                 let mut x: Vec<f32> = (0..rows * k)
                     .map(|_| (rng.next() * 4.0 - 2.0) as f32)
@@ -531,6 +601,56 @@ mod tests {
 
     #[cfg(target_arch = "x86_64")]
     use wide::{features_avx2 as wide_avx2, features_vnni as wide_vnni};
+
+    /// The vector reads of eight blocks' factors give what each block's head and chunk
+    /// give, bit for bit.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn factors_of_eight_blocks_read_as_vectors() {
+        use super::super::formats::{IntBlock, factors_of_eight_scalar};
+        use std::arch::x86_64::*;
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c")) {
+            return;
+        }
+        #[target_feature(enable = "avx2,f16c")]
+        unsafe fn both<F: IntBlock>(blocks: &[u8]) -> [[f32; 8]; 4] {
+            let mut out = [[0f32; 8]; 4];
+            // SAFETY: AVX2 and F16C (the caller checked them); eight blocks in `blocks`.
+            unsafe {
+                assert!(blocks.len() >= 8 * F::BYTES);
+                let (a, b) = F::factors_of_eight(blocks.as_ptr());
+                let (c, d) = factors_of_eight_scalar::<F>(blocks.as_ptr());
+                for (o, v) in out.iter_mut().zip([a, b, c, d]) {
+                    _mm256_storeu_ps(o.as_mut_ptr(), v);
+                }
+            }
+            out
+        }
+        let mut rng = Numbers(11);
+        for format in [
+            GgmlType::Q8_0,
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+        ] {
+            let blocks = random_blocks(format, 8, || rng.next());
+            // SAFETY: the CPU has AVX2 and F16C (checked above).
+            let [scales, offsets, want_scales, want_offsets] = unsafe {
+                match format {
+                    GgmlType::Q8_0 => both::<Q8_0Block>(&blocks),
+                    GgmlType::Q4_0 => both::<Q4_0Block>(&blocks),
+                    GgmlType::Q4_1 => both::<Q4_1Block>(&blocks),
+                    GgmlType::Q5_0 => both::<Q5_0Block>(&blocks),
+                    _ => both::<Q5_1Block>(&blocks),
+                }
+            };
+            let bits = |v: [f32; 8]| v.map(f32::to_bits);
+            assert_eq!(bits(scales), bits(want_scales), "{}", format.name());
+            assert_eq!(bits(offsets), bits(want_offsets), "{}", format.name());
+            assert!(want_scales.iter().any(|s| *s != 0.0), "{}", format.name());
+        }
+    }
 
     /// Blocks of zeros quantize to zero with a zero scale; a NaN makes its block's scale NaN.
     #[test]
