@@ -261,28 +261,24 @@ impl<F: Classic> IntBlock for F {
             // next field in the formats without one: never used then).
             let heads = _mm256_i32gather_epi32::<1>(blocks.cast(), at);
             // The low (then high) halves of every lane, gathered into the first eight bytes
-            // of each 128-bit lane, then the two lanes' eight joined.
-            let halves = |low: bool| {
-                let pick = if low {
-                    _mm256_setr_epi8(
-                        0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8, 9,
-                        12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
-                    )
-                } else {
-                    _mm256_setr_epi8(
-                        2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1, 2, 3, 6, 7, 10,
-                        11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1,
-                    )
-                };
-                let packed = _mm256_permute4x64_epi64::<0b1000>(_mm256_shuffle_epi8(heads, pick));
-                _mm256_cvtph_ps(_mm256_castsi256_si128(packed))
-            };
-            let scales = halves(true);
+            // of each 128-bit lane, then the two lanes' eight joined (no closure: it would be
+            // compiled without the callers' vector features).
+            let low = _mm256_setr_epi8(
+                0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8, 9, 12, 13,
+                -1, -1, -1, -1, -1, -1, -1, -1,
+            );
+            let packed = _mm256_permute4x64_epi64::<0b1000>(_mm256_shuffle_epi8(heads, low));
+            let scales = _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
             let offsets = match F::OFFSET {
                 Offset::None => _mm256_setzero_ps(),
                 Offset::Eight => _mm256_mul_ps(scales, _mm256_set1_ps(-8.0)),
                 Offset::Sixteen => _mm256_mul_ps(scales, _mm256_set1_ps(-16.0)),
-                Offset::Minimum => halves(false),
+                Offset::Minimum => {
+                    let minimums = _mm256_srli_epi32::<16>(heads);
+                    let packed =
+                        _mm256_permute4x64_epi64::<0b1000>(_mm256_shuffle_epi8(minimums, low));
+                    _mm256_cvtph_ps(_mm256_castsi256_si128(packed))
+                }
             };
             (scales, offsets)
         }

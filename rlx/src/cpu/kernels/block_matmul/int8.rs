@@ -233,10 +233,16 @@ mod wide {
     unsafe fn block_sums(dots: [__m256i; 8]) -> __m256i {
         // SAFETY: register-only AVX2 arithmetic, enabled by the callers.
         unsafe {
-            let pairs = |a, b| _mm256_hadd_epi32(a, b);
+            // No closure here: it would be compiled without the callers' vector features.
             // Lanes of each half: blocks 0-3 (then 4-7), their first or last four lanes.
-            let low = pairs(pairs(dots[0], dots[1]), pairs(dots[2], dots[3]));
-            let high = pairs(pairs(dots[4], dots[5]), pairs(dots[6], dots[7]));
+            let low = _mm256_hadd_epi32(
+                _mm256_hadd_epi32(dots[0], dots[1]),
+                _mm256_hadd_epi32(dots[2], dots[3]),
+            );
+            let high = _mm256_hadd_epi32(
+                _mm256_hadd_epi32(dots[4], dots[5]),
+                _mm256_hadd_epi32(dots[6], dots[7]),
+            );
             _mm256_add_epi32(
                 _mm256_permute2x128_si256::<0x20>(low, high),
                 _mm256_permute2x128_si256::<0x31>(low, high),
@@ -330,14 +336,22 @@ mod wide {
                             _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(AHEAD + line).cast());
                         }
                         let (scales, offs) = F::factors_of_eight(first);
-                        let ints: [__m256i; 8] = std::array::from_fn(|j| {
-                            F::integers_x86::<MASKS>(first.add(j * F::BYTES), 0)
-                        });
-                        let magnitudes =
-                            ints.map(|v| if F::SIGNED { _mm256_sign_epi8(v, v) } else { v });
+                        // Loops, not closures: a closure is compiled without the callers' vector
+                        // features, and the intrinsics in it would not be inlined.
+                        let mut ints = [_mm256_setzero_si256(); 8];
+                        let mut magnitudes = ints;
+                        for (j, (v, m)) in ints.iter_mut().zip(&mut magnitudes).enumerate() {
+                            *v = F::integers_x86::<MASKS>(first.add(j * F::BYTES), 0);
+                            *m = if F::SIGNED {
+                                _mm256_sign_epi8(*v, *v)
+                            } else {
+                                *v
+                            };
+                        }
                         for r in 0..R {
                             let at = (self.first + r) * runs + at_block;
-                            let dots: [__m256i; 8] = std::array::from_fn(|j| {
+                            let mut dots = [_mm256_setzero_si256(); 8];
+                            for (j, lanes) in dots.iter_mut().enumerate() {
                                 let xs = _mm256_loadu_si256(
                                     q.values.as_ptr().add((at + j) * VALUES).cast(),
                                 );
@@ -346,8 +360,8 @@ mod wide {
                                 } else {
                                     xs
                                 };
-                                dot(magnitudes[j], xs)
-                            });
+                                *lanes = dot(magnitudes[j], xs);
+                            }
                             let integers = _mm256_cvtepi32_ps(block_sums(dots));
                             let x_scales = _mm256_loadu_ps(q.scales.as_ptr().add(at));
                             let factors = _mm256_mul_ps(scales, x_scales);
