@@ -68,7 +68,16 @@ mx::array first_columns(const mx::array& x, int size) {
 
 // Sorting pairs by matrix lets gather_mm run each matrix's rows as one block; below this
 // many pairs (decoding) the sort costs more than it saves.
-constexpr int64_t SORT_FROM = 64;
+constexpr int SORT_FROM = 64;
+
+// MLX's CUDA gather_mm fails to launch ("cuLaunchKernelEx ... invalid argument") for a
+// product of 108,672 pairs (a random graph on an H200): a grid dimension past CUDA's
+// 65,535. On a GPU the pairs go through it in calls of at most this many.
+constexpr int GPU_PAIRS_PER_CALL = 32768;
+
+int pairs_per_call() {
+  return on_gpu() ? GPU_PAIRS_PER_CALL : std::numeric_limits<int>::max();
+}
 
 }  // namespace
 }  // namespace rlx
@@ -111,15 +120,22 @@ int rlx_mlx_gather_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w,
     const int count = static_cast<int>(p.count);
     mx::array lhs = mx::arange(count, mx::uint32);
     if (p.per_token > 1) lhs = mx::floor_divide(lhs, mx::array(p.per_token, mx::uint32));
-    mx::array y = mx::array(0.0f);
-    if (p.count >= SORT_FROM) {
-      const mx::array order = mx::argsort(p.matrix);
-      const mx::array sorted = mx::gather_mm(rows, weights, mx::take(lhs, order),
-                                             mx::take(p.matrix, order), true);
-      y = mx::take(sorted, mx::argsort(order), 0);
-    } else {
-      y = mx::gather_mm(rows, weights, lhs, p.matrix, false);
+    // The products of pairs `from..to`, [to - from, 1, N].
+    const auto products = [&](int from, int to) {
+      const mx::array left = mx::slice(lhs, {from}, {to});
+      const mx::array matrix = mx::slice(p.matrix, {from}, {to});
+      if (to - from < SORT_FROM) return mx::gather_mm(rows, weights, left, matrix, false);
+      const mx::array order = mx::argsort(matrix);
+      const mx::array sorted = mx::gather_mm(rows, weights, mx::take(left, order),
+                                             mx::take(matrix, order), true);
+      return mx::take(sorted, mx::argsort(order), 0);
+    };
+    const int per_call = pairs_per_call();
+    std::vector<mx::array> parts;
+    for (int from = 0; from < count; from += per_call) {
+      parts.push_back(products(from, std::min(count, from + per_call)));
     }
+    mx::array y = parts.size() == 1 ? parts[0] : mx::concatenate(parts, 0);
     y = mx::reshape(first_columns(y, n), shape);
     put(out, widen ? mx::astype(y, dt) : y);
     put(bad, *wrong);
