@@ -348,7 +348,7 @@ mod wide {
                                 *v
                             };
                         }
-                        for r in 0..R {
+                        for (r, sum) in sums.iter_mut().enumerate() {
                             let at = (self.first + r) * runs + at_block;
                             let mut dots = [_mm256_setzero_si256(); 8];
                             for (j, lanes) in dots.iter_mut().enumerate() {
@@ -365,10 +365,10 @@ mod wide {
                             let integers = _mm256_cvtepi32_ps(block_sums(dots));
                             let x_scales = _mm256_loadu_ps(q.scales.as_ptr().add(at));
                             let factors = _mm256_mul_ps(scales, x_scales);
-                            sums[r] = _mm256_fmadd_ps(integers, factors, sums[r]);
+                            *sum = _mm256_fmadd_ps(integers, factors, *sum);
                             if F::SUMS != Sums::None {
                                 let x_sums = _mm256_loadu_ps(q.sums.as_ptr().add(at));
-                                sums[r] = _mm256_fmadd_ps(offs, x_sums, sums[r]);
+                                *sum = _mm256_fmadd_ps(offs, x_sums, *sum);
                             }
                         }
                     }
