@@ -63,14 +63,11 @@ pub(super) trait IntBlock: Block {
         c: usize,
     ) -> std::arch::x86_64::__m256i;
 
-    /// Whether the kernels may take eight blocks at once ([`IntBlock::factors_of_eight`]):
-    /// the formats whose blocks are one run of 32.
-    const EIGHT_AT_ONCE: bool = false;
-
     /// The factors of eight consecutive blocks from `blocks` (`BYTES` apart) as vectors,
     /// lane `j` block `j`'s `Chunk::scale` and `Chunk::offsets[0]`. Only for formats whose
-    /// blocks are one run of 32 ([`IntBlock::EIGHT_AT_ONCE`]); this one reads each block's
-    /// head as [`IntBlock::head`] does, the formats override it with vector loads.
+    /// blocks are one run of 32 (`VALUES` = 32: the kernels take those eight blocks at a
+    /// time); this one reads each block's head as [`IntBlock::head`] does, the formats
+    /// override it with vector loads.
     ///
     /// # Safety
     /// AVX2 and F16C must be available; `blocks` points at `8 * BYTES` readable bytes.
@@ -178,7 +175,6 @@ impl<F: Classic> IntBlock for F {
         Sums::Whole
     };
     type Head = Chunk;
-    const EIGHT_AT_ONCE: bool = true;
 
     #[inline(always)]
     fn chunk(head: &Chunk, _: &[u8], _: usize) -> Chunk {
@@ -252,11 +248,8 @@ impl<F: Classic> IntBlock for F {
         // SAFETY: AVX2 and F16C, and the eight blocks' first four bytes readable (the
         // caller's contract: every block has at least 18).
         unsafe {
-            let step = F::BYTES as i32;
-            let at = _mm256_mullo_epi32(
-                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                _mm256_set1_epi32(step),
-            );
+            let b = F::BYTES as i32;
+            let at = _mm256_setr_epi32(0, b, 2 * b, 3 * b, 4 * b, 5 * b, 6 * b, 7 * b);
             // Each lane the block's scale (low 16 bits) and minimum (high 16 bits, the
             // next field in the formats without one: never used then).
             let heads = _mm256_i32gather_epi32::<1>(blocks.cast(), at);

@@ -320,7 +320,7 @@ mod wide {
             // factors read as vectors (`IntBlock::factors_of_eight`), each row's eight
             // integer sums reduced into one vector and scaled at once (a broadcast, a
             // conversion and a multiply-add a block otherwise).
-            let grouped = if F::EIGHT_AT_ONCE { blocks / 8 * 8 } else { 0 };
+            let grouped = if per_block == 1 { blocks / 8 * 8 } else { 0 };
             for f in range {
                 // SAFETY: AVX is enabled by the callers.
                 let mut sums = [unsafe { _mm256_setzero_ps() }; R];
