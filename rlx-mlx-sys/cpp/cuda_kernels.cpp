@@ -124,14 +124,18 @@ std::optional<mx::array> fused_attention_gpu(const mx::array& q, const mx::array
 // nothing where it does not apply (another device or dtype, more than 16 query rows per
 // key head, features not in fours or past 128, a mask tensor) and the lowering masks the
 // keys instead. `length` is a scalar integer array, possibly out of [0, Sk] (the lowering
-// checks it; the kernel clamps it).
+// checks it; the kernel clamps it), or a vector of one length per batch row.
 std::optional<mx::array> prefix_attention_gpu(const mx::array& q, const mx::array& k,
                                               const mx::array& v, float scale,
                                               const mx::array& length,
                                               rlx_mlx_mask_kind mask_kind, int64_t window) {
   constexpr int max_rows = 16, max_features = 128, threads = 256, grid_axis_limit = 65535;
   if (cuda_build_compute_major() == 0) return std::nullopt;
-  if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4 || length.size() != 1) return std::nullopt;
+  if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4) return std::nullopt;
+  const bool per_batch = length.ndim() == 1 && length.size() > 1;
+  if (length.size() != 1 && !(per_batch && length.size() == static_cast<size_t>(q.shape(0)))) {
+    return std::nullopt;
+  }
   if (q.dtype() != mx::float32 || k.dtype() != mx::float32 || v.dtype() != mx::float32) return std::nullopt;
   if (!mx::issubdtype(length.dtype(), mx::integer)) return std::nullopt;
   const int batch = q.shape(0), hq = q.shape(1), sq = q.shape(2), dk = q.shape(3);
@@ -156,9 +160,10 @@ std::optional<mx::array> prefix_attention_gpu(const mx::array& q, const mx::arra
   if (splits > grid_axis_limit) return std::nullopt;
   const std::vector<std::pair<std::string, mx::fast::TemplateArg>> template_args{
       {"D", dk}, {"DV", dv}, {"ROWS", rows}, {"CHUNK", chunk}, {"MASK", kind},
-      {"WINDOW", kind == 2 ? static_cast<int>(window) : 0}, {"LenT", length.dtype()}};
+      {"WINDOW", kind == 2 ? static_cast<int>(window) : 0}, {"LenT", length.dtype()},
+      {"PER_BATCH", per_batch ? 1 : 0}};
   const std::string args = R"((
-      q, k, v, length, scale, q_shape[1], k_shape[1], q_shape[2], k_shape[2],
+      q, k, v, length, PER_BATCH, scale, q_shape[1], k_shape[1], q_shape[2], k_shape[2],
       q_strides[0], q_strides[1], q_strides[2], q_strides[3],
       k_strides[0], k_strides[1], k_strides[2], k_strides[3],
       v_strides[0], v_strides[1], v_strides[2], v_strides[3], )";
@@ -183,8 +188,8 @@ std::optional<mx::array> prefix_attention_gpu(const mx::array& q, const mx::arra
       /*ensure_row_contiguous=*/false);
   static const mx::fast::CustomKernelFunction combine = mx::fast::cuda_kernel(
       "rlx_decode_combine", {"parts", "stats", "length"}, {"out"}, R"(
-rlx_decode::decode_combine<DV, CHUNK, LenT>(parts, stats, length, parts_shape[0],
-                                            parts_shape[1], SK, out);
+rlx_decode::decode_combine<DV, CHUNK, LenT>(parts, stats, length, ROWS_PER_LENGTH,
+                                            parts_shape[0], parts_shape[1], SK, out);
 )",
       kDecodeAttentionSource, /*ensure_row_contiguous=*/true);
   const int total_rows = batch * sq * hq;
@@ -197,7 +202,8 @@ rlx_decode::decode_combine<DV, CHUNK, LenT>(parts, stats, length, parts_shape[0]
       combine({halves.at(0), halves.at(1), length}, {out_shape}, {mx::float32},
               {(elements + combine_block - 1) / combine_block * combine_block, 1, 1},
               {combine_block, 1, 1},
-              {{"DV", dv}, {"CHUNK", chunk}, {"LenT", length.dtype()}, {"SK", sk}},
+              {{"DV", dv}, {"CHUNK", chunk}, {"LenT", length.dtype()}, {"SK", sk},
+               {"ROWS_PER_LENGTH", per_batch ? sq * hq : total_rows}},
               std::nullopt, false, {})
           .at(0));
 }

@@ -1,5 +1,6 @@
 // Float32 attention of a few query rows over the first `n` keys of a cache, `n` read from
-// device memory: a decoding step's attention, for NVIDIA GPUs.
+// device memory (one for every batch row, or one per batch row: a batch of sequences, each
+// as long as its own): a decoding step's attention, for NVIDIA GPUs.
 //
 // A decoding step attends one new row per head over a cache of fixed capacity of which
 // only the first `n` positions are filled. Written with MLX ops that is a mask built from
@@ -64,7 +65,8 @@ __device__ __forceinline__ float warp_sum(float x) {
 // [B, Sq, Hq, S, 2] the maximum and sum of each split.
 template <int D, int DV, int ROWS, int CHUNK, int MASK, int WINDOW, typename LenT, bool FINAL>
 __device__ void decode_attention(const float* q, const float* k, const float* v,
-                                 const LenT* length, const float* scale_at, int hq, int hk,
+                                 const LenT* length, int length_per_batch,
+                                 const float* scale_at, int hq, int hk,
                                  int sq, int sk, long long qs0, long long qs1, long long qs2,
                                  long long qs3, long long ks0, long long ks1, long long ks2,
                                  long long ks3, long long vs0, long long vs1, long long vs2,
@@ -82,7 +84,7 @@ __device__ void decode_attention(const float* q, const float* k, const float* v,
   const int split = blockIdx.x, kv = blockIdx.y, b = blockIdx.z;
   const int splits = gridDim.x;
   const int group = hq / hk;
-  long long n = static_cast<long long>(length[0]);
+  long long n = static_cast<long long>(length[length_per_batch ? b : 0]);
   n = n < 0 ? 0 : (n > sk ? sk : n);
   const long long first = static_cast<long long>(split) * CHUNK;
   // Every row's keys end before n: a chunk at or after it holds nothing a row sees, and
@@ -213,12 +215,12 @@ __device__ void decode_attention(const float* q, const float* k, const float* v,
 // that start before n.
 template <int DV, int CHUNK, typename LenT>
 __device__ void decode_combine(const float* parts, const float* stats, const LenT* length,
-                               int rows, int splits, int sk, float* out) {
+                               int rows_per_length, int rows, int splits, int sk, float* out) {
   const long long e = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= static_cast<long long>(rows) * DV) return;
   const long long row = e / DV;
   const int d = static_cast<int>(e % DV);
-  long long n = static_cast<long long>(length[0]);
+  long long n = static_cast<long long>(length[row / rows_per_length]);
   n = n < 0 ? 0 : (n > sk ? sk : n);
   const int used = static_cast<int>((n + CHUNK - 1) / CHUNK);
   const float* st = stats + row * splits * 2;

@@ -41,13 +41,13 @@ mx::array in_range_indices(const mx::array& idx, int size, std::optional<mx::arr
 }
 
 // The offsets of a window of `window` (one size per axis of `shape`) along `axes`, one per
-// axis as a vector; an offset that puts a non-empty window outside `shape` is read as 0 and
-// flagged in `bad`.
+// axis as a vector (or [rows, axes]: a window per row of axis 0); an offset that puts a
+// non-empty window outside `shape` is read as 0 and flagged in `bad`.
 mx::array window_offsets(const mx::array& offsets, const mx::Shape& shape,
                          const std::vector<int>& axes, const mx::Shape& window,
                          std::optional<mx::array>* bad) {
   const int n = static_cast<int>(axes.size());
-  const mx::array o = mx::reshape(offsets, {n});
+  const mx::array o = offsets.ndim() == 2 ? offsets : mx::reshape(offsets, {n});
   bool empty = false;
   std::vector<int64_t> last;
   for (int k = 0; k < n; ++k) {
@@ -60,6 +60,62 @@ mx::array window_offsets(const mx::array& offsets, const mx::Shape& shape,
   return mx::where(wrong, mx::zeros({}, o.dtype()), o);
 }
 
+// The indices of windows per row of axis 0 at `start` ([rows, axes]) for MLX's gather and
+// scatter: the row, then each axis's offset; with the axes they index (0 first).
+std::pair<std::vector<mx::array>, std::vector<int>> row_window_indices(
+    const mx::array& start, const std::vector<int>& axes) {
+  const int rows = start.shape(0);
+  std::vector<mx::array> indices{mx::arange(rows, mx::int32)};
+  std::vector<int> all{0};
+  for (int k = 0; k < static_cast<int>(axes.size()); ++k) {
+    indices.push_back(mx::reshape(mx::slice(start, {0, k}, {rows, k + 1}), {rows}));
+    all.push_back(axes[k]);
+  }
+  return {indices, all};
+}
+
+// The window of `sizes` of each row of axis 0 of `x`, row r's at `start[r]` along `axes`
+// (in range): one gather.
+mx::array read_row_windows(const mx::array& x, const mx::array& start, const std::vector<int>& axes,
+                           const mx::Shape& sizes) {
+  if (x.shape(0) == 0 || std::any_of(sizes.begin(), sizes.end(), [](int d) { return d == 0; })) {
+    return mx::zeros(sizes, x.dtype());
+  }
+  auto [indices, all] = row_window_indices(start, axes);
+  mx::Shape slice = sizes;
+  slice[0] = 1;
+  return mx::reshape(mx::gather(x, indices, all, slice), sizes);
+}
+
+// `v` with each row r of `u` written over its window at `start[r]` along `axes` (in range):
+// one scatter, in place when MLX may donate `v`. MLX's GPU scatter has no 8-byte elements:
+// those write a row at a time.
+mx::array write_row_windows(const mx::array& v, const mx::array& u, const mx::array& start,
+                            const std::vector<int>& axes) {
+  if (u.size() == 0) return v;
+  const int rows = u.shape(0);
+  const mx::array update = mx::astype(u, v.dtype());
+  if (mx::default_device() == mx::Device::gpu && mx::size_of(v.dtype()) == 8) {
+    mx::array out = v;
+    std::vector<int> all{0};
+    all.insert(all.end(), axes.begin(), axes.end());
+    const int n = static_cast<int>(axes.size());
+    for (int r = 0; r < rows; ++r) {
+      const mx::array at = mx::concatenate(
+          {mx::array({r}, {1}, mx::int32), mx::reshape(mx::slice(start, {r, 0}, {r + 1, n}), {n})});
+      mx::Shape lo(u.ndim(), 0), hi = u.shape();
+      lo[0] = r;
+      hi[0] = r + 1;
+      out = mx::slice_update(out, mx::slice(update, lo, hi), at, all);
+    }
+    return out;
+  }
+  auto [indices, all] = row_window_indices(start, axes);
+  mx::Shape slices = update.shape();
+  slices.insert(slices.begin() + 1, 1);
+  return mx::scatter(v, indices, mx::reshape(update, slices), all);
+}
+
 /// `v` with `u` written at `start` along `axes` (in range: `window_offsets`' result). On a
 /// GPU this is a scatter of `u`, one thread per element of `u`: MLX 0.32's CUDA
 /// `slice_update` at run-time offsets launches a thread per element of `v` that all write
@@ -69,6 +125,7 @@ mx::array window_offsets(const mx::array& offsets, const mx::Shape& shape,
 mx::array write_window(const mx::array& v, const mx::array& u, const mx::array& start,
                        const std::vector<int>& axes) {
   const bool gpu = mx::default_device() == mx::Device::gpu;
+  if (start.ndim() == 2) return write_row_windows(v, u, start, axes);
   if (!gpu || u.size() == 0 || mx::size_of(v.dtype()) == 8) return mx::slice_update(v, u, start, axes);
   std::vector<mx::array> indices;
   for (int k = 0; k < static_cast<int>(axes.size()); ++k) {
@@ -148,7 +205,11 @@ int rlx_mlx_dynamic_slice_at(const rlx_mlx_array* x, const rlx_mlx_array* start,
                              const int32_t* axes, size_t n_axes, const int64_t* sizes,
                              size_t ndim, rlx_mlx_array** out) {
   return guard([&] {
-    put(out, mx::slice(get(x), get(start), axes_of(axes, n_axes), shape_of(sizes, ndim)));
+    const mx::array& at = get(start);
+    const std::vector<int> along = axes_of(axes, n_axes);
+    const mx::Shape window = shape_of(sizes, ndim);
+    put(out, at.ndim() == 2 ? read_row_windows(get(x), at, along, window)
+                            : mx::slice(get(x), at, along, window));
   });
 }
 

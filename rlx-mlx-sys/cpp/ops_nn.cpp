@@ -334,20 +334,29 @@ bool cuda_rope_launch_invalid(const mx::array& x, int dims) {
 // Rope from elementwise ops, for where MLX's CUDA kernel cannot launch: the decomposition
 // that defines the op (rlx/src/ops/nn/decompose.rs), with the angles computed as MLX's
 // kernels do (inverse frequency 2^(-(i / (dims / 2)) * log2(base)), angle = scale *
-// (position + offset) * it), so both MLX paths agree. `x` is float32 [.., T, D].
+// (position + offset) * it), so both MLX paths agree. `x` is float32 [.., T, D]; `offset` a
+// scalar or one per row of axis 0.
 mx::array rope_from_ops(const mx::array& x, int dims, bool traditional, float base, float scale,
                         const mx::array& offset, const std::optional<mx::array>& periods) {
   const int nd = static_cast<int>(x.ndim());
   const int T = x.shape(-2), D = x.shape(-1), half = dims / 2;
-  const mx::array position =
-      mx::multiply(mx::add(mx::astype(mx::arange(T), mx::float32), mx::astype(offset, mx::float32)),
-                   mx::array(scale));
+  // Positions as [1, .., T, 1], or [B, 1, .., T, 1] for an offset per row of axis 0.
+  mx::Shape rows(nd, 1), each(nd, 1), per_pair(nd, 1);
+  rows[nd - 2] = T;
+  per_pair[nd - 1] = half;
+  mx::array start = mx::astype(offset, mx::float32);
+  if (offset.size() > 1) {
+    each[0] = static_cast<int>(offset.size());
+    start = mx::reshape(start, each);
+  }
+  const mx::array position = mx::multiply(
+      mx::add(mx::reshape(mx::astype(mx::arange(T), mx::float32), rows), start), mx::array(scale));
   const mx::array step = mx::divide(mx::astype(mx::arange(half), mx::float32), mx::array(static_cast<float>(half)));
   // 2^y as e^(y ln 2); or the reciprocals of the periods given, as MLX's kernels take them.
   const mx::array inverse =
       periods ? mx::reciprocal(*periods)
               : mx::exp(mx::multiply(mx::negative(step), mx::array(std::log2(base) * static_cast<float>(M_LN2))));
-  const mx::array angle = mx::multiply(mx::reshape(position, {T, 1}), mx::reshape(inverse, {1, half}));
+  const mx::array angle = mx::multiply(position, mx::reshape(inverse, per_pair));
   const mx::array cos = mx::cos(angle), sin = mx::sin(angle);
   auto last = [&](int start, int stop) {
     mx::Shape lo(nd, 0), hi = x.shape();

@@ -312,17 +312,21 @@ int rlx_mlx_scatter_add(const rlx_mlx_array* data, const rlx_mlx_array* indices,
 /* Where a window of dims `window` inside an array of dims `shape` (`ndim` each) starts
  * along `axes`: the run-time `offsets` (int32/int64, a scalar or one per entry of `axes`) as
  * int32 [n_axes], each read as 0 where it puts a non-empty window outside, and `bad`, a
- * bool scalar that is true when one did. The two ops below take such a start: several
- * windows at the same offsets share one. */
+ * bool scalar that is true when one did. Offsets [rows, n_axes] give each row of axis 0 a
+ * window of its own (axis 0 not among `axes`; `window` then holds one row's window, its
+ * first dim the rows) and a start of that shape. The two ops below take such a start:
+ * several windows at the same offsets share one. */
 int rlx_mlx_window_start(const rlx_mlx_array* offsets, const int64_t* shape, const int64_t* window,
                          size_t ndim, const int32_t* axes, size_t n_axes, rlx_mlx_array** start,
                          rlx_mlx_array** bad);
-/* The window of `sizes` (one per axis of x) at `start` (from rlx_mlx_window_start). */
+/* The window of `sizes` (one per axis of x) at `start` (from rlx_mlx_window_start; one
+ * gather for a start per row of axis 0). */
 int rlx_mlx_dynamic_slice_at(const rlx_mlx_array* x, const rlx_mlx_array* start,
                              const int32_t* axes, size_t n_axes, const int64_t* sizes,
                              size_t ndim, rlx_mlx_array** out);
 /* x with `update` written over the window at `start` (from rlx_mlx_window_start) along
- * `axes`; in place where MLX may donate x. */
+ * `axes`; in place where MLX may donate x. A start per row of axis 0 writes each row of
+ * `update` over its own window (one scatter). */
 int rlx_mlx_slice_update_at(const rlx_mlx_array* x, const rlx_mlx_array* update,
                             const rlx_mlx_array* start, const int32_t* axes, size_t n_axes,
                             rlx_mlx_array** out);
@@ -331,14 +335,15 @@ int rlx_mlx_attention(const rlx_mlx_array* q, const rlx_mlx_array* k, const rlx_
                       double scale, rlx_mlx_mask_kind mask_kind, int64_t window, const rlx_mlx_array* mask,
                       rlx_mlx_array** out);
 /* Attention of q over the first `length` keys of k and v (`length` a scalar integer
-   array; the caller checks it against the keys), under mask_kind NONE, CAUSAL (aligned to
+   array, or one per row of axis 0; the caller checks it against the keys), under mask_kind NONE, CAUSAL (aligned to
    `length`) or WINDOW, by RLX's decoding kernel on an NVIDIA GPU. Writes NULL to `out`
    where that kernel does not apply (another device or dtype, too many query rows, a mask
    array): the caller then masks the keys itself. */
 int rlx_mlx_attention_prefix(const rlx_mlx_array* q, const rlx_mlx_array* k,
                              const rlx_mlx_array* v, double scale, const rlx_mlx_array* length,
                              rlx_mlx_mask_kind mask_kind, int64_t window, rlx_mlx_array** out);
-/* offset may be NULL (positions start at 0); periods (float, dims / 2 of them: each pair
+/* offset may be NULL (positions start at 0), a scalar, or for x of rank 3 or more one per
+   row of axis 0; periods (float, dims / 2 of them: each pair
    turns by 1 / period radians per position) may be NULL (base's frequencies). */
 int rlx_mlx_rope(const rlx_mlx_array* x, int32_t dims, double base, double scale,
                  bool traditional, const rlx_mlx_array* offset, const rlx_mlx_array* periods,

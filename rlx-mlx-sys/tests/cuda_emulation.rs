@@ -26,7 +26,7 @@ fn the_decoding_attention_kernel_matches_float64_when_emulated() {
     assert!(run.status.success(), "{report}");
     assert_eq!(
         report.lines().filter(|l| l.starts_with("ok ")).count(),
-        8,
+        10,
         "{report}"
     );
 }

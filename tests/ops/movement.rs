@@ -1,7 +1,7 @@
 //! Reshape, permute, slice, concat, broadcast, pad, gather, scatter-add, windows at
 //! run-time offsets (dynamic slice, slice update) and stop-gradient: values and gradients.
 
-use rlx::backend::{Executable, RunError};
+use rlx::backend::{Backend, Executable, RunError};
 use rlx::builder::GraphBuilder;
 use rlx::ir::{
     Broadcast, DType, Dim, DynamicSlice, Gather, Op, Pad, ReduceOp, Scalar, ScatterAdd, Shape,
@@ -432,6 +432,132 @@ fn slice_update_writes_a_window_at_run_time_offsets() {
     }
 }
 
+/// Windows per row of axis 0 (offsets `[rows, axes]`): each row of `[3, 5, 4]` reads, or
+/// has written over, a window at offsets of its own; a row's offset outside its axis fails
+/// the run.
+#[test]
+fn windows_per_row_at_run_time_offsets() {
+    let mut rng = Rng(38);
+    // (axes, one row's window, offsets row after row)
+    let cases: [(&[usize], [usize; 2], &[i64]); 3] = [
+        (&[1], [2, 4], &[0, 3, 1]),
+        (&[1, 2], [2, 3], &[0, 1, 3, 0, 1, 1]),
+        (&[2], [5, 1], &[3, 0, 2]),
+    ];
+    for dtype in all_dtypes() {
+        for index in [DType::I32, DType::I64] {
+            for (axes, [w1, w2], offsets) in cases {
+                let x = sample(&mut rng, dtype, &[3, 5, 4]);
+                let update = sample(&mut rng, dtype, &[3, w1, w2]);
+                let (nx, nu) = (Nd::of(&x), Nd::of(&update));
+                let starts: Vec<[usize; 3]> = offsets
+                    .chunks(axes.len())
+                    .map(|row| {
+                        let mut start = [0; 3];
+                        for (&a, &o) in axes.iter().zip(row) {
+                            start[a] = o as usize;
+                        }
+                        start
+                    })
+                    .collect();
+                let o = to_tensor(
+                    &Nd::new(
+                        &[3, axes.len()],
+                        offsets.iter().map(|&v| v as f64).collect(),
+                    ),
+                    index,
+                );
+                let offsets_ty = Shape::new([Dim::from(3), Dim::from(axes.len())]);
+                let read = graph_of(
+                    &[
+                        ("x", dtype, declared(&[3, 5, 4], &[])),
+                        ("o", index, offsets_ty.clone()),
+                    ],
+                    |b, i| {
+                        let window = [w1, w2];
+                        let op = Op::DynamicSlice(DynamicSlice {
+                            axes: axes.to_vec(),
+                            sizes: axes.iter().map(|&a| Dim::from(window[a - 1])).collect(),
+                        });
+                        b.op(op, &[i[0], i[1]]).unwrap()
+                    },
+                );
+                let window = gather_ref(
+                    &nx,
+                    &[3, w1, w2],
+                    |o| Some(o.iter().zip(&starts[o[0]]).map(|(i, s)| i + s).collect()),
+                    0.0,
+                );
+                check(
+                    &read,
+                    &[("x", &x), ("o", &o)],
+                    &[],
+                    &[to_tensor(&window, dtype)],
+                    1.0,
+                );
+                let write = graph_of(
+                    &[
+                        ("x", dtype, declared(&[3, 5, 4], &[])),
+                        ("u", dtype, declared(&[3, w1, w2], &[])),
+                        ("o", index, offsets_ty),
+                    ],
+                    |b, i| {
+                        let op = Op::SliceUpdate(SliceUpdate {
+                            axes: axes.to_vec(),
+                        });
+                        b.op(op, &[i[0], i[1], i[2]]).unwrap()
+                    },
+                );
+                let data = indices(&[3, 5, 4])
+                    .iter()
+                    .map(|o| {
+                        let s = starts[o[0]];
+                        let inside =
+                            o[1] >= s[1] && o[1] < s[1] + w1 && o[2] >= s[2] && o[2] < s[2] + w2;
+                        if inside {
+                            nu.at(&[o[0], o[1] - s[1], o[2] - s[2]])
+                        } else {
+                            nx.at(o)
+                        }
+                    })
+                    .collect();
+                check(
+                    &write,
+                    &[("x", &x), ("u", &update), ("o", &o)],
+                    &[],
+                    &[to_tensor(&Nd::new(&[3, 5, 4], data), dtype)],
+                    1.0,
+                );
+            }
+        }
+    }
+    // One row's offset outside its axis: the run fails naming it.
+    let write = graph_of(
+        &[
+            ("x", DType::F32, declared(&[3, 5, 4], &[])),
+            ("u", DType::F32, declared(&[3, 2, 4], &[])),
+            ("o", DType::I64, Shape::new([Dim::from(3), Dim::from(1)])),
+        ],
+        |b, i| {
+            let op = Op::SliceUpdate(SliceUpdate { axes: vec![1] });
+            b.op(op, &[i[0], i[1], i[2]]).unwrap()
+        },
+    );
+    crate::on_every_backend!(label, backend => {
+        let exe = backend.compile(&write).unwrap();
+        let x = HostTensor::zeros(DType::F32, [3, 5, 4]);
+        let u = HostTensor::zeros(DType::F32, [3, 2, 4]);
+        let o = HostTensor::from_vec(vec![1i64, 4, 0], [3, 1]).unwrap();
+        let err = exe
+            .run(&[("x", x.view()), ("u", u.view()), ("o", o.view())], &[])
+            .unwrap_err();
+        let RunError::WindowOutOfRange { offset, window, size, .. } = err else {
+            panic!("{label}: {err:?}");
+        };
+        assert_eq!((offset, window, size), (4, 2, 5), "{label}");
+    });
+}
+
 #[test]
 fn a_window_outside_its_axis_is_an_error() {
     let read = graph_of(
@@ -651,6 +777,23 @@ fn gradient_movement() {
     let offsets = Input::indices("o", &[], vec![2]);
     grad_check("slice_update", 980, &[x, row, offsets], &|g, i| {
         let write = Op::SliceUpdate(SliceUpdate { axes: vec![0] });
+        op(g, write, &[i[0], i[1], i[2]])
+    });
+    // Windows per row of axis 0.
+    let x = Input::float("x", &[3, 5, 2]);
+    let offsets = Input::indices("o", &[3, 1], vec![2, 0, 3]);
+    grad_check("dynamic_slice per row", 971, &[x, offsets], &|g, i| {
+        let window = Op::DynamicSlice(DynamicSlice {
+            axes: vec![1],
+            sizes: vec![Dim::from(2)],
+        });
+        op(g, window, &[i[0], i[1]])
+    });
+    let x = Input::float("x", &[3, 5, 2]);
+    let rows = Input::float("rows", &[3, 1, 2]);
+    let offsets = Input::indices("o", &[3, 1], vec![4, 0, 2]);
+    grad_check("slice_update per row", 981, &[x, rows, offsets], &|g, i| {
+        let write = Op::SliceUpdate(SliceUpdate { axes: vec![1] });
         op(g, write, &[i[0], i[1], i[2]])
     });
 }

@@ -76,6 +76,59 @@ fn rope_both_layouts_with_offsets() {
     }
 }
 
+/// Rope with one offset per row of axis 0 equals rope of each row alone at its offset
+/// (the float64 reference of the scalar form, row by row).
+#[test]
+fn rope_with_an_offset_per_row() {
+    let mut rng = Rng(44);
+    let offsets = [4i64, 0, 9];
+    for dtype in FLOATS {
+        for traditional in [false, true] {
+            let x = random(&mut rng, dtype, &[3, 2, 3, 8], -1.0, 1.0);
+            let rope = Op::Rope(Rope {
+                dims: 6,
+                base: 10000.0,
+                scale: 0.5,
+                traditional,
+                freqs: None,
+            });
+            let g = graph_of(
+                &[
+                    ("x", dtype, declared(&[3, 2, 3, 8], &[])),
+                    ("off", DType::I64, declared(&[3], &[])),
+                ],
+                |b, i| b.op(rope.clone(), i).unwrap(),
+            );
+            let mut expected = Vec::new();
+            for (row, &offset) in offsets.iter().enumerate() {
+                let one = graph_of(
+                    &[
+                        ("x", dtype, declared(&[3, 2, 3, 8], &[])),
+                        ("off", DType::I64, declared(&[], &[])),
+                    ],
+                    |b, i| {
+                        let op = Op::Slice(rlx::ir::Slice {
+                            axis: 0,
+                            start: row as i64,
+                            stop: Some(row as i64 + 1),
+                            step: 1,
+                        });
+                        let x = b.op(op, &[i[0]]).unwrap();
+                        b.op(rope.clone(), &[x, i[1]]).unwrap()
+                    },
+                );
+                let off = HostTensor::scalar(offset);
+                let given = [("x", &x), ("off", &off)];
+                let out = rlx::ir::evaluate_reference(&one, &given, &[], &[]).unwrap();
+                expected.extend(Nd::of(&out[0]).data);
+            }
+            let expected = to_tensor(&Nd::new(&[3, 2, 3, 8], expected), dtype);
+            let off = HostTensor::from_vec(offsets.to_vec(), [3]).unwrap();
+            check(&g, &[("x", &x), ("off", &off)], &[], &[expected], 2.0);
+        }
+    }
+}
+
 /// softmax(q kᵀ · scale + mask) v with the same masking rules as the op.
 #[allow(clippy::too_many_arguments)]
 fn attention_ref(
@@ -638,6 +691,157 @@ fn attention_over_a_run_time_number_of_keys() {
     }
 }
 
+/// Attention over a number of keys per row of axis 0 equals each row's attention over its
+/// own first keys (the float64 reference of sliced operands, row by row): small heads, and
+/// decoding shapes NVIDIA GPUs run in RLX's decoding kernel (one chunk, and several).
+#[test]
+fn attention_over_a_number_of_keys_per_row() {
+    let mut rng = Rng(48);
+    let masks = [
+        AttentionMask::None,
+        AttentionMask::Causal,
+        AttentionMask::SlidingWindow(2),
+        AttentionMask::Tensor,
+    ];
+    type Shapes = (
+        [usize; 4],
+        [usize; 4],
+        [usize; 4],
+        [usize; 2],
+        &'static [i32],
+    );
+    let shapes: [Shapes; 3] = [
+        ([3, 6, 1, 8], [3, 2, 9, 8], [3, 2, 9, 4], [1, 9], &[0, 4, 9]),
+        (
+            [2, 9, 1, 64],
+            [2, 3, 300, 64],
+            [2, 3, 300, 64],
+            [1, 300],
+            &[130, 7],
+        ),
+        (
+            [2, 4, 3, 64],
+            [2, 1, 1100, 64],
+            [2, 1, 1100, 64],
+            [3, 1100],
+            &[700, 1100],
+        ),
+    ];
+    for dtype in FLOATS {
+        for mask in masks {
+            for (qs, ks, vs, ms, lengths) in shapes {
+                let q = random(&mut rng, dtype, &qs, -1.0, 1.0);
+                let k = random(&mut rng, dtype, &ks, -1.0, 1.0);
+                let v = random(&mut rng, dtype, &vs, -1.0, 1.0);
+                let m = random(&mut rng, dtype, &ms, -1.0, 0.0);
+                let tensor = mask == AttentionMask::Tensor;
+                let attention = |key_length| {
+                    Op::Attention(Attention {
+                        scale: 0.6,
+                        mask,
+                        key_length,
+                    })
+                };
+                let mut inputs = vec![
+                    ("q", dtype, declared(&qs, &[])),
+                    ("k", dtype, declared(&ks, &[])),
+                    ("v", dtype, declared(&vs, &[])),
+                ];
+                if tensor {
+                    inputs.push(("m", dtype, declared(&ms, &[])));
+                }
+                let mut given = vec![("q", &q), ("k", &k), ("v", &v)];
+                if tensor {
+                    given.push(("m", &m));
+                }
+                let mut expected = Vec::new();
+                for (row, &n) in lengths.iter().enumerate() {
+                    let sliced = graph_of(&inputs, |b, i| {
+                        let cut = |b: &mut rlx::builder::GraphBuilder, x, axis, start, stop| {
+                            let op = Op::Slice(rlx::ir::Slice {
+                                axis,
+                                start,
+                                stop: Some(stop),
+                                step: 1,
+                            });
+                            b.op(op, &[x]).unwrap()
+                        };
+                        let row = row as i64;
+                        let one =
+                            |b: &mut rlx::builder::GraphBuilder, x| cut(b, x, 0, row, row + 1);
+                        let (q, k, v) = (one(b, i[0]), one(b, i[1]), one(b, i[2]));
+                        let mut operands = vec![
+                            q,
+                            cut(b, k, 2, 0, i64::from(n)),
+                            cut(b, v, 2, 0, i64::from(n)),
+                        ];
+                        if tensor {
+                            operands.push(cut(b, i[3], 1, 0, i64::from(n)));
+                        }
+                        b.op(attention(false), &operands).unwrap()
+                    });
+                    let out = rlx::ir::evaluate_reference(&sliced, &given, &[], &[]).unwrap();
+                    expected.extend(Nd::of(&out[0]).data);
+                }
+                let mut out_shape = qs;
+                out_shape[3] = vs[3];
+                let expected = to_tensor(&Nd::new(&out_shape, expected), dtype);
+                inputs.push(("n", DType::I32, declared(&[lengths.len()], &[])));
+                let g = graph_of(&inputs, |b, i| b.op(attention(true), i).unwrap());
+                let n = HostTensor::from_vec(lengths.to_vec(), [lengths.len()]).unwrap();
+                given.push(("n", &n));
+                check(&g, &given, &[], &[expected], 1.0);
+            }
+        }
+    }
+    // One row's length past the keys fails the run, after a window written per row (two
+    // checks in one run).
+    let g = graph_of(
+        &[
+            ("q", DType::F32, declared(&[2, 2, 1, 4], &[])),
+            ("k", DType::F32, declared(&[2, 1, 5, 4], &[])),
+            ("u", DType::F32, declared(&[2, 1, 1, 4], &[])),
+            ("n", DType::I64, declared(&[2], &[])),
+            ("o", DType::I64, declared(&[2, 1], &[])),
+        ],
+        |b, i| {
+            let write = Op::SliceUpdate(rlx::ir::SliceUpdate { axes: vec![2] });
+            let k = b.op(write, &[i[1], i[2], i[4]]).unwrap();
+            let attend = Op::Attention(Attention {
+                scale: 0.5,
+                mask: AttentionMask::Causal,
+                key_length: true,
+            });
+            b.op(attend, &[i[0], k, k, i[3]]).unwrap()
+        },
+    );
+    crate::on_every_backend!(label, backend => {
+        use rlx::backend::{Backend, Executable, RunError};
+        let exe = backend.compile(&g).unwrap();
+        let q = HostTensor::zeros(DType::F32, [2, 2, 1, 4]);
+        let k = HostTensor::zeros(DType::F32, [2, 1, 5, 4]);
+        let u = HostTensor::zeros(DType::F32, [2, 1, 1, 4]);
+        let o = HostTensor::from_vec(vec![2i64, 4], [2, 1]).unwrap();
+        let run = |lengths: Vec<i64>| {
+            let n = HostTensor::from_vec(lengths, [2]).unwrap();
+            let inputs = [
+                ("q", q.view()),
+                ("k", k.view()),
+                ("u", u.view()),
+                ("n", n.view()),
+                ("o", o.view()),
+            ];
+            exe.run(&inputs, &[])
+        };
+        run(vec![3, 5]).unwrap_or_else(|e| panic!("{label}: {e}"));
+        let err = run(vec![3, 6]).unwrap_err();
+        let RunError::WindowOutOfRange { offset, window, size, .. } = err else {
+            panic!("{label}: {err:?}");
+        };
+        assert_eq!((offset, window, size), (0, 6, 5), "{label}");
+    });
+}
+
 #[test]
 fn gradient_attention_over_a_run_time_number_of_keys() {
     use rlx::ir::AttentionMask;
@@ -656,6 +860,30 @@ fn gradient_attention_over_a_run_time_number_of_keys() {
         inputs.push(Input::indices("n", &[], vec![4]));
         let label = format!("attention over 4 of 6 keys, {mask:?}");
         grad_check(&label, 1020 + seed as u64, &inputs, &|g, i| {
+            let attend = Op::Attention(Attention {
+                scale: 0.5,
+                mask,
+                key_length: true,
+            });
+            op(g, attend, i)
+        });
+    }
+    // A number of keys per row of axis 0.
+    for (seed, mask) in [AttentionMask::Causal, AttentionMask::Tensor]
+        .into_iter()
+        .enumerate()
+    {
+        let mut inputs = vec![
+            Input::float("q", &[2, 2, 2, 3]),
+            Input::float("k", &[2, 1, 6, 3]),
+            Input::float("v", &[2, 1, 6, 4]),
+        ];
+        if mask == AttentionMask::Tensor {
+            inputs.push(Input::float("m", &[2, 6]));
+        }
+        inputs.push(Input::indices("n", &[2], vec![3, 6]));
+        let label = format!("attention over 3 and 6 of 6 keys, {mask:?}");
+        grad_check(&label, 1030 + seed as u64, &inputs, &|g, i| {
             let attend = Op::Attention(Attention {
                 scale: 0.5,
                 mask,
@@ -693,6 +921,23 @@ fn gradient_rope_both_layouts() {
         });
         op(g, r, &[i[0]])
     });
+    let x = Input::float("x", &[2, 1, 3, 4]);
+    let offsets = Input::indices("offset", &[2], vec![3, 0]);
+    grad_check(
+        "rope with an offset per row",
+        1104,
+        &[x, offsets],
+        &|g, i| {
+            let r = Op::Rope(Rope {
+                dims: 4,
+                base: 10.0,
+                scale: 0.5,
+                traditional: false,
+                freqs: None,
+            });
+            op(g, r, &[i[0], i[1]])
+        },
+    );
     let x = Input::float("x", &[1, 4, 4]);
     let offset = Input::indices("offset", &[], vec![3]);
     grad_check("rope with an offset", 1102, &[x, offset], &|g, i| {

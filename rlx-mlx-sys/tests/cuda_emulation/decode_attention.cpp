@@ -63,6 +63,8 @@ struct Case {
   int batch, hq, hk, sq, sk;
   long long n;
   bool nan_key;
+  // When not negative, the odd batch rows' length (lengths per batch row).
+  long long n_odd = -1;
 };
 
 // Runs one case (q [B, Hq, Sq, D], k [B, Hk, Sk, D], v [B, Hk, Sk, DV], contiguous) and
@@ -77,7 +79,9 @@ double run(const Case& c) {
     for (auto& x : *a) x = uniform(rng);
   if (c.nan_key) k[0] = NAN;
   const float scale = 0.3f;
-  const long long length = c.n;
+  const bool per_batch = c.n_odd >= 0;
+  std::vector<long long> lengths(c.batch);
+  for (int b = 0; b < c.batch; ++b) lengths[b] = per_batch && b % 2 == 1 ? c.n_odd : c.n;
   const int splits = (c.sk + CHUNK - 1) / CHUNK, rows = c.batch * c.sq * c.hq;
   std::vector<float> out(rows * DV, -7.f), parts(rows * splits * DV), stats(rows * splits * 2);
   gridDim = {splits, c.hk, c.batch};
@@ -96,7 +100,8 @@ double run(const Case& c) {
             auto call = [&](auto final_tag, float* o, float* st) {
               rlx_decode::decode_attention<D, DV, ROWS, CHUNK, MASK, WINDOW, long long,
                                            decltype(final_tag)::value>(
-                  q.data(), k.data(), v.data(), &length, &scale, c.hq, c.hk, c.sq, c.sk,
+                  q.data(), k.data(), v.data(), lengths.data(), per_batch ? 1 : 0, &scale,
+                  c.hq, c.hk, c.sq, c.sk,
                   1LL * c.hq * c.sq * D, 1LL * c.sq * D, D, 1, 1LL * c.hk * c.sk * D,
                   1LL * c.sk * D, D, 1, 1LL * c.hk * c.sk * DV, 1LL * c.sk * DV, DV, 1, o, st);
             };
@@ -112,8 +117,9 @@ double run(const Case& c) {
       blockIdx = {block, 0, 0};
       for (int t = 0; t < 128; ++t) {
         threadIdx = {t, 0, 0};
-        rlx_decode::decode_combine<DV, CHUNK, long long>(parts.data(), stats.data(), &length,
-                                                         rows, splits, c.sk, out.data());
+        rlx_decode::decode_combine<DV, CHUNK, long long>(
+            parts.data(), stats.data(), lengths.data(), per_batch ? c.sq * c.hq : rows, rows,
+            splits, c.sk, out.data());
       }
     }
   }
@@ -124,8 +130,9 @@ double run(const Case& c) {
       for (int i = 0; i < c.sq; ++i) {
         std::vector<double> scores;
         std::vector<long long> keys;
-        const long long pos = i + c.n - c.sq;
-        for (long long j = 0; j < std::min<long long>(c.n, c.sk); ++j) {
+        const long long n = lengths[b];
+        const long long pos = i + n - c.sq;
+        for (long long j = 0; j < std::min<long long>(n, c.sk); ++j) {
           if (MASK >= 1 && j > pos) continue;
           if (MASK == 2 && j <= pos - WINDOW) continue;
           double dot = 0;
@@ -178,5 +185,10 @@ int main() {
   check(g, run<64, 64, 3, 1024, 1, 0>(g));
   Case h{"a NaN key through the merge", 1, 4, 1, 3, 1100, 700, true};
   check(h, run<64, 64, 12, 256, 1, 0>(h));
+  // Lengths per batch row: a batch of sequences at positions of their own.
+  Case i{"lengths per batch row, one chunk", 3, 9, 3, 1, 300, 130, false, 7};
+  check(i, run<64, 64, 3, 1024, 1, 0>(i));
+  Case j{"lengths per batch row through the merge", 2, 4, 1, 3, 1100, 700, false, 260};
+  check(j, run<64, 64, 12, 256, 1, 0>(j));
   return failures;
 }

@@ -48,7 +48,7 @@ pub use linalg::{
     ActivationPrecision, BLOCK_FORMATS, BlockDequantize, BlockMatMul, Dequantize, GatherMatMul,
     MatMul, QuantizedMatMul, ScatterMatMul, block_matmul_supports,
 };
-pub(crate) use movement::{After, Checkpoint, StopGradient};
+pub(crate) use movement::{After, Checkpoint, StopGradient, offsets_per_row};
 pub use movement::{
     Broadcast, Concat, DynamicSlice, Gather, Pad, Permute, Reshape, ScatterAdd, Slice, SliceUpdate,
 };

@@ -10,6 +10,7 @@
 
 use super::dim::{Dim, DimKind, describe};
 use super::element::{Element, Numeric};
+use super::positions::{FirstDim, Positions};
 use super::shape::{Axis, Shape};
 use super::tensor::Tensor;
 use crate::ir::{
@@ -255,7 +256,8 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
 impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
     /// The `W` entries of axis `I` from the run-time `offset` on (the other axes whole):
     /// a window of a cache at a position that is data, not a shape. `W` comes from the
-    /// result's type. An offset that puts the window outside the axis fails the run with
+    /// result's type. `offset` is a scalar, or a vector with one offset per row of axis 0
+    /// (each row's window at its own offset; see [`Positions`]). An offset that puts the window outside the axis fails the run with
     /// [`RunError::WindowOutOfRange`](crate::backend::RunError::WindowOutOfRange).
     ///
     /// ```
@@ -269,13 +271,13 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
     /// # Ok::<(), rlx::typed::BuildErrors>(())
     /// ```
     #[track_caller]
-    pub fn dynamic_slice<const I: usize, W: Dim, X: Index>(
+    pub fn dynamic_slice<const I: usize, W: Dim, P: Positions<'g, S::First>>(
         self,
         _axis: Axis<I>,
-        offset: Tensor<'g, (), X>,
+        offset: P,
     ) -> Tensor<'g, <S as Replace<I, W>>::Out, E>
     where
-        S: Replace<I, W>,
+        S: Replace<I, W> + FirstDim,
     {
         let Some(size) = self.scope().dim(W::KIND) else {
             return Tensor::from_id(self.scope(), None);
@@ -284,11 +286,12 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
             axes: vec![I],
             sizes: vec![size],
         });
-        self.then(op, &[offset.id()])
+        self.then(op, &[offset.window_offsets_id()])
     }
 
     /// `self` with `update` written over axis `I` from the run-time `offset` on: one new
-    /// row appended to a cache at its current length. Along the other axes `update` has
+    /// row appended to a cache at its current length. `offset` is a scalar, or a vector
+    /// with one offset per row of axis 0 (see [`Positions`]). Along the other axes `update` has
     /// `self`'s dims (checked by rustc); along `I` it must fit, checked when the graph is
     /// built and, for the offset, when it runs.
     ///
@@ -303,17 +306,17 @@ impl<'g, S: Shape, E: Element> Tensor<'g, S, E> {
     /// # Ok::<(), rlx::typed::BuildErrors>(())
     /// ```
     #[track_caller]
-    pub fn slice_update<const I: usize, N: Dim, X: Index>(
+    pub fn slice_update<const I: usize, N: Dim, P: Positions<'g, S::First>>(
         self,
         _axis: Axis<I>,
         update: Tensor<'g, <S as Replace<I, N>>::Out, E>,
-        offset: Tensor<'g, (), X>,
+        offset: P,
     ) -> Self
     where
-        S: Replace<I, N>,
+        S: Replace<I, N> + FirstDim,
     {
         let op = Op::SliceUpdate(SliceUpdate { axes: vec![I] });
-        self.then(op, &[update.id(), offset.id()])
+        self.then(op, &[update.id(), offset.window_offsets_id()])
     }
 }
 

@@ -6,7 +6,7 @@
 
 use super::dim::{Const, Dim};
 use super::element::Float;
-use super::movement::Index;
+use super::positions::{FirstDim, Positions};
 use super::shape::Shape;
 use super::tensor::{LastDim, Tensor};
 use crate::ir::{self, AttentionMask, BinaryOp, NodeId, Op, Scalar, UnaryOp};
@@ -123,7 +123,9 @@ impl<'g, B: Dim, H: Dim, Q: Dim, D: Dim, E: Float> Tensor<'g, (B, H, Q, D), E> {
     /// [`attention_causal_grouped`](Self::attention_causal_grouped) over the first `length`
     /// keys and values of a cache of capacity `C` (read in place): the `Q` queries are the
     /// last `Q` of those `length` positions, query `i` seeing keys `0..=length - Q + i`. A
-    /// `length` outside `Q..=C` fails the run.
+    /// `length` outside `Q..=C` fails the run. `length` is a scalar, or a vector of one
+    /// length per row of `B` (a batch of sequences each as long as its own; see
+    /// [`Positions`]).
     ///
     /// ```
     /// use rlx::typed::{Const, Tensor, build};
@@ -138,18 +140,18 @@ impl<'g, B: Dim, H: Dim, Q: Dim, D: Dim, E: Float> Tensor<'g, (B, H, Q, D), E> {
     /// # Ok::<(), rlx::typed::BuildErrors>(())
     /// ```
     #[track_caller]
-    pub fn attention_causal_grouped_upto<G: Dim, C: Dim, V: Dim, X: Index>(
+    pub fn attention_causal_grouped_upto<G: Dim, C: Dim, V: Dim, P: Positions<'g, B>>(
         self,
         keys: Tensor<'g, (B, G, C, D), E>,
         values: Tensor<'g, (B, G, C, V), E>,
-        length: Tensor<'g, (), X>,
+        length: P,
         scale: f64,
     ) -> Tensor<'g, (B, H, Q, V), E> {
         self.fused_attention(
             AttentionMask::Causal,
             scale,
             true,
-            &[keys.id(), values.id(), length.id()],
+            &[keys.id(), values.id(), length.position_id()],
         )
     }
 
@@ -190,11 +192,11 @@ impl<'g, B: Dim, H: Dim, Q: Dim, D: Dim, E: Float> Tensor<'g, (B, H, Q, D), E> {
     /// `length` positions of a cache of capacity `C`, read in place, as
     /// [`attention_causal_grouped_upto`](Self::attention_causal_grouped_upto) does.
     #[track_caller]
-    pub fn attention_windowed_grouped_upto<G: Dim, C: Dim, V: Dim, X: Index>(
+    pub fn attention_windowed_grouped_upto<G: Dim, C: Dim, V: Dim, P: Positions<'g, B>>(
         self,
         keys: Tensor<'g, (B, G, C, D), E>,
         values: Tensor<'g, (B, G, C, V), E>,
-        length: Tensor<'g, (), X>,
+        length: P,
         window: usize,
         scale: f64,
     ) -> Tensor<'g, (B, H, Q, V), E> {
@@ -202,7 +204,7 @@ impl<'g, B: Dim, H: Dim, Q: Dim, D: Dim, E: Float> Tensor<'g, (B, H, Q, D), E> {
             AttentionMask::SlidingWindow(window),
             scale,
             true,
-            &[keys.id(), values.id(), length.id()],
+            &[keys.id(), values.id(), length.position_id()],
         )
     }
 
@@ -479,10 +481,25 @@ impl<'g, S: Shape, E: Float> Tensor<'g, S, E> {
         self.then(rope.op(), &[])
     }
 
-    /// [`rope`](Self::rope) with positions starting at `offset` (a scalar input, e.g. the
-    /// length of a key-value cache).
+    /// [`rope`](Self::rope) with positions starting at `offset`: a scalar (e.g. the length
+    /// of a key-value cache), or for a tensor of rank 3 or more a vector with one offset
+    /// per row of axis 0 (a batch of sequences, each at its own position; see
+    /// [`Positions`]).
+    ///
+    /// ```
+    /// use rlx::typed::{Const, Rope, Tensor, build};
+    /// let graph = build(|g| {
+    ///     let q: Tensor<(Const<3>, Const<4>, Const<1>, Const<16>)> = g.input("q");
+    ///     let pos: Tensor<(Const<3>,), i64> = g.input("pos");
+    ///     g.output("q_rot", q.rope_from(Rope::new(16, 10_000.0), pos));
+    /// })?;
+    /// # Ok::<(), rlx::typed::BuildErrors>(())
+    /// ```
     #[track_caller]
-    pub fn rope_from<X: Index>(self, rope: Rope, offset: Tensor<'g, (), X>) -> Self {
-        self.then(rope.op(), &[offset.id()])
+    pub fn rope_from<P: Positions<'g, S::First>>(self, rope: Rope, offset: P) -> Self
+    where
+        S: FirstDim,
+    {
+        self.then(rope.op(), &[offset.position_id()])
     }
 }

@@ -6,6 +6,7 @@ use super::attention_rows::{DirectScores, DirectValues, block_rows, sum_lanes};
 use super::gemm::{GemmAcc, GemmDims, GemmPlan, KernelShape, Kernels, gemm};
 use super::layout::{SharedMut, parallel};
 use super::numeric::{FloatStore, Real};
+use super::positions::RowPositions;
 use super::simd::{Isa, VectorKernel, isa, vectorized};
 
 /// Which keys each query row may see (resolved from the op's mask kind).
@@ -205,10 +206,12 @@ impl AttentionTiling {
 /// `out = softmax(q kᵀ · scale + mask) v`, blocked as [`AttentionTiling`] says. `scratch`
 /// holds `tiling.workers` slots of `tiling.slot_len` elements; `rows_scratch` holds
 /// `tiling.workers` blocks of [`int8_rows_len`] values where `k` or `v` is int8 (else it
-/// may be empty).
+/// may be empty). `keys` is how many leading keys each row of q's axis 0 attends (the heads
+/// split evenly between the rows), each at most `d.seq_k`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention<T: FloatStore>(
     d: &AttentionDims,
+    keys: RowPositions<'_>,
     tiling: &AttentionTiling,
     q: &[T],
     k: Rows<'_, T>,
@@ -246,6 +249,7 @@ pub(crate) fn attention<T: FloatStore>(
     let shared_rows = SharedMut::new(rows_scratch);
     let kernels = T::Acc::micro_kernels();
     let per_worker = tasks.div_ceil(tiling.workers);
+    let heads_per_row = d.heads / keys.rows().max(1);
     let run = |tasks: std::ops::Range<usize>, w: usize, slot: &mut [T::Acc]| {
         // SAFETY: worker `w` alone uses block `w` of the int8 rows' scratch, which lies
         // inside it (checked above: `workers` blocks of `rows_len`).
@@ -256,7 +260,8 @@ pub(crate) fn attention<T: FloatStore>(
             let (h, block) = (task / blocks_per_head, task % blocks_per_head);
             let q0 = block * tiling.query_block;
             let rows = tiling.query_block.min(d.seq_q - q0);
-            let job = QueryBlock { h, q0, rows };
+            let keys = keys.get(h / heads_per_row) as usize;
+            let job = QueryBlock { h, q0, rows, keys };
             let operands = (q, k, v, mask);
             let result = attention_block(d, tiling, kernels, job, operands, slot, &mut *rows_block);
             for (r, values) in result.chunks_exact(d.value_dim).enumerate() {
@@ -289,26 +294,27 @@ pub(crate) fn int8_rows_len(tiling: &AttentionTiling, head_dim: usize, value_dim
     tiling.key_block * (head_dim + value_dim)
 }
 
-/// Query rows `q0..q0 + rows` of flattened head `h`.
+/// Query rows `q0..q0 + rows` of flattened head `h`, which attends its first `keys` keys.
 #[derive(Clone, Copy)]
 struct QueryBlock {
     h: usize,
     q0: usize,
     rows: usize,
+    keys: usize,
 }
 
 impl AttentionDims {
-    /// The keys query row `i` may see.
-    fn key_range(&self, i: usize) -> (usize, usize) {
+    /// The keys query row `i` may see, of the first `seq_k`.
+    fn key_range(&self, seq_k: usize, i: usize) -> (usize, usize) {
         match self.keys {
-            KeyRange::All => (0, self.seq_k),
+            KeyRange::All => (0, seq_k),
             KeyRange::Causal { window } => {
                 // Queries align to the end of the keys (decoding with a cache): query `i`
                 // sits at key position `i + Sk - Sq`, and one before the first key sees none.
-                let Some(pos) = (i + self.seq_k).checked_sub(self.seq_q) else {
+                let Some(pos) = (i + seq_k).checked_sub(self.seq_q) else {
                     return (0, 0);
                 };
-                let last = (pos + 1).min(self.seq_k);
+                let last = (pos + 1).min(seq_k);
                 let first = window.map_or(0, |w| (pos + 1).saturating_sub(w));
                 (first.min(last), last)
             }
@@ -370,8 +376,8 @@ where
     ];
     let q_block = &q[q_at.row(job.h, job.q0)..];
     // Keys any row of the block may see (row ranges only move forward with the row).
-    let first = d.key_range(job.q0).0;
-    let last = d.key_range(job.q0 + rows - 1).1;
+    let first = d.key_range(job.keys, job.q0).0;
+    let last = d.key_range(job.keys, job.q0 + rows - 1).1;
     let scale = <T::Acc as Real>::from_f64(d.scale);
     let fused_exp = isa() >= Isa::Avx2;
     for k0 in (first..last).step_by(kb) {
@@ -500,7 +506,7 @@ where
         let dv = d.value_dim;
         for (r, p) in probs.chunks_exact_mut(keys).enumerate() {
             let i = job.q0 + r;
-            let (lo, hi) = d.key_range(i);
+            let (lo, hi) = d.key_range(job.keys, i);
             let (lo, hi) = (lo.clamp(k0, k0 + keys) - k0, hi.clamp(k0, k0 + keys) - k0);
             p[..lo].fill(neg_inf);
             p[hi..].fill(neg_inf);

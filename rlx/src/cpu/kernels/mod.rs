@@ -14,6 +14,7 @@ pub(crate) mod gemm;
 pub(crate) mod layout;
 pub(crate) mod linalg;
 pub(crate) mod numeric;
+pub(crate) mod positions;
 pub(crate) mod reduce;
 pub(crate) mod rope;
 pub(crate) mod sample;

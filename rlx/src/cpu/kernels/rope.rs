@@ -1,6 +1,7 @@
 //! Rotary position embeddings.
 
 use super::numeric::{FloatStore, Real};
+use super::positions::RowPositions;
 
 /// Rotary embedding parameters.
 #[derive(Clone, Debug, PartialEq)]
@@ -21,10 +22,14 @@ pub(crate) struct RopeDims {
 ///
 /// An angle depends on the position and the pair only, so each is computed once and
 /// turns that pair in every row of that position (every head): the sines and cosines, not
-/// the rotations, are what cost here.
-pub(crate) fn rope<T: FloatStore>(r: &RopeDims, offset: i64, x: &[T], out: &mut [T]) {
+/// the rotations, are what cost here. `offsets` has one offset, or one per row of axis 0
+/// (the batches split evenly between them).
+pub(crate) fn rope<T: FloatStore>(r: &RopeDims, offsets: RowPositions<'_>, x: &[T], out: &mut [T]) {
     /// Frequencies computed per pass, on the stack.
     const PAIRS: usize = 64;
+    if r.batches == 0 {
+        return;
+    }
     let half = r.dims / 2;
     let mut frequencies = [0f64; PAIRS];
     for i0 in (0..half).step_by(PAIRS) {
@@ -35,8 +40,10 @@ pub(crate) fn rope<T: FloatStore>(r: &RopeDims, offset: i64, x: &[T], out: &mut 
                 None => r.base.powf(-2.0 * (i0 + j) as f64 / r.dims as f64),
             };
         }
-        for s in 0..r.seq {
-            let pos = (offset as f64 + s as f64) * r.scale;
+        let rows = offsets.rows();
+        let per_row = r.batches / rows;
+        for (row, s) in (0..rows).flat_map(|row| (0..r.seq).map(move |s| (row, s))) {
+            let pos = (offsets.get(row) as f64 + s as f64) * r.scale;
             for (j, frequency) in frequencies[..pairs].iter().enumerate() {
                 let i = i0 + j;
                 let (sin, cos) = (pos * frequency).sin_cos();
@@ -49,7 +56,7 @@ pub(crate) fn rope<T: FloatStore>(r: &RopeDims, offset: i64, x: &[T], out: &mut 
                 } else {
                     (i, i + half)
                 };
-                for batch in 0..r.batches {
+                for batch in row * per_row..(row + 1) * per_row {
                     let row = (batch * r.seq + s) * r.features;
                     let (x1, x2) = (x[row + a].load(), x[row + b].load());
                     out[row + a] = T::store(x1 * cos - x2 * sin);

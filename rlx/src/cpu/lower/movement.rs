@@ -21,6 +21,8 @@ pub(crate) struct Offsets {
     pub view: View,
     /// `(stride, size, window)` per offset, in order.
     pub axes: Vec<(usize, usize, usize)>,
+    /// Windows per row of axis 0: `(rows, elements of a row of x, of a row of the window)`.
+    pub per_row: Option<(usize, usize, usize)>,
     pub at: NodeSite,
 }
 
@@ -28,6 +30,10 @@ impl Offsets {
     fn of(n: &LowerInput<'_>, operand: usize, axes: &[usize], window: &[usize]) -> Offsets {
         let shape = n.shapes[0];
         let strides = contiguous_strides(shape);
+        let per_row = crate::ops::offsets_per_row(n.shapes[operand]).then(|| {
+            let row = |dims: &[usize]| dims[1..].iter().product();
+            (shape[0], row(shape), row(window))
+        });
         Offsets {
             dtype: n.dtypes[operand],
             view: n.views[operand],
@@ -35,6 +41,7 @@ impl Offsets {
                 .iter()
                 .map(|&a| (strides[a], shape[a], window[a]))
                 .collect(),
+            per_row,
             at: n.site(),
         }
     }
@@ -43,13 +50,23 @@ impl Offsets {
         (self.view, self.dtype.size_bytes())
     }
 
-    /// The element where the window starts, or the first offset that puts it outside.
-    fn start(&self, mem: &Memory) -> Result<usize, RunError> {
+    /// The windows: one, or one per row of axis 0.
+    fn rows(&self) -> usize {
+        self.per_row.map_or(1, |(rows, _, _)| rows)
+    }
+
+    /// The element of x where row `row`'s window starts and the element of the window
+    /// where that row begins, or the first offset that puts the window outside.
+    fn start(&self, mem: &Memory, row: usize) -> Result<(usize, usize), RunError> {
+        let first = row * self.axes.len();
         let value = |k: usize| match self.dtype {
-            DType::I32 => i64::from(mem.src::<i32>(self.view)[k]),
-            _ => mem.src::<i64>(self.view)[k],
+            DType::I32 => i64::from(mem.src::<i32>(self.view)[first + k]),
+            _ => mem.src::<i64>(self.view)[first + k],
         };
-        let mut at = 0;
+        let (mut at, within) = match self.per_row {
+            Some((_, x_row, window_row)) => (row * x_row, row * window_row),
+            None => (0, 0),
+        };
         for (k, &(stride, size, window)) in self.axes.iter().enumerate() {
             let offset = value(k);
             match usize::try_from(offset).ok().filter(|o| o + window <= size) {
@@ -64,7 +81,7 @@ impl Offsets {
                 }
             }
         }
-        Ok(at)
+        Ok((at, within))
     }
 }
 
@@ -89,20 +106,26 @@ impl Kernel for WindowCopy {
     }
 
     fn execute(&self, mem: &Memory) -> Result<(), RunError> {
-        let start = self.offsets.start(mem)?;
-        let (dst_at, src_at) = if self.into_window {
-            (start, 0)
-        } else {
-            (0, start)
-        };
-        let (src, dst) = (self.src, self.dst);
-        word_type!(self.dtype, |W| copy::strided_copy::<W>(
-            &self.layout,
-            dst_at,
-            src_at,
-            mem.src(src),
-            mem.dst(dst)
-        ));
+        // Every window is checked before any is copied: a failed run writes nothing.
+        for row in 0..self.offsets.rows() {
+            self.offsets.start(mem, row)?;
+        }
+        for row in 0..self.offsets.rows() {
+            let (start, within) = self.offsets.start(mem, row)?;
+            let (dst_at, src_at) = if self.into_window {
+                (start, within)
+            } else {
+                (within, start)
+            };
+            let (src, dst) = (self.src, self.dst);
+            word_type!(self.dtype, |W| copy::strided_copy::<W>(
+                &self.layout,
+                dst_at,
+                src_at,
+                mem.src(src),
+                mem.dst(dst)
+            ));
+        }
         Ok(())
     }
 }
@@ -443,11 +466,21 @@ impl Lower for ir::ScatterAdd {
     }
 }
 
+/// The dims copied at once: the whole `window`, or one row of it for offsets (operand
+/// `offsets`) per row of axis 0.
+fn one_row(n: &LowerInput<'_>, offsets: usize, window: &[usize]) -> Vec<usize> {
+    let mut dims = window.to_vec();
+    if crate::ops::offsets_per_row(n.shapes[offsets]) && !dims.is_empty() {
+        dims[0] = 1;
+    }
+    dims
+}
+
 /// One copy from the window's start, read at run time.
 impl Lower for ir::DynamicSlice {
     fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
         let layout = Strided {
-            dims: n.out_shape.to_vec(),
+            dims: one_row(n, 1, n.out_shape),
             strides: [
                 contiguous_strides(n.out_shape),
                 contiguous_strides(n.shapes[0]),
@@ -475,7 +508,7 @@ impl Lower for ir::SliceUpdate {
         };
         let update = n.shapes[1];
         let layout = Strided {
-            dims: update.to_vec(),
+            dims: one_row(n, 2, update),
             strides: [contiguous_strides(n.out_shape), contiguous_strides(update)],
         };
         // In place (the operand is the output: a state's slot) the copy is not needed.

@@ -10,6 +10,7 @@ use crate::cpu::kernels::gemm::GemmAcc;
 use crate::cpu::kernels::gemm::kernel_shape;
 use crate::cpu::kernels::layout::contiguous_strides;
 use crate::cpu::kernels::numeric::{FloatStore, accumulator};
+use crate::cpu::kernels::positions::RowPositions;
 use crate::cpu::kernels::rope::{self, RopeDims};
 use crate::cpu::thunk::Thunk;
 use crate::cpu::thunk::{Accesses, Kernel, float_type};
@@ -38,18 +39,28 @@ impl Kernel for Rope {
     }
 
     fn execute(&self, mem: &Memory) -> Result<(), RunError> {
-        let offset = match self.offset {
-            None => 0,
-            Some((v, DType::I32)) => i64::from(mem.src::<i32>(v)[0]),
-            Some((v, _)) => mem.src::<i64>(v)[0],
+        let offsets = match self.offset {
+            None => RowPositions::One(0),
+            Some(offset) => positions(mem, offset),
         };
         float_type!(self.dtype, |T| rope::rope::<T>(
             &self.dims,
-            offset,
+            offsets,
             mem.src(self.x),
             mem.dst(self.out)
         ));
         Ok(())
+    }
+}
+
+/// A run-time position operand: a scalar for every row, or a vector of one per row of
+/// axis 0.
+pub(super) fn positions<'m>(mem: &'m Memory<'_>, (view, dtype): (View, DType)) -> RowPositions<'m> {
+    match (dtype, view.len) {
+        (DType::I32, 1) => RowPositions::One(i64::from(mem.src::<i32>(view)[0])),
+        (DType::I32, _) => RowPositions::I32(mem.src(view)),
+        (_, 1) => RowPositions::One(mem.src::<i64>(view)[0]),
+        _ => RowPositions::I64(mem.src(view)),
     }
 }
 
@@ -83,7 +94,7 @@ pub(crate) struct Int8Rows {
 }
 
 impl Attention {
-    fn run<T: FloatStore>(&self, mem: &Memory, dims: &AttentionDims)
+    fn run<T: FloatStore>(&self, mem: &Memory, keys: RowPositions<'_>)
     where
         T::Acc: GemmAcc,
     {
@@ -107,7 +118,8 @@ impl Attention {
             None => &mut [],
         };
         attention::attention::<T>(
-            dims,
+            &self.dims,
+            keys,
             &self.tiling,
             mem.src(self.q),
             rows(self.k, scales[0]),
@@ -144,29 +156,21 @@ impl Kernel for Attention {
     }
 
     fn execute(&self, mem: &Memory) -> Result<(), RunError> {
-        let Some((view, dtype)) = self.key_length else {
-            float_type!(self.dtype, |T| self.run::<T>(mem, &self.dims));
-            return Ok(());
-        };
-        let n = match dtype {
-            DType::I32 => i64::from(mem.src::<i32>(view)[0]),
-            _ => mem.src::<i64>(view)[0],
-        };
         let size = self.dims.seq_k;
-        let Some(keys) = usize::try_from(n).ok().filter(|n| *n <= size) else {
+        let keys = match self.key_length {
+            None => RowPositions::One(size as i64),
+            Some(length) => positions(mem, length),
+        };
+        // The first `keys` rows of k and v, where they are, for each row of axis 0.
+        if let Some(n) = keys.iter().find(|n| !(0..=size as i64).contains(n)) {
             return Err(RunError::WindowOutOfRange {
                 at: self.at,
                 offset: n.min(0),
                 window: n.max(0) as usize,
                 size,
             });
-        };
-        // The first `keys` rows of k and v, where they are: only the length changes.
-        let dims = AttentionDims {
-            seq_k: keys,
-            ..self.dims.clone()
-        };
-        float_type!(self.dtype, |T| self.run::<T>(mem, &dims));
+        }
+        float_type!(self.dtype, |T| self.run::<T>(mem, keys));
         Ok(())
     }
 }

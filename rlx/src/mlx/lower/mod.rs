@@ -655,7 +655,11 @@ impl Lowering {
             Op::Attention(_) => {
                 let size = &self.shapes[node.inputs[1].index()];
                 let size = size[size.len() - 2];
-                let n = given.first().copied().unwrap_or(-1);
+                let n = given
+                    .iter()
+                    .copied()
+                    .find(|n| !(0..=size as i64).contains(n))
+                    .unwrap_or(-1);
                 return Err(RunError::WindowOutOfRange {
                     at: site,
                     offset: n.min(0),
@@ -669,9 +673,10 @@ impl Lowering {
                 )));
             }
         };
+        // Offsets per row of axis 0 repeat the axes row after row.
         let (offset, axis) = given
             .into_iter()
-            .zip(axes)
+            .zip(axes.iter().cycle())
             .find(|(o, a)| *o < 0 || *o + window[**a] as i64 > shape[**a] as i64)
             .unwrap_or((-1, &axes[0]));
         Err(RunError::WindowOutOfRange {

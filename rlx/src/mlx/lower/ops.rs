@@ -2,7 +2,7 @@
 //! wraps one MLX function or one function of the shim.
 
 use super::{Lower, NodeFailure, NodeInput};
-use crate::ir::{self, AttentionMask, BinaryOp, CompareOp, ConstantData, UnaryOp};
+use crate::ir::{self, AttentionMask, BinaryOp, CompareOp, ConstantData, ReduceOp, UnaryOp};
 use crate::mlx::array::{Array, MlxError};
 use crate::mlx::ops::MaskArg;
 use crate::ops::{
@@ -355,22 +355,36 @@ impl Lower for ir::Attention {
 
 impl ir::Attention {
     /// Flags a key length (the last operand) outside `0..=Sk` for the check after
-    /// evaluation, and returns it as `i64 [1, 1]`.
+    /// evaluation, and returns it as `i64`: a scalar as it is, lengths per row of axis 0
+    /// as `[R, 1, .., 1]` of q's rank (as they broadcast against the scores).
     fn check_length(&self, n: &mut NodeInput<'_>) -> Result<Array, NodeFailure> {
         let (lowering, node) = (n.lowering, n.node);
         let k = &lowering.shapes[node.inputs[1].index()];
+        let q_rank = lowering.shapes[node.inputs[0].index()].len();
         let seq_k = k[k.len() - 2];
         let ints = |values: Vec<i64>| lowering.index_arrays.get(values, &[1, 1], lowering.device);
         let last = n.x.len() - 1;
-        let length = n.x[last].cast(ir::DType::I64)?;
-        let bad = length
-            .compare(CompareOp::Lt, &ints(vec![0])?)?
-            .binary(
-                BinaryOp::Max,
-                &length.compare(CompareOp::Gt, &ints(vec![seq_k as i64])?)?,
-            )?
-            .reshape(&[])?;
+        let lengths = &lowering.shapes[node.inputs[last].index()];
+        let mut length = n.x[last].cast(ir::DType::I64)?;
+        let bad = length.compare(CompareOp::Lt, &ints(vec![0])?)?.binary(
+            BinaryOp::Max,
+            &length.compare(CompareOp::Gt, &ints(vec![seq_k as i64])?)?,
+        )?;
+        // One flag for every length (the checks of a run are scalars).
+        let bad = match lengths[..] {
+            [] => bad.reshape(&[])?,
+            _ => bad
+                .cast(ir::DType::U8)?
+                .reshape(&[lengths.iter().product()])?
+                .reduce(ReduceOp::Max, &[0], false)?
+                .cast(ir::DType::Bool)?,
+        };
         n.check_indices(bad, last);
+        if let [rows] = lengths[..] {
+            let mut per_row = vec![1; q_rank];
+            per_row[0] = rows;
+            length = length.reshape(&per_row)?;
+        }
         Ok(length)
     }
 

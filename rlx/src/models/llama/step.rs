@@ -6,7 +6,7 @@ use super::{
     Attend, Capacity, HeadDim, Heads, Heads4, Hidden, KvCacheFormat, KvHeads, LlamaConfig,
     LlamaParams, Seq, Slots, Vocab, blocks, embed, logits,
 };
-use crate::typed::{Axis, Const, Dyn, Rope, Scope, Sizes, State, Tensor};
+use crate::typed::{Axis, Const, Dim, Positions, Rope, Scope, Sizes, State, Tensor};
 
 /// A [`LlamaConfig`] with the capacity of its key/value caches: the most positions (prompt
 /// and generated tokens) a sequence can reach.
@@ -28,25 +28,22 @@ impl crate::model::Config for LlamaCacheConfig {
 /// head. Named `blk.N.k_cache` and `blk.N.v_cache`.
 pub type Cache<'g> = State<'g, (Const<1>, KvHeads, Capacity, HeadDim)>;
 
-/// The dims of one block's key or value cache.
-type CacheShape = (Const<1>, KvHeads, Capacity, HeadDim);
-
 /// A key or value cache in int8 ([`KvCacheFormat::Int8`]): the rows (`blk.N.k_cache`,
-/// `i8`) and a float32 scale per row (`blk.N.k_scale`).
-struct Int8Cache<'g> {
-    rows: State<'g, (Const<1>, KvHeads, Capacity, HeadDim), i8>,
-    scales: State<'g, (Const<1>, KvHeads, Capacity, Const<1>)>,
+/// `i8`) and a float32 scale per row (`blk.N.k_scale`), for `B` sequences.
+struct Int8Cache<'g, B: Dim> {
+    rows: State<'g, (B, KvHeads, Capacity, HeadDim), i8>,
+    scales: State<'g, (B, KvHeads, Capacity, Const<1>)>,
 }
 
-/// One block's key or value cache in the config's format.
-enum KvCache<'g> {
-    F32(Cache<'g>),
-    Int8(Int8Cache<'g>),
+/// One block's key or value cache of `B` sequences in the config's format.
+enum KvCache<'g, B: Dim> {
+    F32(State<'g, (B, KvHeads, Capacity, HeadDim)>),
+    Int8(Int8Cache<'g, B>),
 }
 
-impl<'g> KvCache<'g> {
+impl<'g, B: Dim> KvCache<'g, B> {
     /// The cache named `{prefix}k` or `{prefix}v` (`what`), as `format` keeps it.
-    fn new(g: &'g Scope<'g>, format: KvCacheFormat, prefix: &str, what: &str) -> KvCache<'g> {
+    fn new(g: &'g Scope<'g>, format: KvCacheFormat, prefix: &str, what: &str) -> KvCache<'g, B> {
         match format {
             KvCacheFormat::F32 => KvCache::F32(g.state(&format!("{prefix}{what}_cache"))),
             KvCacheFormat::Int8 => KvCache::Int8(Int8Cache {
@@ -56,14 +53,14 @@ impl<'g> KvCache<'g> {
         }
     }
 
-    /// Writes `rows` at `pos` (in place) and returns the whole cache as attention reads
-    /// it: in int8, each row rounded to the nearest of 255 steps of its largest magnitude,
-    /// then scaled back.
-    fn append(
+    /// Writes `rows` at `pos` (in place; one position for every sequence, or one each) and
+    /// returns the whole cache as attention reads it: in int8, each row rounded to the
+    /// nearest of 255 steps of its largest magnitude, then scaled back.
+    fn append<P: Positions<'g, B> + Copy>(
         &self,
-        rows: Heads4<'g, Const<1>, KvHeads>,
-        pos: Tensor<'g, (), i64>,
-    ) -> Tensor<'g, (Const<1>, KvHeads, Capacity, HeadDim)> {
+        rows: Heads4<'g, B, KvHeads>,
+        pos: P,
+    ) -> Tensor<'g, (B, KvHeads, Capacity, HeadDim)> {
         match self {
             KvCache::F32(cache) => {
                 let all = cache.read().slice_update(Axis::<2>, rows, pos);
@@ -73,74 +70,48 @@ impl<'g> KvCache<'g> {
             KvCache::Int8(cache) => {
                 // A row of zeros keeps a tiny positive scale: its integers are all 0.
                 let scale = (rows.abs().max_keepdim::<3>() * (1.0 / 127.0)).clamp_min(1e-30);
-                let ints = (rows / scale.broadcast::<(Const<1>, KvHeads, Seq, HeadDim)>())
+                let ints = (rows / scale.broadcast::<(B, KvHeads, Seq, HeadDim)>())
                     .round()
                     .cast::<i8>();
                 let all_rows = cache.rows.read().slice_update(Axis::<2>, ints, pos);
                 let all_scales = cache.scales.read().slice_update(Axis::<2>, scale, pos);
                 cache.rows.write(all_rows);
                 cache.scales.write(all_scales);
-                all_rows.cast::<f32>() * all_scales.broadcast::<CacheShape>()
+                all_rows.cast::<f32>() * all_scales.broadcast::<(B, KvHeads, Capacity, HeadDim)>()
             }
         }
     }
 }
 
-/// Attention of new tokens over a sequence's caches: each block appends its keys and
-/// values at `pos` and attends over the `filled` positions, in place.
-struct Cached<'g> {
+/// Attention of new tokens over the caches of `B` sequences: each block appends its keys
+/// and values at `pos` and attends over the `filled` positions, in place. `P` is a scalar
+/// position for one sequence, or a vector of one position per sequence of a batch.
+struct Cached<'g, P> {
     g: &'g Scope<'g>,
-    pos: Tensor<'g, (), i64>,
-    filled: Tensor<'g, (), i64>,
+    /// The first new token's position.
+    pos: P,
+    /// The positions the caches hold once the new tokens are in.
+    filled: P,
     scale: f64,
     format: KvCacheFormat,
 }
 
-impl<'g> Attend<'g, Const<1>> for Cached<'g> {
+impl<'g, B: Dim, P: Positions<'g, B> + Copy> Attend<'g, B> for Cached<'g, P> {
+    /// The queries and keys rotated from `pos`, the keys and values written at `pos` (in
+    /// place), and the queries attending over the `filled` positions: for a batch, every
+    /// sequence at its own position in one op each.
     fn attend(
         &mut self,
         layer: usize,
         rope: Rope,
-        q: Heads4<'g, Const<1>, Heads>,
-        k: Heads4<'g, Const<1>, KvHeads>,
-        v: Heads4<'g, Const<1>, KvHeads>,
+        q: Heads4<'g, B, Heads>,
+        k: Heads4<'g, B, KvHeads>,
+        v: Heads4<'g, B, KvHeads>,
         window: Option<usize>,
-    ) -> Heads4<'g, Const<1>, Heads> {
+    ) -> Heads4<'g, B, Heads> {
         let prefix = format!("blk.{layer}.");
         let keys = KvCache::new(self.g, self.format, &prefix, "k");
         let values = KvCache::new(self.g, self.format, &prefix, "v");
-        let at = Position {
-            pos: self.pos,
-            filled: self.filled,
-        };
-        at.attend(rope, q, k, v, keys, values, window, self.scale)
-    }
-}
-
-/// Where one sequence's new tokens go: `pos`, the first one's position, and `filled`, the
-/// positions its cache holds once they are in.
-#[derive(Clone, Copy)]
-struct Position<'g> {
-    pos: Tensor<'g, (), i64>,
-    filled: Tensor<'g, (), i64>,
-}
-
-impl<'g> Position<'g> {
-    /// One sequence's attention over its caches: its queries and keys rotated from `pos`,
-    /// its keys and values written at `pos` (in place), and its queries attending over the
-    /// `filled` positions.
-    #[allow(clippy::too_many_arguments)]
-    fn attend(
-        self,
-        rope: Rope,
-        q: Heads4<'g, Const<1>, Heads>,
-        k: Heads4<'g, Const<1>, KvHeads>,
-        v: Heads4<'g, Const<1>, KvHeads>,
-        keys: KvCache<'g>,
-        values: KvCache<'g>,
-        window: Option<usize>,
-        scale: f64,
-    ) -> Heads4<'g, Const<1>, Heads> {
         let (q, k) = (
             q.rope_from(rope.clone(), self.pos),
             k.rope_from(rope, self.pos),
@@ -148,8 +119,8 @@ impl<'g> Position<'g> {
         let k = keys.append(k, self.pos);
         let v = values.append(v, self.pos);
         match window {
-            Some(w) => q.attention_windowed_grouped_upto(k, v, self.filled, w, scale),
-            None => q.attention_causal_grouped_upto(k, v, self.filled, scale),
+            Some(w) => q.attention_windowed_grouped_upto(k, v, self.filled, w, self.scale),
+            None => q.attention_causal_grouped_upto(k, v, self.filled, self.scale),
         }
     }
 }
@@ -209,65 +180,18 @@ impl crate::model::Config for LlamaBatchConfig {
     }
 }
 
-/// Attention of a batch whose rows are sequences at positions of their own, each over the
-/// caches of its slot (`slotN.blk.M.k_cache`): the projections before it and the
-/// feed-forward after it run on the whole batch (one read of the weights for every row);
-/// the rotation, the cache writes and the attention run per row, at that row's position.
-struct Slotted<'g> {
-    g: &'g Scope<'g>,
-    rows: Vec<Position<'g>>,
-    scale: f64,
-    format: KvCacheFormat,
-}
-
-impl<'g> Attend<'g, Slots> for Slotted<'g> {
-    fn attend(
-        &mut self,
-        layer: usize,
-        rope: Rope,
-        q: Heads4<'g, Slots, Heads>,
-        k: Heads4<'g, Slots, KvHeads>,
-        v: Heads4<'g, Slots, KvHeads>,
-        window: Option<usize>,
-    ) -> Heads4<'g, Slots, Heads> {
-        let mut out: Option<Tensor<'g, (Dyn, Heads, Seq, HeadDim)>> = None;
-        for (b, at) in self.rows.iter().enumerate() {
-            let prefix = format!("slot{b}.blk.{layer}.");
-            let keys = KvCache::new(self.g, self.format, &prefix, "k");
-            let values = KvCache::new(self.g, self.format, &prefix, "v");
-            let row = at.attend(
-                rope.clone(),
-                q.narrow::<0, Const<1>>(b),
-                k.narrow::<0, Const<1>>(b),
-                v.narrow::<0, Const<1>>(b),
-                keys,
-                values,
-                window,
-                self.scale,
-            );
-            out = Some(match out {
-                None => row.reshape(),
-                Some(rows) => rows.concat(Axis::<0>, row),
-            });
-        }
-        match out {
-            Some(rows) => rows.reshape(),
-            // No slot: an empty batch, nothing to attend.
-            None => q,
-        }
-    }
-}
-
 /// One step of generation for a batch of sequences, each at its own position: row `b`'s
-/// `Seq` new tokens `input_ids[b]` go to positions `pos[b]..pos[b] + Seq` of slot `b`'s
-/// caches, attend to what that slot holds before them and to each other causally, and the
+/// `Seq` new tokens `input_ids[b]` go to positions `pos[b]..pos[b] + Seq` of slot `b` (row
+/// `b` of every block's caches, `blk.N.k_cache` of `[Slots, KvHeads, Capacity, HeadDim]`),
+/// attend to what that slot holds before them and to each other causally, and the
 /// logits of the token after position `pos[b] + last[b]` come out as row `b` (tokens after
 /// `last[b]` are padding, as in [`llama_step`]: rows with fewer new tokens than `Seq` are
 /// padded to it). Every row's `pos[b] + Seq` must fit the capacity. A row whose slot is
 /// idle may repeat any token at any position: its slot is overwritten when a sequence
 /// starts there (from position 0). Each slot's logits equal [`llama_step`]'s for that
 /// sequence alone; the weights are read once per step for every row, which is what makes
-/// decoding a batch faster than decoding its sequences one by one.
+/// decoding a batch faster than decoding its sequences one by one, and each block rotates,
+/// writes and attends every row in one op each (positions are a vector, not a loop).
 #[crate::model(outputs(logits), states)]
 pub fn llama_batch_step<'g>(
     g: &'g Scope<'g>,
@@ -279,36 +203,16 @@ pub fn llama_batch_step<'g>(
 ) -> Tensor<'g, (Slots, Const<1>, Vocab)> {
     let model = &cfg.model;
     let new = g.full::<(Seq,), i64>(1).sum::<0>();
-    let rows = (0..cfg.slots)
-        .map(|b| {
-            let pos = pos.narrow::<0, Const<1>>(b).reshape::<()>();
-            Position {
-                pos,
-                filled: pos + new,
-            }
-        })
-        .collect();
+    let filled = pos + new.broadcast::<(Slots,)>();
     let x = embed(model, p, input_ids);
-    let mut attend = Slotted {
+    let mut attend = Cached {
         g,
-        rows,
+        pos,
+        filled,
         scale: model.attention_scale,
         format: model.kv_cache,
     };
     let x = blocks(model, p, x, &mut attend, &mut Vec::new());
-    let mut out: Option<Tensor<'g, (Dyn, Const<1>, Hidden)>> = None;
-    for b in 0..cfg.slots {
-        let last = last.narrow::<0, Const<1>>(b).reshape::<()>();
-        let row: Tensor<'g, (Const<1>, Const<1>, Hidden)> =
-            x.narrow::<0, Const<1>>(b).dynamic_slice(Axis::<1>, last);
-        out = Some(match out {
-            None => row.reshape(),
-            Some(rows) => rows.concat(Axis::<0>, row),
-        });
-    }
-    let x: Tensor<'g, (Slots, Const<1>, Hidden)> = match out {
-        Some(rows) => rows.reshape(),
-        None => x.narrow::<1, Const<1>>(0),
-    };
+    let x: Tensor<'g, (Slots, Const<1>, Hidden)> = x.dynamic_slice(Axis::<1>, last);
     logits(model, p, x)
 }

@@ -4,6 +4,9 @@
 //! lie inside the axis (an offset that puts it outside is an error, never clamped: a
 //! decode step writing past its cache's capacity must fail, not overwrite the last row).
 //! An empty window touches nothing and is never outside.
+//!
+//! Offsets of shape `[R, axes]` give each row of axis 0 (`R` of them, axis 0 not sliced)
+//! a window of its own: a batch of sequences, each writing its cache at its own position.
 
 use crate::autodiff::{Emitter, Grad, GradError};
 use crate::builder::{BuildError, GraphBuilder};
@@ -16,8 +19,10 @@ use crate::ops::{Primitive, ReferenceError};
 
 /// A window of `x` at run-time offsets: `x[o_0 : o_0 + sizes[0], ...]` along `axes`, whole
 /// along the other axes (`jax.lax.dynamic_slice`, MLX's `slice` with an array of starts).
-/// Operands: `x`, `offsets` (`i32`/`i64`, shape `[axes.len()]`, or `[]` for one axis). An
-/// offset outside `[0, size − window]` is [`RunError::WindowOutOfRange`](crate::backend::RunError).
+/// Operands: `x`, `offsets` (`i32`/`i64`, shape `[axes.len()]`, or `[]` for one axis; or
+/// `[x.dims[0], axes.len()]`, one row of offsets per row of axis 0, which is then not
+/// sliced). An offset outside `[0, size − window]` is
+/// [`RunError::WindowOutOfRange`](crate::backend::RunError).
 #[derive(Clone, Debug, PartialEq)]
 pub struct DynamicSlice {
     /// The axes sliced, strictly increasing.
@@ -93,11 +98,12 @@ impl Primitive for DynamicSlice {
 
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
         let (data, offsets) = (&x[0], &x[1]);
-        let start = window_start(&self.axes, offsets, &data.shape, &out.shape)?;
+        let starts = window_starts(&self.axes, offsets, &data.shape, &out.shape)?;
         let mut at = Vec::new();
         Ok(out.fill(|o| {
+            let start = &starts[o[0].min(starts.len() - 1)];
             at.clear();
-            at.extend(o.iter().zip(&start).map(|(i, s)| i + s));
+            at.extend(o.iter().zip(start).map(|(i, s)| i + s));
             data.at(&at)
         }))
     }
@@ -185,13 +191,14 @@ impl Primitive for SliceUpdate {
 
     fn reference(&self, x: &[Array], out: &Out) -> Result<Array, ReferenceError> {
         let (data, update, offsets) = (&x[0], &x[1], &x[2]);
-        let start = window_start(&self.axes, offsets, &data.shape, &update.shape)?;
+        let starts = window_starts(&self.axes, offsets, &data.shape, &update.shape)?;
         let mut result = data.data.clone();
         let strides = data.strides();
         for_each_index(&update.shape, |u| {
+            let start = &starts[u[0].min(starts.len() - 1)];
             let flat: usize = u
                 .iter()
-                .zip(&start)
+                .zip(start)
                 .zip(&strides)
                 .map(|((i, s), stride)| (i + s) * stride)
                 .sum();
@@ -225,7 +232,8 @@ impl Primitive for SliceUpdate {
 }
 
 /// The axes are strictly increasing axes of `x` (operand 0) and operand `at` is an index
-/// vector with one offset each (a scalar for a single axis).
+/// vector with one offset each (a scalar for a single axis), or one such vector per row
+/// of `x`'s axis 0, which is then not an axis sliced.
 fn check_offsets(axes: &[usize], inputs: &[TensorType], at: usize) -> Result<(), InferError> {
     let rank = inputs[0].rank();
     if axes.is_empty() {
@@ -242,11 +250,20 @@ fn check_offsets(axes: &[usize], inputs: &[TensorType], at: usize) -> Result<(),
     require_index(inputs, at)?;
     let offsets = &inputs[at].shape;
     let one_each = Shape::new([Dim::Static(axes.len())]);
+    let per_row = Shape::new([inputs[0].shape[0].clone(), Dim::Static(axes.len())]);
     if *offsets == one_each || (offsets.rank() == 0 && axes.len() == 1) {
+        Ok(())
+    } else if *offsets == per_row {
+        if axes[0] == 0 {
+            return Err(attr_err!(
+                "offsets per row of axis 0 cannot slice axis 0 as well"
+            ));
+        }
         Ok(())
     } else {
         Err(attr_err!(
-            "offsets must have shape {one_each} (one per axis{}), got {offsets}",
+            "offsets must have shape {one_each} (one per axis{}) or {per_row} (one per \
+             axis for each row of axis 0), got {offsets}",
             if axes.len() == 1 {
                 ", or be a scalar"
             } else {
@@ -254,6 +271,11 @@ fn check_offsets(axes: &[usize], inputs: &[TensorType], at: usize) -> Result<(),
             }
         ))
     }
+}
+
+/// True when offsets of `offsets` dims give each row of axis 0 a window of its own.
+pub(crate) fn offsets_per_row(offsets: &[usize]) -> bool {
+    offsets.len() == 2
 }
 
 /// A window (or update) of `size` fits an axis of `dim` when both are known.
@@ -268,10 +290,31 @@ fn fits(what: &str, size: &Dim, dim: &Dim, axis: usize) -> Result<(), InferError
 
 /// The window's first index along every axis of `shape` (0 off `axes`), from `offsets`,
 /// each checked to keep the window of `window` dims inside (an empty window reads and
-/// writes nothing, so it is never outside).
-fn window_start(
+/// writes nothing, so it is never outside): one start, or one per row of axis 0 for
+/// offsets per row.
+fn window_starts(
     axes: &[usize],
     offsets: &Array,
+    shape: &[usize],
+    window: &[usize],
+) -> Result<Vec<Vec<usize>>, ReferenceError> {
+    if !offsets_per_row(&offsets.shape) {
+        return Ok(vec![window_start(axes, &offsets.data, shape, window)?]);
+    }
+    if shape[0] == 0 {
+        return Ok(vec![vec![0; shape.len()]]);
+    }
+    offsets
+        .data
+        .chunks_exact(axes.len())
+        .map(|row| window_start(axes, row, shape, window))
+        .collect()
+}
+
+/// One window's start (see [`window_starts`]), its offsets one per axis.
+fn window_start(
+    axes: &[usize],
+    offsets: &[f64],
     shape: &[usize],
     window: &[usize],
 ) -> Result<Vec<usize>, ReferenceError> {
@@ -280,7 +323,7 @@ fn window_start(
         return Ok(start);
     }
     for (k, &axis) in axes.iter().enumerate() {
-        let offset = offsets.data[k] as i64;
+        let offset = offsets[k] as i64;
         let (size, len) = (shape[axis], window[axis]);
         start[axis] = usize::try_from(offset)
             .ok()
@@ -303,23 +346,26 @@ fn random_axes(s: &mut dyn Sampler, rank: usize) -> Vec<usize> {
 }
 
 /// Valid offsets for windows of `window` along `axes` of `sizes` (`i32` or `i64`, a scalar
-/// now and then for one axis).
+/// now and then for one axis, one row of offsets per row of axis 0 now and then).
 fn random_offsets(
     s: &mut dyn Sampler,
     axes: &[usize],
     sizes: &[usize],
     window: &[usize],
 ) -> Option<NodeId> {
-    let values: Vec<i64> = axes
-        .iter()
-        .zip(window)
-        .map(|(&a, &w)| s.below(sizes[a] - w + 1) as i64)
-        .collect();
-    let scalar = axes.len() == 1 && chance(s, 0.5);
-    let dims = Shape::new(if scalar {
-        vec![]
-    } else {
-        vec![Dim::Static(axes.len())]
+    // Now and then a window per row of axis 0, when axis 0 is not sliced.
+    let rows = (axes[0] > 0 && chance(s, 0.3)).then_some(sizes[0]);
+    let mut values: Vec<i64> = Vec::new();
+    for _ in 0..rows.unwrap_or(1) {
+        for (&a, &w) in axes.iter().zip(window) {
+            values.push(s.below(sizes[a] - w + 1) as i64);
+        }
+    }
+    let scalar = rows.is_none() && axes.len() == 1 && chance(s, 0.5);
+    let dims = Shape::new(match rows {
+        Some(r) => vec![Dim::Static(r), Dim::Static(axes.len())],
+        None if scalar => vec![],
+        None => vec![Dim::Static(axes.len())],
     });
     let data = if pick(s, &[DType::I32, DType::I64]) == DType::I32 {
         let narrow: Vec<i32> = values.iter().map(|&v| v as i32).collect();

@@ -24,6 +24,7 @@ mod stop_gradient;
 
 pub use broadcast::Broadcast;
 pub use concat::Concat;
+pub(crate) use dynamic_slice::offsets_per_row;
 pub use dynamic_slice::{DynamicSlice, SliceUpdate};
 pub use gather::{Gather, ScatterAdd};
 pub use pad::Pad;

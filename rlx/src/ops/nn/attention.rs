@@ -4,7 +4,7 @@ use crate::autodiff::{Emitter, Grad, GradError};
 use crate::builder::{BuildError, GraphBuilder};
 use crate::ir::{
     AttentionMask, BinaryOp, CompareOp, ConstantData, DType, Dim, InferError, MatMul, NodeId, Op,
-    ReduceOp, Scalar, Shape, Softmax, TensorType, attr_err,
+    ReduceOp, Shape, Softmax, TensorType, attr_err,
 };
 use crate::ops::array::{Array, Out};
 use crate::ops::check::{
@@ -24,8 +24,10 @@ use crate::ops::{Primitive, ReferenceError};
 /// With [`key_length`](Attention::key_length), a last operand `n` (an `i32`/`i64` scalar)
 /// says how many leading keys and values to attend: the op is then the attention over
 /// `k[.., :n, :]` and `v[.., :n, :]` (masks and the causal alignment apply to those `n`), read
-/// in place, so a decode step attends the filled part of a cache of fixed capacity. An `n`
-/// outside `[0, Sk]` is [`RunError::WindowOutOfRange`](crate::backend::RunError).
+/// in place, so a decode step attends the filled part of a cache of fixed capacity. For
+/// operands of rank 3 or more, `n` may be a vector with one length per row of axis 0 (a
+/// batch of sequences, each as long as its own). An `n` outside `[0, Sk]` is
+/// [`RunError::WindowOutOfRange`](crate::backend::RunError).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Attention {
     /// Multiplies the scores, typically `1/sqrt(D)`.
@@ -71,7 +73,15 @@ impl Primitive for Attention {
                 });
             }
             require_index(inputs, at)?;
-            exact_rank(inputs, at, 0)?;
+            let (n, q) = (&inputs[at].shape, &inputs[0].shape);
+            let per_row = n.rank() == 1 && q.rank() >= 3 && n[0] == q[0];
+            if n.rank() != 0 && !per_row {
+                return Err(attr_err!(
+                    "the key length must be a scalar, or a vector of one length per row of \
+                     axis 0 ({}) for operands of rank 3 or more, got {n}",
+                    q[0]
+                ));
+            }
             return attention_type(self.scale, self.mask, &inputs[..at]);
         }
         attention_type(self.scale, self.mask, inputs)
@@ -112,17 +122,25 @@ impl Primitive for Attention {
             false => (x, None),
         };
         let seq_k = x[1].shape[x[1].shape.len() - 2];
-        let keys = match length.map(|n| n.data[0] as i64) {
-            None => seq_k,
-            Some(n) => usize::try_from(n).ok().filter(|n| *n <= seq_k).ok_or(
-                ReferenceError::WindowOutOfRange {
-                    offset: n.min(0),
-                    window: n.max(0) as usize,
-                    size: seq_k,
-                },
-            )?,
+        let keys = match length {
+            None => vec![seq_k],
+            Some(n) if n.data.is_empty() => vec![seq_k],
+            Some(n) => n
+                .data
+                .iter()
+                .map(|&n| {
+                    let n = n as i64;
+                    usize::try_from(n).ok().filter(|n| *n <= seq_k).ok_or(
+                        ReferenceError::WindowOutOfRange {
+                            offset: n.min(0),
+                            window: n.max(0) as usize,
+                            size: seq_k,
+                        },
+                    )
+                })
+                .collect::<Result<_, _>>()?,
         };
-        Ok(attention_value(self.scale, self.mask, x, keys, out))
+        Ok(attention_value(self.scale, self.mask, x, &keys, out))
     }
 
     fn sample(s: &mut dyn Sampler) -> Sampled {
@@ -245,11 +263,11 @@ fn attention_vjp(
     };
     let q_scaled = e.scale(q, scale)?;
     let mut scores = matmul(e, q_scaled, ke, false, true)?;
-    let (seq_q, seq_k) = (qs[r - 2].clone(), ks[r - 2].clone());
+    let seq_k = ks[r - 2].clone();
     let mut allowed = match mask {
         AttentionMask::None => None,
-        AttentionMask::Causal => Some(causal_allowed(e, seq_q, seq_k, length, None)?),
-        AttentionMask::SlidingWindow(w) => Some(causal_allowed(e, seq_q, seq_k, length, Some(w))?),
+        AttentionMask::Causal => Some(causal_allowed(e, &qs, seq_k, length, None)?),
+        AttentionMask::SlidingWindow(w) => Some(causal_allowed(e, &qs, seq_k, length, Some(w))?),
         AttentionMask::Tensor if e.dtype(x[3]) == DType::Bool => Some(x[3]),
         AttentionMask::Tensor => {
             scores = e.add(scores, x[3])?;
@@ -260,6 +278,7 @@ fn attention_vjp(
         // Keys from `n` on are not attended.
         let keys = e.iota(ks[r - 2].clone())?;
         let n = e.op(Op::Cast(crate::ir::Cast { to: DType::I64 }), &[n])?;
+        let n = per_row_lengths(e, n, &qs)?;
         let within = e.op(Op::Compare(CompareOp::Lt), &[keys, n])?;
         allowed = Some(match allowed {
             Some(a) => e.op(Op::Where, &[within, a, within])?,
@@ -314,8 +333,14 @@ fn attention_vjp(
 
 /// `softmax(q kᵀ · scale + mask) v`, query heads sharing key/value heads in groups; a row
 /// with no visible key is 0.
-/// Only the first `sk` keys are attended.
-fn attention_value(scale: f64, mask: AttentionMask, x: &[Array], sk: usize, out: &Out) -> Array {
+/// Only the first `keys` keys are attended: one count, or one per row of axis 0.
+fn attention_value(
+    scale: f64,
+    mask: AttentionMask,
+    x: &[Array],
+    keys: &[usize],
+    out: &Out,
+) -> Array {
     let (q, k, v) = (&x[0], &x[1], &x[2]);
     let r = q.shape.len();
     let (sq, d) = (q.shape[r - 2], q.shape[r - 1]);
@@ -333,6 +358,7 @@ fn attention_value(scale: f64, mask: AttentionMask, x: &[Array], sk: usize, out:
             kv_lead[r - 3] /= group.max(1);
         }
         let i = o[r - 2];
+        let sk = keys[o[0].min(keys.len() - 1)];
         // Queries and keys are aligned at their ends.
         let pos = i as i64 + sk as i64 - sq as i64;
         let row = |t: &Array, lead: &[usize], row: usize| -> usize {
@@ -417,14 +443,21 @@ fn random_attention(s: &mut dyn Sampler) -> Sampled {
     // Now and then over the first `n` keys only.
     let key_length = chance(s, 0.25);
     if key_length {
-        let seq_k = s.sizes(key)[rank - 2];
-        let n = s.below(seq_k + 1) as i64;
+        let sizes = s.sizes(key);
+        let seq_k = sizes[rank - 2];
+        // One length per row of axis 0 now and then.
+        let rows = (rank >= 3 && chance(s, 0.4)).then(|| s.sizes(q)[0]);
+        let lengths: Vec<i64> = (0..rows.unwrap_or(1))
+            .map(|_| s.below(seq_k + 1) as i64)
+            .collect();
+        let dims = Shape::from(rows.into_iter().collect::<Vec<usize>>().as_slice());
         let n = if chance(s, 0.5) {
-            ConstantData::scalar(Scalar::Int(n), DType::I32)
+            let narrow: Vec<i32> = lengths.iter().map(|&n| n as i32).collect();
+            ConstantData::from_slice(&narrow, dims)
         } else {
-            ConstantData::scalar(Scalar::Int(n), DType::I64)
+            ConstantData::from_slice(&lengths, dims)
         };
-        operands.push(s.constant(n)?);
+        operands.push(s.constant(n.ok()?)?);
     }
     let scale = s.uniform(0.1, 1.0);
     let op = Attention {
@@ -439,11 +472,12 @@ fn random_attention(s: &mut dyn Sampler) -> Sampled {
 /// queries align to the end of the keys, as the forward kernels do.
 fn causal_allowed(
     e: &mut Emitter<'_>,
-    seq_q: Dim,
+    q_shape: &Shape,
     seq_k: Dim,
     length: Option<NodeId>,
     window: Option<usize>,
 ) -> Result<NodeId, GradError> {
+    let seq_q = q_shape[q_shape.rank() - 2].clone();
     let qi = e.iota(seq_q.clone())?;
     let ki = e.iota(seq_k.clone())?;
     // Query i sits at key position i + Sk − Sq (negative before the first key: it sees
@@ -455,8 +489,10 @@ fn causal_allowed(
         None => e.count(&Shape::new([seq_k.clone()]), &[0], DType::I64)?,
     };
     let offset = e.binary(BinaryOp::Sub, nk, nq)?;
+    // Lengths per row of axis 0 give positions of shape [R, 1, .., Sq, 1].
+    let offset = per_row_lengths(e, offset, q_shape)?;
+    let qi = e.reshape(qi, Shape::new([seq_q, Dim::Static(1)]))?;
     let pos = e.add(qi, offset)?;
-    let pos = e.reshape(pos, Shape::new([seq_q, Dim::Static(1)]))?;
     let key = e.reshape(ki, Shape::new([Dim::Static(1), seq_k]))?;
     let before = e.op(Op::Compare(CompareOp::Le), &[key, pos])?;
     let Some(w) = window else {
@@ -468,6 +504,17 @@ fn causal_allowed(
     let inside = e.op(Op::Compare(CompareOp::Gt), &[reach, pos])?;
     // before && inside
     e.op(Op::Where, &[before, inside, before])
+}
+
+/// A key length (or a value derived from one) as it broadcasts against scores of rank
+/// `q`'s: a scalar as it is, one per row of axis 0 as `[R, 1, .., 1]`.
+fn per_row_lengths(e: &mut Emitter<'_>, n: NodeId, q: &Shape) -> Result<NodeId, GradError> {
+    if e.shape(n).rank() == 0 {
+        return Ok(n);
+    }
+    let mut dims = vec![q[0].clone()];
+    dims.resize(q.rank(), Dim::Static(1));
+    e.reshape(n, Shape::new(dims))
 }
 
 /// `k` (or `v`) repeated over the query heads that share it: `[.., Hk, S, D]` to

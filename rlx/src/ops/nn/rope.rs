@@ -8,14 +8,16 @@ use crate::ir::{
     UnaryOp, attr_err,
 };
 use crate::ops::array::{Array, Out};
-use crate::ops::check::{arity_range, exact_rank, min_rank, require_float, require_index};
+use crate::ops::check::{arity_range, min_rank, require_float, require_index};
 use crate::ops::sample::{Sampled, Sampler, chance, dims, pick};
 use crate::ops::tolerance::{Bound, Operands};
 use crate::ops::{Primitive, ReferenceError, composite};
 
 /// Rotary position embedding on the first `dims` features of the last axis; positions
 /// run along the second-to-last axis starting at the optional `offset`. Operands: `x`
-/// (float, rank ≥ 2), then `offset` (`i32`/`i64` scalar) when present.
+/// (float, rank ≥ 2), then `offset` (`i32`/`i64`) when present: a scalar, or for `x` of
+/// rank 3 or more a vector with one offset per row of axis 0 (a batch of sequences, each
+/// at its own position).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Rope {
     /// Features rotated (even, at most the last dim).
@@ -99,7 +101,7 @@ impl Primitive for Rope {
         let dims = x.dims(0);
         let rows = dims.get(dims.len().wrapping_sub(2)).copied().unwrap_or(1) as f64;
         let offset = x.values.get(1).map_or(0.0, |o| {
-            o.to_f64_vec().first().copied().unwrap_or(0.0).abs()
+            o.to_f64_vec().iter().fold(0.0f64, |m, v| m.max(v.abs()))
         });
         let fastest = self
             .freqs
@@ -152,7 +154,15 @@ fn rope_type(
     }
     if inputs.len() == 2 {
         require_index(inputs, 1)?;
-        exact_rank(inputs, 1, 0)?;
+        let offset = &inputs[1].shape;
+        let per_row = offset.rank() == 1 && x.rank() >= 3 && offset[0] == x[0];
+        if offset.rank() != 0 && !per_row {
+            return Err(attr_err!(
+                "the offset must be a scalar, or a vector of one offset per row of axis 0 \
+                 ({}) of an operand of rank 3 or more, got {offset}",
+                x[0]
+            ));
+        }
     }
     Ok(inputs[0].clone())
 }
@@ -188,8 +198,15 @@ fn random_rope(s: &mut dyn Sampler) -> Sampled {
     let rotated = 2 * (1 + s.below(features / 2));
     let mut operands = vec![x];
     if chance(s, 0.4) {
-        let offset = s.below(4) as i64;
-        operands.push(s.constant(ConstantData::from_slice(&[offset], [0usize; 0]).ok()?)?);
+        let sizes = s.sizes(x);
+        // A vector of offsets, one per row of axis 0, now and then.
+        let data = if sizes.len() >= 3 && chance(s, 0.4) {
+            let offsets: Vec<i64> = (0..sizes[0]).map(|_| s.below(6) as i64).collect();
+            ConstantData::from_slice(&offsets, [sizes[0]])
+        } else {
+            ConstantData::from_slice(&[s.below(4) as i64], [0usize; 0])
+        };
+        operands.push(s.constant(data.ok()?)?);
     }
     // Now and then frequencies of their own, as Llama 3's scaling makes them.
     let freqs = chance(s, 0.25).then(|| {
@@ -245,7 +262,13 @@ fn rope_decomposition(op: &Rope, b: &mut GraphBuilder, x: &[NodeId]) -> Result<N
     };
     let mut position = b.op(Op::Cumsum(cumsum), &[ones])?;
     if let Some(&offset) = x.get(1) {
-        let offset = b.cast(offset, compute)?;
+        let mut offset = b.cast(offset, compute)?;
+        if b.ty(offset).is_some_and(|t| t.rank() == 1) {
+            // One offset per row of axis 0: positions of shape [R, 1, .., S, 1].
+            let mut per_row = vec![ty.shape[0].clone()];
+            per_row.resize(r, Dim::Static(1));
+            offset = b.reshape(offset, per_row)?;
+        }
         position = b.add(position, offset)?;
     }
     let scale = b.scalar(op.scale, compute);
