@@ -321,6 +321,9 @@ mod wide {
             // integer sums reduced into one vector and scaled at once (a broadcast, a
             // conversion and a multiply-add a block otherwise).
             let grouped = if per_block == 1 { blocks / 8 * 8 } else { 0 };
+            // K-quants (eight runs a block) likewise take a block's eight runs at once: their
+            // factors read run by run, then each row's eight sums scaled as one vector.
+            let whole = if per_block == 8 { blocks } else { 0 };
             for f in range {
                 // SAFETY: AVX is enabled by the callers.
                 let mut sums = [unsafe { _mm256_setzero_ps() }; R];
@@ -373,7 +376,83 @@ mod wide {
                         }
                     }
                 }
-                for at_block in grouped..blocks {
+                for at_block in 0..whole {
+                    // SAFETY: block `at_block` of feature f lies inside `w`, and its runs of
+                    // rows first..first + R inside `q` (the callers' asserts); a prefetch of
+                    // any address is harmless; the vector instructions and F16C are enabled by
+                    // the callers.
+                    unsafe {
+                        let block = self.w.as_ptr().add(f * row_bytes + at_block * F::BYTES);
+                        for line in (0..F::BYTES).step_by(64) {
+                            _mm_prefetch::<_MM_HINT_T0>(block.wrapping_add(AHEAD + line).cast());
+                        }
+                        let bytes = std::slice::from_raw_parts(block, F::BYTES);
+                        let head = F::head(bytes, |at| half(block.add(at)));
+                        let mut scales = [0f32; 8];
+                        let mut wholes = [0f32; 8];
+                        // Interleaved as the activations' half sums are: run c's two at 2c.
+                        let mut halves_offsets = [0f32; 16];
+                        let mut halves = [_mm256_setzero_si256(); 8];
+                        let mut ints = halves;
+                        let mut magnitudes = halves;
+                        for c in 0..8 {
+                            let chunk = F::chunk(&head, bytes, c);
+                            scales[c] = chunk.scale;
+                            wholes[c] = chunk.offsets[0];
+                            halves_offsets[2 * c] = chunk.offsets[0];
+                            halves_offsets[2 * c + 1] = chunk.offsets[1];
+                            let [low, high] = chunk.halves;
+                            halves[c] =
+                                _mm256_setr_epi32(low, low, low, low, high, high, high, high);
+                            ints[c] = F::integers_x86::<MASKS>(block, c);
+                            magnitudes[c] = if F::SIGNED {
+                                _mm256_sign_epi8(ints[c], ints[c])
+                            } else {
+                                ints[c]
+                            };
+                        }
+                        let scales = _mm256_loadu_ps(scales.as_ptr());
+                        for (r, sum) in sums.iter_mut().enumerate() {
+                            let at = (self.first + r) * runs + at_block * 8;
+                            let mut dots = [_mm256_setzero_si256(); 8];
+                            for (c, lanes) in dots.iter_mut().enumerate() {
+                                let xs = _mm256_loadu_si256(
+                                    q.values.as_ptr().add((at + c) * VALUES).cast(),
+                                );
+                                let xs = if F::SIGNED {
+                                    _mm256_sign_epi8(xs, ints[c])
+                                } else {
+                                    xs
+                                };
+                                *lanes = dot(magnitudes[c], xs);
+                                if F::HALVES {
+                                    *lanes = _mm256_mullo_epi32(*lanes, halves[c]);
+                                }
+                            }
+                            let integers = _mm256_cvtepi32_ps(block_sums(dots));
+                            let x_scales = _mm256_loadu_ps(q.scales.as_ptr().add(at));
+                            *sum = _mm256_fmadd_ps(integers, _mm256_mul_ps(scales, x_scales), *sum);
+                            match F::SUMS {
+                                Sums::None => {}
+                                Sums::Whole => {
+                                    let x_sums = _mm256_loadu_ps(q.sums.as_ptr().add(at));
+                                    let offs = _mm256_loadu_ps(wholes.as_ptr());
+                                    *sum = _mm256_fmadd_ps(offs, x_sums, *sum);
+                                }
+                                Sums::Halves => {
+                                    let x_sums = q.half_sums.as_ptr().add(at).cast::<f32>();
+                                    for part in 0..2 {
+                                        let offs =
+                                            _mm256_loadu_ps(halves_offsets.as_ptr().add(8 * part));
+                                        let x = _mm256_loadu_ps(x_sums.add(8 * part));
+                                        *sum = _mm256_fmadd_ps(offs, x, *sum);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                for at_block in grouped.max(whole)..blocks {
                     // SAFETY: block `at_block` of feature f lies inside `w` (the callers'
                     // asserts).
                     let block = unsafe { self.w.as_ptr().add(f * row_bytes + at_block * F::BYTES) };
