@@ -338,3 +338,48 @@ fn type_parser_sanity() {
     assert_eq!(ty("bool[]").to_string(), "bool[]");
     assert_eq!(ty("f32[batch,3]").shape[0], d("batch"));
 }
+
+/// Window offsets: one per axis (a scalar for one axis), or one row of them per row of
+/// axis 0, which is then not sliced.
+#[test]
+fn window_offsets_per_axis_or_per_row() {
+    use rlx::ir::{DynamicSlice, SliceUpdate};
+    let read = |axes: Vec<usize>, sizes: Vec<usize>| {
+        Op::DynamicSlice(DynamicSlice {
+            axes,
+            sizes: sizes.into_iter().map(Dim::from).collect(),
+        })
+    };
+    ok(
+        &read(vec![1], vec![2]),
+        &["f32[b,16,8]", "i64[]"],
+        "f32[b,2,8]",
+    );
+    ok(
+        &read(vec![1], vec![2]),
+        &["f32[b,16,8]", "i64[b,1]"],
+        "f32[b,2,8]",
+    );
+    ok(
+        &read(vec![1, 2], vec![2, 4]),
+        &["f32[3,16,8]", "i32[3,2]"],
+        "f32[3,2,4]",
+    );
+    err(
+        &read(vec![0], vec![1]),
+        &["f32[3,16,8]", "i64[3,1]"],
+        "offsets per row of axis 0 cannot slice axis 0 as well",
+    );
+    err(
+        &read(vec![1], vec![2]),
+        &["f32[3,16,8]", "i64[2,1]"],
+        "offsets must have shape [1] (one per axis, or be a scalar) or [3,1] (one per axis for \
+         each row of axis 0), got [2,1]",
+    );
+    let write = Op::SliceUpdate(SliceUpdate { axes: vec![2] });
+    ok(
+        &write,
+        &["f32[b,3,64,8]", "f32[b,3,1,8]", "i64[b,1]"],
+        "f32[b,3,64,8]",
+    );
+}

@@ -13,6 +13,25 @@ fn attn(mask: AttentionMask) -> Op {
     })
 }
 
+/// A key length: a scalar, or one per row of axis 0 for operands of rank 3 or more.
+#[test]
+fn attention_key_lengths() {
+    let upto = Op::Attention(Attention {
+        scale: 0.125,
+        mask: AttentionMask::Causal,
+        key_length: true,
+    });
+    let qkv = ["f32[b,8,1,64]", "f32[b,2,ctx,64]", "f32[b,2,ctx,64]"];
+    ok(&upto, &[qkv[0], qkv[1], qkv[2], "i64[]"], "f32[b,8,1,64]");
+    ok(&upto, &[qkv[0], qkv[1], qkv[2], "i32[b]"], "f32[b,8,1,64]");
+    err(
+        &upto,
+        &[qkv[0], qkv[1], qkv[2], "i64[2]"],
+        "the key length must be a scalar, or a vector of one length per row of axis 0 (b) \
+         for operands of rank 3 or more, got [2]",
+    );
+}
+
 #[test]
 fn attention_shapes() {
     let qkv = ["f32[b,12,seq,64]", "f32[b,12,seq,64]", "f32[b,12,seq,64]"];
@@ -170,10 +189,19 @@ fn rope_shapes_and_errors() {
         &["f32[b,h,seq,d]"],
         "rotary dims must be even, positive and at most the feature size d, got 8",
     );
+    // One offset per row of axis 0, for operands of rank 3 or more.
+    ok(&rope(8), &["f32[b,h,seq,64]", "i64[b]"], "f32[b,h,seq,64]");
     err(
         &rope(8),
         &["f32[b,h,seq,64]", "i32[1]"],
-        "operand 1 has rank 1, expected 0",
+        "the offset must be a scalar, or a vector of one offset per row of axis 0 (b) of an \
+         operand of rank 3 or more, got [1]",
+    );
+    err(
+        &rope(8),
+        &["f32[seq,64]", "i32[seq]"],
+        "the offset must be a scalar, or a vector of one offset per row of axis 0 (seq) of an \
+         operand of rank 3 or more, got [seq]",
     );
     err(
         &rope(8),
