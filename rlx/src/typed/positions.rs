@@ -55,7 +55,7 @@ first_dim!(A, B, C, D, F);
     message = "`{Self}` is not a position for rows of `{L}`",
     label = "expected a scalar `Tensor<(), i32 or i64>` or a vector `Tensor<({L},), i32 or i64>`"
 )]
-pub trait Positions<'g, L: Dim> {
+pub trait Positions<'g, L: Dim>: sealed::Sealed {
     /// The operand as a rotation or an attention takes it: the scalar, or the vector.
     #[doc(hidden)]
     fn position_id(self) -> Option<NodeId>;
@@ -63,6 +63,14 @@ pub trait Positions<'g, L: Dim> {
     #[doc(hidden)]
     fn window_offsets_id(self) -> Option<NodeId>;
 }
+
+/// Only the two forms above are positions: what the methods build depends on it.
+mod sealed {
+    pub trait Sealed {}
+}
+
+impl<X: Index> sealed::Sealed for Tensor<'_, (), X> {}
+impl<L: Dim, X: Index> sealed::Sealed for Tensor<'_, (L,), X> {}
 
 impl<'g, L: Dim, X: Index> Positions<'g, L> for Tensor<'g, (), X> {
     fn position_id(self) -> Option<NodeId> {
