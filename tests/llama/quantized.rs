@@ -120,41 +120,55 @@ fn quantized_at_load<B: Backend<Executable: 'static>>(label: &str, backend: &B) 
 }
 
 /// A batch decoder quantized as it loads gives each row the logits of the single-sequence
-/// decoder quantized alike (int8 activations: both run the same kernels).
-fn batch_rows_match_single<B: Backend<Executable: 'static>>(label: &str, backend: &B) {
+/// decoder quantized alike (int8 activations: both run the same kernels), with float32 or
+/// int8 caches, rows at positions of their own: a prompt of four and one of two tokens
+/// (padded), then one new token each at positions 4 and 2.
+fn batch_rows_match_single<B: Backend<Executable: 'static>>(
+    label: &str,
+    backend: &B,
+    q: Quantization,
+) {
     use rlx::generate::BatchDecoder;
     use rlx::models::llama::LlamaBatchDecoder;
     let data = reference("tiny_decoders");
     let case = &data["cases"]["qwen2"];
     let dir = Scratch::new(&format!("quantize-batch-{label}"));
     write_tensors(case, &checkpoint_tensors(case, false), dir.path(), false);
-    let q = Quantization::from(ActivationPrecision::Int8).quantizing(GgmlType::Q4_1);
     let single = LlamaDecoder::from_hf_dir_quantized(backend, dir.path(), 16, q).unwrap();
     let batch = LlamaBatchDecoder::from_hf_dir_quantized(backend, dir.path(), 16, 2, q).unwrap();
-    let prompts: [Vec<i64>; 2] = [vec![5, 9, 14, 3], vec![77, 2, 0, 120]];
-    let mut context = batch.new_context().unwrap();
-    let tokens: Vec<i64> = prompts.concat();
-    let logits = batch
-        .step(&mut context, &tokens, 4, &[0, 0], &[3, 3])
-        .unwrap();
-    let rows = logits.as_slice::<f32>().unwrap();
     let vocab = single.vocab_size();
-    for (b, prompt) in prompts.iter().enumerate() {
-        let mut alone = single.new_context().unwrap();
-        let expected = single.step(&mut alone, prompt, 0, 3).unwrap();
-        let error = largest_difference(
-            &[rows[b * vocab..(b + 1) * vocab].to_vec()],
-            &[expected.as_slice::<f32>().unwrap().to_vec()],
-        );
-        assert!(error < BOUND, "{label} row {b}: off by {error}");
+    let mut context = batch.new_context().unwrap();
+    let mut alone = [single.new_context().unwrap(), single.new_context().unwrap()];
+    // (each row's new tokens, padded to the step's length; its position; its last token)
+    let steps: [([&[i64]; 2], usize, [usize; 2], [usize; 2]); 2] = [
+        ([&[5, 9, 14, 3], &[77, 2, 0, 0]], 4, [0, 0], [3, 1]),
+        ([&[42], &[17]], 1, [4, 2], [0, 0]),
+    ];
+    for (step, (tokens, seq, pos, last)) in steps.into_iter().enumerate() {
+        let logits = batch
+            .step(&mut context, &tokens.concat(), seq, &pos, &last)
+            .unwrap();
+        let rows = logits.as_slice::<f32>().unwrap();
+        for b in 0..2 {
+            let new = &tokens[b][..=last[b]];
+            let expected = single.step(&mut alone[b], new, pos[b], last[b]).unwrap();
+            let error = largest_difference(
+                &[rows[b * vocab..(b + 1) * vocab].to_vec()],
+                &[expected.as_slice::<f32>().unwrap().to_vec()],
+            );
+            assert!(error < BOUND, "{label} step {step} row {b}: off by {error}");
+        }
     }
 }
 
 #[test]
 fn batch_rows_quantized_at_load_match_single_sequences() {
-    batch_rows_match_single("cpu", &rlx::cpu::CpuBackend::default());
-    #[cfg(feature = "mlx")]
-    batch_rows_match_single("mlx", &rlx::mlx::MlxBackend::default());
+    let blocks = Quantization::from(ActivationPrecision::Int8).quantizing(GgmlType::Q4_1);
+    for q in [blocks, blocks.with_kv_cache(KvCacheFormat::Int8)] {
+        batch_rows_match_single("cpu", &rlx::cpu::CpuBackend::default(), q);
+        #[cfg(feature = "mlx")]
+        batch_rows_match_single("mlx", &rlx::mlx::MlxBackend::default(), q);
+    }
 }
 
 /// Logits through int8 caches within this of those through float32 caches (the tiny
