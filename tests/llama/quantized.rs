@@ -123,6 +123,10 @@ fn quantized_at_load<B: Backend<Executable: 'static>>(label: &str, backend: &B) 
 /// decoder quantized alike (int8 activations: both run the same kernels), with float32 or
 /// int8 caches, rows at positions of their own: a prompt of four and one of two tokens
 /// (padded), then one new token each at positions 4 and 2.
+/// Each row's new tokens (padded to the step's length), the step's length, each row's
+/// position and last token.
+type BatchStep = ([&'static [i64]; 2], usize, [usize; 2], [usize; 2]);
+
 fn batch_rows_match_single<B: Backend<Executable: 'static>>(
     label: &str,
     backend: &B,
@@ -139,8 +143,7 @@ fn batch_rows_match_single<B: Backend<Executable: 'static>>(
     let vocab = single.vocab_size();
     let mut context = batch.new_context().unwrap();
     let mut alone = [single.new_context().unwrap(), single.new_context().unwrap()];
-    // (each row's new tokens, padded to the step's length; its position; its last token)
-    let steps: [([&[i64]; 2], usize, [usize; 2], [usize; 2]); 2] = [
+    let steps: [BatchStep; 2] = [
         ([&[5, 9, 14, 3], &[77, 2, 0, 0]], 4, [0, 0], [3, 1]),
         ([&[42], &[17]], 1, [4, 2], [0, 0]),
     ];
