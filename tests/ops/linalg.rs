@@ -643,6 +643,98 @@ fn block_matmul_every_format_and_batch_size() {
     }
 }
 
+/// Block products of one input are computed by one CPU kernel (`joined_block_matmul`, each
+/// member into its own output) when nothing reads an earlier member before the last one
+/// runs; the results are those of the products computed one by one, bit for bit, for every
+/// format, both activation precisions, few rows (one kernel over every member's features,
+/// split between threads inside a member) and many (member by member).
+#[test]
+fn block_products_of_one_input_join() {
+    use rlx::builder::GraphBuilder;
+    use rlx::cpu::CpuOptions;
+    use rlx::ir::UnaryOp;
+    let mut rng = Rng(51);
+    let k = 512;
+    let widths = [40usize, 24, 56];
+    for format in BLOCK_FORMATS {
+        let row_bytes = k / format.block_values() * format.block_bytes();
+        let weights: Vec<HostTensor> = widths
+            .iter()
+            .map(|&n| {
+                let bytes = random_blocks(format, n * k / format.block_values(), || {
+                    rng.uniform(0.0, 1.0)
+                });
+                HostTensor::from_vec(bytes, [n, row_bytes]).unwrap()
+            })
+            .collect();
+        for activations in [ActivationPrecision::Exact, ActivationPrecision::Int8] {
+            for rows in [1usize, 3, 17] {
+                // `interleaved`: the first product is read (by a relu) before the second
+                // is built, so only the second and third join.
+                let build = |interleaved: bool| {
+                    let mut b = GraphBuilder::new();
+                    let x = b.input("x", DType::F32, [rows, k]).unwrap();
+                    let op = Op::BlockMatMul(BlockMatMul {
+                        format,
+                        activations,
+                    });
+                    for (i, &n) in widths.iter().enumerate() {
+                        let w = b
+                            .param(&format!("w{i}"), DType::U8, [n, row_bytes])
+                            .unwrap();
+                        let y = b.op(op.clone(), &[x, w]).unwrap();
+                        let y = if interleaved && i == 0 {
+                            b.unary(UnaryOp::Relu, y).unwrap()
+                        } else {
+                            y
+                        };
+                        b.output(&format!("y{i}"), y).unwrap();
+                    }
+                    b.finish().unwrap()
+                };
+                let x = random(&mut rng, DType::F32, &[rows, k], -1.0, 1.0);
+                for interleaved in [false, true] {
+                    let graph = build(interleaved);
+                    let run = |optimize: bool| {
+                        let options = CpuOptions {
+                            optimize,
+                            threads: 3,
+                            ..CpuOptions::default()
+                        };
+                        let exe = CpuBackend::new(options).compile(&graph).unwrap();
+                        for (i, w) in weights.iter().enumerate() {
+                            exe.set_weight(&format!("w{i}"), w.view()).unwrap();
+                        }
+                        let out = exe.run(&[("x", x.view())], &[]).unwrap();
+                        (exe.lowered().to_string(), out)
+                    };
+                    let (joined_text, joined) = run(true);
+                    let (_, plain) = run(false);
+                    let label = format!(
+                        "{} {activations:?} rows={rows} interleaved={interleaved}",
+                        format.name()
+                    );
+                    let members = joined_text
+                        .lines()
+                        .find(|l| l.contains("joined_block_matmul"))
+                        .map(|l| l.matches('%').count() - 2);
+                    assert_eq!(
+                        members,
+                        Some(if interleaved { 2 } else { 3 }),
+                        "{label}: {joined_text}"
+                    );
+                    for (j, p) in joined.iter().zip(&plain) {
+                        let (j, p) = (j.as_slice::<f32>().unwrap(), p.as_slice::<f32>().unwrap());
+                        for (a, b) in j.iter().zip(p) {
+                            assert_eq!(a.to_bits(), b.to_bits(), "{label}: {a} vs {b}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Int8 activations on every backend (the CPU's integer kernels for few rows, its exact
 /// tiles for many, MLX's exact product), judged by the op's own bound against the f64
 /// product; and the CPU's integer kernels against the product of the activations quantized

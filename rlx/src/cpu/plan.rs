@@ -97,8 +97,14 @@ impl Plan {
                     Storage::Arena(requests.len() - 1)
                 }
             };
-            for input in program.operands(id) {
-                if let Storage::Arena(b) = storage[input.index()] {
+            // A joined product writes its earlier members' outputs here: they stay live
+            // until then even when nothing reads them.
+            let written_here = match fusion {
+                Some(Fusion::Products { members, .. }) => members.as_slice(),
+                _ => &[],
+            };
+            for input in program.operands(id).iter().chain(written_here) {
+                if let Some(&Storage::Arena(b)) = storage.get(input.index()) {
                     requests[b].end = requests[b].end.max(id.index());
                 }
             }
@@ -242,6 +248,12 @@ impl Plan {
                     len,
                 }),
                 sequence_major: sequence_major[id.index()],
+                joined_outs: match fusion {
+                    Some(Fusion::Products { members, .. }) => {
+                        members.iter().map(|m| view_of(*m)).collect()
+                    }
+                    _ => Vec::new(),
+                },
             }));
             thunk_nodes.resize(thunks.len(), id);
         }

@@ -142,7 +142,7 @@ impl fmt::Display for Program {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         crate::inspect::write_graph(f, &self.graph, |id, node| match &self.fusions[id.index()] {
             None => Some((crate::inspect::describe(node), &node.inputs)),
-            Some(Fusion::Absorbed) => None,
+            Some(Fusion::Absorbed | Fusion::ProductOf(_)) => None,
             Some(fusion) => Some((fusion.to_string(), fusion.operands())),
         })
     }
@@ -229,7 +229,7 @@ impl Program {
             g = super::fold::fold_constants(&g, options)?;
         }
         g = passes::pass("legalize", legalize(&g))?;
-        let fusions = if options.optimize {
+        let mut fusions = if options.optimize {
             fuse::fuse(&g)
         } else {
             vec![None; g.len()]
@@ -385,6 +385,13 @@ impl Program {
 
         let signature = Signature::of(&g);
         let (view_permutes, sequence_major) = head_permutes(&g);
+        if options.optimize {
+            let views: Vec<bool> = g
+                .iter()
+                .map(|(id, node)| node.op.shares_first_operand() || view_permutes[id.index()])
+                .collect();
+            fuse::products::fuse(&g, &views, &mut fusions);
+        }
         let in_place = in_place_writes(&g, &fusions, &view_permutes, &writes, &state_of);
         let outputs = g.outputs().iter().map(|o| o.node).collect();
         let custom = registry.per_node(&g);

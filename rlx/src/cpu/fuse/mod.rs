@@ -10,10 +10,12 @@
 //! - [`elementwise`]: chains of elementwise float ops in one pass over memory.
 //! - [`attention`]: an attention reading int8 key or value rows and their scales in
 //!   place.
+//! - [`products`]: block products of one input (q/k/v, gate/up) in one kernel.
 
 mod attention;
 mod elementwise;
 mod matmul;
+pub(crate) mod products;
 
 use std::fmt;
 
@@ -88,6 +90,15 @@ pub(crate) enum Fusion {
         int8: [bool; 2],
         operands: Vec<NodeId>,
     },
+    /// The last of several `block_matmul`s of one input (`members`, in order, this node
+    /// last), computed together here, each into its own output. Operands: the input, then
+    /// each member's weight.
+    Products {
+        members: Vec<NodeId>,
+        operands: Vec<NodeId>,
+    },
+    /// A `block_matmul` stored as itself but computed by the later [`Fusion::Products`] node.
+    ProductOf(NodeId),
 }
 
 impl Fusion {
@@ -98,16 +109,19 @@ impl Fusion {
             Fusion::MatMul { .. } => "fused_matmul",
             Fusion::Elementwise { .. } => "fused_elementwise",
             Fusion::Attention { .. } => "fused_attention",
+            Fusion::Products { .. } => "joined_block_matmul",
+            Fusion::ProductOf(_) => "block_matmul_joined_later",
         }
     }
 
     /// The values the fused node reads.
     pub(crate) fn operands(&self) -> &[NodeId] {
         match self {
-            Fusion::Absorbed => &[],
+            Fusion::Absorbed | Fusion::ProductOf(_) => &[],
             Fusion::MatMul { operands, .. }
             | Fusion::Elementwise { operands, .. }
-            | Fusion::Attention { operands, .. } => operands,
+            | Fusion::Attention { operands, .. }
+            | Fusion::Products { operands, .. } => operands,
         }
     }
 }
@@ -117,7 +131,8 @@ impl fmt::Display for Fusion {
         f.write_str(self.name())?;
         let mut attrs: Vec<&str> = Vec::new();
         match self {
-            Fusion::Absorbed => {}
+            Fusion::Absorbed | Fusion::Products { .. } => {}
+            Fusion::ProductOf(node) => return write!(f, "{}[{node}]", self.name()),
             Fusion::MatMul {
                 transpose_a,
                 transpose_b,

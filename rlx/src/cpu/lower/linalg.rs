@@ -4,7 +4,10 @@ use super::geometry::{batch_workers, matmul_layout, numel};
 use super::{Lower, LowerInput, Sizes, boxed};
 use crate::backend::{NodeSite, RunError};
 use crate::cpu::fuse::MatMulEpilogue;
-use crate::cpu::kernels::block_matmul::{BlockDims, block_dequantize, block_matmul};
+use crate::cpu::fuse::products::MAX_MEMBERS;
+use crate::cpu::kernels::block_matmul::{
+    BlockDims, Part, block_dequantize, block_matmul, block_matmuls,
+};
 use crate::cpu::kernels::gemm::kernel_shape;
 use crate::cpu::kernels::gemm::{Epilogue, GemmAcc, GemmBatch, GemmPlan, gemm_batch};
 use crate::cpu::kernels::linalg::{self, QuantDims};
@@ -225,6 +228,67 @@ impl Kernel for BlockMatMul {
         );
         Ok(())
     }
+}
+
+/// Several `block_matmul`s of one `x`, each into its own output, in one kernel
+/// ([`crate::cpu::fuse::products`]).
+#[derive(Clone, Debug)]
+pub(crate) struct JoinedBlockMatMul {
+    pub x: View,
+    /// Each member's sizes, weight and output.
+    pub parts: Vec<(BlockDims, View, View)>,
+}
+
+impl Kernel for JoinedBlockMatMul {
+    fn accesses(&self) -> Accesses {
+        let mut reads = vec![(self.x, 4)];
+        reads.extend(self.parts.iter().map(|&(_, w, _)| (w, 1)));
+        Accesses {
+            writes: self.parts.iter().map(|&(_, _, out)| (out, 4)).collect(),
+            reads,
+        }
+    }
+
+    fn execute(&self, mem: &Memory) -> Result<(), RunError> {
+        // A fixed array, so that a run allocates nothing.
+        let part = |i: usize| {
+            let (dims, w, out) = self.parts[i];
+            Part::new(dims, mem.src(w), mem.dst(out))
+        };
+        let parts: [Part<'_>; MAX_MEMBERS] = std::array::from_fn(|i| {
+            if i < self.parts.len() {
+                part(i)
+            } else {
+                Part::unused()
+            }
+        });
+        block_matmuls(mem.src(self.x), &parts[..self.parts.len()]);
+        Ok(())
+    }
+}
+
+/// The kernel of a [`crate::cpu::fuse::Fusion::Products`] node: operands `x` then each
+/// member's weight, outputs `n.joined_outs`.
+pub(crate) fn joined_block_matmul(n: &LowerInput<'_>) -> Vec<Thunk> {
+    let crate::ir::Op::BlockMatMul(op) = &n.node.op else {
+        unreachable!("only block products join")
+    };
+    let x = n.shapes[0];
+    let rows = numel(&x[..x.len() - 1]);
+    let k = x[x.len() - 1];
+    let parts = n.shapes[1..]
+        .iter()
+        .zip(&n.views[1..])
+        .zip(&n.joined_outs)
+        .map(|((w, &view), &out)| {
+            let dims = BlockDims::new(op.format, op.activations, rows, w[0], k);
+            (dims, view, out)
+        })
+        .collect();
+    vec![boxed(JoinedBlockMatMul {
+        x: n.views[0],
+        parts,
+    })]
 }
 
 /// Rows of blocks turned into their values.

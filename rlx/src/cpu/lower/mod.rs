@@ -80,6 +80,9 @@ pub(crate) struct LowerInput<'a> {
     /// For an attention: which of q, k, v and the output are stored `[.., S, H, D]` (the
     /// plan dropped the permute that would have made them `[.., H, S, D]`).
     pub sequence_major: [bool; 4],
+    /// For a [`Fusion::Products`] node: where each member's output lies, in order (the
+    /// last is `out`).
+    pub joined_outs: Vec<View>,
 }
 
 impl LowerInput<'_> {
@@ -152,7 +155,12 @@ pub(crate) fn scratch_requests(
             transpose_b,
             ..
         }) => linalg::gemm_scratch(&sizes, *transpose_a, *transpose_b),
-        Some(Fusion::Absorbed | Fusion::Elementwise { .. }) => Vec::new(),
+        Some(
+            Fusion::Absorbed
+            | Fusion::Elementwise { .. }
+            | Fusion::Products { .. }
+            | Fusion::ProductOf(_),
+        ) => Vec::new(),
         Some(Fusion::Attention { int8, .. }) => nn::int8_attention_scratch(&sizes, *int8),
     }
 }
@@ -166,7 +174,8 @@ pub(crate) fn lower(n: LowerInput<'_>) -> Vec<Thunk> {
         None => lowering(&n.node.op)
             .expect("compile decomposes what the CPU has no kernel for")
             .lower(&n),
-        Some(Fusion::Absorbed) => Vec::new(),
+        Some(Fusion::Absorbed | Fusion::ProductOf(_)) => Vec::new(),
+        Some(Fusion::Products { .. }) => linalg::joined_block_matmul(&n),
         Some(Fusion::MatMul {
             transpose_a,
             transpose_b,

@@ -16,7 +16,7 @@
 use std::cell::RefCell;
 
 use super::formats::{Chunk, IntBlock, Sums};
-use super::{BlockDims, GEMM_ROWS, VALUES};
+use super::{BlockDims, GEMM_ROWS, Part, VALUES};
 use crate::cpu::kernels::layout::SharedMut;
 use crate::cpu::kernels::simd::{Isa, VectorKernel, isa, vectorized};
 use crate::gguf::half_f32;
@@ -108,26 +108,30 @@ thread_local! {
     static QUANTIZED: RefCell<QuantizedRows> = RefCell::new(QuantizedRows::default());
 }
 
-/// `out` (`rows x n`, `rows` < 16) = `x` · dequant(`w`)ᵀ with `x` quantized to int8.
-pub(super) fn decode<F: IntBlock>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
+/// Each part's `out` (`rows x n`, `rows` < 16) = `x` · dequant(`w`)ᵀ with `x` quantized to
+/// int8 once for every part.
+pub(super) fn decode<F: IntBlock>(x: &[f32], parts: &[Part<'_>]) {
+    let d = &parts[0].dims;
     QUANTIZED.with(|cell| {
         let q = &mut *cell.borrow_mut();
         q.quantize(&x[..d.rows * d.k]);
         let q = &*q;
-        let shared = SharedMut::new(out);
-        let run = |range: std::ops::Range<usize>| match isa() {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `isa` returns Avx512 only when the CPU has AVX-512 F/BW/DQ/VL (and
-            // so AVX2); `has_vnni` adds VNNI.
-            Isa::Avx512 if wide::has_vnni() => unsafe {
-                wide::features_vnni::<F>(d, q, w, range, shared)
-            },
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `isa` returns Avx512 or Avx2 only when the CPU has AVX2 and FMA.
-            Isa::Avx512 | Isa::Avx2 => unsafe { wide::features_avx2::<F>(d, q, w, range, shared) },
-            _ => features_scalar::<F>(d, q, w, range, shared),
+        let run = |p: &Part<'_>, range: std::ops::Range<usize>| {
+            let (d, w, out) = (&p.dims, p.w, p.out);
+            match isa() {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `isa` returns Avx512 only when the CPU has AVX-512 F/BW/DQ/VL (and
+                // so AVX2); `has_vnni` adds VNNI.
+                Isa::Avx512 if wide::has_vnni() => unsafe {
+                    wide::features_vnni::<F>(d, q, w, range, out)
+                },
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `isa` returns Avx512 or Avx2 only when the CPU has AVX2 and FMA.
+                Isa::Avx512 | Isa::Avx2 => unsafe { wide::features_avx2::<F>(d, q, w, range, out) },
+                _ => features_scalar::<F>(d, q, w, range, out),
+            }
         };
-        super::spread_features(d, run);
+        super::spread_features(parts, run);
     });
 }
 

@@ -82,21 +82,77 @@ impl BlockDims {
     }
 }
 
+/// One weight of a product: its sizes (`n` its features), its blocks and its output
+/// (`rows x n`).
+#[derive(Clone, Copy)]
+pub(crate) struct Part<'a> {
+    pub dims: BlockDims,
+    pub w: &'a [u8],
+    out: SharedMut<f32>,
+}
+
+impl<'a> Part<'a> {
+    /// A part writing `out`, which stays borrowed, by this part alone, for `'a`.
+    pub(crate) fn new(dims: BlockDims, w: &'a [u8], out: &'a mut [f32]) -> Part<'a> {
+        assert!(
+            out.len() >= dims.rows * dims.n,
+            "block product output too small"
+        );
+        Part {
+            dims,
+            w,
+            out: SharedMut::new(out),
+        }
+    }
+
+    /// A part of no features, reading and writing nothing (filler for fixed arrays).
+    pub(crate) fn unused() -> Part<'static> {
+        let dims = BlockDims::new(GgmlType::Q8_0, ActivationPrecision::Exact, 0, 0, 0);
+        Part {
+            dims,
+            w: &[],
+            out: SharedMut::new(&mut []),
+        }
+    }
+
+    /// The output as a slice: only for the paths that write it whole, one part at a time.
+    fn out_slice(&self) -> &mut [f32] {
+        // SAFETY: `new` took the output mutably borrowed for `'a` with at least `rows x n`
+        // elements, and the callers of this method use one part's output at a time.
+        unsafe { std::slice::from_raw_parts_mut(self.out.ptr(), self.dims.rows * self.dims.n) }
+    }
+}
+
 /// `out` (`rows x n`) = `x` (`rows x k`) · dequant(`w`)ᵀ, `w` `n` rows of blocks.
 pub(crate) fn block_matmul(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
-    match d.format {
-        GgmlType::Q8_0 => product::<Q8_0Block>(d, x, w, out),
-        GgmlType::Q4_0 => product::<Q4_0Block>(d, x, w, out),
-        GgmlType::Q4_1 => product::<Q4_1Block>(d, x, w, out),
-        GgmlType::Q5_0 => product::<Q5_0Block>(d, x, w, out),
-        GgmlType::Q5_1 => product::<Q5_1Block>(d, x, w, out),
-        GgmlType::Q2K => product::<Q2KBlock>(d, x, w, out),
-        GgmlType::Q3K => product::<Q3KBlock>(d, x, w, out),
-        GgmlType::Q4K => product::<Q4KBlock>(d, x, w, out),
-        GgmlType::Q5K => product::<Q5KBlock>(d, x, w, out),
-        GgmlType::Q6K => product::<Q6KBlock>(d, x, w, out),
+    block_matmuls(x, &[Part::new(*d, w, out)]);
+}
+
+/// Each part's `out` = `x` · dequant(`w`)ᵀ, for parts of one format and activation precision
+/// that share `x` (as many rows and inputs). Few rows go as one product over every part's
+/// features: `x` quantized once, one parallel section, each thread streaming its share of
+/// the weights part after part (a decoding step's small products are otherwise bound by
+/// their fixed costs, not by the bytes they read). Many rows go part by part.
+pub(crate) fn block_matmuls(x: &[f32], parts: &[Part<'_>]) {
+    let Some(first) = parts.first() else { return };
+    debug_assert!(parts.iter().all(|p| {
+        let d = &p.dims;
+        let f = &first.dims;
+        (d.format, d.activations, d.rows, d.k) == (f.format, f.activations, f.rows, f.k)
+    }));
+    match first.dims.format {
+        GgmlType::Q8_0 => product::<Q8_0Block>(x, parts),
+        GgmlType::Q4_0 => product::<Q4_0Block>(x, parts),
+        GgmlType::Q4_1 => product::<Q4_1Block>(x, parts),
+        GgmlType::Q5_0 => product::<Q5_0Block>(x, parts),
+        GgmlType::Q5_1 => product::<Q5_1Block>(x, parts),
+        GgmlType::Q2K => product::<Q2KBlock>(x, parts),
+        GgmlType::Q3K => product::<Q3KBlock>(x, parts),
+        GgmlType::Q4K => product::<Q4KBlock>(x, parts),
+        GgmlType::Q5K => product::<Q5KBlock>(x, parts),
+        GgmlType::Q6K => product::<Q6KBlock>(x, parts),
         // The op's type check admits no other format.
-        _ => out.fill(f32::NAN),
+        _ => parts.iter().for_each(|p| p.out_slice().fill(f32::NAN)),
     }
 }
 
@@ -139,14 +195,22 @@ fn dequantize_blocks<F: formats::IntBlock>(w: &[u8], out: &mut [f32]) {
     }
 }
 
-fn product<F: formats::IntBlock>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
-    if d.rows == 0 || d.n == 0 {
+fn product<F: formats::IntBlock>(x: &[f32], parts: &[Part<'_>]) {
+    let d = parts[0].dims;
+    if d.rows == 0 {
         return;
     }
-    match (d.tiles, d.activations) {
-        (Some(plans), _) => tiled::<F>(d, plans, x, w, out),
-        (None, ActivationPrecision::Int8) => int8::decode::<F>(d, x, w, out),
-        (None, ActivationPrecision::Exact) => decode::<F>(d, x, w, out),
+    if parts.iter().any(|p| p.dims.tiles.is_some()) {
+        for p in parts {
+            if let Some(plans) = p.dims.tiles {
+                tiled::<F>(&p.dims, plans, x, p.w, p.out_slice());
+            }
+        }
+        return;
+    }
+    match d.activations {
+        ActivationPrecision::Int8 => int8::decode::<F>(x, parts),
+        ActivationPrecision::Exact => decode::<F>(x, parts),
     }
 }
 
@@ -240,40 +304,55 @@ impl<F: Block> VectorKernel for Dequantize<'_, F> {
 }
 
 /// Few rows: features in parallel, each feature's blocks dequantized once for all rows.
-fn decode<F: formats::IntBlock>(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) {
-    let shared = SharedMut::new(out);
-    let run = |range: std::ops::Range<usize>| match isa() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `isa` returns Avx512 only when the CPU has AVX-512 F/BW/DQ/VL and FMA.
-        Isa::Avx512 => unsafe { wide::features_avx512::<F>(d, x, w, range, shared) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `isa` returns Avx2 only when the CPU has AVX2 and FMA.
-        Isa::Avx2 => unsafe { wide::features_avx2::<F>(d, x, w, range, shared) },
-        _ => vectorized(Features::<F> {
-            d,
-            x,
-            w,
-            range,
-            out: shared,
-            format: std::marker::PhantomData,
-        }),
+fn decode<F: formats::IntBlock>(x: &[f32], parts: &[Part<'_>]) {
+    let run = |p: &Part<'_>, range: std::ops::Range<usize>| {
+        let (d, w, out) = (&p.dims, p.w, p.out);
+        match isa() {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `isa` returns Avx512 only when the CPU has AVX-512 F/BW/DQ/VL and FMA.
+            Isa::Avx512 => unsafe { wide::features_avx512::<F>(d, x, w, range, out) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `isa` returns Avx2 only when the CPU has AVX2 and FMA.
+            Isa::Avx2 => unsafe { wide::features_avx2::<F>(d, x, w, range, out) },
+            _ => vectorized(Features::<F> {
+                d,
+                x,
+                w,
+                range,
+                out,
+                format: std::marker::PhantomData,
+            }),
+        }
     };
-    spread_features(d, run);
+    spread_features(parts, run);
 }
 
-/// Runs `run` over all features of a few-row product: one contiguous range per thread, so
-/// that each thread streams its part of the weight front to back (ranges interleaved finely
-/// between threads defeat the hardware prefetchers, and a product of many features then
-/// runs at half the memory bandwidth).
-fn spread_features(d: &BlockDims, run: impl Fn(std::ops::Range<usize>) + Sync) {
+/// Runs `run` over all features of the parts of a few-row product: one contiguous range of
+/// the parts' features in turn per thread, so that each thread streams its share of the
+/// weights front to back (ranges interleaved finely between threads defeat the hardware
+/// prefetchers, and a product of many features then runs at half the memory bandwidth).
+fn spread_features(parts: &[Part<'_>], run: impl Fn(&Part<'_>, std::ops::Range<usize>) + Sync) {
+    let total: usize = parts.iter().map(|p| p.dims.n).sum();
+    let d = &parts[0].dims;
     let threads = crate::cpu::workers::threads();
-    if threads > 1 && parallel(d.rows * d.n * d.k) {
-        let share = d.n.div_ceil(threads).next_multiple_of(FEATURES_PER_TASK);
-        crate::cpu::workers::for_each(d.n.div_ceil(share), |t| {
-            run(t * share..d.n.min((t + 1) * share));
+    // A thread's features `range` of all parts, part by part.
+    let run_range = |range: std::ops::Range<usize>| {
+        let mut first = 0;
+        for p in parts {
+            let (start, end) = (range.start.max(first), range.end.min(first + p.dims.n));
+            if start < end {
+                run(p, start - first..end - first);
+            }
+            first += p.dims.n;
+        }
+    };
+    if threads > 1 && parallel(d.rows * total * d.k) {
+        let share = total.div_ceil(threads).next_multiple_of(FEATURES_PER_TASK);
+        crate::cpu::workers::for_each(total.div_ceil(share), |t| {
+            run_range(t * share..total.min((t + 1) * share));
         });
     } else {
-        run(0..d.n);
+        run_range(0..total);
     }
 }
 
