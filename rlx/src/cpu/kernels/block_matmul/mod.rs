@@ -115,10 +115,13 @@ impl<'a> Part<'a> {
         }
     }
 
-    /// The output as a slice: only for the paths that write it whole, one part at a time.
-    fn out_slice(&self) -> &mut [f32] {
-        // SAFETY: `new` took the output mutably borrowed for `'a` with at least `rows x n`
-        // elements, and the callers of this method use one part's output at a time.
+    /// The output as a slice, for the paths that write it whole, one part at a time.
+    ///
+    /// # Safety
+    /// No other reference to this part's output is live while the slice is.
+    unsafe fn out_slice(self) -> &'a mut [f32] {
+        // SAFETY: `new` took the output mutably borrowed for `'a`, with at least `rows x n`
+        // elements; the caller's contract makes this the only reference to it.
         unsafe { std::slice::from_raw_parts_mut(self.out.ptr(), self.dims.rows * self.dims.n) }
     }
 }
@@ -152,7 +155,10 @@ pub(crate) fn block_matmuls(x: &[f32], parts: &[Part<'_>]) {
         GgmlType::Q5K => product::<Q5KBlock>(x, parts),
         GgmlType::Q6K => product::<Q6KBlock>(x, parts),
         // The op's type check admits no other format.
-        _ => parts.iter().for_each(|p| p.out_slice().fill(f32::NAN)),
+        // SAFETY: each part's output is taken once, and dropped before the next.
+        _ => parts
+            .iter()
+            .for_each(|p| unsafe { p.out_slice() }.fill(f32::NAN)),
     }
 }
 
@@ -203,7 +209,8 @@ fn product<F: formats::IntBlock>(x: &[f32], parts: &[Part<'_>]) {
     if parts.iter().any(|p| p.dims.tiles.is_some()) {
         for p in parts {
             if let Some(plans) = p.dims.tiles {
-                tiled::<F>(&p.dims, plans, x, p.w, p.out_slice());
+                // SAFETY: each part's output is taken once, for this call alone.
+                tiled::<F>(&p.dims, plans, x, p.w, unsafe { p.out_slice() });
             }
         }
         return;
