@@ -201,6 +201,61 @@ fn runs_do_not_allocate() {
     assert_eq!(allocations_per_training_step(), 0);
     // A decode step appending to a cache held in a context and attending its filled part.
     assert_eq!(allocations_per_decode_step(), 0);
+    // Block products of one input joined into one kernel (q/k/v of a decoding step), with
+    // int8 activations, on one thread and on every thread.
+    let one = CpuOptions {
+        threads: 1,
+        ..CpuOptions::default()
+    };
+    assert_eq!(allocations_per_joined_products(one), 0);
+    assert_eq!(allocations_per_joined_products(CpuOptions::default()), 0);
+}
+
+/// Allocations on this thread in 20 runs, after the first three, of three Q4_1 products of
+/// one row (which the CPU joins into one kernel).
+fn allocations_per_joined_products(options: CpuOptions) -> usize {
+    use rlx::gguf::GgmlType;
+    use rlx::ir::{ActivationPrecision, BlockMatMul};
+    let (k, widths) = (512, [96usize, 32, 32]);
+    let format = GgmlType::Q4_1;
+    let row_bytes = k / format.block_values() * format.block_bytes();
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [1, k]).unwrap();
+    let op = Op::BlockMatMul(BlockMatMul {
+        format,
+        activations: ActivationPrecision::Int8,
+    });
+    for (i, n) in widths.iter().enumerate() {
+        let w = b
+            .param(&format!("w{i}"), DType::U8, [*n, row_bytes])
+            .unwrap();
+        let y = b.op(op.clone(), &[x, w]).unwrap();
+        b.output(&format!("y{i}"), y).unwrap();
+    }
+    let exe = CpuBackend::new(options)
+        .compile(&b.finish().unwrap())
+        .unwrap();
+    let mut seed = 3u64;
+    for (i, n) in widths.iter().enumerate() {
+        let blocks = rlx::gguf::random_blocks(format, n * k / format.block_values(), || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+            (seed >> 11) as f64 / (1u64 << 53) as f64
+        });
+        let w = HostTensor::from_vec(blocks, [*n, row_bytes]).unwrap();
+        exe.set_weight(&format!("w{i}"), w.view()).unwrap();
+    }
+    assert!(exe.lowered().to_string().contains("joined_block_matmul"));
+    let x = HostTensor::from_vec(vec![0.5f32; k], [1, k]).unwrap();
+    let inputs = [("x", x.view())];
+    let mut outputs = Vec::new();
+    for _ in 0..3 {
+        exe.run_into(&inputs, &[], &mut outputs).unwrap();
+    }
+    let mine = MINE.with(Cell::get);
+    for _ in 0..20 {
+        exe.run_into(&inputs, &[], &mut outputs).unwrap();
+    }
+    MINE.with(Cell::get) - mine
 }
 
 /// Allocations on this thread in 20 decode steps after the first three.
