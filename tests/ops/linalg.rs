@@ -647,7 +647,8 @@ fn block_matmul_every_format_and_batch_size() {
 /// member into its own output) when nothing reads an earlier member before the last one
 /// runs; the results are those of the products computed one by one, bit for bit, for every
 /// format, both activation precisions, few rows (one kernel over every member's features,
-/// split between threads inside a member) and many (member by member).
+/// split between threads inside a member) and many (member by member), also when the last
+/// member has no features.
 #[test]
 fn block_products_of_one_input_join() {
     use rlx::builder::GraphBuilder;
@@ -655,8 +656,11 @@ fn block_products_of_one_input_join() {
     use rlx::ir::UnaryOp;
     let mut rng = Rng(51);
     let k = 512;
-    let widths = [40usize, 24, 56];
-    for format in BLOCK_FORMATS {
+    // The second set ends in a product of no features: the joined kernel still runs.
+    for (format, widths) in BLOCK_FORMATS
+        .into_iter()
+        .flat_map(|f| [(f, [40usize, 24, 56]), (f, [16, 32, 0])])
+    {
         let row_bytes = k / format.block_values() * format.block_bytes();
         let weights: Vec<HostTensor> = widths
             .iter()

@@ -165,9 +165,10 @@ pub(crate) fn scratch_requests(
     }
 }
 
-/// The thunks computing `n.node`. Empty outputs need none; reshapes are views.
+/// The thunks computing `n.node`. Empty outputs need none (unless the node computes other
+/// nodes' outputs too); reshapes are views.
 pub(crate) fn lower(n: LowerInput<'_>) -> Vec<Thunk> {
-    if n.out.len == 0 {
+    if n.out.len == 0 && n.joined_outs.iter().all(|v| v.len == 0) {
         return Vec::new();
     }
     match n.fusion {
