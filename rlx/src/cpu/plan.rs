@@ -104,7 +104,7 @@ impl Plan {
                 _ => &[],
             };
             for input in program.operands(id).iter().chain(written_here) {
-                if let Some(&Storage::Arena(b)) = storage.get(input.index()) {
+                if let Storage::Arena(b) = storage[input.index()] {
                     requests[b].end = requests[b].end.max(id.index());
                 }
             }
