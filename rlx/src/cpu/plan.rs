@@ -100,7 +100,7 @@ impl Plan {
             // A joined product writes its earlier members' outputs here: they stay live
             // until then even when nothing reads them.
             let written_here = match fusion {
-                Some(Fusion::Products { members, .. }) => members.as_slice(),
+                Some(Fusion::Products { members, .. }) => &members[..members.len() - 1],
                 _ => &[],
             };
             for input in program.operands(id).iter().chain(written_here) {
