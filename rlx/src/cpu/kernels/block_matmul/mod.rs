@@ -480,20 +480,22 @@ mod wide {
                 _mm256_castsi256_si128(ints),
                 _mm256_extracti128_si256::<1>(ints),
             ];
-            std::array::from_fn(|h| {
+            // A loop, not `array::from_fn`: its closure would be compiled without the
+            // caller's vector features, every intrinsic in it a call.
+            let mut values = [_mm512_setzero_ps(); 2];
+            for (h, v) in values.iter_mut().enumerate() {
                 let wide = if F::SIGNED {
                     _mm512_cvtepi8_epi32(parts[h])
                 } else {
                     _mm512_cvtepu8_epi32(parts[h])
                 };
                 let (scale, offset) = factors::<F>(&chunk, h);
-                let v = _mm512_mul_ps(_mm512_cvtepi32_ps(wide), _mm512_set1_ps(scale));
-                if F::SUMS == Sums::None {
-                    v
-                } else {
-                    _mm512_add_ps(v, _mm512_set1_ps(offset))
+                *v = _mm512_mul_ps(_mm512_cvtepi32_ps(wide), _mm512_set1_ps(scale));
+                if F::SUMS != Sums::None {
+                    *v = _mm512_add_ps(*v, _mm512_set1_ps(offset));
                 }
-            })
+            }
+            values
         }
     }
 
@@ -517,20 +519,21 @@ mod wide {
                 high,
                 _mm_srli_si128::<8>(high),
             ];
-            std::array::from_fn(|i| {
+            // A loop, as in `values_avx512`.
+            let mut values = [_mm256_setzero_ps(); 4];
+            for (i, v) in values.iter_mut().enumerate() {
                 let wide = if F::SIGNED {
                     _mm256_cvtepi8_epi32(parts[i])
                 } else {
                     _mm256_cvtepu8_epi32(parts[i])
                 };
                 let (scale, offset) = factors::<F>(&chunk, i / 2);
-                let v = _mm256_mul_ps(_mm256_cvtepi32_ps(wide), _mm256_set1_ps(scale));
-                if F::SUMS == Sums::None {
-                    v
-                } else {
-                    _mm256_add_ps(v, _mm256_set1_ps(offset))
+                *v = _mm256_mul_ps(_mm256_cvtepi32_ps(wide), _mm256_set1_ps(scale));
+                if F::SUMS != Sums::None {
+                    *v = _mm256_add_ps(*v, _mm256_set1_ps(offset));
                 }
-            })
+            }
+            values
         }
     }
 
@@ -563,7 +566,8 @@ mod wide {
         }
     }
 
-    /// Features `features` of every row (fewer than `GEMM_ROWS`), into `out`.
+    /// Features `features` of every row (fewer than `GEMM_ROWS`), into `out`: rows two at a
+    /// time, each feature's runs dequantized once per pair.
     ///
     /// # Safety
     /// AVX-512 F/BW/DQ/VL, FMA and F16C must be available; `x` holds `rows x k`, `w` `n`
@@ -578,10 +582,38 @@ mod wide {
     ) {
         let rows = d.rows.min(GEMM_ROWS);
         assert!(x.len() >= rows * d.k && w.len() >= features.end * (d.k / F::VALUES) * F::BYTES);
+        for first in (0..rows).step_by(2) {
+            // SAFETY: the caller's contract; rows first.. lie inside the rows asserted.
+            unsafe {
+                if rows - first == 1 {
+                    pair_avx512::<F, 1>(d, x, w, first, features.clone(), out);
+                } else {
+                    pair_avx512::<F, 2>(d, x, w, first, features.clone(), out);
+                }
+            }
+        }
+    }
+
+    /// Rows `first..first + R` of [`features_avx512`]. Each row keeps four accumulators
+    /// (the two halves of even and of odd runs): one would chain every multiply-add on the
+    /// last, and the kernel would wait on their latency rather than the memory.
+    ///
+    /// # Safety
+    /// As [`features_avx512`], with rows `first..first + R` inside `x` and `out`.
+    #[inline(always)]
+    unsafe fn pair_avx512<F: IntBlock, const R: usize>(
+        d: &BlockDims,
+        x: &[f32],
+        w: &[u8],
+        first: usize,
+        features: std::ops::Range<usize>,
+        out: SharedMut<f32>,
+    ) {
         for f in features {
-            let mut sums = [_mm512_setzero_ps(); GEMM_ROWS];
-            // SAFETY: `w` holds feature f's blocks (asserted above); the caller guarantees
-            // the instructions.
+            // SAFETY: the caller guarantees AVX-512 F.
+            let mut sums = [[unsafe { _mm512_setzero_ps() }; 4]; R];
+            // SAFETY: `w` holds feature f's blocks, and rows first..first + R of `x` every
+            // run (the caller's contract); the caller guarantees the instructions.
             unsafe {
                 runs::<F, _>(
                     d.k,
@@ -589,19 +621,23 @@ mod wide {
                     f,
                     |h, b, c| values_avx512::<F>(h, b, c),
                     |b, [lo, hi]| {
-                        for (r, sum) in sums.iter_mut().enumerate().take(rows) {
-                            // SAFETY: values b*32..b*32+32 of row r lie inside `x` (asserted).
-                            let at = x.as_ptr().add(r * d.k + b * VALUES);
-                            *sum = _mm512_fmadd_ps(_mm512_loadu_ps(at), lo, *sum);
-                            *sum = _mm512_fmadd_ps(_mm512_loadu_ps(at.add(16)), hi, *sum);
+                        let parity = 2 * (b % 2);
+                        for (r, sums) in sums.iter_mut().enumerate() {
+                            let at = x.as_ptr().add((first + r) * d.k + b * VALUES);
+                            sums[parity] = _mm512_fmadd_ps(_mm512_loadu_ps(at), lo, sums[parity]);
+                            sums[parity + 1] =
+                                _mm512_fmadd_ps(_mm512_loadu_ps(at.add(16)), hi, sums[parity + 1]);
                         }
                     },
                 );
             }
-            for (r, sum) in sums.iter().enumerate().take(rows) {
-                // SAFETY: (r, f) lies inside the rows x n output, and feature f belongs to
-                // this task alone.
-                unsafe { *out.ptr().add(r * d.n + f) = _mm512_reduce_add_ps(*sum) };
+            for (r, [a, b, c, e]) in sums.iter().enumerate() {
+                // SAFETY: (first + r, f) lies inside the rows x n output, and feature f
+                // belongs to this task alone.
+                unsafe {
+                    let sum = _mm512_add_ps(_mm512_add_ps(*a, *b), _mm512_add_ps(*c, *e));
+                    *out.ptr().add((first + r) * d.n + f) = _mm512_reduce_add_ps(sum);
+                }
             }
         }
     }
@@ -693,9 +729,36 @@ mod wide {
     ) {
         let rows = d.rows.min(GEMM_ROWS);
         assert!(x.len() >= rows * d.k && w.len() >= features.end * (d.k / F::VALUES) * F::BYTES);
-        for f in features {
-            let mut sums = [_mm256_setzero_ps(); GEMM_ROWS];
+        for first in (0..rows).step_by(2) {
             // SAFETY: as in `features_avx512`.
+            unsafe {
+                if rows - first == 1 {
+                    pair_avx2::<F, 1>(d, x, w, first, features.clone(), out);
+                } else {
+                    pair_avx2::<F, 2>(d, x, w, first, features.clone(), out);
+                }
+            }
+        }
+    }
+
+    /// [`pair_avx512`] with 8-lane vectors: a row's four accumulators take a run's four
+    /// vectors.
+    ///
+    /// # Safety
+    /// As [`features_avx2`], with rows `first..first + R` inside `x` and `out`.
+    #[inline(always)]
+    unsafe fn pair_avx2<F: IntBlock, const R: usize>(
+        d: &BlockDims,
+        x: &[f32],
+        w: &[u8],
+        first: usize,
+        features: std::ops::Range<usize>,
+        out: SharedMut<f32>,
+    ) {
+        for f in features {
+            // SAFETY: the caller guarantees AVX.
+            let mut sums = [[unsafe { _mm256_setzero_ps() }; 4]; R];
+            // SAFETY: as in `pair_avx512`.
             unsafe {
                 runs::<F, _>(
                     d.k,
@@ -703,26 +766,24 @@ mod wide {
                     f,
                     |h, b, c| values_avx2::<F>(h, b, c),
                     |b, values| {
-                        for (r, sum) in sums.iter_mut().enumerate().take(rows) {
-                            for (i, v) in values.iter().enumerate() {
-                                // SAFETY: values b*32+8i..+8 of row r lie inside `x` (asserted).
-                                let at = x.as_ptr().add(r * d.k + b * VALUES + 8 * i);
-                                *sum = _mm256_fmadd_ps(_mm256_loadu_ps(at), *v, *sum);
+                        for (r, sums) in sums.iter_mut().enumerate() {
+                            let at = x.as_ptr().add((first + r) * d.k + b * VALUES);
+                            for (i, (sum, v)) in sums.iter_mut().zip(&values).enumerate() {
+                                *sum = _mm256_fmadd_ps(_mm256_loadu_ps(at.add(8 * i)), *v, *sum);
                             }
                         }
                     },
                 );
             }
-            for (r, sum) in sums.iter().enumerate().take(rows) {
-                // SAFETY: as in `features_avx512`; the lanes are summed by halves.
+            for (r, [a, b, c, e]) in sums.iter().enumerate() {
+                // SAFETY: as in `pair_avx512`; the lanes are summed by halves.
                 unsafe {
-                    let half = _mm_add_ps(
-                        _mm256_castps256_ps128(*sum),
-                        _mm256_extractf128_ps::<1>(*sum),
-                    );
+                    let sum = _mm256_add_ps(_mm256_add_ps(*a, *b), _mm256_add_ps(*c, *e));
+                    let half =
+                        _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps::<1>(sum));
                     let pair = _mm_add_ps(half, _mm_movehl_ps(half, half));
                     let one = _mm_add_ss(pair, _mm_shuffle_ps::<1>(pair, pair));
-                    *out.ptr().add(r * d.n + f) = _mm_cvtss_f32(one);
+                    *out.ptr().add((first + r) * d.n + f) = _mm_cvtss_f32(one);
                 }
             }
         }
