@@ -8,7 +8,9 @@
 //! block_matmul format=Q4_1 activations=int8 threads=2 n=1536 k=576 us=.. gb_s=..
 //! ```
 //!
-//! `--formats` lists the formats to time (default `Q4_1,Q4_0,Q8_0`); shapes whose inputs
+//! `--formats` lists the formats to time (default `Q4_1,Q4_0,Q8_0`); `--activations`
+//! (`int8` or `exact`), `--threads` and `--shapes` (`576x1536,..`: features x inputs, no
+//! chain then) narrow the table; shapes whose inputs
 //! are not whole blocks of a format (576 in K-quants of 256) are left out. Single products
 //! run on weights that stay in the cache between runs; the last lines (`chain`) time 128
 //! products in one graph of the first format, alternately 576 (512 for K-quants) → 1,536
@@ -45,6 +47,41 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .collect::<Result<_, _>>()?,
         None => vec![GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q8_0],
     };
+    // Optional filters: `--activations int8|exact`, `--threads N`, `--shapes NxK,..` (the
+    // chain runs only when no shape is chosen).
+    let option = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .map(|i| {
+                args.get(i + 1)
+                    .cloned()
+                    .ok_or(format!("{name} takes a value"))
+            })
+            .transpose()
+    };
+    let precisions: Vec<ActivationPrecision> = match option("--activations")?.as_deref() {
+        Some("int8") => vec![ActivationPrecision::Int8],
+        Some("exact") => vec![ActivationPrecision::Exact],
+        Some(other) => return Err(format!("--activations takes int8 or exact, not {other}").into()),
+        None => vec![ActivationPrecision::Int8, ActivationPrecision::Exact],
+    };
+    let thread_counts: Vec<usize> = match option("--threads")? {
+        Some(t) => vec![t.parse()?],
+        None => vec![1, 2],
+    };
+    let all_shapes = [(576, 576), (1536, 576), (576, 1536), (49152, 576)];
+    let shapes: Vec<(usize, usize)> = match option("--shapes")? {
+        Some(list) => list
+            .split(',')
+            .map(|s| {
+                let (n, k) = s
+                    .split_once('x')
+                    .ok_or(format!("a shape is NxK, not {s}"))?;
+                Ok((n.parse()?, k.parse()?))
+            })
+            .collect::<Result<_, Box<dyn std::error::Error>>>()?,
+        None => all_shapes.to_vec(),
+    };
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut byte = move || {
         seed ^= seed << 13;
@@ -53,9 +90,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (seed >> 24) as u8 & 0x3F | 0x04
     };
     for &format in &formats {
-        for activations in [ActivationPrecision::Int8, ActivationPrecision::Exact] {
-            for threads in [1, 2] {
-                for (n, k) in [(576, 576), (1536, 576), (576, 1536), (49152, 576)] {
+        for &activations in &precisions {
+            for &threads in &thread_counts {
+                for &(n, k) in &shapes {
                     if k % format.block_values() != 0 {
                         continue;
                     }
@@ -102,8 +139,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
-    for activations in [ActivationPrecision::Int8, ActivationPrecision::Exact] {
-        for threads in [1, 2] {
+    if option("--shapes")?.is_some() {
+        return Ok(());
+    }
+    for &activations in &precisions {
+        for &threads in &thread_counts {
             chain(formats[0], activations, threads, runs / 10 + 3, &mut byte)?;
         }
     }

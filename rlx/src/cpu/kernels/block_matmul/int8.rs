@@ -220,14 +220,26 @@ mod wide {
         })
     }
 
-    /// The sum of the 8 lanes of `v`.
+    /// Lane `j` the sum of the eight lanes of `sums[j]`, in the order [`block_sums`] adds
+    /// integers: pairs, then pairs of pairs, then the two halves. A lane's sum depends on
+    /// its own vector alone, so a feature's output is the same whichever group of eight it
+    /// is reduced in (a thread's share of the features starts anywhere).
     #[inline(always)]
-    unsafe fn lanes_sum(v: __m256) -> f32 {
+    unsafe fn lane_sums(sums: &[__m256; 8]) -> __m256 {
         // SAFETY: register-only AVX arithmetic, enabled by the callers.
         unsafe {
-            let half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-            let pair = _mm_add_ps(half, _mm_movehl_ps(half, half));
-            _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps::<1>(pair, pair)))
+            let low = _mm256_hadd_ps(
+                _mm256_hadd_ps(sums[0], sums[1]),
+                _mm256_hadd_ps(sums[2], sums[3]),
+            );
+            let high = _mm256_hadd_ps(
+                _mm256_hadd_ps(sums[4], sums[5]),
+                _mm256_hadd_ps(sums[6], sums[7]),
+            );
+            _mm256_add_ps(
+                _mm256_permute2f128_ps::<0x20>(low, high),
+                _mm256_permute2f128_ps::<0x31>(low, high),
+            )
         }
     }
 
@@ -328,6 +340,13 @@ mod wide {
             // K-quants (eight runs a block) likewise take a block's eight runs at once: their
             // factors read run by run, then each row's eight sums scaled as one vector.
             let whole = if per_block == 8 { blocks } else { 0 };
+            // Each row's last (up to) eight features' lane vectors and offsets, reduced
+            // together: one horizontal sum a feature costs as much as a block's products.
+            // SAFETY: AVX is enabled by the callers.
+            let mut pending = [[unsafe { _mm256_setzero_ps() }; 8]; R];
+            let mut pending_offsets = [[0f32; 8]; R];
+            let start = range.start;
+            let end = range.end;
             for f in range {
                 // SAFETY: AVX is enabled by the callers.
                 let mut sums = [unsafe { _mm256_setzero_ps() }; R];
@@ -485,12 +504,30 @@ mod wide {
                         }
                     }
                 }
+                let slot = (f - start) % 8;
                 for r in 0..R {
-                    // SAFETY: (first + r, f) lies inside the rows x n output, and feature f
-                    // belongs to this task alone.
-                    unsafe {
-                        let at = (self.first + r) * d.n + f;
-                        *self.out.ptr().add(at) = lanes_sum(sums[r]) + offsets[r];
+                    pending[r][slot] = sums[r];
+                    pending_offsets[r][slot] = offsets[r];
+                }
+                if slot == 7 || f + 1 == end {
+                    let group = f - slot;
+                    for r in 0..R {
+                        // SAFETY: features group..=f of row first + r lie inside the rows x n
+                        // output and belong to this task alone; AVX is enabled by the callers.
+                        unsafe {
+                            let totals = _mm256_add_ps(
+                                lane_sums(&pending[r]),
+                                _mm256_loadu_ps(pending_offsets[r].as_ptr()),
+                            );
+                            let at = self.out.ptr().add((self.first + r) * d.n + group);
+                            if slot == 7 {
+                                _mm256_storeu_ps(at, totals);
+                            } else {
+                                let mut lanes = [0f32; 8];
+                                _mm256_storeu_ps(lanes.as_mut_ptr(), totals);
+                                std::ptr::copy_nonoverlapping(lanes.as_ptr(), at, slot + 1);
+                            }
+                        }
                     }
                 }
             }
