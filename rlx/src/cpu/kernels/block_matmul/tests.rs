@@ -28,13 +28,13 @@ fn vector_dequantization_is_the_definition() {
                 let avx512 = (has!("avx512f") && has!("avx512bw") && has!("avx512vl")).then(|| {
                     let mut out = vec![f32::NAN; rows * k];
                     // SAFETY: the CPU has AVX-512 F/BW/VL (checked), and so F16C.
-                    unsafe { super::wide::dequantize_avx512::<F>(k, w, 0..rows, &mut out) };
+                    unsafe { super::exact::dequantize_avx512::<F>(k, w, 0..rows, &mut out) };
                     out
                 });
                 let avx2 = (has!("avx2") && has!("fma") && has!("f16c")).then(|| {
                     let mut out = vec![f32::NAN; rows * k];
                     // SAFETY: the CPU has AVX2, FMA and F16C (checked).
-                    unsafe { super::wide::dequantize_avx2::<F>(k, w, 0..rows, &mut out) };
+                    unsafe { super::exact::dequantize_avx2::<F>(k, w, 0..rows, &mut out) };
                     out
                 });
                 [avx512, avx2]
