@@ -272,6 +272,16 @@ fn attention_masks_and_grouped_heads() {
                 AttentionMask::SlidingWindow(300),
                 1,
             ),
+            // A decode step's one query row per head (the CPU's direct loops), grouped, over
+            // two key blocks, with head and value widths that leave tails after the
+            // vector-wide steps (83 = 5·16 + 3, 75 = 64 + 8 + 3).
+            (
+                [1, 4, 1, 83],
+                [1, 2, 300, 83],
+                [1, 2, 300, 75],
+                AttentionMask::Causal,
+                2,
+            ),
             // Grouped heads with a value width other than the key width, queries over
             // several blocks and keys over several tiles of the fused GPU kernel.
             (

@@ -1,8 +1,9 @@
 //! Fused attention: `softmax(q kᵀ · scale + mask) v` blocked over queries and keys with
 //! an online softmax, never holding a score matrix larger than one tile.
 
+use super::attention_direct::{DirectScores, DirectValues};
 pub(crate) use super::attention_rows::Rows;
-use super::attention_rows::{DirectScores, DirectValues, block_rows, sum_lanes};
+use super::attention_rows::{block_rows, sum_lanes};
 use super::gemm::{GemmAcc, GemmDims, GemmPlan, KernelShape, Kernels, gemm};
 use super::layout::{SharedMut, parallel};
 use super::numeric::{FloatStore, Real};

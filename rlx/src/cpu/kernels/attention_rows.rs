@@ -1,5 +1,5 @@
 //! How attention reads key and value rows: float rows where they lie or int8 rows scaled
-//! back a block at a time, and the direct loops of a decode step's few query rows over them.
+//! back a block at a time.
 
 use super::attention::HeadLayout;
 use super::numeric::{FloatStore, Real};
@@ -16,24 +16,6 @@ pub(crate) enum Rows<'a, T> {
         values: &'a [i8],
         scales: &'a [f32],
     },
-}
-
-/// `Σ a_i b_i` in the accumulator type, in 16 lanes (so it vectorizes).
-#[inline(always)]
-pub(super) fn dot<T: FloatStore>(a: &[T], b: &[T]) -> T::Acc {
-    let mut lanes = [<T::Acc as Real>::ZERO; 16];
-    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for ((l, x), y) in lanes.iter_mut().zip(x).zip(y) {
-            *l += x.load() * y.load();
-        }
-    }
-    let mut tail = <T::Acc as Real>::ZERO;
-    for (x, y) in ra.iter().zip(rb) {
-        tail += x.load() * y.load();
-    }
-    sum_lanes(lanes) + tail
 }
 
 /// The sum of 16 lanes, pairwise: the same rounding at every vector width.
@@ -97,79 +79,6 @@ impl<T: FloatStore> VectorKernel for ScaleRows<'_, T> {
             for (o, q) in out.iter_mut().zip(row) {
                 let value = f32::from(*q) * scale;
                 *o = T::store(<T::Acc as Real>::from_f64(f64::from(value)));
-            }
-        }
-    }
-}
-
-/// A block's scores `q · kᵀ` as direct dot products, one per key (a struct, so that the
-/// loops are compiled inside each instruction set's copy).
-pub(super) struct DirectScores<'a, T: FloatStore> {
-    pub probs: &'a mut [T::Acc],
-    pub keys: usize,
-    pub q_block: &'a [T],
-    pub k_block: &'a [T],
-    pub strides: [usize; 3],
-    pub head_dim: usize,
-}
-
-impl<T: FloatStore> VectorKernel for DirectScores<'_, T> {
-    type Output = ();
-    #[inline(always)]
-    fn run(self) {
-        for (r, p) in self.probs.chunks_exact_mut(self.keys).enumerate() {
-            let q_row = &self.q_block[r * self.strides[0]..][..self.head_dim];
-            for (j, s) in p.iter_mut().enumerate() {
-                *s = dot(q_row, &self.k_block[j * self.strides[1]..][..self.head_dim]);
-            }
-        }
-    }
-}
-
-/// A block's `P · V` added to the running outputs, key by key.
-pub(super) struct DirectValues<'a, T: FloatStore> {
-    pub acc: &'a mut [T::Acc],
-    pub probs: &'a [T::Acc],
-    pub keys: usize,
-    pub v_block: &'a [T],
-    pub v_stride: usize,
-    pub value_dim: usize,
-}
-
-impl<T: FloatStore> VectorKernel for DirectValues<'_, T> {
-    type Output = ();
-    #[inline(always)]
-    fn run(self) {
-        // Sixteen outputs at a time stay in registers through every key (the same sums, in
-        // the same order, as adding row by row into memory).
-        const LANES: usize = 16;
-        let dv = self.value_dim;
-        for (p, o) in self
-            .probs
-            .chunks_exact(self.keys)
-            .zip(self.acc.chunks_exact_mut(dv))
-        {
-            for (c, out) in o.chunks_mut(LANES).enumerate() {
-                let at = c * LANES;
-                if let Ok(out) = <&mut [T::Acc; LANES]>::try_from(&mut *out) {
-                    let mut lanes = *out;
-                    for (j, pj) in p.iter().enumerate() {
-                        let v: &[T; LANES] = self.v_block[j * self.v_stride + at..][..LANES]
-                            .try_into()
-                            .expect("16 values");
-                        for (a, x) in lanes.iter_mut().zip(v) {
-                            *a += *pj * x.load();
-                        }
-                    }
-                    *out = lanes;
-                } else {
-                    for (j, pj) in p.iter().enumerate() {
-                        let v = &self.v_block[j * self.v_stride + at..][..out.len()];
-                        for (a, x) in out.iter_mut().zip(v) {
-                            *a += *pj * x.load();
-                        }
-                    }
-                }
             }
         }
     }

@@ -2,6 +2,7 @@
 //! parameterized when a plan is made.
 
 pub(crate) mod attention;
+mod attention_direct;
 mod attention_rows;
 pub(crate) mod block_matmul;
 pub(crate) mod cast;
