@@ -111,9 +111,6 @@ impl<T: FloatStore> VectorKernel for DirectValues<'_, T> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
-        // Sixty-four outputs at a time stay in registers through every key (the same sums,
-        // in the same order, as adding row by row into memory), so each value row is read
-        // in one pass; then sixteen, then one.
         let dv = self.value_dim;
         let (v, stride) = (self.v_block, self.v_stride);
         #[cfg(target_arch = "x86_64")]
@@ -127,6 +124,9 @@ impl<T: FloatStore> VectorKernel for DirectValues<'_, T> {
             }
             return;
         }
+        // Sixty-four outputs at a time stay in registers through every key (the same sums,
+        // in the same order, as adding row by row into memory), so each value row is read
+        // in one pass; then sixteen, then one.
         for (p, o) in self
             .probs
             .chunks_exact(self.keys)

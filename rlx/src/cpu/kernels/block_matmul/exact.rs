@@ -138,17 +138,31 @@ pub(super) unsafe fn features_avx512<F: IntBlock>(
     features: std::ops::Range<usize>,
     out: SharedMut<f32>,
 ) {
+    // SAFETY: the caller's contract; `row_pairs` hands out rows inside the ones it checked.
+    row_pairs::<F>(d, x, w, &features, |first, two| unsafe {
+        if two {
+            pair_avx512::<F, 2>(d, x, w, first, features.clone(), out);
+        } else {
+            pair_avx512::<F, 1>(d, x, w, first, features.clone(), out);
+        }
+    });
+}
+
+/// Calls `pair(first, two)` for the rows of `d` (at most `GEMM_ROWS`) two at a time, `two`
+/// false for a last odd row, after checking that `x` holds those rows and `w` the
+/// features' blocks.
+#[inline(always)]
+fn row_pairs<F: IntBlock>(
+    d: &BlockDims,
+    x: &[f32],
+    w: &[u8],
+    features: &std::ops::Range<usize>,
+    mut pair: impl FnMut(usize, bool),
+) {
     let rows = d.rows.min(GEMM_ROWS);
     assert!(x.len() >= rows * d.k && w.len() >= features.end * (d.k / F::VALUES) * F::BYTES);
     for first in (0..rows).step_by(2) {
-        // SAFETY: the caller's contract; rows first.. lie inside the rows asserted.
-        unsafe {
-            if rows - first == 1 {
-                pair_avx512::<F, 1>(d, x, w, first, features.clone(), out);
-            } else {
-                pair_avx512::<F, 2>(d, x, w, first, features.clone(), out);
-            }
-        }
+        pair(first, rows - first > 1);
     }
 }
 
@@ -285,18 +299,14 @@ pub(super) unsafe fn features_avx2<F: IntBlock>(
     features: std::ops::Range<usize>,
     out: SharedMut<f32>,
 ) {
-    let rows = d.rows.min(GEMM_ROWS);
-    assert!(x.len() >= rows * d.k && w.len() >= features.end * (d.k / F::VALUES) * F::BYTES);
-    for first in (0..rows).step_by(2) {
-        // SAFETY: as in `features_avx512`.
-        unsafe {
-            if rows - first == 1 {
-                pair_avx2::<F, 1>(d, x, w, first, features.clone(), out);
-            } else {
-                pair_avx2::<F, 2>(d, x, w, first, features.clone(), out);
-            }
+    // SAFETY: as in `features_avx512`.
+    row_pairs::<F>(d, x, w, &features, |first, two| unsafe {
+        if two {
+            pair_avx2::<F, 2>(d, x, w, first, features.clone(), out);
+        } else {
+            pair_avx2::<F, 1>(d, x, w, first, features.clone(), out);
         }
-    }
+    });
 }
 
 /// [`pair_avx512`] with 8-lane vectors: a row's four accumulators take a run's four
