@@ -6,7 +6,12 @@
 //! [`Team`] for its whole length: the calling thread executes the thunks, and the team's
 //! helpers spin, watching for work. A kernel splits its work into tasks
 //! ([`for_each`]); the caller publishes them, takes tasks itself, and waits until every
-//! helper has reported back (a barrier per parallel kernel, as llama.cpp's threads meet).
+//! task is done. It never waits for a helper that took no task: when the machine has more
+//! runnable threads than cores, a helper the scheduler has set aside would otherwise hold
+//! every kernel for the rest of its time slice (decode fell from 80 to 3 tokens a second
+//! beside one other busy process). A helper that arrives after its job's tasks are all
+//! taken finds the job closed and leaves it alone; the caller only waits for helpers still
+//! inside a job before it overwrites that job with the next one.
 //! After a run the helpers linger briefly (the next decode step usually follows within
 //! microseconds), then sleep until another run wakes them.
 //!
@@ -25,6 +30,9 @@ const LINGER: Duration = Duration::from_micros(500);
 /// How long helpers spin inside a run without work before they sleep (a run whose kernels
 /// are serial for a while should not keep a core busy).
 const PATIENCE: Duration = Duration::from_millis(2);
+/// Spins the caller waits for a helper's task before it yields its core, so that a helper
+/// waiting for a core can have this one (about 10-50 µs of spinning).
+const SPINS_BEFORE_YIELD: u32 = 1 << 12;
 
 /// `tasks` calls of the closure behind `data`, made through `call`.
 #[derive(Clone, Copy)]
@@ -49,15 +57,19 @@ impl<T> std::ops::Deref for Line<T> {
 /// What the caller and its helpers share.
 struct Shared {
     helpers: usize,
-    /// Bumped once per published job; each helper serves every epoch exactly once.
+    /// Even while a job is open (each helper serves an open epoch at most once), odd once
+    /// its tasks are all done and while the next one is written.
     epoch: Line<AtomicU64>,
-    /// Written by the caller only while no helper reads it (between a job's barrier and
-    /// the next epoch), read by helpers after they see the epoch change.
+    /// Helpers inside an open job: they announce themselves here, then check that the
+    /// epoch is still the open one before they read `job` (see [`enter`]).
+    inside: Line<AtomicUsize>,
+    /// Written by the caller only while the epoch is odd and no helper is inside; read by
+    /// helpers only inside an open epoch.
     job: UnsafeCell<Job>,
     /// The next task index to take.
     next: Line<AtomicUsize>,
-    /// Helpers done with the current job.
-    reported: Line<AtomicUsize>,
+    /// Tasks of the current job finished, by any thread.
+    done: Line<AtomicUsize>,
     /// A run holds the team: helpers spin `PATIENCE` rather than `LINGER` for work.
     active: AtomicBool,
     /// Runs started; a sleeping helper wakes when it changes.
@@ -69,12 +81,14 @@ struct Shared {
     panicked: AtomicBool,
     sleep: Mutex<()>,
     wake: Condvar,
+    /// Tests hold the helpers away from every job, as a scheduler may.
+    #[cfg(test)]
+    held: AtomicBool,
 }
 
-// SAFETY: `job` is written by the team's one caller only between a job's barrier (every
-// helper reported) and the next epoch's release store, and read by helpers only after
-// they acquire that epoch; the closure it points at is `Sync`. Everything else is atomic
-// or a lock.
+// SAFETY: `job` is written by the team's one caller only while the epoch is odd and no
+// helper is inside, and read by helpers only inside an open epoch (see [`enter`]); the
+// closure it points at is `Sync`. Everything else is atomic or a lock.
 unsafe impl Sync for Shared {}
 // SAFETY: as above; the raw pointer in `job` is only dereferenced under that protocol.
 unsafe impl Send for Shared {}
@@ -113,14 +127,15 @@ impl Team {
     fn start(helpers: usize) -> Result<Team, String> {
         let shared = Arc::new(Shared {
             helpers,
-            epoch: Line(AtomicU64::new(0)),
+            epoch: Line(AtomicU64::new(1)),
+            inside: Line(AtomicUsize::new(0)),
             job: UnsafeCell::new(Job {
                 data: std::ptr::null(),
                 call: noop,
                 tasks: 0,
             }),
             next: Line(AtomicUsize::new(0)),
-            reported: Line(AtomicUsize::new(0)),
+            done: Line(AtomicUsize::new(0)),
             active: AtomicBool::new(false),
             runs: AtomicU64::new(0),
             parked: AtomicUsize::new(0),
@@ -128,6 +143,8 @@ impl Team {
             panicked: AtomicBool::new(false),
             sleep: Mutex::new(()),
             wake: Condvar::new(),
+            #[cfg(test)]
+            held: AtomicBool::new(false),
         });
         for i in 0..helpers {
             let helper = shared.clone();
@@ -172,19 +189,31 @@ impl Team {
     }
 }
 
+impl Drop for Team {
+    /// Helpers of a team that is gone leave (the process's teams live for the process;
+    /// tests start their own).
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        drop(self.shared.sleep.lock().unwrap_or_else(|e| e.into_inner()));
+        self.shared.wake.notify_all();
+    }
+}
+
 unsafe fn noop(_: *const (), _: usize) {}
 
 /// A helper's life: spin while work may come (inside a run, for `PATIENCE` without a
 /// job; after one, for `LINGER`), sleep otherwise until a job or a new run arrives.
 fn help(shared: &Shared) {
-    let mut seen = 0u64;
+    let mut seen = 1u64;
+    // An open epoch this helper has not served yet.
+    let fresh = |epoch: u64, seen: u64| epoch != seen && epoch.is_multiple_of(2);
     loop {
         // Asleep until something new: a job, a run starting, or the end.
         let runs = shared.runs.load(Ordering::SeqCst);
         shared.parked.fetch_add(1, Ordering::SeqCst);
         {
             let mut sleeping = shared.sleep.lock().unwrap_or_else(|e| e.into_inner());
-            while shared.epoch.load(Ordering::SeqCst) == seen
+            while !fresh(shared.epoch.load(Ordering::SeqCst), seen)
                 && shared.runs.load(Ordering::SeqCst) == runs
                 && !shared.stop.load(Ordering::SeqCst)
             {
@@ -198,11 +227,21 @@ fn help(shared: &Shared) {
         let mut idle_since = Instant::now();
         let mut spins = 0u32;
         loop {
+            #[cfg(test)]
+            if shared.held.load(Ordering::Acquire) {
+                if shared.stop.load(Ordering::Acquire) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_micros(50));
+                continue;
+            }
             let epoch = shared.epoch.load(Ordering::Acquire);
-            if epoch != seen {
+            if fresh(epoch, seen) {
                 seen = epoch;
-                serve(shared);
-                shared.reported.fetch_add(1, Ordering::Release);
+                if enter(shared, epoch) {
+                    serve(shared);
+                    shared.inside.fetch_sub(1, Ordering::Release);
+                }
                 idle_since = Instant::now();
                 spins = 0;
                 continue;
@@ -235,25 +274,61 @@ fn wake_sleepers(shared: &Shared) {
     }
 }
 
-/// Takes tasks of the published job until none is left.
+/// Enters the job of `epoch` if it is still open; on `true` the helper must leave
+/// (`inside` down by one) when it is done with the job.
+///
+/// The helper announces itself, then looks at the epoch again; the caller closes the epoch,
+/// then looks at `inside` before it writes the next job. With both orders sequentially
+/// consistent, either the helper sees the epoch closed or the caller sees the helper
+/// inside and waits for it.
+fn enter(shared: &Shared, epoch: u64) -> bool {
+    shared.inside.fetch_add(1, Ordering::SeqCst);
+    if shared.epoch.load(Ordering::SeqCst) == epoch {
+        return true;
+    }
+    shared.inside.fetch_sub(1, Ordering::Release);
+    false
+}
+
+/// Takes tasks of the open job until none is left.
 fn serve(shared: &Shared) {
-    // SAFETY: the epoch this helper acquired was released after the job was written, and
-    // the caller does not write it again before this helper reports.
+    // SAFETY: this helper is inside the open epoch (`enter`), whose job was written before
+    // the epoch's release store; the caller does not write it again while a helper is
+    // inside.
     let job = unsafe { *shared.job.get() };
     IN_TASK.with(|t| t.set(true));
+    let mut finished = 0;
     loop {
         let i = shared.next.fetch_add(1, Ordering::Relaxed);
         if i >= job.tasks {
             break;
         }
-        // SAFETY: `data` points at the caller's closure, alive until every helper has
-        // reported, and `call` is its matching trampoline.
+        // SAFETY: `data` points at the caller's closure, alive until all `tasks` are done
+        // (this one among them), and `call` is its matching trampoline.
         let ran = catch_unwind(|| unsafe { (job.call)(job.data, i) });
         if ran.is_err() {
             shared.panicked.store(true, Ordering::Release);
         }
+        finished += 1;
     }
     IN_TASK.with(|t| t.set(false));
+    if finished > 0 {
+        shared.done.fetch_add(finished, Ordering::Release);
+    }
+}
+
+/// Spins until `ready`, yielding the core now and then so that a thread waiting for one
+/// (a helper in the middle of a task) can run.
+fn wait_until(ready: impl Fn() -> bool) {
+    let mut spins = 0u32;
+    while !ready() {
+        spins = spins.wrapping_add(1);
+        if spins.is_multiple_of(SPINS_BEFORE_YIELD) {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
 }
 
 /// Calls `f(i)` for every `i` in `0..tasks`, spread over the run's team when this thread
@@ -271,8 +346,11 @@ pub(crate) fn for_each<F: Fn(usize) + Sync>(tasks: usize, f: F) {
         // SAFETY: `data` was made from a `&F` that outlives the job.
         unsafe { (*data.cast::<F>())(i) }
     }
-    // SAFETY: every helper reported the previous job (the barrier below), so none reads
-    // `job` until the epoch changes.
+    // The previous job's epoch is closed (odd); helpers that entered it before it closed
+    // may still be reading it.
+    wait_until(|| shared.inside.load(Ordering::SeqCst) == 0);
+    // SAFETY: the epoch is closed and no helper is inside, so none reads `job` until the
+    // epoch opens again below.
     unsafe {
         *shared.job.get() = Job {
             data: (&raw const f).cast(),
@@ -281,24 +359,28 @@ pub(crate) fn for_each<F: Fn(usize) + Sync>(tasks: usize, f: F) {
         };
     }
     shared.next.store(0, Ordering::Relaxed);
-    shared.reported.store(0, Ordering::Relaxed);
+    shared.done.store(0, Ordering::Relaxed);
     shared.epoch.fetch_add(1, Ordering::SeqCst);
     wake_sleepers(shared);
     IN_TASK.with(|t| t.set(true));
+    let mut finished = 0;
     let mine = catch_unwind(AssertUnwindSafe(|| {
         loop {
             let i = shared.next.fetch_add(1, Ordering::Relaxed);
             if i >= tasks {
                 break;
             }
+            // Counted before the call: a panicking task still ends (the panic is re-raised
+            // below once the others are done).
+            finished += 1;
             f(i);
         }
     }));
     IN_TASK.with(|t| t.set(false));
-    // The barrier: `f` and the job stay alive until every helper is done with them.
-    while shared.reported.load(Ordering::Acquire) < shared.helpers {
-        std::hint::spin_loop();
-    }
+    // Every task is taken; `f` stays alive until every one of them is done. Helpers that
+    // took none are not waited for, and once the epoch closes they cannot take one.
+    wait_until(|| shared.done.load(Ordering::Acquire) + finished >= tasks);
+    shared.epoch.fetch_add(1, Ordering::SeqCst);
     if let Err(panic) = mine {
         resume_unwind(panic);
     }
@@ -406,5 +488,54 @@ mod tests {
         let order = Mutex::new(Vec::new());
         for_each(5, |i| order.lock().unwrap().push(i));
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+    }
+
+    /// A helper that never comes (set aside by the scheduler) holds up no job: the caller
+    /// runs every task itself; once the helper is back, it takes tasks again.
+    #[test]
+    fn a_missing_helper_holds_up_nothing() {
+        let team = Team::start(1).unwrap();
+        team.shared.held.store(true, Ordering::Release);
+        let caller = std::thread::current().id();
+        let ran = AtomicUsize::new(0);
+        team.run(|| {
+            for _ in 0..500 {
+                for_each(4, |_| {
+                    assert_eq!(std::thread::current().id(), caller);
+                    ran.fetch_add(1, Ordering::Relaxed);
+                });
+            }
+        });
+        assert_eq!(ran.load(Ordering::Relaxed), 2000);
+        team.shared.held.store(false, Ordering::Release);
+        let seen = Mutex::new(std::collections::HashSet::new());
+        team.run(|| {
+            for _ in 0..50 {
+                for_each(8, |_| {
+                    seen.lock().unwrap().insert(std::thread::current().id());
+                    std::thread::sleep(Duration::from_micros(200));
+                });
+            }
+        });
+        assert_eq!(seen.lock().unwrap().len(), 2);
+    }
+
+    /// Many short jobs back to back, helpers arriving early, late or not at all: every
+    /// task of every job runs exactly once and before its job returns.
+    #[test]
+    fn short_jobs_back_to_back_run_every_task_once() {
+        let team = Team::start(3).unwrap();
+        let hits: Vec<AtomicUsize> = (0..7).map(|_| AtomicUsize::new(0)).collect();
+        team.run(|| {
+            for job in 0..20_000 {
+                let tasks = 1 + job % 7;
+                for_each(tasks, |i| {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                });
+                for (i, hit) in hits.iter().enumerate() {
+                    assert_eq!(hit.swap(0, Ordering::Relaxed), usize::from(i < tasks));
+                }
+            }
+        });
     }
 }
