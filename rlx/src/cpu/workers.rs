@@ -33,6 +33,10 @@ const PATIENCE: Duration = Duration::from_millis(2);
 /// Spins the caller waits for a helper's task before it yields its core, so that a helper
 /// waiting for a core can have this one (about 10-50 µs of spinning).
 const SPINS_BEFORE_YIELD: u32 = 1 << 12;
+/// How long a helper spins without work before it starts yielding its core between looks
+/// (a decode step's kernels come microseconds apart; a caller the scheduler has set aside
+/// publishes nothing, and the core is better used by whoever waits for it).
+const YIELD_AFTER: Duration = Duration::from_micros(50);
 
 /// `tasks` calls of the closure behind `data`, made through `call`.
 #[derive(Clone, Copy)]
@@ -259,8 +263,12 @@ fn help(shared: &Shared) {
             } else {
                 LINGER
             };
-            if idle_since.elapsed() > patience {
+            let idle = idle_since.elapsed();
+            if idle > patience {
                 break;
+            }
+            if idle > YIELD_AFTER {
+                std::thread::yield_now();
             }
         }
     }
