@@ -372,25 +372,27 @@ pub(crate) fn for_each<F: Fn(usize) + Sync>(tasks: usize, f: F) {
     wake_sleepers(shared);
     IN_TASK.with(|t| t.set(true));
     let mut finished = 0;
-    let mine = catch_unwind(AssertUnwindSafe(|| {
-        loop {
-            let i = shared.next.fetch_add(1, Ordering::Relaxed);
-            if i >= tasks {
-                break;
-            }
-            // Counted before the call: a panicking task still ends (the panic is re-raised
-            // below once the others are done).
-            finished += 1;
-            f(i);
+    let mut panic = None;
+    loop {
+        let i = shared.next.fetch_add(1, Ordering::Relaxed);
+        if i >= tasks {
+            break;
         }
-    }));
+        // A panicking task ends like any other, and the caller goes on taking tasks: one
+        // left untaken would be waited for below, and no helper may ever come for it.
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(i))) {
+            panic.get_or_insert(payload);
+        }
+        finished += 1;
+    }
     IN_TASK.with(|t| t.set(false));
     // Every task is taken; `f` stays alive until every one of them is done. Helpers that
     // took none are not waited for, and once the epoch closes they cannot take one.
     wait_until(|| shared.done.load(Ordering::Acquire) + finished >= tasks);
     shared.epoch.fetch_add(1, Ordering::SeqCst);
-    if let Err(panic) = mine {
-        resume_unwind(panic);
+    if let Some(payload) = panic {
+        shared.panicked.store(false, Ordering::Relaxed);
+        resume_unwind(payload);
     }
     if shared.panicked.swap(false, Ordering::AcqRel) {
         panic!("a CPU kernel's task panicked on a worker thread");
@@ -515,6 +517,11 @@ mod tests {
             }
         });
         assert_eq!(ran.load(Ordering::Relaxed), 2000);
+        // A task panicking on the caller, with no helper to take the tasks after it.
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            team.run(|| for_each(16, |i| assert!(i != 3, "task 3 fails")))
+        }));
+        assert!(caught.is_err());
         team.shared.held.store(false, Ordering::Release);
         let seen = Mutex::new(std::collections::HashSet::new());
         team.run(|| {
