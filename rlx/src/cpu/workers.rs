@@ -157,9 +157,7 @@ impl Team {
                 .spawn(move || help(&helper));
             if let Err(e) = spawned {
                 // The helpers already started leave.
-                shared.stop.store(true, Ordering::Release);
-                drop(shared.sleep.lock().unwrap_or_else(|e| e.into_inner()));
-                shared.wake.notify_all();
+                stop_helpers(&shared);
                 return Err(e.to_string());
             }
         }
@@ -197,10 +195,15 @@ impl Drop for Team {
     /// Helpers of a team that is gone leave (the process's teams live for the process;
     /// tests start their own).
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        drop(self.shared.sleep.lock().unwrap_or_else(|e| e.into_inner()));
-        self.shared.wake.notify_all();
+        stop_helpers(&self.shared);
     }
+}
+
+/// Tells every helper to leave, waking the ones asleep.
+fn stop_helpers(shared: &Shared) {
+    shared.stop.store(true, Ordering::Release);
+    drop(shared.sleep.lock().unwrap_or_else(|e| e.into_inner()));
+    shared.wake.notify_all();
 }
 
 unsafe fn noop(_: *const (), _: usize) {}
@@ -390,11 +393,11 @@ pub(crate) fn for_each<F: Fn(usize) + Sync>(tasks: usize, f: F) {
     // took none are not waited for, and once the epoch closes they cannot take one.
     wait_until(|| shared.done.load(Ordering::Acquire) + finished >= tasks);
     shared.epoch.fetch_add(1, Ordering::SeqCst);
+    let helper_panicked = shared.panicked.swap(false, Ordering::AcqRel);
     if let Some(payload) = panic {
-        shared.panicked.store(false, Ordering::Relaxed);
         resume_unwind(payload);
     }
-    if shared.panicked.swap(false, Ordering::AcqRel) {
+    if helper_panicked {
         panic!("a CPU kernel's task panicked on a worker thread");
     }
 }
