@@ -204,3 +204,22 @@ fn quantizing_zeros_and_nan() {
     assert_eq!(q.values[3], -127);
     assert_eq!(q.values[0], 50); // 1 / (2.54 / 127) = 50
 }
+
+/// The vendor read from `cpuid` is the one the kernel reports, and the prefetch distance
+/// the decode kernels take follows it (unless a user set one).
+#[cfg(target_os = "linux")]
+#[test]
+fn prefetch_distance_follows_the_cpu_vendor() {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let Some(vendor) = cpuinfo
+        .lines()
+        .find_map(|line| line.strip_prefix("vendor_id"))
+        .map(|rest| rest.trim_start_matches([' ', '\t', ':']).trim().to_owned())
+    else {
+        return; // Not an x86 kernel's report.
+    };
+    assert_eq!(intel(), vendor == "GenuineIntel", "{vendor}");
+    if std::env::var_os("RLX_PREFETCH_AHEAD").is_none() {
+        assert_eq!(prefetch_ahead(), if intel() { 2048 } else { 512 });
+    }
+}
