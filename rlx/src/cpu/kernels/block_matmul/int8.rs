@@ -388,7 +388,9 @@ mod wide {
                     unsafe {
                         let first = self.w.as_ptr().add(f * row_bytes + at_block * F::BYTES);
                         for line in (0..8 * F::BYTES).step_by(64) {
-                            _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(self.ahead + line).cast());
+                            _mm_prefetch::<_MM_HINT_T0>(
+                                first.wrapping_add(self.ahead + line).cast(),
+                            );
                         }
                         let (scales, offs) = F::factors_of_eight(first);
                         // Loops, not closures: a closure is compiled without the callers' vector
@@ -425,7 +427,9 @@ mod wide {
                     unsafe {
                         let block = self.w.as_ptr().add(f * row_bytes + at_block * F::BYTES);
                         for line in (0..F::BYTES).step_by(64) {
-                            _mm_prefetch::<_MM_HINT_T0>(block.wrapping_add(self.ahead + line).cast());
+                            _mm_prefetch::<_MM_HINT_T0>(
+                                block.wrapping_add(self.ahead + line).cast(),
+                            );
                         }
                         let bytes = std::slice::from_raw_parts(block, F::BYTES);
                         let head = F::head(bytes, |at| half(block.add(at)));
