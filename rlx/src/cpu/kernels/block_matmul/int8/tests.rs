@@ -207,7 +207,7 @@ fn quantizing_zeros_and_nan() {
 
 /// The vendor read from `cpuid` is the one the kernel reports, and the prefetch distance
 /// the decode kernels take follows it (unless a user set one).
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 #[test]
 fn prefetch_distance_follows_the_cpu_vendor() {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
