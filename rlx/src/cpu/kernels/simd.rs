@@ -43,6 +43,16 @@ impl Isa {
     }
 }
 
+/// Whether the CPU's vendor is Intel (`cpuid` leaf 0 reads "GenuineIntel"), for the tuning
+/// choices that differ by vendor rather than by instruction set.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn intel_cpu() -> bool {
+    let id = std::arch::x86_64::__cpuid(0);
+    // The vendor string's twelve bytes lie in EBX, EDX, ECX, in that order.
+    let vendor = [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes);
+    vendor.concat() == b"GenuineIntel"
+}
+
 /// The widest instruction set this CPU has.
 pub fn detected_isa() -> Isa {
     #[cfg(target_arch = "x86_64")]

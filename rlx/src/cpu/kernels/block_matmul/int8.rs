@@ -18,6 +18,8 @@ use std::cell::RefCell;
 use super::formats::{Chunk, IntBlock, Sums};
 use super::{BlockDims, GEMM_ROWS, Part, VALUES};
 use crate::cpu::kernels::layout::SharedMut;
+#[cfg(target_arch = "x86_64")]
+use crate::cpu::kernels::simd::intel_cpu;
 use crate::cpu::kernels::simd::{Isa, VectorKernel, isa, vectorized};
 use crate::gguf::half_f32;
 
@@ -36,17 +38,8 @@ fn prefetch_ahead() -> usize {
             .ok()
             .and_then(|v| v.parse().ok())
             .filter(|&bytes: &usize| bytes <= 64 << 10)
-            .unwrap_or_else(|| if intel() { 2048 } else { 512 })
+            .unwrap_or_else(|| if intel_cpu() { 2048 } else { 512 })
     })
-}
-
-/// Whether the CPU's vendor is Intel (`cpuid` leaf 0 reads "GenuineIntel").
-#[cfg(target_arch = "x86_64")]
-fn intel() -> bool {
-    let id = std::arch::x86_64::__cpuid(0);
-    // The vendor string's twelve bytes lie in EBX, EDX, ECX, in that order.
-    let vendor = [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes);
-    vendor.concat() == b"GenuineIntel"
 }
 
 /// Rows of `x` quantized per block of 32: `values` (row-major, as `x`), and per block its
