@@ -10,7 +10,8 @@
 //!
 //! `--formats` lists the formats to time (default `Q4_1,Q4_0,Q8_0`); `--activations`
 //! (`int8` or `exact`), `--threads` and `--shapes` (`576x1536,..`: features x inputs, no
-//! chain then) narrow the table; shapes whose inputs
+//! chain then) narrow the table; `--rows N` multiplies N rows at once (default 1; 16 and
+//! more take the prompt path: dequantized tiles through the GEMM); shapes whose inputs
 //! are not whole blocks of a format (576 in K-quants of 256) are left out. Single products
 //! run on weights that stay in the cache between runs; the last lines (`chain`) time 128
 //! products in one graph of the first format, alternately 576 (512 for K-quants) → 1,536
@@ -82,6 +83,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .collect::<Result<_, Box<dyn std::error::Error>>>()?,
         None => all_shapes.to_vec(),
     };
+    let rows: usize = match option("--rows")? {
+        Some(r) => r.parse()?,
+        None => 1,
+    };
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut byte = move || {
         seed ^= seed << 13;
@@ -98,7 +103,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     }
                     let row_bytes = k / format.block_values() * format.block_bytes();
                     let mut b = rlx::GraphBuilder::new();
-                    let x = b.input("x", DType::F32, [1, k])?;
+                    let x = b.input("x", DType::F32, [rows, k])?;
                     let w = b.param("w", DType::U8, [n, row_bytes])?;
                     let op = BlockMatMul::exact(format).with_activations(activations);
                     let y = b.op(Op::BlockMatMul(op), &[x, w])?;
@@ -111,8 +116,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     let blocks: Vec<u8> = (0..n * row_bytes).map(|_| byte()).collect();
                     exe.set_weight("w", HostTensor::from_vec(blocks, [n, row_bytes])?.view())?;
                     let x = HostTensor::from_vec(
-                        (0..k).map(|i| (i as f32 * 0.37).sin()).collect::<Vec<_>>(),
-                        [1, k],
+                        (0..rows * k)
+                            .map(|i| (i as f32 * 0.37).sin())
+                            .collect::<Vec<_>>(),
+                        [rows, k],
                     )?;
                     let inputs = [("x", x.view())];
                     let mut outputs = Vec::new();
@@ -128,18 +135,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     times.sort_by(f64::total_cmp);
                     let median = times[times.len() / 2];
                     println!(
-                        "block_matmul format={} activations={} threads={threads} n={n} k={k} \
-                         us={:.1} gb_s={:.2}",
+                        "block_matmul format={} activations={} threads={threads} rows={rows} \
+                         n={n} k={k} us={:.1} gb_s={:.2} gflop_s={:.1}",
                         format.name(),
                         activations.name(),
                         median * 1e6,
-                        (n * row_bytes) as f64 / median / 1e9
+                        (n * row_bytes) as f64 / median / 1e9,
+                        (2 * rows * n * k) as f64 / median / 1e9
                     );
                 }
             }
         }
     }
-    if option("--shapes")?.is_some() {
+    if option("--shapes")?.is_some() || rows > 1 {
         return Ok(());
     }
     for &activations in &precisions {

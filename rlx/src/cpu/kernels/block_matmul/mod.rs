@@ -37,9 +37,7 @@ const FEATURES_PER_TASK: usize = 16;
 /// Partial sums per block dot product: one vector of the widest instruction set.
 const LANES: usize = 16;
 
-/// The sizes of one product: `rows` rows of `x`, `n` output features, `k` inputs; and,
-/// for products of many rows, the GEMM plans of a whole tile and of the last one, made
-/// once when the thunk is lowered.
+/// The sizes of one product: `rows` rows of `x`, `n` output features, `k` inputs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct BlockDims {
     pub format: GgmlType,
@@ -47,7 +45,6 @@ pub(crate) struct BlockDims {
     pub rows: usize,
     pub n: usize,
     pub k: usize,
-    tiles: Option<[GemmPlan; 2]>,
 }
 
 impl BlockDims {
@@ -58,29 +55,18 @@ impl BlockDims {
         n: usize,
         k: usize,
     ) -> BlockDims {
-        // product = x · denseᵀ: B's element (p, j) is a tile's dense[j][p].
-        let plan = |cols: usize| {
-            let dims = GemmDims {
-                m: rows,
-                n: cols,
-                k,
-                a_rs: k,
-                a_cs: 1,
-                b_rs: 1,
-                b_cs: k,
-            };
-            GemmPlan::new(dims, 1, kernel_shape(DType::F32))
-        };
-        let tiles =
-            (rows >= GEMM_ROWS && n > 0).then(|| [plan(TILE), plan(n - (n - 1) / TILE * TILE)]);
         BlockDims {
             format,
             activations,
             rows,
             n,
             k,
-            tiles,
         }
+    }
+
+    /// Whether the product goes through the GEMM in dequantized tiles (many rows).
+    fn tiled(&self) -> bool {
+        self.rows >= GEMM_ROWS
     }
 }
 
@@ -137,7 +123,8 @@ pub(crate) fn block_matmul(d: &BlockDims, x: &[f32], w: &[u8], out: &mut [f32]) 
 /// that share `x` (as many rows and inputs). Few rows go as one product over every part's
 /// features: `x` quantized once, one parallel section, each thread streaming its share of
 /// the weights part after part (a decoding step's small products are otherwise bound by
-/// their fixed costs, not by the bytes they read). Many rows go part by part.
+/// their fixed costs, not by the bytes they read). Many rows go as one list of tiles over
+/// every part.
 pub(crate) fn block_matmuls(x: &[f32], parts: &[Part<'_>]) {
     let Some(first) = parts.first() else { return };
     debug_assert!(parts.iter().all(|p| {
@@ -208,13 +195,8 @@ fn product<F: formats::IntBlock>(x: &[f32], parts: &[Part<'_>]) {
     if d.rows == 0 {
         return;
     }
-    if parts.iter().any(|p| p.dims.tiles.is_some()) {
-        for p in parts {
-            if let Some(plans) = p.dims.tiles {
-                // SAFETY: each part's output is taken once, for this call alone.
-                tiled::<F>(&p.dims, plans, x, p.w, unsafe { p.out_slice() });
-            }
-        }
+    if d.tiled() {
+        tiled::<F>(x, parts);
         return;
     }
     match d.activations {
@@ -365,76 +347,103 @@ fn spread_features(parts: &[Part<'_>], run: impl Fn(&Part<'_>, std::ops::Range<u
     }
 }
 
+/// Many rows: tiles of features over every part in one task list, each tile dequantized
+/// to float32 and multiplied by the GEMM. Tiles are `TILE` features wide, or half that
+/// when the wide tiles would leave a thread idle at the end (nine tiles on two threads
+/// keep one waiting a tenth of the product; q, k and v each on its own, a fifth): a
+/// narrower tile dequantizes no value twice, where cutting the rows would.
+fn tiled<F: formats::IntBlock>(x: &[f32], parts: &[Part<'_>]) {
+    let d = &parts[0].dims;
+    let tiles_of = |width: usize| -> usize { parts.iter().map(|p| p.dims.n.div_ceil(width)).sum() };
+    let features: usize = parts.iter().map(|p| p.dims.n).sum();
+    let threads = crate::cpu::workers::threads();
+    let spread = threads > 1 && parallel(d.rows * features * d.k);
+    // Whether the last round of tasks is at least 95% full.
+    let balanced = |tasks: usize| tasks * 20 >= tasks.div_ceil(threads) * threads * 19;
+    let width = if spread && !balanced(tiles_of(TILE)) {
+        TILE / 2
+    } else {
+        TILE
+    };
+    let task = |t: usize| {
+        let mut tile = t;
+        for p in parts {
+            let count = p.dims.n.div_ceil(width);
+            if tile < count {
+                let first = tile * width;
+                tile_product::<F>(p, x, first..p.dims.n.min(first + width));
+                return;
+            }
+            tile -= count;
+        }
+    };
+    let tasks = tiles_of(width);
+    if spread {
+        crate::cpu::workers::for_each(tasks, task);
+    } else {
+        (0..tasks).for_each(task);
+    }
+}
+
 thread_local! {
     /// A worker's dequantized tile, product tile and GEMM scratch, kept between runs.
     static TILE_BUFFERS: RefCell<(Vec<f32>, Vec<f32>, Vec<f32>)> =
         const { RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
 }
 
-/// Many rows: tiles of `TILE` features dequantized to float32 and multiplied by the GEMM,
-/// the tiles spread over the workers.
-fn tiled<F: formats::IntBlock>(
-    d: &BlockDims,
-    plans: [GemmPlan; 2],
-    x: &[f32],
-    w: &[u8],
-    out: &mut [f32],
-) {
-    let shared = SharedMut::new(out);
-    let tile = |t: usize| {
-        let first = t * TILE;
-        let cols = TILE.min(d.n - first);
-        TILE_BUFFERS.with(|buffers| {
-            let (dense, product, scratch) = &mut *buffers.borrow_mut();
-            dense.resize(cols * d.k, 0.0);
-            product.resize(d.rows * cols, 0.0);
-            let range = first..first + cols;
-            match isa() {
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: `isa` returns Avx512 only when the CPU has AVX-512 F/BW/DQ/VL.
-                Isa::Avx512 => unsafe { exact::dequantize_avx512::<F>(d.k, w, range, dense) },
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: `isa` returns Avx2 only when the CPU has AVX2 and FMA.
-                Isa::Avx2 => unsafe { exact::dequantize_avx2::<F>(d.k, w, range, dense) },
-                _ => vectorized(Dequantize::<F> {
-                    k: d.k,
-                    w,
-                    range,
-                    dense,
-                    format: std::marker::PhantomData,
-                }),
-            }
-            let plan = if cols == TILE { plans[0] } else { plans[1] };
-            scratch.resize(plan.scratch_len(), 0.0);
-            gemm::<f32, f32>(
-                &plan,
-                f32::micro_kernels(),
-                x,
+/// Part `p`'s features `range` for every row, through a dequantized tile and the GEMM.
+fn tile_product<F: formats::IntBlock>(p: &Part<'_>, x: &[f32], range: std::ops::Range<usize>) {
+    let d = &p.dims;
+    let (first, cols, m) = (range.start, range.len(), d.rows);
+    TILE_BUFFERS.with(|buffers| {
+        let (dense, product, scratch) = &mut *buffers.borrow_mut();
+        dense.resize(cols * d.k, 0.0);
+        product.resize(m * cols, 0.0);
+        match isa() {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `isa` returns Avx512 only when the CPU has AVX-512 F/BW/DQ/VL.
+            Isa::Avx512 => unsafe { exact::dequantize_avx512::<F>(d.k, p.w, range, dense) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `isa` returns Avx2 only when the CPU has AVX2 and FMA.
+            Isa::Avx2 => unsafe { exact::dequantize_avx2::<F>(d.k, p.w, range, dense) },
+            _ => vectorized(Dequantize::<F> {
+                k: d.k,
+                w: p.w,
+                range,
                 dense,
-                product,
-                scratch,
-                None,
-                None,
-            );
-            for (r, row) in product.chunks_exact(cols).enumerate() {
-                // SAFETY: row r's features first..first + cols lie inside the rows x n
-                // output and belong to this tile alone; `row` does not overlap it.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        row.as_ptr(),
-                        shared.ptr().add(r * d.n + first),
-                        cols,
-                    );
-                }
+                format: std::marker::PhantomData,
+            }),
+        }
+        // product = x · denseᵀ: B's element (p, j) is the tile's dense[j][p].
+        let dims = GemmDims {
+            m,
+            n: cols,
+            k: d.k,
+            a_rs: d.k,
+            a_cs: 1,
+            b_rs: 1,
+            b_cs: d.k,
+        };
+        let plan = GemmPlan::new(dims, 1, kernel_shape(DType::F32));
+        scratch.resize(plan.scratch_len(), 0.0);
+        gemm::<f32, f32>(
+            &plan,
+            f32::micro_kernels(),
+            &x[..m * d.k],
+            dense,
+            product,
+            scratch,
+            None,
+            None,
+        );
+        for (r, row) in product.chunks_exact(cols).enumerate() {
+            // SAFETY: row r's features first..first + cols lie inside the rows x n output
+            // and belong to this task alone; `row` does not overlap it.
+            unsafe {
+                std::ptr::copy_nonoverlapping(row.as_ptr(), p.out.ptr().add(r * d.n + first), cols);
             }
-        });
-    };
-    let tiles = d.n.div_ceil(TILE);
-    if parallel(d.rows * d.n * d.k) {
-        crate::cpu::workers::for_each(tiles, tile);
-    } else {
-        (0..tiles).for_each(tile);
-    }
+        }
+    });
 }
 
 #[cfg(test)]
