@@ -4,7 +4,8 @@
 //! Few rows of `x` (decoding): each output feature's blocks are dequantized into registers
 //! one at a time and multiplied with every row, the features spread over the workers.
 //! Many rows (a prompt): tiles of features are dequantized into a float32 panel and
-//! multiplied by the GEMM, which then does the arithmetic at its full rate. Activations
+//! multiplied by the GEMM, which then does the arithmetic at its full rate: the tile is
+//! the GEMM's A, read in place, and `x` its B, packed once for every tile. Activations
 //! stay float32 on these paths, so the result is the float32 product with the dequantized
 //! weights up to the order of the sums; with int8 activations asked for, few rows take
 //! the integer kernels of [`int8`] instead.
@@ -16,7 +17,7 @@ mod int8;
 
 use std::cell::RefCell;
 
-use super::gemm::{GemmAcc, GemmDims, GemmPlan, gemm, kernel_shape};
+use super::gemm::{GemmAcc, GemmDims, GemmPlan, gemm, kernel_shape, pack_b_whole, packed_b_len};
 use super::layout::{SharedMut, parallel};
 use super::simd::{Isa, VectorKernel, isa, vectorized};
 use crate::gguf::{
@@ -30,8 +31,10 @@ use crate::ir::{ActivationPrecision, DType};
 const VALUES: usize = 32;
 /// Rows of `x` from which tiles of the weight go through the GEMM.
 const GEMM_ROWS: usize = 16;
-/// Output features per dequantized tile.
-const TILE: usize = 64;
+/// Output features per dequantized tile: a multiple of the GEMM kernels' rows (12 with
+/// AVX-512, 6 otherwise), as is half of it, and more than the rows up to which the GEMM
+/// takes its tall kernel, which packs A (the tiles are read in place).
+const TILE: usize = 72;
 /// Output features a decoding thread's share is a multiple of.
 const FEATURES_PER_TASK: usize = 16;
 /// Partial sums per block dot product: one vector of the widest instruction set.
@@ -352,6 +355,11 @@ fn spread_features(parts: &[Part<'_>], run: impl Fn(&Part<'_>, std::ops::Range<u
 /// when the wide tiles would leave a thread idle at the end (nine tiles on two threads
 /// keep one waiting a tenth of the product; q, k and v each on its own, a fifth): a
 /// narrower tile dequantizes no value twice, where cutting the rows would.
+///
+/// Each tile computes `dense · xᵀ`, the transposed product: the tile, row-major, is read
+/// in place as the GEMM's A, and `x` is packed as its B once for all tiles. Computing
+/// `x · denseᵀ` instead packs every tile (a tenth of the product's time) and copies its
+/// rows out; here the output is written once, transposed from a small tile.
 fn tiled<F: formats::IntBlock>(x: &[f32], parts: &[Part<'_>]) {
     let d = &parts[0].dims;
     let tiles_of = |width: usize| -> usize { parts.iter().map(|p| p.dims.n.div_ceil(width)).sum() };
@@ -365,40 +373,65 @@ fn tiled<F: formats::IntBlock>(x: &[f32], parts: &[Part<'_>]) {
     } else {
         TILE
     };
-    let task = |t: usize| {
-        let mut tile = t;
-        for p in parts {
-            let count = p.dims.n.div_ceil(width);
-            if tile < count {
-                let first = tile * width;
-                tile_product::<F>(p, x, first..p.dims.n.min(first + width));
-                return;
+    let shape = kernel_shape(DType::F32);
+    PACKED_X.with(|packed| {
+        let packed = &mut *packed.borrow_mut();
+        packed.resize(packed_b_len(d.k, d.rows, shape), 0.0);
+        // B = xᵀ: element (p, i) is x[i][p].
+        let x_as_b = GemmDims {
+            m: 0,
+            n: d.rows,
+            k: d.k,
+            a_rs: 0,
+            a_cs: 0,
+            b_rs: 1,
+            b_cs: d.k,
+        };
+        pack_b_whole(&x_as_b, x, shape, packed);
+        let packed: &[f32] = packed;
+        let task = |t: usize| {
+            let mut tile = t;
+            for p in parts {
+                let count = p.dims.n.div_ceil(width);
+                if tile < count {
+                    let first = tile * width;
+                    tile_product::<F>(p, x, packed, first..p.dims.n.min(first + width));
+                    return;
+                }
+                tile -= count;
             }
-            tile -= count;
+        };
+        let tasks = tiles_of(width);
+        if spread {
+            crate::cpu::workers::for_each(tasks, task);
+        } else {
+            (0..tasks).for_each(task);
         }
-    };
-    let tasks = tiles_of(width);
-    if spread {
-        crate::cpu::workers::for_each(tasks, task);
-    } else {
-        (0..tasks).for_each(task);
-    }
+    });
 }
 
 thread_local! {
+    /// The calling thread's `x` packed as the GEMM's B, kept between runs.
+    static PACKED_X: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// A worker's dequantized tile, product tile and GEMM scratch, kept between runs.
     static TILE_BUFFERS: RefCell<(Vec<f32>, Vec<f32>, Vec<f32>)> =
         const { RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
 }
 
-/// Part `p`'s features `range` for every row, through a dequantized tile and the GEMM.
-fn tile_product<F: formats::IntBlock>(p: &Part<'_>, x: &[f32], range: std::ops::Range<usize>) {
+/// Part `p`'s features `range` for every row of `x` (`packed_x`: `x` packed as the GEMM's
+/// B), through a dequantized tile and the GEMM.
+fn tile_product<F: formats::IntBlock>(
+    p: &Part<'_>,
+    x: &[f32],
+    packed_x: &[f32],
+    range: std::ops::Range<usize>,
+) {
     let d = &p.dims;
-    let (first, cols, m) = (range.start, range.len(), d.rows);
+    let (first, cols, rows) = (range.start, range.len(), d.rows);
     TILE_BUFFERS.with(|buffers| {
         let (dense, product, scratch) = &mut *buffers.borrow_mut();
         dense.resize(cols * d.k, 0.0);
-        product.resize(m * cols, 0.0);
+        product.resize(cols * rows, 0.0);
         match isa() {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `isa` returns Avx512 only when the CPU has AVX-512 F/BW/DQ/VL.
@@ -414,10 +447,10 @@ fn tile_product<F: formats::IntBlock>(p: &Part<'_>, x: &[f32], range: std::ops::
                 format: std::marker::PhantomData,
             }),
         }
-        // product = x · denseᵀ: B's element (p, j) is the tile's dense[j][p].
+        // product (cols x rows) = dense · xᵀ.
         let dims = GemmDims {
-            m,
-            n: cols,
+            m: cols,
+            n: rows,
             k: d.k,
             a_rs: d.k,
             a_cs: 1,
@@ -429,18 +462,20 @@ fn tile_product<F: formats::IntBlock>(p: &Part<'_>, x: &[f32], range: std::ops::
         gemm::<f32, f32>(
             &plan,
             f32::micro_kernels(),
-            &x[..m * d.k],
             dense,
+            x,
             product,
             scratch,
-            None,
+            Some(packed_x),
             None,
         );
-        for (r, row) in product.chunks_exact(cols).enumerate() {
+        for r in 0..rows {
             // SAFETY: row r's features first..first + cols lie inside the rows x n output
-            // and belong to this task alone; `row` does not overlap it.
-            unsafe {
-                std::ptr::copy_nonoverlapping(row.as_ptr(), p.out.ptr().add(r * d.n + first), cols);
+            // and belong to this task alone; `product` does not overlap it.
+            let out =
+                unsafe { std::slice::from_raw_parts_mut(p.out.ptr().add(r * d.n + first), cols) };
+            for (j, o) in out.iter_mut().enumerate() {
+                *o = product[j * rows + r];
             }
         }
     });
