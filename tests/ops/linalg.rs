@@ -595,14 +595,16 @@ fn gradient_quantized_matmul_activations() {
 }
 
 /// Weights in GGUF block formats, read in place: each format, batches of decoding size and
-/// of prompt size (the CPU's two paths), more output features than one tile (200: three
-/// tiles of 72, which two threads take as six of 36, the last one partial), against the
-/// product with the weights dequantized in f64 as llama.cpp defines them.
+/// of prompt size (the CPU's two paths; prompts of up to 256 rows and longer ones, whose
+/// tiles go through the GEMM transposed and not), more output features than one tile
+/// (200: three transposed tiles of 72, which two threads take as six of 36, the last one
+/// partial; four plain tiles of 64), against the product with the weights dequantized in
+/// f64 as llama.cpp defines them.
 #[test]
 fn block_matmul_every_format_and_batch_size() {
     let mut rng = Rng(49);
     for format in BLOCK_FORMATS {
-        for rows in [1usize, 3, 20] {
+        for rows in [1usize, 3, 20, 300] {
             let (n, k) = (200, 2 * format.block_values().max(48));
             let bytes = random_blocks(format, n * k / format.block_values(), || {
                 rng.uniform(0.0, 1.0)

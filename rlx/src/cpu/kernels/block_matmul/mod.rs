@@ -17,7 +17,7 @@ mod int8;
 
 use std::cell::RefCell;
 
-use super::gemm::{GemmAcc, GemmDims, GemmPlan, gemm, kernel_shape, pack_b_whole, packed_b_len};
+use super::gemm::{GemmAcc, GemmDims, GemmPlan, gemm, kernel_shape, pack_b_shared, packed_b_len};
 use super::layout::{SharedMut, parallel};
 use super::simd::{Isa, VectorKernel, isa, vectorized};
 use crate::gguf::{
@@ -31,10 +31,8 @@ use crate::ir::{ActivationPrecision, DType};
 const VALUES: usize = 32;
 /// Rows of `x` from which tiles of the weight go through the GEMM.
 const GEMM_ROWS: usize = 16;
-/// Output features per dequantized tile: a multiple of the GEMM kernels' rows (12 with
-/// AVX-512, 6 otherwise), as is half of it, and more than the rows up to which the GEMM
-/// takes its tall kernel, which packs A (the tiles are read in place).
-const TILE: usize = 72;
+/// Rows of `x` up to which a tile's product is computed transposed (see [`tiled`]).
+const TRANSPOSED_ROWS: usize = 256;
 /// Output features a decoding thread's share is a multiple of.
 const FEATURES_PER_TASK: usize = 16;
 /// Partial sums per block dot product: one vector of the widest instruction set.
@@ -350,52 +348,77 @@ fn spread_features(parts: &[Part<'_>], run: impl Fn(&Part<'_>, std::ops::Range<u
     }
 }
 
+/// How a tile's product is computed, and how wide its tiles are: a width and its half are
+/// multiples of the GEMM kernels' side along the features (columns: 32 with AVX-512, 16
+/// with AVX2; rows: 12 and 6), so no kernel call computes padding.
+#[derive(Clone, Copy)]
+enum Orientation {
+    /// `x · denseᵀ`: `x` read in place as A, each tile packed as B; tiles of 64 features.
+    Plain,
+    /// `dense · xᵀ`: each tile read in place as A, `x` packed as B once for every tile;
+    /// tiles of 72 features (in which the GEMM takes its regular kernel, which reads A in
+    /// place: its tall one, taken for some products of 48 rows or fewer, packs A).
+    Transposed,
+}
+
+impl Orientation {
+    fn tile(self) -> usize {
+        match self {
+            Orientation::Plain => 64,
+            Orientation::Transposed => 72,
+        }
+    }
+}
+
 /// Many rows: tiles of features over every part in one task list, each tile dequantized
-/// to float32 and multiplied by the GEMM. Tiles are `TILE` features wide, or half that
-/// when the wide tiles would leave a thread idle at the end (nine tiles on two threads
-/// keep one waiting a tenth of the product; q, k and v each on its own, a fifth): a
-/// narrower tile dequantizes no value twice, where cutting the rows would.
+/// to float32 and multiplied by the GEMM. Tiles are as wide as their orientation takes,
+/// or half that when the wide tiles would leave a thread idle at the end (three tiles on
+/// two threads keep one waiting a quarter of the product): a narrower tile dequantizes no
+/// value twice, where cutting the rows would.
 ///
-/// Each tile computes `dense · xᵀ`, the transposed product: the tile, row-major, is read
-/// in place as the GEMM's A, and `x` is packed as its B once for all tiles. Computing
-/// `x · denseᵀ` instead packs every tile (a tenth of the product's time) and copies its
-/// rows out; here the output is written once, transposed from a small tile.
+/// Up to `TRANSPOSED_ROWS` rows, a tile computes the transposed product: packing each
+/// tile and copying its rows out took a seventh of a 128-row product, and packing `x`
+/// once costs a tile's share of that. With more rows the plain product is faster (512
+/// rows: 3-5%, as a tile's packing spreads over more rows and the GEMM's B stays small).
 fn tiled<F: formats::IntBlock>(x: &[f32], parts: &[Part<'_>]) {
     let d = &parts[0].dims;
+    let orientation = if d.rows <= TRANSPOSED_ROWS {
+        Orientation::Transposed
+    } else {
+        Orientation::Plain
+    };
     let tiles_of = |width: usize| -> usize { parts.iter().map(|p| p.dims.n.div_ceil(width)).sum() };
     let features: usize = parts.iter().map(|p| p.dims.n).sum();
     let threads = crate::cpu::workers::threads();
     let spread = threads > 1 && parallel(d.rows * features * d.k);
     // Whether the last round of tasks is at least 95% full.
     let balanced = |tasks: usize| tasks * 20 >= tasks.div_ceil(threads) * threads * 19;
-    let width = if spread && !balanced(tiles_of(TILE)) {
-        TILE / 2
+    let tile = orientation.tile();
+    let width = if spread && !balanced(tiles_of(tile)) {
+        tile / 2
     } else {
-        TILE
+        tile
     };
     let shape = kernel_shape(DType::F32);
     PACKED_X.with(|packed| {
         let packed = &mut *packed.borrow_mut();
-        packed.resize(packed_b_len(d.k, d.rows, shape), 0.0);
-        // B = xᵀ: element (p, i) is x[i][p].
-        let x_as_b = GemmDims {
-            m: 0,
-            n: d.rows,
-            k: d.k,
-            a_rs: 0,
-            a_cs: 0,
-            b_rs: 1,
-            b_cs: d.k,
+        let packed_x = match orientation {
+            Orientation::Plain => None,
+            Orientation::Transposed => {
+                packed.resize(packed_b_len(d.k, d.rows, shape), 0.0);
+                // B = xᵀ: element (p, i) is x[i][p]; packed by every thread, blocks of k.
+                let plan = GemmPlan::new(transposed_dims(tile, d.rows, d.k), threads, shape);
+                pack_b_shared(&plan, x, packed);
+                Some(&packed[..])
+            }
         };
-        pack_b_whole(&x_as_b, x, shape, packed);
-        let packed: &[f32] = packed;
         let task = |t: usize| {
             let mut tile = t;
             for p in parts {
                 let count = p.dims.n.div_ceil(width);
                 if tile < count {
                     let first = tile * width;
-                    tile_product::<F>(p, x, packed, first..p.dims.n.min(first + width));
+                    tile_product::<F>(p, x, packed_x, first..p.dims.n.min(first + width));
                     return;
                 }
                 tile -= count;
@@ -418,12 +441,26 @@ thread_local! {
         const { RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
 }
 
-/// Part `p`'s features `range` for every row of `x` (`packed_x`: `x` packed as the GEMM's
-/// B), through a dequantized tile and the GEMM.
+/// The product of a tile of `cols` features by `rows` rows of `k` inputs, transposed
+/// (`cols x rows`): the tile's `dense` as A, `x` as B.
+fn transposed_dims(cols: usize, rows: usize, k: usize) -> GemmDims {
+    GemmDims {
+        m: cols,
+        n: rows,
+        k,
+        a_rs: k,
+        a_cs: 1,
+        b_rs: 1,
+        b_cs: k,
+    }
+}
+
+/// Part `p`'s features `range` for every row of `x`, through a dequantized tile and the
+/// GEMM: transposed when `packed_x` (`x` packed as the GEMM's B) is given.
 fn tile_product<F: formats::IntBlock>(
     p: &Part<'_>,
     x: &[f32],
-    packed_x: &[f32],
+    packed_x: Option<&[f32]>,
     range: std::ops::Range<usize>,
 ) {
     let d = &p.dims;
@@ -447,35 +484,53 @@ fn tile_product<F: formats::IntBlock>(
                 format: std::marker::PhantomData,
             }),
         }
-        // product (cols x rows) = dense · xᵀ.
-        let dims = GemmDims {
-            m: cols,
-            n: rows,
-            k: d.k,
-            a_rs: d.k,
-            a_cs: 1,
-            b_rs: 1,
-            b_cs: d.k,
-        };
-        let plan = GemmPlan::new(dims, 1, kernel_shape(DType::F32));
-        scratch.resize(plan.scratch_len(), 0.0);
-        gemm::<f32, f32>(
-            &plan,
-            f32::micro_kernels(),
-            dense,
-            x,
-            product,
-            scratch,
-            Some(packed_x),
-            None,
-        );
-        for r in 0..rows {
+        let shape = kernel_shape(DType::F32);
+        // Row r of the output, features first..first + cols.
+        let out_row = |r: usize| {
             // SAFETY: row r's features first..first + cols lie inside the rows x n output
-            // and belong to this task alone; `product` does not overlap it.
-            let out =
-                unsafe { std::slice::from_raw_parts_mut(p.out.ptr().add(r * d.n + first), cols) };
-            for (j, o) in out.iter_mut().enumerate() {
-                *o = product[j * rows + r];
+            // and belong to this task alone; `product` does not overlap them.
+            unsafe { std::slice::from_raw_parts_mut(p.out.ptr().add(r * d.n + first), cols) }
+        };
+        match packed_x {
+            Some(packed_x) => {
+                // product (cols x rows) = dense · xᵀ.
+                let plan = GemmPlan::new(transposed_dims(cols, rows, d.k), 1, shape);
+                scratch.resize(plan.scratch_len(), 0.0);
+                let kernels = f32::micro_kernels();
+                gemm::<f32, f32>(
+                    &plan,
+                    kernels,
+                    dense,
+                    x,
+                    product,
+                    scratch,
+                    Some(packed_x),
+                    None,
+                );
+                for r in 0..rows {
+                    for (j, o) in out_row(r).iter_mut().enumerate() {
+                        *o = product[j * rows + r];
+                    }
+                }
+            }
+            None => {
+                // product (rows x cols) = x · denseᵀ: B's element (q, j) is dense[j][q].
+                let dims = GemmDims {
+                    m: rows,
+                    n: cols,
+                    k: d.k,
+                    a_rs: d.k,
+                    a_cs: 1,
+                    b_rs: 1,
+                    b_cs: d.k,
+                };
+                let plan = GemmPlan::new(dims, 1, shape);
+                scratch.resize(plan.scratch_len(), 0.0);
+                let kernels = f32::micro_kernels();
+                gemm::<f32, f32>(&plan, kernels, x, dense, product, scratch, None, None);
+                for (r, row) in product.chunks_exact(cols).enumerate() {
+                    out_row(r).copy_from_slice(row);
+                }
             }
         }
     });

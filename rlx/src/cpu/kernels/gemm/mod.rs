@@ -453,7 +453,7 @@ pub(crate) fn pack_b_whole<S: FloatStore>(
 }
 
 /// [`pack_b_whole`] for a plan's blocks of `kc` rows, the blocks spread over the workers.
-fn pack_b_shared<S: FloatStore>(plan: &GemmPlan, b: &[S], out: &mut [S::Acc]) {
+pub(crate) fn pack_b_shared<S: FloatStore>(plan: &GemmPlan, b: &[S], out: &mut [S::Acc]) {
     let d = plan.dims;
     let nr = plan.shape.nr;
     let block = plan.kc * d.n.div_ceil(nr) * nr;
