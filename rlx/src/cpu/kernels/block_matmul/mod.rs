@@ -377,9 +377,9 @@ impl Orientation {
 /// value twice, where cutting the rows would.
 ///
 /// Up to `TRANSPOSED_ROWS` rows, a tile computes the transposed product: packing each
-/// tile and copying its rows out took a seventh of a 128-row product, and packing `x`
-/// once costs a tile's share of that. With more rows the plain product is faster (512
-/// rows: 3-5%, as a tile's packing spreads over more rows and the GEMM's B stays small).
+/// tile and copying its rows out took a seventh of a 128-row product, where `x` is packed
+/// once for all tiles. With more rows the plain product measured faster (5-10% at 512
+/// rows, even at 256): a tile's packing weighs less the more rows share it.
 fn tiled<F: formats::IntBlock>(x: &[f32], parts: &[Part<'_>]) {
     let d = &parts[0].dims;
     let orientation = if d.rows <= TRANSPOSED_ROWS {
