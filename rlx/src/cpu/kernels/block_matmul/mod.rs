@@ -407,7 +407,7 @@ fn tiled<F: formats::IntBlock>(x: &[f32], parts: &[Part<'_>]) {
             Orientation::Transposed => {
                 packed.resize(packed_b_len(d.k, d.rows, shape), 0.0);
                 // B = xᵀ: element (p, i) is x[i][p]; packed by every thread, blocks of k.
-                let plan = GemmPlan::new(transposed_dims(tile, d.rows, d.k), threads, shape);
+                let plan = GemmPlan::new(rows_by_rows(tile, d.rows, d.k), threads, shape);
                 pack_b_shared(&plan, x, packed);
                 Some(&packed[..])
             }
@@ -441,12 +441,12 @@ thread_local! {
         const { RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
 }
 
-/// The product of a tile of `cols` features by `rows` rows of `k` inputs, transposed
-/// (`cols x rows`): the tile's `dense` as A, `x` as B.
-fn transposed_dims(cols: usize, rows: usize, k: usize) -> GemmDims {
+/// `a · bᵀ` for `a` (`m x k`) and `b` (`n x k`), both row-major: the GEMM of either
+/// orientation of a tile's product (`x · denseᵀ` or `dense · xᵀ`).
+fn rows_by_rows(m: usize, n: usize, k: usize) -> GemmDims {
     GemmDims {
-        m: cols,
-        n: rows,
+        m,
+        n,
         k,
         a_rs: k,
         a_cs: 1,
@@ -494,7 +494,7 @@ fn tile_product<F: formats::IntBlock>(
         match packed_x {
             Some(packed_x) => {
                 // product (cols x rows) = dense · xᵀ.
-                let plan = GemmPlan::new(transposed_dims(cols, rows, d.k), 1, shape);
+                let plan = GemmPlan::new(rows_by_rows(cols, rows, d.k), 1, shape);
                 scratch.resize(plan.scratch_len(), 0.0);
                 let kernels = f32::micro_kernels();
                 gemm::<f32, f32>(
@@ -514,17 +514,8 @@ fn tile_product<F: formats::IntBlock>(
                 }
             }
             None => {
-                // product (rows x cols) = x · denseᵀ: B's element (q, j) is dense[j][q].
-                let dims = GemmDims {
-                    m: rows,
-                    n: cols,
-                    k: d.k,
-                    a_rs: d.k,
-                    a_cs: 1,
-                    b_rs: 1,
-                    b_cs: d.k,
-                };
-                let plan = GemmPlan::new(dims, 1, shape);
+                // product (rows x cols) = x · denseᵀ.
+                let plan = GemmPlan::new(rows_by_rows(rows, cols, d.k), 1, shape);
                 scratch.resize(plan.scratch_len(), 0.0);
                 let kernels = f32::micro_kernels();
                 gemm::<f32, f32>(&plan, kernels, x, dense, product, scratch, None, None);
