@@ -55,6 +55,12 @@ use rlx::models::llama::{
 use rlx::tensor::HostTensor;
 use rlx_testkit::bench::{argmax, flag, median};
 
+// MLX builds and frees many small host objects for every op it runs: glibc's malloc made
+// decoding on a GPU up to a third slower than mimalloc, which this binary takes for every
+// allocation in the process, MLX's C++ ones included (decision 039).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Where one decode step (one token after 128 cached positions) spends its time: the ops
 /// taking the most, summed over their kernels, then the slowest kernels.
 fn profile_decode(step: &LlamaStep, token: i64) -> Result<(), Box<dyn Error>> {
