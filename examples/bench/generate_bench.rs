@@ -13,6 +13,7 @@
 //! generate_bench backend=cpu batch=1 prompt=512 phase=prefill tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=128 phase=decode new=128 tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=128 phase=generate new=128 tok_s=..
+//! generate_bench backend=cpu batch=1 prompt=128 phase=generate new=128 sampling=greedy tok_s=..
 //! generate_bench backend=cpu batch=8 prompt=128 phase=prefill tok_s=..
 //! generate_bench backend=cpu batch=8 prompt=128 phase=decode new=128 tok_s=..
 //! ```
@@ -21,7 +22,8 @@
 //! fresh context. Decode: 128 one-token steps after a 128-token prompt, each feeding the
 //! argmax of the step before (taken on the host, inside the timing). Generate: the same
 //! through `rlx::generate` (decode steps per second), each token drawn by the sampling op
-//! on the backend (temperature 0.8, top-p 0.95, seeded). Batch 8: eight prompts prefilled
+//! on the backend (temperature 0.8, top-p 0.95, seeded), then again greedy
+//! (`sampling=greedy`: the argmax on the backend). Batch 8: eight prompts prefilled
 //! in one `llama_batch_step`, then one token a row per step (tokens/s of all rows).
 //! Figures are medians of `--reps` repetitions after one warm-up. `--batches` picks the
 //! batch sizes timed (1, 8 or both; a kernel trace of batch 1 alone, say). The prompt's tokens are
@@ -225,32 +227,43 @@ fn bench<B: Backend<Executable: 'static>>(
         "generate_bench backend={label} batch=1 prompt={prompt} phase=decode new={new} tok_s={:.1}",
         new as f64 / median(times)
     );
-    // The whole generation path: steps, penalties and the sampling op on the backend.
+    // The whole generation path: steps, penalties and the sampling op on the backend;
+    // sampled (temperature 0.8, top-p 0.95), then greedy (the argmax alone).
     let generator = Generator::new(backend, decoder.clone())?;
-    let mut rates = Vec::new();
-    for rep in 0..=reps {
-        let options = GenerateOptions {
-            max_tokens: new + 1,
-            sampling: SamplingParams {
+    for (sampling, label_suffix) in [
+        (
+            SamplingParams {
                 temperature: 0.8,
                 top_p: 0.95,
-                seed: rep as u64,
                 ..SamplingParams::default()
             },
-            stop_tokens: Vec::new(),
-        };
-        let mut generation = generator.generate(&tokens[..prompt], options)?;
-        for token in generation.by_ref() {
-            token?;
+            "",
+        ),
+        (SamplingParams::greedy(), " sampling=greedy"),
+    ] {
+        let mut rates = Vec::new();
+        for rep in 0..=reps {
+            let options = GenerateOptions {
+                max_tokens: new + 1,
+                sampling: SamplingParams {
+                    seed: rep as u64,
+                    ..sampling
+                },
+                stop_tokens: Vec::new(),
+            };
+            let mut generation = generator.generate(&tokens[..prompt], options)?;
+            for token in generation.by_ref() {
+                token?;
+            }
+            if rep > 0 {
+                rates.push(generation.stats().decode_tokens_per_second());
+            }
         }
-        if rep > 0 {
-            rates.push(generation.stats().decode_tokens_per_second());
-        }
+        println!(
+            "generate_bench backend={label} batch=1 prompt={prompt} phase=generate new={new}{label_suffix} tok_s={:.1}",
+            median(rates)
+        );
     }
-    println!(
-        "generate_bench backend={label} batch=1 prompt={prompt} phase=generate new={new} tok_s={:.1}",
-        median(rates)
-    );
     if batches.eight {
         batched(label, backend, &file, &tokens, reps, capacity, quant)?;
     }

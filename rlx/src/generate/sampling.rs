@@ -3,7 +3,9 @@
 
 use crate::backend::{Backend, Executable, RunError};
 use crate::builder::{BuildError, GraphBuilder};
-use crate::ir::{BinaryOp, CompareOp, DType, Dim, Graph, NodeId, Op, SampleToken};
+use crate::ir::{
+    ArgReduce, ArgReduceOp, BinaryOp, CompareOp, DType, Dim, Graph, NodeId, Op, SampleToken,
+};
 use crate::tensor::{HostTensor, TensorRef};
 
 use super::GenerateError;
@@ -151,25 +153,29 @@ impl History {
 /// The compiled graphs that turn a row of logits, its history and its settings into the
 /// next token, on the decoder's backend: with the penalties, and without them for settings
 /// that leave them off (most), which then pass neither the history nor ten passes over the
-/// vocabulary.
+/// vocabulary; and for greedy settings without penalties the argmax alone, which is what
+/// [`SampleToken`] computes at temperature 0 without its three sorts of the vocabulary
+/// (on a GPU, where each node costs a launch, most of a token's sampling time).
 pub(crate) struct Sampler {
     penalized: Box<dyn Executable>,
     plain: Box<dyn Executable>,
+    greedy: Box<dyn Executable>,
 }
 
 impl Sampler {
     pub(crate) fn compile<B: Backend<Executable: 'static>>(
         backend: &B,
     ) -> Result<Sampler, GenerateError> {
-        let compile = |penalties| -> Result<Box<dyn Executable>, GenerateError> {
-            let graph =
-                sampler_graph(penalties).map_err(|e| GenerateError::Internal(e.to_string()))?;
-            let executable = backend.compile(&graph).map_err(GenerateError::Compile)?;
-            Ok(Box::new(executable))
-        };
+        let compile =
+            |graph: Result<Graph, BuildError>| -> Result<Box<dyn Executable>, GenerateError> {
+                let graph = graph.map_err(|e| GenerateError::Internal(e.to_string()))?;
+                let executable = backend.compile(&graph).map_err(GenerateError::Compile)?;
+                Ok(Box::new(executable))
+            };
         Ok(Sampler {
-            penalized: compile(true)?,
-            plain: compile(false)?,
+            penalized: compile(sampler_graph(true))?,
+            plain: compile(sampler_graph(false))?,
+            greedy: compile(greedy_graph())?,
         })
     }
 
@@ -194,6 +200,10 @@ impl Sampler {
         let penalized = params.repetition_penalty != 1.0
             || params.presence_penalty != 0.0
             || params.frequency_penalty != 0.0;
+        if !penalized && params.temperature <= 0.0 {
+            let out = self.greedy.run(&[("logits", logits)], &[])?;
+            return first_token(&out);
+        }
         // One value per row (one row), viewed in place: nothing allocated per token.
         let values = [
             params.repetition_penalty,
@@ -240,16 +250,19 @@ impl Sampler {
             &self.plain
         };
         let out = executable.run(&inputs, &[])?;
-        let token = out
-            .first()
-            .and_then(|t| t.as_slice::<i64>().ok())
-            .and_then(|t| t.first().copied())
-            .ok_or(RunError::OutputCount {
-                expected: 1,
-                got: out.len(),
-            })?;
-        Ok(token)
+        first_token(&out)
     }
+}
+
+/// The token a sampler graph's one output holds.
+fn first_token(out: &[HostTensor]) -> Result<i64, RunError> {
+    out.first()
+        .and_then(|t| t.as_slice::<i64>().ok())
+        .and_then(|t| t.first().copied())
+        .ok_or(RunError::OutputCount {
+            expected: 1,
+            got: out.len(),
+        })
 }
 
 fn tensor_error(e: crate::tensor::TensorError) -> RunError {
@@ -287,6 +300,23 @@ fn sampler_graph(penalties: bool) -> Result<Graph, BuildError> {
     b.finish()
 }
 
+/// `token = argmax(logits)` over `rows` rows of `vocab` (the first of equal maxima): the
+/// draw of [`SampleToken`] at temperature 0.
+fn greedy_graph() -> Result<Graph, BuildError> {
+    let mut b = GraphBuilder::new();
+    let logits = b.input("logits", DType::F32, [Dim::sym("rows"), Dim::sym("vocab")])?;
+    let token = b.op(
+        Op::ArgReduce(ArgReduce {
+            op: ArgReduceOp::ArgMax,
+            axis: 1,
+            keep_dims: false,
+        }),
+        &[logits],
+    )?;
+    b.output("token", token)?;
+    b.finish()
+}
+
 /// `logits` with the penalties applied, from the inputs `output_counts` and `seen` (shaped
 /// `table`) and the per-row `repetition`, `presence` and `frequency`.
 fn penalize(
@@ -318,4 +348,54 @@ fn penalize(
     let frequency = b.mul(counts, frequency)?;
     let logits = b.binary(BinaryOp::Sub, logits, presence)?;
     b.binary(BinaryOp::Sub, logits, frequency)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Logits on a coarse grid, so that most rows hold the largest value more than once.
+    fn tied_logits(seed: u64, vocab: usize) -> Vec<f32> {
+        let mut draws = Draws::new(seed);
+        (0..vocab)
+            .map(|_| (draws.next_uniform() * 6.0).floor() - 3.0)
+            .collect()
+    }
+
+    /// The greedy shortcut takes what the whole sampler takes at temperature 0 (a harmless
+    /// repetition penalty on a token below the top sends that draw through the full graph),
+    /// and both take the first of equal maxima.
+    fn greedy_matches_the_sampler<B: Backend<Executable: 'static>>(backend: &B) {
+        let sampler = Sampler::compile(backend).unwrap();
+        let vocab = 300;
+        for seed in 0..12 {
+            let logits = tied_logits(seed, vocab);
+            let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let first = logits.iter().position(|&l| l == max).unwrap() as i64;
+            let low = logits.iter().position(|&l| l < max).unwrap() as i64;
+            let history = History::new(vocab, &[low]);
+            let tensor = HostTensor::from_vec(logits, [vocab]).unwrap();
+            let greedy = SamplingParams::greedy();
+            let shortcut = sampler.sample(&tensor, &history, &greedy, 0.5).unwrap();
+            let full_params = SamplingParams {
+                repetition_penalty: 1.5,
+                ..greedy
+            };
+            let full = sampler
+                .sample(&tensor, &history, &full_params, 0.5)
+                .unwrap();
+            assert_eq!((shortcut, full), (first, first), "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn greedy_shortcut_matches_the_sampler_on_the_cpu() {
+        greedy_matches_the_sampler(&crate::cpu::CpuBackend::default());
+    }
+
+    #[cfg(feature = "mlx")]
+    #[test]
+    fn greedy_shortcut_matches_the_sampler_on_mlx() {
+        greedy_matches_the_sampler(&crate::mlx::MlxBackend::default());
+    }
 }
