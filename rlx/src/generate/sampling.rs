@@ -154,8 +154,8 @@ impl History {
 /// next token, on the decoder's backend: with the penalties, and without them for settings
 /// that leave them off (most), which then pass neither the history nor ten passes over the
 /// vocabulary; and for greedy settings without penalties the argmax alone, which is what
-/// [`SampleToken`] computes at temperature 0 without its three sorts of the vocabulary
-/// (on a GPU, where each node costs a launch, most of a token's sampling time).
+/// [`SampleToken`] computes at temperature 0, without its three sorts of the vocabulary and
+/// dozens of other nodes (on a GPU each node is a launch).
 pub(crate) struct Sampler {
     penalized: Box<dyn Executable>,
     plain: Box<dyn Executable>,
