@@ -190,13 +190,7 @@ impl Sampler {
         let vocab = history.counts.len();
         let shape = [1, vocab];
         let logits = TensorRef::new(DType::F32, &shape, logits.data().bytes());
-        let counts = TensorRef::new(DType::F32, &shape, bytemuck::cast_slice(&history.counts));
-        let seen = TensorRef::new(DType::F32, &shape, bytemuck::cast_slice(&history.seen));
-        let (logits, counts, seen) = (
-            logits.map_err(tensor_error)?,
-            counts.map_err(tensor_error)?,
-            seen.map_err(tensor_error)?,
-        );
+        let logits = logits.map_err(tensor_error)?;
         let penalized = params.repetition_penalty != 1.0
             || params.presence_penalty != 0.0
             || params.frequency_penalty != 0.0;
@@ -234,7 +228,14 @@ impl Sampler {
             ("top_k", row(DType::I64, bytemuck::cast_slice(&top_k))),
         ];
         if penalized {
-            inputs.extend([("output_counts", counts), ("seen", seen)]);
+            let table = |values| TensorRef::new(DType::F32, &shape, bytemuck::cast_slice(values));
+            inputs.extend([
+                (
+                    "output_counts",
+                    table(&history.counts).map_err(tensor_error)?,
+                ),
+                ("seen", table(&history.seen).map_err(tensor_error)?),
+            ]);
         }
         // The penalties are the first three settings.
         let first = if penalized { 0 } else { 3 };

@@ -484,44 +484,38 @@ fn tile_product<F: formats::IntBlock>(
                 format: std::marker::PhantomData,
             }),
         }
-        let shape = kernel_shape(DType::F32);
         // Row r of the output, features first..first + cols.
         let out_row = |r: usize| {
             // SAFETY: row r's features first..first + cols lie inside the rows x n output
             // and belong to this task alone; `product` does not overlap them.
             unsafe { std::slice::from_raw_parts_mut(p.out.ptr().add(r * d.n + first), cols) }
         };
-        match packed_x {
-            Some(packed_x) => {
-                // product (cols x rows) = dense · xᵀ.
-                let plan = GemmPlan::new(rows_by_rows(cols, rows, d.k), 1, shape);
-                scratch.resize(plan.scratch_len(), 0.0);
-                let kernels = f32::micro_kernels();
-                gemm::<f32, f32>(
-                    &plan,
-                    kernels,
-                    dense,
-                    x,
-                    product,
-                    scratch,
-                    Some(packed_x),
-                    None,
-                );
-                for r in 0..rows {
-                    for (j, o) in out_row(r).iter_mut().enumerate() {
-                        *o = product[j * rows + r];
-                    }
+        // Transposed: product (cols x rows) = dense · xᵀ; plain: (rows x cols) = x · denseᵀ.
+        let (dims, a, b) = match packed_x {
+            Some(_) => (rows_by_rows(cols, rows, d.k), &dense[..], x),
+            None => (rows_by_rows(rows, cols, d.k), x, &dense[..]),
+        };
+        let plan = GemmPlan::new(dims, 1, kernel_shape(DType::F32));
+        scratch.resize(plan.scratch_len(), 0.0);
+        gemm::<f32, f32>(
+            &plan,
+            f32::micro_kernels(),
+            a,
+            b,
+            product,
+            scratch,
+            packed_x,
+            None,
+        );
+        if packed_x.is_some() {
+            for r in 0..rows {
+                for (j, o) in out_row(r).iter_mut().enumerate() {
+                    *o = product[j * rows + r];
                 }
             }
-            None => {
-                // product (rows x cols) = x · denseᵀ.
-                let plan = GemmPlan::new(rows_by_rows(rows, cols, d.k), 1, shape);
-                scratch.resize(plan.scratch_len(), 0.0);
-                let kernels = f32::micro_kernels();
-                gemm::<f32, f32>(&plan, kernels, x, dense, product, scratch, None, None);
-                for (r, row) in product.chunks_exact(cols).enumerate() {
-                    out_row(r).copy_from_slice(row);
-                }
+        } else {
+            for (r, row) in product.chunks_exact(cols).enumerate() {
+                out_row(r).copy_from_slice(row);
             }
         }
     });
