@@ -143,7 +143,13 @@ fn main() -> Result<(), Box<dyn Error>> {
     match args.backend.as_str() {
         "cpu" => generate(&rlx::cpu::CpuBackend::default(), &args),
         #[cfg(feature = "mlx")]
-        "mlx" => generate(&rlx::mlx::MlxBackend::default(), &args),
+        "mlx" => {
+            // A decoding step is hundreds of kernels of a few microseconds: on an NVIDIA
+            // GPU, recording them into CUDA graphs beats launching them one by one
+            // (decision 040). Chosen before anything runs; MLX_USE_CUDA_GRAPHS=0 overrides.
+            rlx::mlx::set_cuda_graphs(true)?;
+            generate(&rlx::mlx::MlxBackend::default(), &args)
+        }
         other => Err(format!("unknown or unavailable backend {other:?} (cpu, mlx)").into()),
     }
 }

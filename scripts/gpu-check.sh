@@ -29,7 +29,7 @@
 #   - generation (group `generate`, when $RLX_SMOLLM2_DIR holds SmolLM2's GGUF): the
 #     llama and generate tests, 09_generate (RLX_GPU_BENCH_ONLY=1 leaves these out) and
 #     generate_bench --backend mlx in f32 and Q4_1 with and without MLX's CUDA graphs
-#     (RLX_GPU_GRAPHS="0" for without only); with $RLX_GPU_REFERENCES (a folder holding
+#     (RLX_GPU_GRAPHS="off" for without only); with $RLX_GPU_REFERENCES (a folder holding
 #     ../shared/bench/gpu_generate/'s scripts and a wheels/ folder with gguf and mlx-lm)
 #     also MLX-LM (bf16, 4-bit; batch 1 and, through bench/mlx_lm_batch_generate.py, 8)
 #     and PyTorch (eager, static cache + torch.compile) on the same GGUF;
@@ -55,7 +55,7 @@ step() {
   return "${PIPESTATUS[0]}"
 }
 
-tests=(ops mlx mlx_device minilm concurrency fuzz data_parallel state model_state train mamba)
+tests=(ops mlx mlx_device mlx_process minilm concurrency fuzz data_parallel state model_state train mamba)
 # Need SmolLM2 (not in the pack): run by the `generate` group only.
 generation_tests=(llama generate)
 examples=(mlx_block_bench minilm_bench 05_mlx_backend fuzz_graphs concurrent_bench 08_data_parallel data_parallel_bench train_bench generate_bench 09_generate mamba_bench moe_bench delta_bench)
@@ -169,11 +169,11 @@ run_all() {
       step "$bin/09_generate" --backend mlx --max-tokens 32 || status=1
     fi
     # f32 weights, and the Q4_1 projections kept 4-bit (MLX's quantized_matmul); each with
-    # and without MLX's CUDA graphs (decision 011); then where decode time goes (a kernel
-    # trace of one process, batch 1 only).
-    for graphs in ${RLX_GPU_GRAPHS:-1 0}; do
-      MLX_USE_CUDA_GRAPHS=$graphs step "$bin/generate_bench" --backend mlx --reps 3 || status=1
-      MLX_USE_CUDA_GRAPHS=$graphs step "$bin/generate_bench" --backend mlx --quant --reps 3 || status=1
+    # MLX's CUDA graphs (generate_bench's default, decision 040) and without (decision 011);
+    # then where decode time goes (a kernel trace of one process, batch 1 only).
+    for graphs in ${RLX_GPU_GRAPHS:-on off}; do
+      step "$bin/generate_bench" --backend mlx --reps 3 --cuda-graphs "$graphs" || status=1
+      step "$bin/generate_bench" --backend mlx --quant --reps 3 --cuda-graphs "$graphs" || status=1
     done
     RLX_TRACE_TOP=30 traced generate "$bin/generate_bench" --backend mlx --reps 1 --batches 1
     [ -f "$(dirname "$log")/trace-generate.txt" ] && cat "$(dirname "$log")/trace-generate.txt"

@@ -8,7 +8,7 @@
 //! cargo run --release --example generate_bench -- [--backend cpu|mlx] [--reps 5]
 //!     [--capacity 1024] [--mlx-mode eager|lazy|compiled] [--quant [--activations int8|exact]]
 //!     [--quantize Q8_0|Q4_0|Q4_1|Q5_0|Q5_1] [--kv-cache f32|int8] [--profile] [--perplexity]
-//!     [--model FILE.gguf] [--batches 1,8]
+//!     [--model FILE.gguf] [--batches 1,8] [--cuda-graphs on|off]
 //! generate_bench backend=cpu batch=1 prompt=128 phase=prefill tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=512 phase=prefill tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=128 phase=decode new=128 tok_s=..
@@ -34,7 +34,9 @@
 //! (the variants `generate_bench.py` makes: Q8_0, Q4_K_M, F16); its tensors' formats are
 //! printed to stderr. `--quantize FORMAT` (implies `--quant`) quantizes the file's float
 //! projections into `FORMAT` as they load (an F16 file, say), beside the blocks it keeps;
-//! `--kv-cache int8` (with `--quant`) keeps the key/value caches in int8.
+//! `--kv-cache int8` (with `--quant`) keeps the key/value caches in int8. On an NVIDIA GPU
+//! MLX records the kernels into CUDA graphs, as `09_generate` has it (decision 040);
+//! `--cuda-graphs off` launches them one by one (RLX's default for other processes).
 //!
 //! `--perplexity` instead scores the shared prose text (`tests/data/llm/perplexity.json`:
 //! 1,093 tokens, no BOS) as `generate_bench.py` does, one decode step a token (so every
@@ -461,6 +463,16 @@ fn main() -> Result<(), Box<dyn Error>> {
                 Some("compiled") => MlxMode::Compiled,
                 Some(other) => return Err(format!("unknown --mlx-mode {other:?}").into()),
             };
+            // As 09_generate decodes (decision 040); `--cuda-graphs off` times launching
+            // kernels one by one, as encoders run. The environment's MLX_USE_CUDA_GRAPHS
+            // wins over both.
+            let graphs = match flag(&args, "--cuda-graphs").unwrap_or("on") {
+                "on" => true,
+                "off" => false,
+                other => return Err(format!("--cuda-graphs {other:?}: on or off").into()),
+            };
+            let graphs = rlx::mlx::set_cuda_graphs(graphs)?;
+            eprintln!("cuda graphs: {}", if graphs { "on" } else { "off" });
             let options = Options {
                 profiled: false,
                 ..options

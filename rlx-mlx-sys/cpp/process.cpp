@@ -23,8 +23,10 @@ const bool tf32_default_set = [] {
 // MLX's CUDA backend records kernels into CUDA graphs by default, and stream-captures every
 // cuBLAS call into a child graph of its own. Launching directly was as fast or faster for
 // MiniLM at every batch measured on an H100 (TF32 32x128: 2.66 against 3.87 ms; f32
-// 1024x128: 88.0 against 87.3), so RLX turns graphs off unless the user chose
-// (ARCHITECTURE.md).
+// 1024x128: 88.0 against 87.3), so RLX turns graphs off unless the user chose (decision
+// 011); a process that decodes turns them back on with rlx_mlx_set_cuda_graphs (decision
+// 040). Whether the user chose is read first: the default below is then indistinguishable.
+const bool cuda_graphs_chosen_by_user = std::getenv("MLX_USE_CUDA_GRAPHS") != nullptr;
 const bool cuda_graphs_default_set = [] {
   setenv("MLX_USE_CUDA_GRAPHS", "0", /*overwrite=*/0);
   return true;
@@ -46,6 +48,18 @@ namespace {
 const int openblas_threads_at_load = openblas_get_num_threads();
 }  // namespace
 #endif
+
+bool rlx_mlx_cuda_graphs(void) {
+  // As MLX reads it (env::get_var: an integer, MLX's default 1 when unset).
+  const char* value = std::getenv("MLX_USE_CUDA_GRAPHS");
+  return value == nullptr ? true : std::atoi(value) != 0;
+}
+
+bool rlx_mlx_set_cuda_graphs(bool enabled) {
+  if (cuda_graphs_chosen_by_user) return false;
+  setenv("MLX_USE_CUDA_GRAPHS", enabled ? "1" : "0", /*overwrite=*/1);
+  return true;
+}
 
 const char* rlx_mlx_blas(void) {
 #ifdef RLX_MLX_OPENBLAS

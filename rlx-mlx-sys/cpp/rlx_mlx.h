@@ -165,6 +165,15 @@ int rlx_mlx_default_device(rlx_mlx_device_kind* kind);
  * reads MLX_ENABLE_TF32 once per process; the shim sets it to 0 (full float32) at load
  * unless the environment already has it, so this is fixed for the process. */
 bool rlx_mlx_tf32(void);
+/* Whether MLX's CUDA backend records this process's kernels into CUDA graphs, as
+ * MLX_USE_CUDA_GRAPHS says now (the shim sets it to 0 at load unless the environment has
+ * it). MLX reads the variable once, at the process's first GPU kernel. */
+bool rlx_mlx_cuda_graphs(void);
+/* Sets MLX_USE_CUDA_GRAPHS for this process unless the user's environment set it before
+ * the library loaded (returns false then, and changes nothing). Only a call before the
+ * first GPU kernel has an effect; it writes the environment, so no other thread may read
+ * or write the environment during the call. */
+bool rlx_mlx_set_cuda_graphs(bool enabled);
 /* This thread: whether ops on float16/bfloat16 arrays compute in float32 and round once
  * (true, the default: the numbers of RLX's CPU backend) or run MLX's half-precision
  * kernels (false: faster). Returns the previous setting. */

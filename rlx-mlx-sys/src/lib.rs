@@ -65,6 +65,8 @@ unsafe extern "C" {
     pub fn rlx_mlx_set_default_device(kind: rlx_mlx_device_kind) -> c_int;
     pub fn rlx_mlx_default_device(kind: *mut rlx_mlx_device_kind) -> c_int;
     pub fn rlx_mlx_tf32() -> bool;
+    pub fn rlx_mlx_cuda_graphs() -> bool;
+    pub fn rlx_mlx_set_cuda_graphs(enabled: bool) -> bool;
     pub fn rlx_mlx_set_exact_halves(exact: bool) -> bool;
     pub fn rlx_mlx_set_fusion(enabled: bool) -> c_int;
     pub fn rlx_mlx_live_arrays() -> i64;

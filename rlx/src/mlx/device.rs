@@ -1,5 +1,6 @@
 //! Where MLX computes: its devices, and the float precision of matrix products on a GPU.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use rlx_mlx_sys as sys;
@@ -119,8 +120,62 @@ pub fn tf32_enabled() -> bool {
     unsafe { sys::rlx_mlx_tf32() }
 }
 
+/// Whether this process records its MLX kernels on an NVIDIA GPU into CUDA graphs: MLX
+/// reads `MLX_USE_CUDA_GRAPHS` once, at the process's first GPU kernel. RLX's default is
+/// off (encoders run faster launching kernels one by one) unless the environment sets the
+/// variable; [`set_cuda_graphs`] changes it before the first GPU run.
+///
+/// ```
+/// // Off unless the environment or set_cuda_graphs said otherwise.
+/// let graphs = rlx::mlx::cuda_graphs();
+/// # let _ = graphs;
+/// ```
+pub fn cuda_graphs() -> bool {
+    // SAFETY: reads the environment; no pointers involved.
+    unsafe { sys::rlx_mlx_cuda_graphs() }
+}
+
+/// Chooses whether this process records its MLX kernels on an NVIDIA GPU into CUDA graphs
+/// (decision 040): on pays when a run is hundreds of kernels of a few microseconds, as a
+/// decoding step is (1.2-1.6x tokens/s at batch 1 on an H200), and costs encoders up to a
+/// quarter. MLX fixes the choice at the process's first GPU kernel, so call this at the
+/// start of `main`, before other threads run (it writes the process environment). An
+/// `MLX_USE_CUDA_GRAPHS` set in the environment before the process started wins: the
+/// call changes nothing then. No effect on other devices. Returns the setting now in force.
+///
+/// # Errors
+/// When an RLX executable or value has already used the GPU in this process: the choice is
+/// made then.
+///
+/// ```
+/// // A binary that decodes turns graphs on before building anything.
+/// let graphs = rlx::mlx::set_cuda_graphs(true)?;
+/// assert_eq!(graphs, rlx::mlx::cuda_graphs());
+/// # Ok::<(), rlx::mlx::MlxError>(())
+/// ```
+pub fn set_cuda_graphs(enabled: bool) -> Result<bool, MlxError> {
+    let _held = GPU_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if GPU_USED.load(Ordering::Acquire) {
+        if cuda_graphs() == enabled {
+            return Ok(enabled);
+        }
+        return Err(MlxError::new(
+            "CUDA graphs are chosen before the process's first GPU run, and the GPU has run",
+        ));
+    }
+    // SAFETY: writes the environment with the GPU lock held, so no RLX call is building or
+    // evaluating on the GPU (the only place MLX reads this variable); the caller's contract
+    // (start of main) covers the rest of the process.
+    unsafe { sys::rlx_mlx_set_cuda_graphs(enabled) };
+    Ok(cuda_graphs())
+}
+
 /// Held through every call that builds or evaluates on a GPU (see [`gpu_turn`]).
 static GPU_LOCK: Mutex<()> = Mutex::new(());
+
+/// Set by the first [`gpu_turn`] on a GPU: from then on MLX may have fixed its per-process
+/// settings.
+static GPU_USED: AtomicBool = AtomicBool::new(false);
 
 /// On a GPU, one call at a time: the calls of this process that build or evaluate MLX
 /// arrays on the GPU take turns. MLX 0.32's CUDA backend captures CUDA graphs per stream,
@@ -128,7 +183,11 @@ static GPU_LOCK: Mutex<()> = Mutex::new(());
 /// operation failed due to a previous error during capture", inside MLX, on an H100); the
 /// GPU is the parallel resource there anyway. On the CPU device runs stay parallel.
 pub(crate) fn gpu_turn(device: Device) -> Option<std::sync::MutexGuard<'static, ()>> {
-    (device == Device::Gpu).then(|| GPU_LOCK.lock().unwrap_or_else(|e| e.into_inner()))
+    (device == Device::Gpu).then(|| {
+        let held = GPU_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        GPU_USED.store(true, Ordering::Release);
+        held
+    })
 }
 
 /// MLX builds ops on one process-wide default device. Executables on different devices

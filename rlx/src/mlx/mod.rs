@@ -48,7 +48,7 @@ pub use array::{
 };
 pub use backend::MlxBackend;
 pub(crate) use device::gpu_turn;
-pub use device::{Device, Precision, tf32_enabled};
+pub use device::{Device, Precision, cuda_graphs, set_cuda_graphs, tf32_enabled};
 pub use ops::MaskArg;
 
 use std::collections::BTreeMap;
