@@ -138,9 +138,10 @@ fn generate_codes() {
     std::fs::write(dest, out).expect("OUT_DIR is writable");
 }
 
-/// Writes `$OUT_DIR/kernels/attention_source.h` and `decode_attention_source.h`: each of
-/// `cpp/attention.cu` and `cpp/decode_attention.cu` as one C++ raw string, the sources the
-/// shim hands to MLX's run-time CUDA compiler. Returns the folder to include.
+/// Writes `$OUT_DIR/kernels/attention_source.h`, `decode_attention_source.h` and
+/// `residual_norm_source.h`: each of `cpp/attention.cu`, `cpp/decode_attention.cu` and
+/// `cpp/residual_norm.cu` as one C++ raw string, the sources the shim hands to MLX's
+/// run-time CUDA compiler. Returns the folder to include.
 fn embed_kernel_sources() -> PathBuf {
     let dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("kernels");
     std::fs::create_dir_all(&dir).expect("OUT_DIR is writable");
@@ -150,6 +151,11 @@ fn embed_kernel_sources() -> PathBuf {
             "decode_attention.cu",
             "decode_attention_source.h",
             "kDecodeAttentionSource",
+        ),
+        (
+            "residual_norm.cu",
+            "residual_norm_source.h",
+            "kResidualNormSource",
         ),
     ] {
         let path = format!("cpp/{file}");

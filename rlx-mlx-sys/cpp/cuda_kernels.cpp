@@ -3,10 +3,11 @@
 // nothing where it does not apply, and MLX's own op runs instead.
 #include "shim_internal.h"
 
-// kAttentionSource, kDecodeAttentionSource: cpp/attention.cu and cpp/decode_attention.cu,
-// embedded by build.rs.
+// kAttentionSource, kDecodeAttentionSource, kResidualNormSource: cpp/attention.cu,
+// cpp/decode_attention.cu and cpp/residual_norm.cu, embedded by build.rs.
 #include "attention_source.h"
 #include "decode_attention_source.h"
+#include "residual_norm_source.h"
 
 namespace rlx {
 
@@ -248,5 +249,33 @@ std::optional<mx::array> take_rows_gpu(const mx::array& table, const mx::array& 
   return mx::reshape(out.at(0), shape);
 }
 
+// `a + b` and its RMS normalization with `weight` (cpp/residual_norm.cu) on an NVIDIA GPU,
+// for float32 operands of one shape with rows of the weight's width, or nothing where it
+// does not apply (another device or dtype, shapes that differ or broadcast) and the caller
+// composes MLX's add and RMS norm instead.
+std::optional<std::pair<mx::array, mx::array>> add_rms_norm_gpu(const mx::array& a,
+                                                                const mx::array& b,
+                                                                const mx::array& weight,
+                                                                float eps) {
+  constexpr int threads = 128, grid_axis_limit = std::numeric_limits<int32_t>::max();
+  if (cuda_build_compute_major() == 0) return std::nullopt;
+  if (a.dtype() != mx::float32 || b.dtype() != mx::float32 || weight.dtype() != mx::float32) {
+    return std::nullopt;
+  }
+  if (a.shape() != b.shape() || a.ndim() < 1 || weight.ndim() != 1) return std::nullopt;
+  const int width = a.shape(-1);
+  if (width < 1 || weight.shape(0) != width) return std::nullopt;
+  const size_t rows = a.size() / static_cast<size_t>(width);
+  if (rows < 1 || rows > static_cast<size_t>(grid_axis_limit / threads)) return std::nullopt;
+  static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
+      "rlx_add_rms_norm", {"a", "b", "w", "eps"}, {"sum", "out"},
+      "rlx_norm::add_rms_norm<THREADS>(a, b, w, eps, w_shape[0], sum, out);",
+      kResidualNormSource, /*ensure_row_contiguous=*/true);
+  std::vector<mx::array> out =
+      kernel({a, b, weight, mx::array(eps, mx::float32)}, {a.shape(), a.shape()},
+             {mx::float32, mx::float32}, {static_cast<int>(rows) * threads, 1, 1},
+             {threads, 1, 1}, {{"THREADS", threads}}, std::nullopt, false, {});
+  return std::make_pair(out.at(0), out.at(1));
+}
 
 }  // namespace rlx

@@ -437,6 +437,27 @@ int rlx_mlx_rms_norm(const rlx_mlx_array* x, const rlx_mlx_array* weight, double
   });
 }
 
+int rlx_mlx_add_rms_norm(const rlx_mlx_array* a, const rlx_mlx_array* b,
+                         const rlx_mlx_array* weight, double eps, rlx_mlx_array** sum,
+                         rlx_mlx_array** out) {
+  return guard([&] {
+    if (a == nullptr || b == nullptr || weight == nullptr || sum == nullptr || out == nullptr) {
+      throw std::invalid_argument("[rlx] add_rms_norm needs two operands, a weight and two outputs");
+    }
+    const mx::array& x = get(a);
+    const mx::array& y = get(b);
+    const mx::array& w = get(weight);
+    if (auto fused = add_rms_norm_gpu(x, y, w, static_cast<float>(eps))) {
+      put(sum, fused->first);
+      put(out, fused->second);
+      return;
+    }
+    // Elsewhere: the add and the norm as the unfused lowering builds them.
+    const mx::array s = binary(RLX_MLX_BINARY_ADD, x, y);
+    put(sum, s);
+    put(out, s.size() == 0 ? s : down(mx::fast::rms_norm(up(s), up(w), static_cast<float>(eps)), s.dtype()));
+  });
+}
 
 int rlx_mlx_solve(const rlx_mlx_array* a, const rlx_mlx_array* b, rlx_mlx_array** out) {
   return guard([&] {

@@ -298,6 +298,12 @@ int rlx_mlx_layer_norm(const rlx_mlx_array* x, const rlx_mlx_array* weight,
                        const rlx_mlx_array* bias, double eps, rlx_mlx_array** out);
 int rlx_mlx_rms_norm(const rlx_mlx_array* x, const rlx_mlx_array* weight, double eps,
                      rlx_mlx_array** out);
+/* `sum = a + b` (one shape) and `out` its RMS normalization over the last axis with
+ * `weight`: one kernel on an NVIDIA GPU for float32, MLX's add and RMS norm elsewhere. A
+ * decoder's residual add and the norm of the next sublayer. */
+int rlx_mlx_add_rms_norm(const rlx_mlx_array* a, const rlx_mlx_array* b,
+                         const rlx_mlx_array* weight, double eps, rlx_mlx_array** sum,
+                         rlx_mlx_array** out);
 int rlx_mlx_reshape(const rlx_mlx_array* x, const int64_t* shape, size_t ndim,
                     rlx_mlx_array** out);
 int rlx_mlx_permute(const rlx_mlx_array* x, const int32_t* perm, size_t ndim,

@@ -198,5 +198,9 @@ std::optional<mx::array> prefix_attention_gpu(const mx::array& q, const mx::arra
                                               const mx::array& length,
                                               rlx_mlx_mask_kind mask_kind, int64_t window);
 std::optional<mx::array> take_rows_gpu(const mx::array& table, const mx::array& idx);
+std::optional<std::pair<mx::array, mx::array>> add_rms_norm_gpu(const mx::array& a,
+                                                                const mx::array& b,
+                                                                const mx::array& weight,
+                                                                float eps);
 
 }  // namespace rlx

@@ -212,6 +212,14 @@ unsafe extern "C" {
         eps: f64,
         out: *mut *mut Array,
     ) -> c_int;
+    pub fn rlx_mlx_add_rms_norm(
+        a: *const Array,
+        b: *const Array,
+        weight: *const Array,
+        eps: f64,
+        sum: *mut *mut Array,
+        out: *mut *mut Array,
+    ) -> c_int;
     pub fn rlx_mlx_reshape(
         x: *const Array,
         shape: *const i64,

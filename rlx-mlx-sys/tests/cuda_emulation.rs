@@ -7,11 +7,12 @@
 use std::path::Path;
 use std::process::Command;
 
-#[test]
-fn the_decoding_attention_kernel_matches_float64_when_emulated() {
+/// Builds `tests/cuda_emulation/{name}.cpp` with the compiler that builds the shim, runs
+/// it, and returns its report once it exits cleanly.
+fn emulate(name: &str) -> String {
     let source =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cuda_emulation/decode_attention.cpp");
-    let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join("decode_attention_emulated");
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/cuda_emulation/{name}.cpp"));
+    let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}_emulated"));
     let compiler = std::env::var("CXX").unwrap_or_else(|_| "g++".to_string());
     let built = Command::new(&compiler)
         .args(["-std=c++20", "-O1", "-pthread", "-w"])
@@ -22,11 +23,23 @@ fn the_decoding_attention_kernel_matches_float64_when_emulated() {
         .unwrap_or_else(|e| panic!("{compiler} (which builds the shim) did not start: {e}"));
     assert!(built.success(), "{} did not compile", source.display());
     let run = Command::new(&binary).output().expect("the emulator runs");
-    let report = String::from_utf8_lossy(&run.stdout);
+    let report = String::from_utf8_lossy(&run.stdout).into_owned();
     assert!(run.status.success(), "{report}");
-    assert_eq!(
-        report.lines().filter(|l| l.starts_with("ok ")).count(),
-        10,
-        "{report}"
-    );
+    report
+}
+
+fn passed(report: &str) -> usize {
+    report.lines().filter(|l| l.starts_with("ok ")).count()
+}
+
+#[test]
+fn the_decoding_attention_kernel_matches_float64_when_emulated() {
+    let report = emulate("decode_attention");
+    assert_eq!(passed(&report), 10, "{report}");
+}
+
+#[test]
+fn the_residual_norm_kernel_matches_float64_when_emulated() {
+    let report = emulate("residual_norm");
+    assert_eq!(passed(&report), 7, "{report}");
 }

@@ -2,59 +2,9 @@
 // for __syncthreads and one per warp for its exchanges, the blocks one after another. Each
 // case is compared with a float64 reference; the exit status is the number of failures.
 // Built and run by tests/cuda_emulation.rs (the shim's own build needs g++ anyway).
-#include <barrier>
-#include <cmath>
-#include <cstdio>
-#include <cstring>
-#include <memory>
 #include <random>
-#include <thread>
-#include <vector>
 
-// What NVRTC provides, for the threads of one block.
-#define __device__
-#define __forceinline__ inline
-#define __shared__ static
-struct float4 {
-  float x, y, z, w;
-};
-inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
-inline float __int_as_float(unsigned u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-struct Dim3 {
-  int x = 0, y = 0, z = 0;
-};
-thread_local Dim3 threadIdx;
-Dim3 blockIdx, gridDim, blockDim;
-constexpr int kThreads = 256;
-std::barrier<>* block_barrier = nullptr;
-std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
-float warp_slots[kThreads];
-inline void __syncthreads() { block_barrier->arrive_and_wait(); }
-inline float __shfl_xor_sync(unsigned, float x, int mask) {
-  const int t = threadIdx.x, warp = t / 32;
-  warp_slots[t] = x;
-  warp_barriers[warp]->arrive_and_wait();
-  const float y = warp_slots[(t & ~31) | ((t % 32) ^ mask)];
-  warp_barriers[warp]->arrive_and_wait();
-  return y;
-}
-inline bool __any_sync(unsigned, bool x) {
-  const int t = threadIdx.x, warp = t / 32;
-  warp_slots[t] = x ? 1.f : 0.f;
-  warp_barriers[warp]->arrive_and_wait();
-  bool any = false;
-  for (int i = 0; i < 32; ++i) any = any || warp_slots[warp * 32 + i] != 0.f;
-  warp_barriers[warp]->arrive_and_wait();
-  return any;
-}
-inline float __expf(float x) { return std::exp(x); }
-using std::fmaf;
-using std::fmaxf;
-using std::isnan;
+#include "emulator.h"
 
 #include "../../cpp/decode_attention.cu"
 
@@ -88,28 +38,18 @@ double run(const Case& c) {
   for (int b = 0; b < c.batch; ++b)
     for (int g = 0; g < c.hk; ++g)
       for (int s = 0; s < splits; ++s) {
-        blockIdx = {s, g, b};
-        std::barrier<> barrier(kThreads);
-        block_barrier = &barrier;
-        warp_barriers.clear();
-        for (int w = 0; w < kThreads / 32; ++w) warp_barriers.push_back(std::make_unique<std::barrier<>>(32));
-        std::vector<std::thread> threads;
-        for (int t = 0; t < kThreads; ++t) {
-          threads.emplace_back([&, t] {
-            threadIdx = {t, 0, 0};
-            auto call = [&](auto final_tag, float* o, float* st) {
-              rlx_decode::decode_attention<D, DV, ROWS, CHUNK, MASK, WINDOW, long long,
-                                           decltype(final_tag)::value>(
-                  q.data(), k.data(), v.data(), lengths.data(), per_batch ? 1 : 0, &scale,
-                  c.hq, c.hk, c.sq, c.sk,
-                  1LL * c.hq * c.sq * D, 1LL * c.sq * D, D, 1, 1LL * c.hk * c.sk * D,
-                  1LL * c.sk * D, D, 1, 1LL * c.hk * c.sk * DV, 1LL * c.sk * DV, DV, 1, o, st);
-            };
-            if (splits == 1) call(std::true_type{}, out.data(), nullptr);
-            else call(std::false_type{}, parts.data(), stats.data());
-          });
-        }
-        for (auto& t : threads) t.join();
+        run_block({s, g, b}, rlx_decode::THREADS, [&] {
+          auto call = [&](auto final_tag, float* o, float* st) {
+            rlx_decode::decode_attention<D, DV, ROWS, CHUNK, MASK, WINDOW, long long,
+                                         decltype(final_tag)::value>(
+                q.data(), k.data(), v.data(), lengths.data(), per_batch ? 1 : 0, &scale,
+                c.hq, c.hk, c.sq, c.sk,
+                1LL * c.hq * c.sq * D, 1LL * c.sq * D, D, 1, 1LL * c.hk * c.sk * D,
+                1LL * c.sk * D, D, 1, 1LL * c.hk * c.sk * DV, 1LL * c.sk * DV, DV, 1, o, st);
+          };
+          if (splits == 1) call(std::true_type{}, out.data(), nullptr);
+          else call(std::false_type{}, parts.data(), stats.data());
+        });
       }
   if (splits > 1) {
     blockDim = {128, 1, 1};

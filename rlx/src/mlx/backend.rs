@@ -226,6 +226,7 @@ impl Backend for MlxBackend {
         };
         let mut block_formats = block_weight_params(&g, &params);
         let bias_adds = BiasAdds::of(&g);
+        let residual_norms = ResidualNorms::of(&g, &bias_adds);
         let groups = product_groups(&g, &params, &block_formats, bias_adds.folded());
         // A grouped block weight's MLX form is its group's: none of its own.
         for group in &groups {
@@ -263,6 +264,7 @@ impl Backend for MlxBackend {
             constants: Arc::new(constants),
             custom: Arc::new(custom),
             bias_adds: Arc::new(bias_adds),
+            residual_norms: Arc::new(residual_norms),
             graph: Arc::new(g),
             mode: self.mode,
             device: self.device,

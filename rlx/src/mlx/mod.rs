@@ -72,7 +72,9 @@ use layout::{
     FusedSlot, ProductGroup, block_weight_params, fused_slots, k_major_params, prepared_slots,
     product_groups,
 };
-use lower::{BiasAdds, Constants, Lowering, PreparedWeight, eval_error, upload_constants};
+use lower::{
+    BiasAdds, Constants, Lowering, PreparedWeight, ResidualNorms, eval_error, upload_constants,
+};
 use values::{MlxState, MlxValue};
 use weights::{BoundWeights, Joined, Weight};
 
@@ -198,6 +200,7 @@ pub struct MlxExecutable {
     custom: Arc<Vec<Option<Arc<dyn MlxCustomOp>>>>,
     /// The adds of a bias to a matmul, lowered as one GEMM (every binding alike).
     bias_adds: Arc<BiasAdds>,
+    residual_norms: Arc<ResidualNorms>,
     mode: MlxMode,
     device: Device,
     /// False under [`Precision::F16`] and [`Precision::BF16`]: half ops run MLX's own
@@ -257,6 +260,7 @@ impl MlxExecutable {
             let lowering = Arc::new(Lowering {
                 graph: self.graph.clone(),
                 bias_adds: self.bias_adds.clone(),
+                residual_norms: self.residual_norms.clone(),
                 shapes,
                 constants: self.constants.clone(),
                 custom: self.custom.clone(),

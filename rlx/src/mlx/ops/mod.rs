@@ -169,6 +169,35 @@ impl Array {
         make(|out| unsafe { sys::rlx_mlx_rms_norm(self.ptr(), w, eps, out) })
     }
 
+    /// `self + other` (one shape) and its RMS normalization over the last axis with
+    /// `weight`: a residual add and the next sublayer's norm, one kernel on an NVIDIA GPU.
+    pub(crate) fn add_rms_norm(
+        &self,
+        other: &Array,
+        weight: &Array,
+        eps: f64,
+    ) -> Result<(Array, Array), MlxError> {
+        let (mut sum, mut out) = (ptr::null_mut(), ptr::null_mut());
+        // SAFETY: the handles are live; `sum` and `out` are valid slots the shim fills.
+        let status = unsafe {
+            sys::rlx_mlx_add_rms_norm(
+                self.ptr(),
+                other.ptr(),
+                weight.ptr(),
+                eps,
+                &mut sum,
+                &mut out,
+            )
+        };
+        // Wrap before checking so a partial result is freed either way.
+        let (sum, out) = (Array::from_raw(sum), Array::from_raw(out));
+        check(status)?;
+        match (sum, out) {
+            (Some(sum), Some(out)) => Ok((sum, out)),
+            _ => Err(MlxError::new("add_rms_norm left an output unset")),
+        }
+    }
+
     /// Same data, new dims.
     pub fn reshape(&self, dims: &[usize]) -> Result<Array, MlxError> {
         let dims = dims_i64(dims);

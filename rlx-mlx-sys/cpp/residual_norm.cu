@@ -1,0 +1,50 @@
+// A residual add and the RMS normalization of its result in one float32 kernel, for NVIDIA
+// GPUs: `sum = a + b` and `out = sum * rsqrt(mean(sum^2) + eps) * w` over rows of `width`.
+//
+// A decoder block adds each sublayer's output to the residual stream and normalizes the
+// result for the next sublayer. As MLX ops that is two kernels (an elementwise add, then
+// MLX's RMS norm reading the sum back), and a decoding step of one token runs them 60
+// times for a 30-block model, each a few microseconds of GPU work and more of host work
+// to build and launch. Here one block takes one row: each thread adds its columns, writes
+// them to `sum` and keeps their squares; the squares are summed across the block (warp
+// shuffles, then one warp over the warps' partial sums); each thread scales the columns it
+// wrote. The file has no includes: NVRTC compiles it through `mx::fast::cuda_kernel`,
+// which wraps a call of this function in a `__global__` one.
+
+namespace rlx_norm {
+
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+// Row `blockIdx.x` of `a`, `b`, `sum` and `out` (all contiguous, rows of `width`), with
+// THREADS threads a block (a multiple of 32, at most 1024).
+template <int THREADS>
+__device__ void add_rms_norm(const float* a, const float* b, const float* w, const float* eps,
+                             long long width, float* sum, float* out) {
+  __shared__ float partial[THREADS / 32];
+  const long long base = static_cast<long long>(blockIdx.x) * width;
+  const int t = threadIdx.x;
+  float squares = 0.f;
+  for (long long i = t; i < width; i += THREADS) {
+    const float s = a[base + i] + b[base + i];
+    sum[base + i] = s;
+    squares = fmaf(s, s, squares);
+  }
+  squares = warp_sum(squares);
+  if (t % 32 == 0) partial[t / 32] = squares;
+  __syncthreads();
+  if (t < 32) {
+    float total = t < THREADS / 32 ? partial[t] : 0.f;
+    total = warp_sum(total);
+    if (t == 0) partial[0] = total;
+  }
+  __syncthreads();
+  const float scale = rsqrtf(partial[0] / static_cast<float>(width) + eps[0]);
+  for (long long i = t; i < width; i += THREADS) {
+    out[base + i] = sum[base + i] * scale * w[i];
+  }
+}
+
+}  // namespace rlx_norm
