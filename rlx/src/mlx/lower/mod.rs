@@ -359,16 +359,16 @@ impl Lowering {
             let at = |e: MlxError| node_error(id, node, e);
             let started = std::time::Instant::now();
             let dims = &self.shapes[id.index()];
-            // An empty result is made here, never by MLX's kernels: several of them
-            // (CUDA launches of empty grids, CPU reductions of empty arrays) fail, stall
-            // or crash on empty operands. Gathers and scatters still go through MLX, for
-            // their index checks. (The shim's own guards cover what this cannot: empty
-            // operands with non-empty results, and custom ops calling `Array` methods.)
             // A residual add and its norm, together (not when profiling: each node's own
             // time is wanted then).
             let residual = self.residual_norms.of[id.index()]
                 .as_ref()
                 .filter(|_| timings.is_none() && !dims.contains(&0));
+            // An empty result is made here, never by MLX's kernels: several of them
+            // (CUDA launches of empty grids, CPU reductions of empty arrays) fail, stall
+            // or crash on empty operands. Gathers and scatters still go through MLX, for
+            // their index checks. (The shim's own guards cover what this cannot: empty
+            // operands with non-empty results, and custom ops calling `Array` methods.)
             let value =
                 if dims.contains(&0) && !matches!(node.op, Op::Gather(_) | Op::ScatterAdd(_)) {
                     let empty = crate::tensor::HostTensor::zeros(node.ty.dtype, dims.clone());
