@@ -137,11 +137,12 @@ pub fn cuda_graphs() -> bool {
 
 /// Chooses whether this process records its MLX kernels on an NVIDIA GPU into CUDA graphs
 /// (decision 040): on pays when a run is hundreds of kernels of a few microseconds, as a
-/// decoding step is (1.2-1.6x tokens/s at batch 1 on an H200), and costs encoders up to a
-/// quarter. MLX fixes the choice at the process's first GPU kernel, so call this at the
-/// start of `main`, before other threads run (it writes the process environment). An
-/// `MLX_USE_CUDA_GRAPHS` set in the environment before the process started wins: the
-/// call changes nothing then. No effect on other devices. Returns the setting now in force.
+/// decoding step is (a median 1.26x tokens/s at batch 1 on an H200), and costs encoders
+/// up to a quarter. MLX fixes the choice at the process's first GPU kernel, so call this
+/// at the start of `main`, before other threads run (it writes the process environment).
+/// An `MLX_USE_CUDA_GRAPHS` set in the environment before the process started wins: the
+/// call changes nothing then. No effect on other devices. Returns the setting now in
+/// force.
 ///
 /// # Errors
 /// When an RLX executable or value has already used the GPU in this process: the choice is
