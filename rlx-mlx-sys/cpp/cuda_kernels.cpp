@@ -268,13 +268,15 @@ std::optional<std::pair<mx::array, mx::array>> add_rms_norm_gpu(const mx::array&
   const size_t rows = a.size() / static_cast<size_t>(width);
   if (rows < 1 || rows > static_cast<size_t>(grid_axis_limit / threads)) return std::nullopt;
   static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
-      "rlx_add_rms_norm", {"a", "b", "w", "eps"}, {"sum", "out"},
-      "rlx_norm::add_rms_norm<THREADS>(a, b, w, eps, w_shape[0], sum, out);",
+      "rlx_add_rms_norm", {"a", "b", "w"}, {"sum", "out"},
+      "rlx_norm::add_rms_norm<THREADS, EPS_BITS>(a, b, w, w_shape[0], sum, out);",
       kResidualNormSource, /*ensure_row_contiguous=*/true);
+  int eps_bits = 0;
+  std::memcpy(&eps_bits, &eps, sizeof eps_bits);
   std::vector<mx::array> out =
-      kernel({a, b, weight, mx::array(eps, mx::float32)}, {a.shape(), a.shape()},
-             {mx::float32, mx::float32}, {static_cast<int>(rows) * threads, 1, 1},
-             {threads, 1, 1}, {{"THREADS", threads}}, std::nullopt, false, {});
+      kernel({a, b, weight}, {a.shape(), a.shape()}, {mx::float32, mx::float32},
+             {static_cast<int>(rows) * threads, 1, 1}, {threads, 1, 1},
+             {{"THREADS", threads}, {"EPS_BITS", eps_bits}}, std::nullopt, false, {});
   return std::make_pair(out.at(0), out.at(1));
 }
 

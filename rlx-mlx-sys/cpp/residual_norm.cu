@@ -19,10 +19,11 @@ __device__ __forceinline__ float warp_sum(float x) {
 }
 
 // Row `blockIdx.x` of `a`, `b`, `sum` and `out` (all contiguous, rows of `width`), with
-// THREADS threads a block (a multiple of 32, at most 1024).
-template <int THREADS>
-__device__ void add_rms_norm(const float* a, const float* b, const float* w, const float* eps,
-                             long long width, float* sum, float* out) {
+// THREADS threads a block (a multiple of 32, at most 1024) and epsilon the float whose bits
+// are EPS_BITS (a template argument, so no run passes an array for it).
+template <int THREADS, int EPS_BITS>
+__device__ void add_rms_norm(const float* a, const float* b, const float* w, long long width,
+                             float* sum, float* out) {
   __shared__ float partial[THREADS / 32];
   const long long base = static_cast<long long>(blockIdx.x) * width;
   const int t = threadIdx.x;
@@ -41,7 +42,7 @@ __device__ void add_rms_norm(const float* a, const float* b, const float* w, con
     if (t == 0) partial[0] = total;
   }
   __syncthreads();
-  const float scale = rsqrtf(partial[0] / static_cast<float>(width) + eps[0]);
+  const float scale = rsqrtf(partial[0] / static_cast<float>(width) + __int_as_float(EPS_BITS));
   for (long long i = t; i < width; i += THREADS) {
     out[base + i] = sum[base + i] * scale * w[i];
   }

@@ -1,12 +1,14 @@
 //! Lowering a graph, with its runtime dims bound, to lazy MLX arrays.
 //!
 //! Each op's lowering is its impl of [`Lower`] in `ops.rs`, found from the op by
-//! `ops::lowering_of!` (a primitive without one does not compile). A matmul whose bias is
-//! added next is lowered with the add, as one GEMM ([`BiasAdds`]).
+//! `ops::lowering_of!` (a primitive without one does not compile). Some nodes are lowered
+//! together with the node that reads them (`together.rs`): a matmul with its bias add, a
+//! residual add with its RMS norm.
 
 mod ops;
+mod together;
 
-use crate::ir::{self as ir, DynamicSlice, Gather, MatMul, ScatterAdd, SliceUpdate};
+use crate::ir::{self as ir, DynamicSlice, Gather, ScatterAdd, SliceUpdate};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -16,6 +18,8 @@ use super::device::Device;
 use crate::backend::{NodeSite, RunError};
 use crate::ir::{ConstantData, DType, Graph, Node, NodeId, Op, ReduceOp};
 use crate::tensor::TensorRef;
+use together::BiasAdd;
+pub(crate) use together::{BiasAdds, ResidualNorms};
 
 /// Everything fixed once per binding that lowering reads. Shared with the `mlx::compile`
 /// callback, so it owns its data.
@@ -132,99 +136,6 @@ impl IndexArrays {
             array: array.clone(),
         });
         Ok(array)
-    }
-}
-
-/// The adds of a `[N]` bias to a matmul nothing else reads: each is lowered as one GEMM
-/// with the bias (a cuBLASLt epilogue on a GPU), and the matmul alone is not built. MLX's
-/// compiled mode fuses the elementwise ops that follow by itself.
-pub(crate) struct BiasAdds {
-    /// Per add node: its product and its bias.
-    of: Vec<Option<BiasAdd>>,
-    /// Per node: a matmul its add computes.
-    folded: Vec<bool>,
-}
-
-/// `a·b + bias`, with the matmul's operands read as its transposes say.
-struct BiasAdd {
-    /// `a`, `b` and the bias.
-    operands: [NodeId; 3],
-    product: MatMul,
-}
-
-impl BiasAdds {
-    /// Per node: whether it is a matmul its bias add computes.
-    pub(crate) fn folded(&self) -> &[bool] {
-        &self.folded
-    }
-
-    pub(crate) fn of(graph: &Graph) -> BiasAdds {
-        let mut folded = vec![false; graph.len()];
-        let of = crate::passes::epilogue::matmul_bias_adds(graph)
-            .into_iter()
-            .map(|add| {
-                let (matmul, bias) = add?;
-                let Op::MatMul(product) = &graph[matmul].op else {
-                    return None;
-                };
-                folded[matmul.index()] = true;
-                let x = &graph[matmul].inputs;
-                Some(BiasAdd {
-                    operands: [x[0], x[1], bias],
-                    product: product.clone(),
-                })
-            })
-            .collect();
-        BiasAdds { of, folded }
-    }
-}
-
-/// Float32 adds of two operands of one shape whose sum an RMS norm with a weight reads: a
-/// decoder block's residual add and the next sublayer's norm. Each is lowered with its
-/// norm ([`Array::add_rms_norm`]: one kernel on an NVIDIA GPU instead of two, and one MLX
-/// node fewer for a decoding step to build), the sum still the add's value for its other
-/// readers.
-pub(crate) struct ResidualNorms {
-    /// Per add node: the norm lowered with it.
-    of: Vec<Option<ResidualNorm>>,
-}
-
-/// The RMS norm node a residual add is lowered with, and what the norm needs.
-struct ResidualNorm {
-    norm: NodeId,
-    weight: NodeId,
-    eps: f64,
-}
-
-impl ResidualNorms {
-    pub(crate) fn of(graph: &Graph, bias_adds: &BiasAdds) -> ResidualNorms {
-        let mut of: Vec<Option<ResidualNorm>> = (0..graph.len()).map(|_| None).collect();
-        for (id, node) in graph.iter() {
-            let Op::RmsNorm(norm) = &node.op else {
-                continue;
-            };
-            let Some(&sum) = node.inputs.first().filter(|_| norm.has_weight) else {
-                continue;
-            };
-            let add = &graph[sum];
-            let same_shape = |i: &NodeId| graph[*i].ty == add.ty;
-            if add.op != Op::Binary(ir::BinaryOp::Add)
-                || add.ty.dtype != DType::F32
-                || !add.inputs.iter().all(same_shape)
-                || bias_adds.of[sum.index()].is_some()
-                || of[sum.index()].is_some()
-                // Lowered with the add, so the weight must be there by then.
-                || node.inputs[1].index() > sum.index()
-            {
-                continue;
-            }
-            of[sum.index()] = Some(ResidualNorm {
-                norm: id,
-                weight: node.inputs[1],
-                eps: norm.eps,
-            });
-        }
-        ResidualNorms { of }
     }
 }
 
