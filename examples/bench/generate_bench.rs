@@ -382,7 +382,10 @@ fn batched<B: Backend<Executable: 'static>>(
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let reps = flag(&args, "--reps").map_or(Ok(5), str::parse)?;
+    let reps: usize = flag(&args, "--reps").map_or(Ok(5), str::parse)?;
+    if reps == 0 {
+        return Err("--reps takes at least 1 (the figures are medians of the repetitions)".into());
+    }
     let batches = match flag(&args, "--batches").unwrap_or("1,8") {
         "1,8" | "8,1" => Batches {
             one: true,

@@ -140,15 +140,7 @@ impl Backend for CpuBackend {
 
     fn compile(&self, graph: &Graph) -> Result<CpuExecutable, CompileError> {
         check_compilable(self, graph)?;
-        let (program, statics) = Program::new(graph, &self.options, &self.custom)?;
-        let mut static_region = AlignedBytes::default();
-        static_region
-            .try_resize(statics.len())
-            .map_err(|_| CompileError::OutOfMemory {
-                bytes: statics.len(),
-                limit: None,
-            })?;
-        static_region.bytes_mut()[..statics.len()].copy_from_slice(&statics);
+        let (program, static_region) = Program::new(graph, &self.options, &self.custom)?;
         let threads = self.options.threads.max(1);
         Ok(CpuExecutable {
             team: match threads {

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::CpuOptions;
+use super::{AlignedBytes, CpuOptions};
 use super::fuse::{self, Fusion};
 use super::kernels::gemm::{GemmAcc, GemmDims, kernel_shape, pack_b_whole, packed_b_len};
 use super::kernels::numeric::{FloatStore, accumulator};
@@ -218,7 +218,7 @@ impl Program {
         graph: &Graph,
         options: &CpuOptions,
         registry: &CustomOps<dyn super::custom::CustomKernel>,
-    ) -> Result<(Program, Vec<u8>), CompileError> {
+    ) -> Result<(Program, AlignedBytes), CompileError> {
         // Composites without a kernel here become their decompositions.
         let mut g = passes::pass(
             "decompose",
@@ -238,20 +238,21 @@ impl Program {
         // Static region: params and constants, each 64-byte aligned. It grows through
         // `grow`, which refuses sizes over the memory limit or that cannot be allocated.
         let limit = options.memory_limit;
-        let grow = |statics: &mut Vec<u8>, len: Option<usize>| -> Result<(), CompileError> {
-            let refused = |bytes| CompileError::OutOfMemory { bytes, limit };
+        // Every static's place is laid out first and the bytes allocated once at the end:
+        // growing them a static at a time copied everything before it on each step, seconds
+        // of a large model's load.
+        let refused = |bytes| CompileError::OutOfMemory { bytes, limit };
+        let grow = |statics_len: &mut usize, len: Option<usize>| -> Result<(), CompileError> {
             let len = len.ok_or(refused(usize::MAX))?;
             if limit.is_some_and(|limit| len > limit) {
                 return Err(refused(len));
             }
-            statics
-                .try_reserve_exact(len.saturating_sub(statics.len()))
-                .map_err(|_| refused(len))?;
-            statics.resize(len, 0);
+            *statics_len = len;
             Ok(())
         };
-        let mut statics: Vec<u8> = Vec::new();
+        let mut statics_len = 0usize;
         let mut static_offsets = vec![None; g.len()];
+        let mut constants = Vec::new();
         let mut params = Vec::new();
         // Each param node's slot. (Not found by offset: a zero-size param shares its offset
         // with the next static.)
@@ -263,10 +264,10 @@ impl Program {
                 Op::Constant(c) => Some(c.bytes().len()),
                 _ => continue,
             };
-            let offset = statics.len().div_ceil(ALIGN) * ALIGN;
-            grow(&mut statics, bytes.and_then(|b| offset.checked_add(b)))?;
+            let offset = statics_len.div_ceil(ALIGN) * ALIGN;
+            grow(&mut statics_len, bytes.and_then(|b| offset.checked_add(b)))?;
             match &node.op {
-                Op::Constant(c) => statics[offset..].copy_from_slice(c.bytes()),
+                Op::Constant(_) => constants.push((id, offset)),
                 _ => {
                     slot_of[id.index()] = Some(params.len());
                     params.push(ParamSlot {
@@ -338,12 +339,12 @@ impl Program {
             let offset = match existing {
                 Some(offset) => offset,
                 None => {
-                    let offset = statics.len().div_ceil(ALIGN) * ALIGN;
+                    let offset = statics_len.div_ceil(ALIGN) * ALIGN;
                     let acc = accumulator(node.ty.dtype);
                     let end = len
                         .checked_mul(acc.size_bytes())
                         .and_then(|b| offset.checked_add(b));
-                    grow(&mut statics, end)?;
+                    grow(&mut statics_len, end)?;
                     slot.packings.push(Packing {
                         offset,
                         dims,
@@ -395,7 +396,15 @@ impl Program {
         let in_place = in_place_writes(&g, &fusions, &view_permutes, &writes, &state_of);
         let outputs = g.outputs().iter().map(|o| o.node).collect();
         let custom = registry.per_node(&g);
-        let statics_len = statics.len();
+        let mut statics = AlignedBytes::default();
+        statics
+            .try_resize(statics_len)
+            .map_err(|_| refused(statics_len))?;
+        for (id, offset) in constants {
+            if let Op::Constant(c) = &g[id].op {
+                statics.bytes_mut()[offset..offset + c.bytes().len()].copy_from_slice(c.bytes());
+            }
+        }
         Ok((
             Program {
                 graph: g,
