@@ -138,9 +138,10 @@ fn generate_codes() {
     std::fs::write(dest, out).expect("OUT_DIR is writable");
 }
 
-/// Writes `$OUT_DIR/kernels/attention_source.h`, `decode_attention_source.h` and
-/// `residual_norm_source.h`: each of `cpp/attention.cu`, `cpp/decode_attention.cu` and
-/// `cpp/residual_norm.cu` as one C++ raw string, the sources the shim hands to MLX's
+/// Writes `$OUT_DIR/kernels/attention_source.h`, `decode_attention_source.h`,
+/// `residual_norm_source.h` and `rope_heads_source.h`: each of `cpp/attention.cu`,
+/// `cpp/decode_attention.cu`, `cpp/residual_norm.cu` and `cpp/rope_heads.cu` as one C++ raw
+/// string, the sources the shim hands to MLX's
 /// run-time CUDA compiler. Returns the folder to include.
 fn embed_kernel_sources() -> PathBuf {
     let dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("kernels");
@@ -157,6 +158,7 @@ fn embed_kernel_sources() -> PathBuf {
             "residual_norm_source.h",
             "kResidualNormSource",
         ),
+        ("rope_heads.cu", "rope_heads_source.h", "kRopeHeadsSource"),
     ] {
         let path = format!("cpp/{file}");
         let source =

@@ -518,3 +518,94 @@ fn residual_adds_and_their_norms_match_the_cpu() {
         }
     }
 }
+
+/// A block's queries and keys, split into heads from its joined q/k/v product and rotated
+/// from a run-time position, are lowered as one `rope_heads` (one kernel on an NVIDIA GPU):
+/// the rotations, the values beside them and a split that another op also reads equal the
+/// CPU executor's, in every mode, for one position and several, one offset per sequence,
+/// adjacent pairs, a partial rotation and frequencies of their own.
+#[test]
+fn query_and_key_rotations_from_a_joined_product_match_the_cpu() {
+    use rlx::ir::Rope;
+    const K: usize = 12;
+    const D: usize = 8;
+    let rope = |dims: usize, traditional: bool, freqs: Option<Arc<[f64]>>| Rope {
+        dims,
+        base: 10_000.0,
+        scale: 0.5,
+        traditional,
+        freqs,
+    };
+    let graph = |batch: usize, seq: usize, per_row: bool, rope: &Rope| {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [batch, seq, K]).unwrap();
+        let pos_dims: Vec<usize> = if per_row { vec![batch] } else { vec![] };
+        let pos = b.input("pos", DType::I64, pos_dims.as_slice()).unwrap();
+        let mut heads = Vec::new();
+        for (name, count) in [("wq", 3), ("wk", 1), ("wv", 1)] {
+            let w = b.param(name, DType::F32, [K, count * D]).unwrap();
+            let columns = b.matmul(x, w).unwrap();
+            let split = b.reshape(columns, [batch, seq, count, D]).unwrap();
+            heads.push(b.permute(split, &[0, 2, 1, 3]).unwrap());
+        }
+        let q = b.op(Op::Rope(rope.clone()), &[heads[0], pos]).unwrap();
+        let k = b.op(Op::Rope(rope.clone()), &[heads[1], pos]).unwrap();
+        let plain = b.unary(UnaryOp::Exp, heads[0]).unwrap();
+        for (name, node) in [("q", q), ("k", k), ("v", heads[2]), ("plain", plain)] {
+            b.output(name, node).unwrap();
+        }
+        b.finish().unwrap()
+    };
+    let values = |n: usize, seed: usize| -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 7 + seed * 13) % 29) as f32 / 9.0 - 1.5)
+            .collect()
+    };
+    let weights: Vec<(&str, HostTensor)> = [("wq", 3), ("wk", 1), ("wv", 1)]
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, count))| {
+            let w = HostTensor::from_vec(values(K * count * D, i + 3), [K, count * D]).unwrap();
+            (name, w)
+        })
+        .collect();
+    let freqs: Arc<[f64]> = Arc::from(vec![0.9, 0.3, 0.07, 0.002]);
+    let cases = [
+        (1, 1, false, rope(D, false, None)),
+        (1, 5, false, rope(D, true, None)),
+        (2, 2, true, rope(D, false, None)),
+        (1, 3, false, rope(4, false, None)),
+        (2, 1, false, rope(D, false, Some(freqs))),
+    ];
+    for (batch, seq, per_row, rope) in cases {
+        let g = graph(batch, seq, per_row, &rope);
+        let x = HostTensor::from_vec(values(batch * seq * K, 1), [batch, seq, K]).unwrap();
+        let positions: Vec<i64> = (0..if per_row { batch } else { 1 })
+            .map(|i| 37 + 900 * i as i64)
+            .collect();
+        let pos = match per_row {
+            true => HostTensor::from_vec(positions, [batch]).unwrap(),
+            false => HostTensor::from_vec(positions, Vec::<usize>::new()).unwrap(),
+        };
+        let bound: Vec<_> = weights.iter().map(|(n, w)| (*n, w.view())).collect();
+        let inputs = [("x", x.view()), ("pos", pos.view())];
+        let cpu = CpuBackend::default().compile(&g).unwrap();
+        cpu.set_weights(&bound).unwrap();
+        let want = cpu.run(&inputs, &[]).unwrap();
+        for mode in MODES {
+            let mlx = MlxBackend::new(mode).compile(&g).unwrap();
+            mlx.set_weights(&bound).unwrap();
+            let got = mlx.run(&inputs, &[]).unwrap();
+            let case = format!("{mode:?} batch {batch} seq {seq} {rope:?}");
+            for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.shape(), w.shape(), "{case} output {k}");
+                for (i, (a, b)) in g.to_f64_vec().iter().zip(w.to_f64_vec()).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 2e-5 * (1.0 + b.abs()),
+                        "{case} output {k} element {i}: {a} against {b}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -8,6 +8,7 @@
 #include "attention_source.h"
 #include "decode_attention_source.h"
 #include "residual_norm_source.h"
+#include "rope_heads_source.h"
 
 namespace rlx {
 
@@ -277,6 +278,52 @@ std::optional<std::pair<mx::array, mx::array>> add_rms_norm_gpu(const mx::array&
       kernel({a, b, weight}, {a.shape(), a.shape()}, {mx::float32, mx::float32},
              {static_cast<int>(rows) * threads, 1, 1}, {threads, 1, 1},
              {{"THREADS", threads}, {"EPS_BITS", eps_bits}}, std::nullopt, false, {});
+  return std::make_pair(out.at(0), out.at(1));
+}
+
+// The query and key heads of `x` ([B, S, W] float32) rotated and written heads-first
+// (cpp/rope_heads.cu) on an NVIDIA GPU, or nothing where it does not apply (another device
+// or dtype, an offset that is not an integer scalar or one per batch row) and the caller
+// rotates them as separate MLX ops. The column ranges are checked by the caller.
+std::optional<std::pair<mx::array, mx::array>> rope_heads_gpu(const mx::array& x, const HeadGroups& g,
+                                                              const mx::array& offset,
+                                                              const std::optional<mx::array>& periods) {
+  constexpr int block = 256;
+  if (cuda_build_compute_major() == 0) return std::nullopt;
+  if (x.dtype() != mx::float32 || x.ndim() != 3) return std::nullopt;
+  if (!mx::issubdtype(offset.dtype(), mx::integer)) return std::nullopt;
+  const bool per_row = offset.ndim() == 1 && offset.size() > 1;
+  if (offset.size() != 1 && !(per_row && offset.size() == static_cast<size_t>(x.shape(0)))) {
+    return std::nullopt;
+  }
+  if (periods && (periods->dtype() != mx::float32 || periods->size() != static_cast<size_t>(g.dims / 2))) {
+    return std::nullopt;
+  }
+  const int64_t batch = x.shape(0), seq = x.shape(1);
+  const int64_t threads = batch * seq * (g.q_heads + g.k_heads) * (g.dims / 2 + g.head_dim - g.dims);
+  if (threads < 1 || threads > std::numeric_limits<int32_t>::max() - block) return std::nullopt;
+  static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
+      "rlx_rope_heads", {"x", "offset", "periods"}, {"q", "k"},
+      "rlx_rope::rope_heads<HQ, HK, D, DIMS, QCOL, KCOL, TRADITIONAL, PER_ROW, PERIODS, BASE_BITS, "
+      "SCALE_BITS, OffT>(x, offset, periods, x_shape[0], x_shape[1], x_shape[2], q, k);",
+      kRopeHeadsSource, /*ensure_row_contiguous=*/true);
+  auto bits = [](double v) {
+    const float f = static_cast<float>(v);
+    int b = 0;
+    std::memcpy(&b, &f, sizeof b);
+    return b;
+  };
+  const int b = static_cast<int>(batch), s = static_cast<int>(seq);
+  // Without periods the kernel reads none: `x` stands in for the operand.
+  std::vector<mx::array> out = kernel(
+      {x, offset, periods ? *periods : x}, {{b, g.q_heads, s, g.head_dim}, {b, g.k_heads, s, g.head_dim}},
+      {mx::float32, mx::float32},
+      {static_cast<int>((threads + block - 1) / block * block), 1, 1}, {block, 1, 1},
+      {{"HQ", g.q_heads}, {"HK", g.k_heads}, {"D", g.head_dim}, {"DIMS", g.dims},
+       {"QCOL", static_cast<int>(g.q_col)}, {"KCOL", static_cast<int>(g.k_col)},
+       {"TRADITIONAL", g.traditional}, {"PER_ROW", per_row}, {"PERIODS", periods.has_value()},
+       {"BASE_BITS", bits(g.base)}, {"SCALE_BITS", bits(g.scale)}, {"OffT", offset.dtype()}},
+      std::nullopt, false, {});
   return std::make_pair(out.at(0), out.at(1));
 }
 

@@ -414,31 +414,74 @@ int rlx_mlx_attention_prefix(const rlx_mlx_array* q, const rlx_mlx_array* k,
   });
 }
 
+namespace {
+
+// `v` rotated as the IR's rope (see rlx_mlx_rope), through MLX's rope where it launches.
+mx::array rope_array(const mx::array& v, int32_t dims, double base, double scale, bool traditional,
+                     const rlx_mlx_array* offset, const rlx_mlx_array* periods) {
+  if (v.size() == 0) return v;  // MLX's CUDA rope launches an empty grid, which CUDA refuses
+  const mx::Shape shape = v.shape();
+  // MLX rotates [.., L, D] with at least three axes. Its CUDA kernel gives its output the
+  // input's strides, so a broadcast input (a gradient of ones, stride 0) came back
+  // wrong, and some small strided inputs failed to launch: it gets a row-contiguous one.
+  mx::array x3 = mx::contiguous(v.ndim() < 3 ? mx::reshape(up(v), {1, shape[0], shape[1]}) : up(v));
+  mx::array off = offset != nullptr ? mx::astype(get(offset), mx::int32) : mx::array(0, mx::int32);
+  const bool on_gpu = mx::default_device() == mx::Device::gpu;
+  const std::optional<mx::array> period =
+      periods != nullptr ? std::optional<mx::array>(mx::astype(get(periods), mx::float32)) : std::nullopt;
+  const std::optional<float> with_base =
+      period ? std::nullopt : std::optional<float>(static_cast<float>(base));
+  mx::array y = on_gpu && cuda_rope_launch_invalid(x3, dims)
+                    ? rope_from_ops(x3, dims, traditional, static_cast<float>(base),
+                                    static_cast<float>(scale), off, period)
+                    : mx::fast::rope(x3, dims, traditional, with_base, static_cast<float>(scale), off,
+                                     period);
+  return down(mx::reshape(y, shape), v.dtype());
+}
+
+}  // namespace
+
 int rlx_mlx_rope(const rlx_mlx_array* x, int32_t dims, double base, double scale, bool traditional,
                  const rlx_mlx_array* offset, const rlx_mlx_array* periods, rlx_mlx_array** out) {
+  return guard([&] { put(out, rope_array(get(x), dims, base, scale, traditional, offset, periods)); });
+}
+
+int rlx_mlx_rope_heads(const rlx_mlx_array* x, int64_t q_col, int32_t q_heads, int64_t k_col,
+                       int32_t k_heads, int32_t head_dim, int32_t dims, double base, double scale,
+                       bool traditional, const rlx_mlx_array* offset,
+                       const rlx_mlx_array* periods, rlx_mlx_array** q_out,
+                       rlx_mlx_array** k_out) {
   return guard([&] {
-    const mx::array& v = get(x);
-    if (v.size() == 0) {
-      put(out, v);  // MLX's CUDA rope launches an empty grid, which CUDA refuses
-      return;
+    if (x == nullptr || offset == nullptr || q_out == nullptr || k_out == nullptr) {
+      throw std::invalid_argument("[rlx] rope_heads needs an operand, an offset and two outputs");
     }
-    const mx::Shape shape = v.shape();
-    // MLX rotates [.., L, D] with at least three axes. Its CUDA kernel gives its output the
-    // input's strides, so a broadcast input (a gradient of ones, stride 0) came back
-    // wrong, and some small strided inputs failed to launch: it gets a row-contiguous one.
-    mx::array x3 = mx::contiguous(v.ndim() < 3 ? mx::reshape(up(v), {1, shape[0], shape[1]}) : up(v));
-    mx::array off = offset != nullptr ? mx::astype(get(offset), mx::int32) : mx::array(0, mx::int32);
-    const bool on_gpu = mx::default_device() == mx::Device::gpu;
+    const mx::array& v = get(x);
+    const int64_t width = v.ndim() == 3 ? v.shape(2) : -1;
+    const bool fits = q_heads >= 1 && k_heads >= 1 && head_dim >= 2 && dims >= 2 && dims % 2 == 0 &&
+                      dims <= head_dim && q_col >= 0 && k_col >= 0 &&
+                      q_col + int64_t{q_heads} * head_dim <= width &&
+                      k_col + int64_t{k_heads} * head_dim <= width;
+    if (!fits) throw std::invalid_argument("[rlx] rope_heads: the head groups do not fit the rows");
+    const HeadGroups groups{q_col, q_heads, k_col, k_heads, head_dim, dims, base, scale, traditional};
     const std::optional<mx::array> period =
-        periods != nullptr ? std::optional<mx::array>(mx::astype(get(periods), mx::float32)) : std::nullopt;
-    const std::optional<float> with_base =
-        period ? std::nullopt : std::optional<float>(static_cast<float>(base));
-    mx::array y = on_gpu && cuda_rope_launch_invalid(x3, dims)
-                      ? rope_from_ops(x3, dims, traditional, static_cast<float>(base),
-                                      static_cast<float>(scale), off, period)
-                      : mx::fast::rope(x3, dims, traditional, with_base, static_cast<float>(scale), off,
-                                       period);
-    put(out, down(mx::reshape(y, shape), v.dtype()));
+        periods != nullptr ? std::optional<mx::array>(get(periods)) : std::nullopt;
+    if (v.size() > 0) {
+      if (auto fused = rope_heads_gpu(v, groups, get(offset), period)) {
+        put(q_out, fused->first);
+        put(k_out, fused->second);
+        return;
+      }
+    }
+    // Elsewhere: each group's columns, split into heads, heads first, then rotated.
+    auto heads = [&](int64_t col, int32_t count) {
+      const int b = v.shape(0), s = v.shape(1);
+      const mx::array columns =
+          mx::slice(v, {0, 0, static_cast<int>(col)}, {b, s, static_cast<int>(col + int64_t{count} * head_dim)});
+      const mx::array split = mx::transpose(mx::reshape(columns, {b, s, count, head_dim}), {0, 2, 1, 3});
+      return rope_array(split, dims, base, scale, traditional, offset, periods);
+    };
+    put(q_out, heads(q_col, q_heads));
+    put(k_out, heads(k_col, k_heads));
   });
 }
 

@@ -357,6 +357,16 @@ int rlx_mlx_attention(const rlx_mlx_array* q, const rlx_mlx_array* k, const rlx_
 int rlx_mlx_attention_prefix(const rlx_mlx_array* q, const rlx_mlx_array* k,
                              const rlx_mlx_array* v, double scale, const rlx_mlx_array* length,
                              rlx_mlx_mask_kind mask_kind, int64_t window, rlx_mlx_array** out);
+/* Rotary embeddings of two groups of heads packed along the last axis of x ([B, S, W],
+ * float): queries at columns [q_col, q_col + q_heads * head_dim), keys at [k_col, ..), each
+ * rotated as rlx_mlx_rope rotates [B, heads, S, head_dim] (offset a scalar or one per row of
+ * axis 0; periods as there) and returned heads-first in q_out and k_out. One kernel on an
+ * NVIDIA GPU for float32; slices, views and MLX's rope elsewhere. */
+int rlx_mlx_rope_heads(const rlx_mlx_array* x, int64_t q_col, int32_t q_heads, int64_t k_col,
+                       int32_t k_heads, int32_t head_dim, int32_t dims, double base, double scale,
+                       bool traditional, const rlx_mlx_array* offset,
+                       const rlx_mlx_array* periods, rlx_mlx_array** q_out,
+                       rlx_mlx_array** k_out);
 /* offset may be NULL (positions start at 0), a scalar, or for x of rank 3 or more one per
    row of axis 0; periods (float, dims / 2 of them: each pair
    turns by 1 / period radians per position) may be NULL (base's frequencies). */

@@ -198,6 +198,22 @@ std::optional<mx::array> prefix_attention_gpu(const mx::array& q, const mx::arra
                                               const mx::array& length,
                                               rlx_mlx_mask_kind mask_kind, int64_t window);
 std::optional<mx::array> take_rows_gpu(const mx::array& table, const mx::array& idx);
+// Two groups of heads packed along the last axis of a [B, S, W] array, and how they are
+// rotated (rlx_mlx_rope_heads).
+struct HeadGroups {
+  int64_t q_col;
+  int q_heads;
+  int64_t k_col;
+  int k_heads;
+  int head_dim;
+  int dims;
+  double base;
+  double scale;
+  bool traditional;
+};
+std::optional<std::pair<mx::array, mx::array>> rope_heads_gpu(const mx::array& x, const HeadGroups& g,
+                                                              const mx::array& offset,
+                                                              const std::optional<mx::array>& periods);
 std::optional<std::pair<mx::array, mx::array>> add_rms_norm_gpu(const mx::array& a,
                                                                 const mx::array& b,
                                                                 const mx::array& weight,

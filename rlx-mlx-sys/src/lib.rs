@@ -349,6 +349,22 @@ unsafe extern "C" {
         periods: *const Array,
         out: *mut *mut Array,
     ) -> c_int;
+    pub fn rlx_mlx_rope_heads(
+        x: *const Array,
+        q_col: i64,
+        q_heads: i32,
+        k_col: i64,
+        k_heads: i32,
+        head_dim: i32,
+        dims: i32,
+        base: f64,
+        scale: f64,
+        traditional: bool,
+        offset: *const Array,
+        periods: *const Array,
+        q_out: *mut *mut Array,
+        k_out: *mut *mut Array,
+    ) -> c_int;
     pub fn rlx_mlx_conv(
         x: *const Array,
         w: *const Array,

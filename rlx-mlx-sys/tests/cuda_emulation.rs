@@ -43,3 +43,9 @@ fn the_residual_norm_kernel_matches_float64_when_emulated() {
     let report = emulate("residual_norm");
     assert_eq!(passed(&report), 7, "{report}");
 }
+
+#[test]
+fn the_head_rotation_kernel_matches_float64_when_emulated() {
+    let report = emulate("rope_heads");
+    assert_eq!(passed(&report), 7, "{report}");
+}

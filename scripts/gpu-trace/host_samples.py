@@ -2,9 +2,10 @@
 """Profiles from a host_samples.cpp file: per thread group, the functions where samples
 landed (self), the functions on the stack (inclusive, once per sample), and modules.
 
-    host_samples.py FILE [--top N] [--all-threads] [--callers SUBSTRING]
+    host_samples.py FILE [--top N] [--all-threads] [--only S] [--exclude S] [--callers S]
 
-`--callers S` also lists, for the samples with a function matching S on the stack, the
+`--only S` keeps the samples with a function matching S on the stack, `--exclude S` drops
+them (both repeatable). `--callers S` also lists, for the samples with a function matching S on the stack, the
 functions S's frame was called from, and the functions it called (inclusive)."""
 import argparse
 import bisect
@@ -66,6 +67,10 @@ def main():
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--all-threads", action="store_true")
     ap.add_argument("--callers", action="append", default=[])
+    ap.add_argument("--only", action="append", default=[],
+                    help="keep the samples with a function matching this on the stack")
+    ap.add_argument("--exclude", action="append", default=[],
+                    help="drop the samples with a function matching this on the stack")
     args = ap.parse_args()
     maps, samples, main_tid = [], [], None
     for line in open(args.file):
@@ -104,6 +109,7 @@ def main():
     chosen = [s for s in samples if args.all_threads or s[0] == main_tid]
     selfs, incl, mods = collections.Counter(), collections.Counter(), collections.Counter()
     callers = {c: (collections.Counter(), collections.Counter(), [0]) for c in args.callers}
+    kept = 0
     for _, frames in chosen:
         # The sampler's own frames, then the signal trampoline, then the interrupted
         # instruction (a leaf: its address is not a return address).
@@ -113,6 +119,11 @@ def main():
         named = [name(a, k == 0) for k, a in enumerate(frames)]
         if not named:
             continue
+        if any(not any(o in n for _, n in named) for o in args.only):
+            continue
+        if any(any(x in n for _, n in named) for x in args.exclude):
+            continue
+        kept += 1
         selfs[named[0][1][:160]] += 1
         mods[named[0][0]] += 1
         for fn in set(n for _, n in named):
@@ -126,7 +137,7 @@ def main():
                 up[named[idx + 1][1][:160]] += 1
             for fn in set(n for _, n in named[:idx]):
                 down[fn[:160]] += 1
-    total = max(1, len(chosen))
+    total = max(1, kept)
     print(f"\n== modules (self), {total} samples")
     for m, c in mods.most_common(12):
         print(f"{100 * c / total:6.1f}%  {m}")

@@ -3,11 +3,11 @@
 
 use std::fmt;
 
-use super::{AlignedBytes, CpuOptions};
 use super::fuse::{self, Fusion};
 use super::kernels::gemm::{GemmAcc, GemmDims, kernel_shape, pack_b_whole, packed_b_len};
 use super::kernels::numeric::{FloatStore, accumulator};
 use super::memory::ALIGN;
+use super::{AlignedBytes, CpuOptions};
 use std::sync::Arc;
 
 use crate::backend::shared::CustomOps;

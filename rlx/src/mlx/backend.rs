@@ -239,6 +239,7 @@ impl Backend for MlxBackend {
         let prepared_count = prepared.iter().flatten().map(|p| p.count).sum::<usize>();
         let fused =
             fused_slots(&g, &groups, leaves.len() + prepared_count).map_err(backend_error)?;
+        let head_ropes = HeadRopes::of(&g, &fused);
         let states: Arc<[StateSpec]> = StateSpec::of(&g).into();
         let written = g
             .writes()
@@ -265,6 +266,7 @@ impl Backend for MlxBackend {
             custom: Arc::new(custom),
             bias_adds: Arc::new(bias_adds),
             residual_norms: Arc::new(residual_norms),
+            head_ropes: Arc::new(head_ropes),
             graph: Arc::new(g),
             mode: self.mode,
             device: self.device,

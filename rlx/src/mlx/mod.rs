@@ -73,7 +73,8 @@ use layout::{
     product_groups,
 };
 use lower::{
-    BiasAdds, Constants, Lowering, PreparedWeight, ResidualNorms, eval_error, upload_constants,
+    BiasAdds, Constants, HeadRopes, Lowering, PreparedWeight, ResidualNorms, eval_error,
+    upload_constants,
 };
 use values::{MlxState, MlxValue};
 use weights::{BoundWeights, Joined, Weight};
@@ -201,6 +202,7 @@ pub struct MlxExecutable {
     /// The adds of a bias to a matmul, lowered as one GEMM (every binding alike).
     bias_adds: Arc<BiasAdds>,
     residual_norms: Arc<ResidualNorms>,
+    head_ropes: Arc<HeadRopes>,
     mode: MlxMode,
     device: Device,
     /// False under [`Precision::F16`] and [`Precision::BF16`]: half ops run MLX's own
@@ -261,6 +263,7 @@ impl MlxExecutable {
                 graph: self.graph.clone(),
                 bias_adds: self.bias_adds.clone(),
                 residual_norms: self.residual_norms.clone(),
+                head_ropes: self.head_ropes.clone(),
                 shapes,
                 constants: self.constants.clone(),
                 custom: self.custom.clone(),

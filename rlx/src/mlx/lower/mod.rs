@@ -18,8 +18,8 @@ use super::device::Device;
 use crate::backend::{NodeSite, RunError};
 use crate::ir::{ConstantData, DType, Graph, Node, NodeId, Op, ReduceOp};
 use crate::tensor::TensorRef;
-use together::BiasAdd;
-pub(crate) use together::{BiasAdds, ResidualNorms};
+use together::{BiasAdd, HeadRope};
+pub(crate) use together::{BiasAdds, HeadRopes, ResidualNorms};
 
 /// Everything fixed once per binding that lowering reads. Shared with the `mlx::compile`
 /// callback, so it owns its data.
@@ -29,6 +29,8 @@ pub(crate) struct Lowering {
     pub bias_adds: Arc<BiasAdds>,
     /// Residual adds lowered with the RMS norm that reads them.
     pub residual_norms: Arc<ResidualNorms>,
+    /// Rotations of queries and keys lowered in pairs from the product that made them.
+    pub head_ropes: Arc<HeadRopes>,
     /// Concrete dims of every node.
     pub shapes: Vec<Vec<usize>>,
     /// The array of each constant node.
@@ -275,6 +277,14 @@ impl Lowering {
             let residual = self.residual_norms.of[id.index()]
                 .as_ref()
                 .filter(|_| timings.is_none() && !dims.contains(&0));
+            // A query and key rotation, together (likewise not when profiling).
+            let rotated = match &self.head_ropes.of[id.index()] {
+                Some(pair) if timings.is_none() && !dims.contains(&0) => self
+                    .head_rope(id, pair, &values, &shared)
+                    .map_err(at)?
+                    .map(|r| (pair.second, r)),
+                _ => None,
+            };
             // An empty result is made here, never by MLX's kernels: several of them
             // (CUDA launches of empty grids, CPU reductions of empty arrays) fail, stall
             // or crash on empty operands. Gathers and scatters still go through MLX, for
@@ -284,6 +294,12 @@ impl Lowering {
                 if dims.contains(&0) && !matches!(node.op, Op::Gather(_) | Op::ScatterAdd(_)) {
                     let empty = crate::tensor::HostTensor::zeros(node.ty.dtype, dims.clone());
                     Array::from_tensor_on(empty.view(), self.device).map_err(at)?
+                } else if let Some((second, (first, keys))) = rotated {
+                    if verify {
+                        self.verify(second, &graph[second], &keys)?;
+                    }
+                    values[second.index()] = Some(keys);
+                    first
                 } else if let Some(r) = residual {
                     let weight = values[r.weight.index()]
                         .as_ref()
@@ -353,6 +369,67 @@ impl Lowering {
             ))));
         }
         Ok(())
+    }
+
+    /// The two rotations of `pair` (the first at node `first`) from the whole product their
+    /// heads are columns of, or `None` where the dims do not fit one `rope_heads` (or the
+    /// product was not made as a group's) and each is lowered alone.
+    fn head_rope(
+        &self,
+        first: NodeId,
+        pair: &HeadRope,
+        values: &[Option<Array>],
+        shared: &[(NodeId, Array)],
+    ) -> Result<Option<(Array, Array)>, MlxError> {
+        let source = shared
+            .iter()
+            .find(|(n, _)| *n == pair.product)
+            .map(|s| &s.1);
+        let (Some(source), Some(offset)) = (source, values[pair.offset.index()].as_ref()) else {
+            return Ok(None);
+        };
+        let width = match source.shape()?.as_slice() {
+            [_, _, width] => *width,
+            _ => return Ok(None),
+        };
+        let heads = |rope: NodeId, split: NodeId, column: usize| {
+            let (out, rows) = (&self.shapes[rope.index()], &self.shapes[split.index()]);
+            let fits = out.len() == 4
+                && rows.as_slice() == [out[0], out[2], out[1] * out[3]]
+                && column + rows[2] <= width;
+            fits.then(|| (out[0], out[1], out[2], out[3]))
+        };
+        let q = heads(first, pair.split_from[0], pair.columns[0]);
+        let k = heads(pair.second, pair.split_from[1], pair.columns[1]);
+        let rope = &pair.rope;
+        let (Some(q), Some(k)) = (q, k) else {
+            return Ok(None);
+        };
+        if (q.0, q.2, q.3) != (k.0, k.2, k.3) || rope.dims > q.3 || rope.dims % 2 != 0 {
+            return Ok(None);
+        }
+        let periods = match &rope.freqs {
+            Some(freqs) => {
+                let periods: Vec<f32> = freqs.iter().map(|f| (1.0 / f) as f32).collect();
+                Some(
+                    self.index_arrays
+                        .get_f32(&periods, &[periods.len()], self.device)?,
+                )
+            }
+            None => None,
+        };
+        let groups = crate::mlx::ops::HeadGroups {
+            q: (pair.columns[0], q.1),
+            k: (pair.columns[1], k.1),
+            head_dim: q.3,
+            dims: rope.dims,
+            base: rope.base,
+            scale: rope.scale,
+            traditional: rope.traditional,
+        };
+        source
+            .rope_heads(&groups, offset, periods.as_ref())
+            .map(Some)
     }
 
     /// A grouped product: its columns of the group's one product by the joined weight,

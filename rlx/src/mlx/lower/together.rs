@@ -1,8 +1,9 @@
-//! Nodes the MLX lowering builds together with the node that reads them: a matmul with
-//! the bias added to it (one GEMM), and a residual add with the RMS norm of its sum (one
-//! kernel on an NVIDIA GPU).
+//! Nodes the MLX lowering builds together: a matmul with the bias added to it (one GEMM), a
+//! residual add with the RMS norm of its sum, and the rotations of a block's queries and
+//! keys from the product that made them (each one kernel on an NVIDIA GPU).
 
 use crate::ir::{self as ir, DType, Graph, MatMul, NodeId, Op};
+use crate::mlx::layout::FusedSlot;
 
 /// The adds of a `[N]` bias to a matmul nothing else reads: each is lowered as one GEMM
 /// with the bias (a cuBLASLt epilogue on a GPU), and the matmul alone is not built. MLX's
@@ -94,5 +95,160 @@ impl ResidualNorms {
             });
         }
         ResidualNorms { of }
+    }
+}
+
+/// Pairs of rotary embeddings of heads split from the columns of one array, at one offset
+/// and with one rotation: a decoder block's queries and keys, read from its joined q/k/v
+/// product. Each pair is lowered at its first rotation as one [`Array::rope_heads`] (one
+/// kernel on an NVIDIA GPU, in place of two column slices, two head splits, two transposes,
+/// two copies and two ropes), its second rotation's value set there too.
+///
+/// [`Array::rope_heads`]: crate::mlx::Array
+pub(crate) struct HeadRopes {
+    /// Per first rotation of a pair: the pair.
+    pub(super) of: Vec<Option<HeadRope>>,
+}
+
+/// The second rotation of a pair, and what both read.
+pub(super) struct HeadRope {
+    pub(super) second: NodeId,
+    /// The product group's leader: its whole product by the joined weights holds the
+    /// columns of both.
+    pub(super) product: NodeId,
+    /// Each rotation's first column in the whole product.
+    pub(super) columns: [usize; 2],
+    /// Each rotation's `[B, S, C]` array before its split into heads.
+    pub(super) split_from: [NodeId; 2],
+    pub(super) offset: NodeId,
+    pub(super) rope: ir::Rope,
+}
+
+impl HeadRopes {
+    pub(crate) fn of(graph: &Graph, fused: &[Option<FusedSlot>]) -> HeadRopes {
+        let mut of: Vec<Option<HeadRope>> = (0..graph.len()).map(|_| None).collect();
+        // Rotations waiting for a partner: node, product, column, split, offset.
+        let mut unpaired: Vec<(NodeId, NodeId, usize, NodeId, NodeId)> = Vec::new();
+        for (id, node) in graph.iter() {
+            let Some((product, column, split_from)) = heads_source(graph, fused, id) else {
+                continue;
+            };
+            let (Op::Rope(rope), [_, offset]) = (&node.op, node.inputs.as_slice()) else {
+                continue;
+            };
+            let partner = unpaired.iter().position(|(first, p, _, _, o)| {
+                *p == product && o == offset && graph[*first].op == node.op
+            });
+            match partner {
+                Some(at) => {
+                    let (first, _, first_column, first_split, _) = unpaired.swap_remove(at);
+                    of[first.index()] = Some(HeadRope {
+                        second: id,
+                        product,
+                        columns: [first_column, column],
+                        split_from: [first_split, split_from],
+                        offset: *offset,
+                        rope: rope.clone(),
+                    });
+                }
+                None => unpaired.push((id, product, column, split_from, *offset)),
+            }
+        }
+        HeadRopes { of }
+    }
+}
+
+/// For a float32 rope with an offset of heads split from the `[B, S, C]` columns of a
+/// grouped product (the last axis split into heads, then heads first): the group's leader,
+/// the first column in its whole product, and the member split.
+fn heads_source(
+    graph: &Graph,
+    fused: &[Option<FusedSlot>],
+    rope: NodeId,
+) -> Option<(NodeId, usize, NodeId)> {
+    let node = &graph[rope];
+    if !matches!(node.op, Op::Rope(_)) || node.inputs.len() != 2 || node.ty.dtype != DType::F32 {
+        return None;
+    }
+    let permute = &graph[node.inputs[0]];
+    let Op::Permute(ir::Permute { perm }) = &permute.op else {
+        return None;
+    };
+    let split = &graph[permute.inputs[0]];
+    if perm.as_slice() != [0, 2, 1, 3] || !matches!(split.op, Op::Reshape(_)) {
+        return None;
+    }
+    let from = split.inputs[0];
+    if graph[from].ty.shape.rank() != 3 || graph[from].ty.dtype != DType::F32 {
+        return None;
+    }
+    let slot = fused[from.index()].as_ref()?;
+    Some((slot.leader, slot.columns.start, from))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builder::GraphBuilder;
+
+    /// A rope of heads split from `from`'s `[1, 2, 8]` columns at `offset`.
+    fn rotation(b: &mut GraphBuilder, from: NodeId, offset: NodeId, base: f64) -> NodeId {
+        let split = b.reshape(from, [1, 2, 2, 4]).unwrap();
+        let heads = b.permute(split, &[0, 2, 1, 3]).unwrap();
+        let rope = ir::Rope {
+            dims: 4,
+            base,
+            scale: 1.0,
+            traditional: false,
+            freqs: None,
+        };
+        b.op(Op::Rope(rope), &[heads, offset]).unwrap()
+    }
+
+    #[test]
+    fn rotations_of_one_products_columns_at_one_offset_pair_up() {
+        let mut b = GraphBuilder::new();
+        let pos = b.input("pos", DType::I64, [0usize; 0]).unwrap();
+        let other = b.input("other", DType::I64, [0usize; 0]).unwrap();
+        let members: Vec<NodeId> = (0..6)
+            .map(|i| b.input(&format!("m{i}"), DType::F32, [1, 2, 8]).unwrap())
+            .collect();
+        let ropes = [
+            rotation(&mut b, members[0], pos, 1e4),
+            rotation(&mut b, members[1], pos, 1e4),
+            // Another product; then another offset; then another rotation.
+            rotation(&mut b, members[2], pos, 1e4),
+            rotation(&mut b, members[3], other, 1e4),
+            rotation(&mut b, members[4], pos, 5e5),
+            rotation(&mut b, members[5], pos, 1e4),
+        ];
+        for (i, rope) in ropes.iter().enumerate() {
+            b.output(&format!("r{i}"), *rope).unwrap();
+        }
+        let graph = b.finish().unwrap();
+        let mut fused = vec![None; graph.len()];
+        let leaders = [
+            members[0], members[0], members[2], members[0], members[0], members[2],
+        ];
+        for (i, (member, leader)) in members.iter().zip(leaders).enumerate() {
+            fused[member.index()] = Some(FusedSlot {
+                first: 0,
+                count: 1,
+                leader,
+                columns: 8 * i..8 * (i + 1),
+                format: None,
+                transposed: false,
+            });
+        }
+        let pairs = HeadRopes::of(&graph, &fused);
+        let first = pairs.of[ropes[0].index()].as_ref().expect("paired");
+        assert_eq!(first.second, ropes[1]);
+        assert_eq!((first.product, first.columns), (members[0], [0, 8]));
+        assert_eq!(first.split_from, [members[0], members[1]]);
+        // The third pairs with the sixth (one product, offset and rotation); the fourth
+        // and fifth with nothing.
+        let third = pairs.of[ropes[2].index()].as_ref().expect("paired");
+        assert_eq!((third.second, third.columns), (ropes[5], [16, 40]));
+        assert_eq!(pairs.of.iter().flatten().count(), 2);
     }
 }

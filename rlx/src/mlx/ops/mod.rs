@@ -336,6 +336,48 @@ impl Array {
         })
     }
 
+    /// The query and key heads packed along the last axis of `self` (`[B, S, W]`, float),
+    /// each group's columns split into `[B, heads, S, head_dim]` and rotated as
+    /// [`Array::rope`] rotates it: one kernel on an NVIDIA GPU (a block's joined q/k/v
+    /// product straight to its rotated heads), the views and two ropes elsewhere.
+    pub(crate) fn rope_heads(
+        &self,
+        groups: &HeadGroups,
+        offset: &Array,
+        periods: Option<&Array>,
+    ) -> Result<(Array, Array), MlxError> {
+        let int = |v: usize| i32::try_from(v).map_err(|_| MlxError::new("rope_heads: too large"));
+        let p = periods.map_or(ptr::null_mut(), Array::ptr);
+        let (mut q, mut k) = (ptr::null_mut(), ptr::null_mut());
+        // SAFETY: the handles are live or null (allowed for `periods`); `q` and `k` are
+        // valid slots the shim fills.
+        let status = unsafe {
+            sys::rlx_mlx_rope_heads(
+                self.ptr(),
+                groups.q.0 as i64,
+                int(groups.q.1)?,
+                groups.k.0 as i64,
+                int(groups.k.1)?,
+                int(groups.head_dim)?,
+                int(groups.dims)?,
+                groups.base,
+                groups.scale,
+                groups.traditional,
+                offset.ptr(),
+                p,
+                &mut q,
+                &mut k,
+            )
+        };
+        // Wrap before checking so a partial result is freed either way.
+        let (q, k) = (Array::from_raw(q), Array::from_raw(k));
+        check(status)?;
+        match (q, k) {
+            (Some(q), Some(k)) => Ok((q, k)),
+            _ => Err(MlxError::new("rope_heads left an output unset")),
+        }
+    }
+
     /// Channels-first convolution.
     pub fn conv(
         &self,
@@ -544,4 +586,19 @@ impl Array {
 fn host_array(t: Result<HostTensor, TensorError>) -> Result<Array, MlxError> {
     let t = t.map_err(|e| MlxError::new(e.to_string()))?;
     Array::from_tensor(t.view())
+}
+
+/// Two groups of heads packed along the last axis of a `[B, S, W]` array, and how
+/// [`Array::rope_heads`] rotates them (as [`crate::ir::Rope`] does).
+pub(crate) struct HeadGroups {
+    /// The queries' first column and heads.
+    pub q: (usize, usize),
+    /// The keys' first column and heads.
+    pub k: (usize, usize),
+    pub head_dim: usize,
+    /// Features rotated.
+    pub dims: usize,
+    pub base: f64,
+    pub scale: f64,
+    pub traditional: bool,
 }
