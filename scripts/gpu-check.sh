@@ -200,7 +200,7 @@ run_all() {
     step "$bin/moe_bench" --backend mlx --reps 10 --tokens 1,16,256,2048 || status=1
   fi
   if [[ ,$only, == *,fuzz,* ]]; then
-    step "$bin/fuzz_graphs" --cases "${RLX_GPU_FUZZ_CASES:-5000}" --seed "${RLX_GPU_FUZZ_SEED:-1}" || status=1
+    step "$bin/fuzz_graphs" --cases "${RLX_GPU_FUZZ_CASES:-5000}" --seed "${RLX_GPU_FUZZ_SEED:-1}" --progress 250 || status=1
   fi
   if [[ ,$only, == *,block,* ]]; then
     step "$bin/mlx_block_bench" --runs 50 || status=1

@@ -6,6 +6,7 @@
 //!
 //! ```text
 //! cargo run --release --example fuzz_graphs -- --cases 20000 --seed 1 [--steps 10] [--cpu-only]
+//!     [--progress 1000]
 //! cargo run --release --example fuzz_graphs -- --show CASE_SEED   # print one case
 //! cargo run --release --example fuzz_graphs -- --case CASE_SEED [--cases 20]  # run it again
 //! ```
@@ -14,7 +15,9 @@
 //! shows up in some runs only), and prints what each run found.
 //!
 //! Prints each mismatch and failure (already minimised to one op and its operands), then
-//! `fuzz_graphs cases=N mismatches=M failures=F seed=S`.
+//! `fuzz_graphs cases=N mismatches=M failures=F seed=S`. A progress line goes to stderr
+//! every `--progress` cases (1,000): a run cut short by a time limit (a lent GPU's) still
+//! says how far it got clean.
 
 use std::error::Error;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,6 +30,7 @@ use rlx_testkit::rng::Rng;
 fn main() -> Result<(), Box<dyn Error>> {
     let (mut cases, mut seed, mut steps, mut cpu_only) = (None, 1u64, 10usize, false);
     let mut one_case: Option<u64> = None;
+    let mut progress = 1000usize;
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -34,6 +38,12 @@ fn main() -> Result<(), Box<dyn Error>> {
             "--seed" => seed = it.next().ok_or("--seed needs a number")?.parse()?,
             "--steps" => steps = it.next().ok_or("--steps needs a count")?.parse()?,
             "--cpu-only" => cpu_only = true,
+            "--progress" => {
+                progress = it.next().ok_or("--progress needs a count")?.parse()?;
+                if progress == 0 {
+                    return Err("--progress takes at least 1".into());
+                }
+            }
             "--case" => one_case = Some(it.next().ok_or("--case needs a case seed")?.parse()?),
             "--show" => {
                 // Print one case (by its own seed, as reports name it) and stop.
@@ -127,7 +137,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
         shown_mismatches = report.mismatches.len();
         shown_failures = report.failures.len();
-        if report.cases % 1000 == 0 {
+        if report.cases % progress == 0 {
             eprintln!(
                 "{} cases, {:.0} s: {} values checked, {} unjudged, {} refused by all",
                 report.cases,

@@ -405,7 +405,7 @@ impl Lowering {
         let (Some(q), Some(k)) = (q, k) else {
             return Ok(None);
         };
-        if (q.0, q.2, q.3) != (k.0, k.2, k.3) || rope.dims > q.3 || rope.dims % 2 != 0 {
+        if (q.0, q.2, q.3) != (k.0, k.2, k.3) || rope.dims > q.3 || !rope.dims.is_multiple_of(2) {
             return Ok(None);
         }
         let periods = match &rope.freqs {
