@@ -405,19 +405,14 @@ impl Lowering {
         let (Some(q), Some(k)) = (q, k) else {
             return Ok(None);
         };
-        if (q.0, q.2, q.3) != (k.0, k.2, k.3) || rope.dims > q.3 || !rope.dims.is_multiple_of(2) {
+        let no_heads = q.1 == 0 || k.1 == 0;
+        if no_heads || (q.0, q.2, q.3) != (k.0, k.2, k.3) || rope.dims > q.3 {
             return Ok(None);
         }
-        let periods = match &rope.freqs {
-            Some(freqs) => {
-                let periods: Vec<f32> = freqs.iter().map(|f| (1.0 / f) as f32).collect();
-                Some(
-                    self.index_arrays
-                        .get_f32(&periods, &[periods.len()], self.device)?,
-                )
-            }
-            None => None,
-        };
+        if rope.dims < 2 || !rope.dims.is_multiple_of(2) {
+            return Ok(None);
+        }
+        let periods = self.rope_periods(rope)?;
         let groups = crate::mlx::ops::HeadGroups {
             q: (pair.columns[0], q.1),
             k: (pair.columns[1], k.1),
@@ -430,6 +425,19 @@ impl Lowering {
         source
             .rope_heads(&groups, offset, periods.as_ref())
             .map(Some)
+    }
+
+    /// A rotation's frequencies of its own as MLX takes them: periods (their reciprocals,
+    /// in f32), made once per binding.
+    pub(super) fn rope_periods(&self, rope: &crate::ir::Rope) -> Result<Option<Array>, MlxError> {
+        let Some(freqs) = &rope.freqs else {
+            return Ok(None);
+        };
+        let periods: Vec<f32> = freqs.iter().map(|f| (1.0 / f) as f32).collect();
+        let periods = self
+            .index_arrays
+            .get_f32(&periods, &[periods.len()], self.device)?;
+        Ok(Some(periods))
     }
 
     /// A grouped product: its columns of the group's one product by the joined weight,

@@ -430,23 +430,10 @@ impl ir::Attention {
     }
 }
 
-/// Frequencies of its own go to MLX as periods (their reciprocals, in f32), made once per
-/// binding.
 impl Lower for ir::Rope {
     fn lower(&self, n: &mut NodeInput<'_>) -> Lowered {
         let offset = n.x.get(1).copied();
-        let periods = match &self.freqs {
-            Some(freqs) => {
-                let periods: Vec<f32> = freqs.iter().map(|f| (1.0 / f) as f32).collect();
-                let lowering = n.lowering;
-                Some(
-                    lowering
-                        .index_arrays
-                        .get_f32(&periods, &[periods.len()], lowering.device)?,
-                )
-            }
-            None => None,
-        };
+        let periods = n.lowering.rope_periods(self)?;
         Ok(n.x[0].rope(
             self.dims,
             self.base,
