@@ -506,15 +506,22 @@ fn residual_adds_and_their_norms_match_the_cpu() {
             mlx.set_weights(&[("w1", w1.view()), ("w2", w2.view())])
                 .unwrap();
             let got = mlx.run(&inputs, &[]).unwrap();
-            for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert_eq!(g.shape(), w.shape(), "{mode:?} rows {rows} output {k}");
-                for (i, (a, b)) in g.to_f64_vec().iter().zip(w.to_f64_vec()).enumerate() {
-                    assert!(
-                        (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
-                        "{mode:?} rows {rows} output {k} element {i}: {a} against {b}"
-                    );
-                }
-            }
+            assert_close(&got, &want, 1e-5, &format!("{mode:?} rows {rows}"));
+        }
+    }
+}
+
+/// Each of `got` has the shape of `want`'s and every value within `tol` of it, relative
+/// to 1 + its magnitude.
+fn assert_close(got: &[HostTensor], want: &[HostTensor], tol: f64, case: &str) {
+    assert_eq!(got.len(), want.len(), "{case}");
+    for (k, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g.shape(), w.shape(), "{case} output {k}");
+        for (i, (a, b)) in g.to_f64_vec().iter().zip(w.to_f64_vec()).enumerate() {
+            assert!(
+                (a - b).abs() <= tol * (1.0 + b.abs()),
+                "{case} output {k} element {i}: {a} against {b}"
+            );
         }
     }
 }
@@ -597,15 +604,7 @@ fn query_and_key_rotations_from_a_joined_product_match_the_cpu() {
             mlx.set_weights(&bound).unwrap();
             let got = mlx.run(&inputs, &[]).unwrap();
             let case = format!("{mode:?} batch {batch} seq {seq} {rope:?}");
-            for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert_eq!(g.shape(), w.shape(), "{case} output {k}");
-                for (i, (a, b)) in g.to_f64_vec().iter().zip(w.to_f64_vec()).enumerate() {
-                    assert!(
-                        (a - b).abs() <= 2e-5 * (1.0 + b.abs()),
-                        "{case} output {k} element {i}: {a} against {b}"
-                    );
-                }
-            }
+            assert_close(&got, &want, 2e-5, &case);
         }
     }
 }
