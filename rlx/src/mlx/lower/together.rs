@@ -2,8 +2,10 @@
 //! residual add with the RMS norm of its sum, and the rotations of a block's queries and
 //! keys from the product that made them (each one kernel on an NVIDIA GPU).
 
+use super::Lowering;
 use crate::ir::{self as ir, DType, Graph, MatMul, NodeId, Op};
 use crate::mlx::layout::FusedSlot;
+use crate::mlx::{Array, MlxError};
 
 /// The adds of a `[N]` bias to a matmul nothing else reads: each is lowered as one GEMM
 /// with the bias (a cuBLASLt epilogue on a GPU), and the matmul alone is not built. MLX's
@@ -155,6 +157,64 @@ impl HeadRopes {
             }
         }
         HeadRopes { of }
+    }
+}
+
+impl Lowering {
+    /// The two rotations of `pair` (the first at node `first`) from the whole product their
+    /// heads are columns of, or `None` where the dims do not fit one `rope_heads` (or the
+    /// product was not made as a group's) and each is lowered alone.
+    pub(super) fn head_rope(
+        &self,
+        first: NodeId,
+        pair: &HeadRope,
+        values: &[Option<Array>],
+        shared: &[(NodeId, Array)],
+    ) -> Result<Option<(Array, Array)>, MlxError> {
+        let source = shared
+            .iter()
+            .find(|(n, _)| *n == pair.product)
+            .map(|s| &s.1);
+        let (Some(source), Some(offset)) = (source, values[pair.offset.index()].as_ref()) else {
+            return Ok(None);
+        };
+        let width = match source.shape()?.as_slice() {
+            [_, _, width] => *width,
+            _ => return Ok(None),
+        };
+        let heads = |rope: NodeId, split: NodeId, column: usize| {
+            let (out, rows) = (&self.shapes[rope.index()], &self.shapes[split.index()]);
+            let fits = out.len() == 4
+                && rows.as_slice() == [out[0], out[2], out[1] * out[3]]
+                && column + rows[2] <= width;
+            fits.then(|| (out[0], out[1], out[2], out[3]))
+        };
+        let q = heads(first, pair.split_from[0], pair.columns[0]);
+        let k = heads(pair.second, pair.split_from[1], pair.columns[1]);
+        let rope = &pair.rope;
+        let (Some(q), Some(k)) = (q, k) else {
+            return Ok(None);
+        };
+        let no_heads = q.1 == 0 || k.1 == 0;
+        if no_heads || (q.0, q.2, q.3) != (k.0, k.2, k.3) || rope.dims > q.3 {
+            return Ok(None);
+        }
+        if rope.dims < 2 || !rope.dims.is_multiple_of(2) {
+            return Ok(None);
+        }
+        let periods = self.rope_periods(rope)?;
+        let groups = crate::mlx::ops::HeadGroups {
+            q: (pair.columns[0], q.1),
+            k: (pair.columns[1], k.1),
+            head_dim: q.3,
+            dims: rope.dims,
+            base: rope.base,
+            scale: rope.scale,
+            traditional: rope.traditional,
+        };
+        source
+            .rope_heads(&groups, offset, periods.as_ref())
+            .map(Some)
     }
 }
 
