@@ -250,6 +250,17 @@ std::optional<mx::array> take_rows_gpu(const mx::array& table, const mx::array& 
   return mx::reshape(out.at(0), shape);
 }
 
+// The bits of `v` as a float32, for kernels that take a float constant as a template
+// argument (MLX's template arguments are integers, booleans and dtypes).
+namespace {
+int float_bits(double v) {
+  const float f = static_cast<float>(v);
+  int bits = 0;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+}  // namespace
+
 // `a + b` and its RMS normalization with `weight` (cpp/residual_norm.cu) on an NVIDIA GPU,
 // for float32 operands of one shape with rows of the weight's width, or nothing where it
 // does not apply (another device or dtype, shapes that differ or broadcast) and the caller
@@ -272,12 +283,10 @@ std::optional<std::pair<mx::array, mx::array>> add_rms_norm_gpu(const mx::array&
       "rlx_add_rms_norm", {"a", "b", "w"}, {"sum", "out"},
       "rlx_norm::add_rms_norm<THREADS, EPS_BITS>(a, b, w, w_shape[0], sum, out);",
       kResidualNormSource, /*ensure_row_contiguous=*/true);
-  int eps_bits = 0;
-  std::memcpy(&eps_bits, &eps, sizeof eps_bits);
   std::vector<mx::array> out =
       kernel({a, b, weight}, {a.shape(), a.shape()}, {mx::float32, mx::float32},
              {static_cast<int>(rows) * threads, 1, 1}, {threads, 1, 1},
-             {{"THREADS", threads}, {"EPS_BITS", eps_bits}}, std::nullopt, false, {});
+             {{"THREADS", threads}, {"EPS_BITS", float_bits(eps)}}, std::nullopt, false, {});
   return std::make_pair(out.at(0), out.at(1));
 }
 
@@ -307,12 +316,6 @@ std::optional<std::pair<mx::array, mx::array>> rope_heads_gpu(const mx::array& x
       "rlx_rope::rope_heads<HQ, HK, D, DIMS, QCOL, KCOL, TRADITIONAL, PER_ROW, PERIODS, BASE_BITS, "
       "SCALE_BITS, OffT>(x, offset, periods, x_shape[0], x_shape[1], x_shape[2], q, k);",
       kRopeHeadsSource, /*ensure_row_contiguous=*/true);
-  auto bits = [](double v) {
-    const float f = static_cast<float>(v);
-    int b = 0;
-    std::memcpy(&b, &f, sizeof b);
-    return b;
-  };
   const int b = static_cast<int>(batch), s = static_cast<int>(seq);
   // Without periods the kernel reads none: `x` stands in for the operand.
   std::vector<mx::array> out = kernel(
@@ -322,7 +325,7 @@ std::optional<std::pair<mx::array, mx::array>> rope_heads_gpu(const mx::array& x
       {{"HQ", g.q_heads}, {"HK", g.k_heads}, {"D", g.head_dim}, {"DIMS", g.dims},
        {"QCOL", static_cast<int>(g.q_col)}, {"KCOL", static_cast<int>(g.k_col)},
        {"TRADITIONAL", g.traditional}, {"PER_ROW", per_row}, {"PERIODS", periods.has_value()},
-       {"BASE_BITS", bits(g.base)}, {"SCALE_BITS", bits(g.scale)}, {"OffT", offset.dtype()}},
+       {"BASE_BITS", float_bits(g.base)}, {"SCALE_BITS", float_bits(g.scale)}, {"OffT", offset.dtype()}},
       std::nullopt, false, {});
   return std::make_pair(out.at(0), out.at(1));
 }

@@ -1,7 +1,9 @@
 // Where a program's host threads spend their CPU time, for machines without perf.
 //
 // Loaded with LD_PRELOAD, it samples the process every millisecond of CPU time
-// (ITIMER_PROF, which Linux delivers to the thread that used it), records each sample's
+// (ITIMER_PROF, which Linux delivers to the thread that used it; the kernel checks the timer
+// at its tick, so a tick longer than the interval samples less often: compare shares, not
+// counts), records each sample's
 // thread and call stack (glibc's `backtrace`, which unwinds through frames without frame
 // pointers by their unwind tables), and at exit writes them with the process's memory map
 // to RLX_HOST_SAMPLES=FILE. `host_samples.py FILE` turns the file into flat and inclusive

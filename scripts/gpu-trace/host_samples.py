@@ -151,7 +151,7 @@ def main():
         print(f"\n== {c}: {count[0]} samples ({100 * count[0] / total:.1f}%); called from")
         for f, k in up.most_common(8):
             print(f"{100 * k / total:6.1f}%  {f}")
-        print(f"-- what it calls (inclusive)")
+        print("-- what it calls (inclusive)")
         for f, k in down.most_common(args.top):
             print(f"{100 * k / total:6.1f}%  {f}")
 

@@ -235,8 +235,9 @@ impl Program {
             vec![None; g.len()]
         };
 
-        // Static region: params and constants, each 64-byte aligned. It grows through
-        // `grow`, which refuses sizes over the memory limit or that cannot be allocated.
+        // Static region: params and constants, each 64-byte aligned. Its length grows through
+        // `grow`, which refuses sizes over the memory limit; the bytes are allocated once
+        // the layout is known.
         let limit = options.memory_limit;
         // Every static's place is laid out first and the bytes allocated once at the end:
         // growing them a static at a time copied everything before it on each step, seconds
@@ -252,7 +253,6 @@ impl Program {
         };
         let mut statics_len = 0usize;
         let mut static_offsets = vec![None; g.len()];
-        let mut constants = Vec::new();
         let mut params = Vec::new();
         // Each param node's slot. (Not found by offset: a zero-size param shares its offset
         // with the next static.)
@@ -266,17 +266,14 @@ impl Program {
             };
             let offset = statics_len.div_ceil(ALIGN) * ALIGN;
             grow(&mut statics_len, bytes.and_then(|b| offset.checked_add(b)))?;
-            match &node.op {
-                Op::Constant(_) => constants.push((id, offset)),
-                _ => {
-                    slot_of[id.index()] = Some(params.len());
-                    params.push(ParamSlot {
-                        dtype: node.ty.dtype,
-                        shape: node.ty.shape.static_dims().unwrap_or_default(),
-                        offset,
-                        packings: Vec::new(),
-                    });
-                }
+            if matches!(node.op, Op::Param) {
+                slot_of[id.index()] = Some(params.len());
+                params.push(ParamSlot {
+                    dtype: node.ty.dtype,
+                    shape: node.ty.shape.static_dims().unwrap_or_default(),
+                    offset,
+                    packings: Vec::new(),
+                });
             }
             static_offsets[id.index()] = Some(offset);
         }
@@ -400,8 +397,8 @@ impl Program {
         statics
             .try_resize(statics_len)
             .map_err(|_| refused(statics_len))?;
-        for (id, offset) in constants {
-            if let Op::Constant(c) = &g[id].op {
+        for (id, node) in g.iter() {
+            if let (Op::Constant(c), Some(offset)) = (&node.op, static_offsets[id.index()]) {
                 statics.bytes_mut()[offset..offset + c.bytes().len()].copy_from_slice(c.bytes());
             }
         }

@@ -129,31 +129,29 @@ pub(super) struct HeadRope {
 impl HeadRopes {
     pub(crate) fn of(graph: &Graph, fused: &[Option<FusedSlot>]) -> HeadRopes {
         let mut of: Vec<Option<HeadRope>> = (0..graph.len()).map(|_| None).collect();
-        // Rotations waiting for a partner: node, product, column, split, offset.
-        let mut unpaired: Vec<(NodeId, NodeId, usize, NodeId, NodeId)> = Vec::new();
-        for (id, node) in graph.iter() {
-            let Some((product, column, split_from)) = heads_source(graph, fused, id) else {
+        // Rotations waiting for a partner.
+        let mut unpaired: Vec<(NodeId, Rotation<'_>)> = Vec::new();
+        for (id, _) in graph.iter() {
+            let Some(second) = rotation(graph, fused, id) else {
                 continue;
             };
-            let (Op::Rope(rope), [_, offset]) = (&node.op, node.inputs.as_slice()) else {
-                continue;
-            };
-            let partner = unpaired.iter().position(|(first, p, _, _, o)| {
-                *p == product && o == offset && graph[*first].op == node.op
+            let partner = unpaired.iter().position(|(_, first)| {
+                (first.product, first.offset, first.rope)
+                    == (second.product, second.offset, second.rope)
             });
             match partner {
                 Some(at) => {
-                    let (first, _, first_column, first_split, _) = unpaired.swap_remove(at);
-                    of[first.index()] = Some(HeadRope {
+                    let (first_id, first) = unpaired.swap_remove(at);
+                    of[first_id.index()] = Some(HeadRope {
                         second: id,
-                        product,
-                        columns: [first_column, column],
-                        split_from: [first_split, split_from],
-                        offset: *offset,
-                        rope: rope.clone(),
+                        product: second.product,
+                        columns: [first.column, second.column],
+                        split_from: [first.split_from, second.split_from],
+                        offset: second.offset,
+                        rope: second.rope.clone(),
                     });
                 }
-                None => unpaired.push((id, product, column, split_from, *offset)),
+                None => unpaired.push((id, second)),
             }
         }
         HeadRopes { of }
@@ -218,24 +216,34 @@ impl Lowering {
     }
 }
 
-/// For a float32 rope with an offset of heads split from the `[B, S, C]` columns of a
-/// grouped product (the last axis split into heads, then heads first): the group's leader,
-/// the first column in its whole product, and the member split.
-fn heads_source(
-    graph: &Graph,
-    fused: &[Option<FusedSlot>],
-    rope: NodeId,
-) -> Option<(NodeId, usize, NodeId)> {
-    let node = &graph[rope];
-    if !matches!(node.op, Op::Rope(_)) || node.inputs.len() != 2 || node.ty.dtype != DType::F32 {
+/// A float32 rope with an offset of heads split from the `[B, S, C]` columns of a grouped
+/// product (the last axis split into heads, then heads first).
+struct Rotation<'g> {
+    /// The group's leader.
+    product: NodeId,
+    /// The first column in the group's whole product.
+    column: usize,
+    /// The member split into heads.
+    split_from: NodeId,
+    offset: NodeId,
+    rope: &'g ir::Rope,
+}
+
+/// Node `id` as a [`Rotation`], if it is one.
+fn rotation<'g>(graph: &'g Graph, fused: &[Option<FusedSlot>], id: NodeId) -> Option<Rotation<'g>> {
+    let node = &graph[id];
+    let (Op::Rope(rope), [heads, offset]) = (&node.op, node.inputs.as_slice()) else {
         return None;
-    }
-    let permute = &graph[node.inputs[0]];
+    };
+    let permute = &graph[*heads];
     let Op::Permute(ir::Permute { perm }) = &permute.op else {
         return None;
     };
     let split = &graph[permute.inputs[0]];
-    if perm.as_slice() != [0, 2, 1, 3] || !matches!(split.op, Op::Reshape(_)) {
+    if node.ty.dtype != DType::F32
+        || perm.as_slice() != [0, 2, 1, 3]
+        || !matches!(split.op, Op::Reshape(_))
+    {
         return None;
     }
     let from = split.inputs[0];
@@ -243,7 +251,13 @@ fn heads_source(
         return None;
     }
     let slot = fused[from.index()].as_ref()?;
-    Some((slot.leader, slot.columns.start, from))
+    Some(Rotation {
+        product: slot.leader,
+        column: slot.columns.start,
+        split_from: from,
+        offset: *offset,
+        rope,
+    })
 }
 
 #[cfg(test)]
