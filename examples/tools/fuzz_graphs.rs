@@ -5,8 +5,8 @@
 //! `rlx_testkit::fuzz`).
 //!
 //! ```text
-//! cargo run --release --example fuzz_graphs -- --cases 20000 --seed 1 [--steps 10] [--cpu-only]
-//!     [--progress 1000]
+//! cargo run --release --example fuzz_graphs -- --cases 20000 --seed 1 [--from 0] [--steps 10]
+//!     [--cpu-only] [--progress 1000]
 //! cargo run --release --example fuzz_graphs -- --show CASE_SEED   # print one case
 //! cargo run --release --example fuzz_graphs -- --case CASE_SEED [--cases 20]  # run it again
 //! ```
@@ -17,25 +17,28 @@
 //! Prints each mismatch and failure (already minimised to one op and its operands), then
 //! `fuzz_graphs cases=N mismatches=M failures=F seed=S`. A progress line goes to stderr
 //! every `--progress` cases (1,000): a run cut short by a time limit (a lent GPU's) still
-//! says how far it got clean.
+//! says how far it got clean. `--from K` starts at case K of the seed's sequence, so
+//! `--cases 2500` and `--from 2500 --cases 2500` together check the cases of `--cases 5000`
+//! (a long run split over calls of limited time).
 
 use std::error::Error;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rlx_testkit::fuzz::{Config, run_cases};
-use rlx_testkit::rng::Rng;
+use rlx_testkit::fuzz::{Config, case_seed, run_cases};
 
 fn main() -> Result<(), Box<dyn Error>> {
     let (mut cases, mut seed, mut steps, mut cpu_only) = (None, 1u64, 10usize, false);
     let mut one_case: Option<u64> = None;
     let mut progress = 1000usize;
+    let mut from = 0usize;
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--cases" => cases = Some(it.next().ok_or("--cases needs a count")?.parse::<usize>()?),
             "--seed" => seed = it.next().ok_or("--seed needs a number")?.parse()?,
+            "--from" => from = it.next().ok_or("--from needs a case number")?.parse()?,
             "--steps" => steps = it.next().ok_or("--steps needs a count")?.parse()?,
             "--cpu-only" => cpu_only = true,
             "--progress" => {
@@ -100,11 +103,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                 std::thread::sleep(Duration::from_secs(5));
                 let stalled = last.lock().map(|t| t.elapsed()).unwrap_or_default();
                 if stalled > Duration::from_secs(300) {
-                    let mut seeds = Rng(seed);
-                    let mut case_seed = 0;
-                    for _ in 0..=done.load(Ordering::Relaxed) {
-                        case_seed = seeds.next_u64();
-                    }
+                    let case_seed = case_seed(seed, from + done.load(Ordering::Relaxed));
                     println!("FAILURE case seed {case_seed} ran over 300 s (a hang)");
                     // Where every thread is, when gdb is installed (best effort).
                     let stacks = std::process::Command::new("gdb")
@@ -115,7 +114,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                         println!("{}", String::from_utf8_lossy(&out.stdout));
                     }
                     println!(
-                        "fuzz_graphs cases={} mismatches=? failures=1 seed={seed}",
+                        "fuzz_graphs cases={} mismatches=? failures=1 seed={seed} from={from}",
                         done.load(Ordering::Relaxed) + 1
                     );
                     std::process::exit(1);
@@ -124,7 +123,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         });
     }
     let (mut shown_mismatches, mut shown_failures) = (0, 0);
-    let report = run_cases(seed, cases, steps, &configs, |report| {
+    let report = run_cases(seed, from..from + cases, steps, &configs, |report| {
         done.store(report.cases, Ordering::Relaxed);
         if let Ok(mut t) = last.lock() {
             *t = Instant::now();
@@ -139,8 +138,9 @@ fn main() -> Result<(), Box<dyn Error>> {
         shown_failures = report.failures.len();
         if report.cases % progress == 0 {
             eprintln!(
-                "{} cases, {:.0} s: {} values checked, {} unjudged, {} refused by all",
+                "{} cases (to case {}), {:.0} s: {} values checked, {} unjudged, {} refused by all",
                 report.cases,
+                from + report.cases,
                 started.elapsed().as_secs_f64(),
                 report.checked,
                 report.unjudged,
@@ -159,7 +159,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         started.elapsed().as_secs_f64()
     );
     println!(
-        "fuzz_graphs cases={} mismatches={} failures={} seed={seed}",
+        "fuzz_graphs cases={} mismatches={} failures={} seed={seed} from={from}",
         report.cases,
         report.mismatches.len(),
         report.failures.len()

@@ -25,6 +25,7 @@ pub use generate::{Case, generate, tensor};
 use crate::rng::Rng;
 use rlx::ir::Reduce;
 
+use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use rlx::backend::{Backend, CompileError, Executable};
@@ -553,29 +554,42 @@ pub fn gradient_case(case: &Case) -> Option<Case> {
     })
 }
 
-/// Generates and checks `count` cases (each seed drawn from a generator seeded with `seed`)
-/// with graphs of up to `steps` ops, calling `progress` after each. With `RLX_FUZZ_TRACE`
-/// set, each case's seed goes to stderr before it runs (to name a case that crashes the
-/// process rather than fail).
+/// Generates and checks the cases numbered `cases` of `seed`'s sequence (case `i`'s seed is
+/// [`case_seed`]`(seed, i)`) with graphs of up to `steps` ops, calling `progress` after each.
+/// Cases `0..n` in one run check what `0..k` and `k..n` check in two, so a long run can be
+/// split over several time-limited calls. With `RLX_FUZZ_TRACE` set, each case's seed goes
+/// to stderr before it runs (to name a case that crashes the process rather than fail).
 pub fn run_cases(
     seed: u64,
-    count: usize,
+    cases: Range<usize>,
     steps: usize,
     configs: &[Config],
     mut progress: impl FnMut(&Report),
 ) -> Report {
     let mut report = Report::default();
     let mut seeds = Rng(seed);
+    for _ in 0..cases.start {
+        seeds.next_u64();
+    }
     let trace = std::env::var_os("RLX_FUZZ_TRACE").is_some();
-    for _ in 0..count {
+    for index in cases {
         let case_seed = seeds.next_u64();
         if trace {
-            eprintln!("case {} seed {case_seed}", report.cases);
+            eprintln!("case {index} seed {case_seed}");
         }
         check_seed(case_seed, steps, configs, &mut report);
         progress(&report);
     }
     report
+}
+
+/// The seed of case `index` of `seed`'s sequence: the seed a report names for it.
+pub fn case_seed(seed: u64, index: usize) -> u64 {
+    let mut seeds = Rng(seed);
+    for _ in 0..index {
+        seeds.next_u64();
+    }
+    seeds.next_u64()
 }
 
 /// Generates the case of `case_seed` (the seed a report names) and checks it and its

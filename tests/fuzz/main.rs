@@ -17,7 +17,7 @@ const CASES: usize = 400;
 fn random_graphs_agree_with_float64_on_every_configuration() {
     #[cfg(feature = "mlx")]
     rlx::mlx::set_kernel_fusion(false).unwrap();
-    let report = run_cases(SEED, CASES, 10, &Config::all(), |_| {});
+    let report = run_cases(SEED, 0..CASES, 10, &Config::all(), |_| {});
     for m in &report.mismatches {
         eprintln!("MISMATCH seed={} config={}: {}", m.seed, m.config, m.detail);
     }
@@ -81,22 +81,39 @@ fn the_generator_makes_every_op_of_the_vocabulary() {
     );
 }
 
-/// A case named by its seed runs again exactly as it ran among the others: same values
-/// checked, same gradient graph.
+/// A case named by its seed runs again exactly as it ran among the others (same values
+/// checked, same gradient graph), and a run split in two checks what the whole run does.
 #[test]
 fn a_reported_case_runs_again_from_its_seed() {
     let configs = vec![Config::Cpu { threads: 1 }];
     let seed = 7;
-    let among = run_cases(seed, 3, 10, &configs, |_| {});
+    let among = run_cases(seed, 0..3, 10, &configs, |_| {});
     let mut again = rlx_testkit::fuzz::Report::default();
     let mut seeds = Rng(seed);
-    for _ in 0..3 {
-        rlx_testkit::fuzz::check_seed(seeds.next_u64(), 10, &configs, &mut again);
+    for index in 0..3 {
+        let case_seed = seeds.next_u64();
+        assert_eq!(rlx_testkit::fuzz::case_seed(seed, index), case_seed);
+        rlx_testkit::fuzz::check_seed(case_seed, 10, &configs, &mut again);
     }
     assert_eq!(again.cases, 3);
     assert!(among.checked > 0);
     assert_eq!(
         (again.checked, again.gradients, again.fused, again.unjudged),
+        (among.checked, among.gradients, among.fused, among.unjudged)
+    );
+    // A run split in two (as over two time-limited calls) checks what the whole run does.
+    let (head, tail) = (
+        run_cases(seed, 0..1, 10, &configs, |_| {}),
+        run_cases(seed, 1..3, 10, &configs, |_| {}),
+    );
+    assert_eq!((head.cases, tail.cases), (1, 2));
+    assert_eq!(
+        (
+            head.checked + tail.checked,
+            head.gradients + tail.gradients,
+            head.fused + tail.fused,
+            head.unjudged + tail.unjudged
+        ),
         (among.checked, among.gradients, among.fused, among.unjudged)
     );
 }
