@@ -8,7 +8,7 @@
 //! cargo run --release --example generate_bench -- [--backend cpu|mlx] [--reps 5]
 //!     [--capacity 1024] [--mlx-mode eager|lazy|compiled] [--quant [--activations int8|exact]]
 //!     [--quantize Q8_0|Q4_0|Q4_1|Q5_0|Q5_1] [--kv-cache f32|int8] [--profile] [--perplexity]
-//!     [--model FILE.gguf] [--batches 1,8] [--cuda-graphs on|off]
+//!     [--model FILE.gguf] [--batches 1,8[,N...]] [--cuda-graphs on|off]
 //! generate_bench backend=cpu batch=1 prompt=128 phase=prefill tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=512 phase=prefill tok_s=..
 //! generate_bench backend=cpu batch=1 prompt=128 phase=decode new=128 tok_s=..
@@ -23,11 +23,11 @@
 //! argmax of the step before (taken on the host, inside the timing). Generate: the same
 //! through `rlx::generate` (decode steps per second), each token drawn by the sampling op
 //! on the backend (temperature 0.8, top-p 0.95, seeded), then again greedy
-//! (`sampling=greedy`: the argmax on the backend). Batch 8: eight prompts prefilled
-//! in one `llama_batch_step`, then one token a row per step (tokens/s of all rows).
-//! Figures are medians of `--reps` repetitions after one warm-up. `--batches` picks the
-//! batch sizes timed (1, 8 or both; a kernel trace of batch 1 alone, say). The prompt's tokens are
-//! fixed pseudo-random ids:
+//! (`sampling=greedy`: the argmax on the backend). Batch 8 (or any N above 1): eight
+//! prompts prefilled in one `llama_batch_step`, then one token a row per step (tokens/s of
+//! all rows). Figures are medians of `--reps` repetitions after one warm-up. `--batches`
+//! lists the batch sizes timed (1 and 8 by default; 1 alone for a kernel trace, say; 16 for
+//! a server's load). The prompt's tokens are fixed pseudo-random ids:
 //! the time of a step does not depend on which tokens it reads. The caches hold
 //! `--capacity` positions (1,024; at least 256). `--mlx-mode` overrides MLX's default mode
 //! (compiled on a GPU, lazy on a CPU). `--model` times another GGUF file of the family
@@ -115,14 +115,8 @@ struct Options<'a> {
     quant: Option<Quantization>,
     perplexity: bool,
     model: Option<&'a str>,
-    batches: Batches,
-}
-
-/// Which batch sizes are timed.
-#[derive(Clone, Copy)]
-struct Batches {
-    one: bool,
-    eight: bool,
+    /// The batch sizes timed, in order, each once.
+    batches: &'a [usize],
 }
 
 fn bench<B: Backend<Executable: 'static>>(
@@ -189,8 +183,11 @@ fn bench<B: Backend<Executable: 'static>>(
             (seed.wrapping_mul(0x2545_f491_4f6c_dd1d) % vocab) as i64
         })
         .collect();
-    if !batches.one {
-        return batched(label, backend, &file, &tokens, reps, capacity, quant);
+    if !batches.contains(&1) {
+        for &rows in batches {
+            batched(label, backend, options, &file, &tokens, rows)?;
+        }
+        return Ok(());
     }
     for prompt in [128, 512].into_iter().filter(|p| *p <= capacity) {
         let mut times = Vec::new();
@@ -266,8 +263,8 @@ fn bench<B: Backend<Executable: 'static>>(
             median(rates)
         );
     }
-    if batches.eight {
-        batched(label, backend, &file, &tokens, reps, capacity, quant)?;
+    for &rows in batches.iter().filter(|&&rows| rows > 1) {
+        batched(label, backend, options, &file, &tokens, rows)?;
     }
     Ok(())
 }
@@ -305,14 +302,18 @@ fn score(
 fn batched<B: Backend<Executable: 'static>>(
     label: &str,
     backend: &B,
+    options: &Options<'_>,
     file: &Gguf,
     tokens: &[i64],
-    reps: usize,
-    capacity: usize,
-    quant: Option<Quantization>,
+    rows: usize,
 ) -> Result<(), Box<dyn Error>> {
-    const ROWS: usize = 8;
     let (prompt, new) = (128, 128);
+    let Options {
+        reps,
+        capacity,
+        quant,
+        ..
+    } = *options;
     let mut model = rlx::models::llama::LlamaConfig::from_gguf(file)?;
     if let Some(quantization) = quant {
         model.keep_gguf_blocks(file);
@@ -321,15 +322,15 @@ fn batched<B: Backend<Executable: 'static>>(
     let config = LlamaBatchConfig {
         model,
         capacity,
-        slots: ROWS,
+        slots: rows,
     };
     let vocab = config.model.vocab_size;
     let step = LlamaBatchStep::compile(backend, &config)?;
     rlx::models::llama::load_gguf_checkpoint(&step, &config.model, file)?;
     let run = |ctx: &mut rlx::backend::Context, ids: Vec<i64>, seq: usize, pos: i64, last: i64| {
-        let ids = HostTensor::from_vec(ids, [ROWS, seq])?;
-        let pos = HostTensor::from_vec(vec![pos; ROWS], [ROWS])?;
-        let last = HostTensor::from_vec(vec![last; ROWS], [ROWS])?;
+        let ids = HostTensor::from_vec(ids, [rows, seq])?;
+        let pos = HostTensor::from_vec(vec![pos; rows], [rows])?;
+        let last = HostTensor::from_vec(vec![last; rows], [rows])?;
         let [logits] = step.run_in_outputs(
             ctx,
             &[
@@ -338,8 +339,8 @@ fn batched<B: Backend<Executable: 'static>>(
                 ("last", last.view()),
             ],
         )?;
-        let rows = logits.as_slice::<f32>()?;
-        let next: Vec<i64> = rows
+        let next: Vec<i64> = logits
+            .as_slice::<f32>()?
             .chunks(vocab)
             .map(|row| {
                 row.iter()
@@ -351,7 +352,7 @@ fn batched<B: Backend<Executable: 'static>>(
         Ok::<_, Box<dyn Error>>(next)
     };
     // Row r reads the prompt tokens rotated by r, so the rows differ.
-    let prompts: Vec<i64> = (0..ROWS)
+    let prompts: Vec<i64> = (0..rows)
         .flat_map(|r| (0..prompt).map(move |i| tokens[(i + 16 * r) % tokens.len()]))
         .collect();
     let (mut prefill, mut decode) = (Vec::new(), Vec::new());
@@ -370,12 +371,12 @@ fn batched<B: Backend<Executable: 'static>>(
         }
     }
     println!(
-        "generate_bench backend={label} batch={ROWS} prompt={prompt} phase=prefill tok_s={:.1}",
-        (ROWS * prompt) as f64 / median(prefill)
+        "generate_bench backend={label} batch={rows} prompt={prompt} phase=prefill tok_s={:.1}",
+        (rows * prompt) as f64 / median(prefill)
     );
     println!(
-        "generate_bench backend={label} batch={ROWS} prompt={prompt} phase=decode new={new} tok_s={:.1}",
-        (ROWS * new) as f64 / median(decode)
+        "generate_bench backend={label} batch={rows} prompt={prompt} phase=decode new={new} tok_s={:.1}",
+        (rows * new) as f64 / median(decode)
     );
     Ok(())
 }
@@ -386,21 +387,19 @@ fn main() -> Result<(), Box<dyn Error>> {
     if reps == 0 {
         return Err("--reps takes at least 1 (the figures are medians of the repetitions)".into());
     }
-    let batches = match flag(&args, "--batches").unwrap_or("1,8") {
-        "1,8" | "8,1" => Batches {
-            one: true,
-            eight: true,
-        },
-        "1" => Batches {
-            one: true,
-            eight: false,
-        },
-        "8" => Batches {
-            one: false,
-            eight: true,
-        },
-        other => return Err(format!("--batches {other:?}: 1, 8 or 1,8").into()),
-    };
+    let mut batches: Vec<usize> = Vec::new();
+    for size in flag(&args, "--batches").unwrap_or("1,8").split(',') {
+        match size.trim().parse::<usize>() {
+            Ok(rows) if (1..=256).contains(&rows) => {
+                if !batches.contains(&rows) {
+                    batches.push(rows);
+                }
+            }
+            _ => {
+                return Err(format!("--batches takes sizes from 1 to 256, not {size:?}").into());
+            }
+        }
+    }
     let profiled = args.iter().any(|a| a == "--profile");
     let capacity = flag(&args, "--capacity").map_or(Ok(1024), str::parse)?;
     let perplexity = args.iter().any(|a| a == "--perplexity");
@@ -452,7 +451,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         quant,
         perplexity,
         model: flag(&args, "--model"),
-        batches,
+        batches: &batches,
     };
     match flag(&args, "--backend").unwrap_or("cpu") {
         "cpu" => bench("cpu", &rlx::cpu::CpuBackend::default(), &options),

@@ -47,7 +47,7 @@ pub struct BlockMatMul {
 /// `Σ_blocks max|x_block| / 254 · Σ |w|` over its blocks (bounded by
 /// `k · max|x| · max|w| / 254`); in SmolLM2 that moves the logits by about 1e-2 and keeps
 /// the greedy tokens. Backends without an integer path (MLX, and the CPU's prompt-sized
-/// products of 16 rows or more) compute the exact product, which meets the same bound.
+/// products of 28 rows or more) compute the exact product, which meets the same bound.
 ///
 /// ```
 /// use rlx::gguf::GgmlType;

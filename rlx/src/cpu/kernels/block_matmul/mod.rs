@@ -7,8 +7,8 @@
 //! multiplied by the GEMM, which then does the arithmetic at its full rate: the tile is
 //! the GEMM's A, read in place, and `x` its B, packed once for every tile. Activations
 //! stay float32 on these paths, so the result is the float32 product with the dequantized
-//! weights up to the order of the sums; with int8 activations asked for, few rows take
-//! the integer kernels of [`int8`] instead.
+//! weights up to the order of the sums; with int8 activations asked for, up to 27 rows
+//! take the integer kernels of [`int8`] instead.
 
 #[cfg(target_arch = "x86_64")]
 mod exact;
@@ -31,6 +31,10 @@ use crate::ir::{ActivationPrecision, DType};
 const VALUES: usize = 32;
 /// Rows of `x` from which tiles of the weight go through the GEMM.
 const GEMM_ROWS: usize = 16;
+/// The same with int8 activations (decision 043): the integer kernels of [`int8`] run at
+/// about the same rate from a few rows to many, while the GEMM's tiles of 32 rows run
+/// part empty below 32 (half at 16); at 28 rows the two are about even.
+const INT8_GEMM_ROWS: usize = 28;
 /// Rows of `x` up to which a tile's product is computed transposed (see [`tiled`]).
 const TRANSPOSED_ROWS: usize = 256;
 /// Output features a decoding thread's share is a multiple of.
@@ -67,7 +71,11 @@ impl BlockDims {
 
     /// Whether the product goes through the GEMM in dequantized tiles (many rows).
     fn tiled(&self) -> bool {
-        self.rows >= GEMM_ROWS
+        self.rows
+            >= match self.activations {
+                ActivationPrecision::Exact => GEMM_ROWS,
+                ActivationPrecision::Int8 => INT8_GEMM_ROWS,
+            }
     }
 }
 
