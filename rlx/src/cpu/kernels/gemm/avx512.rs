@@ -11,7 +11,9 @@
 //!   its own cache line of every panel row, so a panel comes from memory once for all 16
 //!   rows, where the regular kernel would stream it for its first 12 rows and stall.
 //!
-//! Edge tiles store through masks instead of a bounce buffer.
+//! Edge tiles store through masks instead of a bounce buffer. A regular tile at most 16
+//! columns wide (the last panel of a product whose `n` is not a multiple of 32; every
+//! panel of a block product over 16–31 rows of `x`) computes its first half alone.
 
 use super::{ARows, KernelShape, Kernels, MicroKernel, Tile};
 
@@ -62,12 +64,21 @@ unsafe fn entry(kc: usize, a: ARows<f32>, b: *const f32, tile: Tile<f32>) {
     /// The kernel computing `$rows` rows, for A's layout.
     macro_rules! rows {
         ($rows:expr) => {
-            if a.packed {
-                kernel_12x32::<MR, $rows>(kc, a, b, tile)
-            } else if a.k_stride == 1 {
-                kernel_12x32::<1, $rows>(kc, a, b, tile)
+            if tile.nr <= 16 {
+                columns!($rows, 1)
             } else {
-                kernel_12x32::<0, $rows>(kc, a, b, tile)
+                columns!($rows, 2)
+            }
+        };
+    }
+    macro_rules! columns {
+        ($rows:expr, $halves:expr) => {
+            if a.packed {
+                kernel_12x32::<MR, $rows, $halves>(kc, a, b, tile)
+            } else if a.k_stride == 1 {
+                kernel_12x32::<1, $rows, $halves>(kc, a, b, tile)
+            } else {
+                kernel_12x32::<0, $rows, $halves>(kc, a, b, tile)
             }
         };
     }
@@ -108,8 +119,9 @@ fn lanes(nr: usize, from: usize) -> u16 {
 #[target_feature(enable = "avx512f,fma")]
 /// `KS` is A's `k_stride`: `MR` for a packed panel, 1 for rows read in place, 0 for adjacent
 /// rows read in place at the run-time stride `a.k_stride` (a column-major A). `ROWS` (at
-/// most `MR`, at least `tile.mr`) are the rows computed.
-unsafe fn kernel_12x32<const KS: usize, const ROWS: usize>(
+/// most `MR`, at least `tile.mr`) are the rows computed; `HALVES` the 16-column halves
+/// computed (1 when `tile.nr` is at most 16, else 2).
+unsafe fn kernel_12x32<const KS: usize, const ROWS: usize, const HALVES: usize>(
     kc: usize,
     a: ARows<f32>,
     b: *const f32,
@@ -129,6 +141,7 @@ unsafe fn kernel_12x32<const KS: usize, const ROWS: usize>(
     // below `mr` only, and columns masked to `nr`.
     unsafe {
         debug_assert!(mr <= ROWS && ROWS <= MR);
+        debug_assert!(HALVES == 2 || (HALVES == 1 && nr <= 16));
         let rows: [*const f32; ROWS] = a.row_starts(mr, KS == MR);
         // A's stride along k: a constant the offsets fold into, or the run-time one.
         let ks = if KS == 0 { a.k_stride } else { KS };
@@ -138,19 +151,22 @@ unsafe fn kernel_12x32<const KS: usize, const ROWS: usize>(
             _mm_prefetch::<_MM_HINT_T0>(row);
             _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(124.min(4 * nr - 4)));
         }
-        let mut acc = [[_mm512_setzero_ps(); 2]; ROWS];
+        let mut acc = [[_mm512_setzero_ps(); HALVES]; ROWS];
         // B comes from memory when few rows share it: fetch far enough ahead to cover a
         // memory latency at the pace of this many rows.
         let ahead = if ROWS >= 8 { 8 } else { 32 };
         let mut bp = b;
         macro_rules! step {
             ($p:expr) => {{
-                let b0 = _mm512_loadu_ps(bp.add($p * NR));
-                let b1 = _mm512_loadu_ps(bp.add($p * NR + 16));
+                let mut bs = [_mm512_setzero_ps(); HALVES];
+                for (h, b) in bs.iter_mut().enumerate() {
+                    *b = _mm512_loadu_ps(bp.add($p * NR + 16 * h));
+                }
                 for (i, row) in acc.iter_mut().enumerate() {
                     let av = _mm512_set1_ps(*rows[i].add(off + $p * ks));
-                    row[0] = _mm512_fmadd_ps(av, b0, row[0]);
-                    row[1] = _mm512_fmadd_ps(av, b1, row[1]);
+                    for (acc, b) in row.iter_mut().zip(&bs) {
+                        *acc = _mm512_fmadd_ps(av, *b, *acc);
+                    }
                 }
             }};
         }
@@ -159,8 +175,8 @@ unsafe fn kernel_12x32<const KS: usize, const ROWS: usize>(
                 _mm_prefetch::<_MM_HINT_T0>(rows[0].wrapping_add(off + 8 * ks).cast());
             }
             // B streams from memory when few rows share it (small batches): fetch the
-            // eight lines needed `ahead` steps from now.
-            for line in 0..8 {
+            // lines needed `ahead` steps from now.
+            for line in (0..8).filter(|line| HALVES == 2 || line % 2 == 0) {
                 _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(ahead * NR + line * 16).cast());
             }
             step!(0);
@@ -175,17 +191,16 @@ unsafe fn kernel_12x32<const KS: usize, const ROWS: usize>(
             off += ks;
             bp = bp.add(NR);
         }
-        // Column masks for the two 16-wide halves of the tile.
-        let (m0, m1) = (lanes(nr, 0), lanes(nr, 16));
+        // Column masks of the 16-wide halves of the tile.
         for (i, row) in acc.iter().enumerate().take(mr) {
-            let dst = c.add(i * ldc);
-            let (mut lo, mut hi) = (row[0], row[1]);
-            if accumulate {
-                lo = _mm512_add_ps(lo, _mm512_maskz_loadu_ps(m0, dst));
-                hi = _mm512_add_ps(hi, _mm512_maskz_loadu_ps(m1, dst.wrapping_add(16)));
+            for (h, half) in row.iter().enumerate() {
+                let (mask, dst) = (lanes(nr, 16 * h), c.add(i * ldc).wrapping_add(16 * h));
+                let mut value = *half;
+                if accumulate {
+                    value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(mask, dst));
+                }
+                _mm512_mask_storeu_ps(dst, mask, value);
             }
-            _mm512_mask_storeu_ps(dst, m0, lo);
-            _mm512_mask_storeu_ps(dst.wrapping_add(16), m1, hi);
         }
     }
 }
