@@ -128,6 +128,8 @@ thread_local! {
 /// `x` quantized to int8 once for every part.
 pub(super) fn decode<F: IntBlock>(x: &[f32], parts: &[Part<'_>]) {
     let d = &parts[0].dims;
+    // The scalar kernel's sums hold that many rows.
+    debug_assert!(d.rows < INT8_GEMM_ROWS);
     QUANTIZED.with(|cell| {
         let q = &mut *cell.borrow_mut();
         q.quantize(&x[..d.rows * d.k]);
@@ -226,13 +228,13 @@ mod wide {
     use super::{IntBlock, QuantizedRows, Sums, offset_term, prefetch_ahead};
     use crate::cpu::kernels::block_matmul::formats::half_f16c as half;
     use crate::cpu::kernels::block_matmul::{BlockDims, VALUES};
+    use crate::cpu::kernels::layout::SharedMut;
 
     /// Features a group of [`features`] holds while every row goes over it: 32 rows of
     /// blocks (about 20–52 KB of Q8_0 for SmolLM2's products) stay in the L2 cache.
     const FEATURE_GROUP: usize = 32;
     /// Rows from which [`features`] goes over the features in groups.
     const GROUPED_ROWS: usize = 16;
-    use crate::cpu::kernels::layout::SharedMut;
 
     /// Whether the CPU has AVX-512 VNNI (with VL, for the 256-bit form).
     pub(super) fn has_vnni() -> bool {
