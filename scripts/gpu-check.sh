@@ -56,6 +56,8 @@ cd "$(dirname "$0")/.."
 root=$PWD
 
 log=${RLX_GPU_LOG:-$root/gpu-check.log}
+# Where `run` unpacks the pack and the generation references keep their converted models.
+work=${RLX_GPU_WORK:-/tmp/rlx-gpu}
 say() { echo "gpu-check: $*" | tee -a "$log"; }
 step() {
   say "== $*"
@@ -141,11 +143,11 @@ source "$root/scripts/gpu-common.sh"
 # bf16 (eager, and static cache + torch.compile) and MLX-LM bf16 and 4-bit, on the same
 # SmolLM2 GGUF. $1: MLX prefix (the Python package and mlx/lib); $2: a folder holding the
 # shared gpu_generate scripts and wheels/ of gguf and mlx-lm. The converted models are kept
-# under $RLX_GPU_WORK and made once, so that calls in turn on one warm machine (a lent
+# under $work and made once, so that calls in turn on one warm machine (a lent
 # GPU's calls are time-limited) each time only the benchmarks.
 generation_references() {
   local prefix=$1 refs=$2 site gguf=$RLX_SMOLLM2_DIR/SmolLM2-135M-Instruct.Q4_1.gguf
-  site=${RLX_GPU_WORK:-/tmp/rlx-gpu}/references
+  site=$work/references
   export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
   if [ ! -f "$site/made" ]; then
     rm -rf "$site" && mkdir -p "$site"
@@ -359,7 +361,6 @@ case "${1:-}" in
   run)
     shift
     [ $# -gt 0 ] || { echo "usage: gpu-check.sh run DIR..." >&2; exit 2; }
-    work=${RLX_GPU_WORK:-/tmp/rlx-gpu}
     mkdir -p "$work/parts"
     # Parts may come in several calls (a machine that takes little at a time): collect
     # them, and go on once every part the list names is there.

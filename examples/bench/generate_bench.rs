@@ -125,13 +125,12 @@ fn bench<B: Backend<Executable: 'static>>(
     options: &Options<'_>,
 ) -> Result<(), Box<dyn Error>> {
     let Options {
-        reps,
         capacity,
-        profiled,
         quant,
         perplexity,
         model,
         batches,
+        ..
     } = *options;
     let path = model_or_smollm2(model.map(std::path::Path::new))?;
     let file = Gguf::open(&path)?;
@@ -140,20 +139,23 @@ fn bench<B: Backend<Executable: 'static>>(
         *formats.entry(tensor.kind.name()).or_insert(0) += 1;
     }
     eprintln!("{}: tensors by format {formats:?}", path.display());
-    let decoder = Arc::new(match quant {
-        Some(quantization) => {
-            let floats = quantization
-                .float_weights
-                .map_or(String::new(), |f| format!(", float ones quantized to {f}"));
-            eprintln!(
-                "weights: projections in the file's blocks{floats} ({} activations), \
-                 the rest float32",
-                quantization.activations.name()
-            );
-            LlamaDecoder::from_gguf_quantized(backend, &file, capacity, quantization)?
-        }
-        None => LlamaDecoder::from_gguf(backend, &file, capacity)?,
-    });
+    // The single sequence's decoder, made only when perplexity or batch 1 asks for it.
+    let decoder = || -> Result<Arc<LlamaDecoder>, Box<dyn Error>> {
+        Ok(Arc::new(match quant {
+            Some(quantization) => {
+                let floats = quantization
+                    .float_weights
+                    .map_or(String::new(), |f| format!(", float ones quantized to {f}"));
+                eprintln!(
+                    "weights: projections in the file's blocks{floats} ({} activations), \
+                     the rest float32",
+                    quantization.activations.name()
+                );
+                LlamaDecoder::from_gguf_quantized(backend, &file, capacity, quantization)?
+            }
+            None => LlamaDecoder::from_gguf(backend, &file, capacity)?,
+        }))
+    };
     if perplexity {
         // The variant's name as the file names it (`SmolLM2-135M-Instruct.Q8_0.gguf`).
         let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
@@ -171,9 +173,9 @@ fn bench<B: Backend<Executable: 'static>>(
             _ => weights,
         };
         let activations = quant.map(|q| q.activations);
-        return score(label, decoder.as_ref(), &weights, activations);
+        return score(label, decoder()?.as_ref(), &weights, activations);
     }
-    let vocab = decoder.config().model.vocab_size as u64;
+    let vocab = rlx::models::llama::LlamaConfig::from_gguf(&file)?.vocab_size as u64;
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     let tokens: Vec<i64> = (0..512)
         .map(|_| {
@@ -183,12 +185,29 @@ fn bench<B: Backend<Executable: 'static>>(
             (seed.wrapping_mul(0x2545_f491_4f6c_dd1d) % vocab) as i64
         })
         .collect();
-    if !batches.contains(&1) {
-        for &rows in batches {
-            batched(label, backend, options, &file, &tokens, rows)?;
-        }
-        return Ok(());
+    if batches.contains(&1) {
+        single(label, backend, options, decoder()?, &tokens)?;
     }
+    for &rows in batches.iter().filter(|&&rows| rows > 1) {
+        batched(label, backend, options, &file, &tokens, rows)?;
+    }
+    Ok(())
+}
+
+/// Batch 1: prefill of 128 and 512 tokens, decoding, and generation sampled and greedy.
+fn single<B: Backend<Executable: 'static>>(
+    label: &str,
+    backend: &B,
+    options: &Options<'_>,
+    decoder: Arc<LlamaDecoder>,
+    tokens: &[i64],
+) -> Result<(), Box<dyn Error>> {
+    let Options {
+        reps,
+        capacity,
+        profiled,
+        ..
+    } = *options;
     for prompt in [128, 512].into_iter().filter(|p| *p <= capacity) {
         let mut times = Vec::new();
         for rep in 0..=reps {
@@ -262,9 +281,6 @@ fn bench<B: Backend<Executable: 'static>>(
             "generate_bench backend={label} batch=1 prompt={prompt} phase=generate new={new}{label_suffix} tok_s={:.1}",
             median(rates)
         );
-    }
-    for &rows in batches.iter().filter(|&&rows| rows > 1) {
-        batched(label, backend, options, &file, &tokens, rows)?;
     }
     Ok(())
 }

@@ -567,10 +567,7 @@ pub fn run_cases(
     mut progress: impl FnMut(&Report),
 ) -> Report {
     let mut report = Report::default();
-    let mut seeds = Rng(seed);
-    for _ in 0..cases.start {
-        seeds.next_u64();
-    }
+    let mut seeds = seeds_from(seed, cases.start);
     let trace = std::env::var_os("RLX_FUZZ_TRACE").is_some();
     for index in cases {
         let case_seed = seeds.next_u64();
@@ -585,11 +582,16 @@ pub fn run_cases(
 
 /// The seed of case `index` of `seed`'s sequence: the seed a report names for it.
 pub fn case_seed(seed: u64, index: usize) -> u64 {
+    seeds_from(seed, index).next_u64()
+}
+
+/// `seed`'s sequence of case seeds, positioned at case `first`.
+fn seeds_from(seed: u64, first: usize) -> Rng {
     let mut seeds = Rng(seed);
-    for _ in 0..index {
+    for _ in 0..first {
         seeds.next_u64();
     }
-    seeds.next_u64()
+    seeds
 }
 
 /// Generates the case of `case_seed` (the seed a report names) and checks it and its
