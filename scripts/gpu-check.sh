@@ -20,12 +20,16 @@
 # load the CUDA build of libmlx at run time through LD_LIBRARY_PATH.
 #
 # What runs (each step's output also goes to $RLX_GPU_LOG, default ./gpu-check.log;
-# RLX_GPU_ONLY=tests,fuzz,block,minilm,dp,generate,scan,moe picks groups):
+# RLX_GPU_ONLY=tests,fuzz,case,block,minilm,dp,generate,scan,moe picks groups):
 #   - the op table (tests/ops), tests/mlx.rs, tests/mlx_device.rs, the state tests, the MiniLM parity tests,
 #     the concurrency stress test and the bounded random-graph run on the GPU, and the attention test again in TF32;
 #   - fuzz_graphs for $RLX_GPU_FUZZ_CASES (default 5000) random graphs from seed
 #     $RLX_GPU_FUZZ_SEED (default 1), starting at case $RLX_GPU_FUZZ_FROM (default 0: a long
 #     run split over calls), on every configuration (MLX's on the GPU);
+#   - one reported case again (group `case`, RLX_GPU_CASE=CASE_SEED): `fuzz_graphs --case`
+#     $RLX_GPU_CASE_RUNS (default 3) times under compute-sanitizer's memcheck when the
+#     machine has it (it names the kernel of an out-of-bounds access, CUDA error 700), then
+#     as many times without it;
 #   - mlx_block_bench beside bench/mlx_block.py (MLX's own Python API) when the Python
 #     `mlx` package can be loaded;
 #   - minilm_bench --backend mlx at 32x128, 256x128, 1024x128 in full f32 and in TF32,
@@ -170,7 +174,7 @@ generation_references() {
 # $3: MiniLM model folder; $4: groups to run (tests, fuzz, block, minilm, dp; default
 # all); $5: the digits data set's CSV (for dp).
 run_all() {
-  local bin=$1 prefix=$2 model=$3 only=${4:-tests,fuzz,block,minilm,dp,generate,scan,moe} digits=${5:-} status=0
+  local bin=$1 prefix=$2 model=$3 only=${4:-tests,fuzz,case,block,minilm,dp,generate,scan,moe} digits=${5:-} status=0
   export LD_LIBRARY_PATH="$prefix/mlx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export RLX_MINILM_DIR=$model
   step nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
@@ -234,6 +238,17 @@ run_all() {
   if [[ ,$only, == *,fuzz,* ]]; then
     step "$bin/fuzz_graphs" --cases "${RLX_GPU_FUZZ_CASES:-5000}" --seed "${RLX_GPU_FUZZ_SEED:-1}" \
       --from "${RLX_GPU_FUZZ_FROM:-0}" --progress 250 || status=1
+  fi
+  if [[ ,$only, == *,case,* ]] && [ -n "${RLX_GPU_CASE:-}" ]; then
+    local runs=${RLX_GPU_CASE_RUNS:-3}
+    if command -v compute-sanitizer >/dev/null; then
+      # MLX's CUDA graphs off: the sanitizer then sees each kernel's own launch.
+      MLX_USE_CUDA_GRAPHS=0 step compute-sanitizer --tool memcheck --print-limit 20 \
+        "$bin/fuzz_graphs" --case "$RLX_GPU_CASE" --cases "$runs" || status=1
+    else
+      say "no compute-sanitizer on this machine"
+    fi
+    step "$bin/fuzz_graphs" --case "$RLX_GPU_CASE" --cases "$runs" || status=1
   fi
   if [[ ,$only, == *,block,* ]]; then
     step "$bin/mlx_block_bench" --runs 50 || status=1
