@@ -285,7 +285,7 @@ namespace {
 /// biases) through `quantized_matmul`, or the float32 values through a plain product.
 mx::array prepared_product(const mx::array& x, const std::vector<mx::array>& parts,
                            int32_t format) {
-  if (parts.size() == 1) return mx::matmul(x, mx::transpose(parts[0]));
+  if (parts.size() == 1) return matmul_rows(x, mx::transpose(parts[0]));
   if (parts.size() != 3) throw std::invalid_argument("[rlx] a prepared block weight has 1 or 3 arrays");
   const bool vector = x.ndim() == 1;
   const mx::array rows = vector ? mx::reshape(x, {1, x.shape(0)}) : x;

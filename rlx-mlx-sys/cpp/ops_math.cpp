@@ -4,6 +4,8 @@
 // NaN-propagating max and min) the IR's are composed here from MLX ops.
 #include "shim_internal.h"
 
+#include <numeric>
+
 namespace rlx {
 
 // ---- elementwise ----
@@ -262,6 +264,21 @@ mx::array zero_blind_rows(const mx::array& out, const mx::array& ok) {
   return mx::where(seen, out, mx::zeros({}, out.dtype()));
 }
 
+// x·y for a matrix `y`. MLX multiplies an `x` of rank 3 or more by a matrix by flattening
+// `x` to rows and unflattening the result: two graph nodes around every product, which a
+// decoding step (one token, leading axes all 1) pays in host time per node. When `x`'s
+// leading axes are all 1, `y` takes `x`'s rank instead (one view), and the product is the
+// same single matrix product.
+mx::array matmul_rows(const mx::array& x, const mx::array& y) {
+  const int rank = static_cast<int>(x.ndim());
+  if (y.ndim() != 2 || rank <= 2 || x.size() != static_cast<size_t>(x.shape(-2)) * x.shape(-1)) {
+    return mx::matmul(x, y);
+  }
+  std::vector<int> leading(rank - 2);
+  std::iota(leading.begin(), leading.end(), 0);
+  return mx::matmul(x, mx::expand_dims(y, leading));
+}
+
 }  // namespace rlx
 
 using namespace rlx;
@@ -313,9 +330,9 @@ mx::array product(const rlx_mlx_array* a, const rlx_mlx_array* b, const rlx_mlx_
     const mx::array zeros = mx::zeros(shape, x.dtype());
     return down(c ? mx::add(zeros, *c) : zeros, dt);
   }
-  if (!c) return down(mx::matmul(x, y), dt);
+  if (!c) return down(matmul_rows(x, y), dt);
   if (x.dtype() == mx::float32 && c->ndim() == 1) return down(mx::addmm(*c, x, y), dt);
-  return down(mx::add(mx::matmul(x, y), *c), dt);
+  return down(mx::add(matmul_rows(x, y), *c), dt);
 }
 
 }  // namespace

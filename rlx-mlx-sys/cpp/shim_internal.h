@@ -169,6 +169,9 @@ inline std::vector<mx::array> arrays_of(rlx_mlx_array* const* xs, size_t n) {
 // scalar, true when there was one.
 mx::array in_range_indices(const mx::array& idx, int size, std::optional<mx::array>* bad);
 
+// ops_math.cpp: x·y for a matrix `y`, without flattening an `x` whose leading axes are all 1.
+mx::array matmul_rows(const mx::array& x, const mx::array& y);
+
 // ops_math.cpp: rows of `ok` (bool, [.., Sq, Sk]) with no visible key produce zeros.
 mx::array zero_blind_rows(const mx::array& out, const mx::array& ok);
 

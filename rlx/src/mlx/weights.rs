@@ -214,6 +214,14 @@ impl MlxExecutable {
                 whole.slice(&start, &stop, &vec![1; dims.len()])
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok((vec![whole], views))
+        // The product reads the joined weight as its right operand, `[in, out]`: a group of
+        // `[out, in]` weights hands it the transposed view, made once here rather than as a
+        // graph node of every run (`grouped_product` multiplies it untransposed).
+        let operand = if group.transposed {
+            whole.permute(&[1, 0])?
+        } else {
+            whole
+        };
+        Ok((vec![operand], views))
     }
 }

@@ -400,7 +400,8 @@ impl Lowering {
                 let joined = &leaves[slot.first..slot.first + slot.count];
                 let whole = match slot.format {
                     Some(format) => x.block_matmul_prepared(joined, format.id())?,
-                    None => x.matmul(&joined[0], false, slot.transposed)?,
+                    // Stored as the right operand's view (`Weights::join`).
+                    None => x.matmul(&joined[0], false, false)?,
                 };
                 shared.push((slot.leader, whole.clone()));
                 whole
