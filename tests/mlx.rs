@@ -511,6 +511,79 @@ fn residual_adds_and_their_norms_match_the_cpu() {
     }
 }
 
+/// The views of a decoding step's single row (heads split off its features, a size-1 axis
+/// swapped, each a reshape MLX may fold into the one before it) and products of such a
+/// row by a matrix (which MLX takes without flattening the row) equal the CPU executor's,
+/// in every mode, beside real transposes and a product of two rows.
+#[test]
+fn views_and_products_of_a_single_row_match_the_cpu() {
+    use rlx::ir::MatMul;
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [1, 1, 12]).unwrap();
+    let rows = b.input("rows", DType::F32, [2, 1, 12]).unwrap();
+    let w = b.input("w", DType::F32, [12, 5]).unwrap();
+    let wt = b.input("wt", DType::F32, [5, 12]).unwrap();
+    let heads = b.reshape(x, [1, 1, 3, 4]).unwrap();
+    let swapped = b.permute(heads, &[0, 2, 1, 3]).unwrap();
+    let back = b.permute(swapped, &[0, 2, 1, 3]).unwrap();
+    let flat = b.reshape(back, [3, 4]).unwrap();
+    let transposed = b.permute(flat, &[1, 0]).unwrap();
+    let reversed = b.permute(swapped, &[3, 1, 2, 0]).unwrap();
+    let product = b.matmul(x, w).unwrap();
+    let by_rows = Op::MatMul(MatMul {
+        transpose_a: false,
+        transpose_b: true,
+    });
+    let product_t = b.op(by_rows, &[x, wt]).unwrap();
+    let deeper = b.reshape(x, [1, 1, 1, 12]).unwrap();
+    let product_4 = b.matmul(deeper, w).unwrap();
+    let two_rows = b.matmul(rows, w).unwrap();
+    for (name, y) in [
+        ("swapped", swapped),
+        ("back", back),
+        ("transposed", transposed),
+        ("reversed", reversed),
+        ("product", product),
+        ("product_t", product_t),
+        ("product_4", product_4),
+        ("two_rows", two_rows),
+    ] {
+        b.output(name, y).unwrap();
+    }
+    let g = b.finish().unwrap();
+    let values = |n: usize, shape: &[usize], scale: f32| {
+        let v: Vec<f32> = (0..n)
+            .map(|i| ((i * 7) % 13) as f32 * scale - 0.5)
+            .collect();
+        HostTensor::from_vec(v, shape).unwrap()
+    };
+    let tensors = [
+        ("x", values(12, &[1, 1, 12], 0.1)),
+        ("rows", values(24, &[2, 1, 12], 0.07)),
+        ("w", values(60, &[12, 5], 0.05)),
+        ("wt", values(60, &[5, 12], 0.03)),
+    ];
+    let inputs: Vec<_> = tensors.iter().map(|(n, t)| (*n, t.view())).collect();
+    let want = CpuBackend::default()
+        .compile(&g)
+        .unwrap()
+        .run(&inputs, &[])
+        .unwrap();
+    for mode in MODES {
+        let got = MlxBackend::new(mode)
+            .compile(&g)
+            .unwrap()
+            .run(&inputs, &[])
+            .unwrap();
+        // The views are exact; the products within float32 rounding.
+        for (k, (got, want)) in got.iter().zip(&want).take(4).enumerate() {
+            assert_eq!(got.shape(), want.shape(), "{mode:?} view {k}");
+            assert_eq!(got.to_f64_vec(), want.to_f64_vec(), "{mode:?} view {k}");
+        }
+        assert_close(&got, &want, 1e-6, &format!("{mode:?}"));
+    }
+}
+
 /// Each of `got` has the shape of `want`'s and every value within `tol` of it, relative
 /// to 1 + its magnitude.
 fn assert_close(got: &[HostTensor], want: &[HostTensor], tol: f64, case: &str) {

@@ -4,6 +4,8 @@
 // sort and top-k (stable, ties in index order both ways).
 #include "shim_internal.h"
 
+#include "mlx/primitives.h"
+
 namespace rlx {
 
 // Stable, with ties in index order for both directions.
@@ -138,6 +140,44 @@ std::vector<int> axes_of(const int32_t* axes, size_t n) {
   return std::vector<int>(axes, axes + n);
 }
 
+// Whether `x` is a view that only gives its one operand another shape, elements in the same
+// order, and is not evaluated yet (so its operand is still there to read).
+bool pending_reshape(const mx::array& x) {
+  if (!x.has_primitive() || x.is_available() || x.inputs().size() != 1) return false;
+  // By name: libmlx does not export its primitives' type information.
+  const char* kind = x.primitive().name();
+  for (const char* view : {"Reshape", "Flatten", "Unflatten", "ExpandDims", "Squeeze"}) {
+    if (std::strcmp(kind, view) == 0) return true;
+  }
+  return false;
+}
+
+// `x` with `shape`. A chain of such views is one MLX node: reshaping a pending reshape
+// reshapes its operand instead. A decoding step's heads are split off a position's features
+// and then swap a size-1 axis (two views, each a node every step would build and walk).
+mx::array reshaped(const mx::array& x, const mx::Shape& shape) {
+  if (x.shape() == shape) return x;
+  if (pending_reshape(x)) return mx::reshape(x.inputs()[0], shape);
+  return mx::reshape(x, shape);
+}
+
+// Whether `perm` (a permutation of `x`'s axes) keeps the axes longer than 1 in order, so
+// the elements stay in order and the permutation is a reshape.
+bool keeps_order(const mx::array& x, const std::vector<int>& perm) {
+  const int rank = static_cast<int>(x.ndim());
+  if (static_cast<int>(perm.size()) != rank) return false;
+  std::vector<bool> seen(rank, false);
+  int last = -1;
+  for (int axis : perm) {
+    if (axis < 0 || axis >= rank || seen[axis]) return false;
+    seen[axis] = true;
+    if (x.shape(axis) == 1) continue;
+    if (axis < last) return false;
+    last = axis;
+  }
+  return true;
+}
+
 }  // namespace rlx
 
 using namespace rlx;
@@ -145,11 +185,21 @@ using namespace rlx;
 extern "C" {
 
 int rlx_mlx_reshape(const rlx_mlx_array* x, const int64_t* shape, size_t ndim, rlx_mlx_array** out) {
-  return guard([&] { put(out, mx::reshape(get(x), shape_of(shape, ndim))); });
+  return guard([&] { put(out, reshaped(get(x), shape_of(shape, ndim))); });
 }
 
 int rlx_mlx_permute(const rlx_mlx_array* x, const int32_t* perm, size_t ndim, rlx_mlx_array** out) {
-  return guard([&] { put(out, mx::transpose(get(x), ints_of(perm, ndim))); });
+  return guard([&] {
+    const mx::array& v = get(x);
+    const std::vector<int> axes = ints_of(perm, ndim);
+    if (!keeps_order(v, axes)) {
+      put(out, mx::transpose(v, axes));
+      return;
+    }
+    mx::Shape shape;
+    for (int axis : axes) shape.push_back(v.shape(axis));
+    put(out, reshaped(v, shape));
+  });
 }
 
 int rlx_mlx_slice(const rlx_mlx_array* x, const int64_t* start, const int64_t* stop,
