@@ -163,7 +163,6 @@ pub(crate) struct FusedSlot {
     pub leader: NodeId,
     pub columns: std::ops::Range<usize>,
     pub format: Option<GgmlType>,
-    pub transposed: bool,
 }
 
 /// Per node of `graph`: its [`FusedSlot`] if it is a member of one of `groups`, whose
@@ -187,7 +186,6 @@ pub(crate) fn fused_slots(
                 leader: group.members[0].0,
                 columns: columns.clone(),
                 format: group.format,
-                transposed: group.transposed,
             });
         }
         first += count;

@@ -311,7 +311,6 @@ mod tests {
                 leader,
                 columns: 8 * i..8 * (i + 1),
                 format: None,
-                transposed: false,
             });
         }
         let pairs = HeadRopes::of(&graph, &fused);
