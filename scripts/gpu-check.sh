@@ -171,8 +171,8 @@ generation_references() {
 }
 
 # Runs the tests and benchmarks. $1: folder of binaries; $2: MLX prefix (mlx/lib inside);
-# $3: MiniLM model folder; $4: groups to run (tests, fuzz, block, minilm, dp; default
-# all); $5: the digits data set's CSV (for dp).
+# $3: MiniLM model folder; $4: groups to run (tests, fuzz, case, block, minilm, dp,
+# generate, scan, moe; default all); $5: the digits data set's CSV (for dp).
 run_all() {
   local bin=$1 prefix=$2 model=$3 only=${4:-tests,fuzz,case,block,minilm,dp,generate,scan,moe} digits=${5:-} status=0
   export LD_LIBRARY_PATH="$prefix/mlx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

@@ -175,7 +175,8 @@ fn bench<B: Backend<Executable: 'static>>(
         let activations = quant.map(|q| q.activations);
         return score(label, decoder()?.as_ref(), &weights, activations);
     }
-    let vocab = rlx::models::llama::LlamaConfig::from_gguf(&file)?.vocab_size as u64;
+    let mut model = rlx::models::llama::LlamaConfig::from_gguf(&file)?;
+    let vocab = model.vocab_size as u64;
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     let tokens: Vec<i64> = (0..512)
         .map(|_| {
@@ -188,8 +189,13 @@ fn bench<B: Backend<Executable: 'static>>(
     if batches.contains(&1) {
         single(label, backend, options, decoder()?, &tokens)?;
     }
-    for &rows in batches.iter().filter(|&&rows| rows > 1) {
-        batched(label, backend, options, &file, &tokens, rows)?;
+    let batched_sizes: Vec<usize> = batches.iter().copied().filter(|&rows| rows > 1).collect();
+    if let (Some(quantization), false) = (quant, batched_sizes.is_empty()) {
+        model.keep_gguf_blocks(&file);
+        quantization.apply_to(&mut model)?;
+    }
+    for rows in batched_sizes {
+        batched(label, backend, options, &file, &model, &tokens, rows)?;
     }
     Ok(())
 }
@@ -313,30 +319,22 @@ fn score(
     Ok(())
 }
 
-/// Batch 8 through `llama_batch_step`: eight 128-token prompts (different tokens) prefilled
-/// in one step, then 128 steps of one token per row, each row's argmax taken on the host.
+/// A batch of `rows` through `llama_batch_step` (`model`: the file's configuration, its
+/// blocks kept when quantized): `rows` 128-token prompts (different tokens) prefilled in
+/// one step, then 128 steps of one token per row, each row's argmax taken on the host.
 fn batched<B: Backend<Executable: 'static>>(
     label: &str,
     backend: &B,
     options: &Options<'_>,
     file: &Gguf,
+    model: &rlx::models::llama::LlamaConfig,
     tokens: &[i64],
     rows: usize,
 ) -> Result<(), Box<dyn Error>> {
     let (prompt, new) = (128, 128);
-    let Options {
-        reps,
-        capacity,
-        quant,
-        ..
-    } = *options;
-    let mut model = rlx::models::llama::LlamaConfig::from_gguf(file)?;
-    if let Some(quantization) = quant {
-        model.keep_gguf_blocks(file);
-        quantization.apply_to(&mut model)?;
-    }
+    let Options { reps, capacity, .. } = *options;
     let config = LlamaBatchConfig {
-        model,
+        model: model.clone(),
         capacity,
         slots: rows,
     };

@@ -746,7 +746,7 @@ fn block_products_of_one_input_join() {
 /// exact tiles for more, MLX's exact product), judged by the op's own bound against the f64
 /// product; and the CPU's integer kernels against the product of the activations quantized
 /// as `ActivationPrecision::Int8` defines it (per block of 32, scale `max|x| / 127` in f32,
-/// ties to even), up to float rounding. 40 features: more rows than four go over the
+/// ties to even), up to float rounding. 40 features: from 16 rows the kernels go over the
 /// features in groups of 32, so the last group is a short one.
 #[test]
 fn block_matmul_int8_activations_within_their_bound() {
