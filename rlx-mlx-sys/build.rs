@@ -138,11 +138,9 @@ fn generate_codes() {
     std::fs::write(dest, out).expect("OUT_DIR is writable");
 }
 
-/// Writes `$OUT_DIR/kernels/attention_source.h`, `decode_attention_source.h`,
-/// `residual_norm_source.h` and `rope_heads_source.h`: each of `cpp/attention.cu`,
-/// `cpp/decode_attention.cu`, `cpp/residual_norm.cu` and `cpp/rope_heads.cu` as one C++ raw
-/// string, the sources the shim hands to MLX's
-/// run-time CUDA compiler. Returns the folder to include.
+/// Writes `$OUT_DIR/kernels/NAME_source.h` for each kernel file `cpp/NAME.cu` listed below:
+/// the file as one C++ raw string, the source the shim hands to MLX's run-time CUDA
+/// compiler. Returns the folder to include.
 fn embed_kernel_sources() -> PathBuf {
     let dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("kernels");
     std::fs::create_dir_all(&dir).expect("OUT_DIR is writable");
@@ -159,10 +157,22 @@ fn embed_kernel_sources() -> PathBuf {
             "kResidualNormSource",
         ),
         ("rope_heads.cu", "rope_heads_source.h", "kRopeHeadsSource"),
+        (
+            "quantized_rows.cu",
+            "quantized_rows_source.h",
+            "kQuantizedRowsSource",
+        ),
     ] {
         let path = format!("cpp/{file}");
         let source =
             std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("{path} is readable"));
+        // Comment lines left out: MLX hashes a custom kernel's source at every call, and
+        // they are a quarter to a half of each file.
+        let source: String = source
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("//"))
+            .map(|line| format!("{line}\n"))
+            .collect();
         let delimiter = "rlx_cuda_source";
         assert!(
             !source.contains(&format!("){delimiter}\"")),

@@ -3,12 +3,13 @@
 // nothing where it does not apply, and MLX's own op runs instead.
 #include "shim_internal.h"
 
-// kAttentionSource, kDecodeAttentionSource, kResidualNormSource: cpp/attention.cu,
-// cpp/decode_attention.cu and cpp/residual_norm.cu, embedded by build.rs.
+// kAttentionSource, kDecodeAttentionSource, kResidualNormSource, kRopeHeadsSource,
+// kQuantizedRowsSource: the cpp/*.cu files of those names, embedded by build.rs.
 #include "attention_source.h"
 #include "decode_attention_source.h"
 #include "residual_norm_source.h"
 #include "rope_heads_source.h"
+#include "quantized_rows_source.h"
 
 namespace rlx {
 
@@ -288,6 +289,55 @@ std::optional<std::pair<mx::array, mx::array>> add_rms_norm_gpu(const mx::array&
              {static_cast<int>(rows) * threads, 1, 1}, {threads, 1, 1},
              {{"THREADS", threads}, {"EPS_BITS", float_bits(eps)}}, std::nullopt, false, {});
   return std::make_pair(out.at(0), out.at(1));
+}
+
+// `x · dequant(w)ᵀ` (cpp/quantized_rows.cu) on an NVIDIA GPU for float32 `x` of at most
+// QUANTIZED_ROWS_MAX rows and a weight in MLX's affine groups of 32 (`words` [N, K * bits /
+// 32] uint32, float32 `scales` and `biases` [N, K / 32]), or nothing where it does not
+// apply and MLX's quantized product runs instead.
+std::optional<mx::array> quantized_rows_gpu(const mx::array& x, const mx::array& words,
+                                            const mx::array& scales, const mx::array& biases,
+                                            int bits) {
+  constexpr int warps = 8;
+  // RLX_MLX_QUANTIZED_ROWS=N (or M-N) runs the kernel for products of 1 (or M) to N rows,
+  // 0 for none, to compare it with MLX's own kernels.
+  static const std::pair<int, int> row_range = [] {
+    const char* flag = std::getenv("RLX_MLX_QUANTIZED_ROWS");
+    if (flag == nullptr) return std::make_pair(1, 8);
+    const std::string text(flag);
+    const size_t dash = text.find('-');
+    const int low = dash == std::string::npos ? 1 : std::atoi(text.substr(0, dash).c_str());
+    const int high = std::atoi(dash == std::string::npos ? flag : text.substr(dash + 1).c_str());
+    return std::make_pair(std::max(low, 1), std::clamp(high, 0, 8));
+  }();
+  if (cuda_build_compute_major() == 0) return std::nullopt;
+  if (x.dtype() != mx::float32 || words.dtype() != mx::uint32 || scales.dtype() != mx::float32 ||
+      biases.dtype() != mx::float32) {
+    return std::nullopt;
+  }
+  if ((bits != 4 && bits != 8) || x.ndim() < 1 || words.ndim() != 2) return std::nullopt;
+  const int k = x.shape(-1);
+  const int n = words.shape(0);
+  if (k < 32 || k % 32 != 0 || n < 1 || words.shape(1) != k * bits / 32) return std::nullopt;
+  if (scales.shape() != mx::Shape{n, k / 32} || biases.shape() != scales.shape()) return std::nullopt;
+  const size_t rows = x.size() / static_cast<size_t>(k);
+  if (rows < static_cast<size_t>(row_range.first) || rows > static_cast<size_t>(row_range.second)) {
+    return std::nullopt;
+  }
+  if (n > std::numeric_limits<int32_t>::max() / 32 - warps * 32) return std::nullopt;
+  static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
+      "rlx_quantized_rows", {"x", "words", "scales", "biases"}, {"out"},
+      "rlx_qrows::quantized_rows<ROWS, BITS, WARPS>(x, words, scales, biases, words_shape[0], "
+      "x_shape[x_ndim - 1], out);",
+      kQuantizedRowsSource, /*ensure_row_contiguous=*/true);
+  const int r = static_cast<int>(rows);
+  const int blocks = (n + warps - 1) / warps;
+  std::vector<mx::array> out = kernel(
+      {x, words, scales, biases}, {{r, n}}, {mx::float32}, {blocks * warps * 32, 1, 1},
+      {warps * 32, 1, 1}, {{"ROWS", r}, {"BITS", bits}, {"WARPS", warps}}, std::nullopt, false, {});
+  mx::Shape shape = x.shape();
+  shape.back() = n;
+  return mx::reshape(out.at(0), shape);
 }
 
 // The query and key heads of `x` ([B, S, W] float32) rotated and written heads-first

@@ -160,6 +160,22 @@ int rlx_mlx_scatter_matmul(const rlx_mlx_array* x, const rlx_mlx_array* g,
       put(bad, *wrong);
       return;
     }
+    if (groups == 1) {
+      // Every pair's matrix is the one (indices out of range are clamped to it and flagged):
+      // one product over all pairs, without the sort and MLX's grouped GEMM.
+      mx::array rows = rows_per_pair(xv, p);
+      mx::array grads = flat_rows(gv);
+      if (widen) {
+        rows = mx::astype(rows, mx::float32);
+        grads = mx::astype(grads, mx::float32);
+      }
+      mx::array y = transpose ? mx::matmul(mx::transpose(grads), rows)
+                              : mx::matmul(mx::transpose(rows), grads);
+      y = mx::expand_dims(y, 0);
+      put(out, widen ? mx::astype(y, dt) : y);
+      put(bad, *wrong);
+      return;
+    }
     const mx::array order = mx::argsort(p.matrix);
     mx::array rows = mx::take(padded(rows_per_pair(xv, p), -1, aligned(k)), order, 0);
     mx::array grads = mx::take(padded(flat_rows(gv), -1, aligned(n)), order, 0);

@@ -290,6 +290,7 @@ mx::array prepared_product(const mx::array& x, const std::vector<mx::array>& par
   const bool vector = x.ndim() == 1;
   const mx::array rows = vector ? mx::reshape(x, {1, x.shape(0)}) : x;
   const int bits = format == 8 ? 8 : 4;
+  if (auto fused = quantized_rows_gpu(x, parts[0], parts[1], parts[2], bits)) return *fused;
   mx::array y = mx::quantized_matmul(rows, parts[0], parts[1], parts[2], true, 32, bits);
   return vector ? mx::reshape(y, {y.shape(-1)}) : y;
 }

@@ -386,6 +386,15 @@ int rlx_mlx_cumsum(const rlx_mlx_array* x, int32_t axis, bool exclusive, bool re
       put(out, v);  // nothing to sum (and kept away from MLX's CPU reductions, as above)
       return;
     }
+    const int at = axis < 0 ? axis + static_cast<int>(v.ndim()) : axis;
+    if (at >= 0 && at < static_cast<int>(v.ndim()) && v.shape(at) == 1) {
+      // One position: the value itself, or nothing before it. MLX's CUDA scan must not see
+      // it: an axis of one position may carry any stride (a [1, 1] slice of an [8, 8]
+      // array keeps the stride 8), and its strided kernel then reads and writes `stride`
+      // values past a one-value array (an H200's memcheck, a random graph).
+      put(out, exclusive ? mx::zeros_like(v) : v);
+      return;
+    }
     const bool on_gpu = mx::default_device() == mx::Device::gpu;
     if (!(on_gpu && exclusive)) {
       put(out, down(mx::cumsum(up(v), axis, reverse, !exclusive, compute_type(dt)), dt));

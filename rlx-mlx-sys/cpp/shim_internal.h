@@ -217,6 +217,10 @@ struct HeadGroups {
 std::optional<std::pair<mx::array, mx::array>> rope_heads_gpu(const mx::array& x, const HeadGroups& g,
                                                               const mx::array& offset,
                                                               const std::optional<mx::array>& periods);
+// `x · dequant(w)ᵀ` for a few float32 rows and a weight in MLX's affine groups of 32.
+std::optional<mx::array> quantized_rows_gpu(const mx::array& x, const mx::array& words,
+                                            const mx::array& scales, const mx::array& biases,
+                                            int bits);
 std::optional<std::pair<mx::array, mx::array>> add_rms_norm_gpu(const mx::array& a,
                                                                 const mx::array& b,
                                                                 const mx::array& weight,

@@ -1,6 +1,7 @@
 //! Differential testing on random graphs (issue 17): a bounded run of `fuzz_graphs` on every
 //! configuration, and each mismatch it ever found, minimised, kept as a regression.
 
+mod gpu_found;
 mod regressions;
 
 use std::collections::BTreeSet;

@@ -594,8 +594,8 @@ fn gradient_quantized_matmul_activations() {
     }
 }
 
-/// Weights in GGUF block formats, read in place: each format, batches of decoding size and
-/// of prompt size (the CPU's two paths; prompts of up to 256 rows and longer ones, whose
+/// Weights in GGUF block formats, read in place: each format, batches of decoding size (1 to
+/// 8 rows: on a CUDA GPU, RLX's kernel for few rows) and of prompt size (the CPU's two paths; prompts of up to 256 rows and longer ones, whose
 /// tiles go through the GEMM transposed and not), more output features than one tile
 /// (200: three transposed tiles of 72, which two threads take as six of 36, the last one
 /// partial; four plain tiles of 64), against the product with the weights dequantized in
@@ -604,7 +604,7 @@ fn gradient_quantized_matmul_activations() {
 fn block_matmul_every_format_and_batch_size() {
     let mut rng = Rng(49);
     for format in BLOCK_FORMATS {
-        for rows in [1usize, 3, 20, 300] {
+        for rows in [1usize, 3, 8, 20, 300] {
             let (n, k) = (200, 2 * format.block_values().max(48));
             let bytes = random_blocks(format, n * k / format.block_values(), || {
                 rng.uniform(0.0, 1.0)
