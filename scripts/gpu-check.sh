@@ -25,7 +25,8 @@
 #     the concurrency stress test and the bounded random-graph run on the GPU, and the attention test again in TF32;
 #   - fuzz_graphs for $RLX_GPU_FUZZ_CASES (default 5000) random graphs from seed
 #     $RLX_GPU_FUZZ_SEED (default 1), starting at case $RLX_GPU_FUZZ_FROM (default 0: a long
-#     run split over calls), on every configuration (MLX's on the GPU);
+#     run split over calls), on every configuration (MLX's on the GPU), in
+#     $RLX_GPU_FUZZ_PROCS processes at once (default one per two CPU cores, at most 8);
 #   - one reported case again (group `case`, RLX_GPU_CASE=CASE_SEED): `fuzz_graphs --case`
 #     $RLX_GPU_CASE_RUNS (default 3) times under compute-sanitizer's memcheck when the
 #     machine has it (it names the kernel of an out-of-bounds access, CUDA error 700), then
@@ -45,6 +46,8 @@
 #     and PyTorch bf16 (eager, static cache + torch.compile) on the same GGUF, after
 #     RLX's: one round of figures in turn (only such figures compare on a lent machine;
 #     calls again on the warm machine give more rounds, the converted models kept);
+#     RLX_GPU_TORCH_WARM=1 starts PyTorch's long compilation when `run` unpacks, in the
+#     background, so that a first call can run other groups meanwhile;
 #   - scans (group `scan`): the linear_scan and delta_rule rows of the op table, the Mamba
 #     tests, mamba_bench and delta_bench --backend mlx (beside bench/gated_delta_bench.py
 #     on CUDA when torch and transformers are there);
@@ -143,6 +146,72 @@ traced() {
 # cuda_libs and link_cuda_libs, shared with gpu-finetune.sh.
 source "$root/scripts/gpu-common.sh"
 
+# How many fuzz_graphs processes share the GPU: one per two CPU cores (each checks its graphs
+# on the CPU with one and two threads, and MLX compiles each graph's kernels on the host),
+# at most 8.
+fuzz_processes() {
+  local cores
+  cores=$(nproc 2>/dev/null || echo 2)
+  echo $((cores / 2 < 1 ? 1 : (cores / 2 > 8 ? 8 : cores / 2)))
+}
+
+# fuzz_graphs over cases [$4, $4 + $2) of seed $3, split into $5 consecutive ranges run at
+# once (a single process checked 2,250 cases in a 10-minute call on an H200). Each range's
+# output goes to $log.fuzz-K as it runs (its progress lines say how far it got, should the
+# call end first), then into the log; the summary lines and every mismatch are printed.
+fuzz_in_parallel() {
+  local bin=$1 cases=$2 seed=$3 from=$4 procs=$5 each start count k status=0
+  local pids=()
+  each=$(((cases + procs - 1) / procs))
+  say "== fuzz_graphs --cases $cases --seed $seed --from $from in $procs processes"
+  for ((k = 0; k < procs; k++)); do
+    start=$((from + k * each))
+    count=$((from + cases - start < each ? from + cases - start : each))
+    [ "$count" -gt 0 ] || break
+    "$bin/fuzz_graphs" --cases "$count" --seed "$seed" --from "$start" --progress 50 \
+      >"$log.fuzz-$k" 2>&1 &
+    pids+=($!)
+  done
+  for k in "${!pids[@]}"; do
+    wait "${pids[$k]}" || status=1
+    cat "$log.fuzz-$k" >>"$log"
+    grep -E '^(fuzz_graphs|MISMATCH|FAILURE)' "$log.fuzz-$k" | cut -c1-400
+    # A range with a mismatch or failure fails the group.
+    grep -qE '^(MISMATCH|FAILURE)' "$log.fuzz-$k" && status=1
+  done
+  return $status
+}
+
+# PyTorch's compiled decoding compiles for longer than one 10-minute call on a cold machine.
+# With RLX_GPU_TORCH_WARM=1 (and the generation references in the pack) `run` starts that
+# compilation at once, in a session of its own so that it outlives the call, with its timings
+# thrown away; the generation group's PyTorch run, in this call or a later one on the same
+# warm machine, waits for it and then finds its compiled graphs cached.
+torch_warm_pid=$work/torch-warm.pid
+start_torch_warm() {
+  local refs=$1 gguf=$RLX_SMOLLM2_DIR/SmolLM2-135M-Instruct.Q4_1.gguf site=$work/torch-warm-site
+  [ -f "$torch_warm_pid" ] && return 0
+  python3 -c 'import torch, transformers' 2>/dev/null || return 0
+  python3 -m pip install -q --no-index --no-deps --target "$site" "$refs"/wheels/*.whl || return 0
+  HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONPATH=$site setsid nohup python3 "$refs/torch_gen_bench.py" \
+    --gguf "$gguf" --prompts 128 --compile --dtypes bf16 --compile-dtypes bf16 \
+    --out "$work/torch-warm.json" >"$work/torch-warm.log" 2>&1 </dev/null &
+  echo $! >"$torch_warm_pid"
+  say "started PyTorch's compilation (pid $(cat "$torch_warm_pid"), log $work/torch-warm.log)"
+}
+
+# Waits for the warm-up above, when one was started and still runs.
+wait_torch_warm() {
+  [ -f "$torch_warm_pid" ] || return 0
+  local pid
+  pid=$(cat "$torch_warm_pid")
+  if kill -0 "$pid" 2>/dev/null; then
+    say "waiting for PyTorch's compilation (pid $pid) to finish"
+    while kill -0 "$pid" 2>/dev/null; do sleep 5; done
+  fi
+  tail -n 3 "$work/torch-warm.log" | tee -a "$log"
+}
+
 # The GPU generation references beside RLX's (../shared/bench/gpu_generate/README.md): PyTorch
 # bf16 (eager, and static cache + torch.compile) and MLX-LM bf16 and 4-bit, on the same
 # SmolLM2 GGUF. $1: MLX prefix (the Python package and mlx/lib); $2: a folder holding the
@@ -166,6 +235,7 @@ generation_references() {
   # Batch 8, as generate_bench's batch of 8 (MLX-LM's batch_generate).
   PYTHONPATH=$prefix:$site step python3 "$root/bench/mlx_lm_batch_generate.py" \
     --model "bf16=$site/hf_bf16" --model "q4=$site/mlx_q4" || return 1
+  wait_torch_warm
   PYTHONPATH=$site step python3 "$refs/torch_gen_bench.py" --gguf "$gguf" --prompts 128 --compile \
     --dtypes bf16 --compile-dtypes bf16 --out "$(dirname "$log")/torch_gen.json" || return 1
 }
@@ -236,8 +306,8 @@ run_all() {
     step "$bin/moe_bench" --backend mlx --reps 10 --tokens 1,16,256,2048 || status=1
   fi
   if [[ ,$only, == *,fuzz,* ]]; then
-    step "$bin/fuzz_graphs" --cases "${RLX_GPU_FUZZ_CASES:-5000}" --seed "${RLX_GPU_FUZZ_SEED:-1}" \
-      --from "${RLX_GPU_FUZZ_FROM:-0}" --progress 250 || status=1
+    fuzz_in_parallel "$bin" "${RLX_GPU_FUZZ_CASES:-5000}" "${RLX_GPU_FUZZ_SEED:-1}" \
+      "${RLX_GPU_FUZZ_FROM:-0}" "${RLX_GPU_FUZZ_PROCS:-$(fuzz_processes)}" || status=1
   fi
   if [[ ,$only, == *,case,* ]] && [ -n "${RLX_GPU_CASE:-}" ]; then
     local runs=${RLX_GPU_CASE_RUNS:-3}
@@ -413,6 +483,7 @@ case "${1:-}" in
     if [ -f "$work/generation/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
       export RLX_SMOLLM2_DIR=${RLX_SMOLLM2_DIR:-$work/generation}
       export RLX_GPU_REFERENCES=${RLX_GPU_REFERENCES:-$work/generation}
+      [ "${RLX_GPU_TORCH_WARM:-0}" = 1 ] && start_torch_warm "$RLX_GPU_REFERENCES"
     fi
     run_all "$work/bin" "$work/payload" "$work/model" "${RLX_GPU_ONLY:-}" "$work/data/digits.csv"
     ;;
