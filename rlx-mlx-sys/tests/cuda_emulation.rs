@@ -49,3 +49,9 @@ fn the_head_rotation_kernel_matches_float64_when_emulated() {
     let report = emulate("rope_heads");
     assert_eq!(passed(&report), 7, "{report}");
 }
+
+#[test]
+fn the_quantized_rows_kernel_matches_float64_when_emulated() {
+    let report = emulate("quantized_rows");
+    assert_eq!(passed(&report), 12, "{report}");
+}
