@@ -2,7 +2,6 @@
 //! show it, checked through the public API on every configuration against values worked out
 //! by hand. On a machine without a GPU they check the CPU and MLX's CPU device.
 
-use rlx::backend::Executable;
 use rlx::ir::{Conv, ConvTranspose, Cumsum, QuantizedMatMul, ScatterAdd, Slice};
 use rlx::ir::{DType, Op};
 use rlx::prelude::GraphBuilder;

@@ -66,20 +66,17 @@ int main() {
     failures += ok ? 0 : 1;
   };
   for (bool aligned : {true, false}) {
-    const char* a = aligned ? "aligned" : "misaligned";
-    char name[128];
-    std::snprintf(name, sizeof name, "1 row, 4 bits, SmolLM2's width, %s", a);
-    check(name, run<1, 4>(200, 576, aligned));
-    std::snprintf(name, sizeof name, "1 row, 8 bits, one group, 9 columns, %s", a);
-    check(name, run<1, 8>(9, 32, aligned));
-    std::snprintf(name, sizeof name, "3 rows, 4 bits, one group, 9 columns, %s", a);
-    check(name, run<3, 4>(9, 32, aligned));
-    std::snprintf(name, sizeof name, "3 rows, 8 bits, SmolLM2's width, %s", a);
-    check(name, run<3, 8>(200, 576, aligned));
-    std::snprintf(name, sizeof name, "8 rows, 4 bits, SmolLM2's width, %s", a);
-    check(name, run<8, 4>(200, 576, aligned));
-    std::snprintf(name, sizeof name, "8 rows, 8 bits, 9 columns, %s", a);
-    check(name, run<8, 8>(9, 576, aligned));
+    auto named = [&](const char* what, double worst) {
+      char name[128];
+      std::snprintf(name, sizeof name, "%s, %s", what, aligned ? "aligned" : "misaligned");
+      check(name, worst);
+    };
+    named("1 row, 4 bits, SmolLM2's width", run<1, 4>(200, 576, aligned));
+    named("1 row, 8 bits, one group, 9 columns", run<1, 8>(9, 32, aligned));
+    named("3 rows, 4 bits, one group, 9 columns", run<3, 4>(9, 32, aligned));
+    named("3 rows, 8 bits, SmolLM2's width", run<3, 8>(200, 576, aligned));
+    named("8 rows, 4 bits, SmolLM2's width", run<8, 4>(200, 576, aligned));
+    named("8 rows, 8 bits, 9 columns", run<8, 8>(9, 576, aligned));
   }
   return failures;
 }
