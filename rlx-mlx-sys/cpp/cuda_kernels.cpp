@@ -291,10 +291,10 @@ std::optional<std::pair<mx::array, mx::array>> add_rms_norm_gpu(const mx::array&
   return std::make_pair(out.at(0), out.at(1));
 }
 
-// `x · dequant(w)ᵀ` (cpp/quantized_rows.cu) on an NVIDIA GPU for float32 `x` of at most
-// QUANTIZED_ROWS_MAX rows and a weight in MLX's affine groups of 32 (`words` [N, K * bits /
-// 32] uint32, float32 `scales` and `biases` [N, K / 32]), or nothing where it does not
-// apply and MLX's quantized product runs instead.
+// `x · dequant(w)ᵀ` (cpp/quantized_rows.cu) on an NVIDIA GPU for float32 `x` of 1 to 8
+// rows and a weight in MLX's affine groups of 32 (`words` [N, K * bits / 32] uint32,
+// float32 `scales` and `biases` [N, K / 32]), or nothing where it does not apply and MLX's
+// quantized product runs instead.
 std::optional<mx::array> quantized_rows_gpu(const mx::array& x, const mx::array& words,
                                             const mx::array& scales, const mx::array& biases,
                                             int bits) {

@@ -2,9 +2,9 @@
 // (4 or 8 bits), for NVIDIA GPUs: `out[r, n] = sum_k x[r, k] * (scale[n, g] * q[n, k] +
 // bias[n, g])`, g = k / 32, for the rows of a decoding step (a batch of 1 to 8 sequences).
 //
-// MLX's quantized product runs its vector kernel for a single row only; from 8 rows on a
-// float32 operand it takes a general kernel that made a batch of 8 SmolLM2 sequences decode
-// slower with 4-bit weights than with float32 ones on an H200. Here each warp owns one
+// MLX's quantized product runs its vector kernel for fewer than 8 rows, once per row; from 8
+// rows of a float32 operand it takes a general kernel, with which a batch of 8 SmolLM2
+// sequences decoded slower with 4-bit weights than with float32 ones on an H200. Here each warp owns one
 // output column: its lanes read consecutive 32-bit words of the column's quantized row
 // (8 or 4 values each), unpack them once and apply them to every row of `x`, so the weight
 // is read once for all rows; the warp then sums each row's partial products. The file has
