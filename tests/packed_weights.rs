@@ -1,7 +1,8 @@
 //! Matmuls whose `b` is a weight, and gathered products whose matrices are one, read it
 //! packed once at bind time: the results must equal the same product with `b` given as an
 //! input (packed on every run), for every float dtype, both layouts, several K blocks and
-//! ragged N, and after the weight is re-bound.
+//! ragged N, and after the weight is re-bound; on MLX, weights also bound as the operand of
+//! products of a block of rows.
 
 use rlx::backend::{Backend, Executable};
 use rlx::cpu::{CpuBackend, CpuOptions};
@@ -146,6 +147,83 @@ fn packed_experts_match_products_packed_per_run() {
                     "{dtype:?} transpose_b={transpose_b} {dims:?}"
                 );
                 assert_ne!(packed[0], packed[1], "re-binding the weights is seen");
+            }
+        }
+    }
+}
+
+/// On MLX, a float weight that multiplies a block of rows (leading dims of 1: a batch of one
+/// sequence) is also bound as that product's operand at the rows' rank: alone, read
+/// transposed, read by a gather too, also multiplying a batch of two, and joined with the
+/// other weight of its left operand. The products equal the CPU's in every mode, before and
+/// after the weights are bound again.
+#[cfg(feature = "mlx")]
+#[test]
+fn mlx_products_of_a_block_of_rows_by_weights_match_the_cpu() {
+    use rlx::ir::Gather;
+    use rlx::mlx::{MlxBackend, MlxMode};
+    let mut g = GraphBuilder::new();
+    let x = g.input("x", DType::F32, [1, 3, 12]).unwrap();
+    let batch = g.input("batch", DType::F32, [2, 1, 12]).unwrap();
+    let ids = g.input("ids", DType::I64, [2]).unwrap();
+    let w = g.param("w", DType::F32, [12, 5]).unwrap();
+    let table = g.param("table", DType::F32, [7, 12]).unwrap();
+    let q = g.param("q", DType::F32, [12, 4]).unwrap();
+    let k = g.param("k", DType::F32, [12, 6]).unwrap();
+    let by_table = Op::MatMul(MatMul {
+        transpose_a: false,
+        transpose_b: true,
+    });
+    let h = g.add(x, x).unwrap();
+    let outputs = [
+        ("alone", g.matmul(x, w).unwrap()),
+        ("batch", g.matmul(batch, w).unwrap()),
+        ("logits", g.op(by_table, &[x, table]).unwrap()),
+        (
+            "gathered",
+            g.op(Op::Gather(Gather { axis: 0 }), &[table, ids]).unwrap(),
+        ),
+        ("q", g.matmul(h, q).unwrap()),
+        ("k", g.matmul(h, k).unwrap()),
+    ];
+    for (name, y) in outputs {
+        g.output(name, y).unwrap();
+    }
+    let graph = g.finish().unwrap();
+    let inputs = [
+        ("x", values(DType::F32, &[1, 3, 12], 1)),
+        ("batch", values(DType::F32, &[2, 1, 12], 2)),
+        ("ids", HostTensor::from_vec(vec![6i64, 1], [2]).unwrap()),
+    ];
+    let inputs: Vec<_> = inputs.iter().map(|(n, t)| (*n, t.view())).collect();
+    let shapes = [
+        ("w", [12, 5]),
+        ("table", [7, 12]),
+        ("q", [12, 4]),
+        ("k", [12, 6]),
+    ];
+    let cpu = CpuBackend::default().compile(&graph).unwrap();
+    for mode in [MlxMode::Eager, MlxMode::Lazy, MlxMode::Compiled] {
+        let mlx = MlxBackend::new(mode).compile(&graph).unwrap();
+        for seed in [3, 4] {
+            let weights: Vec<_> = shapes
+                .iter()
+                .enumerate()
+                .map(|(i, (name, dims))| (*name, values(DType::F32, dims, seed + i)))
+                .collect();
+            let weights: Vec<_> = weights.iter().map(|(n, t)| (*n, t.view())).collect();
+            cpu.set_weights(&weights).unwrap();
+            mlx.set_weights(&weights).unwrap();
+            let want = cpu.run(&inputs, &[]).unwrap();
+            let got = mlx.run(&inputs, &[]).unwrap();
+            // Sums of a dozen multiples of 1/64 below 2: exact in float32 on both.
+            for ((name, _), (got, want)) in outputs.iter().zip(got.iter().zip(&want)) {
+                assert_eq!(got.shape(), want.shape(), "{mode:?} seed {seed}: {name}");
+                assert_eq!(
+                    got.to_f64_vec(),
+                    want.to_f64_vec(),
+                    "{mode:?} seed {seed}: {name}"
+                );
             }
         }
     }

@@ -234,8 +234,17 @@ impl Backend for MlxBackend {
                 block_formats[*i] = None;
             }
         }
-        let prepared =
-            prepared_slots(&g, &params, &block_formats, leaves.len()).map_err(backend_error)?;
+        // A block weight's products read its MLX form, a grouped weight's its group's.
+        let other_form: Vec<bool> = block_formats.iter().map(Option::is_some).collect();
+        let mut other_form = other_form;
+        for group in &groups {
+            for (_, i, _) in &group.members {
+                other_form[*i] = true;
+            }
+        }
+        let row_operands = row_operand_params(&g, &params, &other_form);
+        let prepared = prepared_slots(&g, &params, &block_formats, &row_operands, leaves.len())
+            .map_err(backend_error)?;
         let prepared_count = prepared.iter().flatten().map(|p| p.count).sum::<usize>();
         let fused =
             fused_slots(&g, &groups, leaves.len() + prepared_count).map_err(backend_error)?;
@@ -274,6 +283,7 @@ impl Backend for MlxBackend {
             param_casts,
             k_major,
             block_formats,
+            row_operands,
             prepared: Arc::new(prepared),
             groups,
             fused: Arc::new(fused),

@@ -16,9 +16,9 @@
 use crate::backend::shared::ParamTable;
 use crate::gguf::GgmlType;
 use crate::ir::MatMul;
-use crate::ir::{Graph, NodeId, Op};
+use crate::ir::{Dim, Graph, NodeId, Op};
 
-use super::lower::PreparedWeight;
+use super::lower::{PreparedForm, PreparedWeight};
 use super::{MlxError, ops::block_prepared_parts};
 
 /// Per param of `params`: whether it is stored K-major, which is when it has rank 2 or more
@@ -86,6 +86,9 @@ pub(crate) struct ProductGroup {
     /// Float weights stored `[N, K]` (`transpose_b`), joined along axis 0; else `[K, N]`,
     /// joined along axis 1.
     pub transposed: bool,
+    /// For float weights whose left operand is a block of rows ([`row_block_rank`]): its
+    /// rank, at which the joined weight is also stored ([`RowOperand`]).
+    pub row_rank: Option<usize>,
 }
 
 /// The [`ProductGroup`]s of `graph`: products by the same op (attributes included) of the
@@ -142,6 +145,10 @@ pub(crate) fn product_groups(
                     members: vec![member(0)],
                     format,
                     transposed,
+                    row_rank: format
+                        .is_none()
+                        .then(|| row_block_rank(graph, lhs))
+                        .flatten(),
                 },
             )),
         }
@@ -175,9 +182,11 @@ pub(crate) fn fused_slots(
     let mut slots = vec![None; graph.len()];
     let mut first = leaf_count;
     for group in groups {
-        let count = match group.format {
-            Some(format) => block_prepared_parts(format.id())?,
-            None => 1,
+        let count = match (group.format, group.row_rank) {
+            (Some(format), _) => block_prepared_parts(format.id())?,
+            // The joined weight, then its view for blocks of rows.
+            (None, Some(_)) => 2,
+            (None, None) => 1,
         };
         for (node, _, columns) in &group.members {
             slots[node.index()] = Some(FusedSlot {
@@ -193,26 +202,92 @@ pub(crate) fn fused_slots(
     Ok(slots)
 }
 
-/// Per node of `graph`: where the MLX form of a block weight (a param with a format in
-/// `formats`) lies in a call's leaves. The forms follow the `leaf_count` other leaves
-/// (params, inputs, states), in param order; how many arrays each has is the shim's
-/// answer ([`block_prepared_parts`]), the one place that decides a format's MLX form.
+/// The rank of `x` when it is a block of rows: rank 3 or more with every leading dim (all
+/// but the last two) 1 when the graph is built, as a batch of one sequence is.
+pub(crate) fn row_block_rank(graph: &Graph, x: NodeId) -> Option<usize> {
+    let dims = graph[x].ty.shape.dims();
+    (dims.len() >= 3 && dims[..dims.len() - 2].iter().all(Dim::is_one)).then_some(dims.len())
+}
+
+/// A float weight also stored as the right operand of the products that multiply a block of
+/// rows by it ([`row_block_rank`]): `[K, N]` (the transposed view of an `[N, K]` weight
+/// read with `transpose_b`) with leading dims of 1 up to the rows' `rank`. MLX then
+/// multiplies the rows by it as they are, where a matrix of lower rank costs an
+/// `expand_dims` node per product and run (121 of a SmolLM2 decoding step's 1,027 nodes).
+/// It is a view, evaluated when the weight is bound: no bytes of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RowOperand {
+    pub rank: usize,
+    pub transposed: bool,
+}
+
+/// Per param of `params`: its [`RowOperand`] when it is a float matrix that some product
+/// multiplies a block of rows by (the first such product decides), unless `skip` says its
+/// products read another form (a block format's, a group's joined weight).
+pub(crate) fn row_operand_params(
+    graph: &Graph,
+    params: &ParamTable,
+    skip: &[bool],
+) -> Vec<Option<RowOperand>> {
+    let users = graph.users();
+    params
+        .specs
+        .iter()
+        .zip(skip)
+        .map(|(spec, &skip)| {
+            if skip || spec.shape.len() != 2 || !spec.dtype.is_float() {
+                return None;
+            }
+            users[spec.node.index()].iter().find_map(|&user| {
+                let node = &graph[user];
+                let Op::MatMul(MatMul {
+                    transpose_a: false,
+                    transpose_b,
+                }) = node.op
+                else {
+                    return None;
+                };
+                let &[lhs, rhs] = node.inputs.as_slice() else {
+                    return None;
+                };
+                if rhs != spec.node || lhs == spec.node {
+                    return None;
+                }
+                let rank = row_block_rank(graph, lhs)?;
+                Some(RowOperand {
+                    rank,
+                    transposed: transpose_b,
+                })
+            })
+        })
+        .collect()
+}
+
+/// Per node of `graph`: where the form a param is bound with beside its value lies in a
+/// call's leaves: the MLX form of a block weight (a param with a format in `formats`; how
+/// many arrays it has is the shim's answer, [`block_prepared_parts`], the one place that
+/// decides a format's MLX form), or a float weight's [`RowOperand`] (one array, from
+/// `rows`). The forms follow the `leaf_count` other leaves (params, inputs, states), in
+/// param order.
 pub(crate) fn prepared_slots(
     graph: &Graph,
     params: &ParamTable,
     formats: &[Option<GgmlType>],
+    rows: &[Option<RowOperand>],
     leaf_count: usize,
 ) -> Result<Vec<Option<PreparedWeight>>, MlxError> {
     let mut slots = vec![None; graph.len()];
     let mut first = leaf_count;
-    for (spec, &format) in params.specs.iter().zip(formats) {
-        let Some(format) = format else { continue };
-        let count = block_prepared_parts(format.id())?;
-        slots[spec.node.index()] = Some(PreparedWeight {
-            first,
-            count,
-            format,
-        });
+    for ((spec, &format), &row) in params.specs.iter().zip(formats).zip(rows) {
+        let (form, count) = match (format, row) {
+            (Some(format), _) => (
+                PreparedForm::Blocks(format),
+                block_prepared_parts(format.id())?,
+            ),
+            (None, Some(row)) => (PreparedForm::Rows(row), 1),
+            (None, None) => continue,
+        };
+        slots[spec.node.index()] = Some(PreparedWeight { first, count, form });
         first += count;
     }
     Ok(slots)

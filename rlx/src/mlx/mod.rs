@@ -69,8 +69,8 @@ use crate::passes;
 use crate::tensor::{HostTensor, TensorRef};
 use compiled::Function;
 use layout::{
-    FusedSlot, ProductGroup, block_weight_params, fused_slots, k_major_params, prepared_slots,
-    product_groups,
+    FusedSlot, ProductGroup, RowOperand, block_weight_params, fused_slots, k_major_params,
+    prepared_slots, product_groups, row_operand_params,
 };
 use lower::{
     BiasAdds, Constants, HeadRopes, Lowering, PreparedWeight, ResidualNorms, eval_error,
@@ -215,7 +215,11 @@ pub struct MlxExecutable {
     /// Per param: the block format whose MLX form is made when it is bound (see
     /// [`layout::block_weight_params`]).
     block_formats: Vec<Option<GgmlType>>,
-    /// Per node: where a block weight's MLX form lies among a call's leaves.
+    /// Per param: the float weight's view for products of a block of rows, made when it is
+    /// bound (see [`layout::row_operand_params`]).
+    row_operands: Vec<Option<RowOperand>>,
+    /// Per node: where a param's form made when it is bound (a block weight's MLX form, a
+    /// float weight's view for rows) lies among a call's leaves.
     prepared: Arc<Vec<Option<PreparedWeight>>>,
     /// Products of one operand by several weights, each group's weights joined when bound
     /// (see [`layout::product_groups`]).

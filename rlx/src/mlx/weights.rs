@@ -100,13 +100,19 @@ impl MlxExecutable {
         let mut weights = made
             .into_iter()
             .map(|(i, array)| {
-                let prepared = match self.block_formats[i] {
-                    Some(format) => {
+                let prepared = match (self.block_formats[i], self.row_operands[i]) {
+                    (Some(format), _) => {
                         device::on_device(self.device, true, || array.block_prepare(format.id()))
                             .and_then(|parts| parts)
                             .map_err(backend_error)?
                     }
-                    None => Vec::new(),
+                    (None, Some(rows)) => {
+                        let view = device::on_device(self.device, true, || row_view(&array, rows))
+                            .and_then(|view| view)
+                            .map_err(backend_error)?;
+                        vec![view]
+                    }
+                    (None, None) => Vec::new(),
                 };
                 Ok((i, Weight { array, prepared }))
             })
@@ -222,6 +228,32 @@ impl MlxExecutable {
         } else {
             whole
         };
-        Ok((vec![operand], views))
+        let parts = match group.row_rank {
+            Some(rank) => {
+                let rows = row_view(
+                    &operand,
+                    RowOperand {
+                        rank,
+                        transposed: false,
+                    },
+                )?;
+                vec![operand, rows]
+            }
+            None => vec![operand],
+        };
+        Ok((parts, views))
     }
+}
+
+/// `weight` as [`RowOperand`] `rows` describes: a view (MLX reshapes a transposed matrix
+/// into more leading dims of 1 without copying it).
+fn row_view(weight: &Array, rows: RowOperand) -> Result<Array, MlxError> {
+    let operand = if rows.transposed {
+        weight.permute(&[1, 0])?
+    } else {
+        weight.clone()
+    };
+    let mut dims = vec![1; rows.rank - 2];
+    dims.extend(operand.shape()?);
+    operand.reshape(&dims)
 }

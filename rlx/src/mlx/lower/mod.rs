@@ -61,13 +61,22 @@ pub(crate) struct Lowering {
     pub repeats: Vec<Option<NodeId>>,
 }
 
-/// Where the MLX form of a block weight (`Array::block_prepare`) lies in a call's leaves:
-/// `count` arrays from `first`, made for products in `format`.
+/// Where a param's form made when it is bound lies in a call's leaves: `count` arrays from
+/// `first`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PreparedWeight {
     pub first: usize,
     pub count: usize,
-    pub format: crate::gguf::GgmlType,
+    pub form: PreparedForm,
+}
+
+/// What a [`PreparedWeight`] holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PreparedForm {
+    /// A block weight's MLX form (`Array::block_prepare`), for products in this format.
+    Blocks(crate::gguf::GgmlType),
+    /// A float weight as the operand of products of a block of rows.
+    Rows(crate::mlx::layout::RowOperand),
 }
 
 /// Evaluated `i64` arrays by their values and dims (see [`Lowering::index_arrays`]).
@@ -384,6 +393,20 @@ impl Lowering {
         Ok(Some(periods))
     }
 
+    /// Whether the product `node` multiplies a block of rows by the [`RowOperand`] `form`
+    /// describes (its left operand of that rank, leading dims 1; the weight read as stored).
+    fn reads_rows(&self, node: &Node, product: &ir::MatMul, form: PreparedForm) -> bool {
+        let PreparedForm::Rows(rows) = form else {
+            return false;
+        };
+        let lhs = &self.shapes[node.inputs[0].index()];
+        !product.transpose_a
+            && product.transpose_b == rows.transposed
+            && node.inputs[0] != node.inputs[1]
+            && lhs.len() == rows.rank
+            && lhs[..lhs.len() - 2].iter().all(|&d| d == 1)
+    }
+
     /// A grouped product: its columns of the group's one product by the joined weight,
     /// which the group's first member computes and the others find among `shared`.
     fn grouped_product(
@@ -400,8 +423,11 @@ impl Lowering {
                 let joined = &leaves[slot.first..slot.first + slot.count];
                 let whole = match slot.format {
                     Some(format) => x.block_matmul_prepared(joined, format.id())?,
-                    // Stored as the right operand's view (`Weights::join`).
-                    None => x.matmul(&joined[0], false, false)?,
+                    // Stored as the right operand's view (`Weights::join`), and at the
+                    // rows' rank when the group's left operand is a block of rows.
+                    None => {
+                        x.matmul(joined.last().expect("a float group's weight"), false, false)?
+                    }
                 };
                 shared.push((slot.leader, whole.clone()));
                 whole
@@ -431,12 +457,18 @@ impl Lowering {
         if let Some(slot) = &self.fused[id.index()] {
             return self.grouped_product(id, slot, x[0], leaves, shared);
         }
-        if let (Op::BlockMatMul(product), Some(weight)) = (&node.op, node.inputs.get(1)) {
-            let prepared = self.prepared[weight.index()].filter(|p| p.format == product.format);
-            if let Some(p) = prepared {
+        let prepared = node.inputs.get(1).and_then(|w| self.prepared[w.index()]);
+        match (&node.op, prepared) {
+            (Op::BlockMatMul(product), Some(p))
+                if p.form == PreparedForm::Blocks(product.format) =>
+            {
                 let parts = &leaves[p.first..p.first + p.count];
-                return Ok(x[0].block_matmul_prepared(parts, p.format.id())?);
+                return Ok(x[0].block_matmul_prepared(parts, product.format.id())?);
             }
+            (Op::MatMul(product), Some(p)) if self.reads_rows(node, product, p.form) => {
+                return Ok(x[0].matmul(&leaves[p.first], false, false)?);
+            }
+            _ => {}
         }
         let lowering = lowering(&node.op).ok_or_else(|| {
             MlxError::new(format!(
