@@ -175,7 +175,12 @@ std::optional<mx::array> prefix_attention_gpu(const mx::array& q, const mx::arra
   const mx::Shape out_shape{batch, sq, hq, dv};
   const std::tuple<int, int, int> grid{splits * threads, hk, batch}, block{threads, 1, 1};
   // [B, Sq, Hq, Dv] as its [B, Hq, Sq, Dv] view, as the other attention kernels return it.
-  auto heads_first = [](const mx::array& out) { return mx::transpose(out, {0, 2, 1, 3}); };
+  // With one query position both hold the values in the same order: a reshape, which the
+  // permute back to positions first and the merge of the heads that follow in a decoding
+  // step fold into (one MLX node where a transpose made three).
+  auto heads_first = [&](const mx::array& out) {
+    return sq == 1 ? mx::reshape(out, {batch, hq, sq, dv}) : mx::transpose(out, {0, 2, 1, 3});
+  };
   if (splits == 1) {
     static const mx::fast::CustomKernelFunction whole = mx::fast::cuda_kernel(
         "rlx_decode_attention", {"q", "k", "v", "length", "scale"}, {"out"},

@@ -161,7 +161,8 @@ pub(crate) fn product_groups(
 }
 
 /// Where a member of a [`ProductGroup`] finds the joined weight in a call's leaves
-/// (`count` arrays from `first`: the float weight, or a block format's MLX form), the
+/// (`count` arrays from `first`: the float weight, then its view at the rows' rank if the
+/// group has one, or a block format's MLX form), the
 /// group's first product (whose result the others slice) and its columns.
 #[derive(Clone, Debug)]
 pub(crate) struct FusedSlot {

@@ -1,7 +1,8 @@
 //! Weights bound to an MLX executable: each param's array as runs read it (cast, K-major),
-//! the MLX form of GGUF block weights, and the joined weight of each product group
-//! ([`layout::product_groups`](super::layout::product_groups)), all made and evaluated when
-//! bound, so runs only read them.
+//! the MLX form of GGUF block weights, a float weight's view for products of a block of rows
+//! ([`layout::RowOperand`](super::layout::RowOperand)), and the joined weight of each product
+//! group ([`layout::product_groups`](super::layout::product_groups)), all made and evaluated
+//! when bound, so runs only read them.
 
 use super::*;
 
@@ -9,8 +10,9 @@ use super::*;
 #[derive(Clone)]
 pub(super) struct Weight {
     pub(super) array: Array,
-    /// For the weight of block products: its MLX form, made when it was bound
-    /// ([`layout::block_weight_params`]).
+    /// Made when it was bound: for the weight of block products, its MLX form
+    /// ([`layout::block_weight_params`]); for a float weight that multiplies a block of
+    /// rows, its view at the rows' rank ([`layout::row_operand_params`]).
     pub(super) prepared: Vec<Array>,
 }
 
@@ -27,7 +29,8 @@ pub(super) struct BoundWeights {
     pub(super) joined: Vec<Joined>,
 }
 
-/// A product group's joined weight: the float weight, or a block format's MLX form.
+/// A product group's joined weight: the float weight (and its view at the rows' rank when
+/// the group multiplies a block of rows), or a block format's MLX form.
 #[derive(Default)]
 pub(super) struct Joined(pub(super) Vec<Array>);
 
