@@ -6,6 +6,7 @@
 //! residual add with its RMS norm.
 
 mod ops;
+mod products;
 mod together;
 
 use crate::ir::{self as ir, DynamicSlice, Gather, ScatterAdd, SliceUpdate};
@@ -391,55 +392,6 @@ impl Lowering {
             .index_arrays
             .get_f32(&periods, &[periods.len()], self.device)?;
         Ok(Some(periods))
-    }
-
-    /// Whether the product `node` multiplies a block of rows by the [`RowOperand`] `form`
-    /// describes (its left operand of that rank, leading dims 1; the weight read as stored).
-    fn reads_rows(&self, node: &Node, product: &ir::MatMul, form: PreparedForm) -> bool {
-        let PreparedForm::Rows(rows) = form else {
-            return false;
-        };
-        let lhs = &self.shapes[node.inputs[0].index()];
-        !product.transpose_a
-            && product.transpose_b == rows.transposed
-            && node.inputs[0] != node.inputs[1]
-            && lhs.len() == rows.rank
-            && lhs[..lhs.len() - 2].iter().all(|&d| d == 1)
-    }
-
-    /// A grouped product: its columns of the group's one product by the joined weight,
-    /// which the group's first member computes and the others find among `shared`.
-    fn grouped_product(
-        &self,
-        id: NodeId,
-        slot: &crate::mlx::layout::FusedSlot,
-        x: &Array,
-        leaves: &[Array],
-        shared: &mut Vec<(NodeId, Array)>,
-    ) -> Result<Array, NodeFailure> {
-        let whole = match shared.iter().find(|(node, _)| *node == slot.leader) {
-            Some((_, whole)) => whole.clone(),
-            None => {
-                let joined = &leaves[slot.first..slot.first + slot.count];
-                let whole = match slot.format {
-                    Some(format) => x.block_matmul_prepared(joined, format.id())?,
-                    // Stored as the right operand's view (`Weights::join`), and at the
-                    // rows' rank when the group's left operand is a block of rows.
-                    None => {
-                        x.matmul(joined.last().expect("a float group's weight"), false, false)?
-                    }
-                };
-                shared.push((slot.leader, whole.clone()));
-                whole
-            }
-        };
-        let dims = &self.shapes[id.index()];
-        let last = dims.len() - 1;
-        let mut start = vec![0; dims.len()];
-        let mut stop = dims.clone();
-        start[last] = slot.columns.start;
-        stop[last] = slot.columns.end;
-        Ok(whole.slice(&start, &stop, &vec![1; dims.len()])?)
     }
 
     fn node(
