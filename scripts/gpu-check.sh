@@ -189,14 +189,17 @@ fuzz_in_parallel() {
 # thrown away; the generation group's PyTorch run, in this call or a later one on the same
 # warm machine, waits for it and then finds its compiled graphs cached.
 torch_warm_pid=$work/torch-warm.pid
+# torch_gen_bench.py's arguments besides its output, one list for the warm-up and the timed
+# run: the compiled graphs are cached by the shapes and options these decide.
+torch_bench_args=(--prompts 128 --compile --dtypes bf16 --compile-dtypes bf16)
 start_torch_warm() {
   local refs=$1 gguf=$RLX_SMOLLM2_DIR/SmolLM2-135M-Instruct.Q4_1.gguf site=$work/torch-warm-site
   [ -f "$torch_warm_pid" ] && return 0
   python3 -c 'import torch, transformers' 2>/dev/null || return 0
   python3 -m pip install -q --no-index --no-deps --target "$site" "$refs"/wheels/*.whl || return 0
   HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONPATH=$site setsid nohup python3 "$refs/torch_gen_bench.py" \
-    --gguf "$gguf" --prompts 128 --compile --dtypes bf16 --compile-dtypes bf16 \
-    --out "$work/torch-warm.json" >"$work/torch-warm.log" 2>&1 </dev/null &
+    --gguf "$gguf" "${torch_bench_args[@]}" --out "$work/torch-warm.json" \
+    >"$work/torch-warm.log" 2>&1 </dev/null &
   echo $! >"$torch_warm_pid"
   say "started PyTorch's compilation (pid $(cat "$torch_warm_pid"), log $work/torch-warm.log)"
 }
@@ -237,8 +240,8 @@ generation_references() {
   PYTHONPATH=$prefix:$site step python3 "$root/bench/mlx_lm_batch_generate.py" \
     --model "bf16=$site/hf_bf16" --model "q4=$site/mlx_q4" || return 1
   wait_torch_warm
-  PYTHONPATH=$site step python3 "$refs/torch_gen_bench.py" --gguf "$gguf" --prompts 128 --compile \
-    --dtypes bf16 --compile-dtypes bf16 --out "$(dirname "$log")/torch_gen.json" || return 1
+  PYTHONPATH=$site step python3 "$refs/torch_gen_bench.py" --gguf "$gguf" "${torch_bench_args[@]}" \
+    --out "$(dirname "$log")/torch_gen.json" || return 1
 }
 
 # Runs the tests and benchmarks. $1: folder of binaries; $2: MLX prefix (mlx/lib inside);

@@ -79,6 +79,17 @@ int pairs_per_call() {
   return on_gpu() ? GPU_PAIRS_PER_CALL : std::numeric_limits<int>::max();
 }
 
+// segmented_mm's [groups, 2] ranges of the pairs sorted by matrix (`order`): matrix e's
+// pairs are the sorted positions [pairs below e, pairs up to e).
+mx::array segments(const Pairs& p, const mx::array& order, int groups) {
+  const mx::array sorted = mx::take(p.matrix, order);
+  const mx::array ids = mx::reshape(mx::arange(groups, mx::uint32), {groups, 1});
+  const mx::array column = mx::reshape(sorted, {1, static_cast<int>(p.count)});
+  const mx::array starts = mx::sum(mx::astype(mx::less(column, ids), mx::uint32), 1);
+  const mx::array ends = mx::sum(mx::astype(mx::less_equal(column, ids), mx::uint32), 1);
+  return mx::stack({starts, ends}, -1);
+}
+
 }  // namespace
 }  // namespace rlx
 
@@ -160,38 +171,22 @@ int rlx_mlx_scatter_matmul(const rlx_mlx_array* x, const rlx_mlx_array* g,
       put(bad, *wrong);
       return;
     }
-    if (groups == 1) {
-      // Every pair's matrix is the one (indices out of range are clamped to it and flagged):
-      // one product over all pairs, without the sort and MLX's grouped GEMM.
-      mx::array rows = rows_per_pair(xv, p);
-      mx::array grads = flat_rows(gv);
-      if (widen) {
-        rows = mx::astype(rows, mx::float32);
-        grads = mx::astype(grads, mx::float32);
-      }
-      mx::array y = transpose ? mx::matmul(mx::transpose(grads), rows)
-                              : mx::matmul(mx::transpose(rows), grads);
-      y = mx::expand_dims(y, 0);
-      put(out, widen ? mx::astype(y, dt) : y);
-      put(bad, *wrong);
-      return;
-    }
-    const mx::array order = mx::argsort(p.matrix);
-    mx::array rows = mx::take(padded(rows_per_pair(xv, p), -1, aligned(k)), order, 0);
-    mx::array grads = mx::take(padded(flat_rows(gv), -1, aligned(n)), order, 0);
-    if (widen) {
-      rows = mx::astype(rows, mx::float32);
-      grads = mx::astype(grads, mx::float32);
-    }
-    // Matrix e's pairs are the sorted positions [pairs below e, pairs up to e).
-    const mx::array sorted = mx::take(p.matrix, order);
-    const mx::array ids = mx::reshape(mx::arange(groups, mx::uint32), {groups, 1});
-    const mx::array column = mx::reshape(sorted, {1, static_cast<int>(p.count)});
-    const mx::array starts = mx::sum(mx::astype(mx::less(column, ids), mx::uint32), 1);
-    const mx::array ends = mx::sum(mx::astype(mx::less_equal(column, ids), mx::uint32), 1);
-    const mx::array segments = mx::stack({starts, ends}, -1);
-    mx::array y = transpose ? mx::segmented_mm(mx::transpose(grads), rows, segments)
-                            : mx::segmented_mm(mx::transpose(rows), grads, segments);
+    // With one group every pair's matrix is the one (indices out of range are clamped to it
+    // and flagged): a single product over all pairs, without the sort, the padding and MLX's
+    // grouped GEMM. Otherwise the pairs go sorted by matrix through segmented_mm.
+    const bool single = groups == 1;
+    const std::optional<mx::array> order =
+        single ? std::nullopt : std::optional<mx::array>(mx::argsort(p.matrix));
+    auto operand = [&](mx::array v, int width) {
+      if (order) v = mx::take(padded(v, -1, aligned(width)), *order, 0);
+      return widen ? mx::astype(v, mx::float32) : v;
+    };
+    const mx::array rows = operand(rows_per_pair(xv, p), k);
+    const mx::array grads = operand(flat_rows(gv), n);
+    const mx::array left = mx::transpose(transpose ? grads : rows);
+    const mx::array& right = transpose ? rows : grads;
+    mx::array y = single ? mx::expand_dims(mx::matmul(left, right), 0)
+                         : mx::segmented_mm(left, right, segments(p, *order, groups));
     // The padding off: rows then columns of each matrix.
     const int rows_kept = transpose ? n : k;
     const int cols_kept = transpose ? k : n;

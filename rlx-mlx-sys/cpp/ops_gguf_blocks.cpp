@@ -287,10 +287,10 @@ mx::array prepared_product(const mx::array& x, const std::vector<mx::array>& par
                            int32_t format) {
   if (parts.size() == 1) return matmul_rows(x, mx::transpose(parts[0]));
   if (parts.size() != 3) throw std::invalid_argument("[rlx] a prepared block weight has 1 or 3 arrays");
-  const bool vector = x.ndim() == 1;
-  const mx::array rows = vector ? mx::reshape(x, {1, x.shape(0)}) : x;
   const int bits = format == 8 ? 8 : 4;
   if (auto fused = quantized_rows_gpu(x, parts[0], parts[1], parts[2], bits)) return *fused;
+  const bool vector = x.ndim() == 1;
+  const mx::array rows = vector ? mx::reshape(x, {1, x.shape(0)}) : x;
   mx::array y = mx::quantized_matmul(rows, parts[0], parts[1], parts[2], true, 32, bits);
   return vector ? mx::reshape(y, {y.shape(-1)}) : y;
 }

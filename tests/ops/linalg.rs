@@ -595,8 +595,9 @@ fn gradient_quantized_matmul_activations() {
 }
 
 /// Weights in GGUF block formats, read in place: each format, batches of decoding size (1 to
-/// 8 rows: on a CUDA GPU, RLX's kernel for few rows) and of prompt size (the CPU's two paths; prompts of up to 256 rows and longer ones, whose
-/// tiles go through the GEMM transposed and not), more output features than one tile
+/// 8 rows: on a CUDA GPU, RLX's kernel for few rows) and of prompt size (the CPU's two
+/// paths; prompts of up to 256 rows and longer ones, whose tiles go through the GEMM
+/// transposed and not), more output features than one tile
 /// (200: three transposed tiles of 72, which two threads take as six of 36, the last one
 /// partial; four plain tiles of 64), against the product with the weights dequantized in
 /// f64 as llama.cpp defines them.

@@ -228,21 +228,16 @@ impl Backend for MlxBackend {
         let bias_adds = BiasAdds::of(&g);
         let residual_norms = ResidualNorms::of(&g, &bias_adds);
         let groups = product_groups(&g, &params, &block_formats, bias_adds.folded());
-        // A grouped block weight's MLX form is its group's: none of its own.
+        // A grouped weight's forms (a block format's, the view for rows) are its group's:
+        // none of its own.
+        let mut grouped = vec![false; params.specs.len()];
         for group in &groups {
             for (_, i, _) in &group.members {
                 block_formats[*i] = None;
+                grouped[*i] = true;
             }
         }
-        // A block weight's products read its MLX form, a grouped weight's its group's.
-        let other_form: Vec<bool> = block_formats.iter().map(Option::is_some).collect();
-        let mut other_form = other_form;
-        for group in &groups {
-            for (_, i, _) in &group.members {
-                other_form[*i] = true;
-            }
-        }
-        let row_operands = row_operand_params(&g, &params, &other_form);
+        let row_operands = row_operand_params(&g, &params, &grouped);
         let prepared = prepared_slots(&g, &params, &block_formats, &row_operands, leaves.len())
             .map_err(backend_error)?;
         let prepared_count = prepared.iter().flatten().map(|p| p.count).sum::<usize>();

@@ -223,20 +223,20 @@ pub(crate) struct RowOperand {
 }
 
 /// Per param of `params`: its [`RowOperand`] when it is a float matrix that some product
-/// multiplies a block of rows by (the first such product decides), unless `skip` says its
-/// products read another form (a block format's, a group's joined weight).
+/// multiplies a block of rows by (the first such product decides), unless `grouped` says
+/// its product reads its group's joined weight. (Block weights are bytes, never float.)
 pub(crate) fn row_operand_params(
     graph: &Graph,
     params: &ParamTable,
-    skip: &[bool],
+    grouped: &[bool],
 ) -> Vec<Option<RowOperand>> {
     let users = graph.users();
     params
         .specs
         .iter()
-        .zip(skip)
-        .map(|(spec, &skip)| {
-            if skip || spec.shape.len() != 2 || !spec.dtype.is_float() {
+        .zip(grouped)
+        .map(|(spec, &grouped)| {
+            if grouped || spec.shape.len() != 2 || !spec.dtype.is_float() {
                 return None;
             }
             users[spec.node.index()].iter().find_map(|&user| {

@@ -6,9 +6,9 @@ use super::{Array, Lowering, MlxError, Node, NodeFailure, NodeId, PreparedForm};
 use crate::ir;
 
 impl Lowering {
-    /// Whether the product `node` multiplies a block of rows by the
-    /// [`RowOperand`](crate::mlx::layout::RowOperand) `form`
-    /// describes (its left operand of that rank, leading dims 1; the weight read as stored).
+    /// Whether the product `node` multiplies a block of rows by the weight's view that `form`
+    /// describes ([`RowOperand`](crate::mlx::layout::RowOperand): its left operand of that
+    /// rank, leading dims 1; the weight read as stored).
     pub(super) fn reads_rows(&self, node: &Node, product: &ir::MatMul, form: PreparedForm) -> bool {
         let PreparedForm::Rows(rows) = form else {
             return false;
