@@ -37,6 +37,8 @@
 //! `--kv-cache int8` (with `--quant`) keeps the key/value caches in int8. On an NVIDIA GPU
 //! MLX records the kernels into CUDA graphs, as `09_generate` has it (decision 040);
 //! `--cuda-graphs off` launches them one by one (RLX's default for other processes).
+//! `--profile` (batch 1) prints where a 128-token prefill and a decoding step after 128
+//! positions spend their time: per op, then the slowest kernels (`profile phase=..`).
 //!
 //! `--perplexity` instead scores the shared prose text (`tests/data/llm/perplexity.json`:
 //! 1,093 tokens, no BOS) as `generate_bench.py` does, one decode step a token (so every
@@ -67,10 +69,16 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Where one decode step (one token after 128 cached positions) spends its time: the ops
 /// taking the most, summed over their kernels, then the slowest kernels.
-fn profile_decode(step: &LlamaStep, token: i64) -> Result<(), Box<dyn Error>> {
-    let runs = 20;
-    let input = HostTensor::from_vec(vec![token], [1, 1])?;
-    let (pos, last) = (HostTensor::scalar(128i64), HostTensor::scalar(0i64));
+fn profile_step(
+    step: &LlamaStep,
+    phase: &str,
+    tokens: &[i64],
+    at: i64,
+) -> Result<(), Box<dyn Error>> {
+    let runs = if tokens.len() > 1 { 5 } else { 20 };
+    let input = HostTensor::from_vec(tokens.to_vec(), [1, tokens.len()])?;
+    let last = tokens.len() as i64 - 1;
+    let (pos, last) = (HostTensor::scalar(at), HostTensor::scalar(last));
     let inputs = [
         ("input_ids", input.view()),
         ("pos", pos.view()),
@@ -78,10 +86,13 @@ fn profile_decode(step: &LlamaStep, token: i64) -> Result<(), Box<dyn Error>> {
     ];
     let report = step.executable().profile(&inputs, &[], runs)?;
     let per_step = |d: std::time::Duration| d.as_secs_f64() * 1e3 / runs as f64;
-    println!("profile total_ms_per_step={:.2}", per_step(report.total));
+    println!(
+        "profile phase={phase} total_ms_per_step={:.2}",
+        per_step(report.total)
+    );
     for (op, time, count) in report.by_op().into_iter().take(10) {
         println!(
-            "profile op={op} ms_per_step={:.3} kernels={}",
+            "profile phase={phase} op={op} ms_per_step={:.3} kernels={}",
             per_step(time),
             count
         );
@@ -95,7 +106,7 @@ fn profile_decode(step: &LlamaStep, token: i64) -> Result<(), Box<dyn Error>> {
     for s in steps.into_iter().take(8) {
         let node = &graph[s.node.expect("kept steps with a node")];
         println!(
-            "profile kernel={} ms_per_step={:.3} out={}",
+            "profile phase={phase} kernel={} ms_per_step={:.3} out={}",
             s.op,
             per_step(s.time),
             node.ty
@@ -230,7 +241,8 @@ fn single<B: Backend<Executable: 'static>>(
         );
     }
     if profiled {
-        profile_decode(decoder.compiled(), tokens[0])?;
+        profile_step(decoder.compiled(), "prefill", &tokens[..128], 0)?;
+        profile_step(decoder.compiled(), "decode", &tokens[..1], 128)?;
     }
     let (prompt, new) = (128, 128);
     let mut times = Vec::new();

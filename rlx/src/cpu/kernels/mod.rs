@@ -22,3 +22,4 @@ pub(crate) mod sample;
 pub(crate) mod simd;
 pub(crate) mod sort;
 pub(crate) mod spatial;
+pub(crate) mod trig;
