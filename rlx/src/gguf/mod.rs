@@ -482,6 +482,13 @@ impl Gguf {
 
     /// A tensor dequantized to an `f32` host tensor of its row-major shape.
     pub fn tensor_f32(&self, name: &str) -> Result<HostTensor, GgufError> {
+        let values = self.tensor_f32_values(name)?;
+        let shape = self.tensor(name)?.shape();
+        Ok(HostTensor::from_vec(values, shape).expect("values fill the shape"))
+    }
+
+    /// A tensor dequantized to its `f32` values, row-major.
+    pub(crate) fn tensor_f32_values(&self, name: &str) -> Result<Vec<f32>, GgufError> {
         let info = self.tensor(name)?;
         if !info.kind.dequantizes() {
             return Err(GgufError::Dequantize {
@@ -496,6 +503,6 @@ impl Gguf {
                 source,
             }
         })?;
-        Ok(HostTensor::from_vec(values, info.shape()).expect("values fill the shape"))
+        Ok(values)
     }
 }

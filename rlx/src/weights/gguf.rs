@@ -1,10 +1,9 @@
 //! Loading a model's weights from a GGUF file, each tensor dequantized to the model's
 //! float type.
 
-use std::borrow::Cow;
 use std::path::PathBuf;
 
-use super::safetensors::{ParamValue, bind, block_values, param_values};
+use super::safetensors::{ParamValue, ValueBytes, bind, block_values, param_values};
 use super::{LoadReport, Mismatch, WeightsError, describe};
 use crate::backend::Executable;
 use crate::gguf::{GgmlType, Gguf};
@@ -96,40 +95,38 @@ pub(crate) fn load_gguf_with(
         path: path.clone(),
         source,
     };
-    // Float weights dequantized; weights kept as blocks bound from the file's bytes, or
-    // quantized from its floats.
-    enum Source<'f> {
-        Floats(Cow<'f, crate::tensor::HostTensor>),
-        Blocks(Cow<'f, [u8]>),
-    }
+    // Each tensor's values made as its source is read: float weights dequantized (the
+    // floats move into the value, or are dropped once transposed), weights kept as blocks
+    // borrowed from the file or quantized from its floats. Only the values, not their
+    // sources beside them, wait for the one bind.
     let mut report = LoadReport::default();
-    let mut sources = Vec::with_capacity(files.len());
+    let mut values: Vec<ParamValue<'_>> = Vec::with_capacity(manifest.params.len());
     for f in &files {
         if let Some(t) = given(&f.key) {
-            sources.push(Source::Floats(Cow::Borrowed(t)));
+            values.extend(param_values(
+                manifest,
+                f,
+                ValueBytes::Borrowed(t.view().bytes),
+            ));
             continue;
         }
         let kind = file.tensor(&f.key).map_err(gguf_error)?.kind;
-        sources.push(match f.format {
-            Some(format) if kind == format => Source::Blocks(Cow::Borrowed(
-                file.tensor_bytes(&f.key).map_err(gguf_error)?,
-            )),
+        values.extend(match f.format {
+            Some(format) if kind == format => block_values(
+                manifest,
+                f,
+                ValueBytes::Borrowed(file.tensor_bytes(&f.key).map_err(gguf_error)?),
+            ),
             Some(format) => {
-                let floats = file.tensor_f32(&f.key).map_err(gguf_error)?;
-                let floats = floats.as_slice::<f32>().unwrap_or_default();
+                let floats = file.tensor_f32_values(&f.key).map_err(gguf_error)?;
                 report.quantized.push(f.key.clone());
-                Source::Blocks(Cow::Owned(super::quantize_tensor(
-                    &path, &f.key, format, floats,
-                )?))
+                let blocks = super::quantize_tensor(&path, &f.key, format, &floats)?;
+                block_values(manifest, f, ValueBytes::Bytes(blocks))
             }
-            None => Source::Floats(Cow::Owned(file.tensor_f32(&f.key).map_err(gguf_error)?)),
-        });
-    }
-    let mut values: Vec<ParamValue<'_>> = Vec::with_capacity(manifest.params.len());
-    for (f, source) in files.iter().zip(&sources) {
-        values.extend(match source {
-            Source::Floats(t) => param_values(manifest, f, Cow::Borrowed(t.view().bytes)),
-            Source::Blocks(bytes) => block_values(manifest, f, Cow::Borrowed(bytes.as_ref())),
+            None => {
+                let floats = file.tensor_f32_values(&f.key).map_err(gguf_error)?;
+                param_values(manifest, f, ValueBytes::Floats(floats))
+            }
         });
     }
     report.loaded = bind(exe, &values)?;

@@ -200,14 +200,14 @@ fn load_checked(
                 );
             }
             let blocks = super::quantize_tensor(path, &f.key, format, &floats)?;
-            values.extend(block_values(manifest, f, Cow::Owned(blocks)));
+            values.extend(block_values(manifest, f, ValueBytes::Bytes(blocks)));
             report.quantized.push(f.key.clone());
             continue;
         }
-        let data: Cow<[u8]> = if value.dtype == f.dtype {
-            Cow::Borrowed(value.bytes)
+        let data = if value.dtype == f.dtype {
+            ValueBytes::Borrowed(value.bytes)
         } else {
-            Cow::Owned(encode_floats(
+            ValueBytes::Bytes(encode_floats(
                 f.dtype,
                 &decode_floats(value.dtype, value.bytes),
             ))
@@ -224,26 +224,50 @@ pub(super) struct ParamValue<'a> {
     pub name: &'a str,
     pub dtype: DType,
     pub shape: Vec<usize>,
-    pub bytes: Cow<'a, [u8]>,
+    pub bytes: ValueBytes<'a>,
+}
+
+/// A value's bytes: borrowed from a file, or owned, as bytes or as the float32 values a
+/// dequantization made (kept as they are: a `Vec<f32>` cannot become a `Vec<u8>` without
+/// a copy, and a model's whole float weights copied once more is a model's size of memory).
+#[derive(Clone)]
+pub(super) enum ValueBytes<'a> {
+    Borrowed(&'a [u8]),
+    Bytes(Vec<u8>),
+    Floats(Vec<f32>),
+}
+
+impl ValueBytes<'_> {
+    pub(super) fn bytes(&self) -> &[u8] {
+        match self {
+            ValueBytes::Borrowed(bytes) => bytes,
+            ValueBytes::Bytes(bytes) => bytes,
+            ValueBytes::Floats(floats) => bytemuck::cast_slice(floats),
+        }
+    }
 }
 
 /// The values of the params read from file tensor `f` (its bytes `data`, in the declared
 /// dtype), each in its param's layout: its part of a split, transposed where declared.
+/// Owned `data` moves into the last param's value when that keeps the file's layout, and is
+/// dropped as soon as the last value is made otherwise.
 pub(super) fn param_values<'a>(
     manifest: &'a Manifest,
     f: &FileTensor,
-    data: Cow<'a, [u8]>,
+    data: ValueBytes<'a>,
 ) -> Vec<ParamValue<'a>> {
     let elem = f.dtype.size_bytes();
     let mut values = Vec::with_capacity(f.params.len());
-    for &i in &f.params {
+    let mut data = Some(data);
+    for (at, &i) in f.params.iter().enumerate() {
         let spec = &manifest.params[i];
+        let source = data.as_ref().map_or(&[][..], ValueBytes::bytes);
         let mut shape = f.shape.clone();
-        let mut bytes = data.clone();
+        let mut reshaped = None;
         if let Some(split) = spec.split {
             let axis = resolve_axis(split.axis, shape.len()).unwrap_or(0);
-            bytes = Cow::Owned(split_part(
-                &bytes,
+            reshaped = Some(split_part(
+                source,
                 &shape,
                 elem,
                 axis,
@@ -253,9 +277,19 @@ pub(super) fn param_values<'a>(
             shape[axis] /= split.parts;
         }
         if spec.transpose {
-            bytes = Cow::Owned(transpose_last2(&bytes, &shape, elem));
+            let from = reshaped.as_deref().unwrap_or(source);
+            reshaped = Some(transpose_last2(from, &shape, elem));
             let n = shape.len();
             shape.swap(n - 2, n - 1);
+        }
+        let last = at + 1 == f.params.len();
+        let bytes = match reshaped {
+            Some(bytes) => ValueBytes::Bytes(bytes),
+            None if last => data.take().unwrap_or(ValueBytes::Borrowed(&[])),
+            None => data.clone().unwrap_or(ValueBytes::Borrowed(&[])),
+        };
+        if last {
+            data = None;
         }
         values.push(ParamValue {
             name: &spec.name,
@@ -272,17 +306,24 @@ pub(super) fn param_values<'a>(
 pub(super) fn block_values<'a>(
     manifest: &'a Manifest,
     f: &FileTensor,
-    bytes: Cow<'a, [u8]>,
+    bytes: ValueBytes<'a>,
 ) -> Vec<ParamValue<'a>> {
+    let mut bytes = Some(bytes);
     f.params
         .iter()
-        .map(|&i| {
+        .enumerate()
+        .map(|(at, &i)| {
             let spec = &manifest.params[i];
+            let bytes = if at + 1 == f.params.len() {
+                bytes.take()
+            } else {
+                bytes.clone()
+            };
             ParamValue {
                 name: &spec.name,
                 dtype: DType::U8,
                 shape: spec.static_shape().unwrap_or_default(),
-                bytes: bytes.clone(),
+                bytes: bytes.unwrap_or(ValueBytes::Borrowed(&[])),
             }
         })
         .collect()
@@ -296,7 +337,7 @@ pub(super) fn bind(exe: &dyn Executable, values: &[ParamValue<'_>]) -> Result<us
             let value = TensorRef {
                 dtype: v.dtype,
                 shape: &v.shape,
-                bytes: &v.bytes,
+                bytes: v.bytes.bytes(),
             };
             (v.name, value)
         })
