@@ -62,6 +62,12 @@ fn product(
         let b = values(dtype, &b_shape, seed);
         let out = if as_weight {
             exe.set_weight("b", b.view()).unwrap();
+            // Kept packed alone, the weight reads back exactly as bound.
+            assert_eq!(
+                exe.weight("b").unwrap(),
+                b,
+                "{dtype:?} transpose_b={transpose_b}"
+            );
             exe.run(&[("a", a.view())], &[]).unwrap()
         } else {
             exe.run(&[("a", a.view()), ("b", b.view())], &[]).unwrap()
@@ -89,6 +95,55 @@ fn packed_weights_match_products_packed_per_run() {
                 }
             }
         }
+    }
+}
+
+/// A weight that only products read is kept once, packed: its region fits a memory limit
+/// that its bytes as bound and its packing together exceed. One that another op also
+/// reads keeps both, and both are right after a re-bind.
+#[test]
+fn weights_only_products_read_are_kept_packed_alone() {
+    let (k, n) = (256, 256);
+    let weight_bytes = k * n * 4;
+    let graph = |also_read: bool| {
+        let mut g = GraphBuilder::new();
+        let a = g.input("a", DType::F32, [3, k]).unwrap();
+        let b = g.param("b", DType::F32, [k, n]).unwrap();
+        let op = Op::MatMul(MatMul {
+            transpose_a: false,
+            transpose_b: false,
+        });
+        let c = g.op(op, &[a, b]).unwrap();
+        g.output("c", c).unwrap();
+        if also_read {
+            let doubled = g.op(Op::Binary(rlx::ir::BinaryOp::Add), &[b, b]).unwrap();
+            g.output("doubled", doubled).unwrap();
+        }
+        g.finish().unwrap()
+    };
+    let limited = CpuBackend::new(CpuOptions {
+        memory_limit: Some(weight_bytes * 3 / 2),
+        ..CpuOptions::default()
+    });
+    let exe = limited.compile(&graph(false)).unwrap();
+    let refused = limited.compile(&graph(true));
+    assert!(
+        matches!(refused, Err(rlx::backend::CompileError::OutOfMemory { .. })),
+        "a weight another op reads keeps its bytes beside its packing"
+    );
+    let both = CpuBackend::default().compile(&graph(true)).unwrap();
+    let a = values(DType::F32, &[3, k], 1);
+    for seed in [2, 3] {
+        let b = values(DType::F32, &[k, n], seed);
+        exe.set_weight("b", b.view()).unwrap();
+        both.set_weight("b", b.view()).unwrap();
+        assert_eq!(exe.weight("b").unwrap(), b);
+        assert_eq!(both.weight("b").unwrap(), b);
+        let packed = exe.run(&[("a", a.view())], &[]).unwrap();
+        let kept = both.run(&[("a", a.view())], &[]).unwrap();
+        assert_eq!(packed[0], kept[0]);
+        let twice: Vec<f64> = b.to_f64_vec().iter().map(|x| 2.0 * x).collect();
+        assert_eq!(kept[1].to_f64_vec(), twice);
     }
 }
 
@@ -126,6 +181,11 @@ fn gathered(
         let mut inputs = vec![("x", x.view()), ("routes", routes.view())];
         if as_weight {
             exe.set_weight("w", w.view()).unwrap();
+            assert_eq!(
+                exe.weight("w").unwrap(),
+                w,
+                "{dtype:?} transpose_b={transpose_b}"
+            );
         } else {
             inputs.push(("w", w.view()));
         }

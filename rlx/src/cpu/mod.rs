@@ -14,6 +14,7 @@ mod lower;
 pub mod memory;
 mod plan;
 mod program;
+mod statics;
 mod thunk;
 mod view;
 mod workers;
@@ -486,10 +487,11 @@ impl CpuExecutable {
         for (name, value) in weights {
             let i = params.find(name)?;
             let slot = &self.program.params[i];
-            let at = slot.offset;
-            statics[at..at + value.bytes.len()].copy_from_slice(value.bytes);
+            if let Some(at) = slot.offset {
+                statics[at..at + value.bytes.len()].copy_from_slice(value.bytes);
+            }
             for packing in &slot.packings {
-                packing.refresh(statics, slot);
+                packing.pack(statics, slot.dtype, value.bytes);
             }
             params.mark_bound(i);
         }
@@ -557,9 +559,17 @@ impl Executable for CpuExecutable {
         let i = weights.params.find_bound(name)?;
         let slot = &self.program.params[i];
         let len = slot.shape.iter().product::<usize>() * slot.dtype.size_bytes();
+        let statics = weights.statics.bytes();
         let mut out = HostTensor::zeros(slot.dtype, slot.shape.clone());
-        out.data_mut()
-            .copy_from_bytes(&weights.statics.bytes()[slot.offset..slot.offset + len]);
+        match (slot.offset, slot.packings.first()) {
+            (Some(at), _) => out.data_mut().copy_from_bytes(&statics[at..at + len]),
+            (None, Some(packing)) => {
+                let mut bytes = vec![0u8; len];
+                packing.unpack(statics, slot.dtype, &mut bytes);
+                out.data_mut().copy_from_bytes(&bytes);
+            }
+            (None, None) => unreachable!("a param not kept as bound has a packing"),
+        }
         Ok(out)
     }
 

@@ -4,74 +4,17 @@
 use std::fmt;
 
 use super::fuse::{self, Fusion};
-use super::kernels::gemm::{GemmAcc, GemmDims, kernel_shape, pack_b_whole, packed_b_len};
-use super::kernels::numeric::{FloatStore, accumulator};
 use super::memory::ALIGN;
+use super::statics::{self, ParamSlot};
 use super::{AlignedBytes, CpuOptions};
 use std::sync::Arc;
 
 use crate::backend::shared::CustomOps;
 use crate::backend::signature::Signature;
 use crate::backend::{CompileError, StateSpec};
-use crate::ir::{DType, Graph, Node, NodeId, Op};
-use crate::ir::{MatMul, Permute, Reduce, Reshape};
+use crate::ir::{Graph, Node, NodeId, Op};
+use crate::ir::{Permute, Reduce, Reshape};
 use crate::passes::{self, Rewriter};
-
-impl Packing {
-    /// Re-packs the weight bound in `slot` into this packing (both live in `statics`;
-    /// packings are laid out after every param, so the two regions are disjoint).
-    pub(crate) fn refresh(&self, statics: &mut [u8], slot: &ParamSlot) {
-        fn pack<S: FloatStore>(d: &GemmDims, matrices: usize, b: &[u8], out: &mut [u8])
-        where
-            S::Acc: GemmAcc,
-        {
-            let shape = S::Acc::micro_kernels().shape;
-            let len = packed_b_len(d.k, d.n, shape);
-            let b: &[S] = bytemuck::cast_slice(b);
-            let out: &mut [S::Acc] =
-                bytemuck::cast_slice_mut(&mut out[..matrices * len * size_of::<S::Acc>()]);
-            for (i, packed) in out.chunks_exact_mut(len.max(1)).take(matrices).enumerate() {
-                pack_b_whole::<S>(d, &b[i * d.k * d.n..], shape, packed);
-            }
-        }
-
-        let (d, matrices) = (&self.dims, self.matrices);
-        let (weights, packed) = statics.split_at_mut(self.offset);
-        let size = matrices * d.k * d.n * slot.dtype.size_bytes();
-        let bytes = &weights[slot.offset..slot.offset + size];
-        match slot.dtype {
-            DType::F32 => pack::<f32>(d, matrices, bytes, packed),
-            DType::F64 => pack::<f64>(d, matrices, bytes, packed),
-            DType::F16 => pack::<half::f16>(d, matrices, bytes, packed),
-            DType::BF16 => pack::<half::bf16>(d, matrices, bytes, packed),
-            // Matmuls are float-only: no other dtype gets a packing.
-            _ => {}
-        }
-    }
-}
-
-/// A param: where its bytes go in the static region (indexed like the executable's
-/// [`ParamTable`](crate::backend::shared::ParamTable), in graph order).
-pub(crate) struct ParamSlot {
-    pub dtype: DType,
-    pub shape: Vec<usize>,
-    pub offset: usize,
-    /// Packed copies of this weight for the matmuls that read it as `b`, refreshed when it
-    /// is bound.
-    pub packings: Vec<Packing>,
-}
-
-/// Where one weight's GEMM packing lives in the static region, and how to read the weight.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Packing {
-    /// Byte offset in the static region.
-    pub offset: usize,
-    /// `k`, `n` and the strides of the weight as `b` (`m` unused).
-    pub dims: GemmDims,
-    /// Matrices the weight stacks (a gathered product's experts), each packed in turn;
-    /// 1 for a matmul's 2-D weight.
-    pub matrices: usize,
-}
 
 /// Where a context keeps one state: its bytes, 64-byte aligned, in graph order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -235,124 +178,7 @@ impl Program {
             vec![None; g.len()]
         };
 
-        // Static region: params and constants, each 64-byte aligned. Its length grows through
-        // `grow`, which refuses sizes over the memory limit; the bytes are allocated once
-        // the layout is known.
         let limit = options.memory_limit;
-        // Every static's place is laid out first and the bytes allocated once at the end:
-        // growing them a static at a time copied everything before it on each step, seconds
-        // of a large model's load.
-        let refused = |bytes| CompileError::OutOfMemory { bytes, limit };
-        let grow = |statics_len: &mut usize, len: Option<usize>| -> Result<(), CompileError> {
-            let len = len.ok_or(refused(usize::MAX))?;
-            if limit.is_some_and(|limit| len > limit) {
-                return Err(refused(len));
-            }
-            *statics_len = len;
-            Ok(())
-        };
-        let mut statics_len = 0usize;
-        let mut static_offsets = vec![None; g.len()];
-        let mut params = Vec::new();
-        // Each param node's slot. (Not found by offset: a zero-size param shares its offset
-        // with the next static.)
-        let mut slot_of = vec![None; g.len()];
-        for (id, node) in g.iter() {
-            let bytes = match &node.op {
-                // A shape whose byte count overflows is refused by `grow`.
-                Op::Param => node.ty.static_bytes(),
-                Op::Constant(c) => Some(c.bytes().len()),
-                _ => continue,
-            };
-            let offset = statics_len.div_ceil(ALIGN) * ALIGN;
-            grow(&mut statics_len, bytes.and_then(|b| offset.checked_add(b)))?;
-            if matches!(node.op, Op::Param) {
-                slot_of[id.index()] = Some(params.len());
-                params.push(ParamSlot {
-                    dtype: node.ty.dtype,
-                    shape: node.ty.shape.static_dims().unwrap_or_default(),
-                    offset,
-                    packings: Vec::new(),
-                });
-            }
-            static_offsets[id.index()] = Some(offset);
-        }
-
-        // Matmuls whose `b` is a 2-D weight, and gathered products whose matrices are a
-        // weight, read it packed once at bind time (one packing per weight and
-        // orientation, shared by the products that agree on it).
-        let mut packed_b = vec![None; g.len()];
-        for (id, node) in g.iter() {
-            let (transpose_b, b) = match (&fusions[id.index()], &node.op) {
-                (
-                    Some(Fusion::MatMul {
-                        transpose_b,
-                        operands,
-                        ..
-                    }),
-                    _,
-                ) => (*transpose_b, operands[1]),
-                (None, Op::MatMul(MatMul { transpose_b, .. })) => (*transpose_b, node.inputs[1]),
-                // A gathered product's stacked matrices, each packed as a matmul's.
-                (None, Op::GatherMatMul(op)) => (op.transpose_b, node.inputs[1]),
-                _ => continue,
-            };
-            let b_node = &g.nodes()[b.index()];
-            let Some(mut shape) = b_node.ty.shape.static_dims() else {
-                continue;
-            };
-            let stacked = matches!(node.op, Op::GatherMatMul(_));
-            let matrices = if stacked && shape.len() == 3 {
-                shape.remove(0)
-            } else {
-                1
-            };
-            if !matches!(b_node.op, Op::Param) || shape.len() != 2 {
-                continue;
-            }
-            let Some(slot) = slot_of[b.index()].map(|i: usize| &mut params[i]) else {
-                continue;
-            };
-            let (k, n) = if transpose_b {
-                (shape[1], shape[0])
-            } else {
-                (shape[0], shape[1])
-            };
-            let dims = GemmDims {
-                m: 0,
-                n,
-                k,
-                a_rs: 0,
-                a_cs: 0,
-                b_rs: if transpose_b { 1 } else { n },
-                b_cs: if transpose_b { k } else { 1 },
-            };
-            let existing = slot
-                .packings
-                .iter()
-                .find(|p| p.dims == dims && p.matrices == matrices)
-                .map(|p| p.offset);
-            let len = matrices * packed_b_len(k, n, kernel_shape(accumulator(node.ty.dtype)));
-            let offset = match existing {
-                Some(offset) => offset,
-                None => {
-                    let offset = statics_len.div_ceil(ALIGN) * ALIGN;
-                    let acc = accumulator(node.ty.dtype);
-                    let end = len
-                        .checked_mul(acc.size_bytes())
-                        .and_then(|b| offset.checked_add(b));
-                    grow(&mut statics_len, end)?;
-                    slot.packings.push(Packing {
-                        offset,
-                        dims,
-                        matrices,
-                    });
-                    offset
-                }
-            };
-            packed_b[id.index()] = Some((offset, len));
-        }
-
         // States: each in a 64-byte-aligned slot of a context's bytes.
         let states: Arc<[StateSpec]> = StateSpec::of(&g).into();
         let mut state_slots = Vec::with_capacity(states.len());
@@ -393,15 +219,8 @@ impl Program {
         let in_place = in_place_writes(&g, &fusions, &view_permutes, &writes, &state_of);
         let outputs = g.outputs().iter().map(|o| o.node).collect();
         let custom = registry.per_node(&g);
-        let mut statics = AlignedBytes::default();
-        statics
-            .try_resize(statics_len)
-            .map_err(|_| refused(statics_len))?;
-        for (id, node) in g.iter() {
-            if let (Op::Constant(c), Some(offset)) = (&node.op, static_offsets[id.index()]) {
-                statics.bytes_mut()[offset..offset + c.bytes().len()].copy_from_slice(c.bytes());
-            }
-        }
+        let layout = statics::lay_out(&g, &fusions, limit)?;
+        let statics = statics::allocate(&g, &layout, limit)?;
         Ok((
             Program {
                 graph: g,
@@ -414,11 +233,11 @@ impl Program {
                 fusions,
                 custom,
                 signature,
-                params,
+                params: layout.params,
                 outputs,
-                static_offsets,
-                packed_b,
-                statics_len,
+                static_offsets: layout.offsets,
+                packed_b: layout.packed_b,
+                statics_len: layout.len,
                 view_permutes,
                 sequence_major,
             },

@@ -20,32 +20,32 @@ pub(crate) const REDUCED_MAX: f64 = 1_647_000.0;
 const TWO_OVER_PI: f64 = std::f64::consts::FRAC_2_PI;
 /// `π/2` in three parts of 33 significant bits each, largest first, and the rest.
 const HALF_PI: [f64; 3] = [
-    1.570_796_326_734_125_614_17,
-    6.077_100_506_303_965_976_6e-11,
-    2.022_266_248_711_166_455_8e-21,
+    1.570_796_326_734_125_6,
+    6.077_100_506_303_966e-11,
+    2.022_266_248_711_166_5e-21,
 ];
-const HALF_PI_REST: f64 = 8.478_427_660_368_899_569_97e-32;
+const HALF_PI_REST: f64 = 8.478_427_660_368_9e-32;
 /// Adding 1.5·2^52 rounds a float64 below 2^51 in magnitude to the nearest integer (ties
 /// to even) and leaves that integer, offset by 1.5·2^52, in the low bits of the mantissa.
 const ROUNDER: f64 = 6_755_399_441_055_744.0;
 
 /// `sin r = r + r³·(S1 + z·(S2 + …))` with `z = r²`, on `[-π/4, π/4]`.
 const SIN: [f64; 6] = [
-    -1.666_666_666_666_663_243_48e-1,
-    8.333_333_333_322_489_461_24e-3,
-    -1.984_126_982_985_794_931_34e-4,
-    2.755_731_370_707_006_767_89e-6,
-    -2.505_076_025_340_686_341_95e-8,
-    1.589_690_995_211_550_102_21e-10,
+    -1.666_666_666_666_663_2e-1,
+    8.333_333_333_322_49e-3,
+    -1.984_126_982_985_795e-4,
+    2.755_731_370_707_006_8e-6,
+    -2.505_076_025_340_686_3e-8,
+    1.589_690_995_211_55e-10,
 ];
 /// `cos r = 1 - z/2 + z²·(C1 + z·(C2 + …))` with `z = r²`, on `[-π/4, π/4]`.
 const COS: [f64; 6] = [
-    4.166_666_666_666_660_190_37e-2,
-    -1.388_888_888_887_410_957_49e-3,
-    2.480_158_728_947_672_941_78e-5,
-    -2.755_731_435_139_066_330_35e-7,
-    2.087_572_321_298_174_827_90e-9,
-    -1.135_964_755_778_819_482_65e-11,
+    4.166_666_666_666_66e-2,
+    -1.388_888_888_887_411e-3,
+    2.480_158_728_947_673e-5,
+    -2.755_731_435_139_066_3e-7,
+    2.087_572_321_298_175e-9,
+    -1.135_964_755_778_819_5e-11,
 ];
 
 /// `p[0] + z·(p[1] + z·(… + z·p[5]))`.
@@ -81,8 +81,7 @@ fn sin_cos_reduced(x: &[f64; LANES], sin: &mut [f64; LANES], cos: &mut [f64; LAN
 /// compiled for a vector instruction set (`simd::vectorized`).
 #[inline(always)]
 pub(crate) fn sin_cos(x: &[f64; LANES], sin: &mut [f64; LANES], cos: &mut [f64; LANES]) {
-    // `!(a <= b)` is also true for NaN.
-    if x.iter().any(|a| !(a.abs() <= REDUCED_MAX)) {
+    if x.iter().any(|a| a.is_nan() || a.abs() > REDUCED_MAX) {
         for i in 0..LANES {
             (sin[i], cos[i]) = x[i].sin_cos();
         }

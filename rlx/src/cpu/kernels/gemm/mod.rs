@@ -452,6 +452,28 @@ pub(crate) fn pack_b_whole<S: FloatStore>(
     }
 }
 
+/// The `k x n` B (at `d`'s strides in `b`) that [`pack_b_whole`] packed into `packed` for
+/// kernels of `shape`: its inverse, exact where the accumulator type holds every value of
+/// the storage type.
+pub(crate) fn unpack_b_whole<S: FloatStore>(
+    d: &GemmDims,
+    packed: &[S::Acc],
+    shape: KernelShape,
+    b: &mut [S],
+) {
+    let (nr, panels) = (shape.nr, d.n.div_ceil(shape.nr));
+    for p0 in (0..d.k).step_by(shape.kc) {
+        let kc = shape.kc.min(d.k - p0);
+        let block = &packed[p0 * panels * nr..];
+        for p in 0..kc {
+            for j in 0..d.n {
+                let value = block[(j / nr) * kc * nr + p * nr + j % nr];
+                b[(p0 + p) * d.b_rs + j * d.b_cs] = S::store(value);
+            }
+        }
+    }
+}
+
 /// [`pack_b_whole`] for a plan's blocks of `kc` rows, the blocks spread over the workers.
 pub(crate) fn pack_b_shared<S: FloatStore>(plan: &GemmPlan, b: &[S], out: &mut [S::Acc]) {
     let d = plan.dims;

@@ -142,3 +142,54 @@ fn tall_kernels_take_few_rows_only() {
     };
     assert_eq!(no_tall.rows_per_call(16), 6);
 }
+
+/// Unpacking a whole-B packing gives B back, value for value, for every kernel family's
+/// panel width, both layouts, ragged panels and several K blocks; f16 through its f32
+/// accumulator too.
+#[test]
+fn unpacking_inverts_packing() {
+    let families = [
+        Some(scalar::kernels::<f32>().shape),
+        avx2::f32_kernels().map(|k| k.shape),
+        avx512::f32_kernels().map(|k| k.shape),
+    ];
+    for shape in families.into_iter().flatten() {
+        for (k, n) in [
+            (1, 1),
+            (5, 3),
+            (shape.kc + 3, 2 * shape.nr + 5),
+            (2 * shape.kc, 37),
+        ] {
+            for tb in [false, true] {
+                let d = GemmDims {
+                    m: 0,
+                    n,
+                    k,
+                    a_rs: 0,
+                    a_cs: 0,
+                    b_rs: if tb { 1 } else { n },
+                    b_cs: if tb { k } else { 1 },
+                };
+                let b: Vec<f32> = (0..k * n).map(|i| (i as f32).sin() * 3.0).collect();
+                let mut packed = vec![f32::NAN; packed_b_len(k, n, shape)];
+                pack_b_whole(&d, &b, shape, &mut packed);
+                let mut back = vec![f32::NAN; k * n];
+                unpack_b_whole(&d, &packed, shape, &mut back);
+                assert_eq!(
+                    back.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    b.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    "{k}x{n} nr {} transposed {tb}",
+                    shape.nr
+                );
+                let h: Vec<half::f16> = b.iter().map(|x| half::f16::from_f32(*x)).collect();
+                pack_b_whole(&d, &h, shape, &mut packed);
+                let mut back = vec![half::f16::NAN; k * n];
+                unpack_b_whole(&d, &packed, shape, &mut back);
+                assert_eq!(
+                    back.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    h.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+                );
+            }
+        }
+    }
+}
