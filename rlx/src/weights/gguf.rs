@@ -23,7 +23,19 @@ pub fn load_gguf(
     file: &Gguf,
     read_elsewhere: &[&str],
 ) -> Result<LoadReport, WeightsError> {
-    load_gguf_with(exe, manifest, file, read_elsewhere, &[])
+    load_gguf_with(exe, manifest, file, read_elsewhere, &[], Binding::AllAtOnce)
+}
+
+/// When [`load_gguf_with`] binds the weights it makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Binding {
+    /// All in one call once every one is made: the weights change all at once, and the
+    /// values of the whole model wait in memory beside the executable's.
+    AllAtOnce,
+    /// Each tensor's as soon as it is made: for an executable just compiled, which an error
+    /// discards, so that no more than one tensor's values wait (a dequantized model's
+    /// loading then peaks near its size rather than twice it).
+    AsMade,
 }
 
 /// [`load_gguf`] with some weights already made from other tensors of the file
@@ -35,6 +47,7 @@ pub(crate) fn load_gguf_with(
     file: &Gguf,
     read_elsewhere: &[&str],
     assembled: &[(String, crate::tensor::HostTensor)],
+    binding: Binding,
 ) -> Result<LoadReport, WeightsError> {
     let given = |key: &str| assembled.iter().find(|(n, _)| n == key).map(|(_, t)| t);
     let path = file
@@ -98,7 +111,7 @@ pub(crate) fn load_gguf_with(
     // Each tensor's values made as its source is read: float weights dequantized (the
     // floats move into the value, or are dropped once transposed), weights kept as blocks
     // borrowed from the file or quantized from its floats. Only the values, not their
-    // sources beside them, wait for the one bind.
+    // sources beside them, wait to be bound.
     let mut report = LoadReport::default();
     let mut values: Vec<ParamValue<'_>> = Vec::with_capacity(manifest.params.len());
     for f in &files {
@@ -128,8 +141,12 @@ pub(crate) fn load_gguf_with(
                 param_values(manifest, f, ValueBytes::Floats(floats))
             }
         });
+        if binding == Binding::AsMade {
+            report.loaded += bind(exe, &values)?;
+            values.clear();
+        }
     }
-    report.loaded = bind(exe, &values)?;
+    report.loaded += bind(exe, &values)?;
     Ok(report)
 }
 

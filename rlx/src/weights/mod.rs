@@ -11,7 +11,7 @@ mod layout;
 mod safetensors;
 
 pub use self::gguf::load_gguf;
-pub(crate) use self::gguf::load_gguf_with;
+pub(crate) use self::gguf::{Binding, load_gguf_with};
 pub(crate) use self::hf_folder::load_hf_folder;
 
 pub use self::safetensors::{

@@ -12,7 +12,7 @@ use crate::ir::DType;
 use crate::model::Compiled;
 use crate::params::Manifest;
 use crate::tensor::{HostTensor, TensorRef};
-use crate::weights::{LoadReport, WeightsError};
+use crate::weights::{Binding, LoadReport, WeightsError};
 
 /// The GGUF name the model gives a Hugging Face tensor (`model.layers.3.self_attn.q_proj.weight`
 /// → `blk.3.attn_q.weight`), or `None` for a name outside the decoder. Gemma's norms
@@ -169,7 +169,17 @@ pub fn load_gguf_checkpoint(
     config: &LlamaConfig,
     file: &Gguf,
 ) -> Result<LoadReport, WeightsError> {
-    let report = load_gguf_weights(model.executable(), model.manifest(), config, file)?;
+    load_gguf_bound(model, config, file, Binding::AllAtOnce)
+}
+
+/// [`load_gguf_checkpoint`], binding the weights as `binding` says.
+pub(super) fn load_gguf_bound(
+    model: &Compiled,
+    config: &LlamaConfig,
+    file: &Gguf,
+    binding: Binding,
+) -> Result<LoadReport, WeightsError> {
+    let report = load_gguf_weights(model.executable(), model.manifest(), config, file, binding)?;
     zero_adapters(model)?;
     Ok(report)
 }
@@ -181,6 +191,7 @@ pub(super) fn load_gguf_weights(
     manifest: &Manifest,
     config: &LlamaConfig,
     file: &Gguf,
+    binding: Binding,
 ) -> Result<LoadReport, WeightsError> {
     let manifest = without_adapters(manifest);
     let mut read_elsewhere: Vec<String> = Vec::new();
@@ -189,7 +200,7 @@ pub(super) fn load_gguf_weights(
     }
     let assembled = gguf_assembled(&manifest, file, &mut read_elsewhere)?;
     let read_elsewhere: Vec<&str> = read_elsewhere.iter().map(String::as_str).collect();
-    crate::weights::load_gguf_with(exe, &manifest, file, &read_elsewhere, &assembled)
+    crate::weights::load_gguf_with(exe, &manifest, file, &read_elsewhere, &assembled, binding)
 }
 
 /// The weights a GGUF file stores in another layout than the params: a mixture's experts

@@ -98,7 +98,13 @@ impl LlamaDecoder {
         blocks: Option<Quantization>,
     ) -> Result<LlamaDecoder, LlamaLoadError> {
         let decoder = LlamaDecoder::compile(backend, gguf_config(file, blocks)?, capacity)?;
-        super::load_gguf_checkpoint(&decoder.step, &decoder.config.model, file)?;
+        // Just compiled: an error drops it, so each weight is bound as it is made.
+        super::checkpoint::load_gguf_bound(
+            &decoder.step,
+            &decoder.config.model,
+            file,
+            crate::weights::Binding::AsMade,
+        )?;
         Ok(decoder)
     }
 
@@ -364,7 +370,13 @@ impl LlamaBatchDecoder {
     ) -> Result<LlamaBatchDecoder, LlamaLoadError> {
         let config = gguf_config(file, blocks)?;
         let decoder = LlamaBatchDecoder::compile(backend, config, capacity, slots)?;
-        super::load_gguf_checkpoint(&decoder.step, &decoder.config.model, file)?;
+        // Just compiled: an error drops it, so each weight is bound as it is made.
+        super::checkpoint::load_gguf_bound(
+            &decoder.step,
+            &decoder.config.model,
+            file,
+            crate::weights::Binding::AsMade,
+        )?;
         Ok(decoder)
     }
 

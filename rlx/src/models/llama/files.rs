@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use super::{LlamaBatchDecoder, LlamaConfig, LlamaDecoder, LlamaLoadError, Quantization};
 use crate::backend::Backend;
 use crate::gguf::Gguf;
+use crate::weights::Binding;
 
 /// A Llama-family model's files: a GGUF file (weights, tokenizer and chat template in
 /// one), or a Hugging Face folder (`config.json`, safetensors, `tokenizer.json`,
@@ -92,9 +93,20 @@ impl LlamaFiles {
         manifest: &crate::params::Manifest,
         config: &LlamaConfig,
     ) -> Result<crate::weights::LoadReport, LlamaLoadError> {
+        self.load_weights_bound(exe, manifest, config, Binding::AllAtOnce)
+    }
+
+    /// [`load_weights`](Self::load_weights), a GGUF file's weights bound as `binding` says.
+    fn load_weights_bound(
+        &self,
+        exe: &dyn crate::backend::Executable,
+        manifest: &crate::params::Manifest,
+        config: &LlamaConfig,
+        binding: Binding,
+    ) -> Result<crate::weights::LoadReport, LlamaLoadError> {
         Ok(match self {
             LlamaFiles::Gguf(file) => {
-                super::checkpoint::load_gguf_weights(exe, manifest, config, file)?
+                super::checkpoint::load_gguf_weights(exe, manifest, config, file, binding)?
             }
             LlamaFiles::HuggingFace(dir) => {
                 super::checkpoint::load_hf_weights(exe, manifest, config, dir)?
@@ -158,7 +170,13 @@ impl LlamaFiles {
         model: &crate::model::Compiled,
         config: &LlamaConfig,
     ) -> Result<(), LlamaLoadError> {
-        self.load_weights(model.executable(), model.manifest(), config)?;
+        // Just compiled: an error drops it, so each weight is bound as it is made.
+        self.load_weights_bound(
+            model.executable(),
+            model.manifest(),
+            config,
+            Binding::AsMade,
+        )?;
         super::checkpoint::zero_adapters(model).map_err(crate::weights::WeightsError::from)?;
         Ok(())
     }
