@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use super::{LoadOptions, LoadReport, WeightsError};
+use super::{Binding, LoadOptions, LoadReport, WeightsError};
 use crate::backend::Executable;
 use crate::params::Manifest;
 use crate::tensor::{HostTensor, TensorRef};
@@ -15,13 +15,15 @@ use crate::tensor::{HostTensor, TensorRef};
 /// declared dtype): `map` turns each checkpoint tensor into the names and values to bind
 /// (a fused tensor may become several), or `None` for one the family knows it does not
 /// use (reported as ignored, in name order); `assemble` then turns what every tensor gave
-/// into the weights (tensors stored in parts joined), or says why it cannot.
+/// into the weights (tensors stored in parts joined), or says why it cannot. The weights are
+/// bound as `binding` says.
 pub(crate) fn load_hf_folder(
     exe: &dyn Executable,
     manifest: &Manifest,
     dir: &Path,
     mut map: impl FnMut(&str, TensorRef<'_>) -> Option<Vec<(String, HostTensor)>>,
     assemble: impl FnOnce(Vec<(String, HostTensor)>) -> Result<Vec<(String, HostTensor)>, String>,
+    binding: Binding,
 ) -> Result<LoadReport, WeightsError> {
     let mut tensors: Vec<(String, HostTensor)> = Vec::new();
     let mut ignored = Vec::new();
@@ -46,7 +48,8 @@ pub(crate) fn load_hf_folder(
         convert_floats: true,
         ..LoadOptions::default()
     };
-    let mut report = super::load_tensors(exe, manifest, dir, &named, &options)?;
+    let mut report =
+        super::safetensors::load_tensors_bound(exe, manifest, dir, &named, &options, binding)?;
     ignored.sort();
     report.ignored = ignored;
     Ok(report)

@@ -9,7 +9,7 @@ use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensorError, SafeTensors, View};
 
 use super::layout::{join_parts, split_part, transpose_last2};
-use super::{LoadOptions, LoadReport, Mismatch, WeightsError, describe};
+use super::{Binding, LoadOptions, LoadReport, Mismatch, WeightsError, describe};
 use crate::backend::Executable;
 use crate::ir::DType;
 use crate::params::Manifest;
@@ -89,7 +89,15 @@ pub fn load_safetensors(
             (name.as_str(), value)
         })
         .collect();
-    load_checked(exe, manifest, path, &named, unreadable, options)
+    load_checked(
+        exe,
+        manifest,
+        path,
+        &named,
+        unreadable,
+        options,
+        Binding::AllAtOnce,
+    )
 }
 
 /// Binds `tensors` (checkpoint key → value, from any source) as the weights of
@@ -106,7 +114,19 @@ pub fn load_tensors(
     tensors: &[(&str, TensorRef<'_>)],
     options: &LoadOptions,
 ) -> Result<LoadReport, WeightsError> {
-    load_checked(exe, manifest, source, tensors, Vec::new(), options)
+    load_tensors_bound(exe, manifest, source, tensors, options, Binding::AllAtOnce)
+}
+
+/// [`load_tensors`], binding the weights as `binding` says.
+pub(crate) fn load_tensors_bound(
+    exe: &dyn Executable,
+    manifest: &Manifest,
+    source: &Path,
+    tensors: &[(&str, TensorRef<'_>)],
+    options: &LoadOptions,
+    binding: Binding,
+) -> Result<LoadReport, WeightsError> {
+    load_checked(exe, manifest, source, tensors, Vec::new(), options, binding)
 }
 
 /// [`load_tensors`], with tensors of dtypes RLX cannot hold (`unreadable`: key and what
@@ -119,6 +139,7 @@ fn load_checked(
     tensors: &[(&str, TensorRef<'_>)],
     unreadable: Vec<(String, String)>,
     options: &LoadOptions,
+    binding: Binding,
 ) -> Result<LoadReport, WeightsError> {
     let files = manifest.file_tensors();
     let by_name: std::collections::HashMap<&str, &TensorRef<'_>> =
@@ -186,7 +207,7 @@ fn load_checked(
     }
     report.ignored.sort();
 
-    // Each param's value in the model's layout, all bound at once below.
+    // Each param's value in the model's layout, bound as `binding` says.
     let mut values: Vec<ParamValue> = Vec::with_capacity(manifest.params.len());
     for (f, value) in files.iter().zip(found) {
         if let Some(format) = f.format {
@@ -202,17 +223,18 @@ fn load_checked(
             let blocks = super::quantize_tensor(path, &f.key, format, &floats)?;
             values.extend(block_values(manifest, f, ValueBytes::Bytes(blocks)));
             report.quantized.push(f.key.clone());
-            continue;
-        }
-        let data = if value.dtype == f.dtype {
-            ValueBytes::Borrowed(value.bytes)
         } else {
-            ValueBytes::Bytes(encode_floats(
-                f.dtype,
-                &decode_floats(value.dtype, value.bytes),
-            ))
-        };
-        values.extend(param_values(manifest, f, data));
+            let data = if value.dtype == f.dtype {
+                ValueBytes::Borrowed(value.bytes)
+            } else {
+                ValueBytes::Bytes(convert_floats(value.dtype, f.dtype, value.bytes))
+            };
+            values.extend(param_values(manifest, f, data));
+        }
+        if binding == Binding::AsMade {
+            report.loaded += bind(exe, &values)?;
+            values.clear();
+        }
     }
     report.loaded += bind(exe, &values)?;
     Ok(report)
@@ -452,6 +474,17 @@ fn decode_floats(dtype: DType, bytes: &[u8]) -> Vec<f64> {
     }
 }
 
+/// Little-endian floats of dtype `from` as those of `to` (rounded to nearest), a slice at a
+/// time: no float64 copy of a whole tensor.
+fn convert_floats(from: DType, to: DType, bytes: &[u8]) -> Vec<u8> {
+    let (from_size, to_size) = (from.size_bytes(), to.size_bytes());
+    let mut out = Vec::with_capacity(bytes.len() / from_size * to_size);
+    for slice in bytes.chunks(from_size << 16) {
+        out.extend(encode_floats(to, &decode_floats(from, slice)));
+    }
+    out
+}
+
 /// `f64`s as little-endian bytes of the float `dtype` (rounded to nearest).
 fn encode_floats(dtype: DType, values: &[f64]) -> Vec<u8> {
     match dtype {
@@ -527,4 +560,39 @@ pub fn read_tensors(
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A conversion made a slice at a time equals each value converted alone, over slice
+    /// boundaries, for every pair of float dtypes a checkpoint and a model may have.
+    #[test]
+    fn converted_floats_equal_each_value_converted_alone() {
+        let values: Vec<f32> = (0..150_001)
+            .map(|i| (i as f32 * 0.37).sin() * 1e3)
+            .collect();
+        let pairs = [
+            (DType::F32, DType::F16),
+            (DType::F32, DType::BF16),
+            (DType::BF16, DType::F32),
+            (DType::F16, DType::F32),
+        ];
+        for (from, to) in pairs {
+            let source: Vec<u8> = encode_floats(
+                from,
+                &values.iter().map(|v| f64::from(*v)).collect::<Vec<_>>(),
+            );
+            let expected: Vec<u8> = source
+                .chunks_exact(from.size_bytes())
+                .flat_map(|one| encode_floats(to, &decode_floats(from, one)))
+                .collect();
+            assert_eq!(
+                convert_floats(from, to, &source),
+                expected,
+                "{from:?} -> {to:?}"
+            );
+        }
+    }
 }

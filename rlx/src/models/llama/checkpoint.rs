@@ -102,7 +102,17 @@ pub fn load_hf_checkpoint(
     config: &LlamaConfig,
     dir: &Path,
 ) -> Result<LoadReport, WeightsError> {
-    let report = load_hf_weights(model.executable(), model.manifest(), config, dir)?;
+    load_hf_bound(model, config, dir, Binding::AllAtOnce)
+}
+
+/// [`load_hf_checkpoint`], binding the weights as `binding` says.
+pub(super) fn load_hf_bound(
+    model: &Compiled,
+    config: &LlamaConfig,
+    dir: &Path,
+    binding: Binding,
+) -> Result<LoadReport, WeightsError> {
+    let report = load_hf_weights(model.executable(), model.manifest(), config, dir, binding)?;
     zero_adapters(model)?;
     Ok(report)
 }
@@ -115,6 +125,7 @@ pub(super) fn load_hf_weights(
     manifest: &Manifest,
     config: &LlamaConfig,
     dir: &Path,
+    binding: Binding,
 ) -> Result<LoadReport, WeightsError> {
     let manifest = &without_adapters(manifest);
     let map = |name: &str, value: TensorRef<'_>| {
@@ -136,7 +147,7 @@ pub(super) fn load_hf_weights(
         };
         Some(vec![(gguf, value)])
     };
-    crate::weights::load_hf_folder(exe, manifest, dir, map, stack_experts)
+    crate::weights::load_hf_folder(exe, manifest, dir, map, stack_experts, binding)
 }
 
 /// The stacked expert tensors a Hugging Face mixture tensor maps to, if it is one.

@@ -153,7 +153,13 @@ impl LlamaDecoder {
         blocks: Option<Quantization>,
     ) -> Result<LlamaDecoder, LlamaLoadError> {
         let decoder = LlamaDecoder::compile(backend, hf_config(dir, blocks)?, capacity)?;
-        super::load_hf_checkpoint(&decoder.step, &decoder.config.model, dir)?;
+        // Just compiled: an error drops it, so each weight is bound as it is made.
+        super::checkpoint::load_hf_bound(
+            &decoder.step,
+            &decoder.config.model,
+            dir,
+            crate::weights::Binding::AsMade,
+        )?;
         Ok(decoder)
     }
 
@@ -401,7 +407,13 @@ impl LlamaBatchDecoder {
     ) -> Result<LlamaBatchDecoder, LlamaLoadError> {
         let config = hf_config(dir, blocks)?;
         let decoder = LlamaBatchDecoder::compile(backend, config, capacity, slots)?;
-        super::load_hf_checkpoint(&decoder.step, &decoder.config.model, dir)?;
+        // Just compiled: an error drops it, so each weight is bound as it is made.
+        super::checkpoint::load_hf_bound(
+            &decoder.step,
+            &decoder.config.model,
+            dir,
+            crate::weights::Binding::AsMade,
+        )?;
         Ok(decoder)
     }
 

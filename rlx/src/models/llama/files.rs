@@ -109,7 +109,7 @@ impl LlamaFiles {
                 super::checkpoint::load_gguf_weights(exe, manifest, config, file, binding)?
             }
             LlamaFiles::HuggingFace(dir) => {
-                super::checkpoint::load_hf_weights(exe, manifest, config, dir)?
+                super::checkpoint::load_hf_weights(exe, manifest, config, dir, binding)?
             }
         })
     }

@@ -76,7 +76,9 @@ impl MambaDecoder {
         })?;
         let config = MambaConfig::from_hf_json(&text)?;
         let decoder = MambaDecoder::compile(backend, config, capacity)?;
-        super::load_mamba_checkpoint(&decoder.step, &decoder.config, dir)?;
+        // Just compiled: an error drops it, so each weight is bound as it is made.
+        let binding = crate::weights::Binding::AsMade;
+        load_mamba_bound(&decoder.step, &decoder.config, dir, binding)?;
         Ok(decoder)
     }
 
@@ -120,12 +122,22 @@ pub fn load_mamba_checkpoint(
     config: &MambaConfig,
     dir: &Path,
 ) -> Result<LoadReport, WeightsError> {
+    load_mamba_bound(model, config, dir, crate::weights::Binding::AllAtOnce)
+}
+
+/// [`load_mamba_checkpoint`], binding the weights as `binding` says.
+fn load_mamba_bound(
+    model: &crate::model::Compiled,
+    config: &MambaConfig,
+    dir: &Path,
+    binding: crate::weights::Binding,
+) -> Result<LoadReport, WeightsError> {
     let map = |name: &str, value: crate::tensor::TensorRef<'_>| {
         let copy_of_embeddings = config.tied_output && name == "lm_head.weight";
         (!copy_of_embeddings).then(|| vec![(name.to_string(), value.to_host())])
     };
     let (exe, manifest) = (model.executable(), model.manifest());
-    crate::weights::load_hf_folder(exe, manifest, dir, map, Ok)
+    crate::weights::load_hf_folder(exe, manifest, dir, map, Ok, binding)
 }
 
 impl crate::generate::Decoder for MambaDecoder {
