@@ -5,6 +5,7 @@ use rlx::ir::{ArgReduce, ArgReduceOp, Cumsum, DType, LinearScan, Op, ReduceOp};
 use crate::gradient::{Input, grad_check, op};
 use crate::harness::{check, declared, graph_of};
 use crate::reference::{FLOATS, INTS, Nd, Rng, indices, random, to_tensor};
+use rlx::tensor::HostTensor;
 
 /// Reduces `x` over `axes` with `f` over the gathered values.
 fn reduce_ref(x: &Nd, axes: &[usize], keep_dims: bool, f: impl Fn(&[f64]) -> f64) -> Nd {
@@ -144,6 +145,70 @@ fn argmax_and_argmin() {
                     check(&g, &[("x", &x)], &[], &[expected], 1.0);
                 }
             }
+        }
+    }
+}
+
+/// Arg-reductions along rows longer than a vector's lanes (the CPU's last-axis path): ties
+/// keep the first, a NaN wins wherever it is (the first of several), infinities compete,
+/// a row of only -inf or +inf gives 0 or its first; every float dtype.
+#[test]
+fn argmax_and_argmin_over_long_rows() {
+    let len = 1000;
+    let mut rows: Vec<Vec<f64>> = Vec::new();
+    for r in 0..8 {
+        // Small integers: many ties, the extremes held by several positions.
+        rows.push(
+            (0..len)
+                .map(|i| ((i * 37 + r * 11) % 23) as f64 - 11.0)
+                .collect(),
+        );
+    }
+    rows[1][997] = f64::NAN;
+    rows[2][18] = f64::NAN;
+    rows[2][700] = f64::NAN;
+    rows[3][999] = f64::INFINITY;
+    rows[3][400] = f64::NEG_INFINITY;
+    rows[4] = vec![f64::NEG_INFINITY; len];
+    rows[5] = vec![f64::INFINITY; len];
+    rows[6][0] = 40.0;
+    rows[7][len - 1] = -40.0;
+    let values: Vec<f64> = rows.concat();
+    for op in [ArgReduceOp::ArgMax, ArgReduceOp::ArgMin] {
+        let expected: Vec<i64> = rows
+            .iter()
+            .map(|row| {
+                if let Some(i) = row.iter().position(|v| v.is_nan()) {
+                    return i as i64;
+                }
+                let mut best = 0;
+                for (k, x) in row.iter().enumerate() {
+                    let better = match op {
+                        ArgReduceOp::ArgMax => *x > row[best],
+                        ArgReduceOp::ArgMin => *x < row[best],
+                    };
+                    if better {
+                        best = k;
+                    }
+                }
+                best as i64
+            })
+            .collect();
+        let expected = HostTensor::from_vec(expected, [rows.len()]).unwrap();
+        for dtype in FLOATS {
+            let x = to_tensor(&Nd::new(&[rows.len(), len], values.clone()), dtype);
+            let g = graph_of(
+                &[("x", dtype, declared(&[rows.len(), len], &[(0, "n")]))],
+                |b, i| {
+                    let op = Op::ArgReduce(ArgReduce {
+                        op,
+                        axis: 1,
+                        keep_dims: false,
+                    });
+                    b.op(op, &[i[0]]).unwrap()
+                },
+            );
+            check(&g, &[("x", &x)], &[], std::slice::from_ref(&expected), 1.0);
         }
     }
 }

@@ -157,6 +157,62 @@ pub(crate) fn arg_reduce<T: Copy + Sync>(
     });
 }
 
+/// [`arg_reduce`] of floats along a last axis (`inner` 1), a row at a time at the vector
+/// width: an argmax over a vocabulary of logits is what greedy decoding runs per token.
+pub(crate) fn arg_reduce_last<S: FloatStore>(s: Axis3, x: &[S], out: &mut [i64], largest: bool) {
+    debug_assert_eq!(s.inner, 1);
+    for (r, row) in out
+        .iter_mut()
+        .zip(x.chunks_exact(s.len.max(1)))
+        .take(s.outer)
+    {
+        let index = if largest {
+            first_extreme::<S, true>(&row[..s.len])
+        } else {
+            first_extreme::<S, false>(&row[..s.len])
+        };
+        *r = index as i64;
+    }
+}
+
+/// The index of the first largest (`LARGEST`) or smallest value of `values`, or of the
+/// first NaN if there is one (as [`arg_reduce`]'s float comparisons take it); 0 for none.
+pub(crate) fn first_extreme<S: FloatStore, const LARGEST: bool>(values: &[S]) -> usize {
+    const LANES: usize = 16;
+    let beats = |v: S::Acc, m: S::Acc| if LARGEST { v > m } else { v < m };
+    let start = if LARGEST {
+        S::Acc::NEG_INFINITY
+    } else {
+        S::Acc::INFINITY
+    };
+    let (extreme, nan) = vectorized(|| {
+        let (mut lanes, mut nan) = ([start; LANES], [false; LANES]);
+        let mut chunks = values.chunks_exact(LANES);
+        for chunk in &mut chunks {
+            for ((m, n), v) in lanes.iter_mut().zip(&mut nan).zip(chunk) {
+                let v = v.load();
+                *m = if beats(v, *m) { v } else { *m };
+                *n |= v.is_nan();
+            }
+        }
+        for v in chunks.remainder() {
+            let v = v.load();
+            lanes[0] = if beats(v, lanes[0]) { v } else { lanes[0] };
+            nan[0] |= v.is_nan();
+        }
+        let extreme = lanes
+            .into_iter()
+            .fold(start, |m, v| if beats(v, m) { v } else { m });
+        (extreme, nan.contains(&true))
+    });
+    let found = if nan {
+        values.iter().position(|v| v.load().is_nan())
+    } else {
+        values.iter().position(|v| v.load() == extreme)
+    };
+    found.unwrap_or(0)
+}
+
 /// An element type a running sum accumulates, in its compute type.
 pub(crate) trait ScanElem: Copy + Send + Sync {
     type Acc: Copy;

@@ -4,7 +4,9 @@
 
 use std::cmp::Ordering;
 
-use super::numeric::Real;
+use super::numeric::{FloatStore, Real};
+use super::reduce::first_extreme;
+use super::simd::vectorized;
 
 /// A row's settings.
 #[derive(Clone, Copy, Debug)]
@@ -16,31 +18,43 @@ pub(crate) struct Settings<A> {
     pub min_p: A,
 }
 
-/// The token drawn from `logits` (read through `logit`, `vocab` of them) under `s`;
-/// `weight` and `order` are scratch of `vocab` elements each.
-pub(crate) fn sample_row<A: Real>(
-    vocab: usize,
-    logit: impl Fn(usize) -> A,
-    s: Settings<A>,
-    weight: &mut [A],
+/// The token drawn from `row` (`vocab` logits) under `s`; `weight` and `order` are
+/// scratch of `vocab` elements each.
+pub(crate) fn sample_row<S: FloatStore>(
+    row: &[S],
+    s: Settings<S::Acc>,
+    weight: &mut [S::Acc],
     order: &mut [u32],
 ) -> i64 {
-    // The most likely token: the first of equal maxima, a NaN winning (as argmax).
-    let mut best = 0;
-    for i in 1..vocab {
-        let (c, b) = (logit(i), logit(best));
-        if !b.is_nan() && (c.is_nan() || c > b) {
-            best = i;
-        }
-    }
+    let vocab = row.len();
+    let logit = |i: usize| row[i].load();
+    let weight = &mut weight[..vocab];
+    // The passes over the whole vocabulary run at the vector width: the most likely token,
+    // then the weights.
+    let best = first_extreme::<S, true>(row);
     // `!(t > 0)` rather than `t <= 0` would also send NaN here; the meaning does not.
-    if vocab == 0 || s.temperature <= A::ZERO {
+    if vocab == 0 || s.temperature <= S::Acc::ZERO {
         return best as i64;
     }
-    let max = logit(best);
-    for (i, w) in weight[..vocab].iter_mut().enumerate() {
-        *w = ((logit(i) - max) / s.temperature).exp();
-    }
+    let (max, temperature) = (logit(best), s.temperature);
+    vectorized(|| {
+        for (w, l) in weight.iter_mut().zip(row) {
+            *w = ((l.load() - max) / temperature).exp();
+        }
+    });
+    sample_weights(logit, weight, s, order, best)
+}
+
+/// [`sample_row`] once the weights `exp((logit - max) / temperature)` are made, `best`
+/// the most likely token.
+fn sample_weights<A: Real>(
+    logit: impl Fn(usize) -> A,
+    weight: &[A],
+    s: Settings<A>,
+    order: &mut [u32],
+    best: usize,
+) -> i64 {
+    let vocab = weight.len();
     // Rank order: larger logit first, equal logits by index; NaN ranks above every number
     // (as the argmax above takes it), so the order stays total for the sorts.
     let before = |a: &u32, b: &u32| -> Ordering {
@@ -58,7 +72,6 @@ pub(crate) fn sample_row<A: Real>(
         *o = i as u32;
     }
     let order = &mut order[..vocab];
-    let weight = &weight[..vocab];
 
     let kept_k = if s.top_k > 0 && s.top_k as u64 <= vocab as u64 {
         s.top_k as usize
@@ -87,40 +100,46 @@ pub(crate) fn sample_row<A: Real>(
     };
     let kept = kept_k.min(kept_p).min(kept_m);
 
-    // The kept tokens are the first `kept` ranks: those not after the last of them (which
-    // is among the candidates: `kept` is at most their count).
-    let threshold = if kept < vocab {
+    // The kept tokens are the first `kept` ranks (among the candidates: `kept` is at most
+    // their count). Their weights are summed, and walked for the draw, in index order:
+    // sorted by index when they are fewer than the vocabulary, so that a pass over the
+    // vocabulary need not ask of each token whether it is kept.
+    let kept_tokens = if kept < vocab {
         order[..candidates].select_nth_unstable_by(kept - 1, before);
-        Some(order[kept - 1])
+        let kept_tokens = &mut order[..kept];
+        kept_tokens.sort_unstable();
+        Some(&*kept_tokens)
     } else {
         None
     };
-    let is_kept = |i: usize| match threshold {
-        None => true,
-        Some(t) => before(&(i as u32), &t) != Ordering::Greater,
-    };
-    let mut total = A::ZERO;
-    for (i, w) in weight.iter().enumerate() {
-        if is_kept(i) {
-            total += *w;
-        }
-    }
     let uniform = if s.uniform > A::ZERO {
         s.uniform
     } else {
         A::ZERO
     };
+    match kept_tokens {
+        Some(tokens) => {
+            let weights = tokens.iter().map(|&i| weight[i as usize]);
+            draw(tokens.iter().map(|&i| i as usize).zip(weights), uniform)
+        }
+        None => draw(weight.iter().copied().enumerate(), uniform),
+    }
+    .unwrap_or(best) as i64
+}
+
+/// The token at `uniform` of the way through the total weight of `tokens` (index and
+/// weight, in index order), if one is reached (rounding may leave the point past the end).
+fn draw<A: Real>(tokens: impl Iterator<Item = (usize, A)> + Clone, uniform: A) -> Option<usize> {
+    let total = sum(tokens.clone().map(|(_, w)| w));
     let point = uniform * total;
     let mut running = A::ZERO;
-    for (i, w) in weight.iter().enumerate() {
-        if is_kept(i) {
-            running += *w;
-            if running > point {
-                return i as i64;
-            }
+    for (i, w) in tokens {
+        running += w;
+        if running > point {
+            return Some(i);
         }
     }
-    best as i64
+    None
 }
 
 /// How many of the first ranks top-p keeps: those whose weights before them sum to less

@@ -89,7 +89,15 @@ impl Kernel for ArgReduce {
     fn execute(&self, mem: &Memory) -> Result<(), RunError> {
         let out = mem.dst::<i64>(self.out);
         let (op, shape, x) = (self.op, self.shape, self.x);
-        if self.dtype.is_float() {
+        let largest = op == ArgReduceOp::ArgMax;
+        if self.dtype.is_float() && shape.inner == 1 {
+            float_type!(self.dtype, |T| reduce::arg_reduce_last(
+                shape,
+                mem.src::<T>(x),
+                out,
+                largest
+            ))
+        } else if self.dtype.is_float() {
             float_type!(self.dtype, |T| reduce::arg_reduce(
                 shape,
                 mem.src::<T>(x),

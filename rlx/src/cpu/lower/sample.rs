@@ -46,7 +46,7 @@ impl SampleToken {
                 top_p: top_p[r].load(),
                 min_p: min_p[r].load(),
             };
-            out[r] = sample_row(vocab, |i| row[i].load(), settings, weight, order);
+            out[r] = sample_row(row, settings, weight, order);
         }
     }
 }
