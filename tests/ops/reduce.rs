@@ -149,6 +149,33 @@ fn argmax_and_argmin() {
     }
 }
 
+/// Integer products wrap as two's complement does, also where the exact value is past
+/// float64's 53 bits (the op's float64 reference wraps in integers too: a product of
+/// 64 factors of 3 to 15 in i32 once disagreed with every backend there).
+#[test]
+fn integer_reductions_wrap_past_float64s_precision() {
+    let len = 64;
+    // Odd factors: no power of two clears the low bits float64 would lose.
+    let values: Vec<i32> = (0..4 * len).map(|i| 3 + 2 * (i * 5 % 7) as i32).collect();
+    for op in [ReduceOp::Prod] {
+        let expected: Vec<i32> = values
+            .chunks(len)
+            .map(|row| row.iter().fold(1i32, |a, b| a.wrapping_mul(*b)))
+            .collect();
+        let x = HostTensor::from_vec(values.clone(), [4, len]).unwrap();
+        let g = graph_of(&[("x", DType::I32, declared(&[4, len], &[]))], |b, i| {
+            let op = Op::Reduce(rlx::ir::Reduce {
+                op,
+                axes: vec![1],
+                keep_dims: false,
+            });
+            b.op(op, &[i[0]]).unwrap()
+        });
+        let expected = HostTensor::from_vec(expected, [4]).unwrap();
+        check(&g, &[("x", &x)], &[], &[expected], 1.0);
+    }
+}
+
 /// Arg-reductions along rows longer than a vector's lanes (the CPU's last-axis path): ties
 /// keep the first, a NaN wins wherever it is (the first of several), infinities compete,
 /// a row of only -inf or +inf gives 0 or its first; every float dtype.

@@ -277,10 +277,17 @@ fn reduce_value(op: ReduceOp, axes: &[usize], keep_dims: bool, x: &Array, out: &
         for_each_index(&reduced, |r| vals.push(x.at(&source(o, r))));
         let nan = vals.iter().any(|v| v.is_nan());
         let ints = vals.iter().map(|v| *v as i64);
+        // Integers wrap exactly as two's complement does: in 64 bits, then cut to the
+        // output's width before float64 (which holds only 53 of the 64 bits) sees them.
+        let narrow = |v: i64| match out.dtype {
+            DType::I32 => f64::from(v as i32),
+            DType::I8 => f64::from(v as i8),
+            DType::U8 => f64::from(v as u8),
+            _ => v as f64,
+        };
         match op {
-            // Integers wrap exactly as two's complement does.
-            ReduceOp::Sum if !float => ints.fold(0, i64::wrapping_add) as f64,
-            ReduceOp::Prod if !float => ints.fold(1, i64::wrapping_mul) as f64,
+            ReduceOp::Sum if !float => narrow(ints.fold(0, i64::wrapping_add)),
+            ReduceOp::Prod if !float => narrow(ints.fold(1, i64::wrapping_mul)),
             ReduceOp::Sum => vals.iter().sum(),
             ReduceOp::Mean => vals.iter().sum::<f64>() / vals.len() as f64,
             ReduceOp::Prod => vals.iter().product(),
