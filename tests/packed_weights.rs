@@ -144,6 +144,14 @@ fn weights_only_products_read_are_kept_packed_alone() {
         assert_eq!(packed[0], kept[0]);
         let twice: Vec<f64> = b.to_f64_vec().iter().map(|x| 2.0 * x).collect();
         assert_eq!(kept[1].to_f64_vec(), twice);
+        // Bytes at an odd address (a file's may sit anywhere) are packed alike.
+        let mut shifted = vec![0u8; 1];
+        shifted.extend_from_slice(b.view().bytes);
+        let shape = [k, n];
+        let odd = rlx::tensor::TensorRef::new(DType::F32, &shape, &shifted[1..]).unwrap();
+        exe.set_weight("b", odd).unwrap();
+        assert_eq!(exe.weight("b").unwrap(), b);
+        assert_eq!(exe.run(&[("a", a.view())], &[]).unwrap()[0], kept[0]);
     }
 }
 
