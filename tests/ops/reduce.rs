@@ -237,6 +237,18 @@ fn argmax_and_argmin_over_long_rows() {
             );
             check(&g, &[("x", &x)], &[], std::slice::from_ref(&expected), 1.0);
         }
+        // Rows of no values: index 0 each (a random graph once read what the arena held).
+        let empty = HostTensor::zeros(DType::F32, [3, 0]);
+        let g = graph_of(&[("x", DType::F32, declared(&[3, 0], &[]))], |b, i| {
+            let op = Op::ArgReduce(ArgReduce {
+                op,
+                axis: 1,
+                keep_dims: false,
+            });
+            b.op(op, &[i[0]]).unwrap()
+        });
+        let zeros = HostTensor::from_vec(vec![0i64; 3], [3]).unwrap();
+        check(&g, &[("x", &empty)], &[], &[zeros], 1.0);
     }
 }
 

@@ -161,15 +161,13 @@ pub(crate) fn arg_reduce<T: Copy + Sync>(
 /// width: an argmax over a vocabulary of logits is what greedy decoding runs per token.
 pub(crate) fn arg_reduce_last<S: FloatStore>(s: Axis3, x: &[S], out: &mut [i64], largest: bool) {
     debug_assert_eq!(s.inner, 1);
-    for (r, row) in out
-        .iter_mut()
-        .zip(x.chunks_exact(s.len.max(1)))
-        .take(s.outer)
-    {
+    // Every row gets an index, 0 for an empty axis.
+    for (o, r) in out.iter_mut().enumerate().take(s.outer) {
+        let row = &x[o * s.len..(o + 1) * s.len];
         let index = if largest {
-            first_extreme::<S, true>(&row[..s.len])
+            first_extreme::<S, true>(row)
         } else {
-            first_extreme::<S, false>(&row[..s.len])
+            first_extreme::<S, false>(row)
         };
         *r = index as i64;
     }
