@@ -98,13 +98,7 @@ impl LlamaDecoder {
         blocks: Option<Quantization>,
     ) -> Result<LlamaDecoder, LlamaLoadError> {
         let decoder = LlamaDecoder::compile(backend, gguf_config(file, blocks)?, capacity)?;
-        // Just compiled: an error drops it, so each weight is bound as it is made.
-        super::checkpoint::load_gguf_bound(
-            &decoder.step,
-            &decoder.config.model,
-            file,
-            crate::weights::Binding::AsMade,
-        )?;
+        super::checkpoint::bind_new_gguf(&decoder.step, &decoder.config.model, file)?;
         Ok(decoder)
     }
 
@@ -153,13 +147,7 @@ impl LlamaDecoder {
         blocks: Option<Quantization>,
     ) -> Result<LlamaDecoder, LlamaLoadError> {
         let decoder = LlamaDecoder::compile(backend, hf_config(dir, blocks)?, capacity)?;
-        // Just compiled: an error drops it, so each weight is bound as it is made.
-        super::checkpoint::load_hf_bound(
-            &decoder.step,
-            &decoder.config.model,
-            dir,
-            crate::weights::Binding::AsMade,
-        )?;
+        super::checkpoint::bind_new_hf(&decoder.step, &decoder.config.model, dir)?;
         Ok(decoder)
     }
 
@@ -376,13 +364,7 @@ impl LlamaBatchDecoder {
     ) -> Result<LlamaBatchDecoder, LlamaLoadError> {
         let config = gguf_config(file, blocks)?;
         let decoder = LlamaBatchDecoder::compile(backend, config, capacity, slots)?;
-        // Just compiled: an error drops it, so each weight is bound as it is made.
-        super::checkpoint::load_gguf_bound(
-            &decoder.step,
-            &decoder.config.model,
-            file,
-            crate::weights::Binding::AsMade,
-        )?;
+        super::checkpoint::bind_new_gguf(&decoder.step, &decoder.config.model, file)?;
         Ok(decoder)
     }
 
@@ -407,13 +389,7 @@ impl LlamaBatchDecoder {
     ) -> Result<LlamaBatchDecoder, LlamaLoadError> {
         let config = hf_config(dir, blocks)?;
         let decoder = LlamaBatchDecoder::compile(backend, config, capacity, slots)?;
-        // Just compiled: an error drops it, so each weight is bound as it is made.
-        super::checkpoint::load_hf_bound(
-            &decoder.step,
-            &decoder.config.model,
-            dir,
-            crate::weights::Binding::AsMade,
-        )?;
+        super::checkpoint::bind_new_hf(&decoder.step, &decoder.config.model, dir)?;
         Ok(decoder)
     }
 
