@@ -568,7 +568,13 @@ impl Executable for CpuExecutable {
                 packing.unpack(statics, slot.dtype, &mut bytes);
                 out.data_mut().copy_from_bytes(&bytes);
             }
-            (None, None) => unreachable!("a param not kept as bound has a packing"),
+            // The layout keeps the bytes of every param without a packing.
+            (None, None) => {
+                return Err(RunError::Backend {
+                    backend: "cpu",
+                    message: format!("weight {name:?} is held nowhere"),
+                });
+            }
         }
         Ok(out)
     }

@@ -11,6 +11,7 @@ use super::kernels::gemm::{
 };
 use super::kernels::numeric::{FloatStore, accumulator};
 use super::memory::ALIGN;
+use super::thunk::float_type;
 use crate::backend::CompileError;
 use crate::ir::{DType, Graph, MatMul, NodeId, Op};
 
@@ -72,14 +73,8 @@ impl Packing {
                 pack_b_whole::<S>(&p.dims, &b[i * size..], shape, packed);
             }
         }
-        match dtype {
-            DType::F32 => pack::<f32>(self, statics, weight),
-            DType::F64 => pack::<f64>(self, statics, weight),
-            DType::F16 => pack::<half::f16>(self, statics, weight),
-            DType::BF16 => pack::<half::bf16>(self, statics, weight),
-            // Matmuls are float-only: no other dtype gets a packing.
-            _ => {}
-        }
+        // Matmuls are float-only: only float weights get a packing.
+        float_type!(dtype, |T| pack::<T>(self, statics, weight))
     }
 
     /// The weight this packing was made from, as `dtype` bytes (exact: a packing holds
@@ -105,13 +100,7 @@ impl Packing {
             }
             weight.copy_from_slice(bytemuck::cast_slice(&values));
         }
-        match dtype {
-            DType::F32 => unpack::<f32>(self, statics, weight),
-            DType::F64 => unpack::<f64>(self, statics, weight),
-            DType::F16 => unpack::<half::f16>(self, statics, weight),
-            DType::BF16 => unpack::<half::bf16>(self, statics, weight),
-            _ => {}
-        }
+        float_type!(dtype, |T| unpack::<T>(self, statics, weight))
     }
 }
 
@@ -163,6 +152,8 @@ pub(crate) fn lay_out(
     // shared by the products that agree on it).
     let mut wanted: Vec<Wanted> = Vec::new();
     let mut packed_by = vec![None; g.len()];
+    // Whether each param has a packing (then it is a float: matmuls take floats only).
+    let mut packed = vec![false; params.len()];
     for (id, node) in g.iter() {
         let Some((b, dims, matrices)) = packed_operand(g, fusions, id) else {
             continue;
@@ -188,14 +179,16 @@ pub(crate) fn lay_out(
                     len,
                     bytes,
                 });
+                packed[param] = true;
                 wanted.len() - 1
             }
         };
         packed_by[id.index()] = Some(at);
     }
 
-    // A param read other than as a packed `b` keeps its bytes as bound.
-    let mut read_raw = vec![false; params.len()];
+    // A param without a packing, or read other than as a packed `b`, keeps its bytes as
+    // bound.
+    let mut read_raw: Vec<bool> = packed.iter().map(|p| !p).collect();
     let mut mark = |node: NodeId| {
         if let Some(p) = param_of[node.index()] {
             read_raw[p] = true;
@@ -214,14 +207,6 @@ pub(crate) fn lay_out(
     }
     g.outputs().iter().for_each(|o| mark(o.node));
     g.writes().iter().for_each(|w| mark(w.node));
-    for (p, slot) in params.iter().enumerate() {
-        let packed = wanted.iter().any(|w| w.param == p);
-        let float = matches!(
-            slot.dtype,
-            DType::F32 | DType::F64 | DType::F16 | DType::BF16
-        );
-        read_raw[p] |= !packed || !float;
-    }
 
     let mut len = 0usize;
     let mut place = |bytes: Option<usize>| -> Result<usize, CompileError> {
@@ -261,9 +246,9 @@ pub(crate) fn lay_out(
         placed.push(offset);
     }
     // A param kept packed alone points at its first packing, at least as long as its bytes.
-    for (id, _) in g.iter() {
-        if let Some(p) = param_of[id.index()].filter(|&p| !read_raw[p]) {
-            offsets[id.index()] = params[p].packings.first().map(|packing| packing.offset);
+    for (offset, p) in offsets.iter_mut().zip(&param_of) {
+        if let Some(p) = p.filter(|&p| !read_raw[p]) {
+            *offset = params[p].packings.first().map(|packing| packing.offset);
         }
     }
     let packed_b = packed_by

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use super::safetensors::{ParamValue, ValueBytes, bind, block_values, param_values};
-use super::{LoadReport, Mismatch, WeightsError, describe};
+use super::{Binding, LoadReport, Mismatch, WeightsError, describe};
 use crate::backend::Executable;
 use crate::gguf::{GgmlType, Gguf};
 use crate::ir::DType;
@@ -24,18 +24,6 @@ pub fn load_gguf(
     read_elsewhere: &[&str],
 ) -> Result<LoadReport, WeightsError> {
     load_gguf_with(exe, manifest, file, read_elsewhere, &[], Binding::AllAtOnce)
-}
-
-/// When [`load_gguf_with`] binds the weights it makes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Binding {
-    /// All in one call once every one is made: the weights change all at once, and the
-    /// values of the whole model wait in memory beside the executable's.
-    AllAtOnce,
-    /// Each tensor's as soon as it is made: for an executable just compiled, which an error
-    /// discards, so that no more than one tensor's values wait (a dequantized model's
-    /// loading then peaks near its size rather than twice it).
-    AsMade,
 }
 
 /// [`load_gguf`] with some weights already made from other tensors of the file
@@ -115,32 +103,27 @@ pub(crate) fn load_gguf_with(
     let mut report = LoadReport::default();
     let mut values: Vec<ParamValue<'_>> = Vec::with_capacity(manifest.params.len());
     for f in &files {
-        if let Some(t) = given(&f.key) {
-            values.extend(param_values(
-                manifest,
-                f,
-                ValueBytes::Borrowed(t.view().bytes),
-            ));
-            continue;
-        }
-        let kind = file.tensor(&f.key).map_err(gguf_error)?.kind;
-        values.extend(match f.format {
-            Some(format) if kind == format => block_values(
-                manifest,
-                f,
-                ValueBytes::Borrowed(file.tensor_bytes(&f.key).map_err(gguf_error)?),
-            ),
-            Some(format) => {
-                let floats = file.tensor_f32_values(&f.key).map_err(gguf_error)?;
-                report.quantized.push(f.key.clone());
-                let blocks = super::quantize_tensor(&path, &f.key, format, &floats)?;
-                block_values(manifest, f, ValueBytes::Bytes(blocks))
-            }
-            None => {
-                let floats = file.tensor_f32_values(&f.key).map_err(gguf_error)?;
-                param_values(manifest, f, ValueBytes::Floats(floats))
-            }
-        });
+        let made = match given(&f.key) {
+            Some(t) => param_values(manifest, f, ValueBytes::Borrowed(t.view().bytes)),
+            None => match (file.tensor(&f.key).map_err(gguf_error)?.kind, f.format) {
+                (kind, Some(format)) if kind == format => block_values(
+                    manifest,
+                    f,
+                    ValueBytes::Borrowed(file.tensor_bytes(&f.key).map_err(gguf_error)?),
+                ),
+                (_, Some(format)) => {
+                    let floats = file.tensor_f32_values(&f.key).map_err(gguf_error)?;
+                    report.quantized.push(f.key.clone());
+                    let blocks = super::quantize_tensor(&path, &f.key, format, &floats)?;
+                    block_values(manifest, f, ValueBytes::Bytes(blocks))
+                }
+                (_, None) => {
+                    let floats = file.tensor_f32_values(&f.key).map_err(gguf_error)?;
+                    param_values(manifest, f, ValueBytes::Floats(floats))
+                }
+            },
+        };
+        values.extend(made);
         if binding == Binding::AsMade {
             report.loaded += bind(exe, &values)?;
             values.clear();

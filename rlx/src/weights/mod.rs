@@ -11,7 +11,7 @@ mod layout;
 mod safetensors;
 
 pub use self::gguf::load_gguf;
-pub(crate) use self::gguf::{Binding, load_gguf_with};
+pub(crate) use self::gguf::load_gguf_with;
 pub(crate) use self::hf_folder::load_hf_folder;
 
 pub use self::safetensors::{
@@ -76,6 +76,18 @@ pub struct Mismatch {
     pub expected: String,
     /// What the file holds.
     pub found: String,
+}
+
+/// When a loader binds the weights it makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Binding {
+    /// All in one call once every one is made: the weights change all at once, and the
+    /// values of the whole model wait in memory beside the executable's.
+    AllAtOnce,
+    /// Each tensor's as soon as it is made: for an executable just compiled, which an error
+    /// discards, so that no more than one tensor's values wait (a dequantized model's
+    /// loading then peaks near its size rather than twice it).
+    AsMade,
 }
 
 /// Why weights could not be loaded or saved.

@@ -278,49 +278,58 @@ pub(super) fn param_values<'a>(
     f: &FileTensor,
     data: ValueBytes<'a>,
 ) -> Vec<ParamValue<'a>> {
-    let elem = f.dtype.size_bytes();
+    let value = |i: usize, shape: Vec<usize>, bytes: ValueBytes<'a>| ParamValue {
+        name: &manifest.params[i].name,
+        dtype: f.dtype,
+        shape,
+        bytes,
+    };
+    let Some((&last, rest)) = f.params.split_last() else {
+        return Vec::new();
+    };
     let mut values = Vec::with_capacity(f.params.len());
-    let mut data = Some(data);
-    for (at, &i) in f.params.iter().enumerate() {
-        let spec = &manifest.params[i];
-        let source = data.as_ref().map_or(&[][..], ValueBytes::bytes);
-        let mut shape = f.shape.clone();
-        let mut reshaped = None;
-        if let Some(split) = spec.split {
-            let axis = resolve_axis(split.axis, shape.len()).unwrap_or(0);
-            reshaped = Some(split_part(
-                source,
-                &shape,
-                elem,
-                axis,
-                split.index,
-                split.parts,
-            ));
-            shape[axis] /= split.parts;
-        }
-        if spec.transpose {
-            let from = reshaped.as_deref().unwrap_or(source);
-            reshaped = Some(transpose_last2(from, &shape, elem));
-            let n = shape.len();
-            shape.swap(n - 2, n - 1);
-        }
-        let last = at + 1 == f.params.len();
-        let bytes = match reshaped {
-            Some(bytes) => ValueBytes::Bytes(bytes),
-            None if last => data.take().unwrap_or(ValueBytes::Borrowed(&[])),
-            None => data.clone().unwrap_or(ValueBytes::Borrowed(&[])),
-        };
-        if last {
-            data = None;
-        }
-        values.push(ParamValue {
-            name: &spec.name,
-            dtype: f.dtype,
+    for &i in rest {
+        let (shape, laid) = laid_out(&manifest.params[i], f, data.bytes());
+        values.push(value(
+            i,
             shape,
-            bytes,
-        });
+            laid.map_or_else(|| data.clone(), ValueBytes::Bytes),
+        ));
     }
+    let (shape, laid) = laid_out(&manifest.params[last], f, data.bytes());
+    values.push(value(last, shape, laid.map_or(data, ValueBytes::Bytes)));
     values
+}
+
+/// The shape of param `spec` read from file tensor `f` (bytes `source`), and its bytes when
+/// its layout differs from the file's (a part of a split, transposed).
+fn laid_out(
+    spec: &crate::params::ParamSpec,
+    f: &FileTensor,
+    source: &[u8],
+) -> (Vec<usize>, Option<Vec<u8>>) {
+    let elem = f.dtype.size_bytes();
+    let mut shape = f.shape.clone();
+    let mut laid = None;
+    if let Some(split) = spec.split {
+        let axis = resolve_axis(split.axis, shape.len()).unwrap_or(0);
+        laid = Some(split_part(
+            source,
+            &shape,
+            elem,
+            axis,
+            split.index,
+            split.parts,
+        ));
+        shape[axis] /= split.parts;
+    }
+    if spec.transpose {
+        let from = laid.as_deref().unwrap_or(source);
+        laid = Some(transpose_last2(from, &shape, elem));
+        let n = shape.len();
+        shape.swap(n - 2, n - 1);
+    }
+    (shape, laid)
 }
 
 /// The values of the params kept in blocks read from file tensor `f`: its blocks `bytes`
