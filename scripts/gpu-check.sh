@@ -73,7 +73,7 @@ step() {
   return "${PIPESTATUS[0]}"
 }
 
-tests=(ops mlx mlx_device mlx_process minilm concurrency fuzz data_parallel state model_state train mamba)
+tests=(ops mlx mlx_device mlx_process minilm concurrency fuzz data_parallel state model_state train mamba packed_weights)
 # Need SmolLM2 (not in the pack): run by the `generate` group only.
 generation_tests=(llama generate)
 examples=(mlx_block_bench minilm_bench 05_mlx_backend fuzz_graphs concurrent_bench 08_data_parallel data_parallel_bench train_bench generate_bench 09_generate mamba_bench moe_bench delta_bench)
