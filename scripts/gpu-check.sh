@@ -20,9 +20,12 @@
 # load the CUDA build of libmlx at run time through LD_LIBRARY_PATH.
 #
 # What runs (each step's output also goes to $RLX_GPU_LOG, default ./gpu-check.log;
-# RLX_GPU_ONLY=tests,fuzz,case,block,minilm,dp,generate,scan,moe picks groups):
+# RLX_GPU_ONLY=tests,state,fuzz,case,block,minilm,dp,generate,scan,moe picks groups):
 #   - the op table (tests/ops), tests/mlx.rs, tests/mlx_device.rs, the state tests, the MiniLM parity tests,
 #     the concurrency stress test and the bounded random-graph run on the GPU, and the attention test again in TF32;
+#   - `state` alone: tests/mlx_device.rs and the state tests (state, model_state, packed_weights),
+#     the part of `tests` that issue 32 asks of a GPU besides the op table and the random graphs
+#     (the whole `tests` group outlasts one call while PyTorch compiles beside it);
 #   - fuzz_graphs for $RLX_GPU_FUZZ_CASES (default 5000) random graphs from seed
 #     $RLX_GPU_FUZZ_SEED (default 1), starting at case $RLX_GPU_FUZZ_FROM (default 0: a long
 #     run split over calls), on every configuration (MLX's on the GPU), in
@@ -248,7 +251,7 @@ generation_references() {
 # $3: MiniLM model folder; $4: groups to run (tests, fuzz, case, block, minilm, dp,
 # generate, scan, moe; default all); $5: the digits data set's CSV (for dp).
 run_all() {
-  local bin=$1 prefix=$2 model=$3 only=${4:-tests,fuzz,case,block,minilm,dp,generate,scan,moe} digits=${5:-} status=0
+  local bin=$1 prefix=$2 model=$3 only=${4:-tests,state,fuzz,case,block,minilm,dp,generate,scan,moe} digits=${5:-} status=0
   export LD_LIBRARY_PATH="$prefix/mlx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export RLX_MINILM_DIR=$model
   step nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
@@ -267,6 +270,15 @@ run_all() {
     if [ -n "$device_tests" ]; then
       MLX_ENABLE_TF32=1 step "$device_tests" --test-threads=4 attention || status=1
     fi
+  fi
+  # Skipped when `tests` ran: it holds these.
+  if [[ ,$only, == *,state,* && ,$only, != *,tests,* ]]; then
+    for t in mlx_device state model_state packed_weights; do
+      local exe
+      exe=$(ls "$bin"/"$t"-* 2>/dev/null | head -1)
+      [ -n "$exe" ] || { say "no binary for test $t"; status=1; continue; }
+      step "$exe" --test-threads=4 || status=1
+    done
   fi
   if [[ ,$only, == *,generate,* ]] && [ -f "${RLX_SMOLLM2_DIR:-}/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
     # RLX_GPU_BENCH_ONLY=1: the benchmarks alone (the tests and the tutorial left out).
@@ -496,7 +508,7 @@ case "${1:-}" in
     run_all "$work/bin" "$work/payload" "$work/model" "${RLX_GPU_ONLY:-}" "$work/data/digits.csv"
     ;;
   *)
-    sed -n '2,33p' "$0"
+    sed -n '2,/^set -euo pipefail/{/^set/!p}' "$0"
     exit 2
     ;;
 esac
