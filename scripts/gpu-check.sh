@@ -59,6 +59,12 @@
 #     tiny MoE decoders against transformers and their training, and moe_bench --backend mlx;
 #   - data-parallel training over NCCL, one rank per GPU (with 2 or more GPUs):
 #     08_data_parallel against one process, and data_parallel_bench on 1 and N GPUs.
+# Kernel caches: MLX compiles its fused and custom kernels with NVRTC at first use (minutes on
+# a fresh machine; /tmp/mlx/VERSION/ptx keeps the PTX) and the driver turns PTX into machine
+# code (~/.nv/ComputeCache). RLX_GPU_SAVE_CACHES=DIR makes `run` write both, as
+# mlx-ptx.tar.xz and nv-cache.tar.xz (each left out past 15 MB), into DIR when it ends (put
+# them in $OUT); `pack` takes them from gpu-caches/ (or $RLX_GPU_CACHES) into the pack, and
+# `run` restores them before anything runs, so the next lease skips those compiles.
 # The CUDA libraries libmlx needs (cuBLAS, cuDNN, NCCL, NVRTC, cudart, cuFFT, cuSOLVER) are
 # taken from $RLX_CUDA_LIBS (a folder holding nvidia/cublas/lib, ...), else from the
 # `nvidia` package of the first python3 that has one.
@@ -245,6 +251,32 @@ generation_references() {
   wait_torch_warm
   PYTHONPATH=$site step python3 "$refs/torch_gen_bench.py" --gguf "$gguf" "${torch_bench_args[@]}" \
     --out "$(dirname "$log")/torch_gen.json" || return 1
+}
+
+# MLX's PTX cache (MLX's default place: the temporary folder's mlx/) and the driver's
+# compute cache, as tarballs in $1.
+ptx_root=${TMPDIR:-/tmp}
+save_caches() {
+  local out=$1 file
+  mkdir -p "$out"
+  [ -d "$ptx_root/mlx" ] && tar -C "$ptx_root" -cf - mlx | xz -T0 -6 >"$out/mlx-ptx.tar.xz"
+  [ -d "$HOME/.nv/ComputeCache" ] && tar -C "$HOME" -cf - .nv/ComputeCache | xz -T0 -6 >"$out/nv-cache.tar.xz"
+  for file in "$out"/mlx-ptx.tar.xz "$out"/nv-cache.tar.xz; do
+    [ -f "$file" ] || continue
+    # A lent machine returns files of at most 16 MB.
+    if [ "$(stat -c %s "$file")" -gt $((15 << 20)) ]; then
+      say "$(basename "$file") is over 15 MB: left out"
+      rm -f "$file"
+    else
+      say "saved $(basename "$file") ($(stat -c %s "$file") bytes)"
+    fi
+  done
+}
+restore_caches() {
+  local from=$1
+  [ -f "$from/mlx-ptx.tar.xz" ] && xz -dc "$from/mlx-ptx.tar.xz" | tar -C "$ptx_root" -xf - && say "restored MLX's PTX cache"
+  [ -f "$from/nv-cache.tar.xz" ] && xz -dc "$from/nv-cache.tar.xz" | tar -C "$HOME" -xf - && say "restored the driver's compute cache"
+  return 0
 }
 
 # Runs the tests and benchmarks. $1: folder of binaries; $2: MLX prefix (mlx/lib inside);
@@ -435,6 +467,9 @@ case "${1:-}" in
     # The tests' reference files (MiniLM's PyTorch outputs and gradients), which the packed
     # test binaries read from $RLX_TEST_DATA.
     cp -r tests/data "$stage/tests-data"
+    # Kernel caches saved by an earlier lease (RLX_GPU_SAVE_CACHES), when there are some.
+    mkdir -p "$stage/caches"
+    cp "${RLX_GPU_CACHES:-$root/gpu-caches}"/{mlx-ptx,nv-cache}.tar.xz "$stage/caches/" 2>/dev/null || true
     # The digits data set of the data-parallel tutorial (the GPU machine has no network).
     cp "$(ls "$HOME"/.cache/rlx/digits-*/digits.csv | head -1)" "$stage/data/digits.csv" 2>/dev/null || true
     # The Python bindings, for bench/mlx_block.py.
@@ -457,7 +492,7 @@ case "${1:-}" in
     rm -f "$out"/rlx-gpu.tar.xz.part-*
     mkdir -p "$stage/torch"
     cp "${RLX_TORCH_BENCH:-$root/../shared/bench/minilm_gpu_bench.py}" "$stage/torch/" 2>/dev/null || true
-    tar -C "$stage" -cf - bin payload model data tests-data cuda-include wheels torch generation | xz -T0 -6 |
+    tar -C "$stage" -cf - bin payload model data tests-data cuda-include wheels torch generation caches | xz -T0 -6 |
       split -b "${part_mb}m" - "$out/rlx-gpu.tar.xz.part-"
     (cd "$out" && ls rlx-gpu.tar.xz.part-* >rlx-gpu.parts)
     rm -rf "$stage"
@@ -505,7 +540,11 @@ case "${1:-}" in
       export RLX_GPU_REFERENCES=${RLX_GPU_REFERENCES:-$work/generation}
       [ "${RLX_GPU_TORCH_WARM:-0}" = 1 ] && start_torch_warm "$RLX_GPU_REFERENCES"
     fi
-    run_all "$work/bin" "$work/payload" "$work/model" "${RLX_GPU_ONLY:-}" "$work/data/digits.csv"
+    restore_caches "$work/caches"
+    status=0
+    run_all "$work/bin" "$work/payload" "$work/model" "${RLX_GPU_ONLY:-}" "$work/data/digits.csv" || status=$?
+    [ -z "${RLX_GPU_SAVE_CACHES:-}" ] || save_caches "$RLX_GPU_SAVE_CACHES"
+    exit $status
     ;;
   *)
     sed -n '2,/^set -euo pipefail/{/^set/!p}' "$0"
