@@ -5,10 +5,30 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use super::safetensors::MappedFile;
 use super::{Binding, LoadOptions, LoadReport, WeightsError};
 use crate::backend::Executable;
 use crate::params::Manifest;
 use crate::tensor::{HostTensor, TensorRef};
+
+/// A checkpoint tensor as a model family maps it: the file's bytes, where it loads as
+/// stored (viewed in the mapped file, not copied), or values made from them (a norm scale
+/// stored as an offset, experts stacked from their parts).
+pub(crate) enum Mapped<'a> {
+    /// The bytes in the file.
+    Stored(TensorRef<'a>),
+    /// Values made from them.
+    Made(HostTensor),
+}
+
+impl Mapped<'_> {
+    pub(crate) fn view(&self) -> TensorRef<'_> {
+        match self {
+            Mapped::Stored(value) => *value,
+            Mapped::Made(value) => value.view(),
+        }
+    }
+}
 
 /// Binds the tensors of the Hugging Face folder `dir` as the weights of `manifest`, as
 /// strictly as [`load_tensors`](super::load_tensors) binds (floats converted to the
@@ -16,25 +36,34 @@ use crate::tensor::{HostTensor, TensorRef};
 /// (a fused tensor may become several), or `None` for one the family knows it does not
 /// use (reported as ignored, in name order); `assemble` then turns what every tensor gave
 /// into the weights (tensors stored in parts joined), or says why it cannot. The weights are
-/// bound as `binding` says.
+/// bound as `binding` says. Every shard stays mapped until the weights are bound, so a
+/// tensor that loads as stored is read from the file when it is bound: with
+/// [`Binding::AsMade`], no more than one weight's converted values wait in memory.
 pub(crate) fn load_hf_folder(
     exe: &dyn Executable,
     manifest: &Manifest,
     dir: &Path,
-    mut map: impl FnMut(&str, TensorRef<'_>) -> Option<Vec<(String, HostTensor)>>,
-    assemble: impl FnOnce(Vec<(String, HostTensor)>) -> Result<Vec<(String, HostTensor)>, String>,
+    mut map: impl for<'a> FnMut(&str, TensorRef<'a>) -> Option<Vec<(String, Mapped<'a>)>>,
+    assemble: impl for<'a> FnOnce(
+        Vec<(String, Mapped<'a>)>,
+    ) -> Result<Vec<(String, Mapped<'a>)>, String>,
     binding: Binding,
 ) -> Result<LoadReport, WeightsError> {
-    let mut tensors: Vec<(String, HostTensor)> = Vec::new();
+    let files = shard_paths(dir)?
+        .iter()
+        .map(|path| MappedFile::open(path))
+        .collect::<Result<Vec<_>, _>>()?;
+    let shards = files
+        .iter()
+        .map(MappedFile::tensors)
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut tensors = Vec::new();
     let mut ignored = Vec::new();
-    for path in shard_paths(dir)? {
-        super::read_tensors(&path, &mut |name, value| {
-            match map(name, value) {
-                Some(mapped) => tensors.extend(mapped),
-                None => ignored.push(name.to_string()),
-            }
-            Ok(())
-        })?;
+    for (name, value) in shards.iter().flat_map(|shard| shard.iter()) {
+        match map(name, value) {
+            Some(mapped) => tensors.extend(mapped),
+            None => ignored.push(name.to_string()),
+        }
     }
     let tensors = assemble(tensors).map_err(|message| WeightsError::Format {
         path: dir.to_path_buf(),

@@ -12,7 +12,7 @@ mod safetensors;
 
 pub use self::gguf::load_gguf;
 pub(crate) use self::gguf::load_gguf_with;
-pub(crate) use self::hf_folder::load_hf_folder;
+pub(crate) use self::hf_folder::{Mapped, load_hf_folder};
 
 pub use self::safetensors::{
     load_safetensors, load_tensors, read_tensors, save_safetensors, save_tensors,

@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
 use memmap2::Mmap;
@@ -541,34 +541,74 @@ pub fn read_tensors(
     path: &Path,
     each: &mut dyn FnMut(&str, TensorRef<'_>) -> Result<(), WeightsError>,
 ) -> Result<(), WeightsError> {
-    let io = |source| WeightsError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = File::open(path).map_err(io)?;
-    // SAFETY: as in `load_safetensors`: read-only, for this call only.
-    let map = unsafe { Mmap::map(&file) }.map_err(io)?;
-    let st = SafeTensors::deserialize(&map).map_err(|e| format_error(path, e))?;
-    let mut names: Vec<&str> = st.names();
-    names.sort_unstable();
-    for name in names {
-        let view = st.tensor(name).map_err(|e| format_error(path, e))?;
-        let dtype =
-            from_file_dtype(view.dtype()).ok_or_else(|| WeightsError::UnsupportedDType {
-                path: path.to_path_buf(),
-                key: name.to_string(),
-                dtype: format!("{:?}", view.dtype()),
-            })?;
-        each(
-            name,
-            TensorRef {
-                dtype,
-                shape: view.shape(),
-                bytes: view.data(),
-            },
-        )?;
+    let file = MappedFile::open(path)?;
+    for (name, value) in file.tensors()?.iter() {
+        each(name, value)?;
     }
     Ok(())
+}
+
+/// A safetensors file mapped into memory (read-only), whose tensors can be read as views
+/// that live as long as the map: a loader that keeps every shard of a checkpoint mapped
+/// binds their bytes without copying them first.
+pub(crate) struct MappedFile {
+    path: PathBuf,
+    map: Mmap,
+}
+
+/// The tensors of a [`MappedFile`], in name order.
+pub(crate) struct FileTensors<'a> {
+    views: Vec<(String, DType, safetensors::tensor::TensorView<'a>)>,
+}
+
+impl MappedFile {
+    pub(crate) fn open(path: &Path) -> Result<MappedFile, WeightsError> {
+        let io = |source| WeightsError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = File::open(path).map_err(io)?;
+        // SAFETY: the map is read-only and lives in this value; as with every memory-mapped
+        // file, the caller must not truncate it while it is loaded (a checkpoint is not
+        // written while a model reads it).
+        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+        Ok(MappedFile {
+            path: path.to_path_buf(),
+            map,
+        })
+    }
+
+    /// Its tensors; a dtype RLX cannot hold is an error naming the tensor.
+    pub(crate) fn tensors(&self) -> Result<FileTensors<'_>, WeightsError> {
+        let path = self.path.as_path();
+        let st = SafeTensors::deserialize(&self.map).map_err(|e| format_error(path, e))?;
+        let mut views = Vec::with_capacity(st.len());
+        for (name, view) in st.tensors() {
+            let dtype =
+                from_file_dtype(view.dtype()).ok_or_else(|| WeightsError::UnsupportedDType {
+                    path: path.to_path_buf(),
+                    key: name.clone(),
+                    dtype: format!("{:?}", view.dtype()),
+                })?;
+            views.push((name, dtype, view));
+        }
+        views.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        Ok(FileTensors { views })
+    }
+}
+
+impl FileTensors<'_> {
+    /// Each tensor's name and value, as stored.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, TensorRef<'_>)> {
+        self.views.iter().map(|(name, dtype, view)| {
+            let value = TensorRef {
+                dtype: *dtype,
+                shape: view.shape(),
+                bytes: view.data(),
+            };
+            (name.as_str(), value)
+        })
+    }
 }
 
 #[cfg(test)]

@@ -5,14 +5,14 @@
 use std::path::Path;
 
 use super::LlamaConfig;
-use super::expert_tensors::{expert_tensors, part_name, stack_experts};
+use super::expert_tensors::{expert_tensors, part_name, stack_experts, stack_mapped_experts};
 use crate::backend::Executable;
 use crate::gguf::Gguf;
 use crate::ir::DType;
 use crate::model::Compiled;
 use crate::params::Manifest;
 use crate::tensor::{HostTensor, TensorRef};
-use crate::weights::{Binding, LoadReport, WeightsError};
+use crate::weights::{Binding, LoadReport, Mapped, WeightsError};
 
 /// The GGUF name the model gives a Hugging Face tensor (`model.layers.3.self_attn.q_proj.weight`
 /// → `blk.3.attn_q.weight`), or `None` for a name outside the decoder. Gemma's norms
@@ -138,26 +138,39 @@ pub(super) fn load_hf_weights(
     binding: Binding,
 ) -> Result<LoadReport, WeightsError> {
     let manifest = &without_adapters(manifest);
-    let map = |name: &str, value: TensorRef<'_>| {
-        if let Some(experts) = experts_of(name, value) {
-            return Some(experts);
-        }
-        let Some(gguf) = hf_tensor_name(name, config) else {
-            // Kept under its own name unless it is a known unused tensor: the load
-            // reports it as unexpected.
-            return (!unused(name)).then(|| vec![(name.to_string(), value.to_host())]);
-        };
-        // Gemma's norm scales are stored as offsets from 1; the rest load as stored
-        // (the load converts f16 and bf16 to the model's f32).
-        let offset = config.sandwich_norms && gguf.ends_with("norm.weight");
-        let value = if offset {
-            plus_one(value)
-        } else {
-            value.to_host()
-        };
-        Some(vec![(gguf, value)])
+    crate::weights::load_hf_folder(
+        exe,
+        manifest,
+        dir,
+        |name, value| map_hf_tensor(config, name, value),
+        stack_mapped_experts,
+        binding,
+    )
+}
+
+/// What a Hugging Face checkpoint tensor binds as: its GGUF name and value (the file's
+/// bytes, but for Gemma's norm scales, stored as offsets from 1), a mixture's expert part,
+/// an unknown tensor under its own name (the load reports it as unexpected), or nothing
+/// for a tensor the family knows it does not use.
+fn map_hf_tensor<'a>(
+    config: &LlamaConfig,
+    name: &str,
+    value: TensorRef<'a>,
+) -> Option<Vec<(String, Mapped<'a>)>> {
+    if let Some(experts) = experts_of(name, value) {
+        let made = experts.into_iter().map(|(n, t)| (n, Mapped::Made(t)));
+        return Some(made.collect());
+    }
+    let Some(gguf) = hf_tensor_name(name, config) else {
+        return (!unused(name)).then(|| vec![(name.to_string(), Mapped::Stored(value))]);
     };
-    crate::weights::load_hf_folder(exe, manifest, dir, map, stack_experts, binding)
+    // The load converts f16 and bf16 to the model's f32.
+    let value = if config.sandwich_norms && gguf.ends_with("norm.weight") {
+        Mapped::Made(plus_one(value))
+    } else {
+        Mapped::Stored(value)
+    };
+    Some(vec![(gguf, value)])
 }
 
 /// The stacked expert tensors a Hugging Face mixture tensor maps to, if it is one.

@@ -5,6 +5,7 @@
 //! (`mlp.experts.gate_up_proj`, the gates' rows then the ups', and `mlp.experts.down_proj`).
 
 use crate::tensor::{HostTensor, TensorRef};
+use crate::weights::Mapped;
 
 /// Marks the part of a stacked tensor one expert's tensor is: `name#expert`.
 const PART: char = '#';
@@ -120,6 +121,29 @@ pub(super) fn stack_experts(
             .to_host();
         whole.push((name, stacked));
     }
+    Ok(whole)
+}
+
+/// [`stack_experts`] over a Hugging Face checkpoint's mapped tensors: the parts (values
+/// made by [`expert_tensors`]) stacked, every other tensor as it was mapped.
+pub(super) fn stack_mapped_experts(
+    tensors: Vec<(String, Mapped<'_>)>,
+) -> Result<Vec<(String, Mapped<'_>)>, String> {
+    let (parts, mut whole): (Vec<_>, Vec<_>) = tensors
+        .into_iter()
+        .partition(|(name, _)| name.contains(PART));
+    let parts = parts
+        .into_iter()
+        .map(|(name, value)| match value {
+            Mapped::Made(value) => (name, value),
+            Mapped::Stored(value) => (name, value.to_host()),
+        })
+        .collect();
+    whole.extend(
+        stack_experts(parts)?
+            .into_iter()
+            .map(|(name, value)| (name, Mapped::Made(value))),
+    );
     Ok(whole)
 }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 use super::{MambaConfig, MambaConfigError, MambaStep};
 use crate::backend::{Context, RunError};
 use crate::tensor::HostTensor;
-use crate::weights::{LoadReport, WeightsError};
+use crate::weights::{LoadReport, Mapped, WeightsError};
 
 /// Why a Mamba decoder could not be made from a folder.
 #[derive(Debug, thiserror::Error)]
@@ -132,12 +132,18 @@ fn load_mamba_bound(
     dir: &Path,
     binding: crate::weights::Binding,
 ) -> Result<LoadReport, WeightsError> {
-    let map = |name: &str, value: crate::tensor::TensorRef<'_>| {
-        let copy_of_embeddings = config.tied_output && name == "lm_head.weight";
-        (!copy_of_embeddings).then(|| vec![(name.to_string(), value.to_host())])
-    };
     let (exe, manifest) = (model.executable(), model.manifest());
-    crate::weights::load_hf_folder(exe, manifest, dir, map, Ok, binding)
+    crate::weights::load_hf_folder(
+        exe,
+        manifest,
+        dir,
+        |name, value| {
+            let copy_of_embeddings = config.tied_output && name == "lm_head.weight";
+            (!copy_of_embeddings).then(|| vec![(name.to_string(), Mapped::Stored(value))])
+        },
+        |tensors| Ok(tensors),
+        binding,
+    )
 }
 
 impl crate::generate::Decoder for MambaDecoder {
