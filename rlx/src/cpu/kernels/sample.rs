@@ -1,8 +1,8 @@
 //! One draw per row of logits ([`SampleToken`](crate::ir::SampleToken)'s meaning) without
 //! sorting the vocabulary: the filters need only the top ranks in order, found by
-//! selection over a growing prefix, and the draw walks the tokens in index order.
-
-use std::cmp::Ordering;
+//! selection over a growing prefix, and the draw walks the tokens in index order. Ranks are
+//! integer keys (a logit's order-preserving bits above its index), so the selections and
+//! sorts compare integers instead of loading two logits per comparison.
 
 use super::numeric::{FloatStore, Real};
 use super::reduce::first_extreme;
@@ -18,13 +18,65 @@ pub(crate) struct Settings<A> {
     pub min_p: A,
 }
 
-/// The token drawn from `row` (`vocab` logits) under `s`; `weight` and `order` are
+/// A float's rank keys: integers whose ascending order is the rank order of (value, token)
+/// pairs — larger value first, equal values (both zeros among them) by token, NaN above
+/// every number (as the argmax takes it).
+pub(crate) trait RankKey: Copy {
+    /// Wide enough for the value's order and a token below 2^32.
+    type Key: Ord + Copy + bytemuck::Pod;
+    fn rank_key(self, token: usize) -> Self::Key;
+    fn token(key: Self::Key) -> usize;
+}
+
+impl RankKey for f32 {
+    type Key = u64;
+    fn rank_key(self, token: usize) -> u64 {
+        // Order-preserving bits of the value (`+ 0.0` turns -0 into +0), reversed; every
+        // number's are at least 1, NaN's 0.
+        let rank = if self.is_nan() {
+            0
+        } else {
+            let bits = (self + 0.0).to_bits();
+            !if bits >> 31 == 1 {
+                !bits
+            } else {
+                bits | 1 << 31
+            }
+        };
+        u64::from(rank) << 32 | token as u64
+    }
+    fn token(key: u64) -> usize {
+        (key & u64::from(u32::MAX)) as usize
+    }
+}
+
+impl RankKey for f64 {
+    type Key = u128;
+    fn rank_key(self, token: usize) -> u128 {
+        let rank = if self.is_nan() {
+            0
+        } else {
+            let bits = (self + 0.0).to_bits();
+            !if bits >> 63 == 1 {
+                !bits
+            } else {
+                bits | 1 << 63
+            }
+        };
+        u128::from(rank) << 32 | token as u128
+    }
+    fn token(key: u128) -> usize {
+        (key & u128::from(u32::MAX)) as usize
+    }
+}
+
+/// The token drawn from `row` (`vocab` logits) under `s`; `weight` and `keys` are
 /// scratch of `vocab` elements each.
-pub(crate) fn sample_row<S: FloatStore>(
+pub(crate) fn sample_row<S: FloatStore<Acc: RankKey>>(
     row: &[S],
     s: Settings<S::Acc>,
     weight: &mut [S::Acc],
-    order: &mut [u32],
+    keys: &mut [<S::Acc as RankKey>::Key],
 ) -> i64 {
     let vocab = row.len();
     let logit = |i: usize| row[i].load();
@@ -39,39 +91,29 @@ pub(crate) fn sample_row<S: FloatStore>(
     let (max, temperature) = (logit(best), s.temperature);
     vectorized(|| {
         for (w, l) in weight.iter_mut().zip(row) {
-            *w = ((l.load() - max) / temperature).exp();
+            // At most 0 (NaN stays NaN): the exponential of softmax, which vectorizes.
+            *w = ((l.load() - max) / temperature).exp_nonpositive_fused();
         }
     });
-    sample_weights(logit, weight, s, order, best)
+    sample_weights(logit, weight, s, keys, best)
 }
 
 /// [`sample_row`] once the weights `exp((logit - max) / temperature)` are made, `best`
 /// the most likely token.
-fn sample_weights<A: Real>(
+fn sample_weights<A: Real + RankKey>(
     logit: impl Fn(usize) -> A,
     weight: &[A],
     s: Settings<A>,
-    order: &mut [u32],
+    keys: &mut [A::Key],
     best: usize,
 ) -> i64 {
     let vocab = weight.len();
-    // Rank order: larger logit first, equal logits by index; NaN ranks above every number
-    // (as the argmax above takes it), so the order stays total for the sorts.
-    let before = |a: &u32, b: &u32| -> Ordering {
-        let (la, lb) = (logit(*a as usize), logit(*b as usize));
-        match (la.is_nan(), lb.is_nan()) {
-            (true, false) => Ordering::Less,
-            (false, true) => Ordering::Greater,
-            _ => match lb.partial_cmp(&la) {
-                Some(Ordering::Equal) | None => a.cmp(b),
-                Some(o) => o,
-            },
+    let keys = &mut keys[..vocab];
+    let fill = |keys: &mut [A::Key]| {
+        for (i, k) in keys.iter_mut().enumerate() {
+            *k = logit(i).rank_key(i);
         }
     };
-    for (i, o) in order[..vocab].iter_mut().enumerate() {
-        *o = i as u32;
-    }
-    let order = &mut order[..vocab];
 
     let kept_k = if s.top_k > 0 && s.top_k as u64 <= vocab as u64 {
         s.top_k as usize
@@ -79,24 +121,33 @@ fn sample_weights<A: Real>(
         vocab
     };
     let kept_m = weight.iter().filter(|w| **w >= s.min_p).count().max(1);
-    // `order[..candidates]` holds the ranks the filters choose among (in no order): the
-    // first `kept_k`, fewer where top-p can only keep the heaviest tokens.
+    // `keys[..candidates]` holds the ranks the filters choose among (in no order): the
+    // first `kept_k`, fewer where top-p can only keep the heaviest tokens. Keys are made
+    // only where a filter may cut.
     let mut candidates = vocab;
+    let mut keyed = false;
     if kept_k < vocab {
-        order.select_nth_unstable_by(kept_k - 1, before);
-        candidates = kept_k;
+        fill(keys);
+        keys.select_nth_unstable(kept_k - 1);
+        (candidates, keyed) = (kept_k, true);
     }
     let kept_p = if s.top_p >= A::ONE {
         kept_k
     } else {
-        let mass = sum(order[..candidates].iter().map(|&i| weight[i as usize]));
+        let mass = if keyed {
+            sum(keys[..candidates].iter().map(|&k| weight[A::token(k)]))
+        } else {
+            sum(weight.iter().copied())
+        };
         let needed = s.top_p * mass;
-        if candidates == vocab
-            && let Some(heavy) = heavy_tokens(weight, order, needed)
-        {
-            candidates = heavy;
+        if !keyed {
+            match heavy_tokens(&logit, weight, keys, needed) {
+                Some(heavy) => candidates = heavy,
+                None => fill(keys),
+            }
+            keyed = true;
         }
-        nucleus(weight, &mut order[..candidates], needed, &before)
+        nucleus(weight, &mut keys[..candidates], needed)
     };
     let kept = kept_k.min(kept_p).min(kept_m);
 
@@ -105,10 +156,17 @@ fn sample_weights<A: Real>(
     // sorted by index when they are fewer than the vocabulary, so that a pass over the
     // vocabulary need not ask of each token whether it is kept.
     let kept_tokens = if kept < vocab {
-        order[..candidates].select_nth_unstable_by(kept - 1, before);
-        let kept_tokens = &mut order[..kept];
-        kept_tokens.sort_unstable();
-        Some(&*kept_tokens)
+        if !keyed {
+            fill(keys);
+        }
+        keys[..candidates].select_nth_unstable(kept - 1);
+        let kept_keys = &mut keys[..kept];
+        // Keys of one rank bits order as their tokens.
+        for k in kept_keys.iter_mut() {
+            *k = A::ZERO.rank_key(A::token(*k));
+        }
+        kept_keys.sort_unstable();
+        Some(&*kept_keys)
     } else {
         None
     };
@@ -118,9 +176,9 @@ fn sample_weights<A: Real>(
         A::ZERO
     };
     match kept_tokens {
-        Some(tokens) => {
-            let weights = tokens.iter().map(|&i| weight[i as usize]);
-            draw(tokens.iter().map(|&i| i as usize).zip(weights), uniform)
+        Some(keys) => {
+            let tokens = keys.iter().map(|&k| A::token(k));
+            draw(tokens.map(|i| (i, weight[i])), uniform)
         }
         None => draw(weight.iter().copied().enumerate(), uniform),
     }
@@ -143,27 +201,22 @@ fn draw<A: Real>(tokens: impl Iterator<Item = (usize, A)> + Clone, uniform: A) -
 }
 
 /// How many of the first ranks top-p keeps: those whose weights before them sum to less
-/// than `needed` (at least 1). `ranks` holds the first ranks, in no order; the count is at
+/// than `needed` (at least 1). `keys` holds the first ranks, in no order; the count is at
 /// most their number. Sorts a prefix of them, four times longer each time it falls short.
-fn nucleus<A: Real>(
-    weight: &[A],
-    ranks: &mut [u32],
-    needed: A,
-    before: &impl Fn(&u32, &u32) -> Ordering,
-) -> usize {
-    let len = ranks.len();
+fn nucleus<A: Real + RankKey>(weight: &[A], keys: &mut [A::Key], needed: A) -> usize {
+    let len = keys.len();
     let mut prefix = len.min(64);
     loop {
         if prefix < len {
-            ranks.select_nth_unstable_by(prefix - 1, before);
+            keys.select_nth_unstable(prefix - 1);
         }
-        ranks[..prefix].sort_unstable_by(before);
+        keys[..prefix].sort_unstable();
         let mut sum = A::ZERO;
-        for (r, &i) in ranks[..prefix].iter().enumerate() {
+        for (r, &k) in keys[..prefix].iter().enumerate() {
             if sum >= needed {
                 return r.max(1);
             }
-            sum += weight[i as usize];
+            sum += weight[A::token(k)];
         }
         if prefix == len {
             return len;
@@ -172,13 +225,18 @@ fn nucleus<A: Real>(
     }
 }
 
-/// The tokens top-p can keep, written to `order`, and their count; `None` when no cut
-/// applies. A token's weight grows with its logit, so the tokens of weight at least `t`
-/// are the first ranks; once they weigh `needed`, the nucleus lies among them. Tries a few
-/// `t` (the largest weight is 1) and asks for a margin over `needed` that covers the
+/// The tokens top-p can keep, their keys written to `keys`, and their count; `None` when
+/// no cut applies. A token's weight grows with its logit, so the tokens of weight at least
+/// `t` are the first ranks; once they weigh `needed`, the nucleus lies among them. Tries a
+/// few `t` (the largest weight is 1) and asks for a margin over `needed` that covers the
 /// rounding of summing the same weights in rank order. A NaN weight (a NaN or infinite
 /// logit) makes every sum NaN, so it never cuts.
-fn heavy_tokens<A: Real>(weight: &[A], order: &mut [u32], needed: A) -> Option<usize> {
+fn heavy_tokens<A: Real + RankKey>(
+    logit: &impl Fn(usize) -> A,
+    weight: &[A],
+    keys: &mut [A::Key],
+    needed: A,
+) -> Option<usize> {
     for shift in [6, 12, 20] {
         let t = A::from_f64((-f64::from(shift)).exp2());
         let (mut count, mut mass) = (0usize, A::ZERO);
@@ -191,8 +249,8 @@ fn heavy_tokens<A: Real>(weight: &[A], order: &mut [u32], needed: A) -> Option<u
         let margin = A::ONE + A::from_f64(4.0 * count as f64 * f64::from(f32::EPSILON));
         if mass >= needed * margin {
             let heavy = weight.iter().enumerate().filter(|(_, w)| **w >= t);
-            for (slot, (i, _)) in order.iter_mut().zip(heavy) {
-                *slot = i as u32;
+            for (slot, (i, _)) in keys.iter_mut().zip(heavy) {
+                *slot = logit(i).rank_key(i);
             }
             return Some(count);
         }
@@ -213,9 +271,45 @@ fn sum<A: Real>(values: impl Iterator<Item = A>) -> A {
 
 #[cfg(test)]
 mod tests {
-    use std::cmp::Ordering;
+    use super::{RankKey, heavy_tokens, nucleus};
 
-    use super::{heavy_tokens, nucleus};
+    /// Rank keys order as the ranks: larger value first, equal values (both zeros among
+    /// them) by token, NaN above everything, in both float widths.
+    #[test]
+    fn rank_keys_order_as_the_ranks() {
+        let values = [
+            f64::NAN,
+            f64::INFINITY,
+            3.5,
+            1.0,
+            f64::MIN_POSITIVE,
+            0.0,
+            -0.0,
+            -f64::MIN_POSITIVE,
+            -1.0,
+            -3.5,
+            f64::NEG_INFINITY,
+        ];
+        fn ranked<A: RankKey>(values: impl Iterator<Item = A>) -> Vec<usize> {
+            let mut keys: Vec<A::Key> = values.enumerate().map(|(i, v)| v.rank_key(i)).collect();
+            keys.sort_unstable();
+            keys.into_iter().map(A::token).collect()
+        }
+        // As listed; the zeros tie and go by token, whichever sign comes first.
+        let expected: Vec<usize> = (0..values.len()).collect();
+        assert_eq!(ranked(values.iter().copied()), expected);
+        assert_eq!(ranked(values.iter().map(|v| *v as f32)), expected);
+        let zeros = [-0.0f32, 0.0, -0.0];
+        assert_eq!(ranked(zeros.iter().copied()), [0, 1, 2]);
+        assert!(f32::NAN.rank_key(9) < f32::INFINITY.rank_key(0));
+        assert!(f32::NAN.rank_key(1) < (-f32::NAN).rank_key(2));
+        assert!(f64::NAN.rank_key(1) < (-f64::NAN).rank_key(2));
+        assert_eq!(f32::token(7.5f32.rank_key(123_456)), 123_456);
+        assert_eq!(
+            f64::token((-7.5f64).rank_key(u32::MAX as usize)),
+            u32::MAX as usize
+        );
+    }
 
     /// Top-p restricted to the heavy tokens keeps exactly the ranks it keeps over the whole
     /// vocabulary, with the same last kept token, over peaked and flat rows with ties.
@@ -242,27 +336,20 @@ mod tests {
                 .iter()
                 .map(|l| ((l - max) / temperature).exp())
                 .collect();
-            let before = |a: &u32, b: &u32| -> Ordering {
-                let (la, lb) = (logits[*a as usize], logits[*b as usize]);
-                lb.partial_cmp(&la).unwrap().then(a.cmp(b))
-            };
+            let logit = |i: usize| logits[i];
             let top_p = [0.05f32, 0.5, 0.9, 0.95, 0.999][trial % 5];
             let needed = top_p * weight.iter().sum::<f32>();
-            let mut all: Vec<u32> = (0..vocab as u32).collect();
-            let kept = nucleus(&weight, &mut all, needed, &before);
-            all.select_nth_unstable_by(kept - 1, before);
-            let mut heavy: Vec<u32> = (0..vocab as u32).collect();
-            let Some(count) = heavy_tokens(&weight, &mut heavy, needed) else {
+            let mut all: Vec<u64> = (0..vocab).map(|i| logits[i].rank_key(i)).collect();
+            let kept = nucleus(&weight, &mut all, needed);
+            all.select_nth_unstable(kept - 1);
+            let mut heavy = vec![0u64; vocab];
+            let Some(count) = heavy_tokens(&logit, &weight, &mut heavy, needed) else {
                 continue;
             };
             cut += usize::from(count < vocab);
             let ranks = &mut heavy[..count];
-            assert_eq!(
-                nucleus(&weight, ranks, needed, &before),
-                kept,
-                "trial {trial}"
-            );
-            ranks.select_nth_unstable_by(kept - 1, before);
+            assert_eq!(nucleus(&weight, ranks, needed), kept, "trial {trial}");
+            ranks.select_nth_unstable(kept - 1);
             assert_eq!(ranks[kept - 1], all[kept - 1], "trial {trial}");
         }
         assert!(cut > 100, "only {cut} rows were cut");

@@ -3,7 +3,7 @@
 use super::{Lower, LowerInput, Sizes, boxed};
 use crate::backend::RunError;
 use crate::cpu::kernels::numeric::FloatStore;
-use crate::cpu::kernels::sample::{Settings, sample_row};
+use crate::cpu::kernels::sample::{RankKey, Settings, sample_row};
 use crate::cpu::thunk::{Accesses, Kernel, Thunk, float_type};
 use crate::cpu::view::{Memory, View};
 use crate::ir::{self, DType};
@@ -18,13 +18,14 @@ pub(crate) struct SampleToken {
     /// logits, uniform, temperature, top_k, top_p, min_p.
     pub operands: [View; 6],
     pub out: View,
-    /// One row's weights (the logits' accumulator type) and rank order (`u32`).
+    /// One row's weights (the logits' accumulator type) and rank keys (the accumulator's
+    /// [`RankKey::Key`], 64 or 128 bits).
     pub weight: View,
-    pub order: View,
+    pub keys: View,
 }
 
 impl SampleToken {
-    fn run<T: FloatStore<Acc: bytemuck::Pod>>(&self, mem: &Memory) {
+    fn run<T: FloatStore<Acc: bytemuck::Pod + RankKey>>(&self, mem: &Memory) {
         let [logits, uniform, temperature, top_k, top_p, min_p] = self.operands;
         let logits = mem.src::<T>(logits);
         let (uniform, temperature) = (mem.src::<T>(uniform), mem.src::<T>(temperature));
@@ -35,7 +36,7 @@ impl SampleToken {
         };
         let out = mem.dst::<i64>(self.out);
         let weight = mem.dst::<T::Acc>(self.weight);
-        let order = mem.dst::<u32>(self.order);
+        let keys = mem.dst::<<T::Acc as RankKey>::Key>(self.keys);
         let vocab = self.vocab;
         for r in 0..self.rows {
             let row = &logits[r * vocab..(r + 1) * vocab];
@@ -46,7 +47,7 @@ impl SampleToken {
                 top_p: top_p[r].load(),
                 min_p: min_p[r].load(),
             };
-            out[r] = sample_row(row, settings, weight, order);
+            out[r] = sample_row(row, settings, weight, keys);
         }
     }
 }
@@ -59,7 +60,7 @@ impl Kernel for SampleToken {
             writes: vec![
                 (self.out, 8),
                 (self.weight, accumulator(self.dtype).size_bytes()),
-                (self.order, 4),
+                (self.keys, 16),
             ],
             reads: vec![
                 (logits, size),
@@ -92,7 +93,7 @@ impl Lower for ir::SampleToken {
         // Room for float64 weights: the logits' dtype is not known here, and a float32
         // kernel uses half of it.
         let vocab = n.operands[0].last().copied().unwrap_or(0);
-        vec![(DType::F64, vocab), (DType::I32, vocab)]
+        vec![(DType::F64, vocab), (DType::I64, 2 * vocab)]
     }
 
     fn lower(&self, n: &LowerInput<'_>) -> Vec<Thunk> {
@@ -107,7 +108,11 @@ impl Lower for ir::SampleToken {
             operands: std::array::from_fn(|i| n.views[i]),
             out: n.out,
             weight: n.scratch[0],
-            order: n.scratch[1],
+            // Requested as twice as many 64-bit values: room for one 128-bit key a token.
+            keys: View {
+                len: vocab,
+                ..n.scratch[1]
+            },
         })]
     }
 }
