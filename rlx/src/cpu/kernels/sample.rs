@@ -28,47 +28,36 @@ pub(crate) trait RankKey: Copy {
     fn token(key: Self::Key) -> usize;
 }
 
-impl RankKey for f32 {
-    type Key = u64;
-    fn rank_key(self, token: usize) -> u64 {
-        // Order-preserving bits of the value (`+ 0.0` turns -0 into +0), reversed; every
-        // number's are at least 1, NaN's 0.
-        let rank = if self.is_nan() {
-            0
-        } else {
-            let bits = (self + 0.0).to_bits();
-            !if bits >> 31 == 1 {
-                !bits
-            } else {
-                bits | 1 << 31
+/// The rank key of a float whose bits are `$bits`, kept in `$key`.
+macro_rules! rank_key {
+    ($float:ty, $bits:ty, $key:ty) => {
+        impl RankKey for $float {
+            type Key = $key;
+            fn rank_key(self, token: usize) -> $key {
+                // Order-preserving bits of the value (`+ 0.0` turns -0 into +0), reversed;
+                // every number's are at least 1, NaN's 0.
+                let rank: $bits = if self.is_nan() {
+                    0
+                } else {
+                    let bits = (self + 0.0).to_bits();
+                    let top = <$bits>::BITS - 1;
+                    !if bits >> top == 1 {
+                        !bits
+                    } else {
+                        bits | 1 << top
+                    }
+                };
+                <$key>::from(rank) << 32 | token as $key
             }
-        };
-        u64::from(rank) << 32 | token as u64
-    }
-    fn token(key: u64) -> usize {
-        (key & u64::from(u32::MAX)) as usize
-    }
+            fn token(key: $key) -> usize {
+                (key & <$key>::from(u32::MAX)) as usize
+            }
+        }
+    };
 }
 
-impl RankKey for f64 {
-    type Key = u128;
-    fn rank_key(self, token: usize) -> u128 {
-        let rank = if self.is_nan() {
-            0
-        } else {
-            let bits = (self + 0.0).to_bits();
-            !if bits >> 63 == 1 {
-                !bits
-            } else {
-                bits | 1 << 63
-            }
-        };
-        u128::from(rank) << 32 | token as u128
-    }
-    fn token(key: u128) -> usize {
-        (key & u128::from(u32::MAX)) as usize
-    }
-}
+rank_key!(f32, u32, u64);
+rank_key!(f64, u64, u128);
 
 /// The token drawn from `row` (`vocab` logits) under `s`; `weight` and `keys` are
 /// scratch of `vocab` elements each.
