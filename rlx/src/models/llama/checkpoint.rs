@@ -105,18 +105,9 @@ pub fn load_hf_checkpoint(
     load_hf_bound(model, config, dir, Binding::AllAtOnce)
 }
 
-/// [`load_hf_checkpoint`] into `model` just compiled, each weight bound as it is made (as
-/// [`bind_new_gguf`]).
-pub(super) fn bind_new_hf(
-    model: &Compiled,
-    config: &LlamaConfig,
-    dir: &Path,
-) -> Result<LoadReport, WeightsError> {
-    load_hf_bound(model, config, dir, Binding::AsMade)
-}
-
-/// [`load_hf_checkpoint`], binding the weights as `binding` says.
-fn load_hf_bound(
+/// [`load_hf_checkpoint`], binding the weights as `binding` says ([`Binding::AsMade`] for a
+/// model just compiled, which an error drops).
+pub(super) fn load_hf_bound(
     model: &Compiled,
     config: &LlamaConfig,
     dir: &Path,
@@ -206,19 +197,9 @@ pub fn load_gguf_checkpoint(
     load_gguf_bound(model, config, file, Binding::AllAtOnce)
 }
 
-/// [`load_gguf_checkpoint`] into `model` just compiled, each weight bound as it is made: an
-/// error drops the model, so its weights need not change all at once, and no more than one
-/// tensor's values wait in memory.
-pub(super) fn bind_new_gguf(
-    model: &Compiled,
-    config: &LlamaConfig,
-    file: &Gguf,
-) -> Result<LoadReport, WeightsError> {
-    load_gguf_bound(model, config, file, Binding::AsMade)
-}
-
-/// [`load_gguf_checkpoint`], binding the weights as `binding` says.
-fn load_gguf_bound(
+/// [`load_gguf_checkpoint`], binding the weights as `binding` says ([`Binding::AsMade`] for
+/// a model just compiled, which an error drops).
+pub(super) fn load_gguf_bound(
     model: &Compiled,
     config: &LlamaConfig,
     file: &Gguf,

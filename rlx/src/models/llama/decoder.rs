@@ -8,6 +8,7 @@ use crate::backend::{Context, RunError};
 use crate::gguf::Gguf;
 use crate::ir::{ActivationPrecision, DType};
 use crate::tensor::{HostTensor, TensorRef};
+use crate::weights::Binding::AsMade;
 
 /// Why a Llama-family decoder could not be made from a file.
 #[derive(Debug, thiserror::Error)]
@@ -98,7 +99,7 @@ impl LlamaDecoder {
         blocks: Option<Quantization>,
     ) -> Result<LlamaDecoder, LlamaLoadError> {
         let decoder = LlamaDecoder::compile(backend, gguf_config(file, blocks)?, capacity)?;
-        super::checkpoint::bind_new_gguf(&decoder.step, &decoder.config.model, file)?;
+        super::checkpoint::load_gguf_bound(&decoder.step, &decoder.config.model, file, AsMade)?;
         Ok(decoder)
     }
 
@@ -147,7 +148,7 @@ impl LlamaDecoder {
         blocks: Option<Quantization>,
     ) -> Result<LlamaDecoder, LlamaLoadError> {
         let decoder = LlamaDecoder::compile(backend, hf_config(dir, blocks)?, capacity)?;
-        super::checkpoint::bind_new_hf(&decoder.step, &decoder.config.model, dir)?;
+        super::checkpoint::load_hf_bound(&decoder.step, &decoder.config.model, dir, AsMade)?;
         Ok(decoder)
     }
 
@@ -364,7 +365,7 @@ impl LlamaBatchDecoder {
     ) -> Result<LlamaBatchDecoder, LlamaLoadError> {
         let config = gguf_config(file, blocks)?;
         let decoder = LlamaBatchDecoder::compile(backend, config, capacity, slots)?;
-        super::checkpoint::bind_new_gguf(&decoder.step, &decoder.config.model, file)?;
+        super::checkpoint::load_gguf_bound(&decoder.step, &decoder.config.model, file, AsMade)?;
         Ok(decoder)
     }
 
@@ -389,7 +390,7 @@ impl LlamaBatchDecoder {
     ) -> Result<LlamaBatchDecoder, LlamaLoadError> {
         let config = hf_config(dir, blocks)?;
         let decoder = LlamaBatchDecoder::compile(backend, config, capacity, slots)?;
-        super::checkpoint::bind_new_hf(&decoder.step, &decoder.config.model, dir)?;
+        super::checkpoint::load_hf_bound(&decoder.step, &decoder.config.model, dir, AsMade)?;
         Ok(decoder)
     }
 
