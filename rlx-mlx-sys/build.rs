@@ -162,6 +162,7 @@ fn embed_kernel_sources() -> PathBuf {
             "quantized_rows_source.h",
             "kQuantizedRowsSource",
         ),
+        ("gated_rows.cu", "gated_rows_source.h", "kGatedRowsSource"),
     ] {
         let path = format!("cpp/{file}");
         let source =

@@ -4,12 +4,13 @@
 #include "shim_internal.h"
 
 // kAttentionSource, kDecodeAttentionSource, kResidualNormSource, kRopeHeadsSource,
-// kQuantizedRowsSource: the cpp/*.cu files of those names, embedded by build.rs.
+// kQuantizedRowsSource, kGatedRowsSource: the cpp/*.cu files of those names, embedded by build.rs.
 #include "attention_source.h"
 #include "decode_attention_source.h"
 #include "residual_norm_source.h"
 #include "rope_heads_source.h"
 #include "quantized_rows_source.h"
+#include "gated_rows_source.h"
 
 namespace rlx {
 
@@ -343,6 +344,78 @@ std::optional<mx::array> quantized_rows_gpu(const mx::array& x, const mx::array&
   mx::Shape shape = x.shape();
   shape.back() = n;
   return mx::reshape(out.at(0), shape);
+}
+
+// `act(x · gate columns) * (x · up columns)` of a gated feed-forward (cpp/gated_rows.cu) on
+// an NVIDIA GPU for float32 `x` of 1 to 8 rows, or nothing where it does not apply and the
+// caller composes the product, its slices and the activation. `parts` and `format` as
+// rlx_mlx_gated_product takes them (rlx_mlx.h).
+std::optional<mx::array> gated_rows_gpu(const mx::array& x, const std::vector<mx::array>& parts,
+                                        int32_t format, int64_t gate_col, int64_t up_col,
+                                        int64_t width, int32_t act) {
+  constexpr int warps = 8;
+  // RLX_MLX_GATED_ROWS=0 turns the kernel off (to compare it with the composed ops).
+  static const bool enabled = [] {
+    const char* flag = std::getenv("RLX_MLX_GATED_ROWS");
+    return flag == nullptr || std::string(flag) != "0";
+  }();
+  if (!enabled || cuda_build_compute_major() == 0) return std::nullopt;
+  if (x.dtype() != mx::float32 || x.ndim() < 1 || (act != 0 && act != 1)) return std::nullopt;
+  const int k = x.shape(-1);
+  if (k < 1 || width < 1 || gate_col < 0 || up_col < 0) return std::nullopt;
+  const size_t rows = x.size() / static_cast<size_t>(k);
+  if (rows < 1 || rows > 8 || width > std::numeric_limits<int32_t>::max() / 32 - warps * 32) {
+    return std::nullopt;
+  }
+  const int r = static_cast<int>(rows), n = static_cast<int>(width);
+  const int blocks = (n + warps - 1) / warps;
+  mx::Shape shape = x.shape();
+  shape.back() = n;
+  const std::tuple<int, int, int> grid{blocks * warps * 32, 1, 1}, block{warps * 32, 1, 1};
+  auto fits = [&](int64_t columns) { return gate_col + width <= columns && up_col + width <= columns; };
+  if (parts.size() == 1) {
+    // Float32 values: a float group's operand [K, N], or a block format's values [N, K].
+    const mx::array& w = parts[0];
+    const bool k_first = format < 0;
+    if (w.dtype() != mx::float32 || w.ndim() != 2) return std::nullopt;
+    if (w.shape(k_first ? 0 : 1) != k || !fits(w.shape(k_first ? 1 : 0))) return std::nullopt;
+    if (x.ndim() > 8) return std::nullopt;
+    // Strides are read where the kernel runs: while MLX traces a compiled function the
+    // arrays here are placeholders.
+    static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
+        "rlx_gated_rows", {"x", "w"}, {"out"},
+        "rlx_gated::gated_rows<ROWS, WARPS, ACT, K_FIRST>(x, x_shape, x_strides, x_ndim, w, "
+        "w_strides, GATE, UP, WIDTH, out);",
+        std::string(kQuantizedRowsSource) + kGatedRowsSource, /*ensure_row_contiguous=*/false);
+    return kernel({x, w}, {shape}, {mx::float32}, grid, block,
+                  {{"ROWS", r}, {"WARPS", warps}, {"ACT", act}, {"K_FIRST", k_first},
+                   {"GATE", static_cast<int>(gate_col)}, {"UP", static_cast<int>(up_col)},
+                   {"WIDTH", n}},
+                  std::nullopt, false, {})
+        .at(0);
+  }
+  if (parts.size() != 3 || format < 0) return std::nullopt;
+  const int bits = format == 8 ? 8 : 4;
+  const mx::array &words = parts[0], &scales = parts[1], &biases = parts[2];
+  if (words.dtype() != mx::uint32 || scales.dtype() != mx::float32 || biases.dtype() != mx::float32) {
+    return std::nullopt;
+  }
+  if (k % 32 != 0 || words.ndim() != 2 || words.shape(1) != k * bits / 32) return std::nullopt;
+  const int columns = words.shape(0);
+  if (!fits(columns) || scales.shape() != mx::Shape{columns, k / 32} || biases.shape() != scales.shape()) {
+    return std::nullopt;
+  }
+  static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
+      "rlx_gated_quantized_rows", {"x", "words", "scales", "biases"}, {"out"},
+      "rlx_gated::gated_quantized_rows<ROWS, BITS, WARPS, ACT>(x, words, scales, biases, GATE, "
+      "UP, WIDTH, x_shape[x_ndim - 1], out);",
+      std::string(kQuantizedRowsSource) + kGatedRowsSource, /*ensure_row_contiguous=*/true);
+  return kernel({x, words, scales, biases}, {shape}, {mx::float32}, grid, block,
+                {{"ROWS", r}, {"BITS", bits}, {"WARPS", warps}, {"ACT", act},
+                 {"GATE", static_cast<int>(gate_col)}, {"UP", static_cast<int>(up_col)},
+                 {"WIDTH", n}},
+                std::nullopt, false, {})
+      .at(0);
 }
 
 // The query and key heads of `x` ([B, S, W] float32) rotated and written heads-first

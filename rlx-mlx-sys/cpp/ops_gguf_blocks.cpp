@@ -306,6 +306,25 @@ int rlx_mlx_block_matmul_prepared(const rlx_mlx_array* x, rlx_mlx_array* const* 
   });
 }
 
+int rlx_mlx_gated_product(const rlx_mlx_array* x, rlx_mlx_array* const* parts, size_t count,
+                          int32_t format, int64_t gate_col, int64_t up_col, int64_t width,
+                          int32_t act, rlx_mlx_array** out) {
+  return guard([&] {
+    if (x == nullptr || parts == nullptr || out == nullptr) {
+      throw std::invalid_argument("[rlx] gated_product needs an operand, a weight and an output");
+    }
+    *out = nullptr;
+    std::vector<mx::array> arrays;
+    for (size_t i = 0; i < count; ++i) {
+      if (parts[i] == nullptr) throw std::invalid_argument("[rlx] gated_product: a null weight part");
+      arrays.push_back(get(parts[i]));
+    }
+    const mx::array& v = get(x);
+    if (v.size() == 0) return;
+    if (auto fused = gated_rows_gpu(v, arrays, format, gate_col, up_col, width, act)) put(out, *fused);
+  });
+}
+
 int rlx_mlx_block_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w, int32_t format,
                          rlx_mlx_array** out) {
   return guard([&] {

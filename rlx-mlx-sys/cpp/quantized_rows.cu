@@ -18,26 +18,21 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// ROWS rows of `x` ([ROWS, k], contiguous) by the columns of `words` ([n, k * BITS / 32],
-// value i of a word in bits BITS * i up), `scales` and `biases` ([n, k / 32]) into `out`
-// ([ROWS, n]); WARPS warps a block, one column each. `k` is a multiple of 32.
-template <int ROWS, int BITS, int WARPS>
-__device__ void quantized_rows(const float* x, const unsigned* words, const float* scales,
-                               const float* biases, int n, int k, float* out) {
+// Adds this lane's share of the products of ROWS rows of `x` ([ROWS, k], contiguous; 16-byte
+// aligned when `aligned`) with quantized column `column` of `words`, `scales` and `biases`
+// into `acc`. `k` is a multiple of 32.
+template <int ROWS, int BITS>
+__device__ __forceinline__ void quantized_column(const float* x, const unsigned* words,
+                                                 const float* scales, const float* biases,
+                                                 long long column, int k, bool aligned,
+                                                 float* acc) {
   constexpr int PER_WORD = 32 / BITS;
   constexpr unsigned MASK = (1u << BITS) - 1u;
   const int lane = threadIdx.x % 32;
-  const int column = blockIdx.x * WARPS + threadIdx.x / 32;
-  if (column >= n) return;
   const int row_words = k / PER_WORD;
-  const unsigned* w = words + static_cast<long long>(column) * row_words;
-  const float* s = scales + static_cast<long long>(column) * (k / 32);
-  const float* b = biases + static_cast<long long>(column) * (k / 32);
-  // Vector loads of x need 16-byte alignment (k is a multiple of 32, so every row keeps it).
-  const bool aligned = reinterpret_cast<unsigned long long>(x) % 16 == 0;
-  float acc[ROWS];
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) acc[r] = 0.f;
+  const unsigned* w = words + column * row_words;
+  const float* s = scales + column * (k / 32);
+  const float* b = biases + column * (k / 32);
   for (int j = lane; j < row_words; j += 32) {
     const unsigned word = w[j];
     const int group = j / (32 / PER_WORD);
@@ -69,6 +64,23 @@ __device__ void quantized_rows(const float* x, const unsigned* words, const floa
       acc[r] += sum;
     }
   }
+}
+
+// ROWS rows of `x` ([ROWS, k], contiguous) by the columns of `words` ([n, k * BITS / 32],
+// value i of a word in bits BITS * i up), `scales` and `biases` ([n, k / 32]) into `out`
+// ([ROWS, n]); WARPS warps a block, one column each. `k` is a multiple of 32.
+template <int ROWS, int BITS, int WARPS>
+__device__ void quantized_rows(const float* x, const unsigned* words, const float* scales,
+                               const float* biases, int n, int k, float* out) {
+  const int lane = threadIdx.x % 32;
+  const int column = blockIdx.x * WARPS + threadIdx.x / 32;
+  if (column >= n) return;
+  // Vector loads of x need 16-byte alignment (k is a multiple of 32, so every row keeps it).
+  const bool aligned = reinterpret_cast<unsigned long long>(x) % 16 == 0;
+  float acc[ROWS];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) acc[r] = 0.f;
+  quantized_column<ROWS, BITS>(x, words, scales, biases, column, k, aligned, acc);
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
     const float total = warp_sum(acc[r]);

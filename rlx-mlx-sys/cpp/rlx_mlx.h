@@ -419,6 +419,16 @@ int rlx_mlx_block_prepared_parts(int32_t format, size_t* count);
    made of `w`. */
 int rlx_mlx_block_matmul_prepared(const rlx_mlx_array* x, rlx_mlx_array* const* parts,
                                   size_t count, int32_t format, rlx_mlx_array** out);
+/* A gated feed-forward's hidden values, act(x · W[:, gate]) * (x · W[:, up]), from the
+   joined weight W of its gate and up products: gate at columns [gate_col, gate_col +
+   width), up at [up_col, ..). `parts`: W as a float group's product reads it (format < 0:
+   one float32 array [K, N], any strides) or its `rlx_mlx_block_prepare` form (format its
+   GGML type id). act 0 is SiLU, 1 GELU's tanh approximation. One kernel on an NVIDIA GPU
+   for float32 x of 1 to 8 rows; elsewhere *out is left NULL and the caller composes the
+   product, the slices and the activation. */
+int rlx_mlx_gated_product(const rlx_mlx_array* x, rlx_mlx_array* const* parts, size_t count,
+                          int32_t format, int64_t gate_col, int64_t up_col, int64_t width,
+                          int32_t act, rlx_mlx_array** out);
 /* The float32 values of `w`'s rows of GGUF blocks (`[.., row bytes]` -> `[.., values]`). */
 // f32 values uniform in [0, 1) of `shape`, RLX's draw of `seed` (a rank-0 int64) and `stream`.
 int rlx_mlx_random_uniform(const rlx_mlx_array* seed, uint32_t stream, const int64_t* shape,

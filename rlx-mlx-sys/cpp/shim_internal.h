@@ -217,6 +217,10 @@ struct HeadGroups {
 std::optional<std::pair<mx::array, mx::array>> rope_heads_gpu(const mx::array& x, const HeadGroups& g,
                                                               const mx::array& offset,
                                                               const std::optional<mx::array>& periods);
+// A gated feed-forward's hidden values from its joined gate and up weight (rlx_mlx_gated_product).
+std::optional<mx::array> gated_rows_gpu(const mx::array& x, const std::vector<mx::array>& parts,
+                                        int32_t format, int64_t gate_col, int64_t up_col,
+                                        int64_t width, int32_t act);
 // `x · dequant(w)ᵀ` for a few float32 rows and a weight in MLX's affine groups of 32.
 std::optional<mx::array> quantized_rows_gpu(const mx::array& x, const mx::array& words,
                                             const mx::array& scales, const mx::array& biases,

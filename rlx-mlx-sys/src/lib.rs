@@ -446,6 +446,17 @@ unsafe extern "C" {
         format: i32,
         out: *mut *mut Array,
     ) -> c_int;
+    pub fn rlx_mlx_gated_product(
+        x: *const Array,
+        parts: *const *mut Array,
+        count: usize,
+        format: i32,
+        gate_col: i64,
+        up_col: i64,
+        width: i64,
+        act: i32,
+        out: *mut *mut Array,
+    ) -> c_int;
     pub fn rlx_mlx_block_dequantize(w: *const Array, format: i32, out: *mut *mut Array) -> c_int;
     pub fn rlx_mlx_random_uniform(
         seed: *const Array,

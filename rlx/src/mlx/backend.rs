@@ -244,6 +244,7 @@ impl Backend for MlxBackend {
         let fused =
             fused_slots(&g, &groups, leaves.len() + prepared_count).map_err(backend_error)?;
         let head_ropes = HeadRopes::of(&g, &fused);
+        let gated_products = GatedProducts::of(&g, &fused);
         let states: Arc<[StateSpec]> = StateSpec::of(&g).into();
         let written = g
             .writes()
@@ -271,6 +272,7 @@ impl Backend for MlxBackend {
             bias_adds: Arc::new(bias_adds),
             residual_norms: Arc::new(residual_norms),
             head_ropes: Arc::new(head_ropes),
+            gated_products: Arc::new(gated_products),
             graph: Arc::new(g),
             mode: self.mode,
             device: self.device,

@@ -73,8 +73,8 @@ use layout::{
     prepared_slots, product_groups, row_operand_params,
 };
 use lower::{
-    BiasAdds, Constants, HeadRopes, Lowering, PreparedWeight, ResidualNorms, eval_error,
-    upload_constants,
+    BiasAdds, Constants, GatedProducts, HeadRopes, Lowering, PreparedWeight, ResidualNorms,
+    eval_error, upload_constants,
 };
 use values::{MlxState, MlxValue};
 use weights::{BoundWeights, Joined, Weight};
@@ -203,6 +203,7 @@ pub struct MlxExecutable {
     bias_adds: Arc<BiasAdds>,
     residual_norms: Arc<ResidualNorms>,
     head_ropes: Arc<HeadRopes>,
+    gated_products: Arc<GatedProducts>,
     mode: MlxMode,
     device: Device,
     /// False under [`Precision::F16`] and [`Precision::BF16`]: half ops run MLX's own
@@ -268,6 +269,7 @@ impl MlxExecutable {
                 bias_adds: self.bias_adds.clone(),
                 residual_norms: self.residual_norms.clone(),
                 head_ropes: self.head_ropes.clone(),
+                gated_products: self.gated_products.clone(),
                 shapes,
                 constants: self.constants.clone(),
                 custom: self.custom.clone(),

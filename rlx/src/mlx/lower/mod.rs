@@ -20,7 +20,7 @@ use crate::backend::{NodeSite, RunError};
 use crate::ir::{ConstantData, DType, Graph, Node, NodeId, Op, ReduceOp};
 use crate::tensor::TensorRef;
 use together::BiasAdd;
-pub(crate) use together::{BiasAdds, HeadRopes, ResidualNorms};
+pub(crate) use together::{BiasAdds, GatedProducts, HeadRopes, ResidualNorms};
 
 /// Everything fixed once per binding that lowering reads. Shared with the `mlx::compile`
 /// callback, so it owns its data.
@@ -32,6 +32,8 @@ pub(crate) struct Lowering {
     pub residual_norms: Arc<ResidualNorms>,
     /// Rotations of queries and keys lowered in pairs from the product that made them.
     pub head_ropes: Arc<HeadRopes>,
+    /// Gated feed-forwards lowered at their product node.
+    pub gated_products: Arc<GatedProducts>,
     /// Concrete dims of every node.
     pub shapes: Vec<Vec<usize>>,
     /// The array of each constant node.
@@ -268,12 +270,20 @@ impl Lowering {
         let mut checks = Vec::new();
         let mut shared = Vec::new();
         for (id, node) in graph.iter() {
-            if values[id.index()].is_some() || self.bias_adds.folded[id.index()] {
+            // (Gated products are built node by node when profiling: each node's own time
+            // is wanted then.)
+            let gated_folded = timings.is_none() && self.gated_products.folded[id.index()];
+            if values[id.index()].is_some() || self.bias_adds.folded[id.index()] || gated_folded {
                 continue;
             }
-            let inputs: &[NodeId] = match &self.bias_adds.of[id.index()] {
-                Some(add) => &add.operands,
-                None => &node.inputs,
+            let gated = self.gated_products.of[id.index()]
+                .as_ref()
+                .filter(|_| timings.is_none());
+            let inputs: &[NodeId] = match (&self.bias_adds.of[id.index()], gated) {
+                (Some(add), _) => &add.operands,
+                // Its operands are folded: it reads what they read.
+                (None, Some(_)) => &[],
+                (None, None) => &node.inputs,
             };
             let operands: Vec<&Array> = inputs
                 .iter()
@@ -310,6 +320,12 @@ impl Lowering {
                     }
                     values[second.index()] = Some(keys);
                     first
+                } else if let Some(gated) = gated {
+                    match self.gated_product(id, gated, &values, leaves, &mut shared) {
+                        Ok(v) => v,
+                        Err(NodeFailure::Mlx(e)) => return Err(at(e)),
+                        Err(NodeFailure::Run(e)) => return Err(e),
+                    }
                 } else if let Some(r) = residual {
                     let weight = values[r.weight.index()]
                         .as_ref()

@@ -1,9 +1,10 @@
 //! Nodes the MLX lowering builds together: a matmul with the bias added to it (one GEMM), a
-//! residual add with the RMS norm of its sum, and the rotations of a block's queries and
-//! keys from the product that made them (each one kernel on an NVIDIA GPU).
+//! residual add with the RMS norm of its sum, the rotations of a block's queries and keys
+//! from the product that made them, and a gated feed-forward's gate and up products with its
+//! activation (each one kernel on an NVIDIA GPU).
 
 use super::Lowering;
-use crate::ir::{self as ir, DType, Graph, MatMul, NodeId, Op};
+use crate::ir::{self as ir, BinaryOp, DType, Graph, MatMul, NodeId, Op, UnaryOp};
 use crate::mlx::layout::FusedSlot;
 use crate::mlx::{Array, MlxError};
 
@@ -216,6 +217,138 @@ impl Lowering {
     }
 }
 
+/// Gated feed-forwards: `act(gate) * up`, `gate` and `up` float32 products that are the only
+/// two members of one product group (a block's joined gate and up weight), `act` SiLU or
+/// tanh GELU, and nothing else reading the products or the activation. Each is lowered at
+/// its product node as one [`Array::gated_product`] (one kernel on an NVIDIA GPU in place of
+/// the joined product, two column slices and the activation's product: three fewer MLX
+/// nodes a block for a decoding step to build), the three nodes before it not built; where
+/// the kernel does not apply, the product node builds them itself.
+///
+/// [`Array::gated_product`]: crate::mlx::Array
+pub(crate) struct GatedProducts {
+    /// Per product node: what it is the product of.
+    pub(super) of: Vec<Option<Gated>>,
+    /// Per node: a gate, up or activation node its product node builds.
+    pub(super) folded: Vec<bool>,
+}
+
+/// The nodes a gated product reads.
+pub(super) struct Gated {
+    pub(super) gate: NodeId,
+    pub(super) up: NodeId,
+    /// `act(gate)`.
+    pub(super) activated: NodeId,
+    pub(super) activation: UnaryOp,
+}
+
+impl GatedProducts {
+    pub(crate) fn of(graph: &Graph, fused: &[Option<FusedSlot>]) -> GatedProducts {
+        let users = graph.users();
+        let returned = graph.returned();
+        let mut members = std::collections::HashMap::<NodeId, usize>::new();
+        for slot in fused.iter().flatten() {
+            *members.entry(slot.leader).or_default() += 1;
+        }
+        let mut of: Vec<Option<Gated>> = (0..graph.len()).map(|_| None).collect();
+        let mut folded = vec![false; graph.len()];
+        for (id, node) in graph.iter() {
+            let (Op::Binary(BinaryOp::Mul), [a, b]) = (&node.op, node.inputs.as_slice()) else {
+                continue;
+            };
+            if node.ty.dtype != DType::F32 {
+                continue;
+            }
+            for (activated, up) in [(*a, *b), (*b, *a)] {
+                let act = &graph[activated];
+                let Op::Unary(activation @ (UnaryOp::Silu | UnaryOp::GeluTanh)) = act.op else {
+                    continue;
+                };
+                let gate = act.inputs[0];
+                let (Some(g), Some(u)) = (&fused[gate.index()], &fused[up.index()]) else {
+                    continue;
+                };
+                let only_reader = |n: NodeId, reader: NodeId| {
+                    users[n.index()] == [reader] && !returned[n.index()]
+                };
+                let fits = gate != up
+                    && g.leader == u.leader
+                    && members.get(&g.leader) == Some(&2)
+                    && graph[gate].ty == node.ty
+                    && graph[up].ty == node.ty
+                    && graph[gate].inputs.first().is_some()
+                    && graph[gate].inputs.first() == graph[up].inputs.first()
+                    && u.columns.len() == g.columns.len()
+                    && only_reader(gate, activated)
+                    && only_reader(activated, id)
+                    && only_reader(up, id);
+                if !fits {
+                    continue;
+                }
+                for n in [gate, up, activated] {
+                    folded[n.index()] = true;
+                }
+                of[id.index()] = Some(Gated {
+                    gate,
+                    up,
+                    activated,
+                    activation,
+                });
+                break;
+            }
+        }
+        GatedProducts { of, folded }
+    }
+}
+
+impl Lowering {
+    /// The gated product `gated` (node `id`'s) from the operand its products share: one
+    /// kernel where it applies, else the joined product, its slices and the activation as
+    /// the folded nodes would have built them.
+    pub(super) fn gated_product(
+        &self,
+        id: NodeId,
+        gated: &Gated,
+        values: &[Option<Array>],
+        leaves: &[Array],
+        shared: &mut Vec<(NodeId, Array)>,
+    ) -> Result<Array, super::NodeFailure> {
+        let graph = &*self.graph;
+        let (Some(g), Some(u)) = (
+            &self.fused[gated.gate.index()],
+            &self.fused[gated.up.index()],
+        ) else {
+            return Err(MlxError::new("a gated product's products are not grouped").into());
+        };
+        let Some(x) = values[graph[gated.gate].inputs[0].index()].as_ref() else {
+            return Err(MlxError::new("a gated product's operand is not built").into());
+        };
+        // A float group's product reads its joined weight alone (the view for rows
+        // follows it); a block format's, every part of its form.
+        let parts = match g.format {
+            Some(_) => &leaves[g.first..g.first + g.count],
+            None => &leaves[g.first..g.first + 1],
+        };
+        let columns = [g.columns.start, u.columns.start];
+        let format = g.format.map(|f| f.id());
+        let width = g.columns.len();
+        if self.shapes[id.index()].last() == Some(&width) {
+            if let Some(out) = x.gated_product(parts, format, columns, width, gated.activation)? {
+                return Ok(out);
+            }
+        }
+        let gate = self.grouped_product(gated.gate, g, x, leaves, shared)?;
+        let up = self.grouped_product(gated.up, u, x, leaves, shared)?;
+        let activated = gate.unary(gated.activation)?;
+        // The operands in the graph's order.
+        Ok(if graph[id].inputs[0] == gated.activated {
+            activated.binary(BinaryOp::Mul, &up)?
+        } else {
+            up.binary(BinaryOp::Mul, &activated)?
+        })
+    }
+}
+
 /// A float32 rope with an offset of heads split from the `[B, S, C]` columns of a grouped
 /// product (the last axis split into heads, then heads first).
 struct Rotation<'g> {
@@ -323,5 +456,78 @@ mod tests {
         let third = pairs.of[ropes[2].index()].as_ref().expect("paired");
         assert_eq!((third.second, third.columns), (ropes[5], [16, 40]));
         assert_eq!(pairs.of.iter().flatten().count(), 2);
+    }
+
+    /// `count` products of `x` by `[8, 4]` weights.
+    fn products(b: &mut GraphBuilder, x: NodeId, count: usize) -> Vec<NodeId> {
+        (0..count)
+            .map(|i| {
+                let w = b.param(&format!("w{i}"), DType::F32, [8, 4]).unwrap();
+                b.matmul(x, w).unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_gated_product_folds_its_two_grouped_products_and_activation() {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [1, 1, 8]).unwrap();
+        let members = products(&mut b, x, 5);
+        let gated = |b: &mut GraphBuilder, gate: NodeId, up: NodeId, act: UnaryOp| {
+            let activated = b.unary(act, gate).unwrap();
+            (activated, b.mul(up, activated).unwrap())
+        };
+        // Two pairs of one group's products (each product read twice), a pair whose group
+        // has a third member, an activation also returned: none folds.
+        let (_, first) = gated(&mut b, members[0], members[1], UnaryOp::GeluTanh);
+        let (_, second) = gated(&mut b, members[2], members[3], UnaryOp::Silu);
+        let (shared, third) = gated(&mut b, members[0], members[1], UnaryOp::Silu);
+        for (i, n) in [first, second, third, shared].iter().enumerate() {
+            b.output(&format!("o{i}"), *n).unwrap();
+        }
+        let graph = b.finish().unwrap();
+        let mut fused = vec![None; graph.len()];
+        let leaders = [members[0], members[0], members[2], members[2], members[2]];
+        for (i, (member, leader)) in members.iter().zip(leaders).enumerate() {
+            fused[member.index()] = Some(FusedSlot {
+                first: 0,
+                count: 1,
+                leader,
+                columns: 4 * (i % 2)..4 * (i % 2) + 4,
+                format: None,
+            });
+        }
+        // m0 and m1 are read twice (by both of their pairs): nothing folds; alone they do.
+        let gates = GatedProducts::of(&graph, &fused);
+        assert!(gates.of.iter().all(Option::is_none));
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [1, 1, 8]).unwrap();
+        let m = products(&mut b, x, 2);
+        let activated_alone = b.unary(UnaryOp::Silu, m[0]).unwrap();
+        let product = b.mul(activated_alone, m[1]).unwrap();
+        b.output("o", product).unwrap();
+        let graph = b.finish().unwrap();
+        let mut fused = vec![None; graph.len()];
+        for (i, member) in m.iter().enumerate() {
+            fused[member.index()] = Some(FusedSlot {
+                first: 0,
+                count: 1,
+                leader: m[0],
+                columns: 4 * i..4 * i + 4,
+                format: None,
+            });
+        }
+        let gates = GatedProducts::of(&graph, &fused);
+        let found = gates.of[product.index()].as_ref().expect("folded");
+        assert_eq!(
+            (found.gate, found.up, found.activated),
+            (m[0], m[1], activated_alone)
+        );
+        assert_eq!(found.activation, UnaryOp::Silu);
+        let folded: Vec<usize> = (0..graph.len()).filter(|&i| gates.folded[i]).collect();
+        assert_eq!(
+            folded,
+            [m[0].index(), m[1].index(), activated_alone.index()]
+        );
     }
 }
