@@ -55,3 +55,9 @@ fn the_quantized_rows_kernel_matches_float64_when_emulated() {
     let report = emulate("quantized_rows");
     assert_eq!(passed(&report), 12, "{report}");
 }
+
+#[test]
+fn the_gated_rows_kernel_matches_float64_when_emulated() {
+    let report = emulate("gated_rows");
+    assert_eq!(passed(&report), 9, "{report}");
+}
