@@ -205,6 +205,19 @@ fn generate<B: Backend<Executable: 'static>>(
             .map(|t| i64::from(*t))
             .collect(),
     };
+    if args.backend == "mlx" {
+        // MLX compiles a shape's kernels when it first runs it (on a GPU, minutes on a
+        // fresh machine): one throwaway token first, so the figures below time generation,
+        // not compilation.
+        eprintln!("warming up (MLX compiles its kernels at first use)");
+        let warm_up = GenerateOptions {
+            max_tokens: options.max_tokens.min(2),
+            ..options.clone()
+        };
+        for token in generator.generate(&prompt, warm_up)? {
+            token?;
+        }
+    }
     let generation = generator.generate(&prompt, options)?;
     let mut stream = TextStream::new(generation, &tokenizer, &args.stop);
     let mut stdout = std::io::stdout().lock();
