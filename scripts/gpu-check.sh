@@ -41,7 +41,8 @@
 #     with CUDA is there; with RLX_GPU_TRACE=1 also a kernel trace of each at 256x128
 #     (scripts/gpu-trace/kernel_trace.cpp, built into the pack), written beside the log;
 #   - generation (group `generate`, when $RLX_SMOLLM2_DIR holds SmolLM2's GGUF): the
-#     llama and generate tests, 09_generate (RLX_GPU_BENCH_ONLY=1 leaves these out) and
+#     llama and generate tests, 09_generate (RLX_GPU_BENCH_ONLY=1 leaves these out,
+#     RLX_GPU_TESTS_ONLY=1 everything else) and
 #     generate_bench --backend mlx in f32 and Q4_1 (each also with the gated feed-forward as
 #     MLX ops, RLX_MLX_GATED_ROWS=0) with and without MLX's CUDA graphs
 #     (RLX_GPU_GRAPHS="off" for without only); with $RLX_GPU_REFERENCES (a folder holding
@@ -322,22 +323,25 @@ run_all() {
       done
       step "$bin/09_generate" --backend mlx --max-tokens 32 || status=1
     fi
-    # f32 weights, and the Q4_1 projections kept 4-bit (our row kernel, decision 044); each
-    # with MLX's CUDA graphs (generate_bench's default, decision 040) and without (decision
-    # 011), and each again with the gated feed-forward composed of MLX ops
-    # (RLX_MLX_GATED_ROWS=0, decision 047's A/B); then where decode time goes (a kernel
-    # trace of one process, batch 1 only).
-    for graphs in ${RLX_GPU_GRAPHS:-on off}; do
-      for weights in "" --quant; do
-        step "$bin/generate_bench" --backend mlx $weights --reps 3 --cuda-graphs "$graphs" || status=1
-        say "RLX_MLX_GATED_ROWS=0 (the gate and up product, its slices and activation as MLX ops):"
-        RLX_MLX_GATED_ROWS=0 step "$bin/generate_bench" --backend mlx $weights --reps 3 \
-          --cuda-graphs "$graphs" || status=1
+    # RLX_GPU_TESTS_ONLY=1: the tests and the tutorial alone (the benchmarks left out).
+    if [ -z "${RLX_GPU_TESTS_ONLY:-}" ]; then
+      # f32 weights, and the Q4_1 projections kept 4-bit (our row kernel, decision 044); each
+      # with MLX's CUDA graphs (generate_bench's default, decision 040) and without (decision
+      # 011), and each again with the gated feed-forward composed of MLX ops
+      # (RLX_MLX_GATED_ROWS=0, decision 047's A/B); then where decode time goes (a kernel
+      # trace of one process, batch 1 only).
+      for graphs in ${RLX_GPU_GRAPHS:-on off}; do
+        for weights in "" --quant; do
+          step "$bin/generate_bench" --backend mlx $weights --reps 3 --cuda-graphs "$graphs" || status=1
+          say "RLX_MLX_GATED_ROWS=0 (the gate and up product, its slices and activation as MLX ops):"
+          RLX_MLX_GATED_ROWS=0 step "$bin/generate_bench" --backend mlx $weights --reps 3 \
+            --cuda-graphs "$graphs" || status=1
+        done
       done
-    done
-    RLX_TRACE_TOP=30 traced generate "$bin/generate_bench" --backend mlx --reps 1 --batches 1
-    [ -f "$(dirname "$log")/trace-generate.txt" ] && cat "$(dirname "$log")/trace-generate.txt"
-    [ -n "${RLX_GPU_REFERENCES:-}" ] && { generation_references "$prefix" "$RLX_GPU_REFERENCES" || status=1; }
+      RLX_TRACE_TOP=30 traced generate "$bin/generate_bench" --backend mlx --reps 1 --batches 1
+      [ -f "$(dirname "$log")/trace-generate.txt" ] && cat "$(dirname "$log")/trace-generate.txt"
+      [ -n "${RLX_GPU_REFERENCES:-}" ] && { generation_references "$prefix" "$RLX_GPU_REFERENCES" || status=1; }
+    fi
   fi
   if [[ ,$only, == *,scan,* ]]; then
     local ops_tests mamba_tests
