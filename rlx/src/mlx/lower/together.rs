@@ -276,7 +276,7 @@ impl GatedProducts {
                     && members.get(&g.leader) == Some(&2)
                     && graph[gate].ty == node.ty
                     && graph[up].ty == node.ty
-                    && graph[gate].inputs.first().is_some()
+                    && !graph[gate].inputs.is_empty()
                     && graph[gate].inputs.first() == graph[up].inputs.first()
                     && u.columns.len() == g.columns.len()
                     && only_reader(gate, activated)
@@ -332,10 +332,10 @@ impl Lowering {
         let columns = [g.columns.start, u.columns.start];
         let format = g.format.map(|f| f.id());
         let width = g.columns.len();
-        if self.shapes[id.index()].last() == Some(&width) {
-            if let Some(out) = x.gated_product(parts, format, columns, width, gated.activation)? {
-                return Ok(out);
-            }
+        if self.shapes[id.index()].last() == Some(&width)
+            && let Some(out) = x.gated_product(parts, format, columns, width, gated.activation)?
+        {
+            return Ok(out);
         }
         let gate = self.grouped_product(gated.gate, g, x, leaves, shared)?;
         let up = self.grouped_product(gated.up, u, x, leaves, shared)?;

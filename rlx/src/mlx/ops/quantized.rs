@@ -79,11 +79,12 @@ impl Array {
         })
     }
 
-    /// `act(self · W[:, gate]) * (self · W[:, up])` (`act` SiLU or tanh GELU), a gated feed-forward's hidden values
-    /// from the joined weight `W` of its gate and up products (`width` columns each, from
-    /// `gate` and `up`): `parts` as a float group's product reads it (`format` `None`) or a
-    /// block weight's prepared form. One kernel on an NVIDIA GPU for 1 to 8 float32 rows;
-    /// `None` elsewhere, where the caller composes the product, slices and activation.
+    /// `act(self · W[:, gate]) * (self · W[:, up])` (`act` SiLU or tanh GELU), a gated
+    /// feed-forward's hidden values from the joined weight `W` of its gate and up products
+    /// (`width` columns each, from `columns`' two): `parts` as a float group's product reads
+    /// it (`format` `None`) or a block weight's prepared form. One kernel on an NVIDIA GPU
+    /// for 1 to 8 float32 rows; `None` elsewhere, where the caller composes the product,
+    /// slices and activation.
     pub(crate) fn gated_product(
         &self,
         parts: &[Array],
