@@ -75,3 +75,12 @@ void run_block(Dim3 block, int threads, Body&& body) {
   }
   for (auto& t : running) t.join();
 }
+
+// Prints whether a case's largest difference from float64 relative to its terms' magnitude,
+// `worst`, is within `bound` ("ok NAME: ..." or "FAILED NAME: ..."), and returns 1 if it is
+// not: an emulator's exit status counts its failures.
+inline int report(const char* name, double worst, double bound) {
+  const bool ok = worst <= bound;
+  std::printf("%s %s: largest difference / magnitude %g\n", ok ? "ok" : "FAILED", name, worst);
+  return ok ? 0 : 1;
+}

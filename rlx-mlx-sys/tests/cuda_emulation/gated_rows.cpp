@@ -63,6 +63,29 @@ Rows rows_of(int rows, int k, int step, int skew, std::mt19937& rng) {
 
 double value(const Rows& r, int row, int j) { return r.x[row * r.strides[1] + j * r.strides[2]]; }
 
+// The largest difference of `out` ([rows, width]) from float64's act(x · W[:, gate + c]) *
+// (x · W[:, up + c]), W's value at (k, column) given by `weight`.
+template <class Weight>
+double compare(const Rows& x, int rows, int k, int width, int act, int gate, int up,
+               const Weight& weight, const std::vector<float>& out) {
+  Worst worst;
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < width; ++c) {
+      double g = 0, u = 0, gm = 0, um = 0;
+      for (int i = 0; i < k; ++i) {
+        const double xv = value(x, r, i);
+        g += xv * weight(i, gate + c);
+        u += xv * weight(i, up + c);
+        gm += std::fabs(xv * weight(i, gate + c));
+        um += std::fabs(xv * weight(i, up + c));
+      }
+      const double scale = std::fabs(activate(act, g)) * um + 1.2 * std::fabs(u) * gm + 1e-30;
+      worst.see(out[static_cast<size_t>(r) * width + c], activate(act, g) * u, scale);
+    }
+  }
+  return worst.value;
+}
+
 // Float32 weights, the gate at column 3 and up after it, stored column by column ([n, k],
 // `by_column`) or row by row ([k, n]); the kernel reads them as [k, n] (K_FIRST, a
 // product's right operand: the transposed view of [n, k] storage) or as [n, k].
@@ -84,22 +107,7 @@ double run_float(int width, int k, int step, int skew, bool by_column) {
     rlx_gated::gated_rows<ROWS, kWarps, ACT, K_FIRST>(x.x, x.shape, x.strides, 3, w.data(), w_strides,
                                                       gate, up, width, out.data());
   });
-  Worst worst;
-  for (int r = 0; r < ROWS; ++r) {
-    for (int c = 0; c < width; ++c) {
-      double g = 0, u = 0, gm = 0, um = 0;
-      for (int i = 0; i < k; ++i) {
-        const double xv = value(x, r, i);
-        g += xv * weight(i, gate + c);
-        u += xv * weight(i, up + c);
-        gm += std::fabs(xv * weight(i, gate + c));
-        um += std::fabs(xv * weight(i, up + c));
-      }
-      const double scale = std::fabs(activate(ACT, g)) * um + 1.2 * std::fabs(u) * gm + 1e-30;
-      worst.see(out[static_cast<size_t>(r) * width + c], activate(ACT, g) * u, scale);
-    }
-  }
-  return worst.value;
+  return compare(x, ROWS, k, width, ACT, gate, up, weight, out);
 }
 
 // Affine groups of 32: the gate at columns [0, width), up at [width, 2 * width).
@@ -126,33 +134,14 @@ double run_quantized(int width, int k, bool aligned) {
                                                              biases.data(), 0, width, width, k,
                                                              out.data());
   });
-  Worst worst;
-  for (int r = 0; r < ROWS; ++r) {
-    for (int c = 0; c < width; ++c) {
-      double g = 0, u = 0, gm = 0, um = 0;
-      for (int i = 0; i < k; ++i) {
-        const double xv = value(x, r, i);
-        g += xv * weight(i, c);
-        u += xv * weight(i, width + c);
-        gm += std::fabs(xv * weight(i, c));
-        um += std::fabs(xv * weight(i, width + c));
-      }
-      const double scale = std::fabs(activate(ACT, g)) * um + 1.2 * std::fabs(u) * gm + 1e-30;
-      worst.see(out[static_cast<size_t>(r) * width + c], activate(ACT, g) * u, scale);
-    }
-  }
-  return worst.value;
+  return compare(x, ROWS, k, width, ACT, 0, width, weight, out);
 }
 
 int main() {
   int failures = 0;
-  auto check = [&](const char* name, double worst) {
-    // Each term rounds once and the float32 sums over up to 576 terms a few units of
-    // float32 rounding of the magnitudes' sum; the activation and product a few more.
-    const bool ok = worst <= 1e-5;
-    std::printf("%s %s: largest difference / magnitude %g\n", ok ? "ok" : "FAILED", name, worst);
-    failures += ok ? 0 : 1;
-  };
+  // Each term rounds once and the float32 sums over up to 576 terms a few units of float32
+  // rounding of the magnitudes' sum; the activation and product a few more.
+  auto check = [&](const char* name, double worst) { failures += report(name, worst, 1e-5); };
   check("1 row, SiLU, [k, n] view of [n, k], SmolLM2's width", run_float<1, 0, true>(40, 576, 1, 0, true));
   check("3 rows, GELU, [k, n] view of [n, k], misaligned", run_float<3, 1, true>(13, 96, 1, 1, true));
   check("8 rows, SiLU, [k, n] stored so", run_float<8, 0, true>(40, 576, 1, 0, false));
