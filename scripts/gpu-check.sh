@@ -21,9 +21,9 @@
 #
 # What runs (each step's output also goes to $RLX_GPU_LOG, default ./gpu-check.log;
 # RLX_GPU_ONLY=tests,state,fuzz,case,block,minilm,dp,generate,scan,moe picks groups):
-#   - the op table (tests/ops), tests/mlx.rs, tests/mlx_device.rs, the state tests, the MiniLM parity tests,
+#   - the op table (tests/ops), tests/mlx.rs, tests/mlx_device, the state tests, the MiniLM parity tests,
 #     the concurrency stress test and the bounded random-graph run on the GPU, and the attention test again in TF32;
-#   - `state` alone: tests/mlx_device.rs and the state tests (state, model_state, packed_weights),
+#   - `state` alone: tests/mlx_device and the state tests (state, model_state, packed_weights),
 #     the part of `tests` that issue 32 asks of a GPU besides the op table and the random graphs
 #     (the whole `tests` group outlasts one call while PyTorch compiles beside it);
 #   - fuzz_graphs for $RLX_GPU_FUZZ_CASES (default 5000) random graphs from seed
