@@ -4,7 +4,8 @@
 #include "shim_internal.h"
 
 // kAttentionSource, kDecodeAttentionSource, kResidualNormSource, kRopeHeadsSource,
-// kQuantizedRowsSource, kGatedRowsSource: the cpp/*.cu files of those names, embedded by build.rs.
+// kQuantizedRowsSource, kGatedRowsSource: the cpp/*.cu files of those names, embedded by
+// build.rs.
 #include "attention_source.h"
 #include "decode_attention_source.h"
 #include "residual_norm_source.h"

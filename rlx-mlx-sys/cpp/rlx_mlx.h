@@ -429,7 +429,6 @@ int rlx_mlx_block_matmul_prepared(const rlx_mlx_array* x, rlx_mlx_array* const* 
 int rlx_mlx_gated_product(const rlx_mlx_array* x, rlx_mlx_array* const* parts, size_t count,
                           int32_t format, int64_t gate_col, int64_t up_col, int64_t width,
                           int32_t act, rlx_mlx_array** out);
-/* The float32 values of `w`'s rows of GGUF blocks (`[.., row bytes]` -> `[.., values]`). */
 // f32 values uniform in [0, 1) of `shape`, RLX's draw of `seed` (a rank-0 int64) and `stream`.
 int rlx_mlx_random_uniform(const rlx_mlx_array* seed, uint32_t stream, const int64_t* shape,
                            size_t ndim, rlx_mlx_array** out);
@@ -439,6 +438,7 @@ int rlx_mlx_after(const rlx_mlx_array* x, const rlx_mlx_array* token, rlx_mlx_ar
 int rlx_mlx_dequantize(const rlx_mlx_array* w, const rlx_mlx_array* scales,
                        const rlx_mlx_array* biases, int32_t bits, int32_t group_size,
                        rlx_mlx_array** out);
+/* The float32 values of `w`'s rows of GGUF blocks (`[.., row bytes]` -> `[.., values]`). */
 int rlx_mlx_block_dequantize(const rlx_mlx_array* w, int32_t format, rlx_mlx_array** out);
 
 #ifdef __cplusplus
