@@ -32,7 +32,7 @@ pub(crate) struct Lowering {
     pub residual_norms: Arc<ResidualNorms>,
     /// Rotations of queries and keys lowered in pairs from the product that made them.
     pub head_ropes: Arc<HeadRopes>,
-    /// Gated feed-forwards lowered at their product node.
+    /// Gated feed-forwards lowered at the node that multiplies gate and up.
     pub gated_products: Arc<GatedProducts>,
     /// Concrete dims of every node.
     pub shapes: Vec<Vec<usize>>,

@@ -220,16 +220,16 @@ impl Lowering {
 /// Gated feed-forwards: `act(gate) * up`, `gate` and `up` float32 products that are the only
 /// two members of one product group (a block's joined gate and up weight), `act` SiLU or
 /// tanh GELU, and nothing else reading the products or the activation. Each is lowered at
-/// its product node as one [`Array::gated_product`] (one kernel on an NVIDIA GPU in place of
-/// the joined product, two column slices and the activation's product: three fewer MLX
-/// nodes a block for a decoding step to build), the three nodes before it not built; where
-/// the kernel does not apply, the product node builds them itself.
+/// the node that multiplies them, as one [`Array::gated_product`] (one kernel on an NVIDIA
+/// GPU in place of the joined product, two column slices and the activation's product:
+/// three fewer MLX nodes a block for a decoding step to build), the three nodes before it
+/// not built; where the kernel does not apply, that node builds them itself.
 ///
 /// [`Array::gated_product`]: crate::mlx::Array
 pub(crate) struct GatedProducts {
-    /// Per product node: what it is the product of.
+    /// Per node multiplying a gate by an up product: the nodes it reads.
     pub(super) of: Vec<Option<Gated>>,
-    /// Per node: a gate, up or activation node its product node builds.
+    /// Per node: a gate, up or activation node the multiplying node builds.
     pub(super) folded: Vec<bool>,
 }
 
