@@ -281,8 +281,8 @@ impl Lowering {
                 .filter(|_| timings.is_none());
             let inputs: &[NodeId] = match (&self.bias_adds.of[id.index()], gated) {
                 (Some(add), _) => &add.operands,
-                // Its operands are folded: it reads what they read.
-                (None, Some(_)) => &[],
+                // Its operands are folded: it reads what their products read.
+                (None, Some(g)) => std::slice::from_ref(&g.operand),
                 (None, None) => &node.inputs,
             };
             let operands: Vec<&Array> = inputs
@@ -321,7 +321,7 @@ impl Lowering {
                     values[second.index()] = Some(keys);
                     first
                 } else if let Some(gated) = gated {
-                    match self.gated_product(id, gated, &values, leaves, &mut shared) {
+                    match self.gated_product(id, gated, operands[0], leaves, &mut shared) {
                         Ok(v) => v,
                         Err(NodeFailure::Mlx(e)) => return Err(at(e)),
                         Err(NodeFailure::Run(e)) => return Err(e),

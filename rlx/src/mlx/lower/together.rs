@@ -235,6 +235,8 @@ pub(crate) struct GatedProducts {
 
 /// The nodes a gated product reads.
 pub(super) struct Gated {
+    /// The left operand both products multiply (a group's members share it).
+    pub(super) operand: NodeId,
     pub(super) gate: NodeId,
     pub(super) up: NodeId,
     /// `act(gate)`.
@@ -265,7 +267,11 @@ impl GatedProducts {
                     continue;
                 };
                 let gate = act.inputs[0];
-                let (Some(g), Some(u)) = (&fused[gate.index()], &fused[up.index()]) else {
+                let (Some(g), Some(u), Some(&operand)) = (
+                    &fused[gate.index()],
+                    &fused[up.index()],
+                    graph[gate].inputs.first(),
+                ) else {
                     continue;
                 };
                 let only_reader = |n: NodeId, reader: NodeId| {
@@ -276,8 +282,6 @@ impl GatedProducts {
                     && members.get(&g.leader) == Some(&2)
                     && graph[gate].ty == node.ty
                     && graph[up].ty == node.ty
-                    && !graph[gate].inputs.is_empty()
-                    && graph[gate].inputs.first() == graph[up].inputs.first()
                     && u.columns.len() == g.columns.len()
                     && only_reader(gate, activated)
                     && only_reader(activated, id)
@@ -289,6 +293,7 @@ impl GatedProducts {
                     folded[n.index()] = true;
                 }
                 of[id.index()] = Some(Gated {
+                    operand,
                     gate,
                     up,
                     activated,
@@ -302,14 +307,14 @@ impl GatedProducts {
 }
 
 impl Lowering {
-    /// The gated product `gated` (node `id`'s) from the operand its products share: one
+    /// The gated product `gated` (node `id`'s) of `x`, the operand its products share: one
     /// kernel where it applies, else the joined product, its slices and the activation as
     /// the folded nodes would have built them.
     pub(super) fn gated_product(
         &self,
         id: NodeId,
         gated: &Gated,
-        values: &[Option<Array>],
+        x: &Array,
         leaves: &[Array],
         shared: &mut Vec<(NodeId, Array)>,
     ) -> Result<Array, super::NodeFailure> {
@@ -319,9 +324,6 @@ impl Lowering {
             &self.fused[gated.up.index()],
         ) else {
             return Err(MlxError::new("a gated product's products are not grouped").into());
-        };
-        let Some(x) = values[graph[gated.gate].inputs[0].index()].as_ref() else {
-            return Err(MlxError::new("a gated product's operand is not built").into());
         };
         // A float group's product reads its joined weight alone (the view for rows
         // follows it); a block format's, every part of its form.
