@@ -62,6 +62,19 @@ pub(super) fn make(
         .ok_or_else(|| MlxError::new("the shim reported success but made no array"))
 }
 
+/// Runs a shim call that writes an array where it applies and leaves its slot null
+/// elsewhere (a kernel of ours that the caller replaces with MLX's ops).
+pub(super) fn make_optional(
+    call: impl FnOnce(*mut *mut sys::rlx_mlx_array) -> c_int,
+) -> Result<Option<Array>, MlxError> {
+    let mut out = ptr::null_mut();
+    let status = call(&mut out);
+    // Wrapped before the status is checked, so a result is freed either way.
+    let made = Array::from_raw(out);
+    check(status)?;
+    Ok(made)
+}
+
 /// Runs a shim call that writes an array and an out-of-range flag.
 pub(super) fn make_checked(
     call: impl FnOnce(*mut *mut sys::rlx_mlx_array, *mut *mut sys::rlx_mlx_array) -> c_int,

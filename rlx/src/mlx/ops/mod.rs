@@ -5,7 +5,7 @@ use std::ptr;
 
 use rlx_mlx_sys as sys;
 
-use super::array::{Array, MlxError, check, dims_i64, ints, make};
+use super::array::{Array, MlxError, check, dims_i64, ints, make, make_optional};
 use super::codes;
 use crate::ir::{
     ArgReduceOp, BinaryOp, CompareOp, DType, PoolKind, ReduceOp, SortOutput, UnaryOp, UpsampleMode,
@@ -297,9 +297,8 @@ impl Array {
             MaskArg::Window(w) => (sys::RLX_MLX_MASK_WINDOW, w as i64),
             MaskArg::Array(_) => return Ok(None),
         };
-        let mut out = ptr::null_mut();
         // SAFETY: the handles are live; `out` is a valid slot the shim fills or leaves null.
-        let status = unsafe {
+        make_optional(|out| unsafe {
             sys::rlx_mlx_attention_prefix(
                 self.ptr(),
                 k.ptr(),
@@ -308,12 +307,9 @@ impl Array {
                 length.ptr(),
                 kind,
                 window,
-                &mut out,
+                out,
             )
-        };
-        let made = Array::from_raw(out);
-        check(status)?;
-        Ok(made)
+        })
     }
 
     /// Rotary position embedding of the first `dims` features; with `periods` (`dims / 2`

@@ -6,7 +6,7 @@ use std::ptr;
 use rlx_mlx_sys as sys;
 
 use crate::ir::UnaryOp;
-use crate::mlx::array::{Array, MlxError, check, make};
+use crate::mlx::array::{Array, MlxError, check, make, make_optional};
 
 impl Array {
     /// `self · dequant(w)ᵀ` with RLX's quantized layout (see the IR op).
@@ -100,10 +100,9 @@ impl Array {
             UnaryOp::GeluTanh => 1,
             _ => return Ok(None),
         };
-        let mut out = ptr::null_mut();
         // SAFETY: every handle is live; `raw` holds the count passed; `out` is a valid slot
         // the shim fills or leaves null.
-        let status = unsafe {
+        make_optional(|out| unsafe {
             sys::rlx_mlx_gated_product(
                 self.ptr(),
                 raw.as_ptr(),
@@ -113,12 +112,9 @@ impl Array {
                 columns[1] as i64,
                 width as i64,
                 act,
-                &mut out,
+                out,
             )
-        };
-        let made = Array::from_raw(out);
-        check(status)?;
-        Ok(made)
+        })
     }
 
     /// The values of group-affine packed rows (`self`) with their scales and biases.
