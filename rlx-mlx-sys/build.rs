@@ -163,6 +163,11 @@ fn embed_kernel_sources() -> PathBuf {
             "kQuantizedRowsSource",
         ),
         ("gated_rows.cu", "gated_rows_source.h", "kGatedRowsSource"),
+        (
+            "rotated_rows.cu",
+            "rotated_rows_source.h",
+            "kRotatedRowsSource",
+        ),
     ] {
         let path = format!("cpp/{file}");
         let source =

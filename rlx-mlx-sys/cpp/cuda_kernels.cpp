@@ -4,14 +4,15 @@
 #include "shim_internal.h"
 
 // kAttentionSource, kDecodeAttentionSource, kResidualNormSource, kRopeHeadsSource,
-// kQuantizedRowsSource, kGatedRowsSource: the cpp/*.cu files of those names, embedded by
-// build.rs.
+// kQuantizedRowsSource, kGatedRowsSource, kRotatedRowsSource: the cpp/*.cu files of those
+// names, embedded by build.rs.
 #include "attention_source.h"
 #include "decode_attention_source.h"
 #include "residual_norm_source.h"
 #include "rope_heads_source.h"
 #include "quantized_rows_source.h"
 #include "gated_rows_source.h"
+#include "rotated_rows_source.h"
 
 namespace rlx {
 
@@ -417,6 +418,108 @@ std::optional<mx::array> gated_rows_gpu(const mx::array& x, const std::vector<mx
                  {"WIDTH", n}},
                 std::nullopt, false, {})
       .at(0);
+}
+
+// A decoder block's rotated queries and keys and its values, from float32 rows `x` ([B, S,
+// K], 1 to 8 of them) and the joined weight of its q/k/v products (cpp/rotated_rows.cu), on
+// an NVIDIA GPU; nothing where it does not apply, and the caller makes the product and
+// rotates it. `parts` and `format` as rlx_mlx_gated_product takes them (rlx_mlx.h).
+std::optional<std::tuple<mx::array, mx::array, mx::array>> rotated_rows_gpu(
+    const mx::array& x, const std::vector<mx::array>& parts, int32_t format, const HeadGroups& g,
+    int64_t v_col, const mx::array& offset, const std::optional<mx::array>& periods) {
+  constexpr int warps = 8;
+  // RLX_MLX_ROTATED_ROWS=0 turns the kernel off (to compare it with the product and
+  // rope_heads' kernel).
+  static const bool enabled = [] {
+    const char* flag = std::getenv("RLX_MLX_ROTATED_ROWS");
+    return flag == nullptr || std::string(flag) != "0";
+  }();
+  if (!enabled || cuda_build_compute_major() == 0) return std::nullopt;
+  if (x.dtype() != mx::float32 || x.ndim() != 3 || parts.empty()) return std::nullopt;
+  if (!mx::issubdtype(offset.dtype(), mx::integer)) return std::nullopt;
+  const int batch = x.shape(0), seq = x.shape(1), k = x.shape(2);
+  const int64_t rows = int64_t{batch} * seq;
+  if (rows < 1 || rows > 8 || k < 1) return std::nullopt;
+  const bool per_row = offset.ndim() == 1 && offset.size() > 1;
+  if (offset.size() != 1 && !(per_row && offset.size() == static_cast<size_t>(batch))) {
+    return std::nullopt;
+  }
+  if (periods && (periods->dtype() != mx::float32 || periods->size() != static_cast<size_t>(g.dims / 2))) {
+    return std::nullopt;
+  }
+  // The weight's columns, and whether it is read [K, N] (a float group's operand).
+  const bool quantized = parts.size() == 3 && format >= 0;
+  const bool k_first = format < 0;
+  int64_t columns = 0;
+  if (quantized) {
+    columns = parts[0].shape(0);
+  } else if (parts.size() == 1 && parts[0].dtype() == mx::float32 && parts[0].ndim() == 2 &&
+             parts[0].shape(k_first ? 0 : 1) == k) {
+    columns = parts[0].shape(k_first ? 1 : 0);
+  } else {
+    return std::nullopt;
+  }
+  const int64_t values_end = v_col + int64_t{g.k_heads} * g.head_dim;
+  if (!head_groups_fit(g, columns) || v_col < 0 || values_end > columns ||
+      columns > std::numeric_limits<int32_t>::max()) {
+    return std::nullopt;
+  }
+  const int64_t units = int64_t{g.q_heads + g.k_heads} * (g.dims / 2 + g.head_dim - g.dims) +
+                        int64_t{g.k_heads} * g.head_dim;
+  if (units > std::numeric_limits<int32_t>::max() / 32 - warps) return std::nullopt;
+  const int blocks = static_cast<int>((units + warps - 1) / warps);
+  const std::vector<mx::Shape> shapes = {{batch, g.q_heads, seq, g.head_dim},
+                                         {batch, g.k_heads, seq, g.head_dim},
+                                         {batch, g.k_heads, seq, g.head_dim}};
+  const std::vector<mx::Dtype> dtypes(3, mx::float32);
+  const std::tuple<int, int, int> grid{blocks * warps * 32, 1, 1}, block{warps * 32, 1, 1};
+  std::vector<std::pair<std::string, mx::fast::TemplateArg>> args = {
+      {"ROWS", static_cast<int>(rows)}, {"WARPS", warps}, {"HQ", g.q_heads}, {"HK", g.k_heads},
+      {"D", g.head_dim}, {"DIMS", g.dims}, {"QCOL", static_cast<int>(g.q_col)},
+      {"KCOL", static_cast<int>(g.k_col)}, {"VCOL", static_cast<int>(v_col)},
+      {"TRADITIONAL", g.traditional}, {"PER_ROW", per_row}, {"PERIODS", periods.has_value()},
+      {"BASE_BITS", float_bits(g.base)}, {"SCALE_BITS", float_bits(g.scale)},
+      {"OffT", offset.dtype()}};
+  const std::string source = std::string(kQuantizedRowsSource) + kGatedRowsSource +
+                             kRopeHeadsSource + kRotatedRowsSource;
+  // Without periods the kernel reads none: `x` stands in for the operand.
+  const mx::array& period = periods ? *periods : x;
+  std::vector<mx::array> out;
+  if (!quantized) {
+    // Strides are read where the kernel runs: while MLX traces a compiled function the
+    // arrays here are placeholders.
+    static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
+        "rlx_rotated_rows", {"x", "w", "offset", "periods"}, {"q", "k", "v"},
+        "rlx_rotated::rotated_rows<ROWS, WARPS, HQ, HK, D, DIMS, QCOL, KCOL, VCOL, TRADITIONAL, "
+        "PER_ROW, PERIODS, BASE_BITS, SCALE_BITS, K_FIRST, OffT>(x, x_shape, x_strides, w, "
+        "w_strides, offset, periods, q, k, v);",
+        source, /*ensure_row_contiguous=*/false);
+    args.emplace_back("K_FIRST", k_first);
+    out = kernel({x, parts[0], offset, period}, shapes, dtypes, grid, block, args, std::nullopt,
+                 false, {});
+  } else {
+    const int bits = format == 8 ? 8 : 4;
+    const mx::array &words = parts[0], &scales = parts[1], &biases = parts[2];
+    if (words.dtype() != mx::uint32 || scales.dtype() != mx::float32 || biases.dtype() != mx::float32) {
+      return std::nullopt;
+    }
+    const mx::Shape groups{static_cast<int>(columns), k / 32};
+    if (k % 32 != 0 || words.ndim() != 2 || words.shape(1) != k * bits / 32 ||
+        scales.shape() != groups || biases.shape() != groups) {
+      return std::nullopt;
+    }
+    static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
+        "rlx_rotated_quantized_rows", {"x", "words", "scales", "biases", "offset", "periods"},
+        {"q", "k", "v"},
+        "rlx_rotated::rotated_quantized_rows<ROWS, BITS, WARPS, HQ, HK, D, DIMS, QCOL, KCOL, VCOL, "
+        "TRADITIONAL, PER_ROW, PERIODS, BASE_BITS, SCALE_BITS, OffT>(x, words, scales, biases, "
+        "x_shape[1], x_shape[2], offset, periods, q, k, v);",
+        source, /*ensure_row_contiguous=*/true);
+    args.emplace_back("BITS", bits);
+    out = kernel({x, words, scales, biases, offset, period}, shapes, dtypes, grid, block, args,
+                 std::nullopt, false, {});
+  }
+  return std::make_tuple(out.at(0), out.at(1), out.at(2));
 }
 
 // The query and key heads of `x` ([B, S, W] float32) rotated and written heads-first

@@ -50,6 +50,34 @@ __device__ __forceinline__ bool aligned16(const float* p) {
   return reinterpret_cast<unsigned long long>(p) % 16 == 0;
 }
 
+// Where each of ROWS rows of `x` starts (its shape and strides as MLX passes them: the rows
+// are every index but the last).
+template <int ROWS, class XShape, class XStrides>
+__device__ __forceinline__ void row_starts(const XShape& x_shape, const XStrides& x_strides,
+                                           int x_ndim, long long* row) {
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    long long at = 0;
+    int rest = r;
+    for (int d = x_ndim - 2; d >= 0; --d) {
+      at += static_cast<long long>(rest % x_shape[d]) * x_strides[d];
+      rest /= x_shape[d];
+    }
+    row[r] = at;
+  }
+}
+
+// Whether float_column may read the rows starting at `row` with vector loads (given 16-byte
+// aligned weight columns).
+template <int ROWS>
+__device__ __forceinline__ bool vector_rows(const float* x, const long long* row, long long x_step,
+                                            long long w_step, int k) {
+  bool vector = x_step == 1 && w_step == 1 && k % 4 == 0 && aligned16(x);
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) vector = vector && row[r] % 4 == 0;
+  return vector;
+}
+
 // Writes act(gate sums) * up sums of every row for column `j` of `out` ([ROWS, width]).
 template <int ROWS, int ACT>
 __device__ __forceinline__ void write_gated(const float* gate, const float* up, int j, int width,
@@ -77,22 +105,10 @@ __device__ void gated_rows(const float* x, const XShape& x_shape, const XStrides
   const long long w_k = K_FIRST ? w_strides[0] : w_strides[1];
   const long long w_n = K_FIRST ? w_strides[1] : w_strides[0];
   long long row[ROWS];
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) {
-    long long at = 0;
-    int rest = r;
-    for (int d = x_ndim - 2; d >= 0; --d) {
-      at += static_cast<long long>(rest % x_shape[d]) * x_strides[d];
-      rest /= x_shape[d];
-    }
-    row[r] = at;
-  }
+  row_starts<ROWS>(x_shape, x_strides, x_ndim, row);
   const float* g = w + static_cast<long long>(gate + j) * w_n;
   const float* u = w + static_cast<long long>(up + j) * w_n;
-  bool vector = x_step == 1 && w_k == 1 && k % 4 == 0 && aligned16(x) && aligned16(g) &&
-                aligned16(u);
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) vector = vector && row[r] % 4 == 0;
+  const bool vector = vector_rows<ROWS>(x, row, x_step, w_k, k) && aligned16(g) && aligned16(u);
   float ga[ROWS], ua[ROWS];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) ga[r] = ua[r] = 0.f;

@@ -325,6 +325,34 @@ int rlx_mlx_gated_product(const rlx_mlx_array* x, rlx_mlx_array* const* parts, s
   });
 }
 
+int rlx_mlx_rotated_product(const rlx_mlx_array* x, rlx_mlx_array* const* parts, size_t count,
+                            int32_t format, const rlx_mlx_head_groups* groups, int64_t v_col,
+                            const rlx_mlx_array* offset, const rlx_mlx_array* periods,
+                            rlx_mlx_array** q_out, rlx_mlx_array** k_out, rlx_mlx_array** v_out) {
+  return guard([&] {
+    if (x == nullptr || parts == nullptr || groups == nullptr || offset == nullptr ||
+        q_out == nullptr || k_out == nullptr || v_out == nullptr) {
+      throw std::invalid_argument(
+          "[rlx] rotated_product needs an operand, a weight, head groups, an offset and three outputs");
+    }
+    *q_out = *k_out = *v_out = nullptr;
+    std::vector<mx::array> arrays;
+    for (size_t i = 0; i < count; ++i) {
+      if (parts[i] == nullptr) throw std::invalid_argument("[rlx] rotated_product: a null weight part");
+      arrays.push_back(get(parts[i]));
+    }
+    const mx::array& v = get(x);
+    if (v.size() == 0) return;
+    const std::optional<mx::array> period =
+        periods != nullptr ? std::optional<mx::array>(get(periods)) : std::nullopt;
+    if (auto made = rotated_rows_gpu(v, arrays, format, *groups, v_col, get(offset), period)) {
+      put(q_out, std::get<0>(*made));
+      put(k_out, std::get<1>(*made));
+      put(v_out, std::get<2>(*made));
+    }
+  });
+}
+
 int rlx_mlx_block_matmul(const rlx_mlx_array* x, const rlx_mlx_array* w, int32_t format,
                          rlx_mlx_array** out) {
   return guard([&] {

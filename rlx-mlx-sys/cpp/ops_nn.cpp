@@ -390,6 +390,13 @@ mx::array rope_from_ops(const mx::array& x, int dims, bool traditional, float ba
   return dims < D ? mx::concatenate({rotated, last(dims, D)}, nd - 1) : rotated;
 }
 
+bool head_groups_fit(const HeadGroups& g, int64_t width) {
+  return g.q_heads >= 1 && g.k_heads >= 1 && g.head_dim >= 2 && g.dims >= 2 && g.dims % 2 == 0 &&
+         g.dims <= g.head_dim && g.q_col >= 0 && g.k_col >= 0 &&
+         g.q_col + int64_t{g.q_heads} * g.head_dim <= width &&
+         g.k_col + int64_t{g.k_heads} * g.head_dim <= width;
+}
+
 }  // namespace rlx
 
 using namespace rlx;
@@ -446,27 +453,22 @@ int rlx_mlx_rope(const rlx_mlx_array* x, int32_t dims, double base, double scale
   return guard([&] { put(out, rope_array(get(x), dims, base, scale, traditional, offset, periods)); });
 }
 
-int rlx_mlx_rope_heads(const rlx_mlx_array* x, int64_t q_col, int32_t q_heads, int64_t k_col,
-                       int32_t k_heads, int32_t head_dim, int32_t dims, double base, double scale,
-                       bool traditional, const rlx_mlx_array* offset,
-                       const rlx_mlx_array* periods, rlx_mlx_array** q_out,
-                       rlx_mlx_array** k_out) {
+int rlx_mlx_rope_heads(const rlx_mlx_array* x, const rlx_mlx_head_groups* groups,
+                       const rlx_mlx_array* offset, const rlx_mlx_array* periods,
+                       rlx_mlx_array** q_out, rlx_mlx_array** k_out) {
   return guard([&] {
-    if (x == nullptr || offset == nullptr || q_out == nullptr || k_out == nullptr) {
-      throw std::invalid_argument("[rlx] rope_heads needs an operand, an offset and two outputs");
+    if (x == nullptr || groups == nullptr || offset == nullptr || q_out == nullptr || k_out == nullptr) {
+      throw std::invalid_argument("[rlx] rope_heads needs an operand, head groups, an offset and two outputs");
     }
     const mx::array& v = get(x);
-    const int64_t width = v.ndim() == 3 ? v.shape(2) : -1;
-    const bool fits = q_heads >= 1 && k_heads >= 1 && head_dim >= 2 && dims >= 2 && dims % 2 == 0 &&
-                      dims <= head_dim && q_col >= 0 && k_col >= 0 &&
-                      q_col + int64_t{q_heads} * head_dim <= width &&
-                      k_col + int64_t{k_heads} * head_dim <= width;
-    if (!fits) throw std::invalid_argument("[rlx] rope_heads: the head groups do not fit the rows");
-    const HeadGroups groups{q_col, q_heads, k_col, k_heads, head_dim, dims, base, scale, traditional};
+    const HeadGroups& g = *groups;
+    if (!head_groups_fit(g, v.ndim() == 3 ? v.shape(2) : -1)) {
+      throw std::invalid_argument("[rlx] rope_heads: the head groups do not fit the rows");
+    }
     const std::optional<mx::array> period =
         periods != nullptr ? std::optional<mx::array>(get(periods)) : std::nullopt;
     if (v.size() > 0) {
-      if (auto fused = rope_heads_gpu(v, groups, get(offset), period)) {
+      if (auto fused = rope_heads_gpu(v, g, get(offset), period)) {
         put(q_out, fused->first);
         put(k_out, fused->second);
         return;
@@ -476,12 +478,12 @@ int rlx_mlx_rope_heads(const rlx_mlx_array* x, int64_t q_col, int32_t q_heads, i
     auto heads = [&](int64_t col, int32_t count) {
       const int b = v.shape(0), s = v.shape(1);
       const mx::array columns =
-          mx::slice(v, {0, 0, static_cast<int>(col)}, {b, s, static_cast<int>(col + int64_t{count} * head_dim)});
-      const mx::array split = mx::transpose(mx::reshape(columns, {b, s, count, head_dim}), {0, 2, 1, 3});
-      return rope_array(split, dims, base, scale, traditional, offset, periods);
+          mx::slice(v, {0, 0, static_cast<int>(col)}, {b, s, static_cast<int>(col + int64_t{count} * g.head_dim)});
+      const mx::array split = mx::transpose(mx::reshape(columns, {b, s, count, g.head_dim}), {0, 2, 1, 3});
+      return rope_array(split, g.dims, g.base, g.scale, g.traditional, offset, periods);
     };
-    put(q_out, heads(q_col, q_heads));
-    put(k_out, heads(k_col, k_heads));
+    put(q_out, heads(g.q_col, g.q_heads));
+    put(k_out, heads(g.k_col, g.k_heads));
   });
 }
 

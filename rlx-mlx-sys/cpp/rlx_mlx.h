@@ -357,16 +357,37 @@ int rlx_mlx_attention(const rlx_mlx_array* q, const rlx_mlx_array* k, const rlx_
 int rlx_mlx_attention_prefix(const rlx_mlx_array* q, const rlx_mlx_array* k,
                              const rlx_mlx_array* v, double scale, const rlx_mlx_array* length,
                              rlx_mlx_mask_kind mask_kind, int64_t window, rlx_mlx_array** out);
-/* Rotary embeddings of two groups of heads packed along the last axis of x ([B, S, W],
- * float): queries at columns [q_col, q_col + q_heads * head_dim), keys at [k_col, ..), each
- * rotated as rlx_mlx_rope rotates [B, heads, S, head_dim] (offset a scalar or one per row of
- * axis 0; periods as there) and returned heads-first in q_out and k_out. One kernel on an
- * NVIDIA GPU for float32; slices, views and MLX's rope elsewhere. */
-int rlx_mlx_rope_heads(const rlx_mlx_array* x, int64_t q_col, int32_t q_heads, int64_t k_col,
-                       int32_t k_heads, int32_t head_dim, int32_t dims, double base, double scale,
-                       bool traditional, const rlx_mlx_array* offset,
-                       const rlx_mlx_array* periods, rlx_mlx_array** q_out,
-                       rlx_mlx_array** k_out);
+/* Two groups of heads packed along the last axis of a [B, S, W] array, queries at columns
+ * [q_col, q_col + q_heads * head_dim) and keys at [k_col, ..), and how they are rotated:
+ * the first `dims` features of each head (even, at most head_dim), as rlx_mlx_rope says. */
+typedef struct rlx_mlx_head_groups {
+  int64_t q_col;
+  int32_t q_heads;
+  int64_t k_col;
+  int32_t k_heads;
+  int32_t head_dim;
+  int32_t dims;
+  double base;
+  double scale;
+  bool traditional;
+} rlx_mlx_head_groups;
+/* Rotary embeddings of the query and key heads of x ([B, S, W], float), each group rotated
+ * as rlx_mlx_rope rotates [B, heads, S, head_dim] (offset a scalar or one per row of axis 0;
+ * periods as there) and returned heads-first in q_out and k_out. One kernel on an NVIDIA
+ * GPU for float32; slices, views and MLX's rope elsewhere. */
+int rlx_mlx_rope_heads(const rlx_mlx_array* x, const rlx_mlx_head_groups* groups,
+                       const rlx_mlx_array* offset, const rlx_mlx_array* periods,
+                       rlx_mlx_array** q_out, rlx_mlx_array** k_out);
+/* A decoder block's queries, keys and values from its rows x ([B, S, K], float32) and the
+ * joined weight W of its q/k/v products: q_out and k_out the heads of x · W that
+ * rlx_mlx_rope_heads would make of it, v_out its k_heads value heads at columns [v_col,
+ * v_col + k_heads * head_dim) as they are ([B, k_heads, S, head_dim]). `parts` and `format`
+ * as rlx_mlx_gated_product takes them. One kernel on an NVIDIA GPU for 1 to 8 rows;
+ * elsewhere the outputs are left NULL and the caller makes the product and rotates it. */
+int rlx_mlx_rotated_product(const rlx_mlx_array* x, rlx_mlx_array* const* parts, size_t count,
+                            int32_t format, const rlx_mlx_head_groups* groups, int64_t v_col,
+                            const rlx_mlx_array* offset, const rlx_mlx_array* periods,
+                            rlx_mlx_array** q_out, rlx_mlx_array** k_out, rlx_mlx_array** v_out);
 /* offset may be NULL (positions start at 0), a scalar, or for x of rank 3 or more one per
    row of axis 0; periods (float, dims / 2 of them: each pair
    turns by 1 / period radians per position) may be NULL (base's frequencies). */

@@ -20,6 +20,19 @@
 
 namespace rlx_rope {
 
+// The cosine and sine of pair `i`'s angle at `position` (before `scale`), from float64.
+template <int DIMS, bool PERIODS, int BASE_BITS, int SCALE_BITS>
+__device__ __forceinline__ void turn(int i, double position, const float* periods, float* cs,
+                                     float* sn) {
+  const double period = PERIODS ? static_cast<double>(periods[i])
+                                : pow(static_cast<double>(__int_as_float(BASE_BITS)),
+                                      2.0 * i / static_cast<double>(DIMS));
+  double sine, cosine;
+  sincos(position * static_cast<double>(__int_as_float(SCALE_BITS)) / period, &sine, &cosine);
+  *cs = static_cast<float>(cosine);
+  *sn = static_cast<float>(sine);
+}
+
 // x: [batch, seq, width], contiguous. offset: one position, or one per batch row when
 // PER_ROW. periods: DIMS / 2 of them when PERIODS (else not read). q: [batch, HQ, seq, D],
 // k: [batch, HK, seq, D].
@@ -46,14 +59,9 @@ __device__ void rope_heads(const float* x, const OffT* offset, const float* peri
   }
   const int i = slot;
   const int first = TRADITIONAL ? 2 * i : i, second = TRADITIONAL ? 2 * i + 1 : i + HALF;
-  const double period = PERIODS ? static_cast<double>(periods[i])
-                                : pow(static_cast<double>(__int_as_float(BASE_BITS)),
-                                      2.0 * i / static_cast<double>(DIMS));
-  const double position = (static_cast<double>(offset[PER_ROW ? b : 0]) + static_cast<double>(s)) *
-                          static_cast<double>(__int_as_float(SCALE_BITS));
-  double sine, cosine;
-  sincos(position / period, &sine, &cosine);
-  const float sn = static_cast<float>(sine), cs = static_cast<float>(cosine);
+  float cs, sn;
+  turn<DIMS, PERIODS, BASE_BITS, SCALE_BITS>(i, static_cast<double>(offset[PER_ROW ? b : 0]) + s,
+                                             periods, &cs, &sn);
   const float x1 = in[first], x2 = in[second];
   out[first] = x1 * cs - x2 * sn;
   out[second] = x1 * sn + x2 * cs;

@@ -14,6 +14,7 @@
 #include <exception>
 #include <limits>
 #include <memory>
+#include <tuple>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -201,22 +202,17 @@ std::optional<mx::array> prefix_attention_gpu(const mx::array& q, const mx::arra
                                               const mx::array& length,
                                               rlx_mlx_mask_kind mask_kind, int64_t window);
 std::optional<mx::array> take_rows_gpu(const mx::array& table, const mx::array& idx);
-// Two groups of heads packed along the last axis of a [B, S, W] array, and how they are
-// rotated (rlx_mlx_rope_heads).
-struct HeadGroups {
-  int64_t q_col;
-  int q_heads;
-  int64_t k_col;
-  int k_heads;
-  int head_dim;
-  int dims;
-  double base;
-  double scale;
-  bool traditional;
-};
+using HeadGroups = rlx_mlx_head_groups;
+// Whether `g` describes heads within `width` columns that rope_heads_gpu can rotate.
+bool head_groups_fit(const HeadGroups& g, int64_t width);
 std::optional<std::pair<mx::array, mx::array>> rope_heads_gpu(const mx::array& x, const HeadGroups& g,
                                                               const mx::array& offset,
                                                               const std::optional<mx::array>& periods);
+// A block's rotated queries and keys and its values from the joined q/k/v weight
+// (rlx_mlx_rotated_product).
+std::optional<std::tuple<mx::array, mx::array, mx::array>> rotated_rows_gpu(
+    const mx::array& x, const std::vector<mx::array>& parts, int32_t format, const HeadGroups& g,
+    int64_t v_col, const mx::array& offset, const std::optional<mx::array>& periods);
 // A gated feed-forward's hidden values from its joined gate and up weight (rlx_mlx_gated_product).
 std::optional<mx::array> gated_rows_gpu(const mx::array& x, const std::vector<mx::array>& parts,
                                         int32_t format, int64_t gate_col, int64_t up_col,

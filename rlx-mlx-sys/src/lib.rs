@@ -42,6 +42,22 @@ pub struct rlx_mlx_group {
     _private: [u8; 0],
 }
 
+/// Two groups of heads packed along the last axis of an array, and how they are rotated
+/// (`rlx_mlx_head_groups` of `cpp/rlx_mlx.h`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct rlx_mlx_head_groups {
+    pub q_col: i64,
+    pub q_heads: i32,
+    pub k_col: i64,
+    pub k_heads: i32,
+    pub head_dim: i32,
+    pub dims: i32,
+    pub base: f64,
+    pub scale: f64,
+    pub traditional: bool,
+}
+
 // The ABI's enums and their codes, generated from `cpp/rlx_mlx.h` by the build script.
 include!(concat!(env!("OUT_DIR"), "/codes.rs"));
 
@@ -351,15 +367,7 @@ unsafe extern "C" {
     ) -> c_int;
     pub fn rlx_mlx_rope_heads(
         x: *const Array,
-        q_col: i64,
-        q_heads: i32,
-        k_col: i64,
-        k_heads: i32,
-        head_dim: i32,
-        dims: i32,
-        base: f64,
-        scale: f64,
-        traditional: bool,
+        groups: *const rlx_mlx_head_groups,
         offset: *const Array,
         periods: *const Array,
         q_out: *mut *mut Array,
@@ -456,6 +464,19 @@ unsafe extern "C" {
         width: i64,
         act: i32,
         out: *mut *mut Array,
+    ) -> c_int;
+    pub fn rlx_mlx_rotated_product(
+        x: *const Array,
+        parts: *const *mut Array,
+        count: usize,
+        format: i32,
+        groups: *const rlx_mlx_head_groups,
+        v_col: i64,
+        offset: *const Array,
+        periods: *const Array,
+        q_out: *mut *mut Array,
+        k_out: *mut *mut Array,
+        v_out: *mut *mut Array,
     ) -> c_int;
     pub fn rlx_mlx_block_dequantize(w: *const Array, format: i32, out: *mut *mut Array) -> c_int;
     pub fn rlx_mlx_random_uniform(

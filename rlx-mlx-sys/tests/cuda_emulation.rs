@@ -61,3 +61,9 @@ fn the_gated_rows_kernel_matches_float64_when_emulated() {
     let report = emulate("gated_rows");
     assert_eq!(passed(&report), 9, "{report}");
 }
+
+#[test]
+fn the_rotated_rows_kernel_matches_float64_when_emulated() {
+    let report = emulate("rotated_rows");
+    assert_eq!(passed(&report), 7, "{report}");
+}

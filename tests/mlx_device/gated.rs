@@ -7,18 +7,7 @@ use rlx::ir::{DType, Graph, UnaryOp};
 use rlx::mlx::MlxBackend;
 use rlx::tensor::HostTensor;
 
-use super::{MODES, max_abs_diff, values};
-
-/// How a gated feed-forward's two weights are stored.
-#[derive(Clone, Copy, Debug)]
-enum GatedWeights {
-    /// Float32 `[out, in]`, read transposed (PyTorch's `Linear`).
-    OutIn,
-    /// Float32 `[in, out]`.
-    InOut,
-    /// GGUF blocks, `[out, row bytes]`.
-    Blocks(rlx::gguf::GgmlType),
-}
+use super::{MODES, Weights, max_abs_diff, product, values, weight};
 
 /// `act(x · gate) * (x · up)` over `rows` rows of `k` features, `width` hidden values, the
 /// activation on the left of the product or on its right.
@@ -27,32 +16,12 @@ fn gated_graph(
     k: usize,
     width: usize,
     act: UnaryOp,
-    weights: GatedWeights,
+    weights: Weights,
     act_left: bool,
 ) -> Graph {
-    use rlx::ir::{BlockMatMul, MatMul, Op};
     let mut b = GraphBuilder::new();
     let x = b.input("x", DType::F32, [1, rows, k]).unwrap();
-    let product = |b: &mut GraphBuilder, name: &str| match weights {
-        GatedWeights::OutIn => {
-            let w = b.param(name, DType::F32, [width, k]).unwrap();
-            let op = Op::MatMul(MatMul {
-                transpose_a: false,
-                transpose_b: true,
-            });
-            b.op(op, &[x, w]).unwrap()
-        }
-        GatedWeights::InOut => {
-            let w = b.param(name, DType::F32, [k, width]).unwrap();
-            b.matmul(x, w).unwrap()
-        }
-        GatedWeights::Blocks(format) => {
-            let row_bytes = k / format.block_values() * format.block_bytes();
-            let w = b.param(name, DType::U8, [width, row_bytes]).unwrap();
-            b.op(Op::BlockMatMul(BlockMatMul::exact(format)), &[x, w])
-                .unwrap()
-        }
-    };
+    let product = |b: &mut GraphBuilder, name: &str| product(b, x, name, weights, k, width);
     let gate = product(&mut b, "gate");
     let up = product(&mut b, "up");
     let activated = b.unary(act, gate).unwrap();
@@ -73,10 +42,10 @@ fn gated_products_on_the_default_device_match_the_cpu_backend() {
     use rlx::gguf::GgmlType;
     let (k, width) = (96, 40);
     let weights = [
-        GatedWeights::OutIn,
-        GatedWeights::InOut,
-        GatedWeights::Blocks(GgmlType::Q4_1),
-        GatedWeights::Blocks(GgmlType::Q8_0),
+        Weights::OutIn,
+        Weights::InOut,
+        Weights::Blocks(GgmlType::Q4_1),
+        Weights::Blocks(GgmlType::Q8_0),
     ];
     for (case, &weights) in weights.iter().enumerate() {
         for (rows, act, act_left) in [
@@ -86,23 +55,7 @@ fn gated_products_on_the_default_device_match_the_cpu_backend() {
             (9, UnaryOp::Silu, true),
         ] {
             let graph = gated_graph(rows, k, width, act, weights, act_left);
-            let weight = |seed: usize| {
-                match weights {
-                    GatedWeights::OutIn => {
-                        HostTensor::from_vec(values(width * k, seed), [width, k])
-                    }
-                    GatedWeights::InOut => {
-                        HostTensor::from_vec(values(width * k, seed), [k, width])
-                    }
-                    GatedWeights::Blocks(format) => {
-                        let mut bytes = Vec::new();
-                        rlx::gguf::quantize(format, &values(width * k, seed), &mut bytes).unwrap();
-                        let row_bytes = bytes.len() / width;
-                        HostTensor::from_vec(bytes, [width, row_bytes])
-                    }
-                }
-                .unwrap()
-            };
+            let weight = |seed: usize| weight(weights, width, k, seed);
             let (gate, up) = (weight(3 + case), weight(5 + case));
             let x = HostTensor::from_vec(values(rows * k, 7), [1, rows, k]).unwrap();
             let cpu = rlx::cpu::CpuBackend::default().compile(&graph).unwrap();

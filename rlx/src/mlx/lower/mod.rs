@@ -7,6 +7,7 @@
 
 mod ops;
 mod products;
+mod rotations;
 mod together;
 
 use crate::ir::{self as ir, DynamicSlice, Gather, ScatterAdd, SliceUpdate};
@@ -20,7 +21,8 @@ use crate::backend::{NodeSite, RunError};
 use crate::ir::{ConstantData, DType, Graph, Node, NodeId, Op, ReduceOp};
 use crate::tensor::TensorRef;
 use together::BiasAdd;
-pub(crate) use together::{BiasAdds, GatedProducts, HeadRopes, ResidualNorms};
+pub(crate) use rotations::HeadRopes;
+pub(crate) use together::{BiasAdds, GatedProducts, ResidualNorms};
 
 /// Everything fixed once per binding that lowering reads. Shared with the `mlx::compile`
 /// callback, so it owns its data.
@@ -300,9 +302,9 @@ impl Lowering {
             // A query and key rotation, together (likewise not when profiling).
             let rotated = match &self.head_ropes.of[id.index()] {
                 Some(pair) if timings.is_none() && !dims.contains(&0) => self
-                    .head_rope(id, pair, &values, &shared)
+                    .head_rope(id, pair, &values, leaves, &shared)
                     .map_err(at)?
-                    .map(|r| (pair.second, r)),
+                    .map(|r| (pair, r)),
                 _ => None,
             };
             // An empty result is made here, never by MLX's kernels: several of them
@@ -314,12 +316,19 @@ impl Lowering {
                 if dims.contains(&0) && !matches!(node.op, Op::Gather(_) | Op::ScatterAdd(_)) {
                     let empty = crate::tensor::HostTensor::zeros(node.ty.dtype, dims.clone());
                     Array::from_tensor_on(empty.view(), self.device).map_err(at)?
-                } else if let Some((second, (first, keys))) = rotated {
-                    if verify {
-                        self.verify(second, &graph[second], &keys)?;
+                } else if let Some((pair, made)) = rotated {
+                    let mut set = vec![(pair.second, made.k)];
+                    // The values' heads, made with them (the views built before unread).
+                    if let (Some(v), Some(heads)) = (&pair.values, made.v) {
+                        set.push((v.heads, heads));
                     }
-                    values[second.index()] = Some(keys);
-                    first
+                    for (node, value) in set {
+                        if verify {
+                            self.verify(node, &graph[node], &value)?;
+                        }
+                        values[node.index()] = Some(value);
+                    }
+                    made.q
                 } else if let Some(gated) = gated {
                     match self.gated_product(id, gated, operands[0], leaves, &mut shared) {
                         Ok(v) => v,

@@ -1,7 +1,7 @@
 //! Nodes the MLX lowering builds together: a matmul with the bias added to it (one GEMM), a
-//! residual add with the RMS norm of its sum, the rotations of a block's queries and keys
-//! from the product that made them, and a gated feed-forward's gate and up products with its
-//! activation (each one kernel on an NVIDIA GPU).
+//! residual add with the RMS norm of its sum, and a gated feed-forward's gate and up products
+//! with its activation (each one kernel on an NVIDIA GPU). A block's rotations are in
+//! `rotations`.
 
 use super::Lowering;
 use crate::ir::{self as ir, BinaryOp, DType, Graph, MatMul, NodeId, Op, UnaryOp};
@@ -98,122 +98,6 @@ impl ResidualNorms {
             });
         }
         ResidualNorms { of }
-    }
-}
-
-/// Pairs of rotary embeddings of heads split from the columns of one array, at one offset
-/// and with one rotation: a decoder block's queries and keys, read from its joined q/k/v
-/// product. Each pair is lowered at its first rotation as one [`Array::rope_heads`] (one
-/// kernel on an NVIDIA GPU, in place of two column slices, two head splits, two transposes,
-/// two copies and two ropes), its second rotation's value set there too.
-///
-/// [`Array::rope_heads`]: crate::mlx::Array
-pub(crate) struct HeadRopes {
-    /// Per first rotation of a pair: the pair.
-    pub(super) of: Vec<Option<HeadRope>>,
-}
-
-/// The second rotation of a pair, and what both read.
-pub(super) struct HeadRope {
-    pub(super) second: NodeId,
-    /// The product group's leader: its whole product by the joined weights holds the
-    /// columns of both.
-    pub(super) product: NodeId,
-    /// Each rotation's first column in the whole product.
-    pub(super) columns: [usize; 2],
-    /// Each rotation's `[B, S, C]` array before its split into heads.
-    pub(super) split_from: [NodeId; 2],
-    pub(super) offset: NodeId,
-    pub(super) rope: ir::Rope,
-}
-
-impl HeadRopes {
-    pub(crate) fn of(graph: &Graph, fused: &[Option<FusedSlot>]) -> HeadRopes {
-        let mut of: Vec<Option<HeadRope>> = (0..graph.len()).map(|_| None).collect();
-        // Rotations waiting for a partner.
-        let mut unpaired: Vec<(NodeId, Rotation<'_>)> = Vec::new();
-        for (id, _) in graph.iter() {
-            let Some(second) = rotation(graph, fused, id) else {
-                continue;
-            };
-            let partner = unpaired.iter().position(|(_, first)| {
-                (first.product, first.offset, first.rope)
-                    == (second.product, second.offset, second.rope)
-            });
-            match partner {
-                Some(at) => {
-                    let (first_id, first) = unpaired.swap_remove(at);
-                    of[first_id.index()] = Some(HeadRope {
-                        second: id,
-                        product: second.product,
-                        columns: [first.column, second.column],
-                        split_from: [first.split_from, second.split_from],
-                        offset: second.offset,
-                        rope: second.rope.clone(),
-                    });
-                }
-                None => unpaired.push((id, second)),
-            }
-        }
-        HeadRopes { of }
-    }
-}
-
-impl Lowering {
-    /// The two rotations of `pair` (the first at node `first`) from the whole product their
-    /// heads are columns of, or `None` where the dims do not fit one `rope_heads` (or the
-    /// product was not made as a group's) and each is lowered alone.
-    pub(super) fn head_rope(
-        &self,
-        first: NodeId,
-        pair: &HeadRope,
-        values: &[Option<Array>],
-        shared: &[(NodeId, Array)],
-    ) -> Result<Option<(Array, Array)>, MlxError> {
-        let source = shared
-            .iter()
-            .find(|(n, _)| *n == pair.product)
-            .map(|s| &s.1);
-        let (Some(source), Some(offset)) = (source, values[pair.offset.index()].as_ref()) else {
-            return Ok(None);
-        };
-        let width = match source.shape()?.as_slice() {
-            [_, _, width] => *width,
-            _ => return Ok(None),
-        };
-        let heads = |rope: NodeId, split: NodeId, column: usize| {
-            let (out, rows) = (&self.shapes[rope.index()], &self.shapes[split.index()]);
-            let fits = out.len() == 4
-                && rows.as_slice() == [out[0], out[2], out[1] * out[3]]
-                && column + rows[2] <= width;
-            fits.then(|| (out[0], out[1], out[2], out[3]))
-        };
-        let q = heads(first, pair.split_from[0], pair.columns[0]);
-        let k = heads(pair.second, pair.split_from[1], pair.columns[1]);
-        let rope = &pair.rope;
-        let (Some(q), Some(k)) = (q, k) else {
-            return Ok(None);
-        };
-        let no_heads = q.1 == 0 || k.1 == 0;
-        if no_heads || (q.0, q.2, q.3) != (k.0, k.2, k.3) || rope.dims > q.3 {
-            return Ok(None);
-        }
-        if rope.dims < 2 || !rope.dims.is_multiple_of(2) {
-            return Ok(None);
-        }
-        let periods = self.rope_periods(rope)?;
-        let groups = crate::mlx::ops::HeadGroups {
-            q: (pair.columns[0], q.1),
-            k: (pair.columns[1], k.1),
-            head_dim: q.3,
-            dims: rope.dims,
-            base: rope.base,
-            scale: rope.scale,
-            traditional: rope.traditional,
-        };
-        source
-            .rope_heads(&groups, offset, periods.as_ref())
-            .map(Some)
     }
 }
 
@@ -351,114 +235,10 @@ impl Lowering {
     }
 }
 
-/// A float32 rope with an offset of heads split from the `[B, S, C]` columns of a grouped
-/// product (the last axis split into heads, then heads first).
-struct Rotation<'g> {
-    /// The group's leader.
-    product: NodeId,
-    /// The first column in the group's whole product.
-    column: usize,
-    /// The member split into heads.
-    split_from: NodeId,
-    offset: NodeId,
-    rope: &'g ir::Rope,
-}
-
-/// Node `id` as a [`Rotation`], if it is one.
-fn rotation<'g>(graph: &'g Graph, fused: &[Option<FusedSlot>], id: NodeId) -> Option<Rotation<'g>> {
-    let node = &graph[id];
-    let (Op::Rope(rope), [heads, offset]) = (&node.op, node.inputs.as_slice()) else {
-        return None;
-    };
-    let permute = &graph[*heads];
-    let Op::Permute(ir::Permute { perm }) = &permute.op else {
-        return None;
-    };
-    let split = &graph[permute.inputs[0]];
-    if node.ty.dtype != DType::F32
-        || perm.as_slice() != [0, 2, 1, 3]
-        || !matches!(split.op, Op::Reshape(_))
-    {
-        return None;
-    }
-    let from = split.inputs[0];
-    if graph[from].ty.shape.rank() != 3 || graph[from].ty.dtype != DType::F32 {
-        return None;
-    }
-    let slot = fused[from.index()].as_ref()?;
-    Some(Rotation {
-        product: slot.leader,
-        column: slot.columns.start,
-        split_from: from,
-        offset: *offset,
-        rope,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::builder::GraphBuilder;
-
-    /// A rope of heads split from `from`'s `[1, 2, 8]` columns at `offset`.
-    fn rotation(b: &mut GraphBuilder, from: NodeId, offset: NodeId, base: f64) -> NodeId {
-        let split = b.reshape(from, [1, 2, 2, 4]).unwrap();
-        let heads = b.permute(split, &[0, 2, 1, 3]).unwrap();
-        let rope = ir::Rope {
-            dims: 4,
-            base,
-            scale: 1.0,
-            traditional: false,
-            freqs: None,
-        };
-        b.op(Op::Rope(rope), &[heads, offset]).unwrap()
-    }
-
-    #[test]
-    fn rotations_of_one_products_columns_at_one_offset_pair_up() {
-        let mut b = GraphBuilder::new();
-        let pos = b.input("pos", DType::I64, [0usize; 0]).unwrap();
-        let other = b.input("other", DType::I64, [0usize; 0]).unwrap();
-        let members: Vec<NodeId> = (0..6)
-            .map(|i| b.input(&format!("m{i}"), DType::F32, [1, 2, 8]).unwrap())
-            .collect();
-        let ropes = [
-            rotation(&mut b, members[0], pos, 1e4),
-            rotation(&mut b, members[1], pos, 1e4),
-            // Another product; then another offset; then another rotation.
-            rotation(&mut b, members[2], pos, 1e4),
-            rotation(&mut b, members[3], other, 1e4),
-            rotation(&mut b, members[4], pos, 5e5),
-            rotation(&mut b, members[5], pos, 1e4),
-        ];
-        for (i, rope) in ropes.iter().enumerate() {
-            b.output(&format!("r{i}"), *rope).unwrap();
-        }
-        let graph = b.finish().unwrap();
-        let mut fused = vec![None; graph.len()];
-        let leaders = [
-            members[0], members[0], members[2], members[0], members[0], members[2],
-        ];
-        for (i, (member, leader)) in members.iter().zip(leaders).enumerate() {
-            fused[member.index()] = Some(FusedSlot {
-                first: 0,
-                count: 1,
-                leader,
-                columns: 8 * i..8 * (i + 1),
-                format: None,
-            });
-        }
-        let pairs = HeadRopes::of(&graph, &fused);
-        let first = pairs.of[ropes[0].index()].as_ref().expect("paired");
-        assert_eq!(first.second, ropes[1]);
-        assert_eq!((first.product, first.columns), (members[0], [0, 8]));
-        assert_eq!(first.split_from, [members[0], members[1]]);
-        // The third pairs with the sixth (one product, offset and rotation); the fourth
-        // and fifth with nothing.
-        let third = pairs.of[ropes[2].index()].as_ref().expect("paired");
-        assert_eq!((third.second, third.columns), (ropes[5], [16, 40]));
-        assert_eq!(pairs.of.iter().flatten().count(), 2);
-    }
 
     /// `count` products of `x` by `[8, 4]` weights.
     fn products(b: &mut GraphBuilder, x: NodeId, count: usize) -> Vec<NodeId> {

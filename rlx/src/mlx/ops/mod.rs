@@ -342,28 +342,13 @@ impl Array {
         offset: &Array,
         periods: Option<&Array>,
     ) -> Result<(Array, Array), MlxError> {
-        let int = |v: usize| i32::try_from(v).map_err(|_| MlxError::new("rope_heads: too large"));
+        let groups = groups.raw()?;
         let p = periods.map_or(ptr::null_mut(), Array::ptr);
         let (mut q, mut k) = (ptr::null_mut(), ptr::null_mut());
-        // SAFETY: the handles are live or null (allowed for `periods`); `q` and `k` are
-        // valid slots the shim fills.
+        // SAFETY: the handles are live or null (allowed for `periods`); `groups` outlives
+        // the call; `q` and `k` are valid slots the shim fills.
         let status = unsafe {
-            sys::rlx_mlx_rope_heads(
-                self.ptr(),
-                groups.q.0 as i64,
-                int(groups.q.1)?,
-                groups.k.0 as i64,
-                int(groups.k.1)?,
-                int(groups.head_dim)?,
-                int(groups.dims)?,
-                groups.base,
-                groups.scale,
-                groups.traditional,
-                offset.ptr(),
-                p,
-                &mut q,
-                &mut k,
-            )
+            sys::rlx_mlx_rope_heads(self.ptr(), &groups, offset.ptr(), p, &mut q, &mut k)
         };
         // Wrap before checking so a partial result is freed either way.
         let (q, k) = (Array::from_raw(q), Array::from_raw(k));
@@ -597,4 +582,23 @@ pub(crate) struct HeadGroups {
     pub base: f64,
     pub scale: f64,
     pub traditional: bool,
+}
+
+impl HeadGroups {
+    /// The groups as the shim takes them.
+    pub(crate) fn raw(&self) -> Result<sys::rlx_mlx_head_groups, MlxError> {
+        let int = |v: usize| i32::try_from(v).map_err(|_| MlxError::new("head groups too large"));
+        let col = |v: usize| i64::try_from(v).map_err(|_| MlxError::new("head groups too large"));
+        Ok(sys::rlx_mlx_head_groups {
+            q_col: col(self.q.0)?,
+            q_heads: int(self.q.1)?,
+            k_col: col(self.k.0)?,
+            k_heads: int(self.k.1)?,
+            head_dim: int(self.head_dim)?,
+            dims: int(self.dims)?,
+            base: self.base,
+            scale: self.scale,
+            traditional: self.traditional,
+        })
+    }
 }

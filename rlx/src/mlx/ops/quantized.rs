@@ -7,6 +7,7 @@ use rlx_mlx_sys as sys;
 
 use crate::ir::UnaryOp;
 use crate::mlx::array::{Array, MlxError, check, make, make_optional};
+use crate::mlx::ops::HeadGroups;
 
 impl Array {
     /// `self · dequant(w)ᵀ` with RLX's quantized layout (see the IR op).
@@ -115,6 +116,55 @@ impl Array {
                 out,
             )
         })
+    }
+
+    /// A decoder block's queries, keys and values from its rows (`self`, `[B, S, K]`
+    /// float32) and the joined weight `W` of its q/k/v products (`parts` and `format` as
+    /// [`Array::gated_product`] takes them): the query and key heads of `self · W` rotated
+    /// as [`Array::rope_heads`] rotates them, and the key heads' count of value heads from
+    /// column `v_col`, each `[B, heads, S, head_dim]`. One kernel on an NVIDIA GPU for 1 to
+    /// 8 rows; `None` elsewhere, where the caller makes the product and rotates it.
+    pub(crate) fn rotated_product(
+        &self,
+        parts: &[Array],
+        format: Option<u32>,
+        groups: &HeadGroups,
+        v_col: usize,
+        offset: &Array,
+        periods: Option<&Array>,
+    ) -> Result<Option<(Array, Array, Array)>, MlxError> {
+        let raw: Vec<*mut sys::rlx_mlx_array> = parts.iter().map(Array::ptr).collect();
+        let format = format.map_or(-1, |f| f as i32);
+        let groups = groups.raw()?;
+        let v_col = i64::try_from(v_col).map_err(|_| MlxError::new("rotated_product: too large"))?;
+        let p = periods.map_or(ptr::null_mut(), Array::ptr);
+        let (mut q, mut k, mut v) = (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+        // SAFETY: every handle is live or null (allowed for `periods`); `raw` holds the
+        // count passed; `groups` outlives the call; the outputs are valid slots the shim
+        // fills or leaves null.
+        let status = unsafe {
+            sys::rlx_mlx_rotated_product(
+                self.ptr(),
+                raw.as_ptr(),
+                raw.len(),
+                format,
+                &groups,
+                v_col,
+                offset.ptr(),
+                p,
+                &mut q,
+                &mut k,
+                &mut v,
+            )
+        };
+        // Wrapped before the status is checked, so a result is freed either way.
+        let made = (Array::from_raw(q), Array::from_raw(k), Array::from_raw(v));
+        check(status)?;
+        match made {
+            (Some(q), Some(k), Some(v)) => Ok(Some((q, k, v))),
+            (None, None, None) => Ok(None),
+            _ => Err(MlxError::new("rotated_product left an output unset")),
+        }
     }
 
     /// The values of group-affine packed rows (`self`) with their scales and biases.
