@@ -60,7 +60,7 @@ __device__ __forceinline__ Unit unit(int u) {
 
 // Units of HQ + HK heads and their HK value heads.
 template <int HQ, int HK, int D, int DIMS>
-constexpr int unit_count() {
+__device__ __forceinline__ int unit_count() {
   return (HQ + HK) * (DIMS / 2 + D - DIMS) + HK * D;
 }
 
