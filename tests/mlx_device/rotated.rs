@@ -108,9 +108,18 @@ fn a_blocks_rotated_heads_on_the_default_device_match_the_cpu_backend() {
     ];
     for (case, &weights) in weights.iter().enumerate() {
         let bound = [
-            ("q", weight(weights, QUERY_HEADS * HEAD_DIM, FEATURES, 3 + case)),
-            ("k", weight(weights, KV_HEADS * HEAD_DIM, FEATURES, 5 + case)),
-            ("v", weight(weights, KV_HEADS * HEAD_DIM, FEATURES, 7 + case)),
+            (
+                "q",
+                weight(weights, QUERY_HEADS * HEAD_DIM, FEATURES, 3 + case),
+            ),
+            (
+                "k",
+                weight(weights, KV_HEADS * HEAD_DIM, FEATURES, 5 + case),
+            ),
+            (
+                "v",
+                weight(weights, KV_HEADS * HEAD_DIM, FEATURES, 7 + case),
+            ),
         ];
         for c in &cases {
             let graph = block_graph(c, weights);

@@ -20,8 +20,8 @@ use super::device::Device;
 use crate::backend::{NodeSite, RunError};
 use crate::ir::{ConstantData, DType, Graph, Node, NodeId, Op, ReduceOp};
 use crate::tensor::TensorRef;
-use together::BiasAdd;
 pub(crate) use rotations::HeadRopes;
+use together::BiasAdd;
 pub(crate) use together::{BiasAdds, GatedProducts, ResidualNorms};
 
 /// Everything fixed once per binding that lowering reads. Shared with the `mlx::compile`

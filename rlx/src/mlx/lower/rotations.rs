@@ -78,12 +78,13 @@ impl HeadRopes {
                         users[n.index()] == [reader] && !returned[n.index()]
                     };
                     // Each member's views lead to its rotation alone.
-                    let chains_alone = [(&first, first_id), (&second, id)].iter().all(|(r, rope)| {
-                        let [split, heads] = r.views;
-                        only_read(r.split_from, split)
-                            && only_read(split, heads)
-                            && only_read(heads, *rope)
-                    });
+                    let chains_alone =
+                        [(&first, first_id), (&second, id)].iter().all(|(r, rope)| {
+                            let [split, heads] = r.views;
+                            only_read(r.split_from, split)
+                                && only_read(split, heads)
+                                && only_read(heads, *rope)
+                        });
                     let values = if chains_alone {
                         value_heads(graph, fused, &users, &returned, first_id, [&first, &second])
                     } else {
@@ -135,8 +136,11 @@ fn value_heads(
     let heads = sole_reader(split)?;
     let split_into_heads =
         matches!(graph[split].op, Op::Reshape(_)) && graph[split].ty.shape.rank() == 4;
-    let heads_first = matches!(&graph[heads].op, Op::Permute(p) if p.perm.as_slice() == [0, 2, 1, 3]);
-    let read_after = users[heads.index()].iter().all(|u| u.index() > first.index());
+    let heads_first =
+        matches!(&graph[heads].op, Op::Permute(p) if p.perm.as_slice() == [0, 2, 1, 3]);
+    let read_after = users[heads.index()]
+        .iter()
+        .all(|u| u.index() > first.index());
     let operand = *graph[member].inputs.first()?;
     (split_into_heads && heads_first && read_after).then_some(ValueHeads {
         heads,
@@ -436,7 +440,10 @@ mod tests {
         let (graph, fused, first, values) = qkv_block(Extra::Nothing);
         let pairs = HeadRopes::of(&graph, &fused);
         let found = pairs.of[first.index()].as_ref().expect("paired");
-        let v = found.values.as_ref().expect("the values made with the pair");
+        let v = found
+            .values
+            .as_ref()
+            .expect("the values made with the pair");
         assert_eq!((v.heads, v.column), (values, 16));
         assert_eq!(graph[v.operand].op, Op::Input);
         assert_eq!(graph[v.operand].ty.shape.rank(), 3);

@@ -136,7 +136,8 @@ impl Array {
         let raw: Vec<*mut sys::rlx_mlx_array> = parts.iter().map(Array::ptr).collect();
         let format = format.map_or(-1, |f| f as i32);
         let groups = groups.raw()?;
-        let v_col = i64::try_from(v_col).map_err(|_| MlxError::new("rotated_product: too large"))?;
+        let v_col =
+            i64::try_from(v_col).map_err(|_| MlxError::new("rotated_product: too large"))?;
         let p = periods.map_or(ptr::null_mut(), Array::ptr);
         let (mut q, mut k, mut v) = (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
         // SAFETY: every handle is live or null (allowed for `periods`); `raw` holds the
