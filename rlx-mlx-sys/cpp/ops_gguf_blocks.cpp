@@ -295,14 +295,22 @@ mx::array prepared_product(const mx::array& x, const std::vector<mx::array>& par
   return vector ? mx::reshape(y, {y.shape(-1)}) : y;
 }
 
+// The arrays of a weight's `count` parts, none of them null (`op` names the caller).
+std::vector<mx::array> weight_parts(rlx_mlx_array* const* parts, size_t count, const char* op) {
+  std::vector<mx::array> arrays;
+  for (size_t i = 0; i < count; ++i) {
+    if (parts[i] == nullptr) throw std::invalid_argument(std::string("[rlx] ") + op + ": a null weight part");
+    arrays.push_back(get(parts[i]));
+  }
+  return arrays;
+}
+
 }  // namespace
 
 int rlx_mlx_block_matmul_prepared(const rlx_mlx_array* x, rlx_mlx_array* const* parts,
                                   size_t count, int32_t format, rlx_mlx_array** out) {
   return guard([&] {
-    std::vector<mx::array> arrays;
-    for (size_t i = 0; i < count; ++i) arrays.push_back(get(parts[i]));
-    put(out, prepared_product(get(x), arrays, format));
+    put(out, prepared_product(get(x), weight_parts(parts, count, "block_matmul_prepared"), format));
   });
 }
 
@@ -314,11 +322,7 @@ int rlx_mlx_gated_product(const rlx_mlx_array* x, rlx_mlx_array* const* parts, s
       throw std::invalid_argument("[rlx] gated_product needs an operand, a weight and an output");
     }
     *out = nullptr;
-    std::vector<mx::array> arrays;
-    for (size_t i = 0; i < count; ++i) {
-      if (parts[i] == nullptr) throw std::invalid_argument("[rlx] gated_product: a null weight part");
-      arrays.push_back(get(parts[i]));
-    }
+    const std::vector<mx::array> arrays = weight_parts(parts, count, "gated_product");
     const mx::array& v = get(x);
     if (v.size() == 0) return;
     if (auto fused = gated_rows_gpu(v, arrays, format, gate_col, up_col, width, act)) put(out, *fused);
@@ -336,11 +340,7 @@ int rlx_mlx_rotated_product(const rlx_mlx_array* x, rlx_mlx_array* const* parts,
           "[rlx] rotated_product needs an operand, a weight, head groups, an offset and three outputs");
     }
     *q_out = *k_out = *v_out = nullptr;
-    std::vector<mx::array> arrays;
-    for (size_t i = 0; i < count; ++i) {
-      if (parts[i] == nullptr) throw std::invalid_argument("[rlx] rotated_product: a null weight part");
-      arrays.push_back(get(parts[i]));
-    }
+    const std::vector<mx::array> arrays = weight_parts(parts, count, "rotated_product");
     const mx::array& v = get(x);
     if (v.size() == 0) return;
     const std::optional<mx::array> period =

@@ -7,7 +7,7 @@ use rlx::ir::{DType, Graph, UnaryOp};
 use rlx::mlx::MlxBackend;
 use rlx::tensor::HostTensor;
 
-use super::{MODES, Weights, max_abs_diff, product, values, weight};
+use super::{MODES, WEIGHT_LAYOUTS, Weights, max_abs_diff, product, values, weight};
 
 /// `act(x · gate) * (x · up)` over `rows` rows of `k` features, `width` hidden values, the
 /// activation on the left of the product or on its right.
@@ -39,15 +39,8 @@ fn gated_graph(
 /// layout and for blocks of 4 and 8 bits) and 9 (MLX's ops), SiLU and tanh GELU.
 #[test]
 fn gated_products_on_the_default_device_match_the_cpu_backend() {
-    use rlx::gguf::GgmlType;
     let (k, width) = (96, 40);
-    let weights = [
-        Weights::OutIn,
-        Weights::InOut,
-        Weights::Blocks(GgmlType::Q4_1),
-        Weights::Blocks(GgmlType::Q8_0),
-    ];
-    for (case, &weights) in weights.iter().enumerate() {
+    for (case, &weights) in WEIGHT_LAYOUTS.iter().enumerate() {
         for (rows, act, act_left) in [
             (1, UnaryOp::Silu, true),
             (3, UnaryOp::GeluTanh, false),

@@ -77,6 +77,14 @@ enum Weights {
     Blocks(rlx::gguf::GgmlType),
 }
 
+/// Every way [`product`] stores a weight.
+const WEIGHT_LAYOUTS: [Weights; 4] = [
+    Weights::OutIn,
+    Weights::InOut,
+    Weights::Blocks(rlx::gguf::GgmlType::Q4_1),
+    Weights::Blocks(rlx::gguf::GgmlType::Q8_0),
+];
+
 /// `x` (`k` features) times the weight `name` of `width` columns stored as `weights` says.
 fn product(
     b: &mut GraphBuilder,

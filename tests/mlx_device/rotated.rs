@@ -8,7 +8,7 @@ use rlx::ir::{DType, Graph, Op, Permute, Rope};
 use rlx::mlx::MlxBackend;
 use rlx::tensor::HostTensor;
 
-use super::{MODES, Weights, max_abs_diff, product, values, weight};
+use super::{MODES, WEIGHT_LAYOUTS, Weights, max_abs_diff, product, values, weight};
 
 const QUERY_HEADS: usize = 4;
 const KV_HEADS: usize = 2;
@@ -73,7 +73,6 @@ fn rope(dims: usize, traditional: bool, freqs: Option<Vec<f64>>) -> Rope {
 /// and the rotations' own kernel).
 #[test]
 fn a_blocks_rotated_heads_on_the_default_device_match_the_cpu_backend() {
-    use rlx::gguf::GgmlType;
     let cases = [
         Case {
             batch: 1,
@@ -100,13 +99,7 @@ fn a_blocks_rotated_heads_on_the_default_device_match_the_cpu_backend() {
             rope: rope(HEAD_DIM, false, None),
         },
     ];
-    let weights = [
-        Weights::OutIn,
-        Weights::InOut,
-        Weights::Blocks(GgmlType::Q4_1),
-        Weights::Blocks(GgmlType::Q8_0),
-    ];
-    for (case, &weights) in weights.iter().enumerate() {
+    for (case, &weights) in WEIGHT_LAYOUTS.iter().enumerate() {
         let bound = [
             (
                 "q",
