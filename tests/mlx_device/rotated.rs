@@ -1,6 +1,8 @@
 //! A block's queries, keys and values from its rows (q/k/v products, heads split and
 //! viewed heads-first, queries and keys rotated) on the default device, which the MLX
-//! lowering builds as one kernel of ours on an NVIDIA GPU for up to 8 rows (decision 048).
+//! lowering builds as one kernel of ours on an NVIDIA GPU for up to 8 rows where
+//! `RLX_MLX_ROTATED_ROWS=1` (decision 048: off by default; `scripts/gpu-check.sh` runs
+//! this test with it on too).
 
 use rlx::backend::{Backend, Executable};
 use rlx::builder::GraphBuilder;
@@ -67,7 +69,7 @@ fn rope(dims: usize, traditional: bool, freqs: Option<Vec<f64>>) -> Rope {
 }
 
 /// The rotated queries and keys and the values on the default device against the CPU
-/// backend in every mode: 1 to 8 rows (one kernel on an NVIDIA GPU, for float32 weights in
+/// backend in every mode: 1 to 8 rows (one kernel on an NVIDIA GPU where enabled, for float32 weights in
 /// either layout and blocks of 4 and 8 bits; one position or one per batch row; pairs of
 /// halves or adjacent; part of the features rotated, frequencies given) and 9 (the product
 /// and the rotations' own kernel).
