@@ -7,7 +7,7 @@ use rlx::ir::{DType, Graph, UnaryOp};
 use rlx::mlx::MlxBackend;
 use rlx::tensor::HostTensor;
 
-use super::{MODES, WEIGHT_LAYOUTS, Weights, max_abs_diff, product, values, weight};
+use super::{MODES, WEIGHT_LAYOUTS, Weights, diff_and_scale, product, values, weight};
 
 /// `act(x · gate) * (x · up)` over `rows` rows of `k` features, `width` hidden values, the
 /// activation on the left of the product or on its right.
@@ -61,12 +61,7 @@ fn gated_products_on_the_default_device_match_the_cpu_backend() {
                 exe.set_weight("up", up.view()).unwrap();
                 let got = exe.run(&[("x", x.view())], &[]).unwrap().remove(0);
                 assert_eq!(got.shape(), [1, rows, width]);
-                let diff = max_abs_diff(&got, &want);
-                let scale = want
-                    .as_slice::<f32>()
-                    .unwrap()
-                    .iter()
-                    .fold(1f32, |m, v| m.max(v.abs()));
+                let (diff, scale) = diff_and_scale(&got, &want);
                 assert!(
                     diff <= 1e-5 * scale as f64,
                     "{weights:?}, {rows} rows, {act:?} in {mode:?}: {diff:e} (largest {scale})"

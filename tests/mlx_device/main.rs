@@ -13,6 +13,9 @@ use rlx::tensor::HostTensor;
 
 mod gated;
 mod rotated;
+mod weights;
+
+use weights::{WEIGHT_LAYOUTS, Weights, product, weight};
 
 const MODES: [MlxMode; 3] = [MlxMode::Eager, MlxMode::Lazy, MlxMode::Compiled];
 
@@ -66,78 +69,23 @@ fn input(batch: usize) -> HostTensor {
     HostTensor::from_vec(values(batch * 16, 4), [batch, 16]).unwrap()
 }
 
-/// How a product's weight is stored.
-#[derive(Clone, Copy, Debug)]
-enum Weights {
-    /// Float32 `[out, in]`, read transposed (PyTorch's `Linear`).
-    OutIn,
-    /// Float32 `[in, out]`.
-    InOut,
-    /// GGUF blocks, `[out, row bytes]`.
-    Blocks(rlx::gguf::GgmlType),
-}
-
-/// Every way [`product`] stores a weight.
-const WEIGHT_LAYOUTS: [Weights; 4] = [
-    Weights::OutIn,
-    Weights::InOut,
-    Weights::Blocks(rlx::gguf::GgmlType::Q4_1),
-    Weights::Blocks(rlx::gguf::GgmlType::Q8_0),
-];
-
-/// `x` (`k` features) times the weight `name` of `width` columns stored as `weights` says.
-fn product(
-    b: &mut GraphBuilder,
-    x: rlx::ir::NodeId,
-    name: &str,
-    weights: Weights,
-    k: usize,
-    width: usize,
-) -> rlx::ir::NodeId {
-    use rlx::ir::{BlockMatMul, MatMul, Op};
-    match weights {
-        Weights::OutIn => {
-            let w = b.param(name, DType::F32, [width, k]).unwrap();
-            let op = Op::MatMul(MatMul {
-                transpose_a: false,
-                transpose_b: true,
-            });
-            b.op(op, &[x, w]).unwrap()
-        }
-        Weights::InOut => {
-            let w = b.param(name, DType::F32, [k, width]).unwrap();
-            b.matmul(x, w).unwrap()
-        }
-        Weights::Blocks(format) => {
-            let row_bytes = k / format.block_values() * format.block_bytes();
-            let w = b.param(name, DType::U8, [width, row_bytes]).unwrap();
-            b.op(Op::BlockMatMul(BlockMatMul::exact(format)), &[x, w])
-                .unwrap()
-        }
-    }
-}
-
-/// A weight of `width` columns and `k` rows for [`product`], its values from `seed`.
-fn weight(weights: Weights, width: usize, k: usize, seed: usize) -> HostTensor {
-    match weights {
-        Weights::OutIn => HostTensor::from_vec(values(width * k, seed), [width, k]),
-        Weights::InOut => HostTensor::from_vec(values(width * k, seed), [k, width]),
-        Weights::Blocks(format) => {
-            let mut bytes = Vec::new();
-            rlx::gguf::quantize(format, &values(width * k, seed), &mut bytes).unwrap();
-            let row_bytes = bytes.len() / width;
-            HostTensor::from_vec(bytes, [width, row_bytes])
-        }
-    }
-    .unwrap()
-}
-
 fn max_abs_diff(a: &HostTensor, b: &HostTensor) -> f64 {
     a.to_f64_vec()
         .iter()
         .zip(b.to_f64_vec())
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f64::max)
+}
+
+/// The largest difference of `got` from `want` (float32), and the largest magnitude in
+/// `want` (at least 1): a bound relative to the values' scale.
+fn diff_and_scale(got: &HostTensor, want: &HostTensor) -> (f64, f32) {
+    let scale = want
+        .as_slice::<f32>()
+        .unwrap()
+        .iter()
+        .fold(1f32, |m, v| m.max(v.abs()));
+    (max_abs_diff(got, want), scale)
 }
 
 #[test]

@@ -10,7 +10,7 @@ use rlx::ir::{DType, Graph, Op, Permute, Rope};
 use rlx::mlx::MlxBackend;
 use rlx::tensor::HostTensor;
 
-use super::{MODES, WEIGHT_LAYOUTS, Weights, max_abs_diff, product, values, weight};
+use super::{MODES, WEIGHT_LAYOUTS, Weights, diff_and_scale, product, values, weight};
 
 const QUERY_HEADS: usize = 4;
 const KV_HEADS: usize = 2;
@@ -144,12 +144,7 @@ fn a_blocks_rotated_heads_on_the_default_device_match_the_cpu_backend() {
                         .zip(got.iter().zip(&want))
                 {
                     assert_eq!(got.shape(), [c.batch, *heads, c.seq, HEAD_DIM]);
-                    let diff = max_abs_diff(got, want);
-                    let scale = want
-                        .as_slice::<f32>()
-                        .unwrap()
-                        .iter()
-                        .fold(1f32, |m, v| m.max(v.abs()));
+                    let (diff, scale) = diff_and_scale(got, want);
                     assert!(
                         diff <= 1e-5 * scale as f64,
                         "{weights:?}, {name} of {rows} rows at {:?} in {mode:?}: {diff:e}",
