@@ -480,8 +480,9 @@ std::optional<std::tuple<mx::array, mx::array, mx::array>> rotated_rows_gpu(
       {"TRADITIONAL", g.traditional}, {"PER_ROW", per_row}, {"PERIODS", periods.has_value()},
       {"BASE_BITS", float_bits(g.base)}, {"SCALE_BITS", float_bits(g.scale)},
       {"OffT", offset.dtype()}};
-  const std::string source = std::string(kQuantizedRowsSource) + kGatedRowsSource +
-                             kRopeHeadsSource + kRotatedRowsSource;
+  // The kernels' source, joined once (MLX keeps each kernel it is given).
+  static const std::string source = std::string(kQuantizedRowsSource) + kGatedRowsSource +
+                                    kRopeHeadsSource + kRotatedRowsSource;
   // Without periods the kernel reads none: `x` stands in for the operand.
   const mx::array& period = periods ? *periods : x;
   std::vector<mx::array> out;

@@ -7,6 +7,7 @@
 
 mod ops;
 mod products;
+mod readers;
 mod rotations;
 mod together;
 
@@ -317,12 +318,9 @@ impl Lowering {
                     let empty = crate::tensor::HostTensor::zeros(node.ty.dtype, dims.clone());
                     Array::from_tensor_on(empty.view(), self.device).map_err(at)?
                 } else if let Some((pair, made)) = rotated {
-                    let mut set = vec![(pair.second, made.k)];
                     // The values' heads, made with them (the views built before unread).
-                    if let (Some(v), Some(heads)) = (&pair.values, made.v) {
-                        set.push((v.heads, heads));
-                    }
-                    for (node, value) in set {
+                    let value_heads = pair.values.as_ref().map(|v| v.heads).zip(made.v);
+                    for (node, value) in std::iter::once((pair.second, made.k)).chain(value_heads) {
                         if verify {
                             self.verify(node, &graph[node], &value)?;
                         }

@@ -3,7 +3,10 @@
 //! them alone (one kernel on an NVIDIA GPU for a decoding step's rows), else from the
 //! product's columns (one kernel for the two rotations).
 
+use std::collections::HashMap;
+
 use super::Lowering;
+use super::readers::{Readers, group_members};
 use crate::ir::{self as ir, DType, Graph, NodeId, Op};
 use crate::mlx::layout::FusedSlot;
 use crate::mlx::ops::HeadGroups;
@@ -59,8 +62,8 @@ pub(super) struct ValueHeads {
 
 impl HeadRopes {
     pub(crate) fn of(graph: &Graph, fused: &[Option<FusedSlot>]) -> HeadRopes {
-        let users = graph.users();
-        let returned = graph.returned();
+        let readers = Readers::of(graph);
+        let members = group_members(fused);
         let mut of: Vec<Option<HeadRope>> = (0..graph.len()).map(|_| None).collect();
         // Rotations waiting for a partner.
         let mut unpaired: Vec<(NodeId, Rotation<'_>)> = Vec::new();
@@ -75,19 +78,23 @@ impl HeadRopes {
             match partner {
                 Some(at) => {
                     let (first_id, first) = unpaired.swap_remove(at);
-                    let only_read = |n: NodeId, reader: NodeId| {
-                        users[n.index()] == [reader] && !returned[n.index()]
-                    };
                     // Each member's views lead to its rotation alone.
                     let chains_alone =
                         [(&first, first_id), (&second, id)].iter().all(|(r, rope)| {
                             let [split, heads] = r.views;
-                            only_read(r.split_from, split)
-                                && only_read(split, heads)
-                                && only_read(heads, *rope)
+                            readers.only(r.split_from, split)
+                                && readers.only(split, heads)
+                                && readers.only(heads, *rope)
                         });
                     let values = if chains_alone {
-                        value_heads(graph, fused, &users, &returned, first_id, [&first, &second])
+                        value_heads(
+                            graph,
+                            fused,
+                            &readers,
+                            &members,
+                            first_id,
+                            [&first, &second],
+                        )
                     } else {
                         None
                     };
@@ -114,32 +121,30 @@ impl HeadRopes {
 fn value_heads(
     graph: &Graph,
     fused: &[Option<FusedSlot>],
-    users: &[Vec<NodeId>],
-    returned: &[bool],
+    readers: &Readers,
+    members: &HashMap<NodeId, Vec<NodeId>>,
     first: NodeId,
     pair: [&Rotation<'_>; 2],
 ) -> Option<ValueHeads> {
-    let leader = pair[0].product;
-    let mut others = fused.iter().enumerate().filter_map(|(i, slot)| {
-        let slot = slot.as_ref().filter(|s| s.leader == leader)?;
-        let member = NodeId::new(i);
-        (!pair.iter().any(|r| r.split_from == member)).then_some((member, slot))
-    });
-    let (member, slot) = others.next()?;
-    if others.next().is_some() || graph[member].ty.dtype != DType::F32 {
+    let group = members.get(&pair[0].product)?;
+    let mut others = group
+        .iter()
+        .filter(|m| !pair.iter().any(|r| r.split_from == **m));
+    let (Some(&member), None, 3) = (others.next(), others.next(), group.len()) else {
+        return None;
+    };
+    let slot = fused[member.index()].as_ref()?;
+    if graph[member].ty.dtype != DType::F32 {
         return None;
     }
-    let sole_reader = |n: NodeId| match users[n.index()].as_slice() {
-        [reader] if !returned[n.index()] => Some(*reader),
-        _ => None,
-    };
-    let split = sole_reader(member)?;
-    let heads = sole_reader(split)?;
+    let split = readers.sole(member)?;
+    let heads = readers.sole(split)?;
     let split_into_heads =
         matches!(graph[split].op, Op::Reshape(_)) && graph[split].ty.shape.rank() == 4;
     let heads_first =
         matches!(&graph[heads].op, Op::Permute(p) if p.perm.as_slice() == [0, 2, 1, 3]);
-    let read_after = users[heads.index()]
+    let read_after = readers
+        .of_node(heads)
         .iter()
         .all(|u| u.index() > first.index());
     let operand = *graph[member].inputs.first()?;
@@ -178,7 +183,8 @@ impl Lowering {
             return Ok(None);
         };
         let periods = self.rope_periods(&pair.rope)?;
-        if let Some(made) = self.rotated_product(pair, &groups, values, leaves, offset, &periods)? {
+        let periods = periods.as_ref();
+        if let Some(made) = self.rotated_product(pair, &groups, values, leaves, offset, periods)? {
             return Ok(Some(made));
         }
         let source = shared
@@ -196,7 +202,7 @@ impl Lowering {
         if !fits(groups.q) || !fits(groups.k) {
             return Ok(None);
         }
-        let (q, k) = source.rope_heads(&groups, offset, periods.as_ref())?;
+        let (q, k) = source.rope_heads(&groups, offset, periods)?;
         Ok(Some(Rotated { q, k, v: None }))
     }
 
@@ -242,7 +248,7 @@ impl Lowering {
         values: &[Option<Array>],
         leaves: &[Array],
         offset: &Array,
-        periods: &Option<Array>,
+        periods: Option<&Array>,
     ) -> Result<Option<Rotated>, MlxError> {
         let (Some(v), Some(slot)) = (&pair.values, &self.fused[pair.split_from[0].index()]) else {
             return Ok(None);
@@ -262,7 +268,7 @@ impl Lowering {
             None => &leaves[slot.first..slot.first + 1],
         };
         let format = slot.format.map(|f| f.id());
-        let made = x.rotated_product(parts, format, groups, v.column, offset, periods.as_ref())?;
+        let made = x.rotated_product(parts, format, groups, v.column, offset, periods)?;
         Ok(made.map(|(q, k, v)| Rotated { q, k, v: Some(v) }))
     }
 }

@@ -4,6 +4,7 @@
 //! `rotations`.
 
 use super::Lowering;
+use super::readers::{Readers, group_members};
 use crate::ir::{self as ir, BinaryOp, DType, Graph, MatMul, NodeId, Op, UnaryOp};
 use crate::mlx::layout::FusedSlot;
 use crate::mlx::{Array, MlxError};
@@ -130,12 +131,8 @@ pub(super) struct Gated {
 
 impl GatedProducts {
     pub(crate) fn of(graph: &Graph, fused: &[Option<FusedSlot>]) -> GatedProducts {
-        let users = graph.users();
-        let returned = graph.returned();
-        let mut members = std::collections::HashMap::<NodeId, usize>::new();
-        for slot in fused.iter().flatten() {
-            *members.entry(slot.leader).or_default() += 1;
-        }
+        let readers = Readers::of(graph);
+        let members = group_members(fused);
         let mut of: Vec<Option<Gated>> = (0..graph.len()).map(|_| None).collect();
         let mut folded = vec![false; graph.len()];
         for (id, node) in graph.iter() {
@@ -158,18 +155,15 @@ impl GatedProducts {
                 ) else {
                     continue;
                 };
-                let only_reader = |n: NodeId, reader: NodeId| {
-                    users[n.index()] == [reader] && !returned[n.index()]
-                };
                 let fits = gate != up
                     && g.leader == u.leader
-                    && members.get(&g.leader) == Some(&2)
+                    && members.get(&g.leader).map(Vec::len) == Some(2)
                     && graph[gate].ty == node.ty
                     && graph[up].ty == node.ty
                     && u.columns.len() == g.columns.len()
-                    && only_reader(gate, activated)
-                    && only_reader(activated, id)
-                    && only_reader(up, id);
+                    && readers.only(gate, activated)
+                    && readers.only(activated, id)
+                    && readers.only(up, id);
                 if !fits {
                     continue;
                 }
