@@ -5,7 +5,7 @@
 // a block and launches one kernel fewer. Each warp owns one output column: it reads its
 // gate and up columns once for all rows, then sums each row's partial products. No
 // includes: NVRTC compiles it after cpp/quantized_rows.cu (its warp_sum and
-// quantized_column), both through `mx::fast::cuda_kernel`.
+// quantized_columns), both through `mx::fast::cuda_kernel`.
 
 namespace rlx_gated {
 
@@ -18,31 +18,67 @@ __device__ __forceinline__ float activate(float g) {
 }
 
 // This lane's share of the products of ROWS rows of `x` (row r from x + row[r], values
-// `x_step` apart) with the weight column at `w` (values `w_step` apart) into `acc`; with
-// `vector` both steps are 1 and every row and the column are 16-byte aligned.
-template <int ROWS>
-__device__ __forceinline__ void float_column(const float* x, const long long* row,
-                                             long long x_step, const float* w, long long w_step,
-                                             int k, bool vector, float* acc) {
+// `x_step` apart) with COLS weight columns (column c at `w[c]`, values `w_step` apart) into
+// `acc[c]`; with `vector` both steps are 1 and every row and column is 16-byte aligned.
+// A warp owns only a few columns of a few hundred values, so its time is the latency of
+// its loads, not their bandwidth: the columns are read together and UNROLL steps' weight
+// loads are issued before the first is used.
+template <int ROWS, int COLS>
+__device__ __forceinline__ void float_columns(const float* x, const long long* row,
+                                              long long x_step, const float* const* w,
+                                              long long w_step, int k, bool vector,
+                                              float (*acc)[ROWS]) {
+  constexpr int UNROLL = 4;
   const int lane = threadIdx.x % 32;
   if (vector) {
-    for (int j = lane * 4; j < k; j += 128) {
-      const float4 wv = *reinterpret_cast<const float4*>(w + j);
+    for (int base = lane * 4; base < k; base += 128 * UNROLL) {
+      float4 wv[UNROLL][COLS];
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r) {
-        const float4 xv = *reinterpret_cast<const float4*>(x + row[r] + j);
-        acc[r] = fmaf(xv.x, wv.x, acc[r]);
-        acc[r] = fmaf(xv.y, wv.y, acc[r]);
-        acc[r] = fmaf(xv.z, wv.z, acc[r]);
-        acc[r] = fmaf(xv.w, wv.w, acc[r]);
+      for (int u = 0; u < UNROLL; ++u) {
+        const int j = base + 128 * u;
+#pragma unroll
+        for (int c = 0; c < COLS; ++c) {
+          wv[u][c] = j < k ? *reinterpret_cast<const float4*>(w[c] + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const int j = base + 128 * u;
+        if (j >= k) break;
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+          const float4 xv = *reinterpret_cast<const float4*>(x + row[r] + j);
+#pragma unroll
+          for (int c = 0; c < COLS; ++c) {
+            acc[c][r] = fmaf(xv.x, wv[u][c].x, acc[c][r]);
+            acc[c][r] = fmaf(xv.y, wv[u][c].y, acc[c][r]);
+            acc[c][r] = fmaf(xv.z, wv[u][c].z, acc[c][r]);
+            acc[c][r] = fmaf(xv.w, wv[u][c].w, acc[c][r]);
+          }
+        }
       }
     }
     return;
   }
-  for (int j = lane; j < k; j += 32) {
-    const float wv = w[j * w_step];
+  for (int base = lane; base < k; base += 32 * UNROLL) {
+    float wv[UNROLL][COLS];
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) acc[r] = fmaf(x[row[r] + j * x_step], wv, acc[r]);
+    for (int u = 0; u < UNROLL; ++u) {
+      const int j = base + 32 * u;
+#pragma unroll
+      for (int c = 0; c < COLS; ++c) wv[u][c] = j < k ? w[c][j * w_step] : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int j = base + 32 * u;
+      if (j >= k) break;
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        const float xv = x[row[r] + j * x_step];
+#pragma unroll
+        for (int c = 0; c < COLS; ++c) acc[c][r] = fmaf(xv, wv[u][c], acc[c][r]);
+      }
+    }
   }
 }
 
@@ -67,7 +103,7 @@ __device__ __forceinline__ void row_starts(const XShape& x_shape, const XStrides
   }
 }
 
-// Whether float_column may read the rows starting at `row` with vector loads (given 16-byte
+// Whether float_columns may read the rows starting at `row` with vector loads (given 16-byte
 // aligned weight columns).
 template <int ROWS>
 __device__ __forceinline__ bool vector_rows(const float* x, const long long* row, long long x_step,
@@ -109,12 +145,10 @@ __device__ void gated_rows(const float* x, const XShape& x_shape, const XStrides
   const float* g = w + static_cast<long long>(gate + j) * w_n;
   const float* u = w + static_cast<long long>(up + j) * w_n;
   const bool vector = vector_rows<ROWS>(x, row, x_step, w_k, k) && aligned16(g) && aligned16(u);
-  float ga[ROWS], ua[ROWS];
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) ga[r] = ua[r] = 0.f;
-  float_column<ROWS>(x, row, x_step, g, w_k, k, vector, ga);
-  float_column<ROWS>(x, row, x_step, u, w_k, k, vector, ua);
-  write_gated<ROWS, ACT>(ga, ua, j, width, out);
+  const float* columns[2] = {g, u};
+  float acc[2][ROWS] = {};
+  float_columns<ROWS, 2>(x, row, x_step, columns, w_k, k, vector, acc);
+  write_gated<ROWS, ACT>(acc[0], acc[1], j, width, out);
 }
 
 // Weights in MLX's affine groups of 32 (as cpp/quantized_rows.cu reads them), `x`
@@ -126,12 +160,10 @@ __device__ void gated_quantized_rows(const float* x, const unsigned* words, cons
   const int j = blockIdx.x * WARPS + threadIdx.x / 32;
   if (j >= width) return;
   const bool aligned = aligned16(x);
-  float ga[ROWS], ua[ROWS];
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) ga[r] = ua[r] = 0.f;
-  rlx_qrows::quantized_column<ROWS, BITS>(x, words, scales, biases, gate + j, k, aligned, ga);
-  rlx_qrows::quantized_column<ROWS, BITS>(x, words, scales, biases, up + j, k, aligned, ua);
-  write_gated<ROWS, ACT>(ga, ua, j, width, out);
+  const long long columns[2] = {gate + j, up + j};
+  float acc[2][ROWS] = {};
+  rlx_qrows::quantized_columns<ROWS, BITS, 2>(x, words, scales, biases, columns, k, aligned, acc);
+  write_gated<ROWS, ACT>(acc[0], acc[1], j, width, out);
 }
 
 }  // namespace rlx_gated

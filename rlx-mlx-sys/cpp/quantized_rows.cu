@@ -19,56 +19,78 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 // Adds this lane's share of the products of ROWS rows of `x` ([ROWS, k], contiguous; 16-byte
-// aligned when `aligned`) with quantized column `column` of `words`, `scales` and `biases`
-// into `acc`. `k` is a multiple of 32.
-template <int ROWS, int BITS>
-__device__ __forceinline__ void quantized_column(const float* x, const unsigned* words,
-                                                 const float* scales, const float* biases,
-                                                 long long column, int k, bool aligned,
-                                                 float* acc) {
-  constexpr int PER_WORD = 32 / BITS;
+// aligned when `aligned`) with COLS quantized columns (`column[c]` of `words`, `scales` and
+// `biases`) into `acc[c]`. `k` is a multiple of 32. A warp's time is its loads' latency (it
+// owns a few columns of a few hundred values): the columns are read together, and UNROLL
+// steps' words, scales and biases are loaded before the first is used.
+template <int ROWS, int BITS, int COLS>
+__device__ __forceinline__ void quantized_columns(const float* x, const unsigned* words,
+                                                  const float* scales, const float* biases,
+                                                  const long long* column, int k, bool aligned,
+                                                  float (*acc)[ROWS]) {
+  constexpr int PER_WORD = 32 / BITS, UNROLL = 2;
   constexpr unsigned MASK = (1u << BITS) - 1u;
   const int lane = threadIdx.x % 32;
   const int row_words = k / PER_WORD;
-  const unsigned* w = words + column * row_words;
-  const float* s = scales + column * (k / 32);
-  const float* b = biases + column * (k / 32);
-  for (int j = lane; j < row_words; j += 32) {
-    const unsigned word = w[j];
-    const int group = j / (32 / PER_WORD);
-    const float scale = s[group];
-    const float bias = b[group];
-    float v[PER_WORD];
+  for (int base = lane; base < row_words; base += 32 * UNROLL) {
+    unsigned word[UNROLL][COLS];
+    float scale[UNROLL][COLS], bias[UNROLL][COLS];
 #pragma unroll
-    for (int i = 0; i < PER_WORD; ++i) {
-      v[i] = fmaf(scale, static_cast<float>((word >> (BITS * i)) & MASK), bias);
-    }
-    const long long first = static_cast<long long>(j) * PER_WORD;
+    for (int u = 0; u < UNROLL; ++u) {
+      const int j = base + 32 * u;
+      const int group = j / (32 / PER_WORD);
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      const float* xr = x + static_cast<long long>(r) * k + first;
-      float sum = 0.f;
-      if (aligned) {
-#pragma unroll
-        for (int i = 0; i < PER_WORD; i += 4) {
-          const float4 q = *reinterpret_cast<const float4*>(xr + i);
-          sum = fmaf(q.x, v[i], sum);
-          sum = fmaf(q.y, v[i + 1], sum);
-          sum = fmaf(q.z, v[i + 2], sum);
-          sum = fmaf(q.w, v[i + 3], sum);
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < PER_WORD; ++i) sum = fmaf(xr[i], v[i], sum);
+      for (int c = 0; c < COLS; ++c) {
+        const bool in = j < row_words;
+        word[u][c] = in ? words[column[c] * row_words + j] : 0u;
+        scale[u][c] = in ? scales[column[c] * (k / 32) + group] : 0.f;
+        bias[u][c] = in ? biases[column[c] * (k / 32) + group] : 0.f;
       }
-      acc[r] += sum;
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int j = base + 32 * u;
+      if (j >= row_words) break;
+      float v[COLS][PER_WORD];
+#pragma unroll
+      for (int c = 0; c < COLS; ++c) {
+#pragma unroll
+        for (int i = 0; i < PER_WORD; ++i) {
+          v[c][i] = fmaf(scale[u][c], static_cast<float>((word[u][c] >> (BITS * i)) & MASK), bias[u][c]);
+        }
+      }
+      const long long first = static_cast<long long>(j) * PER_WORD;
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        const float* xr = x + static_cast<long long>(r) * k + first;
+        float sum[COLS] = {};
+        if (aligned) {
+#pragma unroll
+          for (int i = 0; i < PER_WORD; i += 4) {
+            const float4 q = *reinterpret_cast<const float4*>(xr + i);
+#pragma unroll
+            for (int c = 0; c < COLS; ++c) {
+              sum[c] = fmaf(q.x, v[c][i], sum[c]);
+              sum[c] = fmaf(q.y, v[c][i + 1], sum[c]);
+              sum[c] = fmaf(q.z, v[c][i + 2], sum[c]);
+              sum[c] = fmaf(q.w, v[c][i + 3], sum[c]);
+            }
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < PER_WORD; ++i) {
+            const float xv = xr[i];
+#pragma unroll
+            for (int c = 0; c < COLS; ++c) sum[c] = fmaf(xv, v[c][i], sum[c]);
+          }
+        }
+#pragma unroll
+        for (int c = 0; c < COLS; ++c) acc[c][r] += sum[c];
+      }
     }
   }
 }
 
-// ROWS rows of `x` ([ROWS, k], contiguous) by the columns of `words` ([n, k * BITS / 32],
-// value i of a word in bits BITS * i up), `scales` and `biases` ([n, k / 32]) into `out`
-// ([ROWS, n]); WARPS warps a block, one column each. `k` is a multiple of 32.
 template <int ROWS, int BITS, int WARPS>
 __device__ void quantized_rows(const float* x, const unsigned* words, const float* scales,
                                const float* biases, int n, int k, float* out) {
@@ -77,13 +99,12 @@ __device__ void quantized_rows(const float* x, const unsigned* words, const floa
   if (column >= n) return;
   // Vector loads of x need 16-byte alignment (k is a multiple of 32, so every row keeps it).
   const bool aligned = reinterpret_cast<unsigned long long>(x) % 16 == 0;
-  float acc[ROWS];
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) acc[r] = 0.f;
-  quantized_column<ROWS, BITS>(x, words, scales, biases, column, k, aligned, acc);
+  const long long columns[1] = {column};
+  float acc[1][ROWS] = {};
+  quantized_columns<ROWS, BITS, 1>(x, words, scales, biases, columns, k, aligned, acc);
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
-    const float total = warp_sum(acc[r]);
+    const float total = warp_sum(acc[0][r]);
     if (lane == 0) out[static_cast<long long>(r) * n + column] = total;
   }
 }

@@ -65,21 +65,35 @@ __device__ __forceinline__ int unit_count() {
   return (HQ + HK) * (DIMS / 2 + D - DIMS) + HK * D;
 }
 
-// Sums the warp's partial products of unit `at` (`first` and `second`: ROWS each) and
-// writes them: lane r row r, at batch row r / seq and position r % seq (offset: one, or
-// one per batch row when PER_ROW).
-template <int ROWS, int HQ, int HK, int D, int DIMS, bool PER_ROW, bool PERIODS, int BASE_BITS,
-          int SCALE_BITS, typename OffT>
-__device__ __forceinline__ void write_unit(const Unit& at, const float* first, const float* second,
-                                           const OffT* offset, const float* periods, int seq,
-                                           float* q, float* k, float* v) {
+// The rotation of unit `at` for this lane's row (lane r < ROWS: row r, at position
+// `offset + r % seq`), computed before the warp's sums so that its float64 arithmetic
+// overlaps their loads; (1, 0) where the unit is not rotated or the lane has no row.
+template <int ROWS, int DIMS, bool PER_ROW, bool PERIODS, int BASE_BITS, int SCALE_BITS,
+          typename OffT>
+__device__ __forceinline__ void lane_turn(const Unit& at, const OffT* offset, const float* periods,
+                                          int seq, float* cs, float* sn) {
+  const int lane = threadIdx.x % 32;
+  *cs = 1.f;
+  *sn = 0.f;
+  if (at.second < 0 || lane >= ROWS) return;
+  const int b = lane / seq, s = lane % seq;
+  rlx_rope::turn<DIMS, PERIODS, BASE_BITS, SCALE_BITS>(
+      at.pair, static_cast<double>(offset[PER_ROW ? b : 0]) + s, periods, cs, sn);
+}
+
+// Sums the warp's partial products of unit `at` (`sums[0]` and, for a pair, `sums[1]`:
+// ROWS each) and writes them: lane r row r, at batch row r / seq and position r % seq,
+// turned by the lane's rotation (`cs`, `sn`).
+template <int ROWS, int HQ, int HK, int D>
+__device__ __forceinline__ void write_unit(const Unit& at, const float (*sums)[ROWS], float cs,
+                                           float sn, int seq, float* q, float* k, float* v) {
   const int lane = threadIdx.x % 32;
   const int heads = at.out == 0 ? HQ : HK;
   float* base = at.out == 0 ? q : at.out == 1 ? k : v;
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
-    const float a = rlx_qrows::warp_sum(first[r]);
-    const float z = at.second >= 0 ? rlx_qrows::warp_sum(second[r]) : 0.f;
+    const float a = rlx_qrows::warp_sum(sums[0][r]);
+    const float z = at.second >= 0 ? rlx_qrows::warp_sum(sums[1][r]) : 0.f;
     if (lane != r) continue;
     const int b = r / seq, s = r % seq;
     float* out = base + ((static_cast<long long>(b) * heads + at.head) * seq + s) * D;
@@ -87,9 +101,6 @@ __device__ __forceinline__ void write_unit(const Unit& at, const float* first, c
       out[at.f_first] = a;
       continue;
     }
-    float cs, sn;
-    rlx_rope::turn<DIMS, PERIODS, BASE_BITS, SCALE_BITS>(
-        at.pair, static_cast<double>(offset[PER_ROW ? b : 0]) + s, periods, &cs, &sn);
     out[at.f_first] = a * cs - z * sn;
     out[at.f_second] = a * sn + z * cs;
   }
@@ -118,13 +129,17 @@ __device__ void rotated_rows(const float* x, const XShape& x_shape, const XStrid
   const float* second = w + static_cast<long long>(at.second < 0 ? at.first : at.second) * w_n;
   const bool vector = rlx_gated::vector_rows<ROWS>(x, row, x_step, w_k, depth) &&
                       rlx_gated::aligned16(first) && rlx_gated::aligned16(second);
-  float fa[ROWS], sa[ROWS];
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) fa[r] = sa[r] = 0.f;
-  rlx_gated::float_column<ROWS>(x, row, x_step, first, w_k, depth, vector, fa);
-  if (at.second >= 0) rlx_gated::float_column<ROWS>(x, row, x_step, second, w_k, depth, vector, sa);
-  write_unit<ROWS, HQ, HK, D, DIMS, PER_ROW, PERIODS, BASE_BITS, SCALE_BITS>(
-      at, fa, sa, offset, periods, x_shape[1], q, k, v);
+  float cs, sn;
+  lane_turn<ROWS, DIMS, PER_ROW, PERIODS, BASE_BITS, SCALE_BITS>(at, offset, periods, x_shape[1],
+                                                                 &cs, &sn);
+  const float* columns[2] = {first, second};
+  float sums[2][ROWS] = {};
+  if (at.second >= 0) {
+    rlx_gated::float_columns<ROWS, 2>(x, row, x_step, columns, w_k, depth, vector, sums);
+  } else {
+    rlx_gated::float_columns<ROWS, 1>(x, row, x_step, columns, w_k, depth, vector, sums);
+  }
+  write_unit<ROWS, HQ, HK, D>(at, sums, cs, sn, x_shape[1], q, k, v);
 }
 
 // Weights in MLX's affine groups of 32 (as cpp/quantized_rows.cu reads them), `x`
@@ -139,15 +154,16 @@ __device__ void rotated_quantized_rows(const float* x, const unsigned* words, co
   if (u >= unit_count<HQ, HK, D, DIMS>()) return;
   const Unit at = unit<HQ, HK, D, DIMS, QCOL, KCOL, VCOL, TRADITIONAL>(u);
   const bool aligned = rlx_gated::aligned16(x);
-  float fa[ROWS], sa[ROWS];
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) fa[r] = sa[r] = 0.f;
-  rlx_qrows::quantized_column<ROWS, BITS>(x, words, scales, biases, at.first, depth, aligned, fa);
+  float cs, sn;
+  lane_turn<ROWS, DIMS, PER_ROW, PERIODS, BASE_BITS, SCALE_BITS>(at, offset, periods, seq, &cs, &sn);
+  const long long columns[2] = {at.first, at.second};
+  float sums[2][ROWS] = {};
   if (at.second >= 0) {
-    rlx_qrows::quantized_column<ROWS, BITS>(x, words, scales, biases, at.second, depth, aligned, sa);
+    rlx_qrows::quantized_columns<ROWS, BITS, 2>(x, words, scales, biases, columns, depth, aligned, sums);
+  } else {
+    rlx_qrows::quantized_columns<ROWS, BITS, 1>(x, words, scales, biases, columns, depth, aligned, sums);
   }
-  write_unit<ROWS, HQ, HK, D, DIMS, PER_ROW, PERIODS, BASE_BITS, SCALE_BITS>(
-      at, fa, sa, offset, periods, seq, q, k, v);
+  write_unit<ROWS, HQ, HK, D>(at, sums, cs, sn, seq, q, k, v);
 }
 
 }  // namespace rlx_rotated
