@@ -157,6 +157,7 @@ fn embed_kernel_sources() -> PathBuf {
             "kResidualNormSource",
         ),
         ("rope_heads.cu", "rope_heads_source.h", "kRopeHeadsSource"),
+        ("columns.cu", "columns_source.h", "kColumnsSource"),
         (
             "quantized_rows.cu",
             "quantized_rows_source.h",
@@ -172,11 +173,12 @@ fn embed_kernel_sources() -> PathBuf {
         let path = format!("cpp/{file}");
         let source =
             std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("{path} is readable"));
-        // Comment lines left out: MLX hashes a custom kernel's source at every call, and
-        // they are a quarter to a half of each file.
+        // Comment lines, blank lines and indentation left out: MLX hashes a custom
+        // kernel's source at every call, and they are a third to a half of each file.
         let source: String = source
             .lines()
-            .filter(|line| !line.trim_start().starts_with("//"))
+            .map(str::trim_start)
+            .filter(|line| !line.is_empty() && !line.starts_with("//"))
             .map(|line| format!("{line}\n"))
             .collect();
         let delimiter = "rlx_cuda_source";

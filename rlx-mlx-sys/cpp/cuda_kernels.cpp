@@ -4,12 +4,14 @@
 #include "shim_internal.h"
 
 // kAttentionSource, kDecodeAttentionSource, kResidualNormSource, kRopeHeadsSource,
-// kQuantizedRowsSource, kGatedRowsSource, kRotatedRowsSource: the cpp/*.cu files of those
-// names, embedded by build.rs.
+// kColumnsSource, kQuantizedRowsSource, kGatedRowsSource, kRotatedRowsSource: the cpp/*.cu
+// files of those names, embedded by build.rs. A kernel joins only the files it needs: MLX
+// hashes a custom kernel's source at every call.
 #include "attention_source.h"
 #include "decode_attention_source.h"
 #include "residual_norm_source.h"
 #include "rope_heads_source.h"
+#include "columns_source.h"
 #include "quantized_rows_source.h"
 #include "gated_rows_source.h"
 #include "rotated_rows_source.h"
@@ -337,7 +339,7 @@ std::optional<mx::array> quantized_rows_gpu(const mx::array& x, const mx::array&
       "rlx_quantized_rows", {"x", "words", "scales", "biases"}, {"out"},
       "rlx_qrows::quantized_rows<ROWS, BITS, WARPS>(x, words, scales, biases, words_shape[0], "
       "x_shape[x_ndim - 1], out);",
-      kQuantizedRowsSource, /*ensure_row_contiguous=*/true);
+      std::string(kColumnsSource) + kQuantizedRowsSource, /*ensure_row_contiguous=*/true);
   const int r = static_cast<int>(rows);
   const int blocks = (n + warps - 1) / warps;
   std::vector<mx::array> out = kernel(
@@ -388,7 +390,7 @@ std::optional<mx::array> gated_rows_gpu(const mx::array& x, const std::vector<mx
         "rlx_gated_rows", {"x", "w"}, {"out"},
         "rlx_gated::gated_rows<ROWS, WARPS, ACT, K_FIRST>(x, x_shape, x_strides, x_ndim, w, "
         "w_strides, GATE, UP, WIDTH, out);",
-        std::string(kQuantizedRowsSource) + kGatedRowsSource, /*ensure_row_contiguous=*/false);
+        std::string(kColumnsSource) + kGatedRowsSource, /*ensure_row_contiguous=*/false);
     return kernel({x, w}, {shape}, {mx::float32}, grid, block,
                   {{"ROWS", r}, {"WARPS", warps}, {"ACT", act}, {"K_FIRST", k_first},
                    {"GATE", static_cast<int>(gate_col)}, {"UP", static_cast<int>(up_col)},
@@ -411,7 +413,7 @@ std::optional<mx::array> gated_rows_gpu(const mx::array& x, const std::vector<mx
       "rlx_gated_quantized_rows", {"x", "words", "scales", "biases"}, {"out"},
       "rlx_gated::gated_quantized_rows<ROWS, BITS, WARPS, ACT>(x, words, scales, biases, GATE, "
       "UP, WIDTH, x_shape[x_ndim - 1], out);",
-      std::string(kQuantizedRowsSource) + kGatedRowsSource, /*ensure_row_contiguous=*/true);
+      std::string(kColumnsSource) + kGatedRowsSource, /*ensure_row_contiguous=*/true);
   return kernel({x, words, scales, biases}, {shape}, {mx::float32}, grid, block,
                 {{"ROWS", r}, {"BITS", bits}, {"WARPS", warps}, {"ACT", act},
                  {"GATE", static_cast<int>(gate_col)}, {"UP", static_cast<int>(up_col)},
@@ -481,8 +483,8 @@ std::optional<std::tuple<mx::array, mx::array, mx::array>> rotated_rows_gpu(
       {"BASE_BITS", float_bits(g.base)}, {"SCALE_BITS", float_bits(g.scale)},
       {"OffT", offset.dtype()}};
   // The kernels' source, joined once (MLX keeps each kernel it is given).
-  static const std::string source = std::string(kQuantizedRowsSource) + kGatedRowsSource +
-                                    kRopeHeadsSource + kRotatedRowsSource;
+  static const std::string source =
+      std::string(kColumnsSource) + kRopeHeadsSource + kRotatedRowsSource;
   // Without periods the kernel reads none: `x` stands in for the operand.
   const mx::array& period = periods ? *periods : x;
   std::vector<mx::array> out;

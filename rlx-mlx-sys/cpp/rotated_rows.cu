@@ -10,8 +10,8 @@
 // Each warp owns one unit: a rotated pair of columns of one query or key head (both columns
 // read once for all rows, then turned), or one column written as it is (features past the
 // rotated ones, and every value column). After the warp's sums every lane holds every row's
-// totals; lane r writes row r. No includes: NVRTC compiles it after cpp/quantized_rows.cu,
-// cpp/gated_rows.cu and cpp/rope_heads.cu, through `mx::fast::cuda_kernel`.
+// totals; lane r writes row r. No includes: NVRTC compiles it after cpp/columns.cu and
+// cpp/rope_heads.cu, through `mx::fast::cuda_kernel`.
 
 namespace rlx_rotated {
 
@@ -92,8 +92,8 @@ __device__ __forceinline__ void write_unit(const Unit& at, const float (*sums)[R
   float* base = at.out == 0 ? q : at.out == 1 ? k : v;
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
-    const float a = rlx_qrows::warp_sum(sums[0][r]);
-    const float z = at.second >= 0 ? rlx_qrows::warp_sum(sums[1][r]) : 0.f;
+    const float a = rlx_columns::warp_sum(sums[0][r]);
+    const float z = at.second >= 0 ? rlx_columns::warp_sum(sums[1][r]) : 0.f;
     if (lane != r) continue;
     const int b = r / seq, s = r % seq;
     float* out = base + ((static_cast<long long>(b) * heads + at.head) * seq + s) * D;
@@ -124,25 +124,25 @@ __device__ void rotated_rows(const float* x, const XShape& x_shape, const XStrid
   const long long w_k = K_FIRST ? w_strides[0] : w_strides[1];
   const long long w_n = K_FIRST ? w_strides[1] : w_strides[0];
   long long row[ROWS];
-  rlx_gated::row_starts<ROWS>(x_shape, x_strides, 3, row);
+  rlx_columns::row_starts<ROWS>(x_shape, x_strides, 3, row);
   const float* first = w + static_cast<long long>(at.first) * w_n;
   const float* second = w + static_cast<long long>(at.second < 0 ? at.first : at.second) * w_n;
-  const bool vector = rlx_gated::vector_rows<ROWS>(x, row, x_step, w_k, depth) &&
-                      rlx_gated::aligned16(first) && rlx_gated::aligned16(second);
+  const bool vector = rlx_columns::vector_rows<ROWS>(x, row, x_step, w_k, depth) &&
+                      rlx_columns::aligned16(first) && rlx_columns::aligned16(second);
   float cs, sn;
   lane_turn<ROWS, DIMS, PER_ROW, PERIODS, BASE_BITS, SCALE_BITS>(at, offset, periods, x_shape[1],
                                                                  &cs, &sn);
   const float* columns[2] = {first, second};
   float sums[2][ROWS] = {};
   if (at.second >= 0) {
-    rlx_gated::float_columns<ROWS, 2>(x, row, x_step, columns, w_k, depth, vector, sums);
+    rlx_columns::float_columns<ROWS, 2>(x, row, x_step, columns, w_k, depth, vector, sums);
   } else {
-    rlx_gated::float_columns<ROWS, 1>(x, row, x_step, columns, w_k, depth, vector, sums);
+    rlx_columns::float_columns<ROWS, 1>(x, row, x_step, columns, w_k, depth, vector, sums);
   }
   write_unit<ROWS, HQ, HK, D>(at, sums, cs, sn, x_shape[1], q, k, v);
 }
 
-// Weights in MLX's affine groups of 32 (as cpp/quantized_rows.cu reads them), `x`
+// Weights in MLX's affine groups of 32 (as cpp/columns.cu reads them), `x`
 // contiguous ([B, S, depth], depth a multiple of 32).
 template <int ROWS, int BITS, int WARPS, int HQ, int HK, int D, int DIMS, int QCOL, int KCOL,
           int VCOL, bool TRADITIONAL, bool PER_ROW, bool PERIODS, int BASE_BITS, int SCALE_BITS,
@@ -153,15 +153,15 @@ __device__ void rotated_quantized_rows(const float* x, const unsigned* words, co
   const int u = blockIdx.x * WARPS + threadIdx.x / 32;
   if (u >= unit_count<HQ, HK, D, DIMS>()) return;
   const Unit at = unit<HQ, HK, D, DIMS, QCOL, KCOL, VCOL, TRADITIONAL>(u);
-  const bool aligned = rlx_gated::aligned16(x);
+  const bool aligned = rlx_columns::aligned16(x);
   float cs, sn;
   lane_turn<ROWS, DIMS, PER_ROW, PERIODS, BASE_BITS, SCALE_BITS>(at, offset, periods, seq, &cs, &sn);
   const long long columns[2] = {at.first, at.second};
   float sums[2][ROWS] = {};
   if (at.second >= 0) {
-    rlx_qrows::quantized_columns<ROWS, BITS, 2>(x, words, scales, biases, columns, depth, aligned, sums);
+    rlx_columns::quantized_columns<ROWS, BITS, 2>(x, words, scales, biases, columns, depth, aligned, sums);
   } else {
-    rlx_qrows::quantized_columns<ROWS, BITS, 1>(x, words, scales, biases, columns, depth, aligned, sums);
+    rlx_columns::quantized_columns<ROWS, BITS, 1>(x, words, scales, biases, columns, depth, aligned, sums);
   }
   write_unit<ROWS, HQ, HK, D>(at, sums, cs, sn, seq, q, k, v);
 }

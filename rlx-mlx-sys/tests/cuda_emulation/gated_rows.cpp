@@ -10,7 +10,7 @@
 
 #include "emulator.h"
 
-#include "../../cpp/quantized_rows.cu"
+#include "../../cpp/columns.cu"
 #include "../../cpp/gated_rows.cu"
 
 constexpr int kWarps = 8;

@@ -8,6 +8,7 @@
 
 #include "emulator.h"
 
+#include "../../cpp/columns.cu"
 #include "../../cpp/quantized_rows.cu"
 
 constexpr int kWarps = 8;

@@ -12,8 +12,7 @@
 
 #include "emulator.h"
 
-#include "../../cpp/quantized_rows.cu"
-#include "../../cpp/gated_rows.cu"
+#include "../../cpp/columns.cu"
 #include "../../cpp/rope_heads.cu"
 #include "../../cpp/rotated_rows.cu"
 
