@@ -44,7 +44,7 @@
 #     llama and generate tests, 09_generate (RLX_GPU_BENCH_ONLY=1 leaves these out,
 #     RLX_GPU_TESTS_ONLY=1 everything else) and
 #     generate_bench --backend mlx in f32 and Q4_1 (each also with a block's q/k/v product and
-#     rotations as one kernel, RLX_MLX_ROTATED_ROWS=1) with and without MLX's CUDA graphs
+#     its rotations apart, RLX_MLX_ROTATED_ROWS=0) with and without MLX's CUDA graphs
 #     (RLX_GPU_GRAPHS="off" for without only); with $RLX_GPU_REFERENCES (a folder holding
 #     ../shared/bench/gpu_generate/'s scripts and a wheels/ folder with gguf and mlx-lm)
 #     also MLX-LM (bf16, 4-bit; batch 1 and, through bench/mlx_lm_batch_generate.py, 8)
@@ -311,8 +311,9 @@ run_all() {
       exe=$(ls "$bin"/"$t"-* 2>/dev/null | head -1)
       [ -n "$exe" ] || { say "no binary for test $t"; status=1; continue; }
       step "$exe" --test-threads=4 || status=1
-      # The rotated q/k/v kernel is off by default (decision 048): its test again with it on.
-      [ "$t" = mlx_device ] && { RLX_MLX_ROTATED_ROWS=1 step "$exe" --test-threads=4 rotated || status=1; }
+      # The rotated q/k/v kernel's test again with it off (decision 048): the product and
+      # rope_heads' kernel that stand in for it where it does not apply.
+      [ "$t" = mlx_device ] && { RLX_MLX_ROTATED_ROWS=0 step "$exe" --test-threads=4 rotated || status=1; }
     done
   fi
   if [[ ,$only, == *,generate,* ]] && [ -f "${RLX_SMOLLM2_DIR:-}/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
@@ -329,14 +330,14 @@ run_all() {
     if [ -z "${RLX_GPU_TESTS_ONLY:-}" ]; then
       # f32 weights, and the Q4_1 projections kept 4-bit (our row kernel, decision 044); each
       # with MLX's CUDA graphs (generate_bench's default, decision 040) and without (decision
-      # 011), and each again with a block's q/k/v product and its rotations as one kernel
-      # (RLX_MLX_ROTATED_ROWS=1, decision 048's A/B: off by default); then where decode time
-      # goes (a kernel trace of one process, batch 1 only).
+      # 011), and each again without a block's q/k/v product and its rotations as one kernel
+      # (RLX_MLX_ROTATED_ROWS=0, decision 048's A/B); then where decode time goes (a kernel
+      # trace of one process, batch 1 only).
       for graphs in ${RLX_GPU_GRAPHS:-on off}; do
         for weights in "" --quant; do
           step "$bin/generate_bench" --backend mlx $weights --reps 3 --cuda-graphs "$graphs" || status=1
-          say "RLX_MLX_ROTATED_ROWS=1 (the q/k/v product and its rotations as one kernel):"
-          RLX_MLX_ROTATED_ROWS=1 step "$bin/generate_bench" --backend mlx $weights --reps 3 \
+          say "RLX_MLX_ROTATED_ROWS=0 (the q/k/v product, then rope_heads' kernel):"
+          RLX_MLX_ROTATED_ROWS=0 step "$bin/generate_bench" --backend mlx $weights --reps 3 \
             --cuda-graphs "$graphs" || status=1
         done
       done

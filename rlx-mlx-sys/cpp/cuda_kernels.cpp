@@ -430,11 +430,11 @@ std::optional<std::tuple<mx::array, mx::array, mx::array>> rotated_rows_gpu(
     const mx::array& x, const std::vector<mx::array>& parts, int32_t format, const HeadGroups& g,
     int64_t v_col, const mx::array& offset, const std::optional<mx::array>& periods) {
   constexpr int warps = 8;
-  // Off unless RLX_MLX_ROTATED_ROWS=1: on an H100 it decoded float32 SmolLM2 about 10%
-  // slower than the product and rope_heads' kernel (decision 048).
+  // RLX_MLX_ROTATED_ROWS=0 turns the kernel off (to compare it with the product and
+  // rope_heads' kernel, decision 048).
   static const bool enabled = [] {
     const char* flag = std::getenv("RLX_MLX_ROTATED_ROWS");
-    return flag != nullptr && std::string(flag) == "1";
+    return flag == nullptr || std::string(flag) != "0";
   }();
   if (!enabled || cuda_build_compute_major() == 0) return std::nullopt;
   if (x.dtype() != mx::float32 || x.ndim() != 3 || parts.empty()) return std::nullopt;

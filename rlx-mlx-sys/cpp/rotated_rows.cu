@@ -4,8 +4,8 @@
 // from KCOL, and `v[b, h, s, :]` the product's columns from VCOL unrotated, each written
 // heads-first. One kernel in place of the joined product, the rotation kernel and the
 // values' column slice, head split and transpose: a decoding step launches one kernel fewer
-// a block and builds five fewer MLX nodes. Off unless RLX_MLX_ROTATED_ROWS=1: on an H100
-// it decoded slower than the two kernels it replaces (decision 048).
+// a block and builds five fewer MLX nodes (decision 048; RLX_MLX_ROTATED_ROWS=0 turns it
+// off).
 //
 // Each warp owns one unit: a rotated pair of columns of one query or key head (both columns
 // read once for all rows, then turned), or one column written as it is (features past the

@@ -1,8 +1,8 @@
 //! A block's queries, keys and values from its rows (q/k/v products, heads split and
 //! viewed heads-first, queries and keys rotated) on the default device, which the MLX
-//! lowering builds as one kernel of ours on an NVIDIA GPU for up to 8 rows where
-//! `RLX_MLX_ROTATED_ROWS=1` (decision 048: off by default; `scripts/gpu-check.sh` runs
-//! this test with it on too).
+//! lowering builds as one kernel of ours on an NVIDIA GPU for up to 8 rows unless
+//! `RLX_MLX_ROTATED_ROWS=0` (decision 048; `scripts/gpu-check.sh` runs this test with it
+//! off too).
 
 use rlx::backend::{Backend, Executable};
 use rlx::builder::GraphBuilder;

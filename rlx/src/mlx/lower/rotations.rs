@@ -16,7 +16,7 @@ use crate::mlx::{Array, MlxError};
 /// and with one rotation: a decoder block's queries and keys, read from its joined q/k/v
 /// product. Each pair is lowered at its first rotation, its second rotation's value set
 /// there too: where the group is the queries, keys and values alone
-/// ([`ValueHeads`]), as one [`Array::rotated_product`] (where `RLX_MLX_ROTATED_ROWS=1`, one
+/// ([`ValueHeads`]), as one [`Array::rotated_product`] (unless `RLX_MLX_ROTATED_ROWS=0`, one
 /// kernel on an NVIDIA GPU for the rows of a decoding step, in place of the product, the
 /// rotations' kernel and the values' slice, head split and transpose); else, or where that
 /// does not apply, as one

@@ -123,9 +123,8 @@ impl Array {
     /// [`Array::gated_product`] takes them): the query and key heads of `self · W` rotated
     /// as [`Array::rope_heads`] rotates them, and the key heads' count of value heads from
     /// column `v_col`, each `[B, heads, S, head_dim]`. One kernel on an NVIDIA GPU for 1 to
-    /// 8 rows where the environment sets `RLX_MLX_ROTATED_ROWS=1` (off by default: it
-    /// measured slower, decision 048); `None` elsewhere, where the caller makes the product
-    /// and rotates it.
+    /// 8 rows unless the environment sets `RLX_MLX_ROTATED_ROWS=0` (decision 048); `None`
+    /// elsewhere, where the caller makes the product and rotates it.
     pub(crate) fn rotated_product(
         &self,
         parts: &[Array],
