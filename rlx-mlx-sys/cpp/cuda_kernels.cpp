@@ -292,12 +292,15 @@ std::optional<std::pair<mx::array, mx::array>> add_rms_norm_gpu(const mx::array&
   if (rows < 1 || rows > static_cast<size_t>(grid_axis_limit / threads)) return std::nullopt;
   static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
       "rlx_add_rms_norm", {"a", "b", "w"}, {"sum", "out"},
-      "rlx_norm::add_rms_norm<THREADS, EPS_BITS>(a, b, w, w_shape[0], sum, out);",
+      "rlx_norm::add_rms_norm<THREADS, PER, EPS_BITS>(a, b, w, w_shape[0], sum, out);",
       kResidualNormSource, /*ensure_row_contiguous=*/true);
-  std::vector<mx::array> out =
-      kernel({a, b, weight}, {a.shape(), a.shape()}, {mx::float32, mx::float32},
-             {static_cast<int>(rows) * threads, 1, 1}, {threads, 1, 1},
-             {{"THREADS", threads}, {"EPS_BITS", float_bits(eps)}}, std::nullopt, false, {});
+  // Rows of up to 8 values a thread are held in registers (a decoder's hidden width up to
+  // 1,024); wider ones loop.
+  const int per = width <= 8 * threads ? (width + threads - 1) / threads : 0;
+  std::vector<mx::array> out = kernel(
+      {a, b, weight}, {a.shape(), a.shape()}, {mx::float32, mx::float32},
+      {static_cast<int>(rows) * threads, 1, 1}, {threads, 1, 1},
+      {{"THREADS", threads}, {"PER", per}, {"EPS_BITS", float_bits(eps)}}, std::nullopt, false, {});
   return std::make_pair(out.at(0), out.at(1));
 }
 

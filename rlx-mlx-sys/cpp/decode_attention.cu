@@ -108,7 +108,9 @@ __device__ void decode_attention(const float* q, const float* k, const float* v,
     float dot[ROWS];
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) dot[r] = 0.f;
-#pragma unroll 4
+    // Up to 64 features' loads in flight at once: a thread owns one key, and the key's row
+    // is all it reads before its scores.
+#pragma unroll 16
     for (int d = 0; d < D; d += 4) {
       const float4 kk = four(krow + d * ks3, ks3);
 #pragma unroll

@@ -21,18 +21,10 @@ __device__ __forceinline__ float warp_sum(float x) {
 // Row `blockIdx.x` of `a`, `b`, `sum` and `out` (all contiguous, rows of `width`), with
 // THREADS threads a block (a multiple of 32, at most 1024) and epsilon the float whose bits
 // are EPS_BITS (a template argument, so no run passes an array for it).
-template <int THREADS, int EPS_BITS>
-__device__ void add_rms_norm(const float* a, const float* b, const float* w, long long width,
-                             float* sum, float* out) {
-  __shared__ float partial[THREADS / 32];
-  const long long base = static_cast<long long>(blockIdx.x) * width;
+// The block's sum of `squares` over its threads (every thread gets it).
+template <int THREADS>
+__device__ __forceinline__ float block_sum(float squares, float* partial) {
   const int t = threadIdx.x;
-  float squares = 0.f;
-  for (long long i = t; i < width; i += THREADS) {
-    const float s = a[base + i] + b[base + i];
-    sum[base + i] = s;
-    squares = fmaf(s, s, squares);
-  }
   squares = warp_sum(squares);
   if (t % 32 == 0) partial[t / 32] = squares;
   __syncthreads();
@@ -42,7 +34,50 @@ __device__ void add_rms_norm(const float* a, const float* b, const float* w, lon
     if (t == 0) partial[0] = total;
   }
   __syncthreads();
-  const float scale = rsqrtf(partial[0] / static_cast<float>(width) + __int_as_float(EPS_BITS));
+  return partial[0];
+}
+
+// One block a row. With PER > 0 (the row's width at most PER * THREADS) each thread keeps
+// its PER values and weights in registers, all loaded before the first is used: a decoding
+// step's row is a few hundred values, so the kernel's time is its loads' latency, paid once
+// instead of once per step of a loop. PER = 0 loops over any width.
+template <int THREADS, int PER, int EPS_BITS>
+__device__ void add_rms_norm(const float* a, const float* b, const float* w, long long width,
+                             float* sum, float* out) {
+  __shared__ float partial[THREADS / 32];
+  const long long base = static_cast<long long>(blockIdx.x) * width;
+  const int t = threadIdx.x;
+  const float eps = __int_as_float(EPS_BITS);
+  float squares = 0.f;
+  if (PER > 0) {
+    float s[PER > 0 ? PER : 1], wv[PER > 0 ? PER : 1];
+#pragma unroll
+    for (int p = 0; p < PER; ++p) {
+      const long long i = t + static_cast<long long>(p) * THREADS;
+      const bool in = i < width;
+      s[p] = in ? a[base + i] + b[base + i] : 0.f;
+      wv[p] = in ? w[i] : 0.f;
+    }
+#pragma unroll
+    for (int p = 0; p < PER; ++p) {
+      const long long i = t + static_cast<long long>(p) * THREADS;
+      if (i < width) sum[base + i] = s[p];
+      squares = fmaf(s[p], s[p], squares);
+    }
+    const float scale = rsqrtf(block_sum<THREADS>(squares, partial) / static_cast<float>(width) + eps);
+#pragma unroll
+    for (int p = 0; p < PER; ++p) {
+      const long long i = t + static_cast<long long>(p) * THREADS;
+      if (i < width) out[base + i] = s[p] * scale * wv[p];
+    }
+    return;
+  }
+  for (long long i = t; i < width; i += THREADS) {
+    const float s = a[base + i] + b[base + i];
+    sum[base + i] = s;
+    squares = fmaf(s, s, squares);
+  }
+  const float scale = rsqrtf(block_sum<THREADS>(squares, partial) / static_cast<float>(width) + eps);
   for (long long i = t; i < width; i += THREADS) {
     out[base + i] = sum[base + i] * scale * w[i];
   }
