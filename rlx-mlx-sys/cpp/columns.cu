@@ -51,7 +51,8 @@ __device__ __forceinline__ void quantized_columns(const float* x, const unsigned
       for (int c = 0; c < COLS; ++c) {
 #pragma unroll
         for (int i = 0; i < PER_WORD; ++i) {
-          v[c][i] = fmaf(scale[u][c], static_cast<float>((word[u][c] >> (BITS * i)) & MASK), bias[u][c]);
+          const float q = static_cast<float>((word[u][c] >> (BITS * i)) & MASK);
+          v[c][i] = fmaf(scale[u][c], q, bias[u][c]);
         }
       }
       const long long first = static_cast<long long>(j) * PER_WORD;
@@ -107,7 +108,8 @@ __device__ __forceinline__ void float_columns(const float* x, const long long* r
         const int j = base + 128 * u;
 #pragma unroll
         for (int c = 0; c < COLS; ++c) {
-          wv[u][c] = j < k ? *reinterpret_cast<const float4*>(w[c] + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+          wv[u][c] = j < k ? *reinterpret_cast<const float4*>(w[c] + j)
+                           : make_float4(0.f, 0.f, 0.f, 0.f);
         }
       }
 #pragma unroll

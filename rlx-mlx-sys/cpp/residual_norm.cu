@@ -64,7 +64,8 @@ __device__ void add_rms_norm(const float* a, const float* b, const float* w, lon
       if (i < width) sum[base + i] = s[p];
       squares = fmaf(s[p], s[p], squares);
     }
-    const float scale = rsqrtf(block_sum<THREADS>(squares, partial) / static_cast<float>(width) + eps);
+    const float mean = block_sum<THREADS>(squares, partial) / static_cast<float>(width);
+    const float scale = rsqrtf(mean + eps);
 #pragma unroll
     for (int p = 0; p < PER; ++p) {
       const long long i = t + static_cast<long long>(p) * THREADS;
@@ -77,7 +78,8 @@ __device__ void add_rms_norm(const float* a, const float* b, const float* w, lon
     sum[base + i] = s;
     squares = fmaf(s, s, squares);
   }
-  const float scale = rsqrtf(block_sum<THREADS>(squares, partial) / static_cast<float>(width) + eps);
+  const float mean = block_sum<THREADS>(squares, partial) / static_cast<float>(width);
+  const float scale = rsqrtf(mean + eps);
   for (long long i = t; i < width; i += THREADS) {
     out[base + i] = sum[base + i] * scale * w[i];
   }

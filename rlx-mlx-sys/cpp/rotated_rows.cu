@@ -155,13 +155,16 @@ __device__ void rotated_quantized_rows(const float* x, const unsigned* words, co
   const Unit at = unit<HQ, HK, D, DIMS, QCOL, KCOL, VCOL, TRADITIONAL>(u);
   const bool aligned = rlx_columns::aligned16(x);
   float cs, sn;
-  lane_turn<ROWS, DIMS, PER_ROW, PERIODS, BASE_BITS, SCALE_BITS>(at, offset, periods, seq, &cs, &sn);
+  lane_turn<ROWS, DIMS, PER_ROW, PERIODS, BASE_BITS, SCALE_BITS>(at, offset, periods, seq, &cs,
+                                                                 &sn);
   const long long columns[2] = {at.first, at.second};
   float sums[2][ROWS] = {};
   if (at.second >= 0) {
-    rlx_columns::quantized_columns<ROWS, BITS, 2>(x, words, scales, biases, columns, depth, aligned, sums);
+    rlx_columns::quantized_columns<ROWS, BITS, 2>(x, words, scales, biases, columns, depth,
+                                                  aligned, sums);
   } else {
-    rlx_columns::quantized_columns<ROWS, BITS, 1>(x, words, scales, biases, columns, depth, aligned, sums);
+    rlx_columns::quantized_columns<ROWS, BITS, 1>(x, words, scales, biases, columns, depth,
+                                                  aligned, sums);
   }
   write_unit<ROWS, HQ, HK, D>(at, sums, cs, sn, seq, q, k, v);
 }
