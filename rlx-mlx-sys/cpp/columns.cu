@@ -15,9 +15,8 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 // Adds this lane's share of the products of ROWS rows of `x` ([ROWS, k], contiguous; 16-byte
 // aligned when `aligned`) with COLS quantized columns (`column[c]` of `words`, `scales` and
-// `biases`) into `acc[c]`. `k` is a multiple of 32. A warp's time is its loads' latency (it
-// owns a few columns of a few hundred values): the columns are read together, and UNROLL
-// steps' words, scales and biases are loaded before the first is used.
+// `biases`) into `acc[c]`. `k` is a multiple of 32. UNROLL steps' words, scales and biases
+// are loaded before the first is used.
 template <int ROWS, int BITS, int COLS>
 __device__ __forceinline__ void quantized_columns(const float* x, const unsigned* words,
                                                   const float* scales, const float* biases,
@@ -26,7 +25,15 @@ __device__ __forceinline__ void quantized_columns(const float* x, const unsigned
   constexpr int PER_WORD = 32 / BITS, UNROLL = 2;
   constexpr unsigned MASK = (1u << BITS) - 1u;
   const int lane = threadIdx.x % 32;
-  const int row_words = k / PER_WORD;
+  const int row_words = k / PER_WORD, groups = k / 32;
+  const unsigned* w[COLS];
+  const float *s[COLS], *b[COLS];
+#pragma unroll
+  for (int c = 0; c < COLS; ++c) {
+    w[c] = words + column[c] * row_words;
+    s[c] = scales + column[c] * groups;
+    b[c] = biases + column[c] * groups;
+  }
   for (int base = lane; base < row_words; base += 32 * UNROLL) {
     unsigned word[UNROLL][COLS];
     float scale[UNROLL][COLS], bias[UNROLL][COLS];
@@ -37,9 +44,9 @@ __device__ __forceinline__ void quantized_columns(const float* x, const unsigned
 #pragma unroll
       for (int c = 0; c < COLS; ++c) {
         const bool in = j < row_words;
-        word[u][c] = in ? words[column[c] * row_words + j] : 0u;
-        scale[u][c] = in ? scales[column[c] * (k / 32) + group] : 0.f;
-        bias[u][c] = in ? biases[column[c] * (k / 32) + group] : 0.f;
+        word[u][c] = in ? w[c][j] : 0u;
+        scale[u][c] = in ? s[c][group] : 0.f;
+        bias[u][c] = in ? b[c][group] : 0.f;
       }
     }
 #pragma unroll
@@ -90,9 +97,7 @@ __device__ __forceinline__ void quantized_columns(const float* x, const unsigned
 // This lane's share of the products of ROWS rows of `x` (row r from x + row[r], values
 // `x_step` apart) with COLS weight columns (column c at `w[c]`, values `w_step` apart) into
 // `acc[c]`; with `vector` both steps are 1 and every row and column is 16-byte aligned.
-// A warp owns only a few columns of a few hundred values, so its time is the latency of
-// its loads, not their bandwidth: the columns are read together and UNROLL steps' weight
-// loads are issued before the first is used.
+// UNROLL steps' weight loads are issued before the first is used.
 template <int ROWS, int COLS>
 __device__ __forceinline__ void float_columns(const float* x, const long long* row,
                                               long long x_step, const float* const* w,

@@ -382,9 +382,9 @@ int rlx_mlx_rope_heads(const rlx_mlx_array* x, const rlx_mlx_head_groups* groups
  * joined weight W of its q/k/v products: q_out and k_out the heads of x · W that
  * rlx_mlx_rope_heads would make of it, v_out its k_heads value heads at columns [v_col,
  * v_col + k_heads * head_dim) as they are ([B, k_heads, S, head_dim]). `parts` and `format`
- * as rlx_mlx_gated_product takes them. One kernel on an NVIDIA GPU for 1 to 8 rows where the
- * environment sets RLX_MLX_ROTATED_ROWS=1 (off by default: decision 048); elsewhere the
- * outputs are left NULL and the caller makes the product and rotates it. */
+ * as rlx_mlx_gated_product takes them. One kernel on an NVIDIA GPU for 1 to 8 rows unless the
+ * environment sets RLX_MLX_ROTATED_ROWS=0 (decision 048); elsewhere the outputs are left
+ * NULL and the caller makes the product and rotates it. */
 int rlx_mlx_rotated_product(const rlx_mlx_array* x, rlx_mlx_array* const* parts, size_t count,
                             int32_t format, const rlx_mlx_head_groups* groups, int64_t v_col,
                             const rlx_mlx_array* offset, const rlx_mlx_array* periods,
